@@ -1,0 +1,1 @@
+"""Lightning callbacks: they gather texts, call the metric/embedding/scoring modules, and log."""

@@ -1,0 +1,1 @@
+"""Dialogue data: readers for common formats and the DialogueDataModule."""

@@ -1,0 +1,115 @@
+"""Lexical diversity of a set of responses: distinct-n, averaged distinct, Ent-n, EAD.
+
+All metrics are corpus level (counted over the whole set, not averaged per text)
+and share the tokeniser of :mod:`lightning_div.text`.
+
+References: distinct-n (Li et al., 2016); averaged distinct over n=1..5 (Tevet &
+Berant, 2021); Ent-n (Serban et al., 2017; Zhang et al., 2018); EAD / NewDistinct
+(Liu et al., 2022, "Rethinking and Refining the Distinct Metric").
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from lightning_div.text import TokenizerSpec, tokenize_all
+
+
+def _check_n(n: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    return int(n)
+
+
+def iter_ngrams(tokens: Sequence[str], n: int) -> Iterable[tuple[str, ...]]:
+    """The n-grams of one token list (none when it is shorter than n)."""
+    return zip(*(tokens[i:] for i in range(n)))
+
+
+def ngram_counts(token_lists: Iterable[Sequence[str]], n: int) -> Counter:
+    """Frequency of every n-gram over all token lists; n-grams never cross texts."""
+    counts: Counter = Counter()
+    for tokens in token_lists:
+        counts.update(iter_ngrams(tokens, n))
+    return counts
+
+
+# Formulas on counts: shared by the functions below and the DDP-mergeable states.
+
+def distinct_from_counts(num_unique: int, num_total: int) -> float:
+    """unique / total, 0.0 when there is nothing to count."""
+    return float(num_unique) / float(num_total) if num_total > 0 else 0.0
+
+
+def entropy_from_counts(counts: Iterable[float], base: float = math.e) -> float:
+    """Shannon entropy of the distribution given by (unnormalised) counts."""
+    c = np.asarray(list(counts) if not isinstance(counts, np.ndarray) else counts, dtype=np.float64)
+    c = c[c > 0]
+    total = c.sum()
+    if total <= 0:
+        return 0.0
+    p = c / total
+    h = float(-(p * np.log(p)).sum())
+    if base != math.e:
+        if base <= 0 or base == 1:
+            raise ValueError(f"base must be positive and != 1, got {base}")
+        h /= math.log(base)
+    return max(h, 0.0)  # -0.0 for a single outcome
+
+
+def ead_from_counts(num_unique: int, num_tokens: int, vocab_size: int) -> float:
+    """EAD = N / (V * (1 - ((V-1)/V)^C)); 0.0 for C = 0."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+    if num_tokens <= 0:
+        return 0.0
+    # ((V-1)/V)^C computed as exp(C * log1p(-1/V)) so large C and V stay accurate.
+    expected_unique = vocab_size * -math.expm1(num_tokens * math.log1p(-1.0 / vocab_size)) \
+        if vocab_size > 1 else 1.0
+    return float(num_unique) / expected_unique
+
+
+# Functional API.
+
+def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", lowercase: bool = True) -> float:
+    """Distinct-n: #unique n-grams / #n-grams over the whole set (0.0 if there are none)."""
+    n = _check_n(n)
+    counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), n)
+    return distinct_from_counts(len(counts), sum(counts.values()))
+
+
+def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: TokenizerSpec = "13a",
+                      lowercase: bool = True) -> float:
+    """Mean of distinct-n for n = 1..max_n (Tevet & Berant, 2021)."""
+    max_n = _check_n(max_n)
+    tokens = tokenize_all(texts, tokenizer, lowercase)
+    values = []
+    for n in range(1, max_n + 1):
+        counts = ngram_counts(tokens, n)
+        values.append(distinct_from_counts(len(counts), sum(counts.values())))
+    return float(np.mean(values))
+
+
+def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer: TokenizerSpec = "13a",
+                  lowercase: bool = True) -> float:
+    """Ent-n: entropy of the n-gram frequency distribution (nats; ``base=2`` for bits)."""
+    n = _check_n(n)
+    counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), n)
+    return entropy_from_counts(counts.values(), base)
+
+
+def expectation_adjusted_distinct(texts: Sequence[str], vocab_size: int, tokenizer: TokenizerSpec = "13a",
+                                  lowercase: bool = True) -> float:
+    """EAD / NewDistinct (unigrams): N_unique / (V * (1 - ((V-1)/V)^C)), C = #tokens."""
+    counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), 1)
+    return ead_from_counts(len(counts), sum(counts.values()), vocab_size)
+
+
+def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a", lowercase: bool = True) -> int:
+    """V for EAD counted from a reference corpus: the number of distinct unigrams (at least 1)."""
+    counts = ngram_counts(tokenize_all(reference_texts, tokenizer, lowercase, name="reference_texts"), 1)
+    return max(len(counts), 1)

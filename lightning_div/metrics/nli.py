@@ -1,0 +1,53 @@
+"""NLI Diversity (Stasaski & Hearst, 2022) of one response set from its pairwise NLI predictions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+LABELS = ("entailment", "neutral", "contradiction")
+# Value of each predicted class, per variant. "confidence" uses the baseline signs,
+# multiplied by the probability of the predicted class.
+_WEIGHTS = {
+    "baseline": {"contradiction": 1.0, "neutral": 0.0, "entailment": -1.0},
+    "neutral": {"contradiction": 1.0, "neutral": 1.0, "entailment": -1.0},
+    "confidence": {"contradiction": 1.0, "neutral": 0.0, "entailment": -1.0},
+}
+VARIANTS = tuple(_WEIGHTS)
+
+
+def normalise_label(label: object, where: str = "label") -> str:
+    """Map 'CONTRADICTION', 'Contradiction', ... to the canonical lower-case names."""
+    if isinstance(label, str):
+        name = label.strip().lower()
+        if name in LABELS:
+            return name
+    raise ValueError(f"{where} = {label!r} is not one of {LABELS}")
+
+
+def nli_diversity(labels: Sequence[str], variant: str = "baseline",
+                  confidences: Sequence[float] | None = None) -> float:
+    """Sum over the n(n-1) ordered pairs of a set of each pair's diversity value.
+
+    baseline: contradiction +1, neutral 0, entailment -1; neutral: contradiction and
+    neutral +1, entailment -1; confidence: the predicted class's probability with the
+    baseline sign (``confidences`` required, one per pair).
+    """
+    if variant not in _WEIGHTS:
+        raise ValueError(f"variant={variant!r} is unknown; use one of {VARIANTS}")
+    names = [normalise_label(lab, f"labels[{i}]") for i, lab in enumerate(labels)]
+    weights = np.array([_WEIGHTS[variant][n] for n in names], dtype=np.float64)
+    if variant == "confidence":
+        if confidences is None:
+            raise ValueError("variant='confidence' needs confidences (the predicted class probability of each pair)")
+        conf = np.asarray(confidences, dtype=np.float64)
+        if conf.shape != (len(names),):
+            raise ValueError(f"confidences has {conf.size} values but labels has {len(names)} pairs")
+        bad = np.flatnonzero(~np.isfinite(conf) | (conf < 0) | (conf > 1))
+        if bad.size:
+            raise ValueError(f"confidences[{bad[0]}] = {conf[bad[0]]} is not a probability in [0, 1]")
+        weights = weights * conf
+    elif confidences is not None and len(confidences) != len(names):
+        raise ValueError(f"confidences has {len(confidences)} values but labels has {len(names)} pairs")
+    return float(weights.sum())
