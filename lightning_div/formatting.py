@@ -1,0 +1,161 @@
+"""How a (context, response) pair becomes token ids — one definition for training, generation and scoring.
+
+Causal LMs (DialoGPT / GPT-2): every context turn is followed by the separator
+(default: the EOS token, DialoGPT's format ``t1<eos>t2<eos>``), then the response and
+EOS. Seq2seq (BlenderBot / BART / T5): the turns joined by the separator (default
+``"\\n"``) with the tokenizer's own special tokens go to the encoder; the decoder
+target is the response with the tokenizer's special tokens (EOS included).
+
+Contexts keep at most ``max_turns`` turns and are truncated from the left (oldest
+tokens first) to fit ``max_context_tokens`` or the model's window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+Context = Union[str, Sequence[str]]
+
+
+def is_seq2seq(model: Any) -> bool:
+    """True for encoder-decoder models (read from ``model.config.is_encoder_decoder``)."""
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
+def model_window(model: Any) -> int | None:
+    """Maximum number of positions the model accepts (None when the config does not say)."""
+    config = getattr(model, "config", None)
+    for name in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None  # e.g. T5 (relative positions)
+
+
+def special_tokens_around(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer adds before and after a single text (e.g. BART: [<s>], [</s>]).
+
+    Read off by probing, because transformers 4 and 5 expose different helpers for it.
+    """
+    probe = "hello"
+    bare = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
+    full = list(tokenizer(probe, add_special_tokens=True)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start:start + len(bare)] == bare:
+            return full[:start], full[start + len(bare):]
+    raise ValueError(f"cannot tell which special tokens {type(tokenizer).__name__} adds around a text")
+
+
+def as_turns(context: Context, where: str = "context") -> list[str]:
+    """A context given as one string or a list of turns, as a list of turns."""
+    if isinstance(context, str):
+        return [context]
+    turns = list(context)
+    for i, t in enumerate(turns):
+        if not isinstance(t, str):
+            raise TypeError(f"{where}[{i}] is {type(t).__name__}, expected str")
+    return turns
+
+
+@dataclass
+class DialogueFormat:
+    """Turn separator and history limits shared by the datamodule and the adapters.
+
+    Args:
+        turn_separator: text placed after each turn (causal) or between turns (seq2seq);
+            ``None`` = the EOS token for causal models and ``"\\n"`` for seq2seq.
+        max_turns: keep only the last ``max_turns`` turns of a context (None = all).
+        max_context_tokens: left-truncate the context to this many tokens (None = fit the
+            model window, e.g. BlenderBot's 128).
+    """
+
+    turn_separator: str | None = None
+    max_turns: int | None = None
+    max_context_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_context_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"DialogueFormat.{name} must be >= 1 or None, got {value}")
+
+    def _turns(self, context: Context) -> list[str]:
+        turns = as_turns(context)
+        return turns[-self.max_turns:] if self.max_turns else turns
+
+    def context_budget(self, model: Any, reserve: int = 0) -> int | None:
+        """How many context tokens fit: ``max_context_tokens`` and the window minus ``reserve``."""
+        limits = []
+        if self.max_context_tokens is not None:
+            limits.append(self.max_context_tokens)
+        window = model_window(model)
+        if window is not None:
+            limits.append(max(window - (0 if is_seq2seq(model) else reserve), 1))
+        return min(limits) if limits else None
+
+    def encode_context(self, context: Context, tokenizer: Any, seq2seq: bool, budget: int | None = None) -> list[int]:
+        """Context token ids, oldest tokens dropped first when over ``budget``; never empty."""
+        turns = self._turns(context)
+        if seq2seq:
+            sep = "\n" if self.turn_separator is None else self.turn_separator
+            sep_ids = tokenizer(sep, add_special_tokens=False)["input_ids"] if sep else []
+            content: list[int] = []
+            for i, turn in enumerate(turns):
+                if i:
+                    content.extend(sep_ids)
+                content.extend(tokenizer(turn, add_special_tokens=False)["input_ids"])
+            prefix, suffix = special_tokens_around(tokenizer)
+            if budget is not None:
+                content = content[max(0, len(content) - max(budget - len(prefix) - len(suffix), 1)):]
+            return prefix + content + suffix
+
+        if self.turn_separator is None:
+            if tokenizer.eos_token_id is None:
+                raise ValueError("the tokenizer has no EOS token; set DialogueFormat(turn_separator=...)")
+            sep_ids = [tokenizer.eos_token_id]
+        else:
+            sep_ids = tokenizer(self.turn_separator, add_special_tokens=False)["input_ids"]
+        ids: list[int] = []
+        for turn in turns:
+            ids.extend(tokenizer(turn, add_special_tokens=False)["input_ids"])
+            ids.extend(sep_ids)
+        if budget is not None:
+            ids = ids[max(0, len(ids) - budget):]
+        if not ids:  # an empty context still needs one position to condition on
+            start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+            ids = [start]
+        return ids
+
+    @staticmethod
+    def encode_response(response: str, tokenizer: Any, seq2seq: bool) -> list[int]:
+        """Target token ids of a response, ending with EOS (the token RUQ scores include)."""
+        if not isinstance(response, str):
+            raise TypeError(f"response is {type(response).__name__}, expected str")
+        if seq2seq:
+            ids = list(tokenizer(text_target=response)["input_ids"])
+            if tokenizer.eos_token_id is not None and (not ids or ids[-1] != tokenizer.eos_token_id):
+                ids.append(tokenizer.eos_token_id)
+            return ids
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no EOS token, so the end of a response cannot be scored")
+        return list(tokenizer(response, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+
+    def encode_pair(self, context: Context, response: str, tokenizer: Any, model: Any,
+                    max_response_tokens: int | None = None) -> tuple[list[int], list[int]]:
+        """(context ids, response ids) for training or scoring, both fitted to the model window.
+
+        Responses longer than ``max_response_tokens`` (default: what leaves one context
+        token in a causal window) keep their first tokens.
+        """
+        seq2seq = is_seq2seq(model)
+        response_ids = self.encode_response(response, tokenizer, seq2seq)
+        window = model_window(model)
+        limit = max_response_tokens
+        if limit is None and window is not None:
+            limit = window if seq2seq else window - 1
+        if limit is not None and len(response_ids) > limit:
+            response_ids = response_ids[:limit]
+        budget = self.context_budget(model, reserve=len(response_ids))
+        return self.encode_context(context, tokenizer, seq2seq, budget), response_ids

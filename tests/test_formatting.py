@@ -1,0 +1,53 @@
+import pytest
+
+from helpers import causal_model, seq2seq_model, tokenizer
+from lightning_div.formatting import DialogueFormat, model_window
+
+
+def test_causal_layout_is_dialogpt_style():
+    tok = tokenizer()
+    eos = tok.eos_token_id
+    fmt = DialogueFormat()
+    a = tok("Hi there", add_special_tokens=False)["input_ids"]
+    b = tok("How are you?", add_special_tokens=False)["input_ids"]
+    r = tok("Fine", add_special_tokens=False)["input_ids"]
+    ctx, resp = fmt.encode_pair(["Hi there", "How are you?"], "Fine", tok, causal_model())
+    assert ctx == a + [eos] + b + [eos]
+    assert resp == r + [eos]
+    # max_turns keeps the newest turns
+    assert DialogueFormat(max_turns=1).encode_context(["Hi there", "How are you?"], tok, False) == b + [eos]
+    # left truncation drops the oldest tokens
+    assert fmt.encode_context(["Hi there", "How are you?"], tok, False, budget=3) == (b + [eos])[-3:]
+    # an empty context still conditions on one token
+    assert fmt.encode_context([], tok, False) == [eos]
+
+
+def test_window_limits_context_and_response():
+    tok = tokenizer()
+    model = causal_model(n_positions=16)
+    assert model_window(model) == 16
+    ctx, resp = DialogueFormat().encode_pair(["word " * 40], "a reply", tok, model)
+    assert len(ctx) + len(resp) == 16
+    ctx, resp = DialogueFormat().encode_pair(["hi"], "long " * 40, tok, model)
+    assert len(resp) == 15 and len(ctx) == 1
+
+
+def test_seq2seq_layout():
+    tok = tokenizer(seq2seq=True)
+    model = seq2seq_model()
+    bos, eos = tok.bos_token_id, tok.eos_token_id
+    ctx, resp = DialogueFormat().encode_pair(["Hi there", "How are you?"], "Fine", tok, model)
+    content = (tok("Hi there", add_special_tokens=False)["input_ids"] + tok("\n", add_special_tokens=False)["input_ids"]
+               + tok("How are you?", add_special_tokens=False)["input_ids"])
+    assert ctx == [bos] + content + [eos]
+    assert resp == [bos] + tok("Fine", add_special_tokens=False)["input_ids"] + [eos]
+    # truncation keeps the special tokens and the newest content
+    ctx = DialogueFormat().encode_context(["Hi there", "How are you?"], tok, True, budget=4)
+    assert ctx == [bos] + content[-2:] + [eos]
+
+
+def test_bad_format_values():
+    with pytest.raises(ValueError, match="max_turns"):
+        DialogueFormat(max_turns=0)
+    with pytest.raises(TypeError, match=r"context\[1\]"):
+        DialogueFormat().encode_context(["ok", 3], tokenizer(), False)
