@@ -40,7 +40,7 @@ def ordered_pairs(n: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(n) for j in range(n) if i != j]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SetResult:
     """The NLI predictions for one response set.
 
@@ -51,6 +51,14 @@ class SetResult:
     responses: tuple[str, ...]
     labels: tuple[str, ...]
     probs: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SetResult):
+            return NotImplemented
+        return (self.responses == other.responses and self.labels == other.labels
+                and np.array_equal(self.probs, other.probs))
+
+    __hash__ = object.__hash__
 
     @property
     def pairs(self) -> list[tuple[int, int]]:

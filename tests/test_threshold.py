@@ -227,7 +227,7 @@ def test_embedding_metric_drives_the_loop():
     gen = ScriptedGenerator({"ctx": ["a", "a2", "b", "c"]})
     metric = NegativeMeanCosine(lambda t: np.array([vectors[x] for x in t]))
     result = diversity_threshold_generate(gen, "ctx", n=3, threshold=0.0, metric=metric)
-    # [a, a2, b]: cos(a,a2)=0.995, cos(a,b)=0, cos(a2,b)=0.0995 -> -mean = -0.365 <= 0; best pair to keep is {a, b} or {a2, b}:
+    # [a, a2, b]: cos(a,a2)=0.995, cos(a,b)=0, cos(a2,b)=0.0995 -> -mean = -0.365 <= 0.
     #   without a: -cos(a2,b) = -0.0995; without a2: -cos(a,b) = 0 (best); -> drop a2, c takes its place.
     # [a, c, b]: cos(a,c) = -0.98, cos(a,b) = 0, cos(c,b) = 0.196 -> -mean = 0.26 > 0
     assert result.responses == ["a", "c", "b"] and result.steps[0].dropped == "a2" and result.reached
@@ -252,3 +252,17 @@ def test_adapter_returning_the_wrong_number_is_an_error():
     gen = ScriptedGenerator({"ctx": ["a:1", "b:1"]})  # only 2 of the 3 asked for
     with pytest.raises(ValueError, match=r"returned 2 responses for 1 context\(s\) x num_return_sequences=3"):
         diversity_threshold_generate(gen, "ctx", n=3, metric=value_sum)
+
+
+def test_nli_results_compare_equal_across_batched_and_single_runs():
+    scripts = {"c1": ["A1", "A2", "A3", "B1"], "c2": ["B1", "B2", "C1"]}
+    many = diversity_threshold_generate_many(ScriptedGenerator(scripts), list(scripts), scorer=TopicScorer(), n=3,
+                                             threshold=3, show_progress=False)
+    # c1: [A1, A2, A3] 0 contradictions, every subset 0 -> drop A3 (last), B1: 2 x 2 = 4 > 3.
+    # c2: [B1, B2, C1]: B1<->C1, B2<->C1 = 4 > 3 at the start.
+    assert [(r.start_diversity, r.end_diversity, r.samples_drawn) for r in many] == [(0.0, 4.0, 4), (4.0, 4.0, 3)]
+    for context, result in zip(scripts, many):
+        alone = diversity_threshold_generate(ScriptedGenerator(scripts), context, scorer=TopicScorer(), n=3,
+                                             threshold=3)
+        assert alone == result and alone.end_set == result.end_set
+    assert many[0].end_set != many[1].end_set
