@@ -278,12 +278,12 @@ class ResponseEncoder:
         hidden_size = int(model.config.hidden_size)
         if not texts:
             return np.zeros((0, hidden_size), dtype=np.float32)
-        if self.half_dtype is not None and device.type != "cuda":
+        if self.half_dtype is not None and device.type != "cuda" and rank == 0:
             warnings.warn(f"ResponseEncoder: dtype={self.half_dtype} is only used on CUDA; encoding in float32 "
                           f"on {device}", stacklevel=2)
 
         ids, truncated = self._token_ids(texts)
-        if truncated:
+        if truncated and rank == 0:  # every rank counts the same texts: say it once
             warnings.warn(f"ResponseEncoder: {truncated} of {len(texts)} texts were longer than "
                           f"{self._limit()} tokens and were truncated from the left (first tokens dropped)",
                           stacklevel=2)

@@ -14,6 +14,16 @@ from lightning_div.embedding import ResponseEncoder, is_decoder_only
 TOL = 1e-5
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    # Tiny forwards: a second OpenMP thread buys nothing, and on a busy 2-core runner its
+    # spin-waiting made the MiniLM test take 15 s instead of 2 s.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def responses(n=40):
     return [p.response for p in chitchat_pairs("train", 60)][:n]
 
