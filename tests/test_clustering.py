@@ -10,6 +10,7 @@ import pytest
 from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
+from threadpoolctl import threadpool_limits
 
 from helpers import causal_model, chitchat_pairs, tokenizer
 from lightning_div.clustering import SemanticClusters, fingerprint_texts
@@ -17,13 +18,11 @@ from lightning_div.embedding import ResponseEncoder
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_faiss_thread():
-    # Tiny problems: OpenMP barriers only cost time, and on a busy 2-core runner a spinning
-    # second thread makes a 20 ms fit take seconds (see docs/readme/embedding-clustering.md).
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
+def single_threaded():
+    # Tiny problems: OpenMP threads buy nothing here, and on a busy 2-core runner their
+    # spin-waiting turned 20 ms faiss fits into 6 s and a 2 s MiniLM test into 15 s.
+    with threadpool_limits(limits=1):
+        yield
 
 
 def blobs(k=6, d=32, per=200, noise=0.3, seed=0):

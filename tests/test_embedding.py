@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 import torch
 
 from ddp_utils import run_distributed
@@ -15,13 +16,11 @@ TOL = 1e-5
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    # Tiny forwards: a second OpenMP thread buys nothing, and on a busy 2-core runner its
-    # spin-waiting made the MiniLM test take 15 s instead of 2 s.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def single_threaded():
+    # Tiny problems: OpenMP threads buy nothing here, and on a busy 2-core runner their
+    # spin-waiting turned 20 ms faiss fits into 6 s and a 2 s MiniLM test into 15 s.
+    with threadpool_limits(limits=1):
+        yield
 
 
 def responses(n=40):
