@@ -342,7 +342,7 @@ class SemanticClusters:
 
     @classmethod
     def load_or_fit(cls, path: str | os.PathLike, texts: Sequence[str], encoder: Any,
-                    **config: Any) -> SemanticClusters:
+                    with_assignments: bool = False, **config: Any) -> Any:
         """Load the clusters saved at ``path`` if there are any, else embed ``texts``, fit and save.
 
         ``config`` holds constructor arguments. A directory ``path`` stores
@@ -350,6 +350,10 @@ class SemanticClusters:
         (encoder, k, seed, ..., or different texts) is an error naming the fields.
         Under DDP every rank must call this: all ranks embed (sharded), rank 0 fits and
         saves, and the others receive rank 0's clusters.
+
+        ``with_assignments=True`` returns ``(clusters, ids)``, the cluster id of every
+        text, cached beside the clusters (``<name>.assignments.npy``) so that a later
+        run needs neither the embedding nor the fit.
         """
         import torch.distributed as dist
 
@@ -359,37 +363,55 @@ class SemanticClusters:
         path = Path(path)
         if path.is_dir():
             path = path / f"clusters-{wanted.config_hash}.npz"
+        ids_path = path.with_name(path.stem + ".assignments.npy")
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         rank = dist.get_rank() if world > 1 else 0
-        exists = [path.is_file()]
+        exists = [path.is_file(), ids_path.is_file()]
         if world > 1:  # one decision for all ranks: encode() below is a collective
             dist.broadcast_object_list(exists, src=0)
         if exists[0]:
             log.info("SemanticClusters: loaded %s", path)
             loaded = cls.load(path, expected=wanted.config)
             loaded.use_gpu, loaded.show_progress = wanted.use_gpu, wanted.show_progress
-            return loaded
+            if not with_assignments:
+                return loaded
+            if exists[1]:
+                ids = np.load(ids_path)
+                if ids.shape != (len(texts),):
+                    raise ValueError(f"{str(ids_path)!r} holds {ids.shape} ids for {len(texts)} texts")
+                return loaded, ids
+            ids = loaded.assign(encoder.encode(texts))
+            if rank == 0:
+                np.save(ids_path, ids)
+            return loaded, ids
 
         embeddings = encoder.encode(texts)
         if world == 1:
-            return wanted._fit_and_save(embeddings, path)
-        # rank 0 fits; the others receive its clusters (or its error, rather than waiting forever)
-        outcome: list[Any] = [None]
-        error: Exception | None = None
+            fitted = wanted._fit_and_save(embeddings, path)
+        else:
+            # rank 0 fits; the others receive its clusters (or its error, rather than waiting forever)
+            outcome: list[Any] = [None]
+            error: Exception | None = None
+            if rank == 0:
+                try:
+                    outcome = [("ok", wanted._fit_and_save(embeddings, path)._state())]
+                except Exception as e:  # re-raised below, after the other ranks are told
+                    error, outcome = e, [("error", f"{type(e).__name__}: {e}")]
+            dist.broadcast_object_list(outcome, src=0)
+            if error is not None:
+                raise error
+            status, payload = outcome[0]
+            if status == "error":
+                raise RuntimeError(f"SemanticClusters.load_or_fit failed on rank 0: {payload}")
+            if rank != 0:
+                wanted._set_state(payload)
+            fitted = wanted
+        if not with_assignments:
+            return fitted
+        ids = fitted.assign(embeddings)  # every rank holds all embeddings (encode gathers)
         if rank == 0:
-            try:
-                outcome = [("ok", wanted._fit_and_save(embeddings, path)._state())]
-            except Exception as e:  # re-raised below, after the other ranks are told
-                error, outcome = e, [("error", f"{type(e).__name__}: {e}")]
-        dist.broadcast_object_list(outcome, src=0)
-        if error is not None:
-            raise error
-        status, payload = outcome[0]
-        if status == "error":
-            raise RuntimeError(f"SemanticClusters.load_or_fit failed on rank 0: {payload}")
-        if rank != 0:
-            wanted._set_state(payload)
-        return wanted
+            np.save(ids_path, ids)
+        return fitted, ids
 
     def _fit_and_save(self, embeddings: np.ndarray, path: Path) -> SemanticClusters:
         self.fit(embeddings, data_fingerprint=self.data_fingerprint)

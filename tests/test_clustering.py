@@ -242,3 +242,19 @@ def test_load_or_fit_fits_once_then_loads(tmp_path, caplog):
     with pytest.raises(ValueError, match="data_fingerprint: file has"):
         SemanticClusters.load_or_fit(tmp_path / f"clusters-{first.config_hash}.npz", texts[:-1], enc,
                                      num_clusters=4, show_progress=False)
+
+
+def test_load_or_fit_caches_the_training_assignments(tmp_path):
+    texts = [p.response for p in chitchat_pairs("train", 60)][:120]
+    enc = CountingEncoder.from_model(causal_model(), tokenizer(), show_progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 120 points < 39*4
+        clusters, ids = SemanticClusters.load_or_fit(tmp_path, texts, enc, with_assignments=True, num_clusters=4,
+                                                     show_progress=False)
+        assert enc.calls == 1  # fit and assignments share one embedding pass
+        again, ids_again = SemanticClusters.load_or_fit(tmp_path, texts, enc, with_assignments=True,
+                                                        num_clusters=4, show_progress=False)
+    assert enc.calls == 1  # both come from disk
+    assert ids.shape == (120,) and np.array_equal(ids, ids_again)
+    assert np.array_equal(ids, clusters.assign(enc.encode(texts)))
+    assert (tmp_path / f"clusters-{clusters.config_hash}.assignments.npy").is_file()
