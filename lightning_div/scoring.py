@@ -4,11 +4,10 @@ RUQ (Khayrallah & Sedoc, 2021) scores a response y to a context x by its length-
 log-likelihood  score(x, y) = (1/|y|) * sum_t log p(y_t | x, y_<t),  the EOS token included.
 
 The pairs are laid out by :meth:`DialogueFormat.encode_pair` (the same ids training uses),
-sorted by length into batches, and each batch is one forward pass. ``log_softmax`` is taken
-only over the logits rows that predict a response token (DialoGPT's vocabulary has 50k
-entries; a full ``[batch, time, vocab]`` log-softmax would mostly be thrown away), and for
-decoder-only models that accept ``logits_to_keep`` the context rows are never projected onto
-the vocabulary at all.
+sorted by length into batches, and each batch is one forward pass. Only the rows that
+predict a response token are normalised (DialoGPT's vocabulary has 50k entries; a full
+``[batch, time, vocab]`` log-softmax would mostly be thrown away), and for decoder-only
+models with a plain output layer only those rows are projected onto the vocabulary at all.
 """
 
 from __future__ import annotations
@@ -54,34 +53,61 @@ def _decoder_start(model: Any) -> int:
     raise ValueError(f"{type(model).__name__} has no decoder_start_token_id in its config or generation_config")
 
 
-def _gather(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """log p(target) at the masked positions, row-major: only those logits rows are normalised."""
-    rows = logits[mask].float()
-    return rows.log_softmax(-1).gather(1, targets[mask].unsqueeze(1)).squeeze(1)
+def _target_logprobs(rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) for logits rows [N, V]: logit - logsumexp (no [N, V] log-softmax written)."""
+    rows = rows.float()
+    return rows.gather(1, targets.unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
 
 
-def _causal_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id: int, side: str,
-                  keep_logits: bool, device: torch.device) -> torch.Tensor:
-    # The input is context + response without its last token; the last len(response)
-    # positions of each row predict the response tokens (EOS included).
-    inputs = [c + r[:-1] for c, r in pairs]
-    ids, mask = pad_batch(inputs, pad_id, side, device)
-    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-    if side == "left":
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
-    width = ids.shape[1]
-    if side == "left" and keep_logits:
-        # Left padding right-aligns every response, so the last max|y| columns hold all targets.
-        width = max(len(r) for _, r in pairs)
-        kwargs["logits_to_keep"] = width
-    targets = torch.zeros((len(pairs), width), dtype=torch.long)
-    tmask = torch.zeros((len(pairs), width), dtype=torch.bool)
-    for row, ((_, resp), seq) in enumerate(zip(pairs, inputs)):
-        end = width if side == "left" else len(seq)
-        targets[row, end - len(resp):end] = torch.as_tensor(resp)
-        tmask[row, end - len(resp):end] = True
-    logits = model(**kwargs).logits
-    return _gather(logits, targets.to(device), tmask.to(device))
+class _CausalScorer:
+    """One forward per batch; the vocabulary projection only where a response token is predicted.
+
+    Fast path (models with ``logits_to_keep`` and a plain output layer, e.g. GPT-2/DialoGPT):
+    the model projects just the last position, and the output layer is applied to the
+    final hidden states of the target positions only. That it is a plain projection is
+    checked on every batch against the model's own last-position logits; a model that
+    post-processes its logits (bias, soft-capping, scaling) fails the check and is scored
+    from its logits, restricted to the last max|y| positions when left-padded.
+    """
+
+    def __init__(self, model: Any, side: str, params: set[str]) -> None:
+        self.model, self.side = model, side
+        self.keep = "logits_to_keep" in params
+        head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
+        self.head = head if self.keep else None
+
+    def __call__(self, pairs: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device) -> torch.Tensor:
+        # The input is context + response without its last token; the last len(response)
+        # positions of each row predict the response tokens (EOS included).
+        inputs = [c + r[:-1] for c, r in pairs]
+        ids, mask = pad_batch(inputs, pad_id, self.side, device)
+        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if self.side == "left":
+            kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+        width = ids.shape[1]
+        targets = torch.zeros((len(pairs), width), dtype=torch.long)
+        tmask = torch.zeros((len(pairs), width), dtype=torch.bool)
+        for row, ((_, resp), seq) in enumerate(zip(pairs, inputs)):
+            end = width if self.side == "left" else len(seq)
+            targets[row, end - len(resp):end] = torch.as_tensor(resp)
+            tmask[row, end - len(resp):end] = True
+        targets, tmask = targets.to(device), tmask.to(device)
+
+        if self.head is not None:
+            out = self.model(**kwargs, logits_to_keep=1, output_hidden_states=True)
+            hidden = out.hidden_states[-1] if out.hidden_states else None
+            if hidden is not None and hidden.shape[:2] == ids.shape:
+                last = self.head(hidden[:, -1]).float()
+                if torch.allclose(last, out.logits[:, -1].float(), rtol=1e-3, atol=1e-3):
+                    return _target_logprobs(self.head(hidden[tmask]), targets[tmask])
+            self.head = None  # not a plain projection: score from logits for the rest of the call
+        if self.side == "left" and self.keep:
+            # Left padding right-aligns every response, so the last max|y| columns hold all targets.
+            keep = max(len(r) for _, r in pairs)
+            kwargs["logits_to_keep"] = keep
+            targets, tmask = targets[:, -keep:], tmask[:, -keep:]
+        logits = self.model(**kwargs).logits
+        return _target_logprobs(logits[tmask], targets[tmask])
 
 
 def _seq2seq_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id: int, start: int,
@@ -91,7 +117,8 @@ def _seq2seq_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id:
     dec, dmask = pad_batch([[start] + r[:-1] for _, r in pairs], pad_id, "right", device)
     targets, _ = pad_batch([r for _, r in pairs], pad_id, "right", device)
     logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dmask).logits
-    return _gather(logits, targets, dmask.bool())
+    dmask = dmask.bool()
+    return _target_logprobs(logits[dmask], targets[dmask])
 
 
 def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], responses: Sequence[str], *,
@@ -120,7 +147,7 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     pairs = [fmt.encode_pair(t, r, tokenizer, model) for t, r in zip(turns, responses)]
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0
-    keep_logits = "logits_to_keep" in params
+    causal = None if seq2seq else _CausalScorer(model, padding_side, params)
     device = model_device(model)
     out: list[torch.Tensor | None] = [None] * len(pairs)
     batches = length_batches([len(c) + len(r) for c, r in pairs], batch_size)
@@ -130,7 +157,7 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
             if seq2seq:
                 flat = _seq2seq_batch(model, chunk, pad_id, start, device)
             else:
-                flat = _causal_batch(model, chunk, pad_id, padding_side, keep_logits, device)
+                flat = causal(chunk, pad_id, device)
             pieces = flat.cpu().split([len(r) for _, r in chunk])
             for i, piece in zip(batch, pieces):
                 out[i] = piece

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from pytorch_lightning import LightningModule
+from transformers import GPT2LMHeadModel
 
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from lightning_div.adapters import CausalLMAdapter, DialogueModelAdapter, Seq2SeqAdapter, resolve_adapter
@@ -62,6 +63,39 @@ def test_batched_logprobs_equal_unbatched_reference(kind, padding_side, tokenize
     # the over-long context was left-truncated to fit: 64 positions in all
     ctx, resp = DialogueFormat().encode_pair(contexts[12], responses[12], tok, adapter.model)
     assert (len(ctx) + len(resp) == 64) if kind == "causal" else (len(ctx) == 64)
+
+
+class ScaledLogitsGPT2(GPT2LMHeadModel):
+    """Logits post-processed after the output layer (as soft-capping models do): the adapter
+    must notice the output layer alone is not the model's answer and score from the logits."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, logits_to_keep=0, **kw):
+        out = super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              logits_to_keep=logits_to_keep, **kw)
+        out.logits = 0.5 * out.logits + 1.0
+        return out
+
+
+class OpaqueGPT2(GPT2LMHeadModel):
+    """A forward that hides its parameters: no position ids can be passed, so right padding."""
+
+    def forward(self, *args, **kwargs):
+        return super().forward(*args, **kwargs)
+
+
+@pytest.mark.parametrize("cls", [ScaledLogitsGPT2, OpaqueGPT2])
+def test_models_that_change_logits_or_hide_their_signature(cls):
+    base = causal_model(n_positions=64)
+    model = cls(base.config).eval()
+    model.load_state_dict(base.state_dict())
+    adapter = CausalLMAdapter(model, tokenizer(False), show_progress=False, batch_size=4)
+    contexts, responses = mixed_pairs()
+    got = adapter.token_logprobs(contexts, responses)
+    for c, r, g in zip(contexts, responses, got):
+        torch.testing.assert_close(g, reference_logprobs(model, adapter.tokenizer, c, r), atol=1e-5, rtol=0)
+    if cls is ScaledLogitsGPT2:  # the scaling is visible: these are not the plain model's values
+        plain = CausalLMAdapter(base, tokenizer(False), show_progress=False).token_logprobs(contexts, responses)
+        assert (got[0] - plain[0]).abs().max() > 0.1
 
 
 def test_seq2seq_refuses_left_padding():
