@@ -2,16 +2,33 @@
 
 A conversation of turns t0..tm becomes one example per response turn: for i >= 1,
 (context = t0..t(i-1), response = ti), the history cut to the last ``max_history``
-turns when that is set.
+turns when that is set. Formats that already hold (context, response) records keep
+one example per record, their context cut the same way.
+
+Every ``read_*`` function returns a :class:`ReadResult` ``(pairs, stats)``; malformed
+input raises :class:`DataFormatError` whose message starts with ``file:line``.
+:func:`read_pairs` picks the reader from a path's extension, a format name, a
+``datasets.Dataset``, the word ``"chitchat"`` or an in-memory list.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
 
 SPLITS = ("train", "validation", "test")
+EOU = "__eou__"
+CONTEXT_SEPARATOR = " __eou__ "
+REFERENCES_SEPARATOR = " ||| "
+FORMATS = ("dailydialog", "dailydialog++", "json", "jsonl", "csv", "tsv", "parlai", "hf")
 
 
 @dataclass(frozen=True)
@@ -29,10 +46,49 @@ class DialoguePair:
         return (self.response, *self.references)
 
 
+class DataFormatError(ValueError):
+    """Malformed dialogue data; the message starts with where it is (``file:line`` or ``pairs[i]``)."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+
+
+@dataclass
+class ReadStats:
+    """What a reader did: records read, examples kept, and why others were not kept."""
+
+    source: str = ""
+    records: int = 0  # lines / rows / conversations / episodes read
+    examples: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    truncated: int = 0  # examples whose context lost turns to max_history
+    duplicates: int = 0  # exact duplicates removed (dedupe=True)
+
+    def drop(self, reason: str, count: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+    @property
+    def total_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+    def summary(self) -> str:
+        """One line for the log."""
+        dropped = ", ".join(f"{n:,} {reason}" for reason, n in sorted(self.dropped.items())) or "none"
+        return (f"{self.source}: {self.examples:,} examples from {self.records:,} records; dropped: {dropped}; "
+                f"contexts truncated: {self.truncated:,}; duplicates removed: {self.duplicates:,}")
+
+
+class ReadResult(NamedTuple):
+    """The pairs a reader produced and its :class:`ReadStats`."""
+
+    pairs: list[DialoguePair]
+    stats: ReadStats
+
+
 def conversation_to_pairs(turns: Sequence[str], max_history: int | None = None, source: str = "") -> list[DialoguePair]:
     """One pair per response turn; the first turn only ever serves as context."""
-    if max_history is not None and max_history < 1:
-        raise ValueError(f"max_history must be >= 1 or None, got {max_history}")
+    _check_max_history(max_history)
     pairs = []
     for i in range(1, len(turns)):
         start = 0 if max_history is None else max(0, i - max_history)
@@ -54,16 +110,28 @@ def _check_split(split: str) -> str:
     return split
 
 
+def _check_max_history(max_history: int | None) -> None:
+    if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
+        raise ValueError(f"max_history must be an int >= 1 or None, got {max_history!r}")
+
+
+@lru_cache(maxsize=1)
+def _chitchat_corpus() -> dict:
+    import chitchat_dataset
+
+    return chitchat_dataset.Dataset()
+
+
 def chitchat_conversations(split: str = "train", max_conversations: int | None = None) -> list[tuple[str, list[str]]]:
     """(conversation id, turns) of the embedded Chit-Chat corpus (BYU PCC lab; PyPI ``chitchat-dataset``).
 
-    7,168 real open-domain conversations (138,737 turns). Consecutive messages of one
-    speaker form one turn. Split by a hash of the conversation id: about 90/5/5 %.
+    7,168 real open-domain conversations (138,737 turns), of which 4,017 have at least two
+    turns and are kept: 3,610 / 190 / 217 in train / validation / test. Consecutive
+    messages of one speaker form one turn. Split by a hash of the conversation id
+    (about 90/5/5 %), so the split does not depend on file order.
     """
-    import chitchat_dataset
-
     _check_split(split)
-    data = chitchat_dataset.Dataset()
+    data = _chitchat_corpus()
     out = []
     for conv_id in sorted(data):
         if split_of(conv_id) != split:
@@ -80,7 +148,10 @@ def chitchat_conversations(split: str = "train", max_conversations: int | None =
 
 def read_chitchat(split: str = "train", max_history: int | None = 3,
                   max_conversations: int | None = None) -> list[DialoguePair]:
-    """The embedded corpus as pairs (see :func:`chitchat_conversations`)."""
+    """The embedded corpus as pairs (see :func:`chitchat_conversations`).
+
+    With ``max_history=3``: 118,529 / 6,025 / 7,003 train / validation / test examples.
+    """
     pairs: list[DialoguePair] = []
     for conv_id, turns in chitchat_conversations(split, max_conversations):
         pairs.extend(conversation_to_pairs(turns, max_history, source=f"chitchat:{conv_id}"))
@@ -92,3 +163,479 @@ def iter_texts(pairs: Iterable[DialoguePair]) -> Iterable[str]:
     for p in pairs:
         yield from p.context
         yield p.response
+
+
+# ----------------------------------------------------------------------------------------------
+# Collecting examples with statistics
+
+
+class _Collector:
+    """Turns conversations and records into pairs while counting what happened."""
+
+    def __init__(self, source: str, max_history: int | None) -> None:
+        _check_max_history(max_history)
+        self.max_history = max_history
+        self.pairs: list[DialoguePair] = []
+        self.stats = ReadStats(source=source)
+
+    def pair(self, context: Sequence[str], response: str, references: Sequence[str] = (), where: str = "") -> None:
+        if not response.strip():
+            self.stats.drop("empty response")
+            return
+        context = tuple(context)
+        if self.max_history is not None and len(context) > self.max_history:
+            context = context[-self.max_history:]
+            self.stats.truncated += 1
+        self.pairs.append(DialoguePair(context, response, tuple(references), source=where))
+
+    def conversation(self, turns: Sequence[str], where: str) -> None:
+        if len(turns) < 2:
+            self.stats.drop("conversations with fewer than 2 turns")
+            return
+        for i in range(1, len(turns)):
+            self.pair(turns[:i], turns[i], (), where)
+
+    def result(self, dedupe: bool = False) -> ReadResult:
+        pairs = self.pairs
+        if dedupe:
+            seen: set[DialoguePair] = set()
+            unique = []
+            for p in pairs:  # DialoguePair equality ignores `source`: same context, response, references
+                if p not in seen:
+                    seen.add(p)
+                    unique.append(p)
+            self.stats.duplicates = len(pairs) - len(unique)
+            pairs = unique
+        self.stats.examples = len(pairs)
+        return ReadResult(pairs, self.stats)
+
+
+def _str_list(value: Any, where: str, name: str, allow_str: bool = False) -> list[str]:
+    """A list of strings (a lone string too when ``allow_str``), or a DataFormatError naming the field."""
+    if allow_str and isinstance(value, str):
+        return [value]
+    if not isinstance(value, (list, tuple)):
+        kind = "a string or a list of strings" if allow_str else "a list of strings"
+        raise DataFormatError(where, f"field '{name}' must be {kind}, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise DataFormatError(where, f"{name}[{i}] must be a string, got {type(item).__name__}")
+    return list(value)
+
+
+def _split_cell(cell: str, separator: str) -> list[str]:
+    """Turns of a cell joined by ``separator`` (surrounding spaces optional); a trailing separator ends the list."""
+    token = separator.strip() or separator
+    parts = [p.strip() for p in cell.split(token)]
+    if len(parts) > 1 and not parts[-1]:
+        parts.pop()
+    return [] if parts == [""] else parts
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Field / column names of record formats (JSON, JSONL, CSV/TSV, Hugging Face datasets).
+
+    A record is read as the first of: a pair (``response`` present; ``context`` a list of
+    turns or one string; optional ``references`` list), a multi-reference pair
+    (``positive_responses`` present, DailyDialog++: the first is the response, the rest
+    references), or a whole conversation (``dialog``: list of turns, as in the Hub's
+    ``daily_dialog``).
+    """
+
+    context: str = "context"
+    response: str = "response"
+    references: str = "references"
+    positive_responses: str = "positive_responses"
+    dialog: str = "dialog"
+
+
+def _add_record(out: _Collector, record: Any, where: str, fields: Fields) -> None:
+    if not isinstance(record, dict):
+        raise DataFormatError(where, f"expected an object with named fields, got {type(record).__name__}")
+    if fields.response in record or fields.positive_responses in record:
+        if fields.context not in record:
+            raise DataFormatError(where, f"missing field '{fields.context}'")
+        context = _str_list(record[fields.context], where, fields.context, allow_str=True)
+        if fields.response in record:
+            response = record[fields.response]
+            if not isinstance(response, str):
+                raise DataFormatError(where, f"field '{fields.response}' must be a string, "
+                                             f"got {type(response).__name__}")
+            refs = record.get(fields.references)
+            references = [] if refs is None else _str_list(refs, where, fields.references)
+        else:
+            candidates = _str_list(record[fields.positive_responses], where, fields.positive_responses)
+            if not candidates:
+                raise DataFormatError(where, f"field '{fields.positive_responses}' is an empty list")
+            response, references = candidates[0], candidates[1:]
+        out.pair(context, response, references, where)
+    elif fields.dialog in record:
+        out.conversation(_str_list(record[fields.dialog], where, fields.dialog), where)
+    else:
+        present = ", ".join(map(repr, list(record)[:8])) or "none"
+        raise DataFormatError(where, f"missing field '{fields.response}' (or '{fields.positive_responses}', "
+                                     f"or a '{fields.dialog}' list of turns); fields present: {present}")
+    out.stats.records += 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Files
+
+
+def _read_text(path: str | os.PathLike) -> str:
+    """The file as text; empty files and non-UTF-8 bytes raise a DataFormatError with the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    data = path.read_bytes()
+    if not data.strip():
+        raise DataFormatError(f"{path}:1", "the file is empty (no dialogues)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataFormatError(f"{path}:{line}", f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
+                                                "re-encode the file as UTF-8") from None
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of the non-blank lines."""
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.rstrip("\r")
+        if line.strip():
+            yield number, line
+
+
+def read_dailydialog(path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False,
+                     eou: str = EOU) -> ReadResult:
+    """DailyDialog text (``dialogues_text.txt``): one dialogue a line, each turn ended by ``__eou__``."""
+    text = _read_text(path)
+    out = _Collector(str(path), max_history)
+    for number, line in _lines(text):
+        where = f"{path}:{number}"
+        if eou not in line:
+            raise DataFormatError(where, f"no '{eou}' turn marker; is this a DailyDialog dialogues_text file?")
+        out.conversation(_split_cell(line, eou), where)
+        out.stats.records += 1
+    return out.result(dedupe)
+
+
+def _json_records(path: str | os.PathLike, text: str) -> Iterator[tuple[int, Any]]:
+    """(line, value) of a JSON list of records or of JSON Lines (one value a line)."""
+    decoder = json.JSONDecoder()
+    stripped = text.lstrip()
+    if not stripped.startswith("["):
+        for number, line in _lines(text):
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFormatError(f"{path}:{number}", f"invalid JSON ({e.msg} at column {e.colno})") from None
+        return
+
+    def line_of(pos: int) -> int:
+        return text.count("\n", 0, pos) + 1
+
+    def skip(pos: int) -> int:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        return pos
+
+    pos = skip(len(text) - len(stripped) + 1)
+    if pos < len(text) and text[pos] == "]":
+        raise DataFormatError(f"{path}:{line_of(pos)}", "the JSON list is empty (no dialogues)")
+    while True:
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(f"{path}:{e.lineno}", f"invalid JSON ({e.msg} at column {e.colno})") from None
+        yield line_of(pos), value
+        pos = skip(end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip(pos + 1)
+            continue
+        if pos < len(text) and text[pos] == "]" and not text[pos + 1:].strip():
+            return
+        raise DataFormatError(f"{path}:{line_of(pos)}", "invalid JSON (expected ',' or the closing ']' of the list)")
+
+
+def read_json(path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False,
+              fields: Fields = Fields()) -> ReadResult:
+    """JSON Lines or a JSON list of records (see :class:`Fields`); DailyDialog++ files included."""
+    text = _read_text(path)
+    out = _Collector(str(path), max_history)
+    for number, record in _json_records(path, text):
+        _add_record(out, record, f"{path}:{number}", fields)
+    return out.result(dedupe)
+
+
+def read_csv(path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False,
+             fields: Fields = Fields(), delimiter: str | None = None, context_separator: str = CONTEXT_SEPARATOR,
+             references_separator: str = REFERENCES_SEPARATOR) -> ReadResult:
+    """CSV / TSV with a header row.
+
+    The context cell holds the turns joined by ``context_separator`` (default ``" __eou__ "``),
+    the optional references cell holds references joined by ``references_separator``
+    (default ``" ||| "``, which ordinary sentences do not contain). A ``dialog`` column
+    (turns joined by ``context_separator``) is read as a whole conversation. The delimiter
+    is ``","`` for ``.csv`` and a tab for ``.tsv`` unless given.
+    """
+    text = _read_text(path)
+    if delimiter is None:
+        delimiter = "\t" if str(path).lower().endswith(".tsv") else ","
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    out = _Collector(str(path), max_history)
+    header: list[str] | None = None
+    start = 1
+    try:
+        for row in reader:
+            line, start = start, reader.line_num + 1
+            if not row or not any(cell.strip() for cell in row):
+                continue
+            if header is None:
+                header = [h.strip() for h in row]
+                if fields.dialog not in header:
+                    for name in (fields.context, fields.response):
+                        if name not in header:
+                            raise DataFormatError(f"{path}:{line}", f"no '{name}' column in the header "
+                                                                    f"(columns: {', '.join(header)})")
+                continue
+            where = f"{path}:{line}"
+            if len(row) != len(header):
+                raise DataFormatError(where, f"{len(row)} fields but the header has {len(header)}")
+            cells = dict(zip(header, row))
+            record: dict[str, Any] = {}
+            if fields.response in cells and fields.context in cells:
+                record[fields.context] = _split_cell(cells[fields.context], context_separator)
+                record[fields.response] = cells[fields.response].strip()
+                if cells.get(fields.references, "").strip():
+                    record[fields.references] = _split_cell(cells[fields.references], references_separator)
+            else:
+                record[fields.dialog] = _split_cell(cells[fields.dialog], context_separator)
+            _add_record(out, record, where, fields)
+    except csv.Error as e:
+        raise DataFormatError(f"{path}:{reader.line_num}", f"invalid CSV ({e})") from None
+    if header is None:
+        raise DataFormatError(f"{path}:1", "the file has no header row")
+    return out.result(dedupe)
+
+
+def _parlai_unescape(value: str) -> str:
+    return value.replace("\\t", "\t").replace("\\n", "\n").replace("__PIPE__", "|")
+
+
+def read_parlai(path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False) -> ReadResult:
+    """ParlAI dialog text: ``text:...<TAB>labels:...[<TAB>episode_done:True]`` a line.
+
+    Within an episode every example sees the earlier texts and first labels as history;
+    ``\\n`` inside ``text`` separates turns (e.g. persona lines). ``labels`` (or
+    ``eval_labels``) may hold several candidates separated by ``|``: the first is the
+    response, the rest references. ``\\t``, ``\\n`` and ``__PIPE__`` are unescaped as ParlAI
+    does. ``episode_done`` must be True/False (ParlAI reads any non-empty value as True).
+    """
+    text = _read_text(path)
+    out = _Collector(str(path), max_history)
+    history: list[str] = []
+    for number, line in _lines(text):
+        where = f"{path}:{number}"
+        message: dict[str, str] = {}
+        for part in line.split("\t"):
+            if not part:
+                continue
+            key, colon, value = part.partition(":")
+            if not colon:
+                raise DataFormatError(where, f"field {part[:40]!r} is not of the form name:value")
+            message[key.strip()] = value
+        if "text" not in message:
+            raise DataFormatError(where, "missing field 'text'")
+        labels = message.get("labels", message.get("eval_labels"))
+        if labels is None:
+            raise DataFormatError(where, "missing field 'labels'")
+        done = message.get("episode_done", "False").strip().lower()
+        if done not in ("true", "false", "1", "0", ""):
+            raise DataFormatError(where, f"episode_done must be True or False, got {message['episode_done']!r}")
+        turns = _parlai_unescape(message["text"]).split("\n")
+        if turns == [""]:
+            turns = []  # an episode may open with the model speaking
+        candidates = [_parlai_unescape(c) for c in labels.split("|")]
+        context = history + turns
+        out.pair(context, candidates[0], candidates[1:], where)
+        out.stats.records += 1
+        history = context + [candidates[0]]
+        if done in ("true", "1"):
+            history = []
+    return out.result(dedupe)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hugging Face datasets
+
+
+def _is_hf_dataset(obj: Any) -> bool:
+    return type(obj).__module__.startswith("datasets.") and hasattr(obj, "column_names")
+
+
+def read_hf(data: Any, split: str | None = None, max_history: int | None = None, dedupe: bool = False,
+            fields: Fields = Fields(), name: str | None = None) -> ReadResult:
+    """A ``datasets.Dataset``, a ``DatasetDict`` (pick ``split``) or a ``save_to_disk`` directory.
+
+    Rows are read as records (see :class:`Fields`); errors name the dataset and row.
+    """
+    import datasets
+
+    if isinstance(data, (str, os.PathLike)):
+        name = name or str(data)
+        data = datasets.load_from_disk(str(data))
+    name = name or "dataset"
+    if isinstance(data, datasets.DatasetDict):
+        available = list(data)
+        if split is None and len(available) == 1:
+            split = available[0]
+        if split not in data:
+            raise ValueError(f"{name}: no split {split!r}; the dataset has {available}")
+        data = data[split]
+        name = f"{name}[{split}]"
+    if not isinstance(data, datasets.Dataset):
+        raise TypeError(f"{name}: expected a datasets.Dataset or DatasetDict, got {type(data).__name__}")
+    columns = set(data.column_names)
+    if not ({fields.response, fields.positive_responses, fields.dialog} & columns):
+        raise DataFormatError(name, f"no '{fields.response}', '{fields.positive_responses}' or '{fields.dialog}' "
+                                    f"column (columns: {', '.join(data.column_names)}); set the column names")
+    if len(data) == 0:
+        raise DataFormatError(name, "the dataset has no rows")
+    out = _Collector(name, max_history)
+    for i, row in enumerate(data):
+        _add_record(out, row, f"{name} row {i}", fields)
+    return out.result(dedupe)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pairs given in memory and the dispatcher
+
+
+def as_pair(item: Any, where: str = "pair") -> DialoguePair:
+    """One DialoguePair from a DialoguePair, ``(context, response)``, ``(context, [references])`` or
+    ``(context, response, [references])``; the context is a list of turns or one string.
+
+    Nothing is dropped or cut here (an empty response stays); errors start with ``where``.
+    """
+    if isinstance(item, DialoguePair):
+        return item
+    if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+        raise DataFormatError(where, "expected a DialoguePair, (context, response), (context, [references]) or "
+                                     f"(context, response, [references]); got {type(item).__name__}"
+                                     + (f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""))
+    context = tuple(_str_list(item[0], where, "context", allow_str=True))
+    if len(item) == 3:
+        if not isinstance(item[1], str):
+            raise DataFormatError(where, f"response must be a string, got {type(item[1]).__name__}")
+        return DialoguePair(context, item[1], tuple(_str_list(item[2], where, "references")), source=where)
+    if isinstance(item[1], str):
+        return DialoguePair(context, item[1], source=where)
+    candidates = _str_list(item[1], where, "references")
+    if not candidates:
+        raise DataFormatError(where, "the list of references is empty")
+    return DialoguePair(context, candidates[0], tuple(candidates[1:]), source=where)
+
+
+def pairs_from_items(items: Iterable[Any], max_history: int | None = None, dedupe: bool = False,
+                     fields: Fields = Fields(), name: str = "pairs") -> ReadResult:
+    """Normalise DialoguePairs, (context, response) / (context, [references]) tuples or record dicts.
+
+    Errors name the index of the bad item, e.g. ``pairs[3]: response must be a string``.
+    """
+    out = _Collector(name, max_history)
+    for i, item in enumerate(items):
+        where = f"{name}[{i}]"
+        if isinstance(item, dict):
+            _add_record(out, item, where, fields)
+            continue
+        pair = as_pair(item, where)
+        out.pair(pair.context, pair.response, pair.references, pair.source or where)
+        out.stats.records += 1
+    if out.stats.records == 0:
+        raise DataFormatError(name, "no pairs given")
+    return out.result(dedupe)
+
+
+def read_chitchat_pairs(split: str = "train", max_history: int | None = None, dedupe: bool = False,
+                        max_conversations: int | None = None) -> ReadResult:
+    """The embedded corpus (see :func:`chitchat_conversations`) with statistics."""
+    out = _Collector(f"chitchat:{split}", max_history)
+    for conv_id, turns in chitchat_conversations(split, max_conversations):
+        out.conversation(turns, f"chitchat:{conv_id}")
+        out.stats.records += 1
+    return out.result(dedupe)
+
+
+_EXTENSIONS = {".txt": None, ".json": "json", ".jsonl": "jsonl", ".csv": "csv", ".tsv": "tsv"}
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """The format name of a path: a directory is a saved HF dataset, else by extension (``.txt`` by content)."""
+    p = Path(path)
+    if p.is_dir():
+        return "hf"
+    suffix = p.suffix.lower()
+    if suffix not in _EXTENSIONS:
+        raise ValueError(f"{path}: cannot tell the format from the extension {suffix!r}; "
+                         f"pass format= one of {FORMATS}")
+    if _EXTENSIONS[suffix] is not None:
+        return _EXTENSIONS[suffix]
+    first = next((line for _, line in _lines(_read_text(p))), "")
+    if first.startswith("text:"):
+        return "parlai"
+    if EOU in first:
+        return "dailydialog"
+    raise ValueError(f"{path}:1: a .txt file that is neither ParlAI ('text:...') nor DailyDialog ('... __eou__'); "
+                     "pass format=")
+
+
+def read_pairs(source: Any, format: str = "auto", *, split: str = "train", max_history: int | None = None,
+               dedupe: bool = False, fields: Fields | None = None, delimiter: str | None = None,
+               context_separator: str = CONTEXT_SEPARATOR, references_separator: str = REFERENCES_SEPARATOR,
+               max_conversations: int | None = None, **field_names: str) -> ReadResult:
+    """Read dialogue pairs from anything the project accepts.
+
+    ``source`` is a file path (format from the extension or ``format``), a saved
+    ``datasets`` directory, ``"chitchat"`` / ``"chitchat:<split>"`` (the embedded corpus),
+    a ``datasets.Dataset`` / ``DatasetDict``, or a list of DialoguePairs / tuples / dicts.
+    ``split`` picks the chitchat split and the DatasetDict split. Field names may be
+    given as a :class:`Fields` or as keywords (``context="history"``, ``response="reply"``).
+    """
+    if format != "auto" and format not in FORMATS:
+        raise ValueError(f"format={format!r} is unknown; use 'auto' or one of {FORMATS}")
+    fields = _fields(fields, field_names)
+    common = dict(max_history=max_history, dedupe=dedupe)
+    if isinstance(source, str) and (source == "chitchat" or source.startswith("chitchat:")):
+        chosen = source.partition(":")[2] or split
+        return read_chitchat_pairs(_check_split(chosen), max_conversations=max_conversations, **common)
+    if _is_hf_dataset(source):
+        return read_hf(source, split=split, fields=fields, **common)
+    if isinstance(source, (str, os.PathLike)):
+        kind = detect_format(source) if format == "auto" else format
+        if kind == "hf":
+            return read_hf(source, split=split, fields=fields, **common)
+        if kind == "dailydialog":
+            return read_dailydialog(source, **common)
+        if kind == "parlai":
+            return read_parlai(source, **common)
+        if kind in ("csv", "tsv"):
+            if delimiter is None:
+                delimiter = "\t" if kind == "tsv" else ","
+            return read_csv(source, fields=fields, delimiter=delimiter, context_separator=context_separator,
+                            references_separator=references_separator, **common)
+        return read_json(source, fields=fields, **common)  # json, jsonl, dailydialog++
+    if isinstance(source, Iterable) and not isinstance(source, (bytes, dict)):
+        return pairs_from_items(source, fields=fields, **common)
+    raise TypeError(f"cannot read dialogue pairs from {type(source).__name__}; give a path, 'chitchat', "
+                    "a datasets.Dataset or a list of pairs")
+
+
+def _fields(fields: Fields | None, names: dict[str, str]) -> Fields:
+    base = fields or Fields()
+    unknown = set(names) - set(Fields.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown option(s) {sorted(unknown)}; field names are {list(Fields.__dataclass_fields__)}")
+    return replace(base, **names) if names else base

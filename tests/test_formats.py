@@ -1,0 +1,297 @@
+"""Readers: every format on small files written here, every malformed case named by file and line."""
+
+import json
+
+import pytest
+
+from lightning_div.datamodules.formats import (DataFormatError, DialoguePair, Fields, as_pair, chitchat_conversations,
+                                               conversation_to_pairs, read_chitchat, read_csv, read_dailydialog,
+                                               read_hf, read_json, read_pairs, read_parlai)
+
+
+def write(tmp_path, name, text, encoding="utf-8"):
+    path = tmp_path / name
+    path.write_bytes(text.encode(encoding) if isinstance(text, str) else text)
+    return path
+
+
+def error_at(path_or_name, line, call):
+    """Run call; it must raise DataFormatError whose message starts with '<file>:<line>:'."""
+    with pytest.raises(DataFormatError) as e:
+        call()
+    assert str(e.value).startswith(f"{path_or_name}:{line}:"), str(e.value)
+    return str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------- DailyDialog
+
+DD_TEXT = ("Hi , how are you ? __eou__ Fine , thanks . __eou__ Good to hear . __eou__ Bye . __eou__\n"
+           "\n"
+           "Only one turn . __eou__\n"
+           "Where is it ? __eou__ Over there . __eou__\n")
+
+
+def test_dailydialog_text(tmp_path):
+    path = write(tmp_path, "dialogues_text.txt", DD_TEXT)
+    pairs, stats = read_dailydialog(path)
+    assert [(p.context, p.response) for p in pairs] == [
+        (("Hi , how are you ?",), "Fine , thanks ."),
+        (("Hi , how are you ?", "Fine , thanks ."), "Good to hear ."),
+        (("Hi , how are you ?", "Fine , thanks .", "Good to hear ."), "Bye ."),
+        (("Where is it ?",), "Over there ."),
+    ]
+    assert pairs[0].source == f"{path}:1" and pairs[3].source == f"{path}:4"
+    # 3 dialogue lines (the blank line is no record); the one-turn dialogue is dropped and counted
+    assert (stats.records, stats.examples, stats.truncated) == (3, 4, 0)
+    assert stats.dropped == {"conversations with fewer than 2 turns": 1}
+
+    pairs, stats = read_dailydialog(path, max_history=2)
+    assert pairs[2].context == ("Fine , thanks .", "Good to hear .")
+    assert stats.truncated == 1  # only the 3-turn context of "Bye ." loses a turn
+    # the same through the dispatcher: a .txt with __eou__ is DailyDialog
+    assert read_pairs(path, max_history=2).pairs == pairs
+
+
+def test_dailydialog_malformed(tmp_path):
+    path = write(tmp_path, "dd.txt", "a __eou__ b __eou__\nno marker on this line\n")
+    msg = error_at(path, 2, lambda: read_dailydialog(path))
+    assert "__eou__" in msg
+
+
+# ---------------------------------------------------------------------------------------------- JSON / JSONL
+
+def test_jsonl_pairs_and_field_names(tmp_path):
+    lines = [{"context": ["Hi", "Hello, who is this?"], "response": "It's Sam.", "references": ["Sam here."]},
+             {"context": "Just one turn", "response": "ok"},
+             {"context": ["a", "b", "c", "d"], "response": "e", "references": None},
+             {"context": ["x"], "response": "   "}]
+    path = write(tmp_path, "data.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
+    pairs, stats = read_json(path, max_history=3)
+    assert pairs == [DialoguePair(("Hi", "Hello, who is this?"), "It's Sam.", ("Sam here.",)),
+                     DialoguePair(("Just one turn",), "ok"),
+                     DialoguePair(("b", "c", "d"), "e")]
+    assert pairs[2].source == f"{path}:3"
+    assert (stats.records, stats.examples, stats.truncated, stats.dropped) == (4, 3, 1, {"empty response": 1})
+
+    renamed = write(tmp_path, "renamed.jsonl", json.dumps({"history": ["q"], "reply": "r", "refs": ["s"]}) + "\n")
+    expected = [DialoguePair(("q",), "r", ("s",))]
+    assert read_json(renamed, fields=Fields(context="history", response="reply", references="refs")).pairs == expected
+    assert read_pairs(renamed, context="history", response="reply", references="refs").pairs == expected
+
+
+def test_dailydialog_plus_plus_jsonl_and_json_list(tmp_path):
+    # the DailyDialog++ release: one JSON object a line, five positive responses per context
+    record = {"id": 0, "context": ["Are you looking for an apartment?", "Yes, near the square."],
+              "positive_responses": ["Great news.", "Where is it?", "Tell me more.", "Show it to me.", "How much?"],
+              "adversarial_negative_responses": ["I like ice cream."] * 5,
+              "random_negative_responses": ["Because my friends want to meet you."] * 5}
+    path = write(tmp_path, "train.json", json.dumps(record) + "\n")
+    (pair,), _ = read_pairs(path)
+    assert pair.context == ("Are you looking for an apartment?", "Yes, near the square.")
+    assert pair.response == "Great news."
+    assert pair.references == ("Where is it?", "Tell me more.", "Show it to me.", "How much?")
+    assert pair.all_references[0] == "Great news." and len(pair.all_references) == 5
+
+    # the same records as a pretty-printed JSON list: the second record starts on line 3
+    text = "[\n" + json.dumps(record) + ",\n" + json.dumps(dict(record, context=["only"])) + "\n]\n"
+    path = write(tmp_path, "list.json", text)
+    pairs, stats = read_json(path)
+    assert [p.source for p in pairs] == [f"{path}:2", f"{path}:3"]
+    assert stats.records == 2
+    bad = write(tmp_path, "bad_list.json", "[\n" + json.dumps(record) + ",\n"
+                + json.dumps(dict(record, positive_responses=[])) + "\n]\n")
+    assert "positive_responses" in error_at(bad, 3, lambda: read_json(bad))
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ('{"context": ["a"], "response": "b"}\n{"context": ["a"], "response": \n', 2, "invalid JSON"),
+    ('{"context": ["a"], "response": "b"}\n\n{"context": ["a"]}\n', 3, "missing field 'response'"),
+    ('{"response": "b"}\n', 1, "missing field 'context'"),
+    ('{"context": ["a", 7], "response": "b"}\n', 1, "context[1] must be a string"),
+    ('{"context": ["a"], "response": 5}\n', 1, "'response' must be a string"),
+    ('{"context": ["a"], "response": "b", "references": "c"}\n', 1, "'references' must be a list"),
+    ('["a", "b"]\n', 1, "expected an object"),
+    ('[{"context": ["a"], "response": "b"} {"x": 1}]', 1, "expected ','"),
+    ('[\n]\n', 2, "empty"),
+    ('\n  \n', 1, "empty"),
+])
+def test_json_malformed(tmp_path, text, line, words):
+    path = write(tmp_path, "bad.jsonl", text)
+    assert words in error_at(path, line, lambda: read_json(path))
+
+
+def test_non_utf8_is_named_by_line(tmp_path):
+    data = ('{"context": ["a"], "response": "b"}\n{"context": ["a"], "response": "b"}\n'.encode()
+            + b'{"context": ["caf\xe9"], "response": "b"}\n')
+    path = write(tmp_path, "latin1.jsonl", data)
+    msg = error_at(path, 3, lambda: read_json(path))
+    assert "UTF-8" in msg and "0xe9" in msg
+    for name, reader in (("x.csv", read_csv), ("x.txt", read_parlai), ("y.txt", read_dailydialog)):
+        path = write(tmp_path, name, b"ok\n\xff\xfe\n")
+        error_at(path, 2, lambda: reader(path))
+
+
+# ---------------------------------------------------------------------------------------------- CSV / TSV
+
+def test_csv_and_tsv(tmp_path):
+    text = ('context,response,references\n'
+            '"Hi __eou__ How are you?",Fine.,Good. ||| Not bad.\n'
+            '"A cell over\ntwo lines",Sure.,\n'
+            'One turn __eou__,"Yes, really.",\n')
+    path = write(tmp_path, "data.csv", text)
+    pairs, stats = read_csv(path)
+    assert pairs == [DialoguePair(("Hi", "How are you?"), "Fine.", ("Good.", "Not bad.")),
+                     DialoguePair(("A cell over\ntwo lines",), "Sure."),
+                     DialoguePair(("One turn",), "Yes, really.")]
+    assert [p.source for p in pairs] == [f"{path}:2", f"{path}:3", f"{path}:5"]  # row 3 spans lines 3-4
+    assert stats.records == 3
+
+    tsv = write(tmp_path, "data.tsv", "ctx\treply\nHello __eou__ Hi\tHow are you?\n")
+    assert read_pairs(tsv, context="ctx", response="reply").pairs == [DialoguePair(("Hello", "Hi"), "How are you?")]
+    semi = write(tmp_path, "data.csv", "context;response\na // b;c\n")
+    assert read_csv(semi, delimiter=";", context_separator=" // ").pairs == [DialoguePair(("a", "b"), "c")]
+    # a whole conversation per row
+    conv = write(tmp_path, "conv.csv", "dialog\nq __eou__ a __eou__ q2\n")
+    assert [(p.context, p.response) for p in read_csv(conv).pairs] == [(("q",), "a"), (("q", "a"), "q2")]
+
+
+def test_csv_malformed(tmp_path):
+    path = write(tmp_path, "bad.csv", "context,answer\na,b\n")
+    assert "no 'response' column" in error_at(path, 1, lambda: read_csv(path))
+    path = write(tmp_path, "bad2.csv", "context,response\na,b\nc,d,e\n")
+    assert "3 fields but the header has 2" in error_at(path, 3, lambda: read_csv(path))
+    path = write(tmp_path, "empty.csv", "")
+    assert "empty" in error_at(path, 1, lambda: read_csv(path))
+
+
+# ---------------------------------------------------------------------------------------------- ParlAI
+
+def test_parlai_episodes(tmp_path):
+    text = ("text:your persona: I like dogs.\\nhello how are you today?\tlabels:i'm great thanks!\n"
+            "text:i've just been biking.\tlabels:oh nice|cool __PIPE__ fun\tepisode_done:True\n"
+            "text:new episode\tlabels:yes\tepisode_done:False\n"
+            "text:\teval_labels:second\tepisode_done:True\n")
+    path = write(tmp_path, "parlai.txt", text)
+    pairs, stats = read_pairs(path)  # detected from the 'text:' prefix
+    assert pairs == [
+        DialoguePair(("your persona: I like dogs.", "hello how are you today?"), "i'm great thanks!"),
+        DialoguePair(("your persona: I like dogs.", "hello how are you today?", "i'm great thanks!",
+                      "i've just been biking."), "oh nice", ("cool | fun",)),
+        DialoguePair(("new episode",), "yes"),
+        DialoguePair(("new episode", "yes"), "second"),  # empty text: the history alone is the context
+    ]
+    assert stats.records == 4
+    assert read_parlai(path, max_history=2).pairs[1].context == ("i'm great thanks!", "i've just been biking.")
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ("text:a\tlabels:b\ntext:c\n", 2, "missing field 'labels'"),
+    ("labels:b\n", 1, "missing field 'text'"),
+    ("text:a\tlabels:b\tepisode_done:maybe\n", 1, "episode_done must be True or False"),
+    ("text:a\tlabels:b\tnonsense\n", 1, "name:value"),
+])
+def test_parlai_malformed(tmp_path, text, line, words):
+    path = write(tmp_path, "p.txt", text)
+    assert words in error_at(path, line, lambda: read_parlai(path))
+
+
+# ---------------------------------------------------------------------------------------------- HF datasets
+
+def test_hf_dataset_in_memory_and_on_disk(tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"history": [["Hi", "Hey"], ["Bye"]], "reply": ["What's up?", "See you"],
+                                     "extra": [[], ["Later!"]]})
+    fields = Fields(context="history", response="reply", references="extra")
+    pairs, stats = read_hf(ds, fields=fields)
+    assert pairs == [DialoguePair(("Hi", "Hey"), "What's up?"), DialoguePair(("Bye",), "See you", ("Later!",))]
+    assert pairs[1].source == "dataset row 1" and stats.records == 2
+
+    dd = datasets.DatasetDict({"train": ds, "validation": ds.select([1])})
+    dd.save_to_disk(str(tmp_path / "saved"))
+    got = read_pairs(tmp_path / "saved", split="validation", context="history", response="reply", references="extra")
+    assert got.pairs == [DialoguePair(("Bye",), "See you", ("Later!",))]
+    with pytest.raises(ValueError, match="no split 'test'"):
+        read_pairs(tmp_path / "saved", split="test", context="history", response="reply")
+    with pytest.raises(DataFormatError, match="no 'response'"):
+        read_hf(ds)
+
+    # the Hub's daily_dialog layout: a `dialog` column of whole conversations
+    dialogs = datasets.Dataset.from_dict({"dialog": [["a", "b", "c"], ["only"]]})
+    pairs, stats = read_pairs(dialogs)
+    assert [(p.context, p.response) for p in pairs] == [(("a",), "b"), (("a", "b"), "c")]
+    assert stats.dropped == {"conversations with fewer than 2 turns": 1}
+    bad = datasets.Dataset.from_dict({"context": [["a"], ["b"]], "response": ["x", None]})
+    with pytest.raises(DataFormatError, match=r"^dataset row 1: field 'response' must be a string, got NoneType"):
+        read_hf(bad)
+
+
+# ---------------------------------------------------------------------------------------------- in memory, dedupe
+
+def test_pairs_in_memory():
+    items = [(["Hi", "Hello"], "How are you?"),
+             ("Just a string", ["first", "second", "third"]),
+             (("a",), "b", ["c"]),
+             DialoguePair(("x",), "y", source="mine:7")]
+    pairs, stats = read_pairs(items)
+    assert pairs == [DialoguePair(("Hi", "Hello"), "How are you?"),
+                     DialoguePair(("Just a string",), "first", ("second", "third")),
+                     DialoguePair(("a",), "b", ("c",)),
+                     DialoguePair(("x",), "y")]
+    assert pairs[0].source == "pairs[0]" and pairs[3].source == "mine:7"
+    assert stats.records == 4
+    with pytest.raises(DataFormatError, match=r"^pairs\[1\]: response must be a string"):
+        read_pairs([("a", "b"), ("a", 3, [])])
+    with pytest.raises(DataFormatError, match=r"^pairs\[2\]: expected a DialoguePair"):
+        read_pairs([("a", "b"), ("a", "b"), "not a pair"])
+    with pytest.raises(DataFormatError, match=r"^pairs\[0\]: context\[1\] must be a string"):
+        read_pairs([(["a", None], "b")])
+    with pytest.raises(DataFormatError, match=r"^pairs: no pairs given"):
+        read_pairs([])
+    assert as_pair(("q", ["r"])) == DialoguePair(("q",), "r")
+
+
+def test_dedupe_removes_exact_duplicates_only():
+    items = [("a", "b"), ("a", "b"), ("a", "B"), (["z", "a"], "b"), ("a", "b", ["r"])]
+    pairs, stats = read_pairs(items, dedupe=True)
+    assert len(pairs) == 4 and stats.duplicates == 1 and stats.examples == 4
+    # truncation happens first: (z, a) -> (a,) makes the fourth item a duplicate too
+    pairs, stats = read_pairs(items, dedupe=True, max_history=1)
+    assert len(pairs) == 3 and stats.duplicates == 2 and stats.truncated == 1
+    assert stats.summary().endswith("duplicates removed: 2")
+
+
+def test_dispatch_errors(tmp_path):
+    with pytest.raises(ValueError, match="extension '.xml'"):
+        read_pairs(write(tmp_path, "a.xml", "<x/>"))
+    with pytest.raises(ValueError, match="neither ParlAI"):
+        read_pairs(write(tmp_path, "plain.txt", "just text\n"))
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        read_pairs(tmp_path / "missing.jsonl")
+    with pytest.raises(ValueError, match="format='yaml' is unknown"):
+        read_pairs("x.yaml", format="yaml")
+    with pytest.raises(TypeError, match="unknown option"):
+        read_pairs([("a", "b")], contxt="c")
+    with pytest.raises(ValueError, match="split='dev'"):
+        read_pairs("chitchat:dev")
+    with pytest.raises(ValueError, match="max_history"):
+        conversation_to_pairs(["a", "b"], max_history=0)
+
+
+# ---------------------------------------------------------------------------------------------- embedded corpus
+
+def test_chitchat_split_sizes():
+    # the documented size of the embedded corpus (README): 4,017 conversations with >= 2 turns
+    sizes = {s: len(chitchat_conversations(s)) for s in ("train", "validation", "test")}
+    assert sizes == {"train": 3610, "validation": 190, "test": 217}
+    examples = {}
+    for split in ("train", "validation", "test"):
+        pairs, stats = read_pairs(f"chitchat:{split}", max_history=3)
+        assert stats.records == sizes[split] and stats.total_dropped == 0
+        examples[split] = len(pairs)
+        if split != "train":  # read_chitchat gives the same pairs (the train split is as large; skip for speed)
+            assert pairs == read_chitchat(split, max_history=3)
+    assert examples == {"train": 118_529, "validation": 6_025, "test": 7_003}
+    # splits are disjoint conversations
+    ids = [set(c for c, _ in chitchat_conversations(s)) for s in ("train", "validation", "test")]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
