@@ -187,7 +187,12 @@ def response_scores(adapter: Any, contexts: Sequence[Context], responses: Sequen
     """
     check_pairs(contexts, responses)
     logprobs = _checked(adapter.token_logprobs(contexts, responses), len(responses), type(adapter).__name__)
-    return [float(t.sum() / t.numel()) for t in logprobs]
+    return scores_from_logprobs(logprobs)
+
+
+def scores_from_logprobs(logprobs: Sequence[torch.Tensor]) -> list[float]:
+    """Σ_t log p / #tokens of each response, from token log-probs already computed."""
+    return [float(t.sum() / t.numel()) for t in _checked(logprobs, len(logprobs), "token_logprobs")]
 
 
 def position_profile(adapter: Any, contexts: Sequence[Context], responses: Sequence[str],
@@ -198,10 +203,17 @@ def position_profile(adapter: Any, contexts: Sequence[Context], responses: Seque
     (its EOS included), so every reported position has a count >= 1 and a finite-or-``-inf``
     mean, never a NaN. ``max_positions`` keeps only the first positions. For the RUQ plots.
     """
-    if max_positions is not None and max_positions < 1:
-        raise ValueError(f"max_positions must be >= 1 or None, got {max_positions}")
     check_pairs(contexts, responses)
     logprobs = _checked(adapter.token_logprobs(contexts, responses), len(responses), type(adapter).__name__)
+    return profile_from_logprobs(logprobs, max_positions)
+
+
+def profile_from_logprobs(logprobs: Sequence[torch.Tensor],
+                          max_positions: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`position_profile` from token log-probs already computed (e.g. by the RUQ scoring pass)."""
+    if max_positions is not None and max_positions < 1:
+        raise ValueError(f"max_positions must be >= 1 or None, got {max_positions}")
+    logprobs = [torch.as_tensor(t).detach().reshape(-1).double().cpu() for t in logprobs]
     if not logprobs:
         return np.zeros(0), np.zeros(0, dtype=np.int64)
     width = max(t.numel() for t in logprobs)
@@ -215,4 +227,4 @@ def position_profile(adapter: Any, contexts: Sequence[Context], responses: Seque
     return (sums / counts).numpy(), counts.numpy().astype(np.int64)
 
 
-__all__ = ["response_scores", "position_profile", "token_logprobs_batched", "check_pairs"]
+__all__ = ["response_scores", "position_profile", "profile_from_logprobs", "scores_from_logprobs", "token_logprobs_batched", "check_pairs"]

@@ -101,15 +101,27 @@ class DiversityCallback(Callback):
         from lightning_div.datamodules.formats import read_pairs
 
         if explicit is not None:
-            pairs = read_pairs(explicit)
+            pairs = read_pairs(explicit).pairs
         else:
             dm = getattr(trainer, "datamodule", None)
             if dm is None or not callable(getattr(dm, method, None)):
                 raise ValueError(f"{type(self).__name__} has no data: {DATA_HELP.format(arg=arg, method=method)}")
-            pairs = read_pairs(list(getattr(dm, method)()))
+            pairs = read_pairs(list(getattr(dm, method)())).pairs
         if not pairs:
             raise ValueError(f"{type(self).__name__}: {arg} is empty")
         return pairs
+
+    def generate(self, adapter: Any, contexts: Sequence[Sequence[str]], generation_kwargs: dict[str, Any],
+                 desc: str = "generating") -> list[str]:
+        """One response per context, batches sharded across processes and gathered in order."""
+        from lightning_div.distributed import distributed_map
+
+        def gen(batch: list[list[str]]) -> list[str]:
+            return adapter.generate(batch, **generation_kwargs)
+
+        contexts = [list(c) for c in contexts]
+        return distributed_map(gen, contexts, self.batch_size, sort_key=[sum(map(len, c)) for c in contexts],
+                               show_progress=self.show_progress, desc=f"{desc} ({len(contexts)} contexts)")
 
     # -- when ----------------------------------------------------------------------------------------
 

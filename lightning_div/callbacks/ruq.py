@@ -13,6 +13,7 @@ from lightning_div.callbacks.base import DiversityCallback, sample_indices
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
 from lightning_div.metrics import ruq_score
+from lightning_div.scoring import profile_from_logprobs, scores_from_logprobs
 from lightning_div.tracking import log_figure
 
 
@@ -96,7 +97,7 @@ class RUQMonitor(DiversityCallback):
         for p in pairs:
             items.extend((p.context, r) for r in p.all_references)
             items.extend((p.context, s) for s in self.idk_responses)
-        scores = [float(lp.sum() / max(lp.numel(), 1)) for lp in self._token_logprobs(adapter, items)]
+        scores = scores_from_logprobs(self._token_logprobs(adapter, items))
         refs, idks, pos = [], [[] for _ in self.idk_responses], 0
         for p in pairs:
             k = len(p.all_references)
@@ -125,8 +126,6 @@ class RUQMonitor(DiversityCallback):
         logprobs = self._token_logprobs(adapter, items)
         if not trainer.is_global_zero:
             return
-        from lightning_div.scoring import profile_from_logprobs
-
         fig, ax = plt.subplots(figsize=(7, 4))
         for k, name in enumerate(lines):
             means, counts = profile_from_logprobs(logprobs[k * len(pairs):(k + 1) * len(pairs)])
@@ -152,6 +151,11 @@ class RUQMonitor(DiversityCallback):
         return 1.0 if reasons else 0.0
 
     # -- hooks --------------------------------------------------------------------------------------
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Missing data is a configuration error: say so now, not after the first epoch.
+        self._sample(trainer, "train")
+        self._sample(trainer, "val")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self.due(trainer):

@@ -95,7 +95,7 @@ class SemanticDiversityMonitor(DiversityCallback):
                         f"{type(self).__name__} needs gold training responses to fit its semantic clusters: pass "
                         "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or use a "
                         "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)")
-            self.clusters = self.spec.get_clusters(trainer, pl_module, gold, self.cache_dir(trainer),
+            self.clusters = self.spec.get_clusters(pl_module, gold, self.cache_dir(trainer),
                                                    self.batch_size, self.show_progress)
         if self.vocab_size is None and "ead" in self.lexical_metrics:
             gold = self.gold_responses(trainer)

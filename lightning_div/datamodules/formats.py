@@ -639,3 +639,56 @@ def _fields(fields: Fields | None, names: dict[str, str]) -> Fields:
     if unknown:
         raise TypeError(f"unknown option(s) {sorted(unknown)}; field names are {list(Fields.__dataclass_fields__)}")
     return replace(base, **names) if names else base
+
+
+# ----------------------------------------------------------------------------------------------
+# Response lists (generated outputs to score, gold responses to fit clusters on)
+
+RESPONSE_FIELDS = ("response", "generated", "prediction", "text")
+
+
+def read_responses(source: Any, field: str | None = None) -> list[str]:
+    """A list of responses: a list of strings, a ``.txt`` file with one response a line (a blank
+    line is an empty response), JSON/JSONL (strings, or records whose ``field`` — default the
+    first of response/generated/prediction/text present — holds the response), CSV/TSV (column
+    ``field``, default ``response``), or any source :func:`read_pairs` reads (its gold responses).
+    """
+    if isinstance(source, (list, tuple)):
+        if all(isinstance(s, str) for s in source):
+            return list(source)
+        return [p.response for p in read_pairs(list(source)).pairs]
+    if not isinstance(source, (str, os.PathLike)) or str(source).startswith("chitchat"):
+        return [p.response for p in read_pairs(source).pairs]
+    path = Path(source)
+    suffix = path.suffix.lower()
+    if suffix in (".txt", ".text", ""):
+        lines = _read_text(path).split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # the final newline ends the last line; it does not add an empty response
+        return [line.rstrip("\r") for line in lines]
+    if suffix in (".json", ".jsonl"):
+        out = []
+        for number, record in _json_records(path, _read_text(path)):
+            out.append(_response_of(record, field, f"{path}:{number}"))
+        return out
+    if suffix in (".csv", ".tsv"):
+        rows = csv.DictReader(io.StringIO(_read_text(path)), delimiter="\t" if suffix == ".tsv" else ",")
+        name = field or "response"
+        if rows.fieldnames is None or name not in rows.fieldnames:
+            raise DataFormatError(f"{path}:1", f"no column {name!r} (columns: {rows.fieldnames}); pass field=")
+        return [row[name] or "" for row in rows]
+    return [p.response for p in read_pairs(path).pairs]
+
+
+def _response_of(record: Any, field: str | None, where: str) -> str:
+    if isinstance(record, str):
+        return record
+    if isinstance(record, dict):
+        names = [field] if field else [n for n in RESPONSE_FIELDS if n in record]
+        if names and names[0] in record:
+            value = record[names[0]]
+            if isinstance(value, str):
+                return value
+            raise DataFormatError(where, f"field {names[0]!r} is {type(value).__name__}, expected a string")
+    wanted = repr(field) if field else " / ".join(RESPONSE_FIELDS)
+    raise DataFormatError(where, f"expected a string or a record with a {wanted} field")

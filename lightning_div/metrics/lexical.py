@@ -59,7 +59,7 @@ def entropy_from_counts(counts: Iterable[float], base: float = math.e) -> float:
         if base <= 0 or base == 1:
             raise ValueError(f"base must be positive and != 1, got {base}")
         h /= math.log(base)
-    return max(h, 0.0)  # -0.0 for a single outcome
+    return h if h > 0 else 0.0  # a single outcome gives -0.0; report a plain 0.0
 
 
 def ead_from_counts(num_unique: int, num_tokens: int, vocab_size: int) -> float:

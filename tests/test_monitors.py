@@ -1,0 +1,115 @@
+"""SemanticDiversityMonitor and RUQMonitor in a real Trainer with CSV, TensorBoard and W&B (offline)."""
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+
+from monitor_setup import TinyChat, monitors, trainer
+from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+
+LEXICAL = ["val/distinct_1", "val/distinct_2", "val/distinct_3", "val/avg_distinct", "val/ent_4", "val/ead"]
+
+
+def _csv_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _column(rows, key):
+    return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+
+
+@pytest.mark.slow
+def test_monitors_log_to_every_tracker(tmp_path):
+    sem, ruq = monitors(tmp_path)
+    loggers = [CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb"),
+               WandbLogger(save_dir=str(tmp_path), offline=True, project="lightning-div-test")]
+    tr = trainer(tmp_path, [sem, ruq], loggers)
+    tr.fit(TinyChat())
+    loggers[2].experiment.finish()
+
+    rows = _csv_rows(Path(loggers[0].log_dir) / "metrics.csv")
+    k = 4
+    sem_ent = _column(rows, "val/sem_ent")
+    assert len(sem_ent) == 2 and all(0.0 <= v <= math.log(k) + 1e-9 for v in sem_ent)
+    gold = _column(rows, "val/sem_ent_gold")
+    assert len(gold) == 1 and 0.0 < gold[0] <= math.log(k) + 1e-9  # logged once; real responses spread
+    for key in LEXICAL:
+        values = _column(rows, key)
+        assert len(values) == 2 and all(math.isfinite(v) and v >= 0 for v in values), key
+    for key in ("val/distinct_1", "val/distinct_2", "val/distinct_3", "val/avg_distinct"):
+        assert all(v <= 1.0 for v in _column(rows, key))
+    for key in ("val/ruq", "val/ruq_idk1", "val/ruq_idk2", "train/ruq", "train/ruq_idk1"):
+        values = _column(rows, key)
+        assert len(values) == 2 and all(0.0 <= v <= 100.0 for v in values), key
+    assert _column(rows, "val/ruq") == _column(rows, "val/ruq_idk1")  # the headline is the first IDK string
+    assert all(v > 0 for v in _column(rows, "timing/semantic_diversity_s"))
+    assert _column(rows, "timing/ruq_s")
+
+    # the same values reached TensorBoard
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(loggers[1].log_dir, size_guidance={"images": 0, "scalars": 0, "tensors": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    assert [e.value for e in acc.Scalars("val/sem_ent")] == pytest.approx(sem_ent)
+    assert [e.value for e in acc.Scalars("val/ruq")] == pytest.approx(_column(rows, "val/ruq"))
+    assert {"val/cluster_histogram", "val/ruq_plot"} <= set(tags["images"])
+    assert any("val/samples" in t for t in tags["tensors"])  # the sample table as text
+
+    # W&B offline: the run file holds the metric keys, and the figures/tables were stored as media
+    run_dir = next((tmp_path / "wandb").glob("offline-run-*"))
+    blob = next(run_dir.glob("*.wandb")).read_bytes()
+    for key in (b"val/sem_ent", b"val/ruq", b"train/ruq", b"val/distinct_2"):
+        assert key in blob
+    media = [p.name for p in (run_dir / "files" / "media").rglob("*") if p.is_file()]
+    assert any(n.startswith("cluster_histogram") for n in media) and any(n.startswith("ruq_plot") for n in media)
+    assert any(n.startswith("samples") and n.endswith(".table.json") for n in media)
+
+    # PNG / CSV copies beside the first logger's files (CSV-only users get them too)
+    out = Path(tr.log_dir) / "lightning_div"
+    for name in ("val_cluster_histogram_epoch0.png", "val_cluster_histogram_epoch1.png", "val_ruq_plot_epoch1.png",
+                 "val_samples_epoch1.csv"):
+        assert (out / name).stat().st_size > 0, name
+    table = _csv_rows(out / "val_samples_epoch1.csv")
+    assert len(table) == 4 and all(0 <= int(r["cluster"]) < k for r in table)
+
+
+@pytest.mark.slow
+def test_monitors_leave_training_bit_identical(tmp_path):
+    """Generation, scoring and embedding at epoch ends must not touch weights, optimiser or RNG stream."""
+    def train(callbacks, root):
+        torch.manual_seed(123)
+        model = TinyChat()
+        trainer(root, callbacks, max_epochs=2).fit(model)
+        return model.state_dict(), torch.rand(3)
+
+    plain, rand_plain = train([], tmp_path / "plain")
+    watched, rand_watched = train(list(monitors(tmp_path / "cache")), tmp_path / "watched")
+    assert plain.keys() == watched.keys()
+    for name in plain:
+        assert torch.equal(plain[name], watched[name]), name
+    assert torch.equal(rand_plain, rand_watched)  # the global RNG stream continues as without callbacks
+
+
+def test_missing_data_is_a_clear_error(tmp_path):
+    sem = SemanticDiversityMonitor(encoder="unused", num_clusters=4, on_error="raise", show_progress=False)
+    with pytest.raises(ValueError, match=r"val_pairs=\[\(context, reference\)"):
+        trainer(tmp_path, [sem], max_epochs=1).fit(TinyChat())
+    ruq = RUQMonitor(show_progress=False)  # raised at fit start even with on_error="warn"
+    with pytest.raises(ValueError, match=r"train_pairs=\[.*or use a datamodule with a `train_pairs\(\)` method"):
+        trainer(tmp_path, [ruq], max_epochs=1).fit(TinyChat())
+
+
+def test_idk_and_metric_arguments_are_checked():
+    with pytest.raises(ValueError, match="idk_responses"):
+        RUQMonitor(idk_responses=[])
+    with pytest.raises(ValueError, match="unknown lexical metrics"):
+        SemanticDiversityMonitor(lexical_metrics=["distinct"])
+    with pytest.raises(ValueError, match="every_n_epochs"):
+        RUQMonitor(every_n_epochs=0)
