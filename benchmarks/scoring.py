@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="time the one-pair loops on this many pairs and scale up (0: all)")
     parser.add_argument("--repeats", type=int, default=2, help="best of this many rounds")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     device = torch.device(args.device)
     conversations = 40

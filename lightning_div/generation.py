@@ -59,7 +59,9 @@ def evaluation_mode(model: torch.nn.Module, seed: int | None = None) -> Iterator
         index = device.index
         if index is None and device.type == "cuda":
             index = torch.cuda.current_device()
-        fork = {"devices": [index if index is not None else 0], "device_type": device.type}
+        fork = {"devices": [index if index is not None else 0]}
+        if device.type != "cuda":  # fork_rng's default; older torch has no device_type argument
+            fork["device_type"] = device.type
     try:
         with torch.random.fork_rng(**fork), torch.inference_mode():
             if seed is not None:
@@ -166,6 +168,7 @@ def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
     kwargs.update(generation_kwargs)
     max_new = int(kwargs.pop("max_new_tokens", max_new_tokens))
     pad_id = pad_id_of(tokenizer)
+    kwargs.setdefault("pad_token_id", pad_id)
     budget = fmt.context_budget(model, reserve=max_new)
     encoded = [fmt.encode_context(t, tokenizer, seq2seq, budget) for t in turns]
     eos_ids = _eos_ids(model, tokenizer)
@@ -177,7 +180,7 @@ def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
         for batch in tqdm(batches, desc="generating", unit="batch", disable=not show_progress):
             ids, mask = pad_batch([encoded[i] for i in batch], pad_id, "right" if seq2seq else "left", device)
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
-                                 num_return_sequences=num_return_sequences, pad_token_id=pad_id, **kwargs)
+                                 num_return_sequences=num_return_sequences, **kwargs)
             # decoder-only output repeats the prompt; seq2seq output starts with the decoder start token
             new = out[:, 1:] if seq2seq else out[:, ids.shape[1]:]
             texts = _decode(tokenizer, new.cpu(), eos_ids)

@@ -144,6 +144,9 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     if seq2seq and padding_side == "left":
         raise ValueError("seq2seq models are scored with right padding only (their learned positions "
                          "cannot be shifted); use padding_side='right' or None")
+    if padding_side == "left" and "position_ids" not in params:
+        raise ValueError(f"{type(model).__name__}.forward takes no position_ids, so left padding would shift "
+                         "its positions; use padding_side='right' or None")
     pairs = [fmt.encode_pair(t, r, tokenizer, model) for t, r in zip(turns, responses)]
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0

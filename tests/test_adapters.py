@@ -93,6 +93,9 @@ def test_models_that_change_logits_or_hide_their_signature(cls):
     got = adapter.token_logprobs(contexts, responses)
     for c, r, g in zip(contexts, responses, got):
         torch.testing.assert_close(g, reference_logprobs(model, adapter.tokenizer, c, r), atol=1e-5, rtol=0)
+    if cls is OpaqueGPT2:
+        with pytest.raises(ValueError, match="takes no position_ids"):
+            adapter.token_logprobs(["hi"], ["hello"], padding_side="left")
     if cls is ScaledLogitsGPT2:  # the scaling is visible: these are not the plain model's values
         plain = CausalLMAdapter(base, tokenizer(False), show_progress=False).token_logprobs(contexts, responses)
         assert (got[0] - plain[0]).abs().max() > 0.1
