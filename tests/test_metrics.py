@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_div.metrics import (RUQ, AveragedDistinct, DistinctN, ExpectationAdjustedDistinct, NGramEntropy,
+from lightning_div.metrics import (RUQ, AveragedDistinct, DistinctN, ExpectationAdjustedDistinct, NGramEntropy, lexical_scores,
                                    SemanticEntropy, averaged_distinct, count_vocab, distinct_n,
                                    expectation_adjusted_distinct, ngram_entropy, nli_diversity, ruq_score,
                                    semantic_entropy)
@@ -160,3 +160,15 @@ def test_semantic_entropy_and_ruq_states():
     assert float(r.compute()) == pytest.approx(100 * 2 / 3)
     with pytest.raises(ValueError, match="no prompts"), pytest.warns(UserWarning):
         RUQ().compute()
+
+
+def test_lexical_scores_by_name():
+    out = lexical_scores(TEXTS, ["distinct_2", "ent_1", "avg_distinct", "ead"], vocab_size=10)
+    assert out["distinct_2"] == distinct_n(TEXTS, 2)
+    assert out["ent_1"] == ngram_entropy(TEXTS, 1)
+    assert out["avg_distinct"] == averaged_distinct(TEXTS)
+    assert out["ead"] == expectation_adjusted_distinct(TEXTS, 10)
+    with pytest.raises(ValueError, match="unknown lexical metrics"):
+        lexical_scores(TEXTS, ["distinct"])
+    with pytest.raises(ValueError, match="needs a vocab_size"):
+        lexical_scores(TEXTS, ["ead"])

@@ -11,6 +11,7 @@ Berant, 2021); Ent-n (Serban et al., 2017; Zhang et al., 2018); EAD / NewDistinc
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -113,3 +114,36 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
     """V for EAD counted from a reference corpus: the number of distinct unigrams (at least 1)."""
     counts = ngram_counts(tokenize_all(reference_texts, tokenizer, lowercase, name="reference_texts"), 1)
     return max(len(counts), 1)
+
+
+# Metrics by name, as the callbacks and the CLI ask for them.
+
+DEFAULT_LEXICAL = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_4", "ead")
+_LEXICAL = re.compile(r"^(distinct_(\d+)|ent_(\d+)|avg_distinct|ead)$")
+
+
+def check_lexical_names(names: Sequence[str]) -> list[str]:
+    """Validate metric names such as distinct_2, ent_4, avg_distinct, ead."""
+    bad = [n for n in names if not _LEXICAL.match(n)]
+    if bad:
+        raise ValueError(f"unknown lexical metrics {bad}; use distinct_<n>, ent_<n>, avg_distinct, ead")
+    return list(names)
+
+
+def lexical_scores(texts: Sequence[str], names: Sequence[str] = DEFAULT_LEXICAL,
+                   vocab_size: int | None = None) -> dict[str, float]:
+    """The named lexical metrics of one set of responses, e.g. ``{"distinct_2": ..., "ent_4": ...}``."""
+    out = {}
+    for name in check_lexical_names(names):
+        m = _LEXICAL.match(name)
+        if m.group(2):
+            out[name] = distinct_n(texts, int(m.group(2)))
+        elif m.group(3):
+            out[name] = ngram_entropy(texts, int(m.group(3)))
+        elif name == "avg_distinct":
+            out[name] = averaged_distinct(texts)
+        else:
+            if vocab_size is None:
+                raise ValueError("the ead metric needs a vocab_size (or gold training responses to count it from)")
+            out[name] = expectation_adjusted_distinct(texts, vocab_size)
+    return out

@@ -1,0 +1,147 @@
+"""Scoring speed: ``response_scores`` vs a naive one-pair-at-a-time loop and vs a plain forward pass.
+
+    python benchmarks/scoring.py                      # CPU-sized defaults, a few minutes on 2 cores
+    python benchmarks/scoring.py --pairs 4096 --layers 12 --dim 768 --device cuda   # DialoGPT-small shape
+
+The model is a random-init GPT-2 with DialoGPT's 50,257-entry vocabulary (the size of the
+output layer matters: it is most of a small model's compute) and a tokenizer trained on
+the chitchat corpus; the pairs are real chitchat (context of up to 3 turns, gold response).
+
+* naive: for each pair, one unpadded forward and a full log-softmax (what one writes first).
+* response_scores: the library call, tokenisation included (also shown with batch_size=1,
+  which separates the gain of batching from that of projecting only the response rows).
+* floor: only ``model(...)`` over the very padded batches ``response_scores`` builds
+  (tokenised and padded beforehand, not timed), full logits.
+
+Prints both ratios; the targets are naive/ours >= 5 and ours/floor <= 1.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lightning_div.adapters import CausalLMAdapter
+from lightning_div.datamodules.formats import iter_texts, read_chitchat
+from lightning_div.formatting import DialogueFormat
+from lightning_div.generation import length_batches, pad_batch, pad_id_of
+from lightning_div.scoring import response_scores
+from lightning_div.tiny import train_tokenizer
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_round_robin(fns: dict, device: torch.device, repeats: int) -> tuple[dict, dict]:
+    """Best time and output of each function, taking turns so that a busy machine slows all alike."""
+    best, outputs = {name: float("inf") for name in fns}, {}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            sync(device)
+            start = time.perf_counter()
+            outputs[name] = fn()
+            sync(device)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best, outputs
+
+
+def naive_scores(model, tok, contexts, responses, fmt, device) -> list[float]:
+    scores = []
+    with torch.inference_mode():
+        for c, r in zip(contexts, responses):
+            ctx, resp = fmt.encode_pair(c, r, tok, model)
+            logits = model(torch.tensor([ctx + resp], device=device)).logits[0]
+            lp = logits.float().log_softmax(-1)[len(ctx) - 1:-1].gather(1, torch.tensor([resp], device=device).T)
+            scores.append(float(lp.mean()))
+    return scores
+
+
+def padded_batches(model, tok, contexts, responses, fmt, batch_size, device):
+    """The batches response_scores feeds the model (left padding, explicit position ids)."""
+    pairs = [fmt.encode_pair(c, r, tok, model) for c, r in zip(contexts, responses)]
+    batches = []
+    for batch in length_batches([len(c) + len(r) for c, r in pairs], batch_size):
+        ids, mask = pad_batch([pairs[i][0] + pairs[i][1][:-1] for i in batch], pad_id_of(tok), "left", device)
+        batches.append((ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)))
+    return batches
+
+
+def plain_forward(model, batches) -> None:
+    with torch.inference_mode():
+        for ids, mask, pos in batches:
+            model(input_ids=ids, attention_mask=mask, position_ids=pos)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=512, help="number of (context, response) pairs")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab-size", type=int, default=50257, help="model output size (DialoGPT: 50257)")
+    parser.add_argument("--naive-pairs", type=int, default=128,
+                        help="time the one-pair loops on this many pairs and scale up (0: all)")
+    parser.add_argument("--repeats", type=int, default=2, help="best of this many rounds")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+
+    device = torch.device(args.device)
+    conversations = 40
+    pairs = read_chitchat("train", max_history=3, max_conversations=conversations)
+    while len(pairs) < args.pairs:
+        conversations *= 2
+        pairs = read_chitchat("train", max_history=3, max_conversations=conversations)
+    pairs = pairs[:args.pairs]
+    tok = train_tokenizer(iter_texts(read_chitchat("train", max_history=3, max_conversations=300)), vocab_size=4000)
+    config = GPT2Config(vocab_size=max(args.vocab_size, len(tok)), n_positions=1024, n_embd=args.dim,
+                        n_layer=args.layers, n_head=args.heads, bos_token_id=tok.eos_token_id,
+                        eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).to(device).eval()
+    fmt = DialogueFormat()
+    contexts, responses = [list(p.context) for p in pairs], [p.response for p in pairs]
+    adapter = CausalLMAdapter(model, tok, format=fmt, batch_size=args.batch_size, show_progress=False)
+
+    # warm-up (allocator, kernels, tokenizer caches)
+    response_scores(adapter, contexts[:32], responses[:32])
+    naive_scores(model, tok, contexts[:8], responses[:8], fmt, device)
+
+    # the one-pair loops run on an evenly spread subset and are scaled up (they are linear in N)
+    n_naive = min(args.naive_pairs or len(pairs), len(pairs))
+    subset = list(range(0, len(pairs), len(pairs) // n_naive))[:n_naive]
+    sub_c, sub_r = [contexts[i] for i in subset], [responses[i] for i in subset]
+    single = CausalLMAdapter(model, tok, format=fmt, batch_size=1, show_progress=False)
+    batches = padded_batches(model, tok, contexts, responses, fmt, args.batch_size, device)
+    times, out = timed_round_robin({
+        "naive": lambda: naive_scores(model, tok, sub_c, sub_r, fmt, device),
+        "single": lambda: response_scores(single, sub_c, sub_r),
+        "ours": lambda: response_scores(adapter, contexts, responses),
+        "floor": lambda: plain_forward(model, batches),
+    }, device, args.repeats)
+    scale = len(pairs) / n_naive
+    t_naive, t_single, t_ours, t_floor = times["naive"] * scale, times["single"] * scale, times["ours"], times["floor"]
+    worst = max(abs(a - out["ours"][i]) for a, i in zip(out["naive"], subset))
+    tokens = sum(int(m.sum()) for _, m, _ in batches)
+    padded = sum(m.numel() for _, m, _ in batches)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    print(f"device: {name}; torch {torch.__version__}")
+    print(f"model: GPT-2 {args.layers} layers x {args.dim}, vocab {config.vocab_size}; "
+          f"{len(pairs)} chitchat pairs, {tokens} tokens ({padded / tokens:.2f}x after padding), "
+          f"batch size {args.batch_size}")
+    scaled = f"  (timed on {n_naive} pairs, scaled)" if n_naive < len(pairs) else ""
+    print(f"naive loop                     : {t_naive:8.2f} s{scaled}")
+    print(f"response_scores, batch_size=1  : {t_single:8.2f} s{scaled}")
+    print(f"response_scores                : {t_ours:8.2f} s   (max |difference| from naive: {worst:.1e})")
+    print(f"plain forward, same batches    : {t_floor:8.2f} s")
+    print(f"speed-up over the naive loop : {t_naive / t_ours:6.2f}x   (target >= 5)")
+    print(f"cost over a plain forward    : {t_ours / t_floor:6.2f}x   (target <= 1.3)")
+
+
+if __name__ == "__main__":
+    main()

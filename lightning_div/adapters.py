@@ -1,0 +1,141 @@
+"""How a callback reaches the user's dialogue model: the :class:`DialogueModelAdapter` protocol.
+
+An adapter can *generate* responses to contexts and give the *log-probability of each
+token* of a given response. :class:`CausalLMAdapter` (DialoGPT, GPT-2) and
+:class:`Seq2SeqAdapter` (BlenderBot, BART, T5) wrap any Hugging Face model and tokenizer;
+:func:`resolve_adapter` finds one on a LightningModule.
+
+Adapters keep references, never copies: they always run the model's current weights on
+the device it currently sits on, so one may be built once and used every epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from lightning_div.formatting import Context, DialogueFormat, is_seq2seq
+from lightning_div.generation import generate_batched, model_device
+from lightning_div.scoring import token_logprobs_batched
+
+
+@runtime_checkable
+class DialogueModelAdapter(Protocol):
+    """What the callbacks need from a dialogue model.
+
+    Contexts are strings or lists of turns (oldest first).
+    """
+
+    def generate(self, contexts: Sequence[Context], **generation_kwargs: Any) -> list[str]:
+        """Responses grouped by context: ``len(contexts) * num_return_sequences`` strings."""
+        ...
+
+    def token_logprobs(self, contexts: Sequence[Context], responses: Sequence[str]) -> list[torch.Tensor]:
+        """One 1-D tensor per pair: log p of each response token, the end-of-sequence token included."""
+        ...
+
+
+class _HFAdapter:
+    is_seq2seq: bool = False
+
+    def __init__(self, model: Any, tokenizer: Any, format: DialogueFormat | None = None, batch_size: int = 16,
+                 max_new_tokens: int = 40, show_progress: bool = True, seed: int | None = 0) -> None:
+        name = type(self).__name__
+        if not callable(getattr(model, "generate", None)):
+            raise TypeError(f"{name} needs a Hugging Face generation model (with .generate), "
+                            f"got {type(model).__name__}")
+        if is_seq2seq(model) != self.is_seq2seq:
+            other = "Seq2SeqAdapter" if is_seq2seq(model) else "CausalLMAdapter"
+            raise TypeError(f"{name} got {type(model).__name__} (config.is_encoder_decoder={is_seq2seq(model)}); "
+                            f"use {other}, or resolve_adapter() to choose automatically")
+        if getattr(tokenizer, "eos_token_id", None) is None:
+            raise ValueError(f"{name} needs a tokenizer with an EOS token (responses are scored up to EOS)")
+        if batch_size < 1 or max_new_tokens < 1:
+            raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.format = format or DialogueFormat()
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.show_progress = show_progress
+        self.seed = seed
+
+    @property
+    def device(self) -> torch.device:
+        """The model's current device; inputs are built there."""
+        return model_device(self.model)
+
+    def generate(self, contexts: Sequence[Context], num_return_sequences: int = 1, show_progress: bool | None = None,
+                 seed: int | None = None, **generation_kwargs: Any) -> list[str]:
+        """Batched responses, greedy with 3-gram blocking unless keywords say otherwise.
+
+        See :func:`lightning_div.generation.generate_batched`; ``seed`` defaults to the
+        adapter's, so the same call gives the same samples.
+        """
+        generation_kwargs.setdefault("max_new_tokens", self.max_new_tokens)
+        return generate_batched(
+            self.model, self.tokenizer, contexts, format=self.format, batch_size=self.batch_size, num_return_sequences=num_return_sequences,
+            show_progress=self.show_progress if show_progress is None else show_progress,
+            seed=self.seed if seed is None else seed, **generation_kwargs)
+
+    def token_logprobs(self, contexts: Sequence[Context], responses: Sequence[str], *,
+                       show_progress: bool | None = None, padding_side: str | None = None) -> list[torch.Tensor]:
+        """log p of each response token (EOS included); see :func:`lightning_div.scoring.token_logprobs_batched`."""
+        return token_logprobs_batched(
+            self.model, self.tokenizer, contexts, responses, format=self.format, batch_size=self.batch_size,
+            show_progress=self.show_progress if show_progress is None else show_progress, padding_side=padding_side)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({type(self.model).__name__}, batch_size={self.batch_size})"
+
+
+class CausalLMAdapter(_HFAdapter):
+    """Decoder-only models (DialoGPT, GPT-2): ``turn<eos>turn<eos>response<eos>``, left padding."""
+
+    is_seq2seq = False
+
+
+class Seq2SeqAdapter(_HFAdapter):
+    """Encoder-decoder models (BlenderBot, BART, T5): turns to the encoder, response from the decoder."""
+
+    is_seq2seq = True
+
+
+def resolve_adapter(pl_module: Any, model_attr: str = "model", tokenizer_attr: str = "tokenizer",
+                    format: DialogueFormat | None = None, **adapter_kwargs: Any) -> DialogueModelAdapter:
+    """The adapter for a LightningModule.
+
+    The module itself when it implements :class:`DialogueModelAdapter`; otherwise
+    ``getattr(pl_module, model_attr)`` with ``getattr(pl_module, tokenizer_attr)`` wrapped in
+    :class:`Seq2SeqAdapter` or :class:`CausalLMAdapter` according to
+    ``model.config.is_encoder_decoder``. Other keywords go to the adapter.
+    """
+    if isinstance(pl_module, DialogueModelAdapter):
+        return pl_module
+    name = type(pl_module).__name__
+    model = getattr(pl_module, model_attr, None)
+    tokenizer = getattr(pl_module, tokenizer_attr, None)
+    problems = []
+    if model is None:
+        problems.append(f"it has no attribute {model_attr!r} holding the Hugging Face model")
+    elif not callable(getattr(model, "generate", None)):
+        problems.append(f"{name}.{model_attr} is a {type(model).__name__}, which has no .generate() "
+                        "(a Hugging Face *ForCausalLM / *ForConditionalGeneration model is needed)")
+    if tokenizer is None:
+        problems.append(f"it has no attribute {tokenizer_attr!r} holding the tokenizer")
+    if problems:
+        raise TypeError(
+            f"cannot reach a dialogue model through {name}: " + "; ".join(problems) + ". Either\n"
+            f"  1. keep the model and tokenizer on the module: self.{model_attr} = AutoModelForCausalLM"
+            f".from_pretrained(...) (or AutoModelForSeq2SeqLM) and self.{tokenizer_attr} = "
+            "AutoTokenizer.from_pretrained(...) — or pass model_attr=/tokenizer_attr= naming your attributes; or\n"
+            "  2. implement the DialogueModelAdapter protocol on the module: "
+            "generate(contexts, **generation_kwargs) -> list[str] and "
+            "token_logprobs(contexts, responses) -> list[torch.Tensor].")
+    cls = Seq2SeqAdapter if is_seq2seq(model) else CausalLMAdapter
+    return cls(model, tokenizer, format=format, **adapter_kwargs)
+
+
+__all__ = ["DialogueModelAdapter", "CausalLMAdapter", "Seq2SeqAdapter", "resolve_adapter"]

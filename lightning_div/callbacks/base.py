@@ -1,0 +1,152 @@
+"""What every lightning-div callback shares: finding data and the model, scheduling, timing, errors.
+
+Callbacks hold no maths. They resolve their evaluation data (explicit arguments or
+the datamodule), reach the user's model through an adapter, run their work sharded
+across processes (:mod:`lightning_div.distributed`), and log (:mod:`lightning_div.tracking`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import Callback
+
+from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.formatting import DialogueFormat
+from lightning_div.tracking import artifact_dir, log_scalars, warn_once
+
+log = logging.getLogger("lightning_div")
+
+DATA_HELP = (
+    "Give the callback its data explicitly — {arg}=[(context, reference), ...] or (context, [references]) "
+    "pairs, or a path any lightning_div reader understands (JSONL, CSV/TSV, DailyDialog, ParlAI, a dataset "
+    "directory) — or use a datamodule with a `{method}()` method (lightning_div.datamodules.DialogueDataModule "
+    "has one)."
+)
+
+
+def sample_indices(n_total: int, n: int | None, seed: int) -> np.ndarray:
+    """A fixed random subset of ``range(n_total)`` (all of it when n is None or >= n_total), sorted."""
+    if n is None or n >= n_total:
+        return np.arange(n_total)
+    if n < 1:
+        raise ValueError(f"the sample size must be >= 1 or None, got {n}")
+    return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))
+
+
+class DiversityCallback(Callback):
+    """Base class: subclasses implement the work; this class gives them data, model, schedule and logging.
+
+    Args:
+        every_n_epochs: run at the end of every n-th epoch (1 = every epoch).
+        seed: seeds the fixed evaluation sample and any sampling in generation.
+        model_attr / tokenizer_attr: where the model and tokenizer live on the LightningModule.
+        format: context layout (turn separator, history) shared with training.
+        batch_size: batch size for generation / scoring / embedding.
+        max_new_tokens: generation length limit.
+        dirpath: cache directory (clusters); default ``<default_root_dir>/lightning_div``.
+        show_progress: progress bars for the long steps.
+        on_error: "warn" (default) skips the epoch's measurement with a warning so training
+            continues; "raise" re-raises.
+    """
+
+    name = "diversity"
+
+    def __init__(self, every_n_epochs: int = 1, seed: int = 0, model_attr: str = "model",
+                 tokenizer_attr: str = "tokenizer", format: DialogueFormat | None = None, batch_size: int = 32,
+                 max_new_tokens: int = 32, dirpath: str | None = None, show_progress: bool = True,
+                 on_error: str = "warn") -> None:
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        if on_error not in ("warn", "raise"):
+            raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+        self.every_n_epochs = every_n_epochs
+        self.seed = seed
+        self.model_attr = model_attr
+        self.tokenizer_attr = tokenizer_attr
+        self.format = format or DialogueFormat()
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.dirpath = dirpath
+        self.show_progress = show_progress
+        self.on_error = on_error
+        self.history: list[dict[str, float]] = []
+
+    # -- where things are --------------------------------------------------------------------------
+
+    def cache_dir(self, trainer: pl.Trainer) -> Path:
+        return Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "lightning_div"
+
+    def output_dir(self, trainer: pl.Trainer) -> Path:
+        return artifact_dir(trainer, self.cache_dir(trainer) / "plots")
+
+    def adapter(self, pl_module: pl.LightningModule) -> Any:
+        """The user's model as a :class:`~lightning_div.adapters.DialogueModelAdapter` (built fresh: no stale weights)."""
+        from lightning_div.adapters import resolve_adapter
+
+        return resolve_adapter(pl_module, model_attr=self.model_attr, tokenizer_attr=self.tokenizer_attr,
+                               format=self.format, batch_size=self.batch_size, max_new_tokens=self.max_new_tokens,
+                               show_progress=False, seed=self.seed)
+
+    def resolve_pairs(self, trainer: pl.Trainer, explicit: Any, method: str, arg: str) -> list[DialoguePair]:
+        """Explicit pairs/path if given, else ``trainer.datamodule.<method>()``, else a helpful error."""
+        from lightning_div.datamodules.formats import read_pairs
+
+        if explicit is not None:
+            pairs = read_pairs(explicit)
+        else:
+            dm = getattr(trainer, "datamodule", None)
+            if dm is None or not callable(getattr(dm, method, None)):
+                raise ValueError(f"{type(self).__name__} has no data: {DATA_HELP.format(arg=arg, method=method)}")
+            pairs = read_pairs(list(getattr(dm, method)()))
+        if not pairs:
+            raise ValueError(f"{type(self).__name__}: {arg} is empty")
+        return pairs
+
+    # -- when ----------------------------------------------------------------------------------------
+
+    def due(self, trainer: pl.Trainer) -> bool:
+        """Not during the sanity check; at every n-th epoch while fitting; always in validate/test."""
+        if trainer.sanity_checking:
+            return False
+        if trainer.state.fn != "fit":
+            return True
+        return (trainer.current_epoch + 1) % self.every_n_epochs == 0
+
+    @contextmanager
+    def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
+        """Times the block, logs what it put in the yielded dict plus ``timing/<name>_s``; isolates failures."""
+        metrics: dict[str, float] = {}
+        start = time.perf_counter()
+        try:
+            yield metrics
+        except Exception as err:
+            if self.on_error == "raise":
+                raise
+            warn_once(f"{self.name}:{what}:{type(err).__name__}",
+                      f"{type(self).__name__} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
+                      f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}")
+            metrics.clear()
+        metrics[f"timing/{self.name}_s"] = time.perf_counter() - start
+        logged = log_scalars(pl_module, metrics, type(self).__name__)
+        self.history.append({"epoch": float(trainer.current_epoch), **logged})
+
+    # -- checkpointing -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": list(self.history)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict.get("history", []))
+
+
+def contexts_of(pairs: Sequence[DialoguePair]) -> list[list[str]]:
+    return [list(p.context) for p in pairs]

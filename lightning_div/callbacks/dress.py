@@ -1,0 +1,163 @@
+"""DRESSReweighting: semantic reweighting of the training data (Han et al., 2022) as a callback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+
+from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.callbacks.clusters import ClusterSpec
+from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
+from lightning_div.tracking import log_figure
+
+MODES = ("loss", "sampler")
+
+
+class DRESSReweighting(DiversityCallback):
+    """Weights gold training responses by the rarity of their semantic cluster, w = (1 - p_train(c))^lam.
+
+    At fit start: embeds the gold training responses, loads or fits the semantic
+    clusters (the same cache file as SemanticDiversityMonitor, so the work is done
+    once), computes the weights and hands them to the datamodule
+    (``set_sample_weights`` in ``mode="loss"``, ``set_sampling("sampler", w)`` in
+    ``mode="sampler"``). With ``negatives=True``, at each training epoch end it
+    generates greedily for ``num_negative_contexts`` training contexts, finds the head
+    clusters (share > ``head_threshold``) and adds those generated responses with
+    ``negative_weight`` to the next epoch's data. Logs ``dress/head_clusters``,
+    ``dress/weight_mean``, ``dress/weight_min``, ``dress/weight_max``,
+    ``dress/effective_sample_size`` and a weight histogram.
+
+    ``mode="loss"``: batches carry ``sample_weight``; the ``training_step`` calls
+    ``lightning_div.dress.weighted_lm_loss(logits, labels, batch["sample_weight"])``
+    (DialogueLM does). ``mode="sampler"``: examples are drawn in proportion to their
+    weights and the loss stays unweighted — for modules whose loss cannot change;
+    negative weights cannot be expressed by sampling, so ``negatives`` must be False.
+
+    Weights, head clusters and negatives are checkpointed: a resumed run continues
+    with bit-identical weights.
+    """
+
+    name = "dress"
+
+    def __init__(self, encoder: Any = "microsoft/DialoGPT-large", clusters: Any = None, num_clusters: int = 20,
+                 variance_kept: float = 0.9, kmeans_seed: int = 27, lam: float = 30.0, normalize: bool = False,
+                 negatives: bool = True, num_negative_contexts: int = 5000, head_threshold: float = 0.1,
+                 negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: dict[str, Any] | None = None,
+                 encoder_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode == "sampler" and negatives:
+            raise ValueError("DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
+                             "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss.")
+        self.spec = ClusterSpec(encoder=encoder, clusters=clusters, num_clusters=num_clusters,
+                                variance_kept=variance_kept, kmeans_seed=kmeans_seed, encoder_kwargs=encoder_kwargs)
+        self.lam = lam
+        self.normalize = normalize
+        self.negatives = negatives
+        self.num_negative_contexts = num_negative_contexts
+        self.head_threshold = head_threshold
+        self.negative_weight = negative_weight
+        self.mode = mode
+        self.generation_kwargs = dict(generation_kwargs or {})
+        self.weights: np.ndarray | None = None
+        self.heads: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.negative_pairs: list[DialoguePair] = []
+        self.negative_weights: np.ndarray = np.zeros(0)
+
+    def _datamodule(self, trainer: pl.Trainer) -> Any:
+        dm = getattr(trainer, "datamodule", None)
+        needed = ("gold_train_responses", "set_sample_weights") + (("set_negatives",) if self.negatives else ())
+        if dm is None or not all(callable(getattr(dm, m, None)) for m in needed):
+            raise ValueError(f"DRESSReweighting needs a datamodule with {', '.join(needed)} "
+                             "(lightning_div.datamodules.DialogueDataModule): it must change which examples and "
+                             "weights the training dataloader yields")
+        return dm
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and self.negatives and trainer.reload_dataloaders_every_n_epochs != 1:
+            # Negatives change the training set each epoch, so its dataloader (and sampler length) must be rebuilt.
+            trainer.reload_dataloaders_every_n_epochs = 1
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        dm = self._datamodule(trainer)
+        if self.weights is None:  # a resumed run restored them already
+            clusters, gold_ids = self.spec.gold_assignments(trainer, pl_module, list(dm.gold_train_responses()),
+                                                            self.cache_dir(trainer), self.batch_size,
+                                                            self.show_progress)
+            self.weights = dress_weights(gold_ids, clusters.num_clusters, self.lam, self.normalize)
+        self._push(dm)
+
+    def _push(self, dm: Any) -> None:
+        if self.mode == "sampler":
+            dm.set_sampling("sampler", self.weights)
+        else:
+            dm.set_sample_weights(self.weights)
+            if self.negatives:
+                dm.set_negatives(list(self.negative_pairs), np.asarray(self.negative_weights, dtype=np.float64))
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        with self.measuring(trainer, pl_module, "DRESS negatives") as m:
+            if self.negatives and self.due(trainer):
+                self._mine_negatives(trainer, pl_module)
+                self._push(self._datamodule(trainer))
+            all_w = np.concatenate([self.weights, self.negative_weights]) if self.weights is not None else np.zeros(0)
+            m.update({"dress/head_clusters": float(len(self.heads)), "dress/negatives": float(len(self.negative_pairs)),
+                      "dress/weight_mean": float(all_w.mean()) if all_w.size else 0.0,
+                      "dress/weight_min": float(all_w.min()) if all_w.size else 0.0,
+                      "dress/weight_max": float(all_w.max()) if all_w.size else 0.0,
+                      "dress/effective_sample_size": effective_sample_size(all_w)})
+            if trainer.is_global_zero and all_w.size:
+                self._plot(trainer, all_w)
+
+    def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        dm = self._datamodule(trainer)
+        contexts = list(dm.train_contexts())
+        # A fresh sample each epoch, fixed by (seed, epoch) so resumed and uninterrupted runs agree.
+        idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * trainer.current_epoch)
+        chosen = [list(contexts[i]) for i in idx]
+        generated = self.generate(self.adapter(pl_module), chosen, self.generation_kwargs, "DRESS negatives")
+        clusters = self.spec.get_clusters(trainer, pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer),
+                                          self.batch_size, self.show_progress)
+        encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
+        ids = clusters.assign(encoder.encode(generated))
+        self.heads = head_clusters(ids, clusters.num_clusters, self.head_threshold)
+        w = negative_weights(ids, self.heads, self.negative_weight)
+        keep = np.flatnonzero(w != 0)
+        self.negative_pairs = [DialoguePair(tuple(chosen[i]), generated[i], source="dress-negative") for i in keep]
+        self.negative_weights = w[keep]
+
+    def _plot(self, trainer: pl.Trainer, weights: np.ndarray) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.hist(weights, bins=40)
+        ax.set_yscale("log")
+        ax.set_xlabel("DRESS sample weight")
+        ax.set_ylabel("examples")
+        ax.set_title(f"DRESS weights, epoch {trainer.current_epoch} (lambda={self.lam})")
+        log_figure(trainer, "dress/weight_histogram", fig, self.output_dir(trainer))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(),
+                "weights": None if self.weights is None else self.weights.tolist(),
+                "heads": self.heads.tolist(),
+                "negative_pairs": [(list(p.context), p.response) for p in self.negative_pairs],
+                "negative_weights": self.negative_weights.tolist(),
+                "clusters_path": self.spec.clusters_path}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        w = state_dict.get("weights")
+        self.weights = None if w is None else np.asarray(w, dtype=np.float64)
+        self.heads = np.asarray(state_dict.get("heads", []), dtype=np.int64)
+        self.negative_pairs = [DialoguePair(tuple(c), r, source="dress-negative")
+                               for c, r in state_dict.get("negative_pairs", [])]
+        self.negative_weights = np.asarray(state_dict.get("negative_weights", []), dtype=np.float64)
+        self.spec.clusters_path = state_dict.get("clusters_path")

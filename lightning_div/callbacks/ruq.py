@@ -1,0 +1,182 @@
+"""RUQMonitor: how often the model prefers "I don't know." over the real reference (Khayrallah & Sedoc, 2021)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+from pytorch_lightning.utilities import rank_zero_warn
+
+from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.distributed import distributed_map
+from lightning_div.metrics import ruq_score
+from lightning_div.tracking import log_figure
+
+
+class RUQMonitor(DiversityCallback):
+    """RUQ on a fixed training sample (``train/ruq``) and on validation (``val/ruq``) at epoch ends.
+
+    RUQ = 100 x share of prompts whose reference has a higher length-normalised
+    log-likelihood than the IDK response (lowest-scoring reference when there are
+    several). Logs ``<split>/ruq`` (against the first IDK string) and
+    ``<split>/ruq_idk1``, ``_idk2``, ... (one per IDK string), the plot of the paper
+    (mean log-prob by token position of the reference, the model's beam output and each
+    IDK string), and ``val/ruq_alert`` = 1 when RUQ falls below ``warn_below`` or drops
+    by more than ``warn_drop`` points since the last measurement.
+
+    Args:
+        idk_responses: the IDK strings; the first is the headline.
+        num_train_prompts / num_val_prompts: fixed random sample sizes (None = all).
+        train_pairs / val_pairs: evaluation data (pairs or a path); default: the datamodule's.
+        plot: log the per-position plot every measured validation epoch.
+        num_plot_prompts: prompts used for the plot (its beam search is the costly part).
+        num_beams: beam size of the "model output" line of the plot.
+        warn_below / warn_drop: alert thresholds on val/ruq (None disables each).
+    """
+
+    name = "ruq"
+
+    def __init__(self, idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
+                 num_train_prompts: int | None = 256, num_val_prompts: int | None = 256,
+                 train_pairs: Any = None, val_pairs: Any = None, plot: bool = True, num_plot_prompts: int = 64,
+                 num_beams: int = 5, warn_below: float | None = None, warn_drop: float | None = 10.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        idk = list(idk_responses)
+        if not idk or not all(isinstance(s, str) and s.strip() for s in idk):
+            raise ValueError(f"idk_responses must be non-empty strings, got {idk_responses!r}")
+        self.idk_responses = idk
+        self.num_train_prompts = num_train_prompts
+        self.num_val_prompts = num_val_prompts
+        self.train_pairs_arg = train_pairs
+        self.val_pairs_arg = val_pairs
+        self.plot = plot
+        self.num_plot_prompts = num_plot_prompts
+        self.num_beams = num_beams
+        self.warn_below = warn_below
+        self.warn_drop = warn_drop
+        self._samples: dict[str, list[DialoguePair]] = {}
+        self._indices: dict[str, list[int]] = {}
+        self.last_val_ruq: float | None = None
+
+    # -- data ---------------------------------------------------------------------------------------
+
+    def _sample(self, trainer: pl.Trainer, split: str) -> list[DialoguePair]:
+        if split not in self._samples:
+            if split == "train":
+                pairs = self.resolve_pairs(trainer, self.train_pairs_arg, "train_pairs", "train_pairs")
+                n = self.num_train_prompts
+            else:
+                pairs = self.resolve_pairs(trainer, self.val_pairs_arg, "val_pairs", "val_pairs")
+                n = self.num_val_prompts
+            # Restored indices (resume) win, so a resumed run scores the very same prompts.
+            idx = self._indices.get(split)
+            if idx is None or (idx and max(idx) >= len(pairs)):
+                idx = sample_indices(len(pairs), n, self.seed + (0 if split == "train" else 1)).tolist()
+            self._indices[split] = idx
+            self._samples[split] = [pairs[i] for i in idx]
+        return self._samples[split]
+
+    # -- work ---------------------------------------------------------------------------------------
+
+    def _token_logprobs(self, adapter: Any, items: list[tuple[tuple[str, ...], str]]) -> list[Any]:
+        def score(batch: list[tuple[tuple[str, ...], str]]) -> list[Any]:
+            return adapter.token_logprobs([list(c) for c, _ in batch], [r for _, r in batch])
+
+        key = [sum(len(t) for t in c) + len(r) for c, r in items]
+        return distributed_map(score, items, self.batch_size, sort_key=key, show_progress=self.show_progress,
+                               desc=f"RUQ scoring ({len(items)} pairs)")
+
+    def compute(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
+        """RUQ for every IDK string over ``pairs`` (one batched, sharded scoring pass)."""
+        items: list[tuple[tuple[str, ...], str]] = []
+        for p in pairs:
+            items.extend((p.context, r) for r in p.all_references)
+            items.extend((p.context, s) for s in self.idk_responses)
+        scores = [float(lp.sum() / max(lp.numel(), 1)) for lp in self._token_logprobs(adapter, items)]
+        refs, idks, pos = [], [[] for _ in self.idk_responses], 0
+        for p in pairs:
+            k = len(p.all_references)
+            refs.append(scores[pos:pos + k])
+            pos += k
+            for j in range(len(self.idk_responses)):
+                idks[j].append(scores[pos + j])
+            pos += len(self.idk_responses)
+        out = {f"ruq_idk{j + 1}": ruq_score(refs, idk) for j, idk in enumerate(idks)}
+        out["ruq"] = out["ruq_idk1"]
+        return out
+
+    def _plot(self, trainer: pl.Trainer, adapter: Any, pairs: Sequence[DialoguePair]) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        pairs = list(pairs[: self.num_plot_prompts])
+        beams = self.generate(adapter, [p.context for p in pairs], {"num_beams": self.num_beams, "do_sample": False},
+                              "RUQ plot: beam search")
+        lines = {"reference": [p.response for p in pairs], f"beam ({self.num_beams})": beams}
+        for j, s in enumerate(self.idk_responses):
+            lines[f"IDK {j + 1}: {s}"] = [s] * len(pairs)
+        items = [(p.context, r) for rs in lines.values() for p, r in zip(pairs, rs)]
+        logprobs = self._token_logprobs(adapter, items)
+        if not trainer.is_global_zero:
+            return
+        from lightning_div.scoring import profile_from_logprobs
+
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for k, name in enumerate(lines):
+            means, counts = profile_from_logprobs(logprobs[k * len(pairs):(k + 1) * len(pairs)])
+            keep = counts > 0
+            ax.plot(np.arange(1, len(means) + 1)[keep], means[keep], marker="o", markersize=3, label=name)
+        ax.set_xlabel("token position in the response (EOS included)")
+        ax.set_ylabel("mean log p(token)")
+        ax.set_title(f"RUQ: per-position log-probability, epoch {trainer.current_epoch}")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        log_figure(trainer, "val/ruq_plot", fig, self.output_dir(trainer))
+
+    def _alerts(self, value: float) -> float:
+        reasons = []
+        if self.warn_below is not None and value < self.warn_below:
+            reasons.append(f"val/ruq = {value:.1f} is below warn_below = {self.warn_below}")
+        if self.warn_drop is not None and self.last_val_ruq is not None and self.last_val_ruq - value > self.warn_drop:
+            reasons.append(f"val/ruq dropped from {self.last_val_ruq:.1f} to {value:.1f} "
+                           f"(more than warn_drop = {self.warn_drop})")
+        self.last_val_ruq = value
+        for r in reasons:
+            rank_zero_warn(f"RUQMonitor: {r}: the model increasingly prefers \"{self.idk_responses[0]}\"")
+        return 1.0 if reasons else 0.0
+
+    # -- hooks --------------------------------------------------------------------------------------
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.due(trainer):
+            return
+        with self.measuring(trainer, pl_module, "train RUQ") as m:
+            values = self.compute(self.adapter(pl_module), self._sample(trainer, "train"))
+            m.update({f"train/{k}": v for k, v in values.items()})
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.due(trainer):
+            return
+        with self.measuring(trainer, pl_module, "validation RUQ") as m:
+            adapter = self.adapter(pl_module)
+            pairs = self._sample(trainer, "val")
+            values = self.compute(adapter, pairs)
+            m.update({f"val/{k}": v for k, v in values.items()})
+            m["val/ruq_alert"] = self._alerts(values["ruq"])
+            if self.plot:
+                self._plot(trainer, adapter, pairs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "indices": dict(self._indices), "last_val_ruq": self.last_val_ruq}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._indices = {k: list(v) for k, v in state_dict.get("indices", {}).items()}
+        self._samples = {}
+        self.last_val_ruq = state_dict.get("last_val_ruq")

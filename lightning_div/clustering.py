@@ -1,0 +1,451 @@
+"""SemanticClusters: the persistent k-means partition of response embeddings behind Sem-Ent and DRESS.
+
+Pipeline (the Sem-Ent authors' k-means, which is MAUVE's ``cluster_feats``):
+L2-normalise -> PCA keeping the fewest components that explain >= ``variance_kept`` of
+the variance -> ``faiss.Kmeans(d, k, niter, nredo, seed)`` -> nearest centroid.
+
+Fitting sub-samples like faiss (and so MAUVE and the authors) does by default: when
+there are more than ``max_points_per_centroid * k`` points (256 * 20 = 5,120 for the
+defaults), the centroids are trained on that many points drawn with ``seed``; every
+point is still assigned to its nearest centroid. ``max_points_per_centroid=None``
+trains on all points (slower on CPU, same partition quality in our benchmark).
+
+A fitted object is saved with its PCA, centroids and a config (encoder name, k, seed,
+variance kept, niter, nredo, sampling, data fingerprint), so a resumed or later run
+reuses identical clusters; ``load(path, expected=...)`` refuses a file fitted under a
+different config and names each differing field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+import warnings
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lightning_div.metrics import cluster_histogram
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+CONFIG_FIELDS = ("encoder_name", "num_clusters", "seed", "variance_kept", "niter", "nredo",
+                 "max_points_per_centroid", "data_fingerprint")
+# faiss's own advice: fewer than this many points per centroid gives unreliable centroids
+MIN_POINTS_PER_CENTROID = 39
+
+
+def fingerprint_texts(texts: Sequence[str]) -> str:
+    """Stable, order-sensitive hash of a list of texts (same list -> same hex string, in any process)."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts must be a sequence of strings, not a single string")
+    h = hashlib.blake2b(digest_size=16)
+    n = 0
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] is {type(text).__name__}, expected str")
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))  # length prefix: ["ab", "c"] != ["a", "bc"]
+        h.update(data)
+        n += 1
+    h.update(n.to_bytes(8, "little"))
+    return h.hexdigest()
+
+
+def _check_rows(x: Any, name: str = "embeddings") -> np.ndarray:
+    """float32 [n, d] with finite, non-zero rows (L2-normalising a zero row is undefined)."""
+    arr = np.asarray(x)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array [n, dim], got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(f"{name} must be real numbers, got dtype {arr.dtype}")
+    arr = arr.astype(np.float32, copy=False)
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        bad = int(np.flatnonzero(~finite)[0])
+        raise ValueError(f"{name}[{bad}] contains NaN or inf ({int((~finite).sum())} such rows)")
+    norms = np.linalg.norm(arr, axis=1)
+    if arr.shape[0] and (norms == 0).any():
+        bad = int(np.flatnonzero(norms == 0)[0])
+        raise ValueError(f"{name}[{bad}] is the zero vector, which has no direction to L2-normalise")
+    return arr / norms[:, None].astype(np.float32)
+
+
+class SemanticClusters:
+    """k-means clusters of L2-normalised, PCA-reduced response embeddings (fit once, assign many times).
+
+    Args:
+        num_clusters: k.
+        variance_kept: PCA keeps the fewest components whose explained variance reaches this, in (0, 1].
+        niter, nredo, seed: faiss k-means iterations, restarts (best objective kept) and seed.
+            seed=27 with the PCA seed 26 reproduces the Sem-Ent authors' clusters.
+        use_gpu: True, False, or "auto" (faiss GPU when ``faiss.get_num_gpus() > 0``).
+        encoder_name: name of the encoder that produced the embeddings (part of the config).
+        show_progress: a tqdm bar over the fitting stages.
+        max_points_per_centroid: faiss's training sub-sample per centroid (256 as faiss, MAUVE
+            and the authors); None trains on every point.
+    """
+
+    def __init__(self, num_clusters: int = 20, variance_kept: float = 0.9, niter: int = 500, nredo: int = 5,
+                 seed: int = 27, use_gpu: bool | str = "auto", encoder_name: str | None = None,
+                 show_progress: bool = True, max_points_per_centroid: int | None = 256) -> None:
+        for field, value, low in (("num_clusters", num_clusters, 1), ("niter", niter, 1), ("nredo", nredo, 1),
+                                  ("seed", seed, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{field} must be an integer >= {low}, got {value!r}")
+        if isinstance(variance_kept, bool) or not isinstance(variance_kept, (int, float)) \
+                or not 0 < variance_kept <= 1:
+            raise ValueError(f"variance_kept must be in (0, 1], got {variance_kept!r}")
+        if use_gpu not in (True, False, "auto"):
+            raise ValueError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}")
+        if max_points_per_centroid is not None and (
+                isinstance(max_points_per_centroid, bool) or not isinstance(max_points_per_centroid, int)
+                or max_points_per_centroid < 1):
+            raise ValueError("max_points_per_centroid must be an integer >= 1 or None, "
+                             f"got {max_points_per_centroid!r}")
+        self.num_clusters = int(num_clusters)
+        self.variance_kept = float(variance_kept)
+        self.niter, self.nredo, self.seed = int(niter), int(nredo), int(seed)
+        self.use_gpu = use_gpu
+        self.encoder_name = encoder_name
+        self.show_progress = show_progress
+        self.max_points_per_centroid = max_points_per_centroid
+        self.data_fingerprint: str | None = None
+        self.pca_mean: np.ndarray | None = None  # [input_dim]
+        self.pca_components: np.ndarray | None = None  # [n_components, input_dim]
+        self.explained_variance: float | None = None  # fraction explained by the kept components
+        self.centroids: np.ndarray | None = None  # [num_clusters, n_components]
+        self.inertia: float | None = None  # sum of squared distances to the nearest centroid, fit data
+        self.fit_seconds: dict[str, float] = {}  # wall time of the last fit: pca, kmeans, total
+
+    # ------------------------------------------------------------------ config
+    @property
+    def config(self) -> dict[str, Any]:
+        """Everything that decides the clusters; equal configs on equal data give equal clusters."""
+        return {"encoder_name": self.encoder_name, "num_clusters": self.num_clusters, "seed": self.seed,
+                "variance_kept": self.variance_kept, "niter": self.niter, "nredo": self.nredo,
+                "max_points_per_centroid": self.max_points_per_centroid, "data_fingerprint": self.data_fingerprint}
+
+    @property
+    def config_hash(self) -> str:
+        """16 hex characters identifying ``config`` (e.g. for a cache file name)."""
+        return _hash_config(self.config)
+
+    @property
+    def fitted(self) -> bool:
+        return self.centroids is not None
+
+    @property
+    def input_dim(self) -> int | None:
+        return None if self.pca_mean is None else int(self.pca_mean.shape[0])
+
+    @property
+    def n_components(self) -> int | None:
+        return None if self.pca_components is None else int(self.pca_components.shape[0])
+
+    # --------------------------------------------------------------------- fit
+    def _faiss_gpu(self) -> int:
+        import faiss
+        available = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+        if self.use_gpu is True and available == 0:
+            raise RuntimeError("use_gpu=True but faiss sees no GPU: install faiss-gpu "
+                               "(lightning-div[gpu]) on a CUDA machine, or use use_gpu='auto'")
+        return 1 if self.use_gpu is True or (self.use_gpu == "auto" and available > 0) else 0
+
+    def fit(self, embeddings: Any, data_fingerprint: str | None = None) -> SemanticClusters:
+        """Fit PCA and k-means on ``embeddings`` [n, dim]; returns self."""
+        import faiss
+        from sklearn.decomposition import PCA
+
+        k = self.num_clusters
+        gpus = self._faiss_gpu()
+        x = _check_rows(embeddings)
+        n = x.shape[0]
+        if n < k:
+            raise ValueError(f"num_clusters={k} needs at least {k} embeddings, got {n}")
+        distinct = _count_distinct(x)
+        if distinct == 1:
+            raise ValueError(f"all {n} embeddings point in the same direction (identical after L2 normalisation): "
+                             "there is nothing to cluster")
+        if distinct < k:
+            raise ValueError(f"only {distinct} distinct embeddings (after L2 normalisation) for num_clusters={k}; "
+                             f"use num_clusters <= {distinct} or more varied data")
+        if n < MIN_POINTS_PER_CENTROID * k:
+            warnings.warn(f"SemanticClusters: clustering {n} points into {k} clusters; faiss recommends at least "
+                          f"{MIN_POINTS_PER_CENTROID * k} ({MIN_POINTS_PER_CENTROID} per cluster) for stable "
+                          "centroids", stacklevel=2)
+
+        clock = time.perf_counter()
+        stages = tqdm(total=3, desc="Fitting semantic clusters", disable=not self.show_progress, unit="stage")
+        stages.set_postfix_str("PCA")
+        # sklearn PCA (not faiss.PCAMatrix: it gives the whole explained-variance curve in one fit),
+        # with MAUVE's random_state (the authors pass seed 25: PCA 26, faiss 27) although the exact
+        # solvers below do not use it. With n >= d we decompose the d x d covariance in float64
+        # instead of MAUVE's full float32 SVD: on 50,000 x 1,024 it took 3.4 s instead of 61 s on
+        # 2 cores, and the float32 SVD's components differ from it by up to 4e-5 (the float32
+        # covariance's by 7e-4). Costs a float64 copy of the data. Features and k-means stay float32.
+        solver = "covariance_eigh" if n >= x.shape[1] else "full"
+        pca = PCA(n_components=None, svd_solver=solver, random_state=max(self.seed - 1, 0)).fit(x.astype(np.float64))
+        ratio = np.nan_to_num(pca.explained_variance_ratio_, nan=0.0)
+        cumulative = np.cumsum(ratio)
+        reached = np.flatnonzero(cumulative >= self.variance_kept)
+        m = int(reached[0]) + 1 if reached.size else len(cumulative)  # 1.0 may be missed by rounding
+        if m == 1:
+            log.info("SemanticClusters: one PCA component explains %.1f%% of the variance; clustering on a line",
+                     100 * cumulative[0])
+        mean = pca.mean_.astype(np.float32)
+        components = np.ascontiguousarray(pca.components_[:m], dtype=np.float32)
+        times = {"pca": time.perf_counter() - clock}
+        stages.update()
+
+        stages.set_postfix_str(f"k-means (d={m}, {'GPU' if gpus else 'CPU'})")
+        reduced = _project(x, mean, components)
+        kmeans = faiss.Kmeans(m, k, niter=self.niter, nredo=self.nredo, seed=self.seed, gpu=gpus,
+                              max_points_per_centroid=self.max_points_per_centroid or max(n // k + 1, 1),
+                              min_points_per_centroid=1,  # the < 39*k warning is ours, as a Python warning
+                              verbose=False)
+        kmeans.train(reduced)
+        times["kmeans"] = time.perf_counter() - clock - times["pca"]
+        stages.update()
+
+        stages.set_postfix_str("assign")
+        self.pca_mean, self.pca_components = mean, components
+        self.explained_variance = float(cumulative[m - 1])
+        self.centroids = np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
+        self.data_fingerprint = data_fingerprint
+        distances, ids = self._search(reduced)
+        self.inertia = float(distances.sum())
+        times["total"] = time.perf_counter() - clock
+        self.fit_seconds = times
+        stages.update()
+        stages.close()
+        empty = int((np.bincount(ids, minlength=k) == 0).sum())
+        if empty:
+            warnings.warn(f"SemanticClusters: {empty} of {k} clusters received no training point (duplicate "
+                          "centroids from heavily repeated embeddings); fewer clusters would describe this data",
+                          stacklevel=2)
+        log.info("SemanticClusters: fitted k=%d on %d points, %d PCA components (%.1f%% variance), inertia %.4g",
+                 k, n, m, 100 * self.explained_variance, self.inertia)
+        return self
+
+    def fit_texts(self, texts: Sequence[str], encoder: Any) -> SemanticClusters:
+        """Embed ``texts`` with ``encoder`` (a ResponseEncoder) and fit; records its name and the texts' fingerprint."""
+        texts = list(texts)
+        fingerprint = fingerprint_texts(texts)
+        self.encoder_name = encoder.name
+        return self.fit(encoder.encode(texts), data_fingerprint=fingerprint)
+
+    # ------------------------------------------------------------------ assign
+    def _search(self, reduced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import faiss
+        # k centroids: an exact CPU search is instant, and the same on every machine
+        index = faiss.IndexFlatL2(self.centroids.shape[1])
+        index.add(self.centroids)
+        distances, ids = index.search(np.ascontiguousarray(reduced, dtype=np.float32), 1)
+        return distances.ravel(), ids.ravel().astype(np.int64)
+
+    def transform(self, embeddings: Any) -> np.ndarray:
+        """L2-normalised, PCA-reduced float32 features [n, n_components]."""
+        self._require_fitted()
+        x = _check_rows(embeddings)
+        if x.shape[1] != self.input_dim:
+            raise ValueError(f"embeddings have dimension {x.shape[1]}, but the clusters were fitted on "
+                             f"dimension {self.input_dim} (encoder {self.encoder_name!r})")
+        return _project(x, self.pca_mean, self.pca_components)
+
+    def assign(self, embeddings: Any) -> np.ndarray:
+        """Nearest-centroid cluster id (int64, in [0, num_clusters)) of each embedding."""
+        reduced = self.transform(embeddings)
+        if reduced.shape[0] == 0:
+            return np.zeros(0, dtype=np.int64)
+        return self._search(reduced)[1]
+
+    def histogram(self, ids: Any) -> np.ndarray:
+        """Counts of each cluster id (int64, length num_clusters)."""
+        return cluster_histogram(ids, self.num_clusters)
+
+    def _require_fitted(self) -> None:
+        if not self.fitted:
+            raise RuntimeError("SemanticClusters is not fitted: call fit(), fit_texts() or load() first")
+
+    # --------------------------------------------------------------- persist
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write PCA, centroids and config to ``path`` (.npz, written atomically); returns the path."""
+        self._require_fitted()
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:  # a file object: np.savez would otherwise append ".npz"
+                np.savez(f, format_version=np.int64(FORMAT_VERSION), config=np.array(json.dumps(self.config)),
+                         config_hash=np.array(self.config_hash), pca_mean=self.pca_mean,
+                         pca_components=self.pca_components, centroids=self.centroids,
+                         explained_variance=np.float64(self.explained_variance),
+                         inertia=np.float64(np.nan if self.inertia is None else self.inertia))
+            os.replace(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise type(e)(f"cannot save SemanticClusters to {str(path)!r}: {e.strerror or e}") from e
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, expected: dict[str, Any] | None = None) -> SemanticClusters:
+        """Read a saved file; with ``expected`` (a config dict, or part of one) every given field must match.
+
+        Raises ValueError naming each field that differs, e.g.
+        ``num_clusters: file has 10, requested 20``.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no SemanticClusters file at {str(path)!r}")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                version = int(data["format_version"])
+                config = json.loads(str(data["config"]))
+                stored_hash = str(data["config_hash"])
+                arrays = {name: np.array(data[name]) for name in ("pca_mean", "pca_components", "centroids")}
+                explained, inertia = float(data["explained_variance"]), float(data["inertia"])
+        except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # JSONDecodeError is a ValueError
+            raise ValueError(f"{str(path)!r} is not a SemanticClusters file ({e})") from e
+        if version != FORMAT_VERSION:
+            raise ValueError(f"{str(path)!r} has format version {version}; this version reads {FORMAT_VERSION}")
+        if _hash_config(config) != stored_hash:
+            raise ValueError(f"{str(path)!r}: its config does not match its config hash (edited or corrupted)")
+        if expected is not None:
+            unknown = sorted(set(expected) - set(CONFIG_FIELDS))
+            if unknown:
+                raise ValueError(f"unknown config fields {unknown}; known: {list(CONFIG_FIELDS)}")
+            diffs = [f"{name}: file has {config.get(name)!r}, requested {value!r}"
+                     for name, value in expected.items() if not _same(config.get(name), value)]
+            if diffs:
+                raise ValueError(f"{str(path)!r} was fitted with a different config — " + "; ".join(diffs))
+        out = cls(num_clusters=config["num_clusters"], variance_kept=config["variance_kept"], niter=config["niter"],
+                  nredo=config["nredo"], seed=config["seed"], encoder_name=config["encoder_name"],
+                  max_points_per_centroid=config["max_points_per_centroid"])
+        out.data_fingerprint = config["data_fingerprint"]
+        out.pca_mean, out.pca_components = arrays["pca_mean"], arrays["pca_components"]
+        out.centroids = arrays["centroids"]
+        out.explained_variance, out.inertia = explained, (None if np.isnan(inertia) else inertia)
+        if out.centroids.shape != (out.num_clusters, out.n_components):
+            raise ValueError(f"{str(path)!r}: centroids have shape {out.centroids.shape}, expected "
+                             f"({out.num_clusters}, {out.n_components})")
+        return out
+
+    @classmethod
+    def load_or_fit(cls, path: str | os.PathLike, texts: Sequence[str], encoder: Any,
+                    with_assignments: bool = False, **config: Any) -> Any:
+        """Load the clusters saved at ``path`` if there are any, else embed ``texts``, fit and save.
+
+        ``config`` holds constructor arguments. A directory ``path`` stores
+        ``clusters-<config_hash>.npz`` inside it. A file fitted under another config
+        (encoder, k, seed, ..., or different texts) is an error naming the fields.
+        Under DDP every rank must call this: all ranks embed (sharded), rank 0 fits and
+        saves, and the others receive rank 0's clusters.
+
+        ``with_assignments=True`` returns ``(clusters, ids)``, the cluster id of every
+        text, cached beside the clusters (``<name>.assignments.npy``) so that a later
+        run needs neither the embedding nor the fit.
+        """
+        import torch.distributed as dist
+
+        texts = list(texts)
+        wanted = cls(encoder_name=encoder.name, **config)
+        wanted.data_fingerprint = fingerprint_texts(texts)
+        path = Path(path)
+        if path.is_dir():
+            path = path / f"clusters-{wanted.config_hash}.npz"
+        ids_path = path.with_name(path.stem + ".assignments.npy")
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        rank = dist.get_rank() if world > 1 else 0
+        exists = [path.is_file(), ids_path.is_file()]
+        if world > 1:  # one decision for all ranks: encode() below is a collective
+            dist.broadcast_object_list(exists, src=0)
+        if exists[0]:
+            log.info("SemanticClusters: loaded %s", path)
+            loaded = cls.load(path, expected=wanted.config)
+            loaded.use_gpu, loaded.show_progress = wanted.use_gpu, wanted.show_progress
+            if not with_assignments:
+                return loaded
+            if exists[1]:
+                ids = np.load(ids_path)
+                if ids.shape != (len(texts),):
+                    raise ValueError(f"{str(ids_path)!r} holds {ids.shape} ids for {len(texts)} texts")
+                return loaded, ids
+            ids = loaded.assign(encoder.encode(texts))
+            if rank == 0:
+                np.save(ids_path, ids)
+            return loaded, ids
+
+        embeddings = encoder.encode(texts)
+        if world == 1:
+            fitted = wanted._fit_and_save(embeddings, path)
+        else:
+            # rank 0 fits; the others receive its clusters (or its error, rather than waiting forever)
+            outcome: list[Any] = [None]
+            error: Exception | None = None
+            if rank == 0:
+                try:
+                    outcome = [("ok", wanted._fit_and_save(embeddings, path)._state())]
+                except Exception as e:  # re-raised below, after the other ranks are told
+                    error, outcome = e, [("error", f"{type(e).__name__}: {e}")]
+            dist.broadcast_object_list(outcome, src=0)
+            if error is not None:
+                raise error
+            status, payload = outcome[0]
+            if status == "error":
+                raise RuntimeError(f"SemanticClusters.load_or_fit failed on rank 0: {payload}")
+            if rank != 0:
+                wanted._set_state(payload)
+            fitted = wanted
+        if not with_assignments:
+            return fitted
+        ids = fitted.assign(embeddings)  # every rank holds all embeddings (encode gathers)
+        if rank == 0:
+            np.save(ids_path, ids)
+        return fitted, ids
+
+    def _fit_and_save(self, embeddings: np.ndarray, path: Path) -> SemanticClusters:
+        self.fit(embeddings, data_fingerprint=self.data_fingerprint)
+        self.save(path)
+        log.info("SemanticClusters: fitted on %d texts and saved %s", len(embeddings), path)
+        return self
+
+    def _state(self) -> dict[str, Any]:
+        return {"data_fingerprint": self.data_fingerprint, "pca_mean": self.pca_mean,
+                "pca_components": self.pca_components, "centroids": self.centroids,
+                "explained_variance": self.explained_variance, "inertia": self.inertia}
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+
+def _count_distinct(x: np.ndarray) -> int:
+    """Distinct unit rows, equal up to float32 rounding (rounded to 1e-6 so that v and 3v count once)."""
+    rounded = np.ascontiguousarray(np.round(x, 6) + 0.0)  # + 0.0 turns -0.0 into 0.0
+    # rows as opaque bytes: a 1-D unique, much faster than np.unique(axis=0)
+    return int(np.unique(rounded.view(np.dtype((np.void, rounded.dtype.itemsize * rounded.shape[1])))).size)
+
+
+def _project(x: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
+    """PCA projection, written out so that fit and a loaded file run the same arithmetic."""
+    return np.ascontiguousarray((x - mean) @ components.T, dtype=np.float32)
+
+
+def _hash_config(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b

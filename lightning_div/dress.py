@@ -1,0 +1,93 @@
+"""DRESS (Han et al., 2022): semantic reweighting of training responses.
+
+Gold weight of a training response in cluster c: w = (1 - p_train(c))^lambda, where
+p_train is the cluster histogram of the gold training responses (lambda = 30). With
+``negatives``, generated responses that fall into "head" clusters (share of the
+model's generations > 0.1) are trained on with weight -1, pushing the model away
+from what it over-produces. The loss divides the weighted token cross-entropy by the
+number of target tokens, as in the authors' training loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lightning_div.metrics.semantic import cluster_histogram
+
+
+def dress_weights(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int, lam: float = 30.0,
+                  normalize: bool = False) -> np.ndarray:
+    """w_i = (1 - p_train(c_i))^lam over the gold training responses' cluster ids (float64).
+
+    ``normalize=True`` rescales to mean 1. Off by default, as in the paper: the raw
+    weights are all <= 1 (about 0.04 for a cluster holding 10 % of the data at lam=30),
+    so unnormalised DRESS also lowers the effective learning rate; normalising keeps
+    the step size of unweighted training and changes only the relative emphasis.
+    """
+    if not np.isfinite(lam) or lam < 0:
+        raise ValueError(f"lam must be a finite number >= 0, got {lam}")
+    ids = np.asarray(cluster_ids)
+    hist = cluster_histogram(ids, num_clusters)
+    if hist.sum() == 0:
+        return np.zeros(0, dtype=np.float64)
+    p_train = hist / hist.sum()
+    weights = (1.0 - p_train[ids.astype(np.int64)]) ** lam
+    if normalize:
+        mean = weights.mean()
+        if mean <= 0:  # every response in one cluster: (1 - 1)^lam = 0 for all
+            raise ValueError("cannot normalise DRESS weights: all gold responses are in one cluster, every weight is 0")
+        weights = weights / mean
+    return weights
+
+
+def head_clusters(generated_ids: Sequence[int] | np.ndarray, num_clusters: int, threshold: float = 0.1) -> np.ndarray:
+    """Clusters whose share q_j of the generated responses is > threshold (sorted ids)."""
+    if not 0.0 <= threshold < 1.0:
+        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+    hist = cluster_histogram(generated_ids, num_clusters)
+    if hist.sum() == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(hist / hist.sum() > threshold).astype(np.int64)
+
+
+def negative_weights(generated_ids: Sequence[int] | np.ndarray, heads: Sequence[int] | np.ndarray,
+                     negative_weight: float = -1.0) -> np.ndarray:
+    """Weight of each generated response: ``negative_weight`` in a head cluster, else 0 (not trained on)."""
+    ids = np.asarray(generated_ids, dtype=np.int64)
+    return np.where(np.isin(ids, np.asarray(heads, dtype=np.int64)), float(negative_weight), 0.0)
+
+
+def effective_sample_size(weights: Sequence[float] | np.ndarray) -> float:
+    """Kish's effective sample size (sum |w|)^2 / sum w^2; equals n for uniform weights, 0 for none."""
+    w = np.abs(np.asarray(weights, dtype=np.float64))
+    denom = float((w ** 2).sum())
+    return float(w.sum() ** 2 / denom) if denom > 0 else 0.0
+
+
+def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, sample_weight: torch.Tensor | None = None,
+                     ignore_index: int = -100, causal: bool = True) -> torch.Tensor:
+    """sum_i w_i sum_t CE_it / (number of non-ignored target tokens in the batch).
+
+    ``causal=True``: Hugging Face causal layout, labels aligned with the inputs, so
+    logits at t predict labels at t+1. ``causal=False``: seq2seq layout, logits and
+    labels already aligned. With all weights 1 this equals the usual mean token
+    cross-entropy; a batch with no target tokens gives 0 (with a graph), not NaN.
+    """
+    if causal:
+        logits, labels = logits[:, :-1, :], labels[:, 1:]
+    if logits.shape[:2] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not line up")
+    token_ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1),
+                               ignore_index=ignore_index, reduction="none").view(labels.shape)
+    per_example = token_ce.sum(dim=1)
+    if sample_weight is not None:
+        sample_weight = torch.as_tensor(sample_weight, dtype=per_example.dtype, device=per_example.device)
+        if sample_weight.shape != per_example.shape:
+            raise ValueError(f"sample_weight has shape {tuple(sample_weight.shape)}, expected ({labels.size(0)},)")
+        per_example = per_example * sample_weight
+    num_tokens = (labels != ignore_index).sum().clamp(min=1)
+    return per_example.sum() / num_tokens

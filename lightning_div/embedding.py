@@ -1,0 +1,342 @@
+"""Response embeddings for Sem-Ent and DRESS: text -> one vector per response with any HF model.
+
+Decoder-only models (DialoGPT, GPT-2, Llama...): the response text alone, no BOS/EOS,
+left-truncated to ``max_length`` tokens; the feature is the last hidden layer at the
+last real token (``pooling="last_token"``, the Sem-Ent authors' / MAUVE's feature).
+Encoder models (BERT-like, e.g. all-MiniLM-L6-v2) keep the tokenizer's own special
+tokens, as sentence-transformers does; truncation drops the oldest content tokens and
+keeps the special tokens. Encoder-decoder models are embedded with their encoder.
+
+Defined values: an empty or whitespace-only text is embedded as the tokenizer's EOS
+token alone (decoder-only) or as the special-tokens-only input, e.g. ``[CLS] [SEP]``
+(encoder models) — a finite vector shared by all empty responses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from lightning_div.formatting import is_seq2seq, model_window, special_tokens_around
+
+log = logging.getLogger(__name__)
+
+POOLINGS = ("last_token", "mean")
+_HALF = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+         "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_FULL = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32}
+
+
+def is_decoder_only(model: Any) -> bool:
+    """True for causal-LM architectures (GPT-2, Llama...), False for encoders and encoder-decoders.
+
+    Read from the model type: causal-LM types that are not also masked-LM types
+    (BERT-likes can be built as causal LMs but are encoders).
+    """
+    if is_seq2seq(model):
+        return False
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return None if dtype in (None, torch.float32) else dtype
+    key = str(dtype).lower().removeprefix("torch.")
+    if key in _HALF:
+        return _HALF[key]
+    if key in _FULL:
+        return None
+    raise ValueError(f"dtype={dtype!r} is not supported; use None, 'float32', 'float16' or 'bfloat16'")
+
+
+def _world() -> tuple[int, int]:
+    """(rank, world size) of the default process group, (0, 1) without one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _collective_device() -> torch.device:
+    """Where tensors for the default group's collectives must live (NCCL: the current GPU)."""
+    backend = str(torch.distributed.get_backend()).lower()
+    if "nccl" in backend and "gloo" not in backend:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class ResponseEncoder:
+    """Embeds responses with the last hidden layer of a Hugging Face model.
+
+    Args:
+        model_name_or_path: Hub id or local directory for ``AutoModel`` / ``AutoTokenizer``
+            (loaded on first use).
+        batch_size: texts per forward pass (batches are formed after sorting by length).
+        max_length: tokens kept per text; longer texts lose their first tokens.
+        device: where to run; None = the current CUDA device if there is one, else CPU
+            (``from_model``: where the model already is).
+        pooling: ``"last_token"`` (last real token) or ``"mean"`` (mean over real tokens).
+        dtype: ``"float16"`` / ``"bfloat16"`` run the model in half precision on CUDA
+            (ignored with a warning on CPU); output is always float32.
+        show_progress: tqdm bar over batches (rank 0 only under DDP).
+        distributed: under an initialised process group with world size > 1, every rank
+            encodes a shard and all ranks return the full, gathered array.
+        decoder_only: override the architecture check (None = read it from the model type).
+    """
+
+    def __init__(self, model_name_or_path: str = "microsoft/DialoGPT-large", batch_size: int = 32,
+                 max_length: int = 256, device: str | torch.device | None = None, pooling: str = "last_token",
+                 dtype: str | torch.dtype | None = None, show_progress: bool = True, distributed: bool = True,
+                 decoder_only: bool | None = None) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+            raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r} is unknown; use one of {POOLINGS}")
+        self.model_name_or_path = str(model_name_or_path)
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.device = None if device is None else torch.device(device)
+        self.pooling = pooling
+        self.half_dtype = _resolve_dtype(dtype)
+        self.show_progress = show_progress
+        self.distributed = distributed
+        self.decoder_only = decoder_only
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._owns_model = True
+        self._name: str | None = None
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, **kwargs: Any) -> ResponseEncoder:
+        """Reuse a model already in memory (e.g. the one being trained); it is not copied.
+
+        Its train/eval mode is restored after every ``encode``; with ``dtype`` half
+        precision it runs under autocast instead of being converted.
+        """
+        if "model_name_or_path" in kwargs:
+            raise TypeError("from_model() takes the model itself; do not pass model_name_or_path")
+        encoder = cls(model_name_or_path=getattr(getattr(model, "config", None), "_name_or_path", "") or "",
+                      **kwargs)
+        encoder._model, encoder._tokenizer, encoder._owns_model = model, tokenizer, False
+        if encoder.device is not None:
+            model.to(encoder.device)
+        return encoder
+
+    # ------------------------------------------------------------------ loading
+    @property
+    def name(self) -> str:
+        """Identifies the encoding model (part of the cluster config hash)."""
+        if self._name is None:
+            if self.model_name_or_path:
+                self._name = self.model_name_or_path
+            else:  # a model built from a config: its class and a hash of the config
+                config = self._model.config.to_dict()
+                for volatile in ("transformers_version", "_name_or_path", "name_or_path"):
+                    config.pop(volatile, None)
+                digest = hashlib.blake2b(json.dumps(config, sort_keys=True, default=str).encode(), digest_size=4)
+                self._name = f"{type(self._model).__name__}-{digest.hexdigest()}"
+            if self.pooling != "last_token":
+                self._name += f"@{self.pooling}"
+        return self._name
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
+        return self._tokenizer
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            from transformers import AutoModel
+            device = self._device()
+            model = AutoModel.from_pretrained(self.model_name_or_path)
+            dtype = self.half_dtype if device.type == "cuda" else None
+            self._model = model.to(device=device, dtype=dtype).eval()
+        return self._model
+
+    def _device(self) -> torch.device:
+        if self.device is not None:
+            return self.device
+        if self._model is not None:
+            param = next(self._model.parameters(), None)
+            return param.device if param is not None else torch.device("cpu")
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+    def _is_decoder_only(self) -> bool:
+        return is_decoder_only(self.model) if self.decoder_only is None else self.decoder_only
+
+    def _limit(self) -> int:
+        window = model_window(self.model)
+        if window is not None and self.max_length > window:
+            return window
+        return self.max_length
+
+    # ------------------------------------------------------------- tokenising
+    def _fallback_id(self, decoder_only: bool) -> int:
+        tok = self.tokenizer
+        order = ("eos_token_id", "bos_token_id", "sep_token_id", "cls_token_id", "pad_token_id", "unk_token_id")
+        if not decoder_only:
+            order = ("sep_token_id", "cls_token_id", "eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id")
+        for attr in order:
+            value = getattr(tok, attr, None)
+            if value is not None:
+                return int(value)
+        raise ValueError(f"{type(tok).__name__} has no EOS/SEP/CLS/BOS/PAD/UNK token to embed an empty response with")
+
+    def _token_ids(self, texts: list[str]) -> tuple[list[list[int]], int]:
+        """Token ids per text after left truncation, and how many texts were truncated."""
+        decoder_only = self._is_decoder_only()
+        tok, limit = self.tokenizer, self._limit()
+        # verbose=False: we report over-long texts ourselves, once per call
+        ids = [list(x) for x in tok(texts, add_special_tokens=not decoder_only, verbose=False)["input_ids"]]
+        empty = list(tok("", add_special_tokens=True, verbose=False)["input_ids"])
+        if decoder_only or not empty:
+            empty = [self._fallback_id(decoder_only)]
+        prefix, suffix = ([], []) if decoder_only else special_tokens_around(tok)
+        room = limit - len(prefix) - len(suffix)
+        if room < 1:
+            raise ValueError(f"max_length={limit} leaves no room for text between the special tokens "
+                             f"{prefix + suffix}")
+        truncated = 0
+        for i, (text, row) in enumerate(zip(texts, ids)):
+            if not text.strip() or not row:
+                ids[i] = empty
+            elif len(row) > limit:
+                truncated += 1
+                if decoder_only:
+                    ids[i] = row[len(row) - limit:]
+                else:
+                    content = row[len(prefix):len(row) - len(suffix)]
+                    ids[i] = prefix + content[len(content) - room:] + suffix
+        return ids, truncated
+
+    # ---------------------------------------------------------------- forward
+    def _trunk(self) -> Any:
+        model = self.model
+        if is_seq2seq(model):
+            return model.get_encoder()
+        return getattr(model, "base_model", model)  # skips an LM head: no logits are computed
+
+    def _forward(self, trunk: Any, batch: list[list[int]], device: torch.device, use_cache: bool) -> torch.Tensor:
+        # Right padding always: real tokens keep positions 0..len-1 and a causal model never
+        # attends to a pad, whatever the tokenizer's padding_side or pad token.
+        lengths = torch.tensor([len(r) for r in batch])
+        width = int(lengths.max())
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else batch[0][-1]
+        input_ids = torch.full((len(batch), width), int(pad), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            input_ids[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
+        kwargs = {"use_cache": False} if use_cache else {}
+        autocast = (torch.autocast(device_type="cuda", dtype=self.half_dtype)
+                    if self.half_dtype is not None and device.type == "cuda" and not self._owns_model
+                    else torch.autocast(device_type=device.type, enabled=False))
+        with autocast:
+            out = trunk(input_ids=input_ids.to(device), attention_mask=mask.to(device), **kwargs)
+        hidden = getattr(out, "last_hidden_state", None)
+        if hidden is None:
+            hidden = out[0]
+        hidden = hidden.float()
+        if self.pooling == "last_token":
+            return hidden[torch.arange(len(batch), device=hidden.device), (lengths - 1).to(hidden.device)]
+        weights = mask.to(hidden.device, hidden.dtype).unsqueeze(-1)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+
+    # ----------------------------------------------------------------- encode
+    def encode(self, texts: Sequence[str], show_progress: bool | None = None) -> np.ndarray:
+        """Embed ``texts``: float32 array ``[len(texts), hidden]`` in input order.
+
+        Under DDP (see ``distributed``) every rank must pass the same full list; each
+        encodes a share of the batches and every rank returns the full array, identical
+        to single-process encoding.
+        """
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("texts must be a sequence of strings, not a single string")
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"texts[{i}] is {type(t).__name__}, expected str")
+        rank, world = _world() if self.distributed else (0, 1)
+        if world > 1:
+            self._check_same_size(len(texts), world)
+        model, device = self.model, self._device()
+        hidden_size = int(model.config.hidden_size)
+        if not texts:
+            return np.zeros((0, hidden_size), dtype=np.float32)
+        if self.half_dtype is not None and device.type != "cuda" and rank == 0:
+            warnings.warn(f"ResponseEncoder: dtype={self.half_dtype} is only used on CUDA; encoding in float32 "
+                          f"on {device}", stacklevel=2)
+
+        ids, truncated = self._token_ids(texts)
+        if truncated and rank == 0:  # every rank counts the same texts: say it once
+            warnings.warn(f"ResponseEncoder: {truncated} of {len(texts)} texts were longer than "
+                          f"{self._limit()} tokens and were truncated from the left (first tokens dropped)",
+                          stacklevel=2)
+        # Longest first: a batch that does not fit in memory fails at once, not at the end.
+        order = np.argsort(-np.array([len(r) for r in ids]), kind="stable")
+        batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        mine = batches[rank::world]  # whole batches per rank: each text sees the same padding as alone
+
+        show = self.show_progress if show_progress is None else show_progress
+        trunk = self._trunk()
+        use_cache = "use_cache" in inspect.signature(trunk.forward).parameters  # no KV cache to build
+        modes = [(m, m.training) for m in model.modules()]
+        model.eval()
+        local: list[torch.Tensor] = []
+        try:
+            with torch.inference_mode():
+                for batch in tqdm(mine, desc="Embedding responses", disable=not show or rank != 0,
+                                  unit="batch"):
+                    local.append(self._forward(trunk, [ids[i] for i in batch], device, use_cache))
+        finally:
+            for module, training in modes:
+                module.training = training
+
+        out = np.empty((len(texts), hidden_size), dtype=np.float32)
+        if world == 1:
+            for batch, vectors in zip(mine, local):
+                out[batch] = vectors.cpu().numpy()
+            return out
+        return self._gather(batches, local, world, out)
+
+    @staticmethod
+    def _check_same_size(n: int, world: int) -> None:
+        device = _collective_device()
+        sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]
+        torch.distributed.all_gather(sizes, torch.tensor([n], dtype=torch.long, device=device))
+        sizes_list = [int(s.item()) for s in sizes]
+        if len(set(sizes_list)) != 1:
+            raise ValueError(f"ResponseEncoder.encode under DDP needs the same full list of texts on every rank; "
+                             f"got lengths {sizes_list} per rank")
+
+    @staticmethod
+    def _gather(batches: list[np.ndarray], local: list[torch.Tensor], world: int, out: np.ndarray) -> np.ndarray:
+        """All-gather every rank's rows; each rank knows the batch plan, so only vectors travel."""
+        device = _collective_device()
+        rows = [np.concatenate(batches[r::world]) if batches[r::world] else np.zeros(0, dtype=np.int64)
+                for r in range(world)]
+        width = max(len(r) for r in rows)
+        mine = torch.zeros((width, out.shape[1]), dtype=torch.float32, device=device)
+        if local:
+            stacked = torch.cat(local).to(device)
+            mine[:len(stacked)] = stacked
+        gathered = [torch.empty_like(mine) for _ in range(world)]
+        torch.distributed.all_gather(gathered, mine)
+        for r in range(world):
+            out[rows[r]] = gathered[r][:len(rows[r])].cpu().numpy()
+        return out

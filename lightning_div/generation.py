@@ -1,0 +1,202 @@
+"""Batched response generation from a Hugging Face dialogue model, without disturbing training.
+
+Contexts are laid out by :class:`lightning_div.formatting.DialogueFormat`, sorted by
+length into batches (left padding for decoder-only models, right padding for the
+encoder of seq2seq models) and decoded with ``model.generate``. The model runs in eval
+mode under ``torch.inference_mode()`` inside a forked RNG, so the training loop's mode,
+gradients and random stream are exactly as before the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from lightning_div.formatting import Context, DialogueFormat, as_turns, is_seq2seq
+
+#: Evaluation decoding (DESIGN.md): greedy with 3-gram blocking. Caller kwargs override these.
+GREEDY_DEFAULTS: dict[str, Any] = {"do_sample": False, "num_beams": 1, "no_repeat_ngram_size": 3}
+#: Response sets for NLI diversity (DESIGN.md): nucleus sampling, p = 0.9.
+SAMPLING_DEFAULTS: dict[str, Any] = {"do_sample": True, "top_p": 0.9}
+
+
+def model_device(model: Any) -> torch.device:
+    """The device the model's weights live on (read each time: Lightning moves modules)."""
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def _seed_rng(device: torch.device, seed: int) -> None:
+    # Seed only the CPU generator and the model's device, which are exactly the ones forked.
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
+    elif device.type != "cpu" and hasattr(getattr(torch, device.type, None), "manual_seed"):
+        getattr(torch, device.type).manual_seed(seed)
+
+
+@contextlib.contextmanager
+def evaluation_mode(model: torch.nn.Module, seed: int | None = None) -> Iterator[None]:
+    """Run ``model`` in eval mode, without autograd, inside a forked RNG seeded with ``seed``.
+
+    Every submodule's ``training`` flag is restored afterwards (not just the top one: a user
+    may keep e.g. a frozen encoder in eval mode while training), and the global RNG of the
+    CPU and of the model's device continue as if the block never ran.
+    """
+    modes = [(m, m.training) for m in model.modules()]
+    device = model_device(model)
+    fork: dict[str, Any] = {"devices": []}
+    if device.type != "cpu":
+        index = device.index
+        if index is None and device.type == "cuda":
+            index = torch.cuda.current_device()
+        fork = {"devices": [index if index is not None else 0], "device_type": device.type}
+    try:
+        with torch.random.fork_rng(**fork), torch.inference_mode():
+            if seed is not None:
+                _seed_rng(device, seed)
+            model.eval()
+            yield
+    finally:
+        for module, mode in modes:
+            module.training = mode
+
+
+def check_contexts(contexts: Sequence[Context], name: str = "contexts") -> list[list[str]]:
+    """Each context as a list of turns; a TypeError names the first bad entry."""
+    if isinstance(contexts, (str, bytes)):
+        raise TypeError(f"{name} must be a list of contexts (each a string or a list of turns), got one string")
+    out = []
+    for i, context in enumerate(contexts):
+        if not isinstance(context, (str, Sequence)) or isinstance(context, bytes):
+            raise TypeError(f"{name}[{i}] is {type(context).__name__}, expected str or a list of str")
+        out.append(as_turns(context, where=f"{name}[{i}]"))
+    return out
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest first (an OOM shows up at once)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, side: str,
+              device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention_mask) of equal-length rows, padded on ``side`` ("left" or "right").
+
+    Built here rather than with ``tokenizer.pad`` so that a tokenizer without a pad token
+    (GPT-2, DialoGPT) works and the user's tokenizer is never modified.
+    """
+    if side not in ("left", "right"):
+        raise ValueError(f"padding side must be 'left' or 'right', got {side!r}")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if not seq:
+            continue
+        cols = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
+        ids[row, cols] = torch.as_tensor(seq, dtype=torch.long)
+        mask[row, cols] = 1
+    return ids.to(device), mask.to(device)
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    """The id used under the attention mask: the pad token, else EOS (GPT-2 has no pad token)."""
+    for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+def _decode(tokenizer: Any, rows: torch.Tensor, eos_ids: set[int]) -> list[str]:
+    texts = []
+    for row in rows.tolist():
+        # Cut at the first EOS: whatever generate pads a finished row with is not part of it.
+        end = next((k for k, t in enumerate(row) if t in eos_ids), len(row))
+        texts.append(tokenizer.decode(row[:end], skip_special_tokens=True).strip())
+    return texts
+
+
+def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
+                     format: DialogueFormat | None = None, batch_size: int = 16, max_new_tokens: int = 40,
+                     num_return_sequences: int = 1, show_progress: bool = True, seed: int | None = 0,
+                     **generation_kwargs: Any) -> list[str]:
+    """Responses of a Hugging Face model to ``contexts``, ``num_return_sequences`` per context.
+
+    Decoding defaults to :data:`GREEDY_DEFAULTS` (plus ``encoder_no_repeat_ngram_size=3`` for
+    seq2seq models, so 3-grams of the context are blocked as in the Sem-Ent evaluation;
+    a decoder-only model's ``no_repeat_ngram_size`` already sees the prompt); any keyword
+    overrides them (``do_sample=True, top_p=0.9``; ``num_beams=5``; ``max_new_tokens=...``).
+
+    Returns a flat list of ``len(contexts) * num_return_sequences`` strings grouped by
+    context (context 0's responses first), special tokens removed, whitespace stripped.
+    The context is left-truncated to leave ``max_new_tokens`` positions in the window.
+    """
+    turns = check_contexts(contexts)
+    if num_return_sequences < 1:
+        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
+    if not turns:
+        return []
+    fmt = format or DialogueFormat()
+    seq2seq = is_seq2seq(model)
+    kwargs: dict[str, Any] = dict(GREEDY_DEFAULTS)
+    if seq2seq:
+        kwargs["encoder_no_repeat_ngram_size"] = 3
+    kwargs.update(generation_kwargs)
+    max_new = int(kwargs.pop("max_new_tokens", max_new_tokens))
+    pad_id = pad_id_of(tokenizer)
+    budget = fmt.context_budget(model, reserve=max_new)
+    encoded = [fmt.encode_context(t, tokenizer, seq2seq, budget) for t in turns]
+    eos_ids = _eos_ids(model, tokenizer)
+
+    results: list[list[str]] = [[] for _ in encoded]
+    device = model_device(model)
+    batches = length_batches([len(e) for e in encoded], batch_size)
+    with evaluation_mode(model, seed):
+        for batch in tqdm(batches, desc="generating", unit="batch", disable=not show_progress):
+            ids, mask = pad_batch([encoded[i] for i in batch], pad_id, "right" if seq2seq else "left", device)
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
+                                 num_return_sequences=num_return_sequences, pad_token_id=pad_id, **kwargs)
+            # decoder-only output repeats the prompt; seq2seq output starts with the decoder start token
+            new = out[:, 1:] if seq2seq else out[:, ids.shape[1]:]
+            texts = _decode(tokenizer, new.cpu(), eos_ids)
+            for k, i in enumerate(batch):
+                results[i] = texts[k * num_return_sequences:(k + 1) * num_return_sequences]
+    return [text for group in results for text in group]
+
+
+def generate_sets(adapter: Any, contexts: Sequence[Context], n: int, **generation_kwargs: Any) -> list[list[str]]:
+    """``n`` responses per context (for NLI diversity), from any :class:`DialogueModelAdapter`.
+
+    Defaults to nucleus sampling (:data:`SAMPLING_DEFAULTS`, as in Stasaski & Hearst);
+    keywords override it, e.g. ``do_sample=False, num_beams=n`` for beam sets.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    kwargs = {**SAMPLING_DEFAULTS, **generation_kwargs}
+    flat = adapter.generate(contexts, num_return_sequences=n, **kwargs)
+    if len(flat) != len(contexts) * n:
+        raise ValueError(f"{type(adapter).__name__}.generate returned {len(flat)} responses for "
+                         f"{len(contexts)} contexts x {n}; expected {len(contexts) * n}")
+    return [list(flat[i * n:(i + 1) * n]) for i in range(len(contexts))]

@@ -1,0 +1,129 @@
+"""DialogueLM: a ready LightningModule around any Hugging Face causal or seq2seq dialogue model.
+
+For users who do not bring their own module. It has ``model`` and ``tokenizer``
+attributes (so every lightning-div callback finds them) and trains with
+:func:`lightning_div.dress.weighted_lm_loss`, so DRESS sample weights just work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+from lightning_div.dress import weighted_lm_loss
+from lightning_div.formatting import is_seq2seq
+
+log = logging.getLogger("lightning_div")
+
+LOCAL_TOKENIZER = "local:chitchat"
+
+
+def cache_root() -> Path:
+    """lightning-div's cache (tokenizers); ``$LIGHTNING_DIV_CACHE`` or ``~/.cache/lightning_div``."""
+    return Path(os.environ.get("LIGHTNING_DIV_CACHE", Path.home() / ".cache" / "lightning_div"))
+
+
+def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> Any:
+    """A tokenizer by Hub name / local path, or ``"local:chitchat"``: BPE trained on the embedded corpus (cached)."""
+    if spec == LOCAL_TOKENIZER:
+        from lightning_div.datamodules.formats import iter_texts, read_chitchat
+        from lightning_div.tiny import train_tokenizer
+
+        texts = list(iter_texts(read_chitchat("train", max_history=1)))
+        return train_tokenizer(texts, vocab_size=vocab_size, cache_dir=cache_root() / "tokenizers", seq2seq=seq2seq)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(spec)
+
+
+def build_model(model_name_or_path: str | None, from_scratch: dict[str, Any] | None, tokenizer: Any) -> Any:
+    """``from_pretrained(model_name_or_path)``, or a random-init model from a config dict (``model_type`` + sizes)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    if from_scratch is not None:
+        spec = dict(from_scratch)
+        model_type = spec.pop("model_type", "gpt2")
+        special = {name: getattr(tokenizer, name) for name in ("bos_token_id", "eos_token_id", "pad_token_id")
+                   if getattr(tokenizer, name, None) is not None}
+        config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **{**special, **spec})
+        if getattr(config, "is_encoder_decoder", False):
+            config.decoder_start_token_id = spec.get("decoder_start_token_id", tokenizer.eos_token_id)
+            return AutoModelForSeq2SeqLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+    if model_name_or_path is None:
+        raise ValueError("DialogueLM needs model_name_or_path (Hub name or local path) or from_scratch (a config)")
+    config = AutoConfig.from_pretrained(model_name_or_path)
+    cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+    return cls.from_pretrained(model_name_or_path)
+
+
+class DialogueLM(pl.LightningModule):
+    """Fine-tunes (or trains from scratch) a Hugging Face dialogue model with DRESS-ready weighted loss.
+
+    Args:
+        model_name_or_path: Hub name or local path, e.g. ``microsoft/DialoGPT-small``,
+            ``facebook/blenderbot-400M-distill``; ignored for the weights when ``from_scratch`` is set.
+        tokenizer: Hub name / path (default: ``model_name_or_path``), or ``"local:chitchat"`` to train a
+            byte-level BPE on the embedded corpus on first use (cached under ``$LIGHTNING_DIV_CACHE``).
+        tokenizer_vocab_size: vocabulary of the locally trained tokenizer.
+        from_scratch: a config dict for a random-init model, e.g.
+            ``{"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256}``.
+        learning_rate, weight_decay, warmup_steps: AdamW with linear warm-up.
+    """
+
+    def __init__(self, model_name_or_path: str | None = "microsoft/DialoGPT-small", tokenizer: str | None = None,
+                 tokenizer_vocab_size: int = 4000, from_scratch: dict[str, Any] | None = None,
+                 learning_rate: float = 5e-5, weight_decay: float = 0.0, warmup_steps: int = 0) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        seq2seq_scratch = from_scratch is not None and from_scratch.get("model_type", "gpt2") in (
+            "bart", "t5", "blenderbot", "blenderbot-small", "mbart", "pegasus", "marian")
+        tok_spec = tokenizer or model_name_or_path
+        if tok_spec is None:
+            raise ValueError("DialogueLM needs a tokenizer (name/path or 'local:chitchat')")
+        self.tokenizer = load_tokenizer(tok_spec, tokenizer_vocab_size, seq2seq=seq2seq_scratch)
+        self.model = build_model(model_name_or_path, from_scratch, self.tokenizer)
+        self.seq2seq = is_seq2seq(self.model)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits of a DialogueDataModule batch."""
+        if self.seq2seq:
+            # HF's shift-right turns the -100 label padding into pad ids itself.
+            decoder_input_ids = self.model.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+            return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              decoder_input_ids=decoder_input_ids).logits
+        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+    def _loss(self, batch: dict[str, torch.Tensor], weighted: bool) -> torch.Tensor:
+        weights = batch.get("sample_weight") if weighted else None
+        return weighted_lm_loss(self(batch), batch["labels"], weights, causal=not self.seq2seq)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch, weighted=True)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["labels"].size(0))
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        loss = self._loss(batch, weighted=False)
+        self.log("val/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True, batch_size=batch["labels"].size(0))
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        loss = self._loss(batch, weighted=False)
+        self.log("test/loss", loss, on_epoch=True, sync_dist=True, batch_size=batch["labels"].size(0))
+
+    def configure_optimizers(self) -> Any:
+        hp = self.hparams
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=hp.learning_rate)
+        if hp.warmup_steps <= 0:
+            return opt
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / hp.warmup_steps))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,218 @@
+"""How likely a given response is under a dialogue model: exact, batched token log-probabilities.
+
+RUQ (Khayrallah & Sedoc, 2021) scores a response y to a context x by its length-normalised
+log-likelihood  score(x, y) = (1/|y|) * sum_t log p(y_t | x, y_<t),  the EOS token included.
+
+The pairs are laid out by :meth:`DialogueFormat.encode_pair` (the same ids training uses),
+sorted by length into batches, and each batch is one forward pass. Only the rows that
+predict a response token are normalised (DialoGPT's vocabulary has 50k entries; a full
+``[batch, time, vocab]`` log-softmax would mostly be thrown away), and for decoder-only
+models with a plain output layer only those rows are projected onto the vocabulary at all.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from lightning_div.formatting import Context, DialogueFormat, is_seq2seq
+from lightning_div.generation import (check_contexts, evaluation_mode, length_batches, model_device, pad_batch,
+                                      pad_id_of)
+
+
+def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[list[str]]:
+    """Contexts as lists of turns, after checking both lists line up and hold strings."""
+    if isinstance(responses, (str, bytes)):
+        raise TypeError("responses must be a list of strings, got one string")
+    if len(contexts) != len(responses):
+        raise ValueError(f"contexts has {len(contexts)} entries but responses has {len(responses)}; "
+                         "they must pair up one to one")
+    for i, r in enumerate(responses):
+        if not isinstance(r, str):
+            raise TypeError(f"responses[{i}] is {type(r).__name__}, expected str")
+    return check_contexts(contexts)
+
+
+def _forward_params(model: Any) -> set[str]:
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _decoder_start(model: Any) -> int:
+    for config in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        start = getattr(config, "decoder_start_token_id", None)
+        if start is not None:
+            return int(start)
+    raise ValueError(f"{type(model).__name__} has no decoder_start_token_id in its config or generation_config")
+
+
+def _target_logprobs(rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) for logits rows [N, V]: logit - logsumexp (no [N, V] log-softmax written)."""
+    rows = rows.float()
+    return rows.gather(1, targets.unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
+
+
+class _CausalScorer:
+    """One forward per batch; the vocabulary projection only where a response token is predicted.
+
+    Fast path (models with ``logits_to_keep`` and a plain output layer, e.g. GPT-2/DialoGPT):
+    the model projects just the last position, and the output layer is applied to the
+    final hidden states of the target positions only. That it is a plain projection is
+    checked on every batch against the model's own last-position logits; a model that
+    post-processes its logits (bias, soft-capping, scaling) fails the check and is scored
+    from its logits, restricted to the last max|y| positions when left-padded.
+    """
+
+    def __init__(self, model: Any, side: str, params: set[str]) -> None:
+        self.model, self.side = model, side
+        self.keep = "logits_to_keep" in params
+        head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
+        self.head = head if self.keep else None
+
+    def __call__(self, pairs: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device) -> torch.Tensor:
+        # The input is context + response without its last token; the last len(response)
+        # positions of each row predict the response tokens (EOS included).
+        inputs = [c + r[:-1] for c, r in pairs]
+        ids, mask = pad_batch(inputs, pad_id, self.side, device)
+        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if self.side == "left":
+            kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+        width = ids.shape[1]
+        targets = torch.zeros((len(pairs), width), dtype=torch.long)
+        tmask = torch.zeros((len(pairs), width), dtype=torch.bool)
+        for row, ((_, resp), seq) in enumerate(zip(pairs, inputs)):
+            end = width if self.side == "left" else len(seq)
+            targets[row, end - len(resp):end] = torch.as_tensor(resp)
+            tmask[row, end - len(resp):end] = True
+        targets, tmask = targets.to(device), tmask.to(device)
+
+        if self.head is not None:
+            out = self.model(**kwargs, logits_to_keep=1, output_hidden_states=True)
+            hidden = out.hidden_states[-1] if out.hidden_states else None
+            if hidden is not None and hidden.shape[:2] == ids.shape:
+                last = self.head(hidden[:, -1]).float()
+                if torch.allclose(last, out.logits[:, -1].float(), rtol=1e-3, atol=1e-3):
+                    return _target_logprobs(self.head(hidden[tmask]), targets[tmask])
+            self.head = None  # not a plain projection: score from logits for the rest of the call
+        if self.side == "left" and self.keep:
+            # Left padding right-aligns every response, so the last max|y| columns hold all targets.
+            keep = max(len(r) for _, r in pairs)
+            kwargs["logits_to_keep"] = keep
+            targets, tmask = targets[:, -keep:], tmask[:, -keep:]
+        logits = self.model(**kwargs).logits
+        return _target_logprobs(logits[tmask], targets[tmask])
+
+
+def _seq2seq_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id: int, start: int,
+                   device: torch.device) -> torch.Tensor:
+    # Right padding on both sides: BART-style learned positions cannot be shifted.
+    ids, mask = pad_batch([c for c, _ in pairs], pad_id, "right", device)
+    dec, dmask = pad_batch([[start] + r[:-1] for _, r in pairs], pad_id, "right", device)
+    targets, _ = pad_batch([r for _, r in pairs], pad_id, "right", device)
+    logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dmask).logits
+    dmask = dmask.bool()
+    return _target_logprobs(logits[dmask], targets[dmask])
+
+
+def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], responses: Sequence[str], *,
+                           format: DialogueFormat | None = None, batch_size: int = 16, show_progress: bool = True,
+                           padding_side: str | None = None) -> list[torch.Tensor]:
+    """log p(y_t | x, y_<t) of every response token (EOS included), one 1-D CPU tensor per pair.
+
+    ``padding_side``: for decoder-only models ``"left"`` (default when the model's forward
+    takes ``position_ids``; position ids are then built from the mask) or ``"right"``; both
+    give the unpadded values. Seq2seq models are always right-padded. An empty response is
+    scored as its EOS alone; contexts over the model window are left-truncated.
+    """
+    turns = check_pairs(contexts, responses)
+    if not turns:
+        return []
+    fmt = format or DialogueFormat()
+    seq2seq = is_seq2seq(model)
+    params = _forward_params(model)
+    if padding_side is None:
+        padding_side = "left" if not seq2seq and "position_ids" in params else "right"
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
+    if seq2seq and padding_side == "left":
+        raise ValueError("seq2seq models are scored with right padding only (their learned positions "
+                         "cannot be shifted); use padding_side='right' or None")
+    pairs = [fmt.encode_pair(t, r, tokenizer, model) for t, r in zip(turns, responses)]
+    pad_id = pad_id_of(tokenizer)
+    start = _decoder_start(model) if seq2seq else 0
+    causal = None if seq2seq else _CausalScorer(model, padding_side, params)
+    device = model_device(model)
+    out: list[torch.Tensor | None] = [None] * len(pairs)
+    batches = length_batches([len(c) + len(r) for c, r in pairs], batch_size)
+    with evaluation_mode(model):
+        for batch in tqdm(batches, desc="scoring", unit="batch", disable=not show_progress):
+            chunk = [pairs[i] for i in batch]
+            if seq2seq:
+                flat = _seq2seq_batch(model, chunk, pad_id, start, device)
+            else:
+                flat = causal(chunk, pad_id, device)
+            pieces = flat.cpu().split([len(r) for _, r in chunk])
+            for i, piece in zip(batch, pieces):
+                out[i] = piece
+    # clone outside inference mode: callers get ordinary tensors they may use anywhere
+    return [t.clone() for t in out]  # type: ignore[union-attr]
+
+
+def _checked(logprobs: Sequence[torch.Tensor], n: int, who: str) -> list[torch.Tensor]:
+    if len(logprobs) != n:
+        raise ValueError(f"{who}.token_logprobs returned {len(logprobs)} tensors for {n} pairs")
+    out = []
+    for i, t in enumerate(logprobs):
+        t = torch.as_tensor(t).detach().reshape(-1).double().cpu()
+        if t.numel() == 0:
+            raise ValueError(f"{who}.token_logprobs gave pair {i} no tokens (the EOS token must always be scored)")
+        if torch.isnan(t).any():
+            raise ValueError(f"{who}.token_logprobs gave pair {i} a NaN log-probability")
+        out.append(t)
+    return out
+
+
+def response_scores(adapter: Any, contexts: Sequence[Context], responses: Sequence[str]) -> list[float]:
+    """RUQ score of each (context, response): mean log-probability of its tokens, EOS included.
+
+    ``adapter`` is any :class:`lightning_div.adapters.DialogueModelAdapter`. An empty
+    response is scored by its EOS token alone.
+    """
+    check_pairs(contexts, responses)
+    logprobs = _checked(adapter.token_logprobs(contexts, responses), len(responses), type(adapter).__name__)
+    return [float(t.sum() / t.numel()) for t in logprobs]
+
+
+def position_profile(adapter: Any, contexts: Sequence[Context], responses: Sequence[str],
+                     max_positions: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(mean log-prob at each token position, number of responses reaching that position).
+
+    Position 0 is a response's first token; a response contributes to the positions it has
+    (its EOS included), so every reported position has a count >= 1 and a finite-or-``-inf``
+    mean, never a NaN. ``max_positions`` keeps only the first positions. For the RUQ plots.
+    """
+    if max_positions is not None and max_positions < 1:
+        raise ValueError(f"max_positions must be >= 1 or None, got {max_positions}")
+    check_pairs(contexts, responses)
+    logprobs = _checked(adapter.token_logprobs(contexts, responses), len(responses), type(adapter).__name__)
+    if not logprobs:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    width = max(t.numel() for t in logprobs)
+    if max_positions is not None:
+        width = min(width, max_positions)
+    padded = torch.nn.utils.rnn.pad_sequence([t[:width] for t in logprobs], batch_first=True)
+    present = torch.nn.utils.rnn.pad_sequence([torch.ones(min(t.numel(), width)) for t in logprobs],
+                                              batch_first=True).bool()
+    counts = present.sum(0)
+    sums = padded.masked_fill(~present, 0.0).sum(0)
+    return (sums / counts).numpy(), counts.numpy().astype(np.int64)
+
+
+__all__ = ["response_scores", "position_profile", "token_logprobs_batched", "check_pairs"]

@@ -1,0 +1,132 @@
+"""Logging scalars, figures and tables to whatever trackers the Trainer has.
+
+Scalars go through ``pl_module.log`` so every logger receives them and
+``EarlyStopping`` / ``ModelCheckpoint`` can monitor them. Figures and tables go to
+the loggers that support them (TensorBoard, W&B, MLflow) and are always also
+written to disk (PNG / CSV), so CSV-only runs keep them too. A tracker or a disk
+that raises only costs a warning: a diversity plot is never worth a crashed run.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("lightning_div")
+
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    """A warning that is shown once per process for a given key."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def finite_metrics(metrics: Mapping[str, float], source: str) -> dict[str, float]:
+    """Drop non-finite values with a warning naming them: a NaN is never logged as a metric."""
+    out = {}
+    for name, value in metrics.items():
+        v = float(value)
+        if math.isfinite(v):
+            out[name] = v
+        else:
+            warn_once(f"nonfinite:{source}:{name}", f"{source}: {name} = {v} is not finite and was not logged")
+    return out
+
+
+def log_scalars(pl_module: Any, metrics: Mapping[str, float], source: str) -> dict[str, float]:
+    """``pl_module.log`` each finite value; the values are already global, so no sync."""
+    clean = finite_metrics(metrics, source)
+    for name, value in clean.items():
+        pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False, rank_zero_only=False)
+    return clean
+
+
+def _safe_name(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_")
+
+
+def artifact_dir(trainer: Any, fallback: Path) -> Path:
+    """Where plots and tables of this run are written: beside the first logger's files."""
+    log_dir = None
+    try:
+        log_dir = trainer.log_dir
+    except Exception:  # a logger without a directory
+        log_dir = None
+    return Path(log_dir) / "lightning_div" if log_dir else Path(fallback)
+
+
+def _try(where: str, what: str, fn: Any) -> bool:
+    try:
+        fn()
+        return True
+    except Exception as err:  # any tracker or disk failure is isolated from training
+        warn_once(f"{where}:{what}", f"lightning-div could not write {what} to {where}: {err!r}; training continues")
+        return False
+
+
+def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
+    """Send a matplotlib figure to TensorBoard / W&B / MLflow and save it as PNG; returns the PNG path."""
+    import matplotlib.pyplot as plt
+
+    step = int(getattr(trainer, "global_step", 0))
+    epoch = int(getattr(trainer, "current_epoch", 0))
+    png = None
+    try:
+        for lg in getattr(trainer, "loggers", []):
+            kind = type(lg).__name__
+            if kind == "TensorBoardLogger":
+                _try(kind, key, lambda: lg.experiment.add_figure(key, fig, global_step=step, close=False))
+            elif kind == "WandbLogger":
+                _try(kind, key, lambda: lg.log_image(key=key, images=[fig], step=None))
+            elif kind == "MLFlowLogger":
+                _try(kind, key, lambda: lg.experiment.log_figure(lg.run_id, fig, f"{_safe_name(key)}/epoch_{epoch}.png"))
+        target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
+
+        def save() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(target, dpi=100, bbox_inches="tight")
+
+        if _try(str(target), key, save):
+            png = target
+    finally:
+        plt.close(fig)
+    return png
+
+
+def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], out_dir: Path) -> Path | None:
+    """Send a table to W&B / TensorBoard (as markdown text) / MLflow and save it as CSV."""
+    step = int(getattr(trainer, "global_step", 0))
+    epoch = int(getattr(trainer, "current_epoch", 0))
+    rows = [list(r) for r in rows]
+    for lg in getattr(trainer, "loggers", []):
+        kind = type(lg).__name__
+        if kind == "WandbLogger":
+            _try(kind, key, lambda: lg.log_table(key=key, columns=list(columns), data=rows))
+        elif kind == "TensorBoardLogger":
+            def md() -> str:
+                head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+                return head + "\n".join("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows)
+            _try(kind, key, lambda: lg.experiment.add_text(key, md(), global_step=step))
+        elif kind == "MLFlowLogger":
+            data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
+            _try(kind, key, lambda: lg.experiment.log_table(lg.run_id, data=data,
+                                                            artifact_file=f"{_safe_name(key)}/epoch_{epoch}.json"))
+    target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.csv"
+
+    def save() -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(columns)
+            writer.writerows(rows)
+
+    return target if _try(str(target), key, save) else None
