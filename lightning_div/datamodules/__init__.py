@@ -1,1 +1,21 @@
 """Dialogue data: readers for common formats and the DialogueDataModule."""
+
+from typing import Any
+
+from lightning_div.datamodules.formats import (DataFormatError, DialoguePair, Fields, ReadResult, ReadStats, as_pair,
+                                               read_chitchat, read_pairs)
+
+_LAZY = {"DialogueDataModule": "dialogue", "DialogueCollator": "encoding", "EncodedDialogues": "encoding",
+         "encode_pairs": "encoding"}
+
+__all__ = ["DataFormatError", "DialoguePair", "Fields", "ReadResult", "ReadStats", "as_pair", "read_chitchat",
+           "read_pairs", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    # the readers need neither torch nor Lightning; import those only when the datamodule is asked for
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,422 @@
+"""DialogueDataModule: dialogue pairs in, padded and optionally weighted batches out.
+
+Holds the train / validation / test pairs (any source :func:`read_pairs` accepts),
+tokenises them once at ``setup`` with the project's one token layout
+(:class:`lightning_div.formatting.DialogueFormat`), and yields batches with
+``input_ids``, ``attention_mask``, ``labels``, ``sample_weight`` and ``index``. The
+DRESS callback reaches it through :meth:`DialogueDataModule.set_sample_weights`,
+:meth:`~DialogueDataModule.set_negatives` and :meth:`~DialogueDataModule.set_sampling`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.utilities.rank_zero import rank_zero_only
+from torch.utils.data import DataLoader, Sampler
+
+from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs, pad_token_id
+from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEPARATOR, DialoguePair, Fields,
+                                               ReadStats, as_pair, read_pairs)
+from lightning_div.formatting import DialogueFormat, is_seq2seq
+from lightning_div.samplers import ExactDistributedSampler, WeightedDistributedSampler, check_sampling_weights, world
+
+log = logging.getLogger(__name__)
+_info = rank_zero_only(log.info)
+
+NAMES = ("train", "val", "test")
+_SPLIT_OF = {"train": "train", "val": "validation", "test": "test"}
+_STAGE_NAMES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ()}
+_REQUIRED = {"fit": "train", "validate": "val", "test": "test"}
+MODES = ("loss", "sampler")
+
+
+class _ModelShape:
+    """What DialogueFormat reads from a model (encoder-decoder or not), for use before a model exists."""
+
+    def __init__(self, seq2seq: bool) -> None:
+        self.config = SimpleNamespace(is_encoder_decoder=seq2seq)
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, type(None)))
+
+
+class DialogueDataModule(pl.LightningDataModule):
+    """Dialogue (context, response) data for causal or seq2seq LMs, with DRESS sample weights.
+
+    Args:
+        train, val, test: a file path, a saved ``datasets`` directory, ``"chitchat"``
+            (the embedded corpus; its train / validation / test split), a ``datasets.Dataset``,
+            or a list of pairs; ``None`` = no such data.
+        format: ``"auto"`` (from the extension) or a name in ``formats.FORMATS``.
+        tokenizer: a name or path for ``AutoTokenizer``, a tokenizer object, or ``None`` =
+            the LightningModule's ``tokenizer`` attribute at setup.
+        max_history: context turns kept per example (None = all).
+        max_context_tokens, max_response_tokens, turn_separator: see :class:`DialogueFormat`;
+            contexts are also left-truncated to fit the model window.
+        max_train_examples, max_val_examples, max_test_examples: keep a random subset of
+            this size (seeded by ``seed``), e.g. for demos.
+        batch_size, eval_batch_size: training / evaluation batch sizes (eval defaults to batch_size).
+        dedupe: drop exact duplicate examples (same context, response and references).
+        seed: subset choice, shuffling and weighted draws (offset by the epoch).
+        seq2seq: encoder-decoder layout; ``None`` = read it from the LightningModule's ``model``.
+        context_field ... dialog_field: record field / column names (see :class:`formats.Fields`).
+        context_separator, references_separator, delimiter: CSV/TSV cell layout.
+        show_progress: progress bar while tokenising.
+    """
+
+    def __init__(self, train: Any = "chitchat", val: Any = "chitchat", test: Any = None, format: str = "auto",
+                 tokenizer: Any = None, max_history: Optional[int] = 3, max_context_tokens: Optional[int] = None,
+                 max_response_tokens: Optional[int] = None, turn_separator: Optional[str] = None,
+                 max_train_examples: Optional[int] = None, max_val_examples: Optional[int] = None,
+                 max_test_examples: Optional[int] = None, batch_size: int = 16,
+                 eval_batch_size: Optional[int] = None, num_workers: int = 0, dedupe: bool = False, seed: int = 0,
+                 seq2seq: Optional[bool] = None, context_field: str = "context", response_field: str = "response",
+                 references_field: str = "references", positive_responses_field: str = "positive_responses",
+                 dialog_field: str = "dialog", context_separator: str = CONTEXT_SEPARATOR,
+                 references_separator: str = REFERENCES_SEPARATOR, delimiter: Optional[str] = None,
+                 show_progress: bool = True) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=[name for name, value in (("train", train), ("val", val), ("test", test),
+                                                                    ("tokenizer", tokenizer)) if not _plain(value)])
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
+                            ("max_train_examples", max_train_examples), ("max_val_examples", max_val_examples),
+                            ("max_test_examples", max_test_examples)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 (or None), got {value}")
+        self._sources = {"train": train, "val": val, "test": test}
+        self._limits = {"train": max_train_examples, "val": max_val_examples, "test": max_test_examples}
+        self.format = format
+        self.max_history = max_history
+        self.dialogue_format = DialogueFormat(turn_separator=turn_separator, max_turns=max_history,
+                                              max_context_tokens=max_context_tokens)
+        self.max_response_tokens = max_response_tokens
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers = num_workers
+        self.dedupe = dedupe
+        self.seed = seed
+        self.show_progress = show_progress
+        self._tokenizer_arg = tokenizer
+        self._seq2seq_arg = seq2seq
+        self._fields = Fields(context=context_field, response=response_field, references=references_field,
+                              positive_responses=positive_responses_field, dialog=dialog_field)
+        self._csv = dict(context_separator=context_separator, references_separator=references_separator,
+                         delimiter=delimiter)
+        self._pairs: dict[str, list[DialoguePair]] = {}
+        self._stats: dict[str, ReadStats] = {}
+        self._encoded: dict[str, list[tuple[list[int], list[int]]]] = {}
+        self._tokenizer: Any = None
+        self._model: Any = None
+        self._resolved_for: Any = None  # the LightningModule the tokenizer/model were taken from
+        self._sample_weights: np.ndarray | None = None
+        self._negatives: list[DialoguePair] = []
+        self._negative_weights = np.zeros(0, dtype=np.float64)
+        self._negatives_encoded: list[tuple[list[int], list[int]]] | None = None
+        self._mode = "loss"
+        self._train_loader_built = False
+
+    # ------------------------------------------------------------------------------------------
+    # Reading
+
+    def _read(self, name: str) -> list[DialoguePair]:
+        if name not in self._pairs:
+            source = self._sources[name]
+            if source is None:
+                raise ValueError(f"no {name} data: pass {name}= (a path, 'chitchat', a datasets.Dataset or pairs)")
+            pairs, stats = read_pairs(source, self.format, split=_SPLIT_OF[name], max_history=self.max_history,
+                                      dedupe=self.dedupe, fields=self._fields, **self._csv)
+            limit, note = self._limits[name], ""
+            if limit is not None and len(pairs) > limit:
+                keep = np.sort(np.random.default_rng(self.seed).choice(len(pairs), size=limit, replace=False))
+                pairs = [pairs[i] for i in keep]
+                note = f"; using a random {limit:,} of them (max_{name}_examples, seed {self.seed})"
+            _info(f"{name} data: {stats.summary()}{note}")
+            self._pairs[name], self._stats[name] = pairs, stats
+        return self._pairs[name]
+
+    def train_pairs(self) -> list[DialoguePair]:
+        """The gold training examples (after truncation, dedupe and subset), in index order."""
+        return list(self._read("train"))
+
+    def val_pairs(self) -> list[DialoguePair]:
+        """The validation examples."""
+        return list(self._read("val"))
+
+    def test_pairs(self) -> list[DialoguePair]:
+        """The test examples."""
+        return list(self._read("test"))
+
+    def gold_train_responses(self) -> list[str]:
+        """The gold response of every training example, in index order."""
+        return [p.response for p in self._read("train")]
+
+    def train_contexts(self) -> list[tuple[str, ...]]:
+        """The context turns of every training example, in index order."""
+        return [p.context for p in self._read("train")]
+
+    @property
+    def read_stats(self) -> dict[str, ReadStats]:
+        """What the readers did, per data set read so far ("train", "val", "test")."""
+        return dict(self._stats)
+
+    # ------------------------------------------------------------------------------------------
+    # Tokenising
+
+    def _module(self) -> Any:
+        trainer = self._trainer_or_none()
+        return getattr(trainer, "lightning_module", None) if trainer is not None else None
+
+    def _trainer_or_none(self) -> pl.Trainer | None:
+        return getattr(self, "trainer", None)
+
+    def _resolve_model(self) -> None:
+        """The tokenizer and the model whose layout (causal / seq2seq, window) the ids follow."""
+        module = self._module()
+        tokenizer = self._tokenizer_arg
+        if isinstance(tokenizer, (str, os.PathLike)):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        elif tokenizer is None:
+            tokenizer = getattr(module, "tokenizer", None)
+            if tokenizer is None:
+                raise ValueError("DialogueDataModule needs a tokenizer: pass tokenizer= (a name, a path or a "
+                                 "tokenizer) or give the LightningModule a `tokenizer` attribute")
+        model = getattr(module, "model", None)
+        if getattr(model, "config", None) is None:
+            model = module if getattr(module, "config", None) is not None else None
+        if model is None:
+            if self._seq2seq_arg is None:
+                _info("DialogueDataModule: no model with a config found; using the causal (decoder-only) layout "
+                      "(pass seq2seq=True for encoder-decoder models)")
+            model = _ModelShape(bool(self._seq2seq_arg))
+        elif self._seq2seq_arg is not None and is_seq2seq(model) != self._seq2seq_arg:
+            raise ValueError(f"seq2seq={self._seq2seq_arg} but the model is "
+                             f"{'an encoder-decoder' if is_seq2seq(model) else 'decoder-only'}")
+        pad_token_id(tokenizer)  # fail now, not in the first batch
+        self._tokenizer, self._model = tokenizer, model
+
+    def _ensure_model(self) -> None:
+        module = self._module()
+        if self._model is not None and self._resolved_for is module:
+            return
+        if self._model is not None:  # first used before a Trainer attached: ids may follow another layout
+            self._encoded.clear()
+            self._negatives_encoded = None
+        self._resolve_model()
+        self._resolved_for = module
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer in use (resolved at setup)."""
+        self._ensure_model()
+        return self._tokenizer
+
+    @property
+    def seq2seq(self) -> bool:
+        """Whether batches use the encoder-decoder layout."""
+        self._ensure_model()
+        return is_seq2seq(self._model)
+
+    def _encode(self, pairs: list[DialoguePair], desc: str) -> list[tuple[list[int], list[int]]]:
+        self._ensure_model()
+        show = self.show_progress and self._rank() == 0
+        return encode_pairs(pairs, self._tokenizer, self._model, self.dialogue_format,
+                            max_response_tokens=self.max_response_tokens, show_progress=show, desc=desc)
+
+    def _encoded_split(self, name: str) -> list[tuple[list[int], list[int]]]:
+        self._ensure_model()
+        if name not in self._encoded:
+            self._encoded[name] = self._encode(self._read(name), f"tokenising {name}")
+        return self._encoded[name]
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        """Read and tokenise the data the stage needs (once; later calls reuse it)."""
+        names = _STAGE_NAMES.get(stage, NAMES) if stage is not None else NAMES
+        required = _REQUIRED.get(stage)
+        if required is not None and self._sources[required] is None:
+            raise ValueError(f"stage {stage!r} needs {required} data: pass {required}=")
+        self._ensure_model()
+        for name in names:
+            if self._sources[name] is not None:
+                self._encoded_split(name)
+
+    # ------------------------------------------------------------------------------------------
+    # DRESS hooks
+
+    @property
+    def sample_weights(self) -> np.ndarray:
+        """One weight per gold training example (ones until :meth:`set_sample_weights`)."""
+        if self._sample_weights is None:
+            return np.ones(len(self._read("train")), dtype=np.float64)
+        return self._sample_weights.copy()
+
+    @property
+    def negatives(self) -> list[DialoguePair]:
+        """The generated responses added to the training data (see :meth:`set_negatives`)."""
+        return list(self._negatives)
+
+    @property
+    def negative_weights(self) -> np.ndarray:
+        """The weight of each negative."""
+        return self._negative_weights.copy()
+
+    @property
+    def sampling_mode(self) -> str:
+        """``"loss"`` (batches carry the weights) or ``"sampler"`` (draws proportional to them)."""
+        return self._mode
+
+    @staticmethod
+    def _finite(weights: Any, count: int, what: str) -> np.ndarray:
+        try:
+            w = np.array(weights, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{what} must be numbers: {e}") from None
+        if w.shape != (count,):
+            raise ValueError(f"{what}: got shape {w.shape}, need one weight per example ({count},)")
+        if not np.all(np.isfinite(w)):
+            bad = int(np.flatnonzero(~np.isfinite(w))[0])
+            raise ValueError(f"{what}[{bad}] = {w[bad]} is not finite")
+        return w
+
+    def set_sample_weights(self, weights: np.ndarray) -> None:
+        """Set one finite weight per gold training example (index order of :meth:`train_pairs`).
+
+        In loss mode the weights ride in ``batch["sample_weight"]``; in sampler mode they
+        are draw probabilities (and must be >= 0). Takes effect at the next train dataloader.
+        """
+        w = self._finite(weights, len(self._read("train")), "sample weights")
+        if self._mode == "sampler":
+            check_sampling_weights(np.concatenate([w, self._negative_weights]), "sample weights")
+        self._sample_weights = w
+        self._changed()
+
+    def set_negatives(self, pairs: list[DialoguePair], weights: np.ndarray) -> None:
+        """Replace the extra (e.g. generated, weight -1) examples trained on from the next epoch.
+
+        ``pairs`` are DialoguePairs or tuples (see :func:`formats.as_pair`); an empty list
+        removes them. In a batch a negative has ``index`` = ``len(train_pairs()) + its position``.
+        """
+        negatives = [as_pair(p, f"negatives[{i}]") for i, p in enumerate(pairs)]
+        w = self._finite(weights, len(negatives), "negative weights")
+        if self._mode == "sampler":
+            check_sampling_weights(np.concatenate([self.sample_weights, w]), "negative weights")
+        self._negatives, self._negative_weights, self._negatives_encoded = negatives, w, None
+        self._changed()
+
+    def set_sampling(self, mode: str, weights: np.ndarray | None = None) -> None:
+        """Use the weights in the loss (``"loss"``) or as draw probabilities (``"sampler"``).
+
+        In sampler mode the train dataloader draws ``len(train set)`` examples per epoch
+        with probability proportional to the weights (DDP-aware) and every batch carries
+        ``sample_weight`` 1.0; negative weights are refused there (a probability cannot be
+        negative), so DRESS negatives need loss mode. ``weights`` also sets the sample weights.
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is unknown; use one of {MODES}")
+        w = self.sample_weights if weights is None else self._finite(weights, len(self._read("train")),
+                                                                     "sample weights")
+        if mode == "sampler":
+            check_sampling_weights(np.concatenate([w, self._negative_weights]), "sampling weights")
+        self._mode = mode
+        if weights is not None:
+            self._sample_weights = w
+        self._changed()
+
+    def _changed(self) -> None:
+        """A train dataloader already built must be rebuilt for the change to take effect."""
+        trainer = self._trainer_or_none()
+        if not self._train_loader_built or trainer is None:
+            return
+        every = trainer.reload_dataloaders_every_n_epochs
+        if not every:
+            trainer.reload_dataloaders_every_n_epochs = 1
+            _info("DialogueDataModule: the training data changed, so the train dataloader is now rebuilt every "
+                  "epoch (Trainer.reload_dataloaders_every_n_epochs = 1)")
+        elif every > 1:
+            _info(f"DialogueDataModule: the training data changed; the change is used when the train dataloader "
+                  f"is next rebuilt (reload_dataloaders_every_n_epochs = {every})")
+
+    # ------------------------------------------------------------------------------------------
+    # Dataloaders
+
+    def _rank(self) -> int:
+        trainer = self._trainer_or_none()
+        return trainer.global_rank if trainer is not None else world()[1]
+
+    def _world(self) -> tuple[int, int]:
+        trainer = self._trainer_or_none()
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else world()
+
+    def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int) -> DataLoader:
+        collate = DialogueCollator(pad_token_id(self.tokenizer), seq2seq=self.seq2seq)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate,
+                          num_workers=self.num_workers, drop_last=False)
+
+    def train_dataset(self) -> EncodedDialogues:
+        """Gold examples then negatives, with their weights (all 1.0 in sampler mode)."""
+        gold = self._encoded_split("train")
+        if self._negatives_encoded is None:
+            self._negatives_encoded = self._encode(self._negatives, "tokenising negatives") if self._negatives else []
+        weights = np.concatenate([self.sample_weights, self._negative_weights])
+        return EncodedDialogues(list(gold) + self._negatives_encoded, weights if self._mode == "loss" else None)
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled; under DDP every example once per epoch (loss mode) or weighted draws (sampler mode)."""
+        dataset = self.train_dataset()
+        num_replicas, rank = self._world()
+        if self._mode == "loss":
+            sampler: Any = ExactDistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=self.seed)
+        else:
+            weights = np.concatenate([self.sample_weights, self._negative_weights])
+            sampler = WeightedDistributedSampler(dataset, weights, num_replicas=num_replicas, rank=rank,
+                                                 seed=self.seed)
+        trainer = self._trainer_or_none()
+        sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
+        self._train_loader_built = True
+        return self._loader(dataset, sampler, self.batch_size)
+
+    def _eval_loader(self, name: str) -> DataLoader:
+        dataset = EncodedDialogues(self._encoded_split(name))
+        num_replicas, rank = self._world()
+        sampler = ExactDistributedSampler(dataset, num_replicas, rank, shuffle=False, seed=self.seed)
+        return self._loader(dataset, sampler, self.eval_batch_size)
+
+    def val_dataloader(self) -> DataLoader | list:
+        """In order; under DDP every example once (padding rows carry weight 0). [] without val data."""
+        return [] if self._sources["val"] is None else self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        """In order; under DDP every example once (padding rows carry weight 0)."""
+        return self._eval_loader("test")
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpointing (Lightning stores this in checkpoints and restores it on resume)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sample weights, negatives and sampling mode, as tensors and plain Python values."""
+        weights = self._sample_weights
+        return {"sample_weights": None if weights is None else torch.from_numpy(weights.copy()),
+                "negatives": [{"context": list(p.context), "response": p.response, "references": list(p.references)}
+                              for p in self._negatives],
+                "negative_weights": torch.from_numpy(self._negative_weights.copy()),
+                "sampling_mode": self._mode}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (validated against the current training data)."""
+        self._mode, self._sample_weights = "loss", None  # validate weights and negatives first, then the mode
+        weights = state_dict.get("sample_weights")
+        if weights is not None:
+            self.set_sample_weights(torch.as_tensor(weights).numpy())
+        negatives = [DialoguePair(tuple(d["context"]), d["response"], tuple(d["references"]))
+                     for d in state_dict.get("negatives", [])]
+        self.set_negatives(negatives, torch.as_tensor(state_dict.get("negative_weights", [])).numpy())
+        self.set_sampling(state_dict.get("sampling_mode", "loss"))

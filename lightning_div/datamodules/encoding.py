@@ -1,0 +1,164 @@
+"""Pairs -> token ids (once, up front) -> padded training batches.
+
+The token layout is :meth:`lightning_div.formatting.DialogueFormat.encode_pair`'s; this
+module only runs it over a whole dataset quickly, serves the ids with per-example
+weights, and pads them into batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.formatting import DialogueFormat, is_seq2seq
+
+IGNORE_INDEX = -100
+PADDING_INDEX = -1  # `index` of a row that only evens out the DDP shards
+
+
+class _MemoTokenizer:
+    """A tokenizer whose single-text calls are answered from a cache filled by one batched call.
+
+    ``encode_pair`` tokenises turn by turn; turns recur in up to ``max_history + 1``
+    examples and a fast tokenizer encodes a list far quicker than one text at a time, so
+    every distinct text is encoded once, in batches. Results equal the direct calls.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._cache: dict[tuple, list[int]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._tokenizer, name)
+        if not callable(value):  # e.g. eos_token_id, read once per example: look it up once
+            self.__dict__[name] = value
+        return value
+
+    def warm(self, texts: Sequence[str], target: bool = False, batch_size: int = 4096) -> None:
+        """Encode ``texts`` in batches (no-op for slow tokenizers, whose batch call is no faster)."""
+        if not getattr(self._tokenizer, "is_fast", False):
+            return
+        todo = [t for t in dict.fromkeys(texts) if self._key(t, target) not in self._cache]
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start:start + batch_size]
+            if target:
+                ids = self._tokenizer(text_target=chunk)["input_ids"]
+            else:
+                ids = self._tokenizer(chunk, add_special_tokens=False)["input_ids"]
+            for text, row in zip(chunk, ids):
+                self._cache[self._key(text, target)] = list(row)
+
+    @staticmethod
+    def _key(text: str, target: bool) -> tuple:
+        # warm() encodes texts as encode_pair asks for them: contexts without special tokens, seq2seq targets with
+        return ("target", text, True) if target else ("text", text, False)
+
+    def __call__(self, text: Any = None, text_target: Any = None, add_special_tokens: bool = True,
+                 **kwargs: Any) -> Any:
+        single = text if text_target is None else text_target
+        if kwargs or (text is None) == (text_target is None) or not isinstance(single, str):
+            return self._tokenizer(text, text_target=text_target, add_special_tokens=add_special_tokens, **kwargs)
+        kind = "text" if text_target is None else "target"
+        key = (kind, single, add_special_tokens)
+        if key not in self._cache:
+            ids = self._tokenizer(**{"text" if kind == "text" else "text_target": single},
+                                  add_special_tokens=add_special_tokens)["input_ids"]
+            self._cache[key] = list(ids)
+        return {"input_ids": self._cache[key]}
+
+
+def encode_pairs(pairs: Sequence[DialoguePair], tokenizer: Any, model: Any, fmt: DialogueFormat | None = None,
+                 max_response_tokens: int | None = None, show_progress: bool = True,
+                 desc: str = "tokenising") -> list[tuple[list[int], list[int]]]:
+    """``fmt.encode_pair`` of every pair: (context ids, response ids), fitted to the model window."""
+    fmt = fmt or DialogueFormat()
+    seq2seq = is_seq2seq(model)
+    memo = _MemoTokenizer(tokenizer)
+    memo.warm([turn for p in pairs for turn in p.context])
+    memo.warm([p.response for p in pairs], target=seq2seq)
+    return [fmt.encode_pair(p.context, p.response, memo, model, max_response_tokens=max_response_tokens)
+            for p in tqdm(pairs, desc=desc, disable=not show_progress, leave=False)]
+
+
+class EncodedDialogues(Dataset):
+    """Token ids of examples with one weight each.
+
+    Index ``i < len(self)`` is example ``i``. Index ``len(self) + i`` is a *padding* copy
+    of example ``i`` (from :class:`lightning_div.samplers.ExactDistributedSampler`): it
+    comes with ``sample_weight`` 0 and ``index`` -1 so the weighted loss ignores it.
+    """
+
+    def __init__(self, encoded: Sequence[tuple[list[int], list[int]]], weights: np.ndarray | None = None) -> None:
+        self.encoded = encoded
+        n = len(encoded)
+        self.weights = np.ones(n, dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
+        if self.weights.shape != (n,):
+            raise ValueError(f"got {self.weights.shape} weights for {n} examples")
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        n = len(self.encoded)
+        if not 0 <= i < 2 * n:
+            raise IndexError(f"index {i} out of range for {n} examples")
+        padding = i >= n
+        j = i - n if padding else i
+        context_ids, response_ids = self.encoded[j]
+        return {"context_ids": context_ids, "response_ids": response_ids,
+                "index": PADDING_INDEX if padding else j,
+                "sample_weight": 0.0 if padding else float(self.weights[j])}
+
+
+@dataclass
+class DialogueCollator:
+    """Right-pads examples into a batch.
+
+    Causal: ``input_ids`` = context + response, ``labels`` = -100 on the context and the
+    padding, the response ids elsewhere. Seq2seq: ``input_ids`` = the encoder input
+    (context), ``labels`` = the response ids padded with -100 (the model builds its
+    decoder inputs from them). Also ``attention_mask``, ``sample_weight`` (float32) and
+    ``index`` (int64, -1 on padding rows).
+    """
+
+    pad_token_id: int
+    seq2seq: bool = False
+
+    def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if self.seq2seq:
+            inputs = [it["context_ids"] for it in items]
+            targets = [it["response_ids"] for it in items]
+            labels = _pad(targets, IGNORE_INDEX)
+        else:
+            inputs = [it["context_ids"] + it["response_ids"] for it in items]
+            labels = _pad([[IGNORE_INDEX] * len(it["context_ids"]) + it["response_ids"] for it in items],
+                          IGNORE_INDEX)
+        return {"input_ids": _pad(inputs, self.pad_token_id),
+                "attention_mask": _pad([[1] * len(x) for x in inputs], 0),
+                "labels": labels,
+                "sample_weight": torch.tensor([it["sample_weight"] for it in items], dtype=torch.float32),
+                "index": torch.tensor([it["index"] for it in items], dtype=torch.long)}
+
+
+def _pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The tokenizer's pad id, else its EOS id (GPT-2 has no pad token); the tokenizer is not changed."""
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if value is not None:
+            return int(value)
+    raise ValueError(f"{type(tokenizer).__name__} has neither a pad nor an EOS token, so batches cannot be padded")

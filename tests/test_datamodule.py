@@ -1,0 +1,387 @@
+"""DialogueDataModule and the samplers: batch layout, weights, negatives, DDP exactly-once, weighted draws."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from scipy.stats import chisquare
+
+from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
+from lightning_div.datamodules import DialogueDataModule, DialoguePair, encode_pairs
+from lightning_div.datamodules.encoding import EncodedDialogues
+from lightning_div.formatting import DialogueFormat
+from lightning_div.samplers import ExactDistributedSampler, WeightedDistributedSampler
+
+PAIRS = [(["Hi there", "How are you?"], "Fine"),
+         ("Tell me about your weekend plans please", "I will go hiking with my sister and her dog")]
+
+
+def quiet_trainer(**kwargs):
+    defaults = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False, num_sanity_val_steps=0)
+    return pl.Trainer(**{**defaults, **kwargs})
+
+
+class TinyLM(pl.LightningModule):
+    """A tiny HF model with `model` and `tokenizer` attributes that records what each batch held."""
+
+    def __init__(self, seq2seq: bool = False, record_dir: str | None = None, lr: float = 1e-2):
+        super().__init__()
+        self.tokenizer = tokenizer(seq2seq)
+        self.model = (seq2seq_model() if seq2seq else causal_model()).train()
+        self.record_dir, self.lr = record_dir, lr
+        self.seen: list[tuple[int, list[int], list[float]]] = []
+        self.losses: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append((self.current_epoch, batch["index"].tolist(), batch["sample_weight"].tolist()))
+        loss = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          labels=batch["labels"]).loss
+        self.losses.append(loss.item())
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+    def on_train_end(self):
+        if self.record_dir is not None:
+            with open(f"{self.record_dir}/rank{self.global_rank}.json", "w") as f:
+                json.dump(self.seen, f)
+
+
+class AddNegatives(pl.Callback):
+    """Hands the datamodule generated responses at the end of one epoch, as the DRESS callback does."""
+
+    def __init__(self, at_epoch: int, pairs, weights):
+        self.at_epoch, self.pairs, self.weights = at_epoch, pairs, weights
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch == self.at_epoch:
+            trainer.datamodule.set_negatives(self.pairs, np.array(self.weights))
+
+
+def all_batches(loader):
+    return [b for b in loader]
+
+
+# ---------------------------------------------------------------------------------------------- batch layout
+
+def test_causal_batch_layout_token_by_token():
+    tok = tokenizer()
+    eos = tok.eos_token_id
+    dm = DialogueDataModule(train=PAIRS, val=None, tokenizer=tok, batch_size=2, show_progress=False)
+    batch = next(iter(dm.train_dataloader()))
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    # DialoGPT layout: every context turn followed by EOS, then the response and EOS
+    expected = {0: (ids("Hi there") + [eos] + ids("How are you?") + [eos], ids("Fine") + [eos]),
+                1: (ids(PAIRS[1][0]) + [eos], ids(PAIRS[1][1]) + [eos])}
+    width = max(len(c) + len(r) for c, r in expected.values())
+    assert batch["input_ids"].shape == (2, width)
+    for row in range(2):
+        ctx, resp = expected[int(batch["index"][row])]
+        n = len(ctx) + len(resp)
+        pad = width - n
+        assert batch["input_ids"][row].tolist() == ctx + resp + [eos] * pad  # GPT-2 has no pad token: EOS pads
+        assert batch["labels"][row].tolist() == [-100] * len(ctx) + resp + [-100] * pad
+        assert batch["attention_mask"][row].tolist() == [1] * n + [0] * pad
+    assert batch["sample_weight"].dtype == torch.float32 and batch["sample_weight"].tolist() == [1.0, 1.0]
+    assert sorted(batch["index"].tolist()) == [0, 1]
+    assert tok.pad_token_id is None  # the tokenizer was not changed
+
+
+def test_seq2seq_batch_layout_token_by_token():
+    tok = tokenizer(seq2seq=True)
+    bos, eos, pad = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+    dm = DialogueDataModule(train=PAIRS, val=None, tokenizer=tok, seq2seq=True, batch_size=2, show_progress=False)
+    assert dm.seq2seq
+    batch = next(iter(dm.train_dataloader()))
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    # encoder: <s> turn1 \n turn2 </s>; decoder target: <s> response </s>
+    expected = {0: ([bos] + ids("Hi there") + ids("\n") + ids("How are you?") + [eos], [bos] + ids("Fine") + [eos]),
+                1: ([bos] + ids(PAIRS[1][0]) + [eos], [bos] + ids(PAIRS[1][1]) + [eos])}
+    enc_width = max(len(c) for c, _ in expected.values())
+    dec_width = max(len(r) for _, r in expected.values())
+    for row in range(2):
+        ctx, resp = expected[int(batch["index"][row])]
+        assert batch["input_ids"][row].tolist() == ctx + [pad] * (enc_width - len(ctx))
+        assert batch["attention_mask"][row].tolist() == [1] * len(ctx) + [0] * (enc_width - len(ctx))
+        assert batch["labels"][row].tolist() == resp + [-100] * (dec_width - len(resp))
+
+
+def test_batch_tokenisation_equals_encode_pair():
+    # the cached, batched tokenisation gives exactly DialogueFormat.encode_pair's ids (window truncation included)
+    pairs = list(chitchat_pairs("validation", 10))
+    for seq2seq in (False, True):
+        tok = tokenizer(seq2seq)
+        model = seq2seq_model(max_position_embeddings=32) if seq2seq else causal_model(n_positions=32)
+        fmt = DialogueFormat(max_turns=2)
+        direct = [fmt.encode_pair(p.context, p.response, tok, model) for p in pairs]
+        assert encode_pairs(pairs, tok, model, fmt, show_progress=False) == direct
+        assert max(len(c) + len(r) for c, r in direct) == 32 or seq2seq  # some example hit the window
+
+
+# ---------------------------------------------------------------------------------------------- data choices
+
+def test_subset_is_deterministic_and_stats_logged_once(caplog):
+    pairs = list(chitchat_pairs("train", 20))
+    make = lambda seed: DialogueDataModule(train=pairs, val=pairs[:5], tokenizer=tokenizer(),  # noqa: E731
+                                           max_train_examples=10, seed=seed, show_progress=False)
+    a, b, c = make(0), make(0), make(1)
+    with caplog.at_level(logging.INFO, logger="lightning_div"):
+        a.setup("fit")
+        a.setup("fit")
+        a.gold_train_responses()
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train data:")]
+    assert len(logged) == 1 and f"{len(pairs):,} examples" in logged[0] and "random 10 of them" in logged[0]
+    assert sum("no model with a config" in r.getMessage() for r in caplog.records) == 1
+    assert a.train_pairs() == b.train_pairs() != c.train_pairs()
+    assert len(a.train_pairs()) == 10
+    positions = [pairs.index(p) for p in a.train_pairs()]
+    assert positions == sorted(positions)  # a subset in the original order
+    assert a.read_stats["train"].examples == len(pairs)
+    assert a.gold_train_responses() == [p.response for p in a.train_pairs()]
+    assert a.train_contexts() == [p.context for p in a.train_pairs()]
+
+
+def test_missing_tokenizer_and_data_are_explained():
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        DialogueDataModule(train=PAIRS, val=None).setup("fit")
+    with pytest.raises(ValueError, match="stage 'test' needs test data: pass test="):
+        DialogueDataModule(train=PAIRS, val=None, tokenizer=tokenizer()).setup("test")
+    with pytest.raises(ValueError, match="stage 'validate' needs val data"):
+        DialogueDataModule(train=PAIRS, val=None, tokenizer=tokenizer()).setup("validate")
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        DialogueDataModule(batch_size=0)
+
+
+# ---------------------------------------------------------------------------------------------- DRESS hooks
+
+def test_sample_weights_negatives_and_state():
+    pairs = list(chitchat_pairs("train", 5))[:9]
+    dm = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), batch_size=4, show_progress=False)
+    n = len(pairs)
+    assert dm.sample_weights.tolist() == [1.0] * n
+    w = np.linspace(0.5, 2.0, n)
+    dm.set_sample_weights(w)
+    with pytest.raises(ValueError, match=r"need one weight per example \(9,\)"):
+        dm.set_sample_weights(np.ones(n - 1))
+    with pytest.raises(ValueError, match=r"sample weights\[2\] = nan is not finite"):
+        dm.set_sample_weights(np.where(np.arange(n) == 2, np.nan, 1.0))
+    assert dm.sample_weights.tolist() == w.tolist()  # a refused call changes nothing
+
+    negatives = [(pairs[0].context, "i don't know"), DialoguePair(pairs[1].context, "i don't know either")]
+    dm.set_negatives(negatives, np.array([-1.0, -0.5]))
+    seen = {}
+    for batch in all_batches(dm.train_dataloader()):
+        for i, weight, labels in zip(batch["index"].tolist(), batch["sample_weight"].tolist(), batch["labels"]):
+            seen[i] = (weight, [t for t in labels.tolist() if t != -100])
+    assert sorted(seen) == list(range(n + 2))  # gold 0..8, then the negatives 9, 10
+    assert [seen[i][0] for i in range(n)] == pytest.approx(w.astype(np.float32).tolist())
+    assert (seen[n][0], seen[n + 1][0]) == (-1.0, -0.5)
+    tok = tokenizer()
+    assert seen[n][1] == tok("i don't know", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+
+    # a checkpoint round trip (tensors and plain values: loadable with weights_only=True)
+    state = dm.state_dict()
+    buffer = __import__("io").BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    restored = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), show_progress=False)
+    restored.load_state_dict(torch.load(buffer, weights_only=True))
+    assert restored.sample_weights.tolist() == w.tolist()
+    assert restored.negatives == [DialoguePair(pairs[0].context, "i don't know"),
+                                  DialoguePair(pairs[1].context, "i don't know either")]
+    assert restored.negative_weights.tolist() == [-1.0, -0.5]
+
+    dm.set_negatives([(pairs[2].context, "new")], np.array([-1.0]))  # replaces, not appends
+    assert [p.response for p in dm.negatives] == ["new"] and len(dm.train_dataset()) == n + 1
+    dm.set_negatives([], np.zeros(0))
+    assert dm.negatives == [] and len(dm.train_dataset()) == n
+    with pytest.raises(ValueError, match=r"negative weights: got shape \(1,\)"):
+        dm.set_negatives([(("a",), "b"), (("c",), "d")], np.array([-1.0]))
+
+
+def test_sampler_mode():
+    pairs = list(chitchat_pairs("train", 5))[:8]
+    dm = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), batch_size=4, show_progress=False)
+    dm.set_negatives([(pairs[0].context, "x")], np.array([-1.0]))
+    with pytest.raises(ValueError, match="negative: a sampler draws .* use mode='loss'"):
+        dm.set_sampling("sampler")
+    assert dm.sampling_mode == "loss"
+    dm.set_negatives([], np.zeros(0))
+    weights = np.array([0, 0, 0, 1, 0, 0, 0, 3], dtype=float)
+    dm.set_sampling("sampler", weights)
+    loader = dm.train_dataloader()
+    assert isinstance(loader.sampler, WeightedDistributedSampler)
+    batches = all_batches(loader)
+    drawn = [i for b in batches for i in b["index"].tolist()]
+    assert len(drawn) == 8 and set(drawn) <= {3, 7}  # only examples with weight > 0 are drawn
+    assert all(b["sample_weight"].tolist() == [1.0] * len(b["index"]) for b in batches)
+    with pytest.raises(ValueError, match="use mode='loss'"):
+        dm.set_negatives([(pairs[0].context, "x")], np.array([-1.0]))
+    with pytest.raises(ValueError, match="mode='both' is unknown"):
+        dm.set_sampling("both")
+    with pytest.raises(ValueError, match="all sampling weights are 0"):
+        dm.set_sampling("sampler", np.zeros(8))
+
+
+# ---------------------------------------------------------------------------------------------- samplers
+
+def test_exact_sampler_every_index_once_with_marked_padding():
+    n, world = 11, 3  # 11 examples on 3 ranks: 4 + 4 + 3, so one virtual padding index
+    dataset = EncodedDialogues([([i], [i]) for i in range(n)])
+    shards = []
+    for rank in range(world):
+        sampler = ExactDistributedSampler(dataset, num_replicas=world, rank=rank, seed=5)
+        sampler.set_epoch(2)
+        shards.append(list(sampler))
+    assert [len(s) for s in shards] == [4, 4, 4]
+    flat = [i for s in shards for i in s]
+    assert sorted(i for i in flat if i < n) == list(range(n))
+    (virtual,) = [i for i in flat if i >= n]
+    item = dataset[virtual]
+    assert (item["index"], item["sample_weight"]) == (-1, 0.0)
+    assert item["context_ids"] == [virtual - n]  # a copy of a real example, so the batch shapes stay normal
+    # deterministic per epoch, different across epochs, in order without shuffle
+    again = ExactDistributedSampler(dataset, num_replicas=world, rank=0, seed=5)
+    again.set_epoch(2)
+    assert list(again) == shards[0]
+    again.set_epoch(3)
+    assert list(again) != shards[0]
+    assert list(ExactDistributedSampler(dataset, 2, 1, shuffle=False)) == [1, 3, 5, 7, 9, 11]
+    # more ranks than examples: every rank still gets one row, the real one exactly once
+    tiny = EncodedDialogues([([0], [0])])
+    rows = [list(ExactDistributedSampler(tiny, 4, r)) for r in range(4)]
+    assert rows == [[0], [1], [1], [1]]
+
+
+def test_weighted_sampler_frequencies_match_weights():
+    weights = np.array([1.0, 2.0, 3.0, 4.0, 10.0, 0.0, 5.0])
+    dataset = EncodedDialogues([([i], [i]) for i in range(len(weights))])
+    counts = np.zeros(len(weights))
+    for epoch in range(4):
+        streams = []
+        for rank in range(2):
+            sampler = WeightedDistributedSampler(dataset, weights, num_samples=3000, num_replicas=2, rank=rank,
+                                                 seed=11)
+            sampler.set_epoch(epoch)
+            draws = list(sampler)
+            assert len(draws) == 1500  # each rank draws its share of the epoch's 3000
+            streams.append(draws)
+            counts += np.bincount(draws, minlength=len(weights))
+        # the ranks split one seeded stream: one process drawing 3000 gets the two shares interleaved
+        single = WeightedDistributedSampler(dataset, weights, num_samples=3000, num_replicas=1, rank=0, seed=11)
+        single.set_epoch(epoch)
+        assert list(single)[0::2] == streams[0] and list(single)[1::2] == streams[1]
+    assert counts[5] == 0  # weight 0 is never drawn
+    keep = weights > 0
+    expected = weights[keep] / weights[keep].sum() * counts.sum()
+    # 12,000 draws, fixed seed: a true match gives a p-value far above 1e-3 (this one is deterministic)
+    assert chisquare(counts[keep], expected).pvalue > 1e-3
+    # and the test has power: the same counts are incompatible with uniform draws
+    assert chisquare(counts[keep], np.full(keep.sum(), counts.sum() / keep.sum())).pvalue < 1e-12
+    with pytest.raises(ValueError, match="is negative"):
+        WeightedDistributedSampler(dataset, -weights, num_replicas=1, rank=0)
+
+
+# ---------------------------------------------------------------------------------------------- real Trainer
+
+@pytest.mark.parametrize("seq2seq", [False, True])
+def test_trainer_fits_tiny_model(seq2seq):
+    pairs = list(chitchat_pairs("train", 5))[:16]
+    model = TinyLM(seq2seq=seq2seq)
+    if seq2seq:  # used on its own first (no model: causal layout), then the Trainer's seq2seq model decides
+        dm = DialogueDataModule(train=pairs, val=pairs[:4], batch_size=8, max_history=2, show_progress=False,
+                                tokenizer=model.tokenizer, max_context_tokens=32, max_response_tokens=32)
+        dm.setup("fit")
+        assert not dm.seq2seq
+    else:  # the tokenizer comes from the LightningModule
+        dm = DialogueDataModule(train=pairs, val=pairs[:4], batch_size=8, max_history=2, show_progress=False,
+                                max_context_tokens=32, max_response_tokens=32)
+    quiet_trainer(max_epochs=8, num_sanity_val_steps=0, limit_val_batches=0).fit(model, dm)
+    assert dm.seq2seq == seq2seq and dm.tokenizer is model.tokenizer
+    batch = next(iter(dm.train_dataloader()))
+    assert (batch["labels"][:, 0] != -100).all() == seq2seq  # causal labels start on the (masked) context
+    assert batch["input_ids"].shape[1] <= (32 if seq2seq else 64)  # the token limits were applied
+    assert len(model.losses) == 16  # 8 epochs x 2 batches
+    assert np.mean(model.losses[-2:]) < np.mean(model.losses[:2]) - 1.0  # it learns from the labels
+
+
+def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
+    pairs = list(chitchat_pairs("train", 5))[:10]
+    n = len(pairs)
+    negatives = [(pairs[0].context, "generated one"), (pairs[1].context, "generated two")]
+    dm = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, max_context_tokens=32)
+    dm_weights = np.arange(1, n + 1) / n
+    model = TinyLM(lr=1e-3)
+    trainer = quiet_trainer(max_epochs=2, callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])],
+                            enable_checkpointing=True, default_root_dir=str(tmp_path))
+    dm.set_sample_weights(dm_weights)
+    trainer.fit(model, dm)
+    assert trainer.reload_dataloaders_every_n_epochs == 1  # set because the training data changed
+    by_epoch = {0: {}, 1: {}}
+    for epoch, indices, weights in model.seen:
+        by_epoch[epoch].update(zip(indices, weights))
+    assert sorted(by_epoch[0]) == list(range(n))
+    assert sorted(by_epoch[1]) == list(range(n + 2))  # rebuilt with the 2 negatives
+    assert (by_epoch[1][n], by_epoch[1][n + 1]) == (-1.0, -1.0)
+    assert [by_epoch[1][i] for i in range(n)] == pytest.approx(dm_weights.tolist())
+
+    (ckpt,) = list(tmp_path.rglob("*.ckpt"))
+    fresh = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, max_context_tokens=32)
+    resumed = TinyLM(lr=1e-3)
+    quiet_trainer(max_epochs=3, enable_checkpointing=True, default_root_dir=str(tmp_path / "r")).fit(
+        resumed, fresh, ckpt_path=str(ckpt))
+    assert fresh.sample_weights.tolist() == dm_weights.tolist()
+    assert [p.response for p in fresh.negatives] == ["generated one", "generated two"]
+    assert sorted(i for e, idx, _ in resumed.seen for i in idx) == list(range(n + 2))  # epoch 2 only
+
+
+def _ddp_expectations(record_dir, n, negatives):
+    seen = {}
+    for rank in range(2):
+        with open(f"{record_dir}/rank{rank}.json") as f:
+            for epoch, indices, weights in json.load(f):
+                seen.setdefault(epoch, []).extend(zip(indices, weights))
+    return seen
+
+
+def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
+    pairs = list(chitchat_pairs("train", 5))[:13]
+    n = len(pairs)  # 13 on 2 ranks: 7 + 7, one padding row; with 2 negatives 15: again one padding row
+    negatives = [(pairs[0].context, "generated one"), (pairs[3].context, "generated two")]
+    gold_weights = 1.0 + np.arange(n) / 10
+    dm = DialogueDataModule(train=pairs, val=None, batch_size=3, show_progress=False, max_context_tokens=32)
+    dm.set_sample_weights(gold_weights)
+    model = TinyLM(record_dir=str(tmp_path), lr=1e-3)
+    trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_epochs=2,
+                            callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])])
+    trainer.fit(model, dm)
+    seen = _ddp_expectations(tmp_path, n, negatives)
+    for epoch, size in ((0, n), (1, n + 2)):
+        real = sorted(i for i, w in seen[epoch] if i >= 0)
+        assert real == list(range(size))  # every example exactly once over both ranks
+        padding = [(i, w) for i, w in seen[epoch] if i < 0]
+        assert padding == [(-1, 0.0)]  # the one row that evens out the shards weighs nothing
+        weights = dict((i, w) for i, w in seen[epoch] if i >= 0)
+        assert [weights[i] for i in range(n)] == pytest.approx(gold_weights.astype(np.float32).tolist())
+        assert all(w > 0 for i, w in weights.items() if i < n)
+    assert [dict(seen[1])[i] for i in (n, n + 1)] == [-1.0, -1.0]
+
+
+def test_lightning_cli_builds_the_datamodule(tmp_path, monkeypatch):
+    from pytorch_lightning.cli import LightningCLI
+
+    monkeypatch.setattr("sys.argv", ["lightning-div"])
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"context": ["hi"], "response": "hello"}) + "\n")
+    cli = LightningCLI(TinyLM, DialogueDataModule, run=False,
+                       args=["--data.train", str(data), "--data.val", "null", "--data.max_history", "2",
+                             "--data.batch_size", "4", "--data.dedupe", "true", "--trainer.logger", "false"])
+    dm = cli.datamodule
+    assert (dm.batch_size, dm.max_history, dm.dedupe) == (4, 2, True)
+    assert dm.train_pairs() == [DialoguePair(("hi",), "hello")]
