@@ -31,10 +31,10 @@ def cache_root() -> Path:
 def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> Any:
     """A tokenizer by Hub name / local path, or ``"local:chitchat"``: BPE trained on the embedded corpus (cached)."""
     if spec == LOCAL_TOKENIZER:
-        from lightning_div.datamodules.formats import iter_texts, read_chitchat
+        from lightning_div.datamodules.formats import chitchat_conversations
         from lightning_div.tiny import train_tokenizer
 
-        texts = list(iter_texts(read_chitchat("train", max_history=1)))
+        texts = [turn for _, turns in chitchat_conversations("train") for turn in turns]
         return train_tokenizer(texts, vocab_size=vocab_size, cache_dir=cache_root() / "tokenizers", seq2seq=seq2seq)
     from transformers import AutoTokenizer
 

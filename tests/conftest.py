@@ -1,6 +1,7 @@
 """Test environment: fully offline (no Hub, W&B offline), deterministic, quiet."""
 
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -10,3 +11,5 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # OpenMP threads otherwise spin while waiting, which on a busy 2-core machine makes faiss and torch 10x slower.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Tokenizers trained on the embedded corpus ("local:chitchat") are cached here once per test session.
+os.environ.setdefault("LIGHTNING_DIV_CACHE", tempfile.mkdtemp(prefix="lightning-div-test-cache-"))

@@ -77,15 +77,10 @@ class DRESSReweighting(DiversityCallback):
                              "weights the training dataloader yields")
         return dm
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit" and self.negatives and trainer.reload_dataloaders_every_n_epochs != 1:
-            # Negatives change the training set each epoch, so its dataloader (and sampler length) must be rebuilt.
-            trainer.reload_dataloaders_every_n_epochs = 1
-
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         dm = self._datamodule(trainer)
         if self.weights is None:  # a resumed run restored them already
-            clusters, gold_ids = self.spec.gold_assignments(trainer, pl_module, list(dm.gold_train_responses()),
+            clusters, gold_ids = self.spec.gold_assignments(pl_module, list(dm.gold_train_responses()),
                                                             self.cache_dir(trainer), self.batch_size,
                                                             self.show_progress)
             self.weights = dress_weights(gold_ids, clusters.num_clusters, self.lam, self.normalize)
@@ -120,7 +115,7 @@ class DRESSReweighting(DiversityCallback):
         idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * trainer.current_epoch)
         chosen = [list(contexts[i]) for i in idx]
         generated = self.generate(self.adapter(pl_module), chosen, self.generation_kwargs, "DRESS negatives")
-        clusters = self.spec.get_clusters(trainer, pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer),
+        clusters = self.spec.get_clusters(pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer),
                                           self.batch_size, self.show_progress)
         encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
         ids = clusters.assign(encoder.encode(generated))

@@ -84,8 +84,9 @@ class DialogueDataModule(pl.LightningDataModule):
                  references_separator: str = REFERENCES_SEPARATOR, delimiter: Optional[str] = None,
                  show_progress: bool = True) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=[name for name, value in (("train", train), ("val", val), ("test", test),
-                                                                    ("tokenizer", tokenizer)) if not _plain(value)])
+        # `tokenizer` is left out: DialogueLM logs its own, and Lightning refuses two different values of one key.
+        self.save_hyperparameters(ignore=["tokenizer"] + [name for name, value in (("train", train), ("val", val),
+                                                                                   ("test", test)) if not _plain(value)])
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
                             ("max_train_examples", max_train_examples), ("max_val_examples", max_val_examples),
                             ("max_test_examples", max_test_examples)):

@@ -1,0 +1,99 @@
+"""DRESSReweighting with DialogueDataModule + DialogueLM in a real Trainer: weights, negatives, resume."""
+
+import numpy as np
+import pytest
+import torch
+from pytorch_lightning import Callback
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger
+
+from monitor_setup import minilm, trainer
+from lightning_div.callbacks.dress import DRESSReweighting
+from lightning_div.datamodules.dialogue import DialogueDataModule
+from lightning_div.dress import dress_weights
+from lightning_div.module import DialogueLM
+
+TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128,
+        # no dropout: a resumed run can then match an uninterrupted one bit for bit
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+def tiny_lm():
+    torch.manual_seed(0)
+    return DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=1000,
+                      from_scratch=TINY, learning_rate=1e-3)
+
+
+def datamodule():
+    return DialogueDataModule(max_train_examples=160, max_val_examples=16, batch_size=16, show_progress=False)
+
+
+def dress(tmp_path, **kw):
+    args = dict(encoder=minilm(), num_clusters=4, num_negative_contexts=32, show_progress=False, batch_size=16,
+                max_new_tokens=8, dirpath=str(tmp_path / "cache"), lam=2.0)
+    return DRESSReweighting(**{**args, **kw})
+
+
+class BatchSpy(Callback):
+    """Records (epoch, index, sample_weight) of every training example seen."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        for i, w in zip(batch["index"].tolist(), batch["sample_weight"].tolist()):
+            self.seen.append((trainer.current_epoch, i, w))
+
+
+@pytest.mark.slow
+def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(tmp_path):
+    cb, spy, dm = dress(tmp_path), BatchSpy(), datamodule()
+    tr = trainer(tmp_path, [cb, spy], loggers=[CSVLogger(tmp_path)], max_epochs=2, limit_train_batches=None,
+                 limit_val_batches=1)
+    tr.fit(tiny_lm(), datamodule=dm)
+    n = len(dm.train_pairs())
+    # the gold weights are DRESS weights of the cached gold cluster ids
+    ids = np.load(next((tmp_path / "cache").glob("clusters-*.assignments.npy")))
+    np.testing.assert_array_equal(cb.weights, dress_weights(ids, 4, lam=2.0))
+    np.testing.assert_array_equal(dm.sample_weights, cb.weights)
+    # epoch 0: every gold example exactly once with its DRESS weight, no negatives yet
+    epoch0 = [(i, w) for e, i, w in spy.seen if e == 0]
+    assert sorted(i for i, _ in epoch0) == list(range(n))
+    assert all(w == pytest.approx(cb.weights[i]) for i, w in epoch0)
+    # epoch 1: the negatives mined at the end of epoch 0 are trained on with weight -1
+    neg1 = [(i, w) for e, i, w in spy.seen if e == 1 and i >= n]
+    assert neg1 and all(w == -1.0 for _, w in neg1)
+    assert cb.history[0]["dress/head_clusters"] >= 1
+    assert cb.history[0]["dress/weight_min"] == -1.0
+    assert (tr.log_dir and (tmp_path / "lightning_logs").exists())
+    assert list((tmp_path / "lightning_logs").rglob("dress_weight_histogram_epoch1.png"))
+
+
+@pytest.mark.slow
+def test_resumed_run_ends_bit_identical(tmp_path):
+    def run(root, max_epochs, ckpt_path=None, checkpoint=False):
+        callbacks = [dress(root)]
+        if checkpoint:
+            callbacks.append(ModelCheckpoint(dirpath=root / "ckpt", save_last=True, every_n_epochs=1))
+        model, dm = tiny_lm(), datamodule()
+        tr = trainer(root, callbacks, max_epochs=max_epochs, limit_train_batches=None, limit_val_batches=1,
+                     enable_checkpointing=checkpoint)
+        tr.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+        return callbacks[0], model, dm
+
+    full_cb, full_model, full_dm = run(tmp_path / "full", 2)
+    run(tmp_path / "part", 1, checkpoint=True)
+    resumed_cb, resumed_model, resumed_dm = run(tmp_path / "part", 2, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt")
+    np.testing.assert_array_equal(resumed_cb.weights, full_cb.weights)
+    np.testing.assert_array_equal(resumed_cb.negative_weights, full_cb.negative_weights)
+    assert resumed_cb.negative_pairs == full_cb.negative_pairs
+    np.testing.assert_array_equal(resumed_dm.sample_weights, full_dm.sample_weights)
+    for (name, a), (_, b) in zip(full_model.state_dict().items(), resumed_model.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_sampler_mode_refuses_negatives():
+    with pytest.raises(ValueError, match="cannot use negatives"):
+        DRESSReweighting(mode="sampler", negatives=True)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        DRESSReweighting(mode="weighted")
