@@ -1,0 +1,197 @@
+"""decTest and conTest (Tevet & Berant, 2021): Spearman's ρ with a bootstrap CI, and OCA.
+
+Defined values instead of NaN: Spearman's ρ of a constant series is undefined (scipy
+returns NaN); here it is 0.0 with p = 1.0 and a warning, and a bootstrap resample in
+which either side is constant counts as ρ = 0.0.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy.stats import rankdata, spearmanr
+
+from lightning_div.meta_eval.set_metrics import mapping_of, metric_name, score_sets
+from lightning_div.threshold import SetMetric
+
+# Bootstrap resamples are ranked in chunks of at most this many values (bounded memory for big tests).
+_CHUNK_VALUES = 4_000_000
+
+
+def _as_values(values: Any, name: str) -> np.ndarray:
+    try:
+        x = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be numbers") from None
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {x.shape}")
+    bad = np.flatnonzero(~np.isfinite(x))
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}] = {x[bad[0]]} is not finite")
+    return x
+
+
+def _paired(x: Any, y: Any, x_name: str, y_name: str, minimum: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    x, y = _as_values(x, x_name), _as_values(y, y_name)
+    if len(x) != len(y):
+        raise ValueError(f"{x_name} has {len(x)} values but {y_name} has {len(y)}")
+    if len(x) < minimum:
+        raise ValueError(f"a rank correlation needs at least {minimum} sets, got {len(x)}")
+    return x, y
+
+
+def spearman(x: Sequence[float], y: Sequence[float], name: str = "metric") -> tuple[float, float]:
+    """Spearman's ρ and its two-sided p-value (scipy); ρ = 0.0, p = 1.0 with a warning if either side is constant."""
+    x, y = _paired(x, y, "x", "y")
+    for values, which in ((x, name), (y, "the diversity parameter")):
+        if np.ptp(values) == 0:
+            warnings.warn(f"{which} is constant over all {len(x)} sets: Spearman's rho is undefined, "
+                          "reported as 0.0 (p = 1.0)", stacklevel=2)
+            return 0.0, 1.0
+    result = spearmanr(x, y)
+    return float(result.statistic), float(result.pvalue)
+
+
+def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's ρ of each row pair (average ranks for ties); 0.0 where a row is constant."""
+    rx, ry = rankdata(x, axis=-1), rankdata(y, axis=-1)
+    rx -= rx.mean(axis=-1, keepdims=True)
+    ry -= ry.mean(axis=-1, keepdims=True)
+    den = np.sqrt((rx * rx).sum(axis=-1) * (ry * ry).sum(axis=-1))
+    num = (rx * ry).sum(axis=-1)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+def bootstrap_spearman_ci(x: Sequence[float], y: Sequence[float], n_boot: int = 1000, seed: int = 0,
+                          confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI of Spearman's ρ: sets resampled with replacement ``n_boot`` times (seeded)."""
+    x, y = _paired(x, y, "x", "y")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot must be an integer >= 1, got {n_boot!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    n = len(x)
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    step = max(1, _CHUNK_VALUES // n)
+    rhos = np.concatenate([_spearman_rows(x[idx[i:i + step]], y[idx[i:i + step]]) for i in range(0, n_boot, step)])
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(rhos, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def check_binary_labels(labels: Sequence[Any], name: str = "labels") -> np.ndarray:
+    """Labels as 0 (low content diversity) / 1 (high); bools, ints or 0.0/1.0 floats; both classes present."""
+    y = _as_values(labels, name)
+    bad = np.flatnonzero((y != 0) & (y != 1))
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}] = {labels[bad[0]]!r}: conTest labels must be 0 (low content diversity) "
+                         "or 1 (high)")
+    if y.min() == y.max():
+        raise ValueError(f"all {len(y)} {name} are {int(y[0])}: conTest needs sets of both classes")
+    return y.astype(np.int64)
+
+
+def optimal_classification_accuracy(scores: Sequence[float], labels: Sequence[Any]) -> dict[str, Any]:
+    """OCA: the best accuracy of a single threshold η on the metric (Tevet & Berant, section 6.4).
+
+    The classifier says "high content diversity" (label 1) when score > η, else "low" (0);
+    η ranges over every cut between consecutive distinct scores and above the largest
+    (everything low). Equal scores fall on the same side: ties cannot be split, so tied
+    sets of different classes cost accuracy at every η. An accuracy a < 0.5 is flipped to
+    1 − a (the metric ranks the classes backwards: high when score ≤ η); ``flipped`` tells.
+    A constant metric gets the trivial classifier's accuracy, max(#high, #low) / n.
+
+    Returns ``oca``, ``threshold`` (midway between the two scores the cut separates; the
+    largest score for the everything-one-class cut) and ``flipped``. On equal accuracies
+    the lowest threshold wins, unflipped before flipped.
+    """
+    s = _as_values(scores, "scores")
+    y = check_binary_labels(labels)
+    if len(s) != len(y):
+        raise ValueError(f"scores has {len(s)} values but labels has {len(y)}")
+    order = np.argsort(s, kind="stable")
+    s, y = s[order], y[order]
+    # Cut k puts the sorted scores up to and including the k-th distinct value on the low side.
+    ends = np.append(np.flatnonzero(np.diff(s) != 0), len(s) - 1)
+    low_correct = np.cumsum(y == 0)[ends]
+    high_correct = (y == 1).sum() - np.cumsum(y == 1)[ends]
+    accuracy = (low_correct + high_correct) / len(s)
+    candidates = np.stack([accuracy, 1.0 - accuracy], axis=1)  # [cut, (unflipped, flipped)]
+    # Exact fractions with denominator n: round away float noise so ties compare equal.
+    flat = int(np.argmax(np.round(candidates * len(s)).ravel()))
+    cut, flipped = divmod(flat, 2)
+    threshold = (s[ends[cut]] + s[ends[cut] + 1]) / 2.0 if cut < len(ends) - 1 else s[-1]
+    return {"oca": float(candidates[cut, flipped]), "threshold": float(threshold), "flipped": bool(flipped)}
+
+
+def _correlation(scores: np.ndarray, parameter: np.ndarray, name: str, n_boot: int, seed: int,
+                 confidence: float) -> dict[str, Any]:
+    rho, p = spearman(scores, parameter, name)
+    low, high = bootstrap_spearman_ci(scores, parameter, n_boot, seed, confidence)
+    return {"metric": name, "n_sets": len(scores), "spearman": rho, "p_value": p, "ci_low": low, "ci_high": high,
+            "confidence": confidence, "n_boot": n_boot, "seed": seed, "scores": scores.tolist()}
+
+
+def dec_test_from_scores(scores: Sequence[float], parameters: Sequence[float], name: str = "metric",
+                         n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+    """decTest on metric values already computed: Spearman's ρ with the diversity parameter, p, bootstrap CI."""
+    x, d = _paired(scores, parameters, "scores", "parameters")
+    if np.ptp(d) == 0:
+        raise ValueError(f"all {len(d)} parameters are {d[0]}: decTest needs at least 2 distinct values "
+                         "(e.g. a temperature sweep)")
+    return {"test": "dec", **_correlation(x, d, name, n_boot, seed, confidence), "parameters": d.tolist()}
+
+
+def con_test_from_scores(scores: Sequence[float], labels: Sequence[Any], name: str = "metric", n_boot: int = 1000,
+                         seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+    """conTest on metric values already computed: OCA, and Spearman's ρ with the labels (with CI)."""
+    y = check_binary_labels(labels)
+    x, _ = _paired(scores, y, "scores", "labels")
+    result = {"test": "con", **_correlation(x, y.astype(np.float64), name, n_boot, seed, confidence)}
+    result.update(optimal_classification_accuracy(x, y))
+    result.update({"n_high": int(y.sum()), "n_low": int(len(y) - y.sum()), "labels": y.tolist()})
+    return result
+
+
+def dec_test(metric: SetMetric, sets: Sequence[Sequence[str]], parameters: Sequence[float], n_boot: int = 1000,
+             seed: int = 0, confidence: float = 0.95, show_progress: bool = True) -> dict[str, Any]:
+    """decTest: Spearman's ρ between ``metric`` of each set and its diversity parameter (e.g. temperature).
+
+    Returns ``spearman``, ``p_value``, ``ci_low`` / ``ci_high`` (percentile bootstrap over sets,
+    ``n_boot`` resamples, seeded), ``scores`` and ``parameters``.
+    """
+    if len(sets) != len(parameters):
+        raise ValueError(f"{len(sets)} sets but {len(parameters)} parameters")
+    scores = score_sets(metric, sets, show_progress)
+    return dec_test_from_scores(scores, parameters, metric_name(metric), n_boot, seed, confidence)
+
+
+def con_test(metric: SetMetric, sets: Sequence[Sequence[str]], labels: Sequence[Any], n_boot: int = 1000,
+             seed: int = 0, confidence: float = 0.95, show_progress: bool = True) -> dict[str, Any]:
+    """conTest: OCA (see :func:`optimal_classification_accuracy`) and Spearman's ρ with the 0/1 labels."""
+    if len(sets) != len(labels):
+        raise ValueError(f"{len(sets)} sets but {len(labels)} labels")
+    check_binary_labels(labels)  # before the (possibly expensive) scoring
+    scores = score_sets(metric, sets, show_progress)
+    return con_test_from_scores(scores, labels, metric_name(metric), n_boot, seed, confidence)
+
+
+def infer_test(parameters: Sequence[float]) -> str:
+    """``"con"`` when every parameter is 0 or 1 (conTest labels), else ``"dec"``."""
+    return "con" if set(np.asarray(parameters, dtype=np.float64).tolist()) <= {0.0, 1.0} else "dec"
+
+
+def meta_evaluate(metrics: SetMetric | Sequence[SetMetric] | Mapping[str, SetMetric], sets: Sequence[Sequence[str]],
+                  parameters: Sequence[float], test: str = "auto", n_boot: int = 1000, seed: int = 0,
+                  confidence: float = 0.95, show_progress: bool = True) -> dict[str, dict[str, Any]]:
+    """:func:`dec_test` or :func:`con_test` (``test="auto"``: :func:`infer_test`) of several metrics, by name."""
+    if test == "auto":
+        test = infer_test(parameters)
+    if test not in ("dec", "con"):
+        raise ValueError(f"test={test!r} is unknown; use 'dec', 'con' or 'auto'")
+    run = dec_test if test == "dec" else con_test
+    return {name: {**run(m, sets, parameters, n_boot, seed, confidence, show_progress), "metric": name}
+            for name, m in mapping_of(metrics).items()}
