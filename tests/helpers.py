@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import torch
+from transformers import RobertaConfig, RobertaForSequenceClassification
+
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
 from lightning_div.tiny import tiny_causal_lm, tiny_seq2seq_lm, train_tokenizer
 
@@ -25,3 +28,18 @@ def causal_model(seed: int = 0, **kwargs):
 
 def seq2seq_model(seed: int = 0, **kwargs):
     return tiny_seq2seq_lm(tokenizer(True), seed=seed, **kwargs)
+
+
+# A shuffled, upper/lower-case id2label: the scorer must read the label order, not assume it.
+ID2LABEL = {0: "neutral", 1: "CONTRADICTION", 2: "entailment"}
+
+
+def tiny_nli_model(id2label=ID2LABEL, num_labels=3, seed=1):
+    tok = tokenizer(True)
+    config = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=300, pad_token_id=tok.pad_token_id,
+                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, num_labels=num_labels,
+                           id2label=id2label, initializer_range=1.0)  # wide init: all three classes get predicted
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return RobertaForSequenceClassification(config).eval()

@@ -280,7 +280,7 @@ class CountingScorer(NLIScorer):
 
 
 def test_nli_variants_share_one_batched_pass(pool):
-    from test_nli import tiny_nli_model
+    from helpers import tiny_nli_model
 
     scorer = CountingScorer.from_model(tiny_nli_model(), tokenizer(True), show_progress=False)
     sets = [pool[:3], pool[3:7], pool[:3]]

@@ -113,3 +113,31 @@ def test_idk_and_metric_arguments_are_checked():
         SemanticDiversityMonitor(lexical_metrics=["distinct"])
     with pytest.raises(ValueError, match="every_n_epochs"):
         RUQMonitor(every_n_epochs=0)
+
+
+@pytest.mark.slow
+def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
+    from helpers import tiny_nli_model, tokenizer
+    from lightning_div.callbacks.nli_diversity import NLIDiversityMonitor
+    from lightning_div.nli import NLIScorer
+    from monitor_setup import VAL
+
+    scorer = NLIScorer.from_model(tiny_nli_model(), tokenizer(True), show_progress=False)
+    n = 3
+    cb = NLIDiversityMonitor(scorer=scorer, num_contexts=5, n=n, val_pairs=VAL, threshold_generation=True,
+                             threshold=2, max_samples=5, show_progress=False, batch_size=6, max_new_tokens=8,
+                             on_error="raise")
+    tr = trainer(tmp_path, [cb], loggers=[CSVLogger(tmp_path, name="csv")], max_epochs=1)
+    tr.fit(TinyChat())
+    (row,) = [h for h in cb.history if "val/nli_div_baseline" in h]
+    pairs = n * (n - 1)
+    counts = [row[f"val/nli_pairs_{c}"] for c in ("entailment", "neutral", "contradiction")]
+    assert sum(counts) == pytest.approx(pairs)  # every ordered pair of every set has one label
+    # baseline = #contradiction - #entailment per set, so the means obey the same identity
+    assert row["val/nli_div_baseline"] == pytest.approx(counts[2] - counts[0])
+    assert row["val/nli_div_neutral"] == pytest.approx(counts[2] + counts[1] - counts[0])
+    assert abs(row["val/nli_div_confidence"]) <= pairs
+    assert n <= row["val/threshold_samples_drawn"] <= 5
+    assert 0.0 <= row["val/threshold_reached"] <= 1.0
+    assert row["val/threshold_end_diversity"] >= row["val/threshold_start_diversity"] or \
+        row["val/threshold_samples_drawn"] == 5

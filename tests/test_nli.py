@@ -5,27 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import RobertaConfig, RobertaForSequenceClassification
 
 from lightning_div.nli import NLIScorer, SetResult, mean_set_stats, ordered_pairs
-from tests.helpers import chitchat_pairs, tokenizer
+from helpers import ID2LABEL, chitchat_pairs, tiny_nli_model, tokenizer
 
 # Shuffled on purpose: the scorer must read the order, not assume MNLI's.
-ID2LABEL = {0: "neutral", 1: "CONTRADICTION", 2: "entailment"}
 # Model output column of each canonical class (entailment, neutral, contradiction), by hand from ID2LABEL.
 CANONICAL_COLUMNS = [2, 0, 1]
 NAMES = ("entailment", "neutral", "contradiction")
-
-
-def tiny_nli_model(id2label=ID2LABEL, num_labels=3, seed=1):
-    tok = tokenizer(True)
-    config = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, max_position_embeddings=300, pad_token_id=tok.pad_token_id,
-                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, num_labels=num_labels,
-                           id2label=id2label, initializer_range=1.0)  # wide init: all three classes get predicted
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return RobertaForSequenceClassification(config).eval()
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from lightning_div.metrics import averaged_distinct
 from lightning_div.nli import NLIScorer
 from lightning_div.threshold import (NegativeMeanCosine, ThresholdStep, derive_seed, diversity_threshold_generate,
                                      diversity_threshold_generate_many, threshold_stats)
-from tests.helpers import tokenizer
-from tests.test_nli import tiny_nli_model
+from helpers import tokenizer
+from helpers import tiny_nli_model
 
 
 class ScriptedGenerator:

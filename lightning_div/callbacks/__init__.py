@@ -1,1 +1,8 @@
 """Lightning callbacks: they gather texts, call the metric/embedding/scoring modules, and log."""
+
+from lightning_div.callbacks.dress import DRESSReweighting
+from lightning_div.callbacks.nli_diversity import NLIDiversityMonitor
+from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+
+__all__ = ["SemanticDiversityMonitor", "RUQMonitor", "DRESSReweighting", "NLIDiversityMonitor"]

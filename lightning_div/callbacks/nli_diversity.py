@@ -1,0 +1,125 @@
+"""NLIDiversityMonitor: NLI Diversity (Stasaski & Hearst, 2022) of sampled response sets at validation epoch end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+
+from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.distributed import distributed_map
+
+
+class NLIDiversityMonitor(DiversityCallback):
+    """For a fixed sample of validation contexts, sample ``n`` responses each and score every ordered pair with NLI.
+
+    Logs the mean over contexts of ``val/nli_div_baseline``, ``val/nli_div_neutral``,
+    ``val/nli_div_confidence`` and the per-class pair counts ``val/nli_pairs_entailment``
+    / ``_neutral`` / ``_contradiction``. With ``threshold_generation=True`` it also runs
+    Diversity Threshold Generation and logs ``val/threshold_start_diversity``,
+    ``val/threshold_end_diversity``, ``val/threshold_samples_drawn`` and
+    ``val/threshold_reached``. Generation and NLI scoring are sharded by batch across
+    processes, so values are identical on 1 and N processes.
+
+    Args:
+        scorer: an :class:`~lightning_div.nli.NLIScorer` or a model name/path (default roberta-large-mnli).
+        num_contexts: size of the fixed validation sample (None = all).
+        n: responses per context (the paper: 5, so 20 ordered pairs).
+        top_p: nucleus sampling of the response sets (the paper: 0.9).
+        generation_kwargs: extra sampling arguments (temperature, ...).
+        threshold_generation, threshold, max_samples, threshold_metric: Diversity Threshold
+            Generation (the paper: > 10 contradictions of 20 pairs, at most 20 samples).
+        val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
+        scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
+    """
+
+    name = "nli_diversity"
+
+    def __init__(self, scorer: Any = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
+                 top_p: float = 0.9, generation_kwargs: dict[str, Any] | None = None,
+                 threshold_generation: bool = False, threshold: float = 10, max_samples: int = 20,
+                 threshold_metric: str = "contradictions", val_pairs: Any = None,
+                 scorer_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if n < 2:
+            raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")
+        if threshold_generation and max_samples < n:
+            raise ValueError(f"max_samples ({max_samples}) must be >= n ({n}): it counts the first n samples")
+        self.scorer_arg = scorer
+        self.scorer_kwargs = dict(scorer_kwargs or {})
+        self.num_contexts = num_contexts
+        self.n = n
+        self.top_p = top_p
+        self.generation_kwargs = dict(generation_kwargs or {})
+        self.threshold_generation = threshold_generation
+        self.threshold = threshold
+        self.max_samples = max_samples
+        self.threshold_metric = threshold_metric
+        self.val_pairs_arg = val_pairs
+        self._scorer: Any = None
+        self._indices: list[int] | None = None
+        self._sample: list[DialoguePair] | None = None
+
+    def scorer(self, pl_module: pl.LightningModule) -> Any:
+        if self._scorer is None:
+            if isinstance(self.scorer_arg, str):
+                from lightning_div.nli import NLIScorer
+
+                kw = {"show_progress": False, "batch_size": self.batch_size, **self.scorer_kwargs}
+                self._scorer = NLIScorer(self.scorer_arg, device=pl_module.device, **kw)
+            else:
+                self._scorer = self.scorer_arg
+        return self._scorer
+
+    def sample(self, trainer: pl.Trainer) -> list[DialoguePair]:
+        if self._sample is None:
+            pairs = self.resolve_pairs(trainer, self.val_pairs_arg, "val_pairs", "val_pairs")
+            if self._indices is None or (self._indices and max(self._indices) >= len(pairs)):
+                self._indices = sample_indices(len(pairs), self.num_contexts, self.seed).tolist()
+            self._sample = [pairs[i] for i in self._indices]
+        return self._sample
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.sample(trainer)  # missing data is a configuration error: report it now
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.due(trainer):
+            return
+        from lightning_div.generation import generate_sets
+        from lightning_div.nli import mean_set_stats
+        from lightning_div.threshold import diversity_threshold_generate_many, threshold_stats
+
+        with self.measuring(trainer, pl_module, "NLI diversity") as m:
+            adapter, scorer = self.adapter(pl_module), self.scorer(pl_module)
+            contexts = [list(p.context) for p in self.sample(trainer)]
+            key = [sum(map(len, c)) for c in contexts]
+            per_batch = max(1, self.batch_size // self.n)  # the adapter batches contexts x n sequences
+            sampling = {"top_p": self.top_p, "show_progress": False, **self.generation_kwargs}
+
+            def score(batch: list[list[str]]) -> list[dict[str, float]]:
+                sets = generate_sets(adapter, batch, self.n, **sampling)
+                return [r.stats() for r in scorer.score_sets(sets, show_progress=False)]
+
+            rows = distributed_map(score, contexts, per_batch, sort_key=key, show_progress=self.show_progress,
+                                   desc=f"NLI diversity ({len(contexts)} contexts x {self.n})")
+            m.update({f"val/{k}": v for k, v in mean_set_stats(rows).items()})
+            if self.threshold_generation:
+                def dtg(batch: list[list[str]]) -> list[dict[str, float]]:
+                    results = diversity_threshold_generate_many(
+                        adapter, batch, scorer, n=self.n, threshold=self.threshold, max_samples=self.max_samples,
+                        top_p=self.top_p, metric=self.threshold_metric, seed=self.seed, show_progress=False,
+                        **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")})
+                    return [r.stats() for r in results]
+
+                rows = distributed_map(dtg, contexts, per_batch, sort_key=key, show_progress=self.show_progress,
+                                       desc="Diversity Threshold Generation")
+                m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "indices": self._indices}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._indices = state_dict.get("indices")
+        self._sample = None
