@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,8 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from lightning_div.datamodules.formats import DialoguePair
-from lightning_div.formatting import DialogueFormat, is_seq2seq
+from lightning_div.formatting import DialogueFormat, is_seq2seq, model_window
+from lightning_div.generation import pad_batch
 
 IGNORE_INDEX = -100
 PADDING_INDEX = -1  # `index` of a row that only evens out the DDP shards
@@ -74,16 +76,26 @@ class _MemoTokenizer:
         return {"input_ids": self._cache[key]}
 
 
+def model_layout(seq2seq: bool, window: int | None = None) -> Any:
+    """A stand-in for a model carrying only what DialogueFormat reads from one: encoder-decoder or not, window.
+
+    Used before a model exists, and instead of the real model while encoding a corpus
+    (reading a Hugging Face config attribute is slow enough to matter 100,000 times over).
+    """
+    return SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=seq2seq, max_position_embeddings=window))
+
+
 def encode_pairs(pairs: Sequence[DialoguePair], tokenizer: Any, model: Any, fmt: DialogueFormat | None = None,
                  max_response_tokens: int | None = None, show_progress: bool = True,
                  desc: str = "tokenising") -> list[tuple[list[int], list[int]]]:
     """``fmt.encode_pair`` of every pair: (context ids, response ids), fitted to the model window."""
     fmt = fmt or DialogueFormat()
     seq2seq = is_seq2seq(model)
+    layout = model_layout(seq2seq, model_window(model))
     memo = _MemoTokenizer(tokenizer)
     memo.warm([turn for p in pairs for turn in p.context])
     memo.warm([p.response for p in pairs], target=seq2seq)
-    return [fmt.encode_pair(p.context, p.response, memo, model, max_response_tokens=max_response_tokens)
+    return [fmt.encode_pair(p.context, p.response, memo, layout, max_response_tokens=max_response_tokens)
             for p in tqdm(pairs, desc=desc, disable=not show_progress, leave=False)]
 
 
@@ -135,30 +147,11 @@ class DialogueCollator:
         if self.seq2seq:
             inputs = [it["context_ids"] for it in items]
             targets = [it["response_ids"] for it in items]
-            labels = _pad(targets, IGNORE_INDEX)
         else:
             inputs = [it["context_ids"] + it["response_ids"] for it in items]
-            labels = _pad([[IGNORE_INDEX] * len(it["context_ids"]) + it["response_ids"] for it in items],
-                          IGNORE_INDEX)
-        return {"input_ids": _pad(inputs, self.pad_token_id),
-                "attention_mask": _pad([[1] * len(x) for x in inputs], 0),
-                "labels": labels,
+            targets = [[IGNORE_INDEX] * len(it["context_ids"]) + it["response_ids"] for it in items]
+        input_ids, attention_mask = pad_batch(inputs, self.pad_token_id, "right")
+        labels, _ = pad_batch(targets, IGNORE_INDEX, "right")
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
                 "sample_weight": torch.tensor([it["sample_weight"] for it in items], dtype=torch.float32),
                 "index": torch.tensor([it["index"] for it in items], dtype=torch.long)}
-
-
-def _pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
-    width = max((len(r) for r in rows), default=0)
-    out = torch.full((len(rows), width), value, dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-    return out
-
-
-def pad_token_id(tokenizer: Any) -> int:
-    """The tokenizer's pad id, else its EOS id (GPT-2 has no pad token); the tokenizer is not changed."""
-    for name in ("pad_token_id", "eos_token_id"):
-        value = getattr(tokenizer, name, None)
-        if value is not None:
-            return int(value)
-    raise ValueError(f"{type(tokenizer).__name__} has neither a pad nor an EOS token, so batches cannot be padded")
