@@ -45,7 +45,7 @@ def main() -> None:
             start = time.perf_counter()
             out[name] = fn()
             best[name] = min(best[name], time.perf_counter() - start)
-    assert out["encode_pairs"] == out["per-example encode_pair"], "the two tokenisations differ"
+    assert list(out["encode_pairs"]) == out["per-example encode_pair"], "the two tokenisations differ"
     layout = "seq2seq" if args.seq2seq else "causal"
     print(f"chitchat {args.split}: {len(pairs):,} examples, {layout} layout, max_history={args.max_history}")
     for name, seconds in best.items():

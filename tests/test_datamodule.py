@@ -119,7 +119,7 @@ def test_batch_tokenisation_equals_encode_pair():
         model = seq2seq_model(max_position_embeddings=32) if seq2seq else causal_model(n_positions=32)
         fmt = DialogueFormat(max_turns=2)
         direct = [fmt.encode_pair(p.context, p.response, tok, model) for p in pairs]
-        assert encode_pairs(pairs, tok, model, fmt, show_progress=False) == direct
+        assert list(encode_pairs(pairs, tok, model, fmt, show_progress=False)) == direct
         assert max(len(c) + len(r) for c, r in direct) == 32 or seq2seq  # some example hit the window
 
 

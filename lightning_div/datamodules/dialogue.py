@@ -20,7 +20,8 @@ import torch
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, Sampler
 
-from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs, model_layout
+from lightning_div.datamodules.encoding import (ConcatPairs, DialogueCollator, EncodedDialogues, EncodedPairs,
+                                                encode_pairs, model_layout)
 from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEPARATOR, DialoguePair, Fields,
                                                ReadResult, ReadStats, as_pair, read_pairs)
 from lightning_div.formatting import DialogueFormat, is_seq2seq
@@ -106,14 +107,14 @@ class DialogueDataModule(pl.LightningDataModule):
                          delimiter=delimiter)
         self._pairs: dict[str, list[DialoguePair]] = {}
         self._stats: dict[str, ReadStats] = {}
-        self._encoded: dict[str, list[tuple[list[int], list[int]]]] = {}
+        self._encoded: dict[str, EncodedPairs] = {}
         self._tokenizer: Any = None
         self._model: Any = None
         self._resolved_for: Any = None  # the LightningModule the tokenizer/model were taken from
         self._sample_weights: np.ndarray | None = None
         self._negatives: list[DialoguePair] = []
         self._negative_weights = np.zeros(0, dtype=np.float64)
-        self._negatives_encoded: list[tuple[list[int], list[int]]] | None = None
+        self._negatives_encoded: EncodedPairs | None = None
         self._mode = "loss"
         self._train_loader_built = False
 
@@ -220,13 +221,13 @@ class DialogueDataModule(pl.LightningDataModule):
         self._ensure_model()
         return is_seq2seq(self._model)
 
-    def _encode(self, pairs: list[DialoguePair], desc: str) -> list[tuple[list[int], list[int]]]:
+    def _encode(self, pairs: list[DialoguePair], desc: str) -> EncodedPairs:
         self._ensure_model()
         show = self.show_progress and self._rank() == 0
         return encode_pairs(pairs, self._tokenizer, self._model, self.dialogue_format,
                             max_response_tokens=self.max_response_tokens, show_progress=show, desc=desc)
 
-    def _encoded_split(self, name: str) -> list[tuple[list[int], list[int]]]:
+    def _encoded_split(self, name: str) -> EncodedPairs:
         self._ensure_model()
         if name not in self._encoded:
             self._encoded[name] = self._encode(self._read(name), f"tokenising {name}")
@@ -362,9 +363,9 @@ class DialogueDataModule(pl.LightningDataModule):
         """Gold examples then negatives, with their weights (all 1.0 in sampler mode)."""
         gold = self._encoded_split("train")
         if self._negatives_encoded is None:
-            self._negatives_encoded = self._encode(self._negatives, "tokenising negatives") if self._negatives else []
+            self._negatives_encoded = self._encode(self._negatives, "tokenising negatives")
         weights = np.concatenate([self.sample_weights, self._negative_weights])
-        return EncodedDialogues(list(gold) + self._negatives_encoded, weights if self._mode == "loss" else None)
+        return EncodedDialogues(ConcatPairs(gold, self._negatives_encoded), weights if self._mode == "loss" else None)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled; under DDP every example once per epoch (loss mode) or weighted draws (sampler mode)."""
