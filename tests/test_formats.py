@@ -136,6 +136,12 @@ def test_non_utf8_is_named_by_line(tmp_path):
         error_at(path, 2, lambda: reader(path))
 
 
+@pytest.mark.parametrize("reader", [read_json, read_csv, read_parlai, read_dailydialog, read_pairs])
+def test_empty_file_is_named(tmp_path, reader):
+    path = write(tmp_path, "empty.jsonl", " \n\n")
+    assert "the file is empty" in error_at(path, 1, lambda: reader(path))
+
+
 # ---------------------------------------------------------------------------------------------- CSV / TSV
 
 def test_csv_and_tsv(tmp_path):

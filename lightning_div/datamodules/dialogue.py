@@ -24,7 +24,7 @@ from lightning_div.datamodules.encoding import (ConcatPairs, DialogueCollator, E
                                                 encode_pairs, model_layout)
 from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEPARATOR, DialoguePair, Fields,
                                                ReadResult, ReadStats, as_pair, read_pairs)
-from lightning_div.formatting import DialogueFormat, is_seq2seq
+from lightning_div.formatting import DialogueFormat, is_seq2seq, model_window
 from lightning_div.generation import pad_id_of
 from lightning_div.distributed import rank_and_world
 from lightning_div.samplers import ExactDistributedSampler, WeightedDistributedSampler, check_sampling_weights
@@ -199,15 +199,19 @@ class DialogueDataModule(pl.LightningDataModule):
                              f"{'an encoder-decoder' if is_seq2seq(model) else 'decoder-only'}")
         self._tokenizer, self._model = tokenizer, model
 
+    def _layout(self) -> tuple:
+        return id(self._tokenizer), is_seq2seq(self._model), model_window(self._model)
+
     def _ensure_model(self) -> None:
         module = self._module()
         if self._model is not None and self._resolved_for is module:
             return
-        if self._model is not None:  # first used before a Trainer attached: ids may follow another layout
-            self._encoded.clear()
-            self._negatives_encoded = None
+        before = self._layout() if self._model is not None else None
         self._resolve_model()
         self._resolved_for = module
+        if before is not None and before != self._layout():  # used before a Trainer attached, with another layout
+            self._encoded.clear()
+            self._negatives_encoded = None
 
     @property
     def tokenizer(self) -> Any:
