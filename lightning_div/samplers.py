@@ -12,18 +12,15 @@ from collections.abc import Iterator, Sequence, Sized
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
+from lightning_div.distributed import rank_and_world
 
-def world(num_replicas: int | None = None, rank: int | None = None) -> tuple[int, int]:
+
+def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     """(num_replicas, rank), read from the process group where not given (1, 0 without one)."""
-    initialised = dist.is_available() and dist.is_initialized()
-    if num_replicas is None:
-        num_replicas = dist.get_world_size() if initialised else 1
-    if rank is None:
-        rank = dist.get_rank() if initialised else 0
-    return num_replicas, rank
+    group_rank, group_size = rank_and_world()
+    return (group_size if num_replicas is None else num_replicas), (group_rank if rank is None else rank)
 
 
 class ExactDistributedSampler(DistributedSampler):
@@ -39,7 +36,7 @@ class ExactDistributedSampler(DistributedSampler):
 
     def __init__(self, dataset: Sized, num_replicas: int | None = None, rank: int | None = None,
                  shuffle: bool = True, seed: int = 0) -> None:
-        num_replicas, rank = world(num_replicas, rank)
+        num_replicas, rank = _replicas(num_replicas, rank)
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)
 
     def __iter__(self) -> Iterator[int]:
@@ -81,7 +78,7 @@ class WeightedDistributedSampler(DistributedSampler):
 
     def __init__(self, dataset: Sized, weights: np.ndarray | Sequence[float], num_samples: int | None = None,
                  num_replicas: int | None = None, rank: int | None = None, seed: int = 0) -> None:
-        num_replicas, rank = world(num_replicas, rank)
+        num_replicas, rank = _replicas(num_replicas, rank)
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
         w = check_sampling_weights(weights)
         if len(w) != len(dataset):

@@ -119,7 +119,7 @@ def test_batch_tokenisation_equals_encode_pair():
         model = seq2seq_model(max_position_embeddings=32) if seq2seq else causal_model(n_positions=32)
         fmt = DialogueFormat(max_turns=2)
         direct = [fmt.encode_pair(p.context, p.response, tok, model) for p in pairs]
-        assert encode_pairs(pairs, tok, model, fmt, show_progress=False) == direct
+        assert list(encode_pairs(pairs, tok, model, fmt, show_progress=False)) == direct
         assert max(len(c) + len(r) for c, r in direct) == 32 or seq2seq  # some example hit the window
 
 
@@ -340,7 +340,8 @@ def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
     assert sorted(i for e, idx, _ in resumed.seen for i in idx) == list(range(n + 2))  # epoch 2 only
 
 
-def _ddp_expectations(record_dir, n, negatives):
+def _seen_by_epoch(record_dir):
+    """(index, sample_weight) of every row both ranks trained on, per epoch."""
     seen = {}
     for rank in range(2):
         with open(f"{record_dir}/rank{rank}.json") as f:
@@ -360,7 +361,7 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_epochs=2,
                             callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])])
     trainer.fit(model, dm)
-    seen = _ddp_expectations(tmp_path, n, negatives)
+    seen = _seen_by_epoch(tmp_path)
     for epoch, size in ((0, n), (1, n + 2)):
         real = sorted(i for i, w in seen[epoch] if i >= 0)
         assert real == list(range(size))  # every example exactly once over both ranks

@@ -33,7 +33,8 @@ DD_TEXT = ("Hi , how are you ? __eou__ Fine , thanks . __eou__ Good to hear . __
 
 def test_dailydialog_text(tmp_path):
     path = write(tmp_path, "dialogues_text.txt", DD_TEXT)
-    pairs, stats = read_dailydialog(path)
+    pairs = read_dailydialog(path)
+    stats = pairs.stats
     assert [(p.context, p.response) for p in pairs] == [
         (("Hi , how are you ?",), "Fine , thanks ."),
         (("Hi , how are you ?", "Fine , thanks ."), "Good to hear ."),
@@ -45,11 +46,13 @@ def test_dailydialog_text(tmp_path):
     assert (stats.records, stats.examples, stats.truncated) == (3, 4, 0)
     assert stats.dropped == {"conversations with fewer than 2 turns": 1}
 
-    pairs, stats = read_dailydialog(path, max_history=2)
+    pairs = read_dailydialog(path, max_history=2)
+
+    stats = pairs.stats
     assert pairs[2].context == ("Fine , thanks .", "Good to hear .")
     assert stats.truncated == 1  # only the 3-turn context of "Bye ." loses a turn
     # the same through the dispatcher: a .txt with __eou__ is DailyDialog
-    assert read_pairs(path, max_history=2).pairs == pairs
+    assert read_pairs(path, max_history=2)== pairs
 
 
 def test_dailydialog_malformed(tmp_path):
@@ -66,7 +69,8 @@ def test_jsonl_pairs_and_field_names(tmp_path):
              {"context": ["a", "b", "c", "d"], "response": "e", "references": None},
              {"context": ["x"], "response": "   "}]
     path = write(tmp_path, "data.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
-    pairs, stats = read_json(path, max_history=3)
+    pairs = read_json(path, max_history=3)
+    stats = pairs.stats
     assert pairs == [DialoguePair(("Hi", "Hello, who is this?"), "It's Sam.", ("Sam here.",)),
                      DialoguePair(("Just one turn",), "ok"),
                      DialoguePair(("b", "c", "d"), "e")]
@@ -75,8 +79,8 @@ def test_jsonl_pairs_and_field_names(tmp_path):
 
     renamed = write(tmp_path, "renamed.jsonl", json.dumps({"history": ["q"], "reply": "r", "refs": ["s"]}) + "\n")
     expected = [DialoguePair(("q",), "r", ("s",))]
-    assert read_json(renamed, fields=Fields(context="history", response="reply", references="refs")).pairs == expected
-    assert read_pairs(renamed, context="history", response="reply", references="refs").pairs == expected
+    assert read_json(renamed, fields=Fields(context="history", response="reply", references="refs"))== expected
+    assert read_pairs(renamed, context="history", response="reply", references="refs")== expected
 
 
 def test_dailydialog_plus_plus_jsonl_and_json_list(tmp_path):
@@ -86,7 +90,7 @@ def test_dailydialog_plus_plus_jsonl_and_json_list(tmp_path):
               "adversarial_negative_responses": ["I like ice cream."] * 5,
               "random_negative_responses": ["Because my friends want to meet you."] * 5}
     path = write(tmp_path, "train.json", json.dumps(record) + "\n")
-    (pair,), _ = read_pairs(path)
+    (pair,) = read_pairs(path)
     assert pair.context == ("Are you looking for an apartment?", "Yes, near the square.")
     assert pair.response == "Great news."
     assert pair.references == ("Where is it?", "Tell me more.", "Show it to me.", "How much?")
@@ -95,7 +99,8 @@ def test_dailydialog_plus_plus_jsonl_and_json_list(tmp_path):
     # the same records as a pretty-printed JSON list: the second record starts on line 3
     text = "[\n" + json.dumps(record) + ",\n" + json.dumps(dict(record, context=["only"])) + "\n]\n"
     path = write(tmp_path, "list.json", text)
-    pairs, stats = read_json(path)
+    pairs = read_json(path)
+    stats = pairs.stats
     assert [p.source for p in pairs] == [f"{path}:2", f"{path}:3"]
     assert stats.records == 2
     bad = write(tmp_path, "bad_list.json", "[\n" + json.dumps(record) + ",\n"
@@ -131,6 +136,12 @@ def test_non_utf8_is_named_by_line(tmp_path):
         error_at(path, 2, lambda: reader(path))
 
 
+@pytest.mark.parametrize("reader", [read_json, read_csv, read_parlai, read_dailydialog, read_pairs])
+def test_empty_file_is_named(tmp_path, reader):
+    path = write(tmp_path, "empty.jsonl", " \n\n")
+    assert "the file is empty" in error_at(path, 1, lambda: reader(path))
+
+
 # ---------------------------------------------------------------------------------------------- CSV / TSV
 
 def test_csv_and_tsv(tmp_path):
@@ -139,7 +150,8 @@ def test_csv_and_tsv(tmp_path):
             '"A cell over\ntwo lines",Sure.,\n'
             'One turn __eou__,"Yes, really.",\n')
     path = write(tmp_path, "data.csv", text)
-    pairs, stats = read_csv(path)
+    pairs = read_csv(path)
+    stats = pairs.stats
     assert pairs == [DialoguePair(("Hi", "How are you?"), "Fine.", ("Good.", "Not bad.")),
                      DialoguePair(("A cell over\ntwo lines",), "Sure."),
                      DialoguePair(("One turn",), "Yes, really.")]
@@ -147,12 +159,12 @@ def test_csv_and_tsv(tmp_path):
     assert stats.records == 3
 
     tsv = write(tmp_path, "data.tsv", "ctx\treply\nHello __eou__ Hi\tHow are you?\n")
-    assert read_pairs(tsv, context="ctx", response="reply").pairs == [DialoguePair(("Hello", "Hi"), "How are you?")]
+    assert read_pairs(tsv, context="ctx", response="reply")== [DialoguePair(("Hello", "Hi"), "How are you?")]
     semi = write(tmp_path, "data.csv", "context;response\na // b;c\n")
-    assert read_csv(semi, delimiter=";", context_separator=" // ").pairs == [DialoguePair(("a", "b"), "c")]
+    assert read_csv(semi, delimiter=";", context_separator=" // ")== [DialoguePair(("a", "b"), "c")]
     # a whole conversation per row
     conv = write(tmp_path, "conv.csv", "dialog\nq __eou__ a __eou__ q2\n")
-    assert [(p.context, p.response) for p in read_csv(conv).pairs] == [(("q",), "a"), (("q", "a"), "q2")]
+    assert [(p.context, p.response) for p in read_csv(conv)] == [(("q",), "a"), (("q", "a"), "q2")]
 
 
 def test_csv_malformed(tmp_path):
@@ -172,7 +184,8 @@ def test_parlai_episodes(tmp_path):
             "text:new episode\tlabels:yes\tepisode_done:False\n"
             "text:\teval_labels:second\tepisode_done:True\n")
     path = write(tmp_path, "parlai.txt", text)
-    pairs, stats = read_pairs(path)  # detected from the 'text:' prefix
+    pairs = read_pairs(path)  # detected from the 'text:' prefix
+    stats = pairs.stats
     assert pairs == [
         DialoguePair(("your persona: I like dogs.", "hello how are you today?"), "i'm great thanks!"),
         DialoguePair(("your persona: I like dogs.", "hello how are you today?", "i'm great thanks!",
@@ -181,7 +194,7 @@ def test_parlai_episodes(tmp_path):
         DialoguePair(("new episode", "yes"), "second"),  # empty text: the history alone is the context
     ]
     assert stats.records == 4
-    assert read_parlai(path, max_history=2).pairs[1].context == ("i'm great thanks!", "i've just been biking.")
+    assert read_parlai(path, max_history=2)[1].context == ("i'm great thanks!", "i've just been biking.")
 
 
 @pytest.mark.parametrize("text, line, words", [
@@ -203,14 +216,15 @@ def test_hf_dataset_in_memory_and_on_disk(tmp_path):
     ds = datasets.Dataset.from_dict({"history": [["Hi", "Hey"], ["Bye"]], "reply": ["What's up?", "See you"],
                                      "extra": [[], ["Later!"]]})
     fields = Fields(context="history", response="reply", references="extra")
-    pairs, stats = read_hf(ds, fields=fields)
+    pairs = read_hf(ds, fields=fields)
+    stats = pairs.stats
     assert pairs == [DialoguePair(("Hi", "Hey"), "What's up?"), DialoguePair(("Bye",), "See you", ("Later!",))]
     assert pairs[1].source == "dataset row 1" and stats.records == 2
 
     dd = datasets.DatasetDict({"train": ds, "validation": ds.select([1])})
     dd.save_to_disk(str(tmp_path / "saved"))
     got = read_pairs(tmp_path / "saved", split="validation", context="history", response="reply", references="extra")
-    assert got.pairs == [DialoguePair(("Bye",), "See you", ("Later!",))]
+    assert got== [DialoguePair(("Bye",), "See you", ("Later!",))]
     with pytest.raises(ValueError, match="no split 'test'"):
         read_pairs(tmp_path / "saved", split="test", context="history", response="reply")
     with pytest.raises(DataFormatError, match="no 'response'"):
@@ -218,7 +232,8 @@ def test_hf_dataset_in_memory_and_on_disk(tmp_path):
 
     # the Hub's daily_dialog layout: a `dialog` column of whole conversations
     dialogs = datasets.Dataset.from_dict({"dialog": [["a", "b", "c"], ["only"]]})
-    pairs, stats = read_pairs(dialogs)
+    pairs = read_pairs(dialogs)
+    stats = pairs.stats
     assert [(p.context, p.response) for p in pairs] == [(("a",), "b"), (("a", "b"), "c")]
     assert stats.dropped == {"conversations with fewer than 2 turns": 1}
     bad = datasets.Dataset.from_dict({"context": [["a"], ["b"]], "response": ["x", None]})
@@ -233,7 +248,8 @@ def test_pairs_in_memory():
              ("Just a string", ["first", "second", "third"]),
              (("a",), "b", ["c"]),
              DialoguePair(("x",), "y", source="mine:7")]
-    pairs, stats = read_pairs(items)
+    pairs = read_pairs(items)
+    stats = pairs.stats
     assert pairs == [DialoguePair(("Hi", "Hello"), "How are you?"),
                      DialoguePair(("Just a string",), "first", ("second", "third")),
                      DialoguePair(("a",), "b", ("c",)),
@@ -253,10 +269,12 @@ def test_pairs_in_memory():
 
 def test_dedupe_removes_exact_duplicates_only():
     items = [("a", "b"), ("a", "b"), ("a", "B"), (["z", "a"], "b"), ("a", "b", ["r"])]
-    pairs, stats = read_pairs(items, dedupe=True)
+    pairs = read_pairs(items, dedupe=True)
+    stats = pairs.stats
     assert len(pairs) == 4 and stats.duplicates == 1 and stats.examples == 4
     # truncation happens first: (z, a) -> (a,) makes the fourth item a duplicate too
-    pairs, stats = read_pairs(items, dedupe=True, max_history=1)
+    pairs = read_pairs(items, dedupe=True, max_history=1)
+    stats = pairs.stats
     assert len(pairs) == 3 and stats.duplicates == 2 and stats.truncated == 1
     assert stats.summary().endswith("duplicates removed: 2")
 
@@ -286,7 +304,8 @@ def test_chitchat_split_sizes():
     assert sizes == {"train": 3610, "validation": 190, "test": 217}
     examples = {}
     for split in ("train", "validation", "test"):
-        pairs, stats = read_pairs(f"chitchat:{split}", max_history=3)
+        pairs = read_pairs(f"chitchat:{split}", max_history=3)
+        stats = pairs.stats
         assert stats.records == sizes[split] and stats.total_dropped == 0
         examples[split] = len(pairs)
         if split != "train":  # read_chitchat gives the same pairs (the train split is as large; skip for speed)
@@ -295,3 +314,22 @@ def test_chitchat_split_sizes():
     # splits are disjoint conversations
     ids = [set(c for c, _ in chitchat_conversations(s)) for s in ("train", "validation", "test")]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+
+
+def test_read_responses(tmp_path):
+    from lightning_div.datamodules.formats import read_responses
+
+    txt = write(tmp_path, "gen.txt", "i don't know\n\nsure, why not?\r\n")
+    assert read_responses(txt) == ["i don't know", "", "sure, why not?"]  # the empty line is an empty response
+    jsonl = write(tmp_path, "gen.jsonl", '{"response": "a"}\n"b"\n{"text": "c"}\n')
+    assert "missing field 'response'" in error_at(jsonl, 3, lambda: read_responses(jsonl))
+    assert read_responses(write(tmp_path, "g2.jsonl", '{"text": "a"}\n{"text": "c"}\n'), field="text") == ["a", "c"]
+    assert read_responses(write(tmp_path, "g.json", '["x", "y"]')) == ["x", "y"]
+    csv_path = write(tmp_path, "g.csv", "context,response\nhi,hello\nq,\"a, b\"\n")
+    assert read_responses(csv_path) == ["hello", "a, b"]
+    assert "no 'reply' column" in error_at(csv_path, 1, lambda: read_responses(csv_path, field="reply"))
+    assert read_responses(["a", DialoguePair(("q",), "b")]) == ["a", "b"]
+    with pytest.raises(DataFormatError, match=r"^responses\[1\]: expected a string, got int"):
+        read_responses(["a", 1])
+    bad = write(tmp_path, "bad.txt", b"fine\n\xff\n")
+    error_at(bad, 2, lambda: read_responses(bad))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-from types import SimpleNamespace
 from typing import Any, Optional
 
 import numpy as np
@@ -21,11 +20,14 @@ import torch
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, Sampler
 
-from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs, pad_token_id
+from lightning_div.datamodules.encoding import (ConcatPairs, DialogueCollator, EncodedDialogues, EncodedPairs,
+                                                encode_pairs, model_layout)
 from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEPARATOR, DialoguePair, Fields,
-                                               ReadStats, as_pair, read_pairs)
-from lightning_div.formatting import DialogueFormat, is_seq2seq
-from lightning_div.samplers import ExactDistributedSampler, WeightedDistributedSampler, check_sampling_weights, world
+                                               ReadResult, ReadStats, as_pair, read_pairs)
+from lightning_div.formatting import DialogueFormat, is_seq2seq, model_window
+from lightning_div.generation import pad_id_of
+from lightning_div.distributed import rank_and_world
+from lightning_div.samplers import ExactDistributedSampler, WeightedDistributedSampler, check_sampling_weights
 
 log = logging.getLogger(__name__)
 _info = rank_zero_only(log.info)
@@ -35,13 +37,6 @@ _SPLIT_OF = {"train": "train", "val": "validation", "test": "test"}
 _STAGE_NAMES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ()}
 _REQUIRED = {"fit": "train", "validate": "val", "test": "test"}
 MODES = ("loss", "sampler")
-
-
-class _ModelShape:
-    """What DialogueFormat reads from a model (encoder-decoder or not), for use before a model exists."""
-
-    def __init__(self, seq2seq: bool) -> None:
-        self.config = SimpleNamespace(is_encoder_decoder=seq2seq)
 
 
 def _plain(value: Any) -> bool:
@@ -113,14 +108,14 @@ class DialogueDataModule(pl.LightningDataModule):
                          delimiter=delimiter)
         self._pairs: dict[str, list[DialoguePair]] = {}
         self._stats: dict[str, ReadStats] = {}
-        self._encoded: dict[str, list[tuple[list[int], list[int]]]] = {}
+        self._encoded: dict[str, EncodedPairs] = {}
         self._tokenizer: Any = None
         self._model: Any = None
         self._resolved_for: Any = None  # the LightningModule the tokenizer/model were taken from
         self._sample_weights: np.ndarray | None = None
         self._negatives: list[DialoguePair] = []
         self._negative_weights = np.zeros(0, dtype=np.float64)
-        self._negatives_encoded: list[tuple[list[int], list[int]]] | None = None
+        self._negatives_encoded: EncodedPairs | None = None
         self._mode = "loss"
         self._train_loader_built = False
 
@@ -132,12 +127,13 @@ class DialogueDataModule(pl.LightningDataModule):
             source = self._sources[name]
             if source is None:
                 raise ValueError(f"no {name} data: pass {name}= (a path, 'chitchat', a datasets.Dataset or pairs)")
-            pairs, stats = read_pairs(source, self.format, split=_SPLIT_OF[name], max_history=self.max_history,
-                                      dedupe=self.dedupe, fields=self._fields, **self._csv)
+            pairs = read_pairs(source, self.format, split=_SPLIT_OF[name], max_history=self.max_history,
+                               dedupe=self.dedupe, fields=self._fields, **self._csv)
+            stats = pairs.stats
             limit, note = self._limits[name], ""
             if limit is not None and len(pairs) > limit:
                 keep = np.sort(np.random.default_rng(self.seed).choice(len(pairs), size=limit, replace=False))
-                pairs = [pairs[i] for i in keep]
+                pairs = ReadResult([pairs[i] for i in keep], stats)
                 note = f"; using a random {limit:,} of them (max_{name}_examples, seed {self.seed})"
             _info(f"{name} data: {stats.summary()}{note}")
             self._pairs[name], self._stats[name] = pairs, stats
@@ -198,22 +194,25 @@ class DialogueDataModule(pl.LightningDataModule):
             if self._seq2seq_arg is None:
                 _info("DialogueDataModule: no model with a config found; using the causal (decoder-only) layout "
                       "(pass seq2seq=True for encoder-decoder models)")
-            model = _ModelShape(bool(self._seq2seq_arg))
+            model = model_layout(bool(self._seq2seq_arg))
         elif self._seq2seq_arg is not None and is_seq2seq(model) != self._seq2seq_arg:
             raise ValueError(f"seq2seq={self._seq2seq_arg} but the model is "
                              f"{'an encoder-decoder' if is_seq2seq(model) else 'decoder-only'}")
-        pad_token_id(tokenizer)  # fail now, not in the first batch
         self._tokenizer, self._model = tokenizer, model
+
+    def _layout(self) -> tuple:
+        return id(self._tokenizer), is_seq2seq(self._model), model_window(self._model)
 
     def _ensure_model(self) -> None:
         module = self._module()
         if self._model is not None and self._resolved_for is module:
             return
-        if self._model is not None:  # first used before a Trainer attached: ids may follow another layout
-            self._encoded.clear()
-            self._negatives_encoded = None
+        before = self._layout() if self._model is not None else None
         self._resolve_model()
         self._resolved_for = module
+        if before is not None and before != self._layout():  # used before a Trainer attached, with another layout
+            self._encoded.clear()
+            self._negatives_encoded = None
 
     @property
     def tokenizer(self) -> Any:
@@ -227,13 +226,13 @@ class DialogueDataModule(pl.LightningDataModule):
         self._ensure_model()
         return is_seq2seq(self._model)
 
-    def _encode(self, pairs: list[DialoguePair], desc: str) -> list[tuple[list[int], list[int]]]:
+    def _encode(self, pairs: list[DialoguePair], desc: str) -> EncodedPairs:
         self._ensure_model()
         show = self.show_progress and self._rank() == 0
         return encode_pairs(pairs, self._tokenizer, self._model, self.dialogue_format,
                             max_response_tokens=self.max_response_tokens, show_progress=show, desc=desc)
 
-    def _encoded_split(self, name: str) -> list[tuple[list[int], list[int]]]:
+    def _encoded_split(self, name: str) -> EncodedPairs:
         self._ensure_model()
         if name not in self._encoded:
             self._encoded[name] = self._encode(self._read(name), f"tokenising {name}")
@@ -351,14 +350,17 @@ class DialogueDataModule(pl.LightningDataModule):
 
     def _rank(self) -> int:
         trainer = self._trainer_or_none()
-        return trainer.global_rank if trainer is not None else world()[1]
+        return trainer.global_rank if trainer is not None else rank_and_world()[0]
 
     def _world(self) -> tuple[int, int]:
         trainer = self._trainer_or_none()
-        return (trainer.world_size, trainer.global_rank) if trainer is not None else world()
+        if trainer is not None:
+            return trainer.world_size, trainer.global_rank
+        rank, size = rank_and_world()
+        return size, rank
 
     def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int) -> DataLoader:
-        collate = DialogueCollator(pad_token_id(self.tokenizer), seq2seq=self.seq2seq)
+        collate = DialogueCollator(pad_id_of(self.tokenizer), seq2seq=self.seq2seq)
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate,
                           num_workers=self.num_workers, drop_last=False)
 
@@ -366,9 +368,9 @@ class DialogueDataModule(pl.LightningDataModule):
         """Gold examples then negatives, with their weights (all 1.0 in sampler mode)."""
         gold = self._encoded_split("train")
         if self._negatives_encoded is None:
-            self._negatives_encoded = self._encode(self._negatives, "tokenising negatives") if self._negatives else []
+            self._negatives_encoded = self._encode(self._negatives, "tokenising negatives")
         weights = np.concatenate([self.sample_weights, self._negative_weights])
-        return EncodedDialogues(list(gold) + self._negatives_encoded, weights if self._mode == "loss" else None)
+        return EncodedDialogues(ConcatPairs(gold, self._negatives_encoded), weights if self._mode == "loss" else None)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled; under DDP every example once per epoch (loss mode) or weighted draws (sampler mode)."""

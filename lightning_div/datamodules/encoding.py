@@ -7,8 +7,12 @@ weights, and pads them into batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from itertools import accumulate
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +21,8 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from lightning_div.datamodules.formats import DialoguePair
-from lightning_div.formatting import DialogueFormat, is_seq2seq
+from lightning_div.formatting import DialogueFormat, is_seq2seq, model_window
+from lightning_div.generation import pad_batch
 
 IGNORE_INDEX = -100
 PADDING_INDEX = -1  # `index` of a row that only evens out the DDP shards
@@ -74,17 +79,75 @@ class _MemoTokenizer:
         return {"input_ids": self._cache[key]}
 
 
+def model_layout(seq2seq: bool, window: int | None = None) -> Any:
+    """A stand-in for a model carrying only what DialogueFormat reads from one: encoder-decoder or not, window.
+
+    Used before a model exists, and instead of the real model while encoding a corpus
+    (reading a Hugging Face config attribute is slow enough to matter 100,000 times over).
+    """
+    return SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=seq2seq, max_position_embeddings=window))
+
+
+class EncodedPairs(Sequence):
+    """(context ids, response ids) of many examples, kept in two flat int32 buffers.
+
+    A Python list of ints costs ~36 bytes a token (244 MB for the chitchat training split);
+    here a token costs 4 bytes. Item ``i`` is returned as a pair of fresh lists.
+    """
+
+    def __init__(self, rows: Iterable[tuple[Sequence[int], Sequence[int]]] = ()) -> None:
+        context, response = array("i"), array("i")  # C int: 32 bits on every platform numpy/torch support
+        context_ends, response_ends = array("q", [0]), array("q", [0])
+        for ctx, resp in rows:
+            context.extend(ctx)
+            response.extend(resp)
+            context_ends.append(len(context))
+            response_ends.append(len(response))
+        self._context = np.frombuffer(context, dtype=np.int32)
+        self._response = np.frombuffer(response, dtype=np.int32)
+        self._context_ends = np.frombuffer(context_ends, dtype=np.int64)
+        self._response_ends = np.frombuffer(response_ends, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._context_ends) - 1
+
+    def __getitem__(self, i: int) -> tuple[list[int], list[int]]:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} examples")
+        i %= len(self)
+        c, r = self._context_ends, self._response_ends
+        return self._context[c[i]:c[i + 1]].tolist(), self._response[r[i]:r[i + 1]].tolist()
+
+
+class ConcatPairs(Sequence):
+    """Several encoded sequences one after the other, without copying them (gold, then negatives)."""
+
+    def __init__(self, *parts: Sequence[tuple[list[int], list[int]]]) -> None:
+        self.parts = parts
+        self._starts = list(accumulate((len(p) for p in parts), initial=0))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, i: int) -> tuple[list[int], list[int]]:  # type: ignore[override]
+        if not 0 <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} examples")
+        k = bisect_right(self._starts, i) - 1
+        return self.parts[k][i - self._starts[k]]
+
+
 def encode_pairs(pairs: Sequence[DialoguePair], tokenizer: Any, model: Any, fmt: DialogueFormat | None = None,
                  max_response_tokens: int | None = None, show_progress: bool = True,
-                 desc: str = "tokenising") -> list[tuple[list[int], list[int]]]:
+                 desc: str = "tokenising") -> EncodedPairs:
     """``fmt.encode_pair`` of every pair: (context ids, response ids), fitted to the model window."""
     fmt = fmt or DialogueFormat()
     seq2seq = is_seq2seq(model)
+    layout = model_layout(seq2seq, model_window(model))
     memo = _MemoTokenizer(tokenizer)
     memo.warm([turn for p in pairs for turn in p.context])
     memo.warm([p.response for p in pairs], target=seq2seq)
-    return [fmt.encode_pair(p.context, p.response, memo, model, max_response_tokens=max_response_tokens)
-            for p in tqdm(pairs, desc=desc, disable=not show_progress, leave=False)]
+    return EncodedPairs(fmt.encode_pair(p.context, p.response, memo, layout, max_response_tokens=max_response_tokens)
+                        for p in tqdm(pairs, desc=desc, disable=not show_progress, leave=False))
 
 
 class EncodedDialogues(Dataset):
@@ -95,7 +158,8 @@ class EncodedDialogues(Dataset):
     comes with ``sample_weight`` 0 and ``index`` -1 so the weighted loss ignores it.
     """
 
-    def __init__(self, encoded: Sequence[tuple[list[int], list[int]]], weights: np.ndarray | None = None) -> None:
+    def __init__(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
+                 weights: np.ndarray | None = None) -> None:
         self.encoded = encoded
         n = len(encoded)
         self.weights = np.ones(n, dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
@@ -135,30 +199,11 @@ class DialogueCollator:
         if self.seq2seq:
             inputs = [it["context_ids"] for it in items]
             targets = [it["response_ids"] for it in items]
-            labels = _pad(targets, IGNORE_INDEX)
         else:
             inputs = [it["context_ids"] + it["response_ids"] for it in items]
-            labels = _pad([[IGNORE_INDEX] * len(it["context_ids"]) + it["response_ids"] for it in items],
-                          IGNORE_INDEX)
-        return {"input_ids": _pad(inputs, self.pad_token_id),
-                "attention_mask": _pad([[1] * len(x) for x in inputs], 0),
-                "labels": labels,
+            targets = [[IGNORE_INDEX] * len(it["context_ids"]) + it["response_ids"] for it in items]
+        input_ids, attention_mask = pad_batch(inputs, self.pad_token_id, "right")
+        labels, _ = pad_batch(targets, IGNORE_INDEX, "right")
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
                 "sample_weight": torch.tensor([it["sample_weight"] for it in items], dtype=torch.float32),
                 "index": torch.tensor([it["index"] for it in items], dtype=torch.long)}
-
-
-def _pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
-    width = max((len(r) for r in rows), default=0)
-    out = torch.full((len(rows), width), value, dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-    return out
-
-
-def pad_token_id(tokenizer: Any) -> int:
-    """The tokenizer's pad id, else its EOS id (GPT-2 has no pad token); the tokenizer is not changed."""
-    for name in ("pad_token_id", "eos_token_id"):
-        value = getattr(tokenizer, name, None)
-        if value is not None:
-            return int(value)
-    raise ValueError(f"{type(tokenizer).__name__} has neither a pad nor an EOS token, so batches cannot be padded")

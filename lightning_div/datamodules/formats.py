@@ -5,7 +5,8 @@ A conversation of turns t0..tm becomes one example per response turn: for i >= 1
 turns when that is set. Formats that already hold (context, response) records keep
 one example per record, their context cut the same way.
 
-Every ``read_*`` function returns a :class:`ReadResult` ``(pairs, stats)``; malformed
+Every ``read_*`` function returns a :class:`ReadResult`: the list of pairs, with the
+reader's counts in ``.stats``. Malformed
 input raises :class:`DataFormatError` whose message starts with ``file:line``.
 :func:`read_pairs` picks the reader from a path's extension, a format name, a
 ``datasets.Dataset``, the word ``"chitchat"`` or an in-memory list.
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 SPLITS = ("train", "validation", "test")
 EOU = "__eou__"
@@ -79,11 +80,12 @@ class ReadStats:
                 f"contexts truncated: {self.truncated:,}; duplicates removed: {self.duplicates:,}")
 
 
-class ReadResult(NamedTuple):
-    """The pairs a reader produced and its :class:`ReadStats`."""
+class ReadResult(list):
+    """The pairs a reader produced (it *is* that list) with the reader's :class:`ReadStats` in ``.stats``."""
 
-    pairs: list[DialoguePair]
-    stats: ReadStats
+    def __init__(self, pairs: Iterable[DialoguePair] = (), stats: ReadStats | None = None) -> None:
+        super().__init__(pairs)
+        self.stats = stats if stats is not None else ReadStats()
 
 
 def conversation_to_pairs(turns: Sequence[str], max_history: int | None = None, source: str = "") -> list[DialoguePair]:
@@ -631,6 +633,59 @@ def read_pairs(source: Any, format: str = "auto", *, split: str = "train", max_h
         return pairs_from_items(source, fields=fields, **common)
     raise TypeError(f"cannot read dialogue pairs from {type(source).__name__}; give a path, 'chitchat', "
                     "a datasets.Dataset or a list of pairs")
+
+
+def read_responses(source: Any, field: str | None = None, delimiter: str | None = None) -> list[str]:
+    """Responses alone (e.g. a model's generations, to score): a list of strings or a file.
+
+    ``.txt``: every line is one response (an empty line is an empty response; the newline
+    ending the last line ends it). ``.json`` / ``.jsonl``: strings, or records whose
+    ``field`` (default ``"response"``) holds the response. ``.csv`` / ``.tsv``: the
+    ``field`` column (default ``"response"``). In memory: strings or DialoguePairs (their
+    responses). Errors name the file and line, or the index.
+    """
+    field = field or "response"
+    if isinstance(source, (list, tuple)):
+        out = []
+        for i, item in enumerate(source):
+            if isinstance(item, DialoguePair):
+                item = item.response
+            if not isinstance(item, str):
+                raise DataFormatError(f"responses[{i}]", f"expected a string, got {type(item).__name__}")
+            out.append(item)
+        return out
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"cannot read responses from {type(source).__name__}; give a path or a list of strings")
+    suffix = Path(source).suffix.lower()
+    if suffix in (".json", ".jsonl"):
+        text = _read_text(source)
+        out = []
+        for number, record in _json_records(source, text):
+            where = f"{source}:{number}"
+            if isinstance(record, dict):
+                if field not in record:
+                    raise DataFormatError(where, f"missing field '{field}'")
+                record = record[field]
+            if not isinstance(record, str):
+                raise DataFormatError(where, f"expected a string response, got {type(record).__name__}")
+            out.append(record)
+        return out
+    if suffix in (".csv", ".tsv"):
+        text = _read_text(source)
+        reader = csv.DictReader(io.StringIO(text, newline=""),
+                                delimiter=delimiter or ("\t" if suffix == ".tsv" else ","))
+        if reader.fieldnames is None or field not in reader.fieldnames:
+            raise DataFormatError(f"{source}:1", f"no '{field}' column in the header "
+                                                 f"(columns: {', '.join(reader.fieldnames or [])})")
+        try:
+            return [row[field] or "" for row in reader]
+        except csv.Error as e:
+            raise DataFormatError(f"{source}:{reader.line_num}", f"invalid CSV ({e})") from None
+    text = _read_text(source)
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
 
 
 def _fields(fields: Fields | None, names: dict[str, str]) -> Fields:
