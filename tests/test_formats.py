@@ -321,8 +321,10 @@ def test_read_responses(tmp_path):
 
     txt = write(tmp_path, "gen.txt", "i don't know\n\nsure, why not?\r\n")
     assert read_responses(txt) == ["i don't know", "", "sure, why not?"]  # the empty line is an empty response
-    jsonl = write(tmp_path, "gen.jsonl", '{"response": "a"}\n"b"\n{"text": "c"}\n')
-    assert "missing field 'response'" in error_at(jsonl, 3, lambda: read_responses(jsonl))
+    jsonl = write(tmp_path, "gen.jsonl", '{"response": "a"}\n"b"\n{"text": "c"}\n{"id": 4}\n')
+    # without field=, the first of response / generated / prediction / text that a record has
+    assert "a record with a response / generated" in error_at(jsonl, 4, lambda: read_responses(jsonl))
+    assert "missing field 'response'" in error_at(jsonl, 3, lambda: read_responses(jsonl, field="response"))
     assert read_responses(write(tmp_path, "g2.jsonl", '{"text": "a"}\n{"text": "c"}\n'), field="text") == ["a", "c"]
     assert read_responses(write(tmp_path, "g.json", '["x", "y"]')) == ["x", "y"]
     csv_path = write(tmp_path, "g.csv", "context,response\nhi,hello\nq,\"a, b\"\n")

@@ -35,5 +35,5 @@ def test_response_errors_name_file_and_line(tmp_path):
         read_responses(raw)
     csv = tmp_path / "g.csv"
     csv.write_text("text\nx\n", encoding="utf-8")
-    with pytest.raises(DataFormatError, match="no column 'response'"):
+    with pytest.raises(DataFormatError, match="no 'response' column"):
         read_responses(csv)

@@ -101,12 +101,12 @@ class DiversityCallback(Callback):
         from lightning_div.datamodules.formats import read_pairs
 
         if explicit is not None:
-            pairs = read_pairs(explicit).pairs
+            pairs = read_pairs(explicit)
         else:
             dm = getattr(trainer, "datamodule", None)
             if dm is None or not callable(getattr(dm, method, None)):
                 raise ValueError(f"{type(self).__name__} has no data: {DATA_HELP.format(arg=arg, method=method)}")
-            pairs = read_pairs(list(getattr(dm, method)())).pairs
+            pairs = list(getattr(dm, method)())
         if not pairs:
             raise ValueError(f"{type(self).__name__}: {arg} is empty")
         return pairs

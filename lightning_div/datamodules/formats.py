@@ -635,59 +635,6 @@ def read_pairs(source: Any, format: str = "auto", *, split: str = "train", max_h
                     "a datasets.Dataset or a list of pairs")
 
 
-def read_responses(source: Any, field: str | None = None, delimiter: str | None = None) -> list[str]:
-    """Responses alone (e.g. a model's generations, to score): a list of strings or a file.
-
-    ``.txt``: every line is one response (an empty line is an empty response; the newline
-    ending the last line ends it). ``.json`` / ``.jsonl``: strings, or records whose
-    ``field`` (default ``"response"``) holds the response. ``.csv`` / ``.tsv``: the
-    ``field`` column (default ``"response"``). In memory: strings or DialoguePairs (their
-    responses). Errors name the file and line, or the index.
-    """
-    field = field or "response"
-    if isinstance(source, (list, tuple)):
-        out = []
-        for i, item in enumerate(source):
-            if isinstance(item, DialoguePair):
-                item = item.response
-            if not isinstance(item, str):
-                raise DataFormatError(f"responses[{i}]", f"expected a string, got {type(item).__name__}")
-            out.append(item)
-        return out
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"cannot read responses from {type(source).__name__}; give a path or a list of strings")
-    suffix = Path(source).suffix.lower()
-    if suffix in (".json", ".jsonl"):
-        text = _read_text(source)
-        out = []
-        for number, record in _json_records(source, text):
-            where = f"{source}:{number}"
-            if isinstance(record, dict):
-                if field not in record:
-                    raise DataFormatError(where, f"missing field '{field}'")
-                record = record[field]
-            if not isinstance(record, str):
-                raise DataFormatError(where, f"expected a string response, got {type(record).__name__}")
-            out.append(record)
-        return out
-    if suffix in (".csv", ".tsv"):
-        text = _read_text(source)
-        reader = csv.DictReader(io.StringIO(text, newline=""),
-                                delimiter=delimiter or ("\t" if suffix == ".tsv" else ","))
-        if reader.fieldnames is None or field not in reader.fieldnames:
-            raise DataFormatError(f"{source}:1", f"no '{field}' column in the header "
-                                                 f"(columns: {', '.join(reader.fieldnames or [])})")
-        try:
-            return [row[field] or "" for row in reader]
-        except csv.Error as e:
-            raise DataFormatError(f"{source}:{reader.line_num}", f"invalid CSV ({e})") from None
-    text = _read_text(source)
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
 def _fields(fields: Fields | None, names: dict[str, str]) -> Fields:
     base = fields or Fields()
     unknown = set(names) - set(Fields.__dataclass_fields__)
@@ -702,18 +649,25 @@ def _fields(fields: Fields | None, names: dict[str, str]) -> Fields:
 RESPONSE_FIELDS = ("response", "generated", "prediction", "text")
 
 
-def read_responses(source: Any, field: str | None = None) -> list[str]:
+def read_responses(source: Any, field: str | None = None, delimiter: str | None = None) -> list[str]:
     """A list of responses: a list of strings, a ``.txt`` file with one response a line (a blank
     line is an empty response), JSON/JSONL (strings, or records whose ``field`` — default the
     first of response/generated/prediction/text present — holds the response), CSV/TSV (column
     ``field``, default ``response``), or any source :func:`read_pairs` reads (its gold responses).
     """
     if isinstance(source, (list, tuple)):
-        if all(isinstance(s, str) for s in source):
-            return list(source)
-        return [p.response for p in read_pairs(list(source)).pairs]
+        out = []
+        for i, item in enumerate(source):
+            if isinstance(item, (tuple, list)):  # a (context, response[, references]) pair
+                item = as_pair(item, f"responses[{i}]")
+            if isinstance(item, DialoguePair):
+                item = item.response
+            if not isinstance(item, str):
+                raise DataFormatError(f"responses[{i}]", f"expected a string, got {type(item).__name__}")
+            out.append(item)
+        return out
     if not isinstance(source, (str, os.PathLike)) or str(source).startswith("chitchat"):
-        return [p.response for p in read_pairs(source).pairs]
+        return [p.response for p in read_pairs(source)]
     path = Path(source)
     suffix = path.suffix.lower()
     if suffix in (".txt", ".text", ""):
@@ -727,12 +681,17 @@ def read_responses(source: Any, field: str | None = None) -> list[str]:
             out.append(_response_of(record, field, f"{path}:{number}"))
         return out
     if suffix in (".csv", ".tsv"):
-        rows = csv.DictReader(io.StringIO(_read_text(path)), delimiter="\t" if suffix == ".tsv" else ",")
+        rows = csv.DictReader(io.StringIO(_read_text(path), newline=""),
+                              delimiter=delimiter or ("\t" if suffix == ".tsv" else ","))
         name = field or "response"
         if rows.fieldnames is None or name not in rows.fieldnames:
-            raise DataFormatError(f"{path}:1", f"no column {name!r} (columns: {rows.fieldnames}); pass field=")
-        return [row[name] or "" for row in rows]
-    return [p.response for p in read_pairs(path).pairs]
+            raise DataFormatError(f"{path}:1", f"no {name!r} column in the header "
+                                               f"(columns: {', '.join(rows.fieldnames or [])}); pass field=")
+        try:
+            return [row[name] or "" for row in rows]
+        except csv.Error as e:
+            raise DataFormatError(f"{path}:{rows.line_num}", f"invalid CSV ({e})") from None
+    return [p.response for p in read_pairs(path)]
 
 
 def _response_of(record: Any, field: str | None, where: str) -> str:
@@ -745,5 +704,8 @@ def _response_of(record: Any, field: str | None, where: str) -> str:
             if isinstance(value, str):
                 return value
             raise DataFormatError(where, f"field {names[0]!r} is {type(value).__name__}, expected a string")
+    if isinstance(record, dict) and field:
+        raise DataFormatError(where, f"missing field {field!r}")
     wanted = repr(field) if field else " / ".join(RESPONSE_FIELDS)
-    raise DataFormatError(where, f"expected a string or a record with a {wanted} field")
+    raise DataFormatError(where, f"expected a string or a record with a {wanted} field, "
+                                 f"got {type(record).__name__}")
