@@ -8,7 +8,9 @@ import pytest
 import torch
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
-from monitor_setup import TinyChat, monitors, trainer
+from torch.utils.data import DataLoader
+
+from monitor_setup import TRAIN, TinyChat, collate, monitors, trainer
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 
@@ -141,3 +143,33 @@ def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
     assert 0.0 <= row["val/threshold_reached"] <= 1.0
     assert row["val/threshold_end_diversity"] >= row["val/threshold_start_diversity"] or \
         row["val/threshold_samples_drawn"] == 5
+
+
+def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):
+    class NoModel(TinyChat):
+        """Keeps its model under another name."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = self.model
+            del self.model
+
+        def training_step(self, batch, batch_idx):
+            return self.net(**batch).loss
+
+        def validation_step(self, batch, batch_idx):
+            pass
+
+        def train_dataloader(self):
+            return DataLoader(TRAIN[:16], batch_size=8, collate_fn=lambda b: collate(b, self.tokenizer, self.net))
+
+        val_dataloader = train_dataloader
+
+    sem, ruq = monitors(tmp_path)
+    with pytest.raises(TypeError, match=r"(?s)it has no attribute 'model'.*1\. keep the model.*2\. implement"):
+        trainer(tmp_path, [ruq], max_epochs=1).fit(NoModel())
+    # naming the attribute fixes it
+    ok = RUQMonitor(model_attr="net", num_train_prompts=4, num_val_prompts=4, plot=False, show_progress=False,
+                    train_pairs=ruq.train_pairs_arg, val_pairs=ruq.val_pairs_arg, max_new_tokens=4, on_error="raise")
+    trainer(tmp_path, [ok], max_epochs=1, limit_train_batches=1, limit_val_batches=1).fit(NoModel())
+    assert "val/ruq" in ok.history[0] or "val/ruq" in ok.history[1]

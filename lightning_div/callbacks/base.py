@@ -123,6 +123,10 @@ class DiversityCallback(Callback):
         return distributed_map(gen, contexts, self.batch_size, sort_key=[sum(map(len, c)) for c in contexts],
                                show_progress=self.show_progress, desc=f"{desc} ({len(contexts)} contexts)")
 
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A module the callbacks cannot reach is a configuration error: say so now, not after an epoch.
+        self.adapter(pl_module)
+
     # -- when ----------------------------------------------------------------------------------------
 
     def due(self, trainer: pl.Trainer) -> bool:

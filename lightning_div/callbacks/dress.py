@@ -78,6 +78,7 @@ class DRESSReweighting(DiversityCallback):
         return dm
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_fit_start(trainer, pl_module)
         dm = self._datamodule(trainer)
         if self.weights is None:  # a resumed run restored them already
             clusters, gold_ids = self.spec.gold_assignments(pl_module, list(dm.gold_train_responses()),

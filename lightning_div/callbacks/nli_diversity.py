@@ -81,6 +81,7 @@ class NLIDiversityMonitor(DiversityCallback):
         return self._sample
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_fit_start(trainer, pl_module)
         self.sample(trainer)  # missing data is a configuration error: report it now
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -129,7 +129,8 @@ class RUQMonitor(DiversityCallback):
         fig, ax = plt.subplots(figsize=(7, 4))
         for k, name in enumerate(lines):
             means, counts = profile_from_logprobs(logprobs[k * len(pairs):(k + 1) * len(pairs)])
-            keep = counts > 0
+            # A position only a handful of long responses reach is noise, not a profile.
+            keep = counts >= max(1, int(0.1 * len(pairs)))
             ax.plot(np.arange(1, len(means) + 1)[keep], means[keep], marker="o", markersize=3, label=name)
         ax.set_xlabel("token position in the response (EOS included)")
         ax.set_ylabel("mean log p(token)")
@@ -153,6 +154,7 @@ class RUQMonitor(DiversityCallback):
     # -- hooks --------------------------------------------------------------------------------------
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_fit_start(trainer, pl_module)
         # Missing data is a configuration error: say so now, not after the first epoch.
         self._sample(trainer, "train")
         self._sample(trainer, "val")

@@ -102,6 +102,7 @@ class SemanticDiversityMonitor(DiversityCallback):
             self.vocab_size = count_vocab(gold if gold else [p.response for p in self._sample])
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_fit_start(trainer, pl_module)
         self.prepare(trainer, pl_module)
 
     # -- measurement ----------------------------------------------------------------------------

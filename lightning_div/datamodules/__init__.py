@@ -3,13 +3,13 @@
 from typing import Any
 
 from lightning_div.datamodules.formats import (DataFormatError, DialoguePair, Fields, ReadResult, ReadStats, as_pair,
-                                               read_chitchat, read_pairs)
+                                               read_chitchat, read_pairs, read_responses)
 
 _LAZY = {"DialogueDataModule": "dialogue", "DialogueCollator": "encoding", "EncodedDialogues": "encoding",
          "encode_pairs": "encoding"}
 
 __all__ = ["DataFormatError", "DialoguePair", "Fields", "ReadResult", "ReadStats", "as_pair", "read_chitchat",
-           "read_pairs", *_LAZY]
+           "read_pairs", "read_responses", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
