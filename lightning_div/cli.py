@@ -56,6 +56,11 @@ class DiversityCLI(LightningCLI):
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:
             print(run_summary(self.trainer))
+        # Lightning leaves the W&B run open (for a later test()); the CLI is done with it, and a run left
+        # open would be reused by the next WandbLogger in the same process.
+        for lg in self.trainer.loggers:
+            if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
+                lg.experiment.finish()
 
 
 def score_main(argv: list[str]) -> int:

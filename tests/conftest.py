@@ -13,3 +13,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Tokenizers trained on the embedded corpus ("local:chitchat") are cached here once per test session.
 os.environ.setdefault("LIGHTNING_DIV_CACHE", tempfile.mkdtemp(prefix="lightning-div-test-cache-"))
+
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_run_leaks_between_tests():
+    """A W&B run left open by one test would silently be reused by the next test's WandbLogger."""
+    yield
+    import sys
+
+    if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
+        sys.modules["wandb"].finish()
