@@ -1,0 +1,85 @@
+"""DRESS does what it is for: on a corpus with one dominant cluster it moves generations to the tail.
+
+Same tiny model, same seed, same data; 60 % of the training responses are "i don't know .".
+Unweighted training learns to answer "i don't know ." to everything (Sem-Ent 0); DRESS, in
+loss mode and in sampler mode, must lower the dominant cluster's share of the generated
+responses on held-out contexts and raise their Sem-Ent.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+
+from helpers import chitchat_pairs
+from monitor_setup import minilm
+from lightning_div.adapters import resolve_adapter
+from lightning_div.callbacks.dress import DRESSReweighting
+from lightning_div.clustering import SemanticClusters
+from lightning_div.datamodules.dialogue import DialogueDataModule
+from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.metrics import semantic_entropy
+from lightning_div.module import DialogueLM
+from lightning_div.samplers import WeightedDistributedSampler
+
+IDK = "i don't know ."
+K = 4
+TRAIN = [DialoguePair(p.context, IDK if i % 5 < 3 else p.response)
+         for i, p in enumerate(list(chitchat_pairs("train", 200))[:400])]
+HELD_OUT = list(chitchat_pairs("validation", 60))[:64]
+
+
+class Measure(pl.Callback):
+    """Generates for the held-out contexts once training ends and keeps the train loader's sampler."""
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.sampler = trainer.train_dataloader.sampler
+
+    def on_fit_end(self, trainer, pl_module):
+        self.generated = resolve_adapter(pl_module).generate([p.context for p in HELD_OUT], max_new_tokens=16,
+                                                             no_repeat_ngram_size=3, show_progress=False)
+
+
+def train(tmp_path: Path, mode: str | None) -> Measure:
+    pl.seed_everything(0)
+    lm = DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=1000,
+                    from_scratch={"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
+                    learning_rate=3e-3)
+    dm = DialogueDataModule(train=TRAIN, val=HELD_OUT[:16], batch_size=16, max_history=2, show_progress=False)
+    measure = Measure()
+    callbacks = [measure]
+    if mode is not None:
+        callbacks.append(DRESSReweighting(encoder=minilm(), num_clusters=K, lam=3.0, normalize=True, negatives=False,
+                                          mode=mode, show_progress=False, dirpath=str(tmp_path / "clusters")))
+    pl.Trainer(max_epochs=8, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, limit_val_batches=0, callbacks=callbacks).fit(lm, datamodule=dm)
+    return measure
+
+
+@pytest.fixture(scope="module")
+def unweighted(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("plain"), None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["loss", "sampler"])
+def test_dress_moves_generations_from_the_dominant_cluster_to_the_tail(mode, unweighted, tmp_path):
+    weighted = train(tmp_path, mode)
+    assert isinstance(weighted.sampler, WeightedDistributedSampler) == (mode == "sampler")
+    # measured in DRESS's own semantic space: the clusters it fitted on the gold training responses
+    clusters = SemanticClusters.load(next((tmp_path / "clusters").glob("clusters-*.npz")))
+    encoder = minilm()
+    gold = clusters.assign(encoder.encode([p.response for p in TRAIN]))
+    idk = clusters.assign(encoder.encode([IDK]))[0]
+    assert np.mean(gold == idk) >= 0.6  # the dominant cluster is the IDK one
+
+    def share_and_sem_ent(texts):
+        ids = clusters.assign(encoder.encode(texts))
+        return float(np.mean(ids == idk)), semantic_entropy(ids, K)
+
+    plain_share, plain_ent = share_and_sem_ent(unweighted.generated)
+    dress_share, dress_ent = share_and_sem_ent(weighted.generated)
+    assert plain_share > 0.9  # unweighted training collapses onto the dominant cluster
+    assert dress_share < plain_share - 0.5
+    assert dress_ent > plain_ent
