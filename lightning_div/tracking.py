@@ -56,7 +56,8 @@ def _safe_name(key: str) -> str:
 
 def artifact_dir(trainer: Any, fallback: Path) -> Path:
     """Where plots and tables of this run are written: beside the first logger's files."""
-    log_dir = None
+    if not getattr(trainer, "loggers", None):
+        return Path(fallback)  # without a logger Lightning's log_dir is the bare working directory
     try:
         log_dir = trainer.log_dir
     except Exception:  # a logger without a directory

@@ -66,6 +66,8 @@ def unweighted(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["loss", "sampler"])
 def test_dress_moves_generations_from_the_dominant_cluster_to_the_tail(mode, unweighted, tmp_path):
     weighted = train(tmp_path, mode)
+    # no logger: the weight histograms go to the cache directory, never to the working directory
+    assert len(list((tmp_path / "clusters" / "plots").glob("dress_weight_histogram_epoch*.png"))) == 8
     assert isinstance(weighted.sampler, WeightedDistributedSampler) == (mode == "sampler")
     # measured in DRESS's own semantic space: the clusters it fitted on the gold training responses
     clusters = SemanticClusters.load(next((tmp_path / "clusters").glob("clusters-*.npz")))

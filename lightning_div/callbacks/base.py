@@ -83,7 +83,8 @@ class DiversityCallback(Callback):
     # -- where things are --------------------------------------------------------------------------
 
     def cache_dir(self, trainer: pl.Trainer) -> Path:
-        return Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "lightning_div"
+        # Not ".../lightning_div": run from a source checkout, that would write into the package itself.
+        return Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "lightning_div_cache"
 
     def output_dir(self, trainer: pl.Trainer) -> Path:
         return artifact_dir(trainer, self.cache_dir(trainer) / "plots")
