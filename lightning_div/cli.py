@@ -103,6 +103,7 @@ def score_main(argv: list[str]) -> int:
             from lightning_div.clustering import SemanticClusters
 
             clusters = SemanticClusters.load(args.clusters)
+            clusters.check_encoder(encoder, f"--clusters {args.clusters}")
     scores = score_files(files, gold, args.metrics, args.vocab_size, clusters, encoder, args.fit_clusters,
                          show_progress=not args.quiet)
     print(format_table(scores))

@@ -269,6 +269,25 @@ class SemanticClusters:
             return np.zeros(0, dtype=np.int64)
         return self._search(reduced)[1]
 
+    def check_encoder(self, encoder: Any, source: str = "the clusters") -> None:
+        """Refuse an encoder whose vectors these clusters cannot place; warn when it has another name.
+
+        Embeds one probe text, so a mismatch is reported where the clusters and the encoder
+        meet (at fit start, on the command line), not after the first epoch. ``source`` names
+        the clusters in the message (e.g. the file they came from).
+        """
+        self._require_fitted()
+        dim = np.asarray(encoder.encode(["hello"])).shape[-1]
+        name = getattr(encoder, "name", None)
+        if dim != self.input_dim:
+            raise ValueError(f"{source} were fitted on {self.input_dim}-dimensional embeddings of encoder "
+                             f"{self.encoder_name!r}, but encoder {name!r} gives {dim}-dimensional ones: use the "
+                             "encoder the clusters were fitted with, or fit new clusters")
+        if name and self.encoder_name and name != self.encoder_name:
+            warnings.warn(f"{source} were fitted with encoder {self.encoder_name!r} but are used with {name!r} "
+                          "(same dimension): Sem-Ent is only comparable under the encoder the clusters were "
+                          "fitted with", stacklevel=2)
+
     def histogram(self, ids: Any) -> np.ndarray:
         """Counts of each cluster id (int64, length num_clusters)."""
         return cluster_histogram(ids, self.num_clusters)

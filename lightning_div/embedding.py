@@ -145,6 +145,15 @@ class ResponseEncoder:
         """
         if "model_name_or_path" in kwargs:
             raise TypeError("from_model() takes the model itself; do not pass model_name_or_path")
+        # A LightningModule passed for its .model, or a missing tokenizer, would otherwise fail much
+        # later (at the first encode, with an AttributeError or a Hub download attempt).
+        if getattr(model, "config", None) is None or not callable(getattr(model, "parameters", None)):
+            lightning = any(c.__name__ == "LightningModule" for c in type(model).__mro__)
+            inner = " (a LightningModule: pass its Hugging Face model, e.g. pl_module.model)" if lightning else ""
+            raise TypeError(f"from_model() needs a Hugging Face model with a .config, got "
+                            f"{type(model).__name__}{inner}")
+        if tokenizer is None or not callable(tokenizer):
+            raise TypeError(f"from_model() needs the model's tokenizer, got {type(tokenizer).__name__}")
         encoder = cls(model_name_or_path=getattr(getattr(model, "config", None), "_name_or_path", "") or "",
                       **kwargs)
         encoder._model, encoder._tokenizer, encoder._owns_model = model, tokenizer, False
@@ -328,8 +337,19 @@ class ResponseEncoder:
         if world == 1:
             for batch, vectors in zip(mine, local):
                 out[batch] = vectors.cpu().numpy()
-            return out
-        return self._gather(batches, local, world, out)
+        else:
+            out = self._gather(batches, local, world, out)
+        return self._check_finite(out, texts)
+
+    def _check_finite(self, out: np.ndarray, texts: list[str]) -> np.ndarray:
+        """NaN/inf embeddings (an overflow in half precision, broken weights) are an error, never returned."""
+        finite = np.isfinite(out).all(axis=1)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            raise ValueError(f"ResponseEncoder ({self.name}): the embedding of texts[{bad[0]}] contains NaN or inf "
+                             f"({bad.size} of {len(texts)} texts); check the model's weights, or use "
+                             f"dtype='float32' if it runs in half precision")
+        return out
 
     @staticmethod
     def _check_same_size(n: int, world: int) -> None:

@@ -168,16 +168,24 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     return [t.clone() for t in out]  # type: ignore[union-attr]
 
 
+def _check_adapter(adapter: Any) -> None:
+    if not callable(getattr(adapter, "token_logprobs", None)):
+        raise TypeError(f"expected a DialogueModelAdapter (with .token_logprobs), got {type(adapter).__name__}; "
+                        "wrap a Hugging Face model with lightning_div.adapters.CausalLMAdapter / Seq2SeqAdapter, "
+                        "or a LightningModule with resolve_adapter(pl_module)")
+
+
 def _checked(logprobs: Sequence[torch.Tensor], n: int, who: str) -> list[torch.Tensor]:
+    who = f"{who}.token_logprobs" if who else "token_logprobs"  # the adapter's class when known
     if len(logprobs) != n:
-        raise ValueError(f"{who}.token_logprobs returned {len(logprobs)} tensors for {n} pairs")
+        raise ValueError(f"{who} returned {len(logprobs)} tensors for {n} pairs")
     out = []
     for i, t in enumerate(logprobs):
         t = torch.as_tensor(t).detach().reshape(-1).double().cpu()
         if t.numel() == 0:
-            raise ValueError(f"{who}.token_logprobs gave pair {i} no tokens (the EOS token must always be scored)")
+            raise ValueError(f"{who} gave pair {i} no tokens (the EOS token must always be scored)")
         if torch.isnan(t).any():
-            raise ValueError(f"{who}.token_logprobs gave pair {i} a NaN log-probability")
+            raise ValueError(f"{who} gave pair {i} a NaN log-probability")
         out.append(t)
     return out
 
@@ -188,6 +196,7 @@ def response_scores(adapter: Any, contexts: Sequence[Context], responses: Sequen
     ``adapter`` is any :class:`lightning_div.adapters.DialogueModelAdapter`. An empty
     response is scored by its EOS token alone.
     """
+    _check_adapter(adapter)
     check_pairs(contexts, responses)
     logprobs = _checked(adapter.token_logprobs(contexts, responses), len(responses), type(adapter).__name__)
     return scores_from_logprobs(logprobs)
@@ -195,7 +204,7 @@ def response_scores(adapter: Any, contexts: Sequence[Context], responses: Sequen
 
 def scores_from_logprobs(logprobs: Sequence[torch.Tensor]) -> list[float]:
     """Σ_t log p / #tokens of each response, from token log-probs already computed."""
-    return [float(t.sum() / t.numel()) for t in _checked(logprobs, len(logprobs), "token_logprobs")]
+    return [float(t.sum() / t.numel()) for t in _checked(logprobs, len(logprobs), "")]
 
 
 def position_profile(adapter: Any, contexts: Sequence[Context], responses: Sequence[str],
@@ -206,6 +215,7 @@ def position_profile(adapter: Any, contexts: Sequence[Context], responses: Seque
     (its EOS included), so every reported position has a count >= 1 and a finite-or-``-inf``
     mean, never a NaN. ``max_positions`` keeps only the first positions. For the RUQ plots.
     """
+    _check_adapter(adapter)
     check_pairs(contexts, responses)
     logprobs = _checked(adapter.token_logprobs(contexts, responses), len(responses), type(adapter).__name__)
     return profile_from_logprobs(logprobs, max_positions)

@@ -99,9 +99,12 @@ class DiversityCallback(Callback):
 
     def resolve_pairs(self, trainer: pl.Trainer, explicit: Any, method: str, arg: str) -> list[DialoguePair]:
         """Explicit pairs/path if given, else ``trainer.datamodule.<method>()``, else a helpful error."""
-        from lightning_div.datamodules.formats import read_pairs
+        from lightning_div.datamodules.formats import pairs_from_items, read_pairs
 
-        if explicit is not None:
+        if isinstance(explicit, (list, tuple)):
+            # named after the argument, so errors read "val_pairs[3]: ..." / "val_pairs: no pairs given"
+            pairs = pairs_from_items(explicit, name=arg)
+        elif explicit is not None:
             pairs = read_pairs(explicit)
         else:
             dm = getattr(trainer, "datamodule", None)

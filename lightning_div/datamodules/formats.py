@@ -133,6 +133,10 @@ def chitchat_conversations(split: str = "train", max_conversations: int | None =
     (about 90/5/5 %), so the split does not depend on file order.
     """
     _check_split(split)
+    if max_conversations is not None and (isinstance(max_conversations, bool) or not isinstance(max_conversations, int)
+                                          or max_conversations < 1):
+        # checked up front: 0 used to return one conversation (the limit was tested after appending)
+        raise ValueError(f"max_conversations must be an int >= 1 or None, got {max_conversations!r}")
     data = _chitchat_corpus()
     out = []
     for conv_id in sorted(data):

@@ -21,7 +21,7 @@ def cluster_histogram(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int
     if not np.issubdtype(ids.dtype, np.integer):
         if not np.all(np.isfinite(ids)) or not np.all(ids == np.round(ids)):
             bad = int(np.flatnonzero(~np.isfinite(ids) | (ids != np.round(ids)))[0])
-            raise ValueError(f"cluster_ids[{bad}] = {ids[bad]!r} is not an integer cluster id")
+            raise ValueError(f"cluster_ids[{bad}] = {ids[bad].item()!r} is not an integer cluster id")
         ids = ids.astype(np.int64)
     if ids.min() < 0:
         bad = int(np.argmin(ids))

@@ -1,0 +1,721 @@
+"""Bad input x every public entry point, as one matrix.
+
+Each row is (entry point, bad input, expected behaviour), and the behaviour is one of:
+
+* ``Raises``: a clear error whose message names the problem and where it is
+  (field / file:line / index / argument);
+* ``Returns``: a specific, documented value (checked by hand-computed numbers or invariants);
+* ``Completes``: a callback in a real Trainer warns, training finishes, and what it logs is
+  finite (never a NaN metric, never a crashed run for a plot that cannot be written).
+
+docs/readme/bad-inputs.md is this matrix as a table; ``test_doc_table_is_the_matrix`` keeps
+the two identical (``python tests/test_bad_inputs.py`` prints the table).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import causal_model, tiny_nli_model, tokenizer
+from lightning_div.adapters import CausalLMAdapter
+from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
+from lightning_div.cli import main as cli
+from lightning_div.clustering import SemanticClusters
+from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
+from lightning_div.embedding import ResponseEncoder
+from lightning_div.metrics import (RUQ, DistinctN, averaged_distinct, distinct_n, expectation_adjusted_distinct,
+                                   ngram_entropy, nli_diversity, ruq_score, semantic_entropy)
+from lightning_div.scoring import response_scores, token_logprobs_batched
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "readme" / "bad-inputs.md"
+
+EMPTY = "empty list / empty file"
+BLANK = "empty and whitespace-only responses"
+LONG = "a 100k-character response"
+UTF8 = "non-UTF-8 bytes in a data file"
+WINDOW = "context longer than the model window"
+BIGK = "k larger than the number of responses"
+SAME = "all-identical responses"
+NAN = "NaN / inf values"
+NOPAD = "tokenizer without a pad token"
+NOATTR = "model / LightningModule without `model` / `tokenizer`"
+OTHER = "clusters file from another config"
+READONLY = "unwritable log directory"
+INPUTS = (EMPTY, BLANK, LONG, UTF8, WINDOW, BIGK, SAME, NAN, NOPAD, NOATTR, OTHER, READONLY)
+
+HUNDRED_K = "abcd " * 20_000  # 100,000 characters, 20,000 identical words
+IDK = "i don't know ."  # 13a tokens: i | don't | know | .
+
+
+# ----------------------------------------------------------------------------------------------
+# Expectations
+
+
+@dataclass(frozen=True)
+class Raises:
+    exc: type[BaseException]
+    match: str
+    names: str  # what the message names, for the table
+
+    def doc(self) -> str:
+        return f"`{self.exc.__name__}`: {self.names}"
+
+
+@dataclass(frozen=True)
+class Returns:
+    check: Callable[[Any], None]
+    value: str  # the documented value, for the table
+
+    def doc(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Completes:
+    warning: str  # regex of the warning that must be shown
+    logged: tuple[str, ...]  # metrics that must be logged (and finite)
+    missing: tuple[str, ...] = ()  # metrics that must not be logged
+    what: str = ""
+
+    def doc(self) -> str:
+        return f"warning ({self.what}); training completes; " + (
+            f"{', '.join(f'`{k}`' for k in self.logged)} logged" if self.logged else "") + (
+            f"{', '.join(f'`{k}`' for k in self.missing)} not logged (no NaN)" if self.missing else "")
+
+
+@dataclass(frozen=True)
+class Row:
+    entry: str
+    bad: str
+    run: Callable[[Any, Path], Any]
+    expect: Any
+    slow: bool = False
+
+
+def approx(expected: Any, **kw: Any) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        assert value == pytest.approx(expected, **kw)
+    return check
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared resources: one tiny GPT-2 (its tokenizer has no pad token), built once per module
+
+
+class Resources:
+    @cached_property
+    def tok(self) -> Any:
+        tok = tokenizer()
+        assert tok.pad_token_id is None  # the NOPAD rows rely on it
+        return tok
+
+    @cached_property
+    def model(self) -> Any:
+        return causal_model()
+
+    @cached_property
+    def adapter(self) -> CausalLMAdapter:
+        return CausalLMAdapter(self.model, self.tok, show_progress=False, batch_size=4)
+
+    @cached_property
+    def encoder(self) -> ResponseEncoder:
+        # max_length far beyond the model's 256 positions: the window must win
+        return ResponseEncoder.from_model(self.model, self.tok, batch_size=4, max_length=4096, show_progress=False)
+
+    @cached_property
+    def minilm(self) -> ResponseEncoder:
+        from monitor_setup import minilm
+        return minilm()
+
+    @cached_property
+    def dir(self) -> Path:
+        import tempfile
+        return Path(tempfile.mkdtemp(prefix="bad-inputs-"))
+
+    @cached_property
+    def small_clusters(self) -> Path:
+        """k=4 on 40 random 8-d vectors, fitted with encoder 'enc-a'."""
+        x = np.random.default_rng(0).normal(size=(40, 8))
+        clusters = SemanticClusters(num_clusters=4, niter=20, nredo=1, encoder_name="enc-a", show_progress=False)
+        return clusters.fit(x).save(self.dir / "small.npz")
+
+    @cached_property
+    def tiny_clusters(self) -> Path:
+        """k=4 clusters of the tiny GPT-2's 64-d embeddings (another encoder than MiniLM's 384-d)."""
+        from monitor_setup import GOLD
+        clusters = SemanticClusters(num_clusters=4, niter=20, nredo=1, show_progress=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # few points per centroid: irrelevant here
+            clusters.fit_texts(GOLD[:120], self.encoder)
+        return clusters.save(self.dir / "tiny.npz")
+
+    @cached_property
+    def nan_model(self) -> Any:
+        model = causal_model()
+        with torch.no_grad():
+            model.transformer.ln_f.weight.fill_(float("nan"))  # every hidden state and logit is NaN
+        return model
+
+
+@pytest.fixture(scope="module")
+def res():
+    r = Resources()
+    yield r
+    if "dir" in r.__dict__:
+        shutil.rmtree(r.dir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warn_once(monkeypatch):
+    """Callbacks warn once per process and key; each row must see its own warning."""
+    from lightning_div import tracking
+    monkeypatch.setattr(tracking, "_warned", set())
+
+
+def write(path: Path, data: str | bytes) -> Path:
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return path
+
+
+def non_utf8(tmp: Path, name: str, first: str, second: bytes) -> Path:
+    """A file whose second line holds the byte 0xff at column 5."""
+    return write(tmp / name, first.encode() + b"\n" + second)
+
+
+# ----------------------------------------------------------------------------------------------
+# Callback runs: the tiny user module of monitor_setup, one short epoch
+
+
+def fit(tmp: Path, callbacks: list, module: Any = None, datamodule: Any = None, **kw: Any) -> Any:
+    from monitor_setup import TinyChat, trainer
+    args = dict(max_epochs=1, limit_train_batches=1, limit_val_batches=1)
+    tr = trainer(tmp / "root", callbacks, **{**args, **kw})
+    tr.fit(module if module is not None else TinyChat(), datamodule=datamodule)
+    return tr, callbacks[0]
+
+
+def common(tmp: Path, **kw: Any) -> dict[str, Any]:
+    return {"show_progress": False, "batch_size": 8, "max_new_tokens": 6, "dirpath": str(tmp / "cache"), **kw}
+
+
+def sem(tmp: Path, res: Resources, **kw: Any) -> SemanticDiversityMonitor:
+    from monitor_setup import GOLD, VAL
+    args = dict(encoder=res.minilm, num_clusters=4, num_contexts=8, val_pairs=VAL, gold_responses=GOLD[:120],
+                log_samples=2, lexical_metrics=["distinct_1", "distinct_2"])
+    return SemanticDiversityMonitor(**{**args, **common(tmp), **kw})
+
+
+def ruq(tmp: Path, **kw: Any) -> RUQMonitor:
+    from monitor_setup import TRAIN, VAL
+    args = dict(num_train_prompts=6, num_val_prompts=6, train_pairs=TRAIN, val_pairs=VAL, num_plot_prompts=3,
+                num_beams=2, plot=False)
+    return RUQMonitor(**{**args, **common(tmp), **kw})
+
+
+def nli(tmp: Path, **kw: Any) -> NLIDiversityMonitor:
+    from monitor_setup import VAL
+    args = dict(scorer="unused: never loaded before fit start fails", num_contexts=3, n=2, val_pairs=VAL)
+    return NLIDiversityMonitor(**{**args, **common(tmp), **kw})
+
+
+def dress(tmp: Path, res: Resources, **kw: Any) -> DRESSReweighting:
+    args = dict(encoder=res.minilm, num_clusters=4, negatives=False, lam=2.0)
+    return DRESSReweighting(**{**args, **common(tmp), **kw})
+
+
+def dialogue_lm_and_data() -> tuple[Any, Any]:
+    """DRESS needs a datamodule it can reweight: the package's own, with its DialogueLM."""
+    from monitor_setup import TRAIN, VAL
+    from lightning_div.datamodules.dialogue import DialogueDataModule
+    from lightning_div.module import DialogueLM
+
+    torch.manual_seed(0)
+    lm = DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=1000,
+                    from_scratch={"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 128},
+                    learning_rate=1e-3)
+    dm = DialogueDataModule(train=list(TRAIN[:48]), val=list(VAL[:8]), batch_size=16, show_progress=False)
+    return lm, dm
+
+
+def without(attr: str) -> Any:
+    """The tiny user module keeping its model (or tokenizer) under another name."""
+    from monitor_setup import TinyChat
+
+    module = TinyChat()
+    setattr(module, "net" if attr == "model" else "tok", getattr(module, attr))
+    delattr(module, attr)
+    return module
+
+
+def read_only_plots(tmp: Path) -> None:
+    """Make <root>/lightning_div, where the plots go (no logger: beside default_root_dir), unwritable."""
+    target = tmp / "root" / "lightning_div"
+    target.mkdir(parents=True)
+    target.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    probe = target / ".probe"
+    try:  # root ignores permission bits: then a file stands where the directory must be
+        probe.touch()
+    except OSError:
+        return
+    probe.unlink()
+    target.chmod(stat.S_IRWXU)
+    target.rmdir()
+    target.write_text("not a directory")
+
+
+def nan_module() -> Any:
+    from monitor_setup import TinyChat
+
+    module = TinyChat()
+    with torch.no_grad():
+        module.model.transformer.ln_f.weight.fill_(float("nan"))
+    return module
+
+
+class NaNAdapter:
+    """A user's own DialogueModelAdapter whose model overflowed."""
+
+    def generate(self, contexts, **kw):
+        return ["" for _ in contexts]
+
+    def token_logprobs(self, contexts, responses):
+        return [torch.tensor([-1.0, float("nan")]) for _ in responses]
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks used by Returns rows
+
+
+def check_blank_embeddings(res: Resources) -> Any:
+    out = res.encoder.encode(["", "   ", "\n\t", res.tok.eos_token])
+    assert np.isfinite(out).all()
+    for row in out[1:]:  # all equal the embedding of the EOS token alone (documented)
+        np.testing.assert_array_equal(row, out[0])
+
+
+def check_long_embedding(res: Resources) -> Any:
+    with pytest.warns(UserWarning, match=r"1 of 1 texts were longer than 256 tokens and were truncated from the left"):
+        a = res.encoder.encode([HUNDRED_K])
+    with pytest.warns(UserWarning, match="truncated"):
+        b = res.encoder.encode([HUNDRED_K * 2])
+    assert np.isfinite(a).all()
+    np.testing.assert_array_equal(a, b)  # only the last 256 tokens count, and they are the same
+
+
+def check_window_embedding(res: Resources) -> Any:
+    text = "hello there, how are you? " * 100  # ~700 tokens: above the 256-position window, below max_length
+    with pytest.warns(UserWarning, match=r"1 of 1 texts were longer than 256 tokens"):
+        out = res.encoder.encode([text])
+    assert np.isfinite(out).all()
+
+
+def check_nopad_embeddings(res: Resources) -> Any:
+    texts = ["hi", "how are you doing today?", "", "ok then, see you tomorrow at the station"]
+    batched = res.encoder.encode(texts)  # batch_size=4: padded rows
+    alone = np.concatenate([res.encoder.encode([t]) for t in texts])
+    np.testing.assert_allclose(batched, alone, atol=1e-5)
+
+
+def check_blank_scores(res: Resources) -> Any:
+    lp = token_logprobs_batched(res.model, res.tok, ["hi", "hi"], ["", "   "], show_progress=False)
+    assert len(lp[0]) == 1  # "" is scored as its EOS token alone
+    assert len(lp[1]) == len(res.tok("   ", add_special_tokens=False)["input_ids"]) + 1
+    assert all(torch.isfinite(t).all() for t in lp)
+
+
+def check_long_score(res: Resources) -> Any:
+    (lp,) = token_logprobs_batched(res.model, res.tok, ["hi"], [HUNDRED_K], show_progress=False)
+    assert len(lp) == 255 and torch.isfinite(lp).all()  # the first window-1 tokens, one context token
+
+
+def check_long_context(res: Resources) -> Any:
+    long_turn = "hello there, how is it going? " * 1000  # ~10,000 tokens for a 256-position model
+    a = response_scores(res.adapter, [[long_turn]], ["fine, thanks."])
+    b = response_scores(res.adapter, [["an even older turn", long_turn]], ["fine, thanks."])
+    assert math.isfinite(a[0]) and a == b  # the oldest tokens are dropped, so older turns change nothing
+
+
+class Encoder8:
+    """A user's own encoder (any object with .name and .encode) giving 8-d vectors."""
+
+    name = "enc-b"
+
+    def encode(self, texts):
+        return np.ones((len(texts), 8), dtype=np.float32)
+
+
+def check_same_dim_other_name(res: Resources) -> Any:
+    clusters = SemanticClusters.load(res.small_clusters)
+    with pytest.warns(UserWarning, match=r"small\.npz were fitted with encoder 'enc-a' but are used with 'enc-b'"):
+        clusters.check_encoder(Encoder8(), f"{res.small_clusters}")
+    assert clusters.assign(Encoder8().encode(["a"])).shape == (1,)
+
+
+def check_nopad_scores(res: Resources) -> Any:
+    contexts = [["hi"], ["what did you do this weekend?", "not much"], ["ok"]]
+    responses = ["hello!", "same here, i stayed home and read", ""]
+    batched = response_scores(res.adapter, contexts, responses)  # batch_size=4: padded with EOS
+    alone = [response_scores(res.adapter, [c], [r])[0] for c, r in zip(contexts, responses)]
+    assert batched == pytest.approx(alone, abs=1e-5)
+
+
+def check_same_scores(res: Resources) -> Any:
+    scores = response_scores(res.adapter, [["hi"]] * 4, [IDK] * 4)
+    assert len(set(scores)) == 1 and math.isfinite(scores[0])
+
+
+def check_dropped_blank(value: Any) -> None:
+    assert [p.response for p in value] == ["fine"]
+    assert value.stats.dropped == {"empty response": 2}
+
+
+def check_dedupe(value: Any) -> None:
+    assert len(value) == 1 and value.stats.duplicates == 4
+
+
+def cli_scores(tmp: Path, *args: str) -> dict:
+    out = tmp / "scores.json"
+    assert cli(["score", *args, "--output", str(out), "--quiet"]) == 0
+    return json.loads(out.read_text())
+
+
+def with_gold(tmp: Path, text: str) -> str:
+    return str(write(tmp / "gold.txt", text))
+
+
+# ----------------------------------------------------------------------------------------------
+# The matrix
+
+M = "lightning_div.metrics"
+E = "ResponseEncoder.encode"
+S = "SemanticClusters"
+P = "lightning_div.scoring"
+R = "lightning_div.datamodules.formats"
+SCORE = "lightning-div score"
+SDM, RUQM, DRESS, NLIM = "SemanticDiversityMonitor", "RUQMonitor", "DRESSReweighting", "NLIDiversityMonitor"
+
+ROWS: list[Row] = [
+    # -- empty list / empty file ------------------------------------------------------------
+    Row(f"{M}.distinct_n / averaged_distinct / ngram_entropy", EMPTY,
+        lambda res, tmp: [distinct_n([], 1), averaged_distinct([]), ngram_entropy([], 4)],
+        Returns(approx([0.0, 0.0, 0.0]), "0.0")),
+    Row(f"{M}.expectation_adjusted_distinct", EMPTY, lambda res, tmp: expectation_adjusted_distinct([], 100),
+        Returns(approx(0.0), "0.0")),
+    Row(f"{M}.semantic_entropy", EMPTY, lambda res, tmp: semantic_entropy([], 20), Returns(approx(0.0), "0.0")),
+    Row(f"{M}.nli_diversity", EMPTY, lambda res, tmp: nli_diversity([]), Returns(approx(0.0), "0.0")),
+    Row(f"{M}.ruq_score", EMPTY, lambda res, tmp: ruq_score([], []),
+        Raises(ValueError, r"ruq_score needs at least one prompt \(reference_scores is empty\)",
+               "“ruq_score needs at least one prompt (reference_scores is empty)”")),
+    Row(f"{M}.DistinctN (torchmetrics)", EMPTY, lambda res, tmp: (lambda m: (m.update([]), float(m.compute())))(
+        DistinctN(2))[1], Returns(approx(0.0), "0.0")),
+    Row(f"{M}.RUQ (torchmetrics)", EMPTY, lambda res, tmp: RUQ().compute(),
+        Raises(ValueError, r"RUQ.compute\(\) has no prompts", "“RUQ.compute() has no prompts: call update() …”")),
+    Row(E, EMPTY, lambda res, tmp: res.encoder.encode([]),
+        Returns(lambda v: (v.shape == (0, 64) and v.dtype == np.float32) or pytest.fail(str(v.shape)),
+                "float32 array of shape `(0, hidden_size)`")),
+    Row(f"{S}.fit", EMPTY, lambda res, tmp: SemanticClusters(num_clusters=4).fit(np.zeros((0, 8))),
+        Raises(ValueError, r"num_clusters=4 needs at least 4 embeddings, got 0",
+               "“num_clusters=4 needs at least 4 embeddings, got 0”")),
+    Row(f"{S}.assign", EMPTY, lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(np.zeros((0, 8))),
+        Returns(lambda v: (v.shape == (0,) and v.dtype == np.int64) or pytest.fail(str(v)),
+                "empty int64 array")),
+    Row(f"{P}.response_scores", EMPTY, lambda res, tmp: response_scores(res.adapter, [], []),
+        Returns(approx([]), "`[]`")),
+    Row(f"{R}.read_pairs([])", EMPTY, lambda res, tmp: read_pairs([]),
+        Raises(DataFormatError, r"^pairs: no pairs given", "“pairs: no pairs given”")),
+    Row(f"{R}.read_pairs(path)", EMPTY, lambda res, tmp: read_pairs(write(tmp / "e.jsonl", "\n  \n")),
+        Raises(DataFormatError, r"e\.jsonl:1: the file is empty", "“e.jsonl:1: the file is empty (no dialogues)”")),
+    Row(f"{R}.read_responses([])", EMPTY, lambda res, tmp: read_responses([]), Returns(approx([]), "`[]`")),
+    Row(f"{R}.read_responses(path)", EMPTY, lambda res, tmp: read_responses(write(tmp / "e.txt", "")),
+        Raises(DataFormatError, r"e\.txt:1: the file is empty", "“e.txt:1: the file is empty (no dialogues)”")),
+    Row(f"{R}.read_chitchat", EMPTY, lambda res, tmp: read_chitchat("validation", max_conversations=0),
+        Raises(ValueError, r"max_conversations must be an int >= 1 or None, got 0", "“max_conversations must be an int >= 1 or None, got 0” (0 used to return one conversation)")),
+    Row(SCORE, EMPTY, lambda res, tmp: cli(["score", str(write(tmp / "empty.txt", "\n\n"))]),
+        Raises(DataFormatError, r"empty\.txt:1: the file is empty", "“empty.txt:1: the file is empty (no dialogues)”")),
+    Row(SDM, EMPTY, lambda res, tmp: fit(tmp, [sem(tmp, res, val_pairs=[])]),
+        Raises(DataFormatError, r"^val_pairs: no pairs given", "“val_pairs: no pairs given”, at fit start")),
+    Row(RUQM, EMPTY, lambda res, tmp: fit(tmp, [ruq(tmp, train_pairs=[])]),
+        Raises(DataFormatError, r"^train_pairs: no pairs given", "“train_pairs: no pairs given”, at fit start")),
+    Row(NLIM, EMPTY, lambda res, tmp: fit(tmp, [nli(tmp, val_pairs=[])]),
+        Raises(DataFormatError, r"^val_pairs: no pairs given", "“val_pairs: no pairs given”, at fit start")),
+    Row(DRESS, EMPTY, lambda res, tmp: fit(tmp, [dress(tmp, res)]),
+        Raises(ValueError, r"DRESSReweighting needs a datamodule with gold_train_responses, set_sample_weights",
+               "no datamodule: “DRESSReweighting needs a datamodule with gold_train_responses, set_sample_weights, "
+               "set_negatives …”, at fit start")),
+
+    # -- empty and whitespace-only responses --------------------------------------------------
+    Row(f"{M}.distinct_n / ngram_entropy", BLANK, lambda res, tmp: [distinct_n(["", "   "], 1),
+                                                                     ngram_entropy(["", "\t\n"], 2)],
+        Returns(approx([0.0, 0.0]), "0.0 (no n-grams)")),
+    Row(E, BLANK, lambda res, tmp: check_blank_embeddings(res),
+        Returns(lambda v: None, "one finite vector, that of the EOS token alone (decoder-only; "
+                                "`[CLS] [SEP]` for encoders)")),
+    Row(f"{P}.token_logprobs_batched", BLANK, lambda res, tmp: check_blank_scores(res),
+        Returns(lambda v: None, "finite; `\"\"` is scored as its EOS token alone, whitespace as its tokens + EOS")),
+    Row(f"{R}.read_pairs", BLANK,
+        lambda res, tmp: read_pairs(write(tmp / "b.jsonl", '{"context": "a", "response": ""}\n'
+                                          '{"context": "a", "response": "  "}\n{"context": "a", "response": "fine"}\n')),
+        Returns(check_dropped_blank, "pair dropped, counted in `.stats.dropped['empty response']`")),
+    Row(f"{R}.read_responses", BLANK, lambda res, tmp: read_responses(write(tmp / "b.txt", "\n   \nhi\n")),
+        Returns(approx(["", "   ", "hi"]), "kept verbatim (a blank line is an empty response)")),
+    Row(SCORE, BLANK, lambda res, tmp: cli_scores(tmp, str(write(tmp / "b.txt", "\n   \nhi\n")),
+                                                   "--metrics", "distinct_1")["b.txt"],
+        Returns(approx({"distinct_1": 1.0, "responses": 3.0}), "counted as responses with no tokens")),
+
+    # -- a 100k-character response ----------------------------------------------------------
+    Row(f"{M}.distinct_n / ngram_entropy", LONG, lambda res, tmp: [distinct_n([HUNDRED_K], 1),
+                                                                    ngram_entropy([HUNDRED_K], 1)],
+        Returns(approx([1 / 20_000, 0.0]), "its exact value (here 1/20,000 and 0.0)")),
+    Row(E, LONG, lambda res, tmp: check_long_embedding(res),
+        Returns(lambda v: None, "warning; first tokens dropped to fit the window; finite vector")),
+    Row(f"{P}.token_logprobs_batched", LONG, lambda res, tmp: check_long_score(res),
+        Returns(lambda v: None, "first window-1 tokens scored; finite")),
+    Row(f"{R}.read_pairs", LONG,
+        lambda res, tmp: len(read_pairs(write(tmp / "l.jsonl", json.dumps({"context": "a", "response": HUNDRED_K})))[0]
+                             .response), Returns(approx(100_000), "read intact")),
+    Row(SCORE, LONG, lambda res, tmp: cli_scores(tmp, str(write(tmp / "l.txt", HUNDRED_K + "\n")),
+                                                  "--metrics", "distinct_1")["l.txt"]["distinct_1"],
+        Returns(approx(1 / 20_000), "its exact value")),
+
+    # -- non-UTF-8 bytes -----------------------------------------------------------------------
+    Row(f"{R}.read_pairs", UTF8, lambda res, tmp: read_pairs(non_utf8(tmp, "d.jsonl", '{"context": "a", "response": "b"}',
+                                                                      b'{"co\xff": 1}')),
+        Raises(DataFormatError, r"d\.jsonl:2: not valid UTF-8 \(byte 0xff at column 5\)", "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”")),
+    Row(f"{R}.read_pairs", UTF8, lambda res, tmp: read_pairs(non_utf8(tmp, "dd.txt", "hi __eou__ yo __eou__",
+                                                                      b"caf\xe9 __eou__")),
+        Raises(DataFormatError, r"dd\.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)", "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”")),
+    Row(f"{R}.read_responses", UTF8, lambda res, tmp: read_responses(non_utf8(tmp, "r.txt", "fine", b"caf\xe9")),
+        Raises(DataFormatError, r"r\.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)", "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”")),
+    Row(SCORE, UTF8, lambda res, tmp: cli(["score", str(non_utf8(tmp, "s.txt", "fine", b"caf\xe9"))]),
+        Raises(DataFormatError, r"s\.txt:2: not valid UTF-8", "“s.txt:2: not valid UTF-8 (byte 0xe9 at column 4) …”")),
+    Row(RUQM, UTF8, lambda res, tmp: fit(tmp, [ruq(tmp, val_pairs=str(non_utf8(tmp, "v.jsonl", "{}", b"\xff")))]),
+        Raises(DataFormatError, r"v\.jsonl:2: not valid UTF-8", "“v.jsonl:2: not valid UTF-8 …”, at fit start")),
+
+    # -- context longer than the model window --------------------------------------------------
+    Row(f"{P}.response_scores", WINDOW, lambda res, tmp: check_long_context(res),
+        Returns(lambda v: None, "oldest context tokens dropped; finite score, unchanged by still older turns")),
+    Row(E, WINDOW, lambda res, tmp: check_window_embedding(res),
+        Returns(lambda v: None, "`max_length` above the window is cut to the window: warning, first tokens "
+                                "dropped, finite vector")),
+    Row(RUQM, WINDOW, lambda res, tmp: fit(tmp, [ruq(tmp, val_pairs=[(["hello there " * 3000], "yes"), ("hi", "ok")],
+                                                     num_val_prompts=None, on_error="raise")])[1].history,
+        Returns(lambda h: [r["val/ruq"] for r in h if "val/ruq" in r][0] in (0.0, 50.0, 100.0) or pytest.fail(h),
+                "context left-truncated; `val/ruq` logged (a multiple of 100/#prompts)"), slow=True),
+
+    # -- k larger than the number of responses -------------------------------------------------
+    Row(f"{M}.semantic_entropy", BIGK, lambda res, tmp: semantic_entropy([0, 1, 2], 20),
+        Returns(approx(math.log(3)), "entropy of the ids present (ln 3 for 3 distinct ids)")),
+    Row(f"{M}.semantic_entropy", BIGK, lambda res, tmp: semantic_entropy([0, 7, 1], 4),
+        Raises(ValueError, r"cluster_ids\[1\] = 7 is >= num_clusters=4", "an id ≥ k: “cluster_ids[1] = 7 is >= num_clusters=4”")),
+    Row(f"{S}.fit", BIGK, lambda res, tmp: SemanticClusters(num_clusters=10).fit(np.eye(6, 8)),
+        Raises(ValueError, r"num_clusters=10 needs at least 10 embeddings, got 6",
+               "“num_clusters=10 needs at least 10 embeddings, got 6”")),
+    Row(SCORE, BIGK, lambda res, tmp: cli(["score", with_gold(tmp, "a\nb c\nd e f\ng\n"), "--gold",
+                                           str(tmp / "gold.txt"), "--fit-clusters", "10", "--encoder", "minilm",
+                                           "--quiet"]),
+        Raises(ValueError, r"num_clusters=10 needs at least 10 embeddings, got 4",
+               "`--fit-clusters 10` with 4 gold lines: “num_clusters=10 needs at least 10 embeddings, got 4”")),
+    Row(SDM, BIGK, lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=["a", "b c", "d e f"], num_clusters=4)]),
+        Raises(ValueError, r"num_clusters=4 needs at least 4 embeddings, got 3",
+               "“num_clusters=4 needs at least 4 embeddings, got 3” (3 gold responses), at fit start")),
+
+    # -- all-identical responses ---------------------------------------------------------------
+    Row(f"{M}.distinct_n / ngram_entropy", SAME, lambda res, tmp: [distinct_n([IDK] * 5, 1), distinct_n([IDK] * 5, 2),
+                                                                    ngram_entropy([IDK] * 5, 1)],
+        Returns(approx([4 / 20, 3 / 15, math.log(4)]), "exact values (5 × \"i don't know .\": distinct-1 = 0.2)")),
+    Row(f"{M}.semantic_entropy", SAME, lambda res, tmp: semantic_entropy([2] * 5, 4), Returns(approx(0.0), "0.0")),
+    Row(f"{M}.nli_diversity", SAME, lambda res, tmp: nli_diversity(["entailment"] * 20),
+        Returns(approx(-20.0), "−n(n−1) (every ordered pair entails)")),
+    Row(E, SAME, lambda res, tmp: res.encoder.encode([IDK] * 5),
+        # batches of 4 and 1: equal up to float rounding of different batch shapes
+        Returns(lambda v: np.testing.assert_allclose(v, np.broadcast_to(v[0], v.shape), atol=1e-5),
+                "identical rows (up to float rounding)")),
+    Row(f"{S}.fit", SAME, lambda res, tmp: SemanticClusters(num_clusters=2).fit(np.ones((6, 8))),
+        Raises(ValueError, r"all 6 embeddings point in the same direction", "“all 6 embeddings point in the same direction …: there is nothing to cluster”")),
+    Row(f"{P}.response_scores", SAME, lambda res, tmp: check_same_scores(res),
+        Returns(lambda v: None, "identical finite scores")),
+    Row(f"{R}.read_pairs", SAME, lambda res, tmp: read_pairs([("hi", IDK)] * 5, dedupe=True),
+        Returns(check_dedupe, "kept; with `dedupe=True` one pair, `.stats.duplicates` = 4")),
+    Row(SCORE, SAME, lambda res, tmp: cli_scores(tmp, str(write(tmp / "s.txt", (IDK + "\n") * 4)),
+                                                  "--metrics", "distinct_2")["s.txt"]["distinct_2"],
+        Returns(approx(3 / 12), "exact values (distinct-2 = 0.25)")),
+    Row(SDM, SAME, lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=[IDK] * 12)]),
+        Raises(ValueError, r"all 12 embeddings point in the same direction", "“all 12 embeddings point in the same direction …”, at fit start")),
+
+    # -- NaN / inf --------------------------------------------------------------------------------
+    Row(f"{M}.ruq_score", NAN, lambda res, tmp: ruq_score([[-1.0, float("nan")]], [-2.0]),
+        Raises(ValueError, r"reference_scores\[0\]\[1\] = nan is not a finite log-likelihood",
+               "“reference_scores[0][1] = nan is not a finite log-likelihood”")),
+    Row(f"{M}.ruq_score", NAN, lambda res, tmp: ruq_score([-1.0], [float("-inf")]),
+        Raises(ValueError, r"idk_scores\[0\] = -inf is not a finite", "“idk_scores[0] = -inf is not a finite log-likelihood”")),
+    Row(f"{M}.semantic_entropy", NAN, lambda res, tmp: semantic_entropy([0.0, float("nan")], 4),
+        Raises(ValueError, r"cluster_ids\[1\] = nan is not an integer cluster id", "“cluster_ids[1] = nan is not an integer cluster id”")),
+    Row(f"{M}.nli_diversity", NAN, lambda res, tmp: nli_diversity(["neutral"] * 2, "confidence", [0.5, float("inf")]),
+        Raises(ValueError, r"confidences\[1\] = inf is not a probability", "“confidences[1] = inf is not a probability in [0, 1]”")),
+    Row(f"{S}.fit", NAN, lambda res, tmp: SemanticClusters(num_clusters=2).fit(
+        np.vstack([np.eye(8)[:3], [[np.nan] * 8]])),
+        Raises(ValueError, r"embeddings\[3\] contains NaN or inf \(1 such rows\)", "“embeddings[3] contains NaN or inf (1 such rows)”")),
+    Row(f"{S}.assign", NAN, lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(
+        np.vstack([np.ones((1, 8)), [[np.inf] * 8]])),
+        Raises(ValueError, r"embeddings\[1\] contains NaN or inf", "“embeddings[1] contains NaN or inf (1 such rows)”")),
+    Row(E, NAN, lambda res, tmp: ResponseEncoder.from_model(res.nan_model, res.tok, show_progress=False).encode(
+        ["fine", "ok"]),
+        Raises(ValueError, r"the embedding of texts\[0\] contains NaN or inf \(2 of 2 texts\)",
+               "a model that outputs NaN: “ResponseEncoder (…): the embedding of texts[0] contains NaN or inf (2 of 2 "
+               "texts) …”; never returns NaN")),
+    Row(f"{P}.response_scores", NAN, lambda res, tmp: response_scores(NaNAdapter(), ["hi"], ["ok"]),
+        Raises(ValueError, r"NaNAdapter\.token_logprobs gave pair 0 a NaN log-probability", "an adapter returning NaN: “NaNAdapter.token_logprobs gave pair 0 a NaN log-probability”")),
+    Row(RUQM, NAN, lambda res, tmp: fit(tmp, [ruq(tmp)], module=nan_module()),
+        Completes(r"RUQMonitor skipped (train|validation) RUQ at epoch 0: .*NaN log-probability", (),
+                  ("train/ruq", "val/ruq"), "a model that outputs NaN: “RUQMonitor skipped train RUQ at epoch 0: "
+                                            "ValueError('token_logprobs gave pair 0 a NaN log-probability')”"),
+        slow=True),
+
+    # -- tokenizer without a pad token ----------------------------------------------------------
+    Row(E, NOPAD, lambda res, tmp: check_nopad_embeddings(res),
+        Returns(lambda v: None, "same vectors batched as one at a time")),
+    Row(f"{P}.response_scores", NOPAD, lambda res, tmp: check_nopad_scores(res),
+        Returns(lambda v: None, "same scores batched as one at a time (EOS pads, masked)")),
+    Row(RUQM, NOPAD, lambda res, tmp: fit(tmp, [ruq(tmp, on_error="raise")])[1].history,
+        Returns(lambda h: all(0 <= r[k] <= 100 for r in h for k in ("train/ruq", "val/ruq") if k in r)
+                and sum("val/ruq" in r for r in h) == 1 or pytest.fail(h),
+                "works: `train/ruq`, `val/ruq` logged in [0, 100]"), slow=True),
+
+    # -- model / module without `model` / `tokenizer` ------------------------------------------
+    *[Row(cb, NOATTR, (lambda make, attr: lambda res, tmp: fit(tmp, [make(res, tmp)], module=without(attr)))(make, attr),
+          Raises(TypeError, rf"cannot reach a dialogue model through TinyChat: it has no attribute '{attr}'",
+                 f"“cannot reach a dialogue model through TinyChat: it has no attribute '{attr}' …” and the two "
+                 "fixes (`model_attr=`/`tokenizer_attr=`, or the DialogueModelAdapter protocol), at fit start"))
+      for cb, make in ((SDM, lambda res, tmp: sem(tmp, res)), (RUQM, lambda res, tmp: ruq(tmp)),
+                       (NLIM, lambda res, tmp: nli(tmp)), (DRESS, lambda res, tmp: dress(tmp, res)))
+      for attr in (("model", "tokenizer") if cb == RUQM else ("model",))],
+    Row("ResponseEncoder.from_model", NOATTR, lambda res, tmp: ResponseEncoder.from_model(without("tokenizer"),
+                                                                                          res.tok),
+        Raises(TypeError, r"needs a Hugging Face model with a \.config, got TinyChat \(a LightningModule: pass its "
+                          r"Hugging Face model", "a LightningModule: “from_model() needs a Hugging Face model with a .config, got TinyChat (a "
+               "LightningModule: pass its Hugging Face model, e.g. pl_module.model)”")),
+    Row("ResponseEncoder.from_model", NOATTR, lambda res, tmp: ResponseEncoder.from_model(res.model, None),
+        Raises(TypeError, r"from_model\(\) needs the model's tokenizer, got NoneType", "“from_model() needs the model's tokenizer, got NoneType”")),
+    Row(f"{P}.response_scores", NOATTR, lambda res, tmp: response_scores(without("model"), ["hi"], ["ok"]),
+        Raises(TypeError, r"expected a DialogueModelAdapter \(with \.token_logprobs\), got TinyChat",
+               "a LightningModule: “expected a DialogueModelAdapter (with .token_logprobs), got TinyChat; wrap … "
+               "with resolve_adapter(pl_module)”")),
+
+    # -- clusters file from another config -------------------------------------------------------
+    Row(f"{S}.load", OTHER, lambda res, tmp: SemanticClusters.load(res.small_clusters, expected={"num_clusters": 8}),
+        Raises(ValueError, r"small\.npz' was fitted with a different config — num_clusters: file has 4, requested 8",
+               "other k: “'small.npz' was fitted with a different config — num_clusters: file has 4, requested 8”")),
+    Row(f"{S}.load", OTHER, lambda res, tmp: SemanticClusters.load(res.small_clusters,
+                                                                   expected={"encoder_name": "enc-b"}),
+        Raises(ValueError, r"encoder_name: file has 'enc-a', requested 'enc-b'", "other encoder: “… encoder_name: file has 'enc-a', requested 'enc-b'”")),
+    Row(f"{S}.load_or_fit", OTHER, lambda res, tmp: SemanticClusters.load_or_fit(res.small_clusters, ["a", "b"],
+                                                                                 res.encoder, num_clusters=4),
+        Raises(ValueError, r"small\.npz' was fitted with a different config — encoder_name: file has 'enc-a'",
+               "“'small.npz' was fitted with a different config — encoder_name: file has 'enc-a', requested …; "
+               "data_fingerprint: …”")),
+    Row(f"{S}.assign", OTHER, lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(np.ones((2, 16))),
+        Raises(ValueError, r"embeddings have dimension 16, but the clusters were fitted on dimension 8 "
+                           r"\(encoder 'enc-a'\)", "other dim: “embeddings have dimension 16, but the clusters were fitted on dimension 8 (encoder 'enc-a')”")),
+    Row(f"{S}.check_encoder", OTHER, lambda res, tmp: check_same_dim_other_name(res),
+        Returns(lambda v: None, "same dimension, other encoder name: warning “… were fitted with encoder 'enc-a' but "
+                                "are used with 'enc-b' …”; the clusters are used")),
+    Row(SCORE, OTHER, lambda res, tmp: cli(["score", str(write(tmp / "g.txt", "hi\n")), "--clusters",
+                                            str(res.tiny_clusters), "--encoder", "minilm", "--quiet"]),
+        Raises(ValueError, r"--clusters .*tiny\.npz were fitted on 64-dimensional embeddings .* gives "
+                           r"384-dimensional", "“--clusters tiny.npz were fitted on 64-dimensional embeddings of encoder "
+                                               "'…', but encoder '…' gives 384-dimensional ones …”")),
+    Row(SDM, OTHER, lambda res, tmp: fit(tmp, [sem(tmp, res, clusters=str(res.tiny_clusters))]),
+        Raises(ValueError, r"the clusters in '.*tiny\.npz' were fitted on 64-dimensional embeddings",
+               "“the clusters in '…/tiny.npz' were fitted on 64-dimensional embeddings of encoder '…', but "
+               "encoder '…' gives 384-dimensional ones …”, at fit start")),
+    Row(DRESS, OTHER, lambda res, tmp: (lambda lm, dm: fit(tmp, [dress(tmp, res, clusters=str(res.tiny_clusters))],
+                                                           module=lm, datamodule=dm))(*dialogue_lm_and_data()),
+        Raises(ValueError, r"the clusters in '.*tiny\.npz' were fitted on 64-dimensional embeddings",
+               "“the clusters in '…/tiny.npz' were fitted on 64-dimensional embeddings of encoder '…', but "
+               "encoder '…' gives 384-dimensional ones …”, at fit start"), slow=True),
+
+    # -- unwritable log directory --------------------------------------------------------------------
+    Row(SDM, READONLY, lambda res, tmp: (read_only_plots(tmp), fit(tmp, [sem(tmp, res)]))[1],
+        Completes(r"could not write val/cluster_histogram to .*training continues",
+                  ("val/sem_ent", "val/distinct_1"), what="“lightning-div could not write <plot> to <file>: …; training continues”"), slow=True),
+    Row(RUQM, READONLY, lambda res, tmp: (read_only_plots(tmp), fit(tmp, [ruq(tmp, plot=True)]))[1],
+        Completes(r"could not write val/ruq_plot to .*training continues", ("val/ruq", "train/ruq"),
+                  what="“lightning-div could not write <plot> to <file>: …; training continues”"), slow=True),
+    Row(DRESS, READONLY, lambda res, tmp: (read_only_plots(tmp), (lambda lm, dm: fit(
+        tmp, [dress(tmp, res)], module=lm, datamodule=dm))(*dialogue_lm_and_data()))[1],
+        Completes(r"could not write dress/weight_histogram to .*training continues",
+                  ("dress/weight_mean", "dress/effective_sample_size"), what="“lightning-div could not write <plot> to <file>: …; training continues”"),
+        slow=True),
+]
+
+
+def _id(row: Row, i: int) -> str:
+    return f"{i:02d}-" + re.sub(r"[^A-Za-z0-9]+", "_", f"{row.entry.split('.')[-1]}-{row.bad}").strip("_")[:60]
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=_id(r, i), marks=[pytest.mark.slow] if r.slow else [])
+                                 for i, r in enumerate(ROWS)])
+def test_bad_input(row: Row, res: Resources, tmp_path: Path) -> None:
+    expect = row.expect
+    if isinstance(expect, Raises):
+        with pytest.raises(expect.exc, match=expect.match):
+            row.run(res, tmp_path)
+    elif isinstance(expect, Returns):
+        expect.check(row.run(res, tmp_path))
+    else:
+        with pytest.warns(RuntimeWarning, match=expect.warning):
+            trainer, callback = row.run(res, tmp_path)
+        assert trainer.state.finished and trainer.current_epoch == 1  # the epoch ran to its end
+        logged = {k: v for entry in callback.history for k, v in entry.items()}
+        for key in expect.logged:
+            assert key in logged and math.isfinite(logged[key]), key
+        for key in expect.missing:
+            assert key not in logged, key
+        assert all(math.isfinite(v) for entry in callback.history for v in entry.values())
+
+
+# ----------------------------------------------------------------------------------------------
+# The README table is this matrix
+
+
+def table() -> str:
+    lines = ["| input | entry points | behaviour |", "|---|---|---|"]
+    for bad in INPUTS:
+        for row in ROWS:
+            if row.bad == bad:
+                lines.append(f"| {bad} | `{row.entry}` | {row.expect.doc()} |")
+    return "\n".join(lines)
+
+
+def test_every_input_and_entry_point_is_in_the_matrix():
+    assert {r.bad for r in ROWS} == set(INPUTS)
+    entries = " ".join(r.entry for r in ROWS)
+    for name in ("distinct_n", "averaged_distinct", "ngram_entropy", "expectation_adjusted_distinct",
+                 "semantic_entropy", "ruq_score", "nli_diversity", "ResponseEncoder", "SemanticClusters",
+                 "scoring", "read_pairs", "read_chitchat", "read_responses", SDM, RUQM, DRESS, NLIM, SCORE):
+        assert name in entries, name
+
+
+def test_doc_table_is_the_matrix():
+    text = DOC.read_text(encoding="utf-8")
+    assert table() in text, "docs/readme/bad-inputs.md is stale: regenerate it with python tests/test_bad_inputs.py"
+
+
+if __name__ == "__main__":
+    print(table())
