@@ -264,8 +264,8 @@ def without(attr: str) -> Any:
 
 
 def read_only_plots(tmp: Path) -> None:
-    """Make <root>/lightning_div, where the plots go (no logger: beside default_root_dir), unwritable."""
-    target = tmp / "root" / "lightning_div"
+    """Make <dirpath>/plots, where the plots go when there is no logger, unwritable."""
+    target = tmp / "cache" / "plots"
     target.mkdir(parents=True)
     target.chmod(stat.S_IRUSR | stat.S_IXUSR)
     probe = target / ".probe"
