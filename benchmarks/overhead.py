@@ -21,8 +21,8 @@ work (loading the encoder; embedding + clustering the gold training responses, c
 on disk and shared by the monitor and DRESS) is timed separately: the cache starts
 empty, so the first configuration that needs clusters pays the cold cost.
 
-    python benchmarks/overhead.py                       # full demo: 8,000 train examples, ~40 min on 2 cores
-    python benchmarks/overhead.py --quick               # smoke test: small sizes, ~2 min
+    python benchmarks/overhead.py                       # full demo: 8,000 train examples, 30-60 min on 2 cores
+    python benchmarks/overhead.py --quick               # smoke test: small sizes, 2-4 min
     python benchmarks/overhead.py --device cuda
     python benchmarks/overhead.py --configs none monitors --max-train-examples 2000
 
@@ -264,6 +264,8 @@ def main() -> None:
             r["cold"] = needs_clusters and not cold_done
             cold_done = cold_done or needs_clusters
             results.append(r)
+            if args.json:  # after every configuration, so an interrupted run keeps what it measured
+                Path(args.json).write_text(json.dumps(results, indent=1))
             print(f"  {LABELS[name]}: epochs {', '.join(f'{s:.1f}' for s in r['epochs_s'])} s, "
                   f"callbacks {json.dumps({k: round(v, 2) for k, v in r['callback_s'].items()})}, "
                   f"fit start {json.dumps({k: round(v, 2) for k, v in r['fit_start_s'].items()})}, "
@@ -278,8 +280,6 @@ def main() -> None:
           "sensitive to other load on the machine), CPU overhead: vs the baseline's; fit-start s: the callbacks' one-off "
           "on_fit_start (encoder load, gold embedding + clustering when cold, cached on disk); peak RSS: the "
           "configuration's subprocess (ru_maxrss), RSS added: minus the baseline's.")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
