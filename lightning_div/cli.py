@@ -18,6 +18,7 @@ from pytorch_lightning.cli import LightningCLI
 # Imported so that `class_path: DialogueLM` / `DialogueDataModule` resolve by their short names.
 from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
 from lightning_div.module import DialogueLM  # noqa: F401
+from lightning_div.tracking import local_log_dir
 
 EXTRA_COMMANDS = {
     "score": "score files of generated responses with every metric (table + JSON)",
@@ -45,8 +46,9 @@ def run_summary(trainer: Any) -> str:
             lines.append(f"    view: tensorboard --logdir {lg.save_dir}")
         if type(lg).__name__ == "WandbLogger":
             lines.append(f"    offline run: wandb sync {getattr(lg, 'save_dir', '.')}/wandb/offline-run-*")
-    if trainer.log_dir:
-        lines.append(f"  plots and sample tables: {Path(trainer.log_dir) / 'lightning_div'}")
+    log_dir = local_log_dir(trainer)  # not trainer.log_dir: a collective, and this runs on rank 0 only
+    if log_dir:
+        lines.append(f"  plots and sample tables: {Path(log_dir) / 'lightning_div'}")
     return "\n".join(lines)
 
 

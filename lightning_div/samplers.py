@@ -2,17 +2,20 @@
 
 Both subclass :class:`torch.utils.data.DistributedSampler`, so Lightning keeps them as
 they are instead of wrapping them, and both take ``num_replicas`` / ``rank`` explicitly
-(defaults read the initialised process group, or 1 / 0 without one).
+(defaults read the initialised process group, or 1 / 0 without one). Both can start an
+epoch part-way (:meth:`ResumableSampler.skip_at_start`), which :class:`ResumableDataLoader`
+uses so that a run resumed from a mid-epoch checkpoint trains on the rest of that epoch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence, Sized
+from collections.abc import Callable, Iterator, Sequence, Sized
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 from lightning_div.distributed import rank_and_world
 
@@ -23,7 +26,29 @@ def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     return (group_size if num_replicas is None else num_replicas), (group_rank if rank is None else rank)
 
 
-class ExactDistributedSampler(DistributedSampler):
+class ResumableSampler(DistributedSampler):
+    """A DistributedSampler whose iteration over one given epoch can start part-way.
+
+    Subclasses build the epoch's full index list and pass it through :meth:`_resumed`.
+    ``len(sampler)`` stays the full epoch: Lightning counts the batches already trained
+    on itself and expects the loader to end where the full epoch ends.
+    """
+
+    _skip: tuple[int, int] | None = None  # (epoch, indices to drop at its start)
+
+    def skip_at_start(self, epoch: int, count: int) -> None:
+        """Iterating epoch ``epoch`` (as set by :meth:`set_epoch`) starts ``count`` indices in; others are whole."""
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        self._skip = (int(epoch), int(count)) if count else None
+
+    def _resumed(self, indices: list[int]) -> Iterator[int]:
+        if self._skip is not None and self._skip[0] == self.epoch:
+            indices = indices[self._skip[1]:]
+        return iter(indices)
+
+
+class ExactDistributedSampler(ResumableSampler):
     """Every index in ``range(len(dataset))`` exactly once per epoch over all ranks.
 
     ``DistributedSampler`` evens out the shards by repeating examples, so some are
@@ -48,7 +73,7 @@ class ExactDistributedSampler(DistributedSampler):
         else:
             order = list(range(n))
         order += [n + order[k % n] for k in range(self.total_size - n)] if n else []
-        return iter(order[self.rank:self.total_size:self.num_replicas])
+        return self._resumed(order[self.rank:self.total_size:self.num_replicas])
 
 
 def check_sampling_weights(weights: np.ndarray | Sequence[float], what: str = "weights") -> np.ndarray:
@@ -67,7 +92,7 @@ def check_sampling_weights(weights: np.ndarray | Sequence[float], what: str = "w
     return w
 
 
-class WeightedDistributedSampler(DistributedSampler):
+class WeightedDistributedSampler(ResumableSampler):
     """Draws indices with replacement, with probability proportional to ``weights``.
 
     Each epoch draws ``num_samples`` indices in total (default ``len(dataset)``, rounded up
@@ -96,4 +121,44 @@ class WeightedDistributedSampler(DistributedSampler):
         g = torch.Generator()
         g.manual_seed(self.seed + self.epoch)
         draws = torch.multinomial(self.weights, self.total_size, replacement=True, generator=g)
-        return iter(draws[self.rank::self.num_replicas].tolist())
+        return self._resumed(draws[self.rank::self.num_replicas].tolist())
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader that Lightning checkpoints and restores mid-epoch.
+
+    Lightning 2.x restores a training dataloader's position only when the loader has
+    ``state_dict`` / ``load_state_dict``; a plain DataLoader restarts its epoch from the
+    first batch, so a run resumed from a mid-epoch checkpoint would train on that epoch's
+    first batches twice and never on its last ones. This loader's state is the sampler's
+    epoch and ``progress()``, the number of batches of that epoch already trained on (the
+    Trainer's count, not the loader's: Lightning fetches a batch ahead); loading it makes
+    the next iteration over that epoch skip those batches, exactly, by skipping
+    ``batches * batch_size`` indices in a :class:`ResumableSampler`. The sampler's order is
+    a function of (seed, epoch), so the batches left are those the uninterrupted run had.
+
+    Args:
+        progress: returns how many batches of the current epoch have been trained on;
+            without it the state says 0 (resuming then restarts the epoch, as a DataLoader does).
+        Everything else: as :class:`torch.utils.data.DataLoader`; ``sampler`` must be a
+        :class:`ResumableSampler` for a restored position to take effect.
+    """
+
+    def __init__(self, *args: Any, progress: Callable[[], int] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.progress = progress
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch": sampler epoch, "batches": batches of it trained on}``."""
+        return {"epoch": int(getattr(self.sampler, "epoch", 0)),
+                "batches": int(self.progress()) if self.progress is not None else 0}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        """Make the next iteration over ``state_dict["epoch"]`` skip its first ``state_dict["batches"]`` batches."""
+        batches = int(state_dict.get("batches", 0))
+        if not batches:
+            return
+        if not isinstance(self.sampler, ResumableSampler) or self.batch_size is None:
+            raise ValueError(f"ResumableDataLoader can resume mid-epoch only with a ResumableSampler and a batch_size, "
+                             f"got sampler {type(self.sampler).__name__} and batch_size {self.batch_size}")
+        self.sampler.skip_at_start(int(state_dict["epoch"]), batches * self.batch_size)

@@ -50,18 +50,43 @@ def log_scalars(pl_module: Any, metrics: Mapping[str, float], source: str) -> di
     return clean
 
 
+_TRACKERS = ("TensorBoardLogger", "WandbLogger", "MLFlowLogger")
+
+
+def _tracker_kind(logger: Any) -> str | None:
+    """Which tracker API the logger has, by class name along its MRO (a user's subclass counts as its base)."""
+    names = {cls.__name__ for cls in type(logger).__mro__}
+    return next((kind for kind in _TRACKERS if kind in names), None)
+
+
 def _safe_name(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_")
 
 
+def local_log_dir(trainer: Any) -> str | None:
+    """``trainer.log_dir`` as this process sees it, without its broadcast.
+
+    ``Trainer.log_dir`` broadcasts rank 0's value, a collective every rank must enter;
+    called from rank-0-only code (writing a plot) under DDP it waits forever for the
+    others. Only rank 0 writes, so its own value is the one wanted.
+    """
+    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+
+    try:
+        loggers = list(getattr(trainer, "loggers", None) or [])
+        if not loggers:
+            return getattr(trainer, "default_root_dir", None)
+        first = loggers[0]
+        return first.log_dir if isinstance(first, (TensorBoardLogger, CSVLogger)) else first.save_dir
+    except Exception:  # a logger without a directory, or one that fails
+        return None
+
+
 def artifact_dir(trainer: Any, fallback: Path) -> Path:
-    """Where plots and tables of this run are written: beside the first logger's files."""
+    """Where plots and tables of this run are written: beside the first logger's files (no collective)."""
     if not getattr(trainer, "loggers", None):
         return Path(fallback)  # without a logger Lightning's log_dir is the bare working directory
-    try:
-        log_dir = trainer.log_dir
-    except Exception:  # a logger without a directory
-        log_dir = None
+    log_dir = local_log_dir(trainer)
     return Path(log_dir) / "lightning_div" if log_dir else Path(fallback)
 
 
@@ -83,13 +108,13 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
     png = None
     try:
         for lg in getattr(trainer, "loggers", []):
-            kind = type(lg).__name__
+            kind, where = _tracker_kind(lg), type(lg).__name__
             if kind == "TensorBoardLogger":
-                _try(kind, key, lambda: lg.experiment.add_figure(key, fig, global_step=step, close=False))
+                _try(where, key, lambda: lg.experiment.add_figure(key, fig, global_step=step, close=False))
             elif kind == "WandbLogger":
-                _try(kind, key, lambda: lg.log_image(key=key, images=[fig], step=None))
+                _try(where, key, lambda: lg.log_image(key=key, images=[fig], step=None))
             elif kind == "MLFlowLogger":
-                _try(kind, key, lambda: lg.experiment.log_figure(lg.run_id, fig, f"{_safe_name(key)}/epoch_{epoch}.png"))
+                _try(where, key, lambda: lg.experiment.log_figure(lg.run_id, fig, f"{_safe_name(key)}/epoch_{epoch}.png"))
         target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
 
         def save() -> None:
@@ -109,17 +134,17 @@ def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Seq
     epoch = int(getattr(trainer, "current_epoch", 0))
     rows = [list(r) for r in rows]
     for lg in getattr(trainer, "loggers", []):
-        kind = type(lg).__name__
+        kind, where = _tracker_kind(lg), type(lg).__name__
         if kind == "WandbLogger":
-            _try(kind, key, lambda: lg.log_table(key=key, columns=list(columns), data=rows))
+            _try(where, key, lambda: lg.log_table(key=key, columns=list(columns), data=rows))
         elif kind == "TensorBoardLogger":
             def md() -> str:
                 head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
                 return head + "\n".join("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows)
-            _try(kind, key, lambda: lg.experiment.add_text(key, md(), global_step=step))
+            _try(where, key, lambda: lg.experiment.add_text(key, md(), global_step=step))
         elif kind == "MLFlowLogger":
             data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
-            _try(kind, key, lambda: lg.experiment.log_table(lg.run_id, data=data,
+            _try(where, key, lambda: lg.experiment.log_table(lg.run_id, data=data,
                                                             artifact_file=f"{_safe_name(key)}/epoch_{epoch}.json"))
     target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.csv"
 

@@ -10,10 +10,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from helpers import causal_model, chitchat_pairs, tokenizer
+from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.embedding import ResponseEncoder
 from lightning_div.formatting import DialogueFormat
+from lightning_div.module import DialogueLM
 
 TRAIN = list(chitchat_pairs("train", 40))
 VAL = list(chitchat_pairs("validation", 30))
@@ -82,3 +85,27 @@ def trainer(tmp_path, callbacks, loggers=None, **kwargs):
                     enable_checkpointing=False, logger=loggers if loggers is not None else False,
                     default_root_dir=str(tmp_path), deterministic=True)
     return pl.Trainer(callbacks=callbacks, **{**defaults, **kwargs})
+
+
+# DialogueLM + DialogueDataModule + DRESS: the package's own module and data, for end-to-end runs.
+TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128,
+        # no dropout: a resumed run can then match an uninterrupted one bit for bit
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+def tiny_lm(learning_rate: float = 1e-3, dropout: float = 0.0) -> DialogueLM:
+    torch.manual_seed(0)
+    config = {**TINY, "resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
+    return DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=1000,
+                      from_scratch=config, learning_rate=learning_rate)
+
+
+def datamodule(**overrides) -> DialogueDataModule:
+    args = dict(max_train_examples=160, max_val_examples=16, batch_size=16, show_progress=False)
+    return DialogueDataModule(**{**args, **overrides})
+
+
+def dress(tmp_path, **kw) -> DRESSReweighting:
+    args = dict(encoder=minilm(), num_clusters=4, num_negative_contexts=32, show_progress=False, batch_size=16,
+                max_new_tokens=8, dirpath=str(tmp_path / "cache"), lam=2.0)
+    return DRESSReweighting(**{**args, **kw})

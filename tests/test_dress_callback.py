@@ -7,31 +7,9 @@ from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from monitor_setup import minilm, trainer
+from monitor_setup import datamodule, dress, tiny_lm, trainer
 from lightning_div.callbacks.dress import DRESSReweighting
-from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.dress import dress_weights
-from lightning_div.module import DialogueLM
-
-TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128,
-        # no dropout: a resumed run can then match an uninterrupted one bit for bit
-        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-
-
-def tiny_lm():
-    torch.manual_seed(0)
-    return DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=1000,
-                      from_scratch=TINY, learning_rate=1e-3)
-
-
-def datamodule():
-    return DialogueDataModule(max_train_examples=160, max_val_examples=16, batch_size=16, show_progress=False)
-
-
-def dress(tmp_path, **kw):
-    args = dict(encoder=minilm(), num_clusters=4, num_negative_contexts=32, show_progress=False, batch_size=16,
-                max_new_tokens=8, dirpath=str(tmp_path / "cache"), lam=2.0)
-    return DRESSReweighting(**{**args, **kw})
 
 
 class BatchSpy(Callback):

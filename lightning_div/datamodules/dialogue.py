@@ -27,7 +27,8 @@ from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEP
 from lightning_div.formatting import DialogueFormat, is_seq2seq, model_window
 from lightning_div.generation import pad_id_of
 from lightning_div.distributed import rank_and_world
-from lightning_div.samplers import ExactDistributedSampler, WeightedDistributedSampler, check_sampling_weights
+from lightning_div.samplers import (ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler,
+                                   check_sampling_weights)
 
 log = logging.getLogger(__name__)
 _info = rank_zero_only(log.info)
@@ -359,10 +360,20 @@ class DialogueDataModule(pl.LightningDataModule):
         rank, size = rank_and_world()
         return size, rank
 
-    def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int) -> DataLoader:
+    def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int,
+                progress: Any = None) -> DataLoader:
         collate = DialogueCollator(pad_id_of(self.tokenizer), seq2seq=self.seq2seq)
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate,
-                          num_workers=self.num_workers, drop_last=False)
+        kwargs = dict(batch_size=batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers,
+                      drop_last=False)
+        if progress is not None:
+            return ResumableDataLoader(dataset, progress=progress, **kwargs)
+        return DataLoader(dataset, **kwargs)
+
+    def _trained_batches(self) -> int:
+        """Batches of the current epoch the Trainer has trained on (what a mid-epoch checkpoint has seen)."""
+        trainer = self._trainer_or_none()
+        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        return int(loop.batch_progress.current.processed) if loop is not None else 0
 
     def train_dataset(self) -> EncodedDialogues:
         """Gold examples then negatives, with their weights (all 1.0 in sampler mode)."""
@@ -373,7 +384,11 @@ class DialogueDataModule(pl.LightningDataModule):
         return EncodedDialogues(ConcatPairs(gold, self._negatives_encoded), weights if self._mode == "loss" else None)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled; under DDP every example once per epoch (loss mode) or weighted draws (sampler mode)."""
+        """Shuffled; under DDP every example once per epoch (loss mode) or weighted draws (sampler mode).
+
+        A :class:`~lightning_div.samplers.ResumableDataLoader`: a run resumed from a
+        mid-epoch checkpoint trains on exactly the batches of that epoch not yet trained on.
+        """
         dataset = self.train_dataset()
         num_replicas, rank = self._world()
         if self._mode == "loss":
@@ -385,7 +400,7 @@ class DialogueDataModule(pl.LightningDataModule):
         trainer = self._trainer_or_none()
         sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
         self._train_loader_built = True
-        return self._loader(dataset, sampler, self.batch_size)
+        return self._loader(dataset, sampler, self.batch_size, progress=self._trained_batches)
 
     def _eval_loader(self, name: str) -> DataLoader:
         dataset = EncodedDialogues(self._encoded_split(name))
