@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/readme/embedding-clustering.md
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see the README, "Semantic space: ... Limits and notes"
 
 import numpy as np
 import torch

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/readme/embedding-clustering.md
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see the README, "Semantic space: ... Limits and notes"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -8,7 +8,7 @@ Each row is (entry point, bad input, expected behaviour), and the behaviour is o
 * ``Completes``: a callback in a real Trainer warns, training finishes, and what it logs is
   finite (never a NaN metric, never a crashed run for a plot that cannot be written).
 
-docs/readme/bad-inputs.md is this matrix as a table; ``test_doc_table_is_the_matrix`` keeps
+The README's "Bad input" section is this matrix as a table; ``test_doc_table_is_the_matrix`` keeps
 the two identical (``python tests/test_bad_inputs.py`` prints the table).
 """
 
@@ -43,7 +43,7 @@ from lightning_div.metrics import (RUQ, DistinctN, averaged_distinct, distinct_n
 from lightning_div.scoring import response_scores, token_logprobs_batched
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "readme" / "bad-inputs.md"
+DOC = ROOT / "README.md"
 
 EMPTY = "empty list / empty file"
 BLANK = "empty and whitespace-only responses"
@@ -714,7 +714,7 @@ def test_every_input_and_entry_point_is_in_the_matrix():
 
 def test_doc_table_is_the_matrix():
     text = DOC.read_text(encoding="utf-8")
-    assert table() in text, "docs/readme/bad-inputs.md is stale: regenerate it with python tests/test_bad_inputs.py"
+    assert table() in text, "the README's bad-input table is stale: regenerate it with python tests/test_bad_inputs.py"
 
 
 if __name__ == "__main__":
