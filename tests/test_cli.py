@@ -60,6 +60,19 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
     assert len(list((tmp_path / "runs/demo/cache").glob("clusters-*.npz"))) == 1
 
 
+@pytest.mark.slow
+def test_validate_runs_the_monitors_on_an_untrained_model(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["validate", "--config", str(ROOT / "configs" / "demo.yaml"), "--trainer.limit_val_batches=2",
+          "--trainer.enable_progress_bar=false", "--data.init_args.max_train_examples=300",
+          "--data.init_args.max_val_examples=64", "--data.init_args.show_progress=false"])
+    rows = list(csv.DictReader(open(tmp_path / "runs/demo/csv/version_0/metrics.csv")))
+    logged = {k: float(v) for r in rows for k, v in r.items() if v}
+    # no fit: the monitors prepare themselves at the first validation end
+    assert 0.0 <= logged["val/sem_ent"] <= math.log(20) and 0.0 <= logged["val/ruq"] <= 100.0
+    assert "dress/weight_mean" not in logged  # DRESS reweights training; validate trains nothing
+
+
 def test_score_command(tmp_path, capsys):
     a = tmp_path / "system_a.txt"
     a.write_text("i don't know .\ni don't know .\nsure, why not?\n", encoding="utf-8")
