@@ -18,7 +18,7 @@ from pytorch_lightning.cli import LightningCLI
 # Imported so that `class_path: DialogueLM` / `DialogueDataModule` resolve by their short names.
 from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
 from lightning_div.module import DialogueLM  # noqa: F401
-from lightning_div.tracking import local_log_dir
+from lightning_div.tracking import local_log_dir, tracker_kind
 
 EXTRA_COMMANDS = {
     "score": "score files of generated responses with every metric (table + JSON)",
@@ -42,9 +42,9 @@ def run_summary(trainer: Any) -> str:
     for lg in trainer.loggers:
         where = getattr(lg, "log_dir", None) or getattr(lg, "save_dir", None)
         lines.append(f"  {type(lg).__name__}: {where}")
-        if type(lg).__name__ == "TensorBoardLogger":
+        if tracker_kind(lg) == "TensorBoardLogger":
             lines.append(f"    view: tensorboard --logdir {lg.save_dir}")
-        if type(lg).__name__ == "WandbLogger":
+        if tracker_kind(lg) == "WandbLogger":
             lines.append(f"    offline run: wandb sync {getattr(lg, 'save_dir', '.')}/wandb/offline-run-*")
     log_dir = local_log_dir(trainer)  # not trainer.log_dir: a collective, and this runs on rank 0 only
     if log_dir:
@@ -61,7 +61,7 @@ class DiversityCLI(LightningCLI):
         # Lightning leaves the W&B run open (for a later test()); the CLI is done with it, and a run left
         # open would be reused by the next WandbLogger in the same process.
         for lg in self.trainer.loggers:
-            if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
+            if tracker_kind(lg) == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
                 lg.experiment.finish()
 
 

@@ -53,7 +53,7 @@ def log_scalars(pl_module: Any, metrics: Mapping[str, float], source: str) -> di
 _TRACKERS = ("TensorBoardLogger", "WandbLogger", "MLFlowLogger")
 
 
-def _tracker_kind(logger: Any) -> str | None:
+def tracker_kind(logger: Any) -> str | None:
     """Which tracker API the logger has, by class name along its MRO (a user's subclass counts as its base)."""
     names = {cls.__name__ for cls in type(logger).__mro__}
     return next((kind for kind in _TRACKERS if kind in names), None)
@@ -64,7 +64,7 @@ def _safe_name(key: str) -> str:
 
 
 def local_log_dir(trainer: Any) -> str | None:
-    """``trainer.log_dir`` as this process sees it, without its broadcast.
+    """``trainer.log_dir`` as this process sees it, without its broadcast; None without a logger.
 
     ``Trainer.log_dir`` broadcasts rank 0's value, a collective every rank must enter;
     called from rank-0-only code (writing a plot) under DDP it waits forever for the
@@ -74,8 +74,8 @@ def local_log_dir(trainer: Any) -> str | None:
 
     try:
         loggers = list(getattr(trainer, "loggers", None) or [])
-        if not loggers:
-            return getattr(trainer, "default_root_dir", None)
+        if not loggers:  # Lightning would say the bare working directory; there are no logs
+            return None
         first = loggers[0]
         return first.log_dir if isinstance(first, (TensorBoardLogger, CSVLogger)) else first.save_dir
     except Exception:  # a logger without a directory, or one that fails
@@ -84,8 +84,6 @@ def local_log_dir(trainer: Any) -> str | None:
 
 def artifact_dir(trainer: Any, fallback: Path) -> Path:
     """Where plots and tables of this run are written: beside the first logger's files (no collective)."""
-    if not getattr(trainer, "loggers", None):
-        return Path(fallback)  # without a logger Lightning's log_dir is the bare working directory
     log_dir = local_log_dir(trainer)
     return Path(log_dir) / "lightning_div" if log_dir else Path(fallback)
 
@@ -108,7 +106,7 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
     png = None
     try:
         for lg in getattr(trainer, "loggers", []):
-            kind, where = _tracker_kind(lg), type(lg).__name__
+            kind, where = tracker_kind(lg), type(lg).__name__
             if kind == "TensorBoardLogger":
                 _try(where, key, lambda: lg.experiment.add_figure(key, fig, global_step=step, close=False))
             elif kind == "WandbLogger":
@@ -134,7 +132,7 @@ def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Seq
     epoch = int(getattr(trainer, "current_epoch", 0))
     rows = [list(r) for r in rows]
     for lg in getattr(trainer, "loggers", []):
-        kind, where = _tracker_kind(lg), type(lg).__name__
+        kind, where = tracker_kind(lg), type(lg).__name__
         if kind == "WandbLogger":
             _try(where, key, lambda: lg.log_table(key=key, columns=list(columns), data=rows))
         elif kind == "TensorBoardLogger":

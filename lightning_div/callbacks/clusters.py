@@ -54,19 +54,19 @@ class ClusterSpec:
         self.clusters_path = str(given)
         return SemanticClusters.load(given)
 
-    def _check(self, clusters: Any, pl_module: pl.LightningModule, batch_size: int, show_progress: bool) -> None:
-        """Given clusters must fit the encoder (dimension): a configuration error, reported at fit start."""
-        source = f"the clusters in {self.clusters_path!r}" if self.clusters_path else "the given clusters"
-        clusters.check_encoder(self.get_encoder(pl_module, batch_size, show_progress), source)
+    def _given_checked(self, pl_module: pl.LightningModule, batch_size: int, show_progress: bool) -> Any:
+        """:meth:`_given`, checked against the encoder (dimension): a misfit is a configuration error at fit start."""
+        given = self._given()
+        if given is not None:
+            source = f"the clusters in {self.clusters_path!r}" if self.clusters_path else "the given clusters"
+            given.check_encoder(self.get_encoder(pl_module, batch_size, show_progress), source)
+        return given
 
     def get_clusters(self, pl_module: pl.LightningModule, gold_texts: list[str] | None, cache_dir: Path,
                      batch_size: int, show_progress: bool) -> Any:
         """The fitted clusters: given object or file, cache hit, or fitted now on ``gold_texts``."""
         if self._clusters is None:
-            given = self._given()
-            if given is not None:
-                self._check(given, pl_module, batch_size, show_progress)
-            self._clusters = given
+            self._clusters = self._given_checked(pl_module, batch_size, show_progress)
         if self._clusters is None:
             self._clusters, _ = self.gold_assignments(pl_module, gold_texts, cache_dir, batch_size, show_progress)
         return self._clusters
@@ -79,9 +79,10 @@ class ClusterSpec:
         if not gold_texts:
             raise ValueError("no gold training responses to fit the semantic clusters on")
         encoder = self.get_encoder(pl_module, batch_size, show_progress)
-        given = self._clusters if self._clusters is not None else self._given()
+        # self._clusters, when set, was checked on entry or fitted with this very encoder
+        given = self._clusters if self._clusters is not None else self._given_checked(pl_module, batch_size,
+                                                                                       show_progress)
         if given is not None:
-            self._check(given, pl_module, batch_size, show_progress)
             self._clusters = given
             return given, given.assign(encoder.encode(gold_texts))
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
