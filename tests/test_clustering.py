@@ -13,7 +13,7 @@ from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
 from helpers import causal_model, chitchat_pairs, tokenizer
-from lightning_div.clustering import SemanticClusters, fingerprint_texts
+from lightning_div.clustering import SemanticClusters, _pca, fingerprint_texts
 from lightning_div.embedding import ResponseEncoder
 
 
@@ -64,6 +64,21 @@ def test_same_pipeline_as_the_authors_mauve_code():
     assert sc.n_components == m
     np.testing.assert_allclose(sc.centroids, km.centroids, atol=1e-5)
     assert (sc.assign(x) == ref).all()
+
+
+@pytest.mark.parametrize("n, d", [(5000, 96), (40, 96)])
+def test_pca_matches_scikit_learn_in_float64(n, d):
+    """The chunked float32 covariance (n >= d) and the SVD path (n < d) give sklearn's float64 PCA."""
+    rng = np.random.default_rng(4)
+    x = (rng.normal(size=(n, d)) * np.linspace(3.0, 0.1, d) + 5.0).astype(np.float32)  # large offset: centring matters
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    mean, ratio, components = _pca(x, seed=26, chunk=1000)  # several chunks
+    ref = PCA(n_components=None, svd_solver="full").fit(x.astype(np.float64))
+    r = min(n, d) - 1  # the last direction of a rank-deficient (n < d) fit is arbitrary
+    np.testing.assert_allclose(mean, ref.mean_, atol=1e-7)
+    np.testing.assert_allclose(ratio[:r], ref.explained_variance_ratio_[:r], atol=1e-7)
+    np.testing.assert_allclose(components[:r], ref.components_[:r], atol=1e-5)  # same signs too
+    assert ratio.sum() == pytest.approx(1.0)
 
 
 def test_same_seed_same_centroids_and_save_load_round_trip(tmp_path):
