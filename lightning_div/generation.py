@@ -170,7 +170,7 @@ def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
     pad_id = pad_id_of(tokenizer)
     kwargs.setdefault("pad_token_id", pad_id)
     budget = fmt.context_budget(model, reserve=max_new)
-    encoded = [fmt.encode_context(t, tokenizer, seq2seq, budget) for t in turns]
+    encoded = fmt.encode_contexts(turns, tokenizer, seq2seq, budget)
     eos_ids = _eos_ids(model, tokenizer)
 
     results: list[list[str]] = [[] for _ in encoded]

@@ -147,7 +147,7 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     if padding_side == "left" and "position_ids" not in params:
         raise ValueError(f"{type(model).__name__}.forward takes no position_ids, so left padding would shift "
                          "its positions; use padding_side='right' or None")
-    pairs = [fmt.encode_pair(t, r, tokenizer, model) for t, r in zip(turns, responses)]
+    pairs = list(fmt.encode_pairs(turns, responses, tokenizer, model))
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0
     causal = None if seq2seq else _CausalScorer(model, padding_side, params)

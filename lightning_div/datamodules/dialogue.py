@@ -21,10 +21,10 @@ from lightning_fabric.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, Sampler
 
 from lightning_div.datamodules.encoding import (ConcatPairs, DialogueCollator, EncodedDialogues, EncodedPairs,
-                                                encode_pairs, model_layout)
+                                                encode_pairs)
 from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEPARATOR, DialoguePair, Fields,
                                                ReadResult, ReadStats, as_pair, read_pairs)
-from lightning_div.formatting import DialogueFormat, is_seq2seq, model_window
+from lightning_div.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
 from lightning_div.generation import pad_id_of
 from lightning_div.distributed import rank_and_world
 from lightning_div.samplers import (ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler,

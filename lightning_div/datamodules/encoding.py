@@ -12,80 +12,18 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
 from lightning_div.datamodules.formats import DialoguePair
-from lightning_div.formatting import DialogueFormat, is_seq2seq, model_window
+from lightning_div.formatting import DialogueFormat
 from lightning_div.generation import pad_batch
 
 IGNORE_INDEX = -100
 PADDING_INDEX = -1  # `index` of a row that only evens out the DDP shards
-
-
-class _MemoTokenizer:
-    """A tokenizer whose single-text calls are answered from a cache filled by one batched call.
-
-    ``encode_pair`` tokenises turn by turn; turns recur in up to ``max_history + 1``
-    examples and a fast tokenizer encodes a list far quicker than one text at a time, so
-    every distinct text is encoded once, in batches. Results equal the direct calls.
-    """
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = tokenizer
-        self._cache: dict[tuple, list[int]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._tokenizer, name)
-        if not callable(value):  # e.g. eos_token_id, read once per example: look it up once
-            self.__dict__[name] = value
-        return value
-
-    def warm(self, texts: Sequence[str], target: bool = False, batch_size: int = 4096) -> None:
-        """Encode ``texts`` in batches (no-op for slow tokenizers, whose batch call is no faster)."""
-        if not getattr(self._tokenizer, "is_fast", False):
-            return
-        todo = [t for t in dict.fromkeys(texts) if self._key(t, target) not in self._cache]
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start:start + batch_size]
-            if target:
-                ids = self._tokenizer(text_target=chunk)["input_ids"]
-            else:
-                ids = self._tokenizer(chunk, add_special_tokens=False)["input_ids"]
-            for text, row in zip(chunk, ids):
-                self._cache[self._key(text, target)] = list(row)
-
-    @staticmethod
-    def _key(text: str, target: bool) -> tuple:
-        # warm() encodes texts as encode_pair asks for them: contexts without special tokens, seq2seq targets with
-        return ("target", text, True) if target else ("text", text, False)
-
-    def __call__(self, text: Any = None, text_target: Any = None, add_special_tokens: bool = True,
-                 **kwargs: Any) -> Any:
-        single = text if text_target is None else text_target
-        if kwargs or (text is None) == (text_target is None) or not isinstance(single, str):
-            return self._tokenizer(text, text_target=text_target, add_special_tokens=add_special_tokens, **kwargs)
-        kind = "text" if text_target is None else "target"
-        key = (kind, single, add_special_tokens)
-        if key not in self._cache:
-            ids = self._tokenizer(**{"text" if kind == "text" else "text_target": single},
-                                  add_special_tokens=add_special_tokens)["input_ids"]
-            self._cache[key] = list(ids)
-        return {"input_ids": self._cache[key]}
-
-
-def model_layout(seq2seq: bool, window: int | None = None) -> Any:
-    """A stand-in for a model carrying only what DialogueFormat reads from one: encoder-decoder or not, window.
-
-    Used before a model exists, and instead of the real model while encoding a corpus
-    (reading a Hugging Face config attribute is slow enough to matter 100,000 times over).
-    """
-    return SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=seq2seq, max_position_embeddings=window))
 
 
 class EncodedPairs(Sequence):
@@ -141,13 +79,9 @@ def encode_pairs(pairs: Sequence[DialoguePair], tokenizer: Any, model: Any, fmt:
                  desc: str = "tokenising") -> EncodedPairs:
     """``fmt.encode_pair`` of every pair: (context ids, response ids), fitted to the model window."""
     fmt = fmt or DialogueFormat()
-    seq2seq = is_seq2seq(model)
-    layout = model_layout(seq2seq, model_window(model))
-    memo = _MemoTokenizer(tokenizer)
-    memo.warm([turn for p in pairs for turn in p.context])
-    memo.warm([p.response for p in pairs], target=seq2seq)
-    return EncodedPairs(fmt.encode_pair(p.context, p.response, memo, layout, max_response_tokens=max_response_tokens)
-                        for p in tqdm(pairs, desc=desc, disable=not show_progress, leave=False))
+    return EncodedPairs(fmt.encode_pairs([p.context for p in pairs], [p.response for p in pairs], tokenizer, model,
+                                         max_response_tokens=max_response_tokens, show_progress=show_progress,
+                                         desc=desc))
 
 
 class EncodedDialogues(Dataset):
