@@ -1,4 +1,4 @@
-"""SemanticDiversityMonitor and RUQMonitor in a real Trainer with CSV, TensorBoard and W&B (offline)."""
+"""SemanticDiversityMonitor and RUQMonitor in a real Trainer with CSV, TensorBoard, W&B (offline) and MLflow (files)."""
 
 import csv
 import math
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+from pytorch_lightning.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
 from torch.utils.data import DataLoader
 
@@ -27,10 +27,12 @@ def _column(rows, key):
 
 
 @pytest.mark.slow
-def test_monitors_log_to_every_tracker(tmp_path):
+def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow-skinny has no SQL store; the file store suffices
     sem, ruq = monitors(tmp_path)
     loggers = [CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb"),
-               WandbLogger(save_dir=str(tmp_path), offline=True, project="lightning-div-test")]
+               WandbLogger(save_dir=str(tmp_path), offline=True, project="lightning-div-test"),
+               MLFlowLogger(experiment_name="lightning-div-test", tracking_uri=f"file:{tmp_path / 'mlruns'}")]
     tr = trainer(tmp_path, [sem, ruq], loggers)
     tr.fit(TinyChat())
     loggers[2].experiment.finish()
@@ -72,6 +74,21 @@ def test_monitors_log_to_every_tracker(tmp_path):
     media = [p.name for p in (run_dir / "files" / "media").rglob("*") if p.is_file()]
     assert any(n.startswith("cluster_histogram") for n in media) and any(n.startswith("ruq_plot") for n in media)
     assert any(n.startswith("samples") and n.endswith(".table.json") for n in media)
+
+    # MLflow (a local file store): the same values, the figures as PNG and the tables as JSON artifacts
+    from mlflow.tracking import MlflowClient
+
+    client, run_id = MlflowClient(loggers[3]._tracking_uri), loggers[3].run_id
+    history = sorted(client.get_metric_history(run_id, "val/sem_ent"), key=lambda m: m.step)
+    assert [m.value for m in history] == pytest.approx(sem_ent)
+    assert [m.value for m in client.get_metric_history(run_id, "val/ruq")] == pytest.approx(_column(rows, "val/ruq"))
+
+    def artifacts(path=None):
+        for item in client.list_artifacts(run_id, path):
+            yield from artifacts(item.path) if item.is_dir else [item.path]
+    stored = set(artifacts())
+    assert {"val_cluster_histogram/epoch_0.png", "val_cluster_histogram/epoch_1.png", "val_ruq_plot/epoch_1.png",
+            "val_samples/epoch_1.json"} <= stored, stored
 
     # PNG / CSV copies beside the first logger's files (CSV-only users get them too)
     out = Path(tr.log_dir) / "lightning_div"
