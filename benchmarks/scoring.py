@@ -13,7 +13,8 @@ the chitchat corpus; the pairs are real chitchat (context of up to 3 turns, gold
 * floor: only ``model(...)`` over the very padded batches ``response_scores`` builds
   (tokenised and padded beforehand, not timed), full logits.
 * bound: only the work no exact method can skip — the transformer body over the same padded
-  batches (``model.base_model``, no output layer), plus the output layer and the logsumexp
+  batches (``model.base_model``, no output layer; the printed padding factor is the slack
+  this leaves), plus the output layer and the logsumexp
   over the whole vocabulary at every response token (EOS included), on stand-in hidden
   states batched as ``response_scores`` batches them. naive / bound is the most any exact
   scorer could gain over the naive loop on this machine.

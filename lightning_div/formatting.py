@@ -122,7 +122,6 @@ def model_layout(seq2seq: bool, window: int | None = None) -> Any:
     return SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=seq2seq, max_position_embeddings=window))
 
 
-
 def _turns_or_none(fmt: DialogueFormat, context: Any) -> list[str]:
     # a malformed context is skipped here and reported by encode_pair, in pair order
     try:
