@@ -46,6 +46,28 @@ def test_seq2seq_layout():
     assert ctx == [bos] + content[-2:] + [eos]
 
 
+@pytest.mark.parametrize("seq2seq", [False, True])
+def test_many_at_once_equals_one_by_one(seq2seq):
+    """encode_pairs / encode_contexts tokenise in batches but must give encode_pair / encode_context exactly."""
+    tok = tokenizer(seq2seq=seq2seq)
+    assert tok.is_fast  # else the batched path is skipped and this compares a function with itself
+    model = seq2seq_model() if seq2seq else causal_model(n_positions=24)
+    contexts = [["Hi there", "How are you?"], "How are you?", [], ["word " * 30, "Hi there", "ok"], ["", "  "]]
+    responses = ["Fine", "", "Fine thanks, and you?", "long " * 30, "Hi there"]
+    for fmt in (DialogueFormat(), DialogueFormat(max_turns=1), DialogueFormat(turn_separator=" | ")):
+        direct = [fmt.encode_pair(c, r, tok, model) for c, r in zip(contexts, responses)]
+        assert list(fmt.encode_pairs(contexts, responses, tok, model)) == direct
+        assert list(fmt.encode_pairs(contexts, responses, tok, model, max_response_tokens=3)) == [
+            fmt.encode_pair(c, r, tok, model, max_response_tokens=3) for c, r in zip(contexts, responses)]
+        assert fmt.encode_contexts(contexts, tok, seq2seq, budget=5) == [
+            fmt.encode_context(c, tok, seq2seq, budget=5) for c in contexts]
+    # a malformed item is reported as the one-by-one call reports it
+    with pytest.raises(TypeError, match=r"context\[1\]"):
+        list(DialogueFormat().encode_pairs([["ok"], ["ok", 3]], ["a", "b"], tok, model))
+    with pytest.raises(TypeError, match="response is int"):
+        list(DialogueFormat().encode_pairs([["ok"], ["ok"]], ["a", 3], tok, model))
+
+
 def test_bad_format_values():
     with pytest.raises(ValueError, match="max_turns"):
         DialogueFormat(max_turns=0)
