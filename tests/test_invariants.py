@@ -30,7 +30,8 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from helpers import chitchat_pairs, tokenizer
-from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
+from monitor_setup import TinyChat, datamodule, dress, minilm, tiny_lm, trainer
+from monitor_setup import monitors as monitors_with_own_data
 from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
@@ -410,3 +411,22 @@ def test_two_runs_with_one_seed_log_identical_metrics(tmp_path):
     compared = sorted(c for c in columns if not c.startswith("timing/"))  # wall-clock times may differ
     assert [[r[c] for c in compared] for r in first] == [[r[c] for c in compared] for r in second]
     assert len(logged(first, "train/loss_step")) == 8 and len(logged(first, "val/sem_ent")) == 2
+
+
+@pytest.mark.slow
+def test_epochs_without_a_validation_loop_are_measured_at_their_end(tmp_path):
+    """No validation loop in an epoch (limit_val_batches=0, check_val_every_n_epoch=2, or a module without
+    validation_step): the validation metrics come at that training epoch's end instead — once per epoch,
+    with the values a validated run gets (validation changes neither the weights nor the RNG stream)."""
+    def run(name, **kwargs):
+        sem, ruq = monitors_with_own_data(tmp_path / name / "cache")  # val_pairs / train_pairs given: no datamodule
+        torch.manual_seed(0)
+        trainer(tmp_path / name, [sem, ruq], **kwargs).fit(TinyChat())
+        return ([(h["epoch"], h["val/sem_ent"]) for h in sem.history if "val/sem_ent" in h],
+                [(h["epoch"], h["val/ruq"]) for h in ruq.history if "val/ruq" in h],
+                [(h["epoch"], h["train/ruq"]) for h in ruq.history if "train/ruq" in h])
+
+    validated = run("validated")
+    assert [e for e, _ in validated[0]] == [0.0, 1.0] and [e for e, _ in validated[1]] == [0.0, 1.0]
+    assert run("no_val_batches", limit_val_batches=0) == validated
+    assert run("every_other_epoch", check_val_every_n_epoch=2) == validated

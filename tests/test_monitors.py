@@ -190,3 +190,4 @@ def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):
                     train_pairs=ruq.train_pairs_arg, val_pairs=ruq.val_pairs_arg, max_new_tokens=4, on_error="raise")
     trainer(tmp_path, [ok], max_epochs=1, limit_train_batches=1, limit_val_batches=1).fit(NoModel())
     assert "val/ruq" in ok.history[0] or "val/ruq" in ok.history[1]
+

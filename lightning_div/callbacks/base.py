@@ -168,5 +168,31 @@ class DiversityCallback(Callback):
         self.history = list(state_dict.get("history", []))
 
 
+class ValidationMonitor(DiversityCallback):
+    """A callback that measures the model on validation data: after every validation loop.
+
+    When a training epoch ends without a validation loop in it (a module without
+    ``validation_step``, ``limit_val_batches=0``, ``check_val_every_n_epoch`` > 1, no val
+    DataLoader), it measures at the end of that training epoch instead, so the metrics still
+    arrive at every (``every_n_epochs``-th) epoch end. Lightning runs the epoch-end
+    validation before ``on_train_epoch_end``, which is what tells the two cases apart.
+    """
+
+    _validated_epoch: int | None = None
+
+    def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        raise NotImplementedError
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validated_epoch = trainer.current_epoch
+        if self.due(trainer):
+            self.measure_validation(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._validated_epoch != trainer.current_epoch and self.due(trainer):
+            self.measure_validation(trainer, pl_module)
+
+
 def contexts_of(pairs: Sequence[DialoguePair]) -> list[list[str]]:
     return [list(p.context) for p in pairs]

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.callbacks.base import ValidationMonitor, sample_indices
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
 
 
-class NLIDiversityMonitor(DiversityCallback):
+class NLIDiversityMonitor(ValidationMonitor):
     """For a fixed sample of validation contexts, sample ``n`` responses each and score every ordered pair with NLI.
 
     Logs the mean over contexts of ``val/nli_div_baseline``, ``val/nli_div_neutral``,
@@ -84,9 +84,7 @@ class NLIDiversityMonitor(DiversityCallback):
         super().on_fit_start(trainer, pl_module)
         self.sample(trainer)  # missing data is a configuration error: report it now
 
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self.due(trainer):
-            return
+    def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         from lightning_div.generation import generate_sets
         from lightning_div.nli import mean_set_stats
         from lightning_div.threshold import diversity_threshold_generate_many, threshold_stats

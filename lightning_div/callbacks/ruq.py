@@ -9,7 +9,7 @@ import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_warn
 
-from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.callbacks.base import ValidationMonitor, sample_indices
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
 from lightning_div.metrics import ruq_score
@@ -17,7 +17,7 @@ from lightning_div.scoring import profile_from_logprobs, scores_from_logprobs
 from lightning_div.tracking import log_figure
 
 
-class RUQMonitor(DiversityCallback):
+class RUQMonitor(ValidationMonitor):
     """RUQ on a fixed training sample (``train/ruq``) and on validation (``val/ruq``) at epoch ends.
 
     RUQ = 100 x share of prompts whose reference has a higher length-normalised
@@ -160,15 +160,13 @@ class RUQMonitor(DiversityCallback):
         self._sample(trainer, "val")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self.due(trainer):
-            return
-        with self.measuring(trainer, pl_module, "train RUQ") as m:
-            values = self.compute(self.adapter(pl_module), self._sample(trainer, "train"))
-            m.update({f"train/{k}": v for k, v in values.items()})
+        if self.due(trainer):
+            with self.measuring(trainer, pl_module, "train RUQ") as m:
+                values = self.compute(self.adapter(pl_module), self._sample(trainer, "train"))
+                m.update({f"train/{k}": v for k, v in values.items()})
+        super().on_train_epoch_end(trainer, pl_module)  # validation RUQ, if no validation loop ran
 
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self.due(trainer):
-            return
+    def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         with self.measuring(trainer, pl_module, "validation RUQ") as m:
             adapter = self.adapter(pl_module)
             pairs = self._sample(trainer, "val")

@@ -8,14 +8,14 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 
-from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.callbacks.base import ValidationMonitor, sample_indices
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.metrics import DEFAULT_LEXICAL, check_lexical_names, count_vocab, lexical_scores, semantic_entropy
 from lightning_div.tracking import log_figure, log_table
 
 
-class SemanticDiversityMonitor(DiversityCallback):
+class SemanticDiversityMonitor(ValidationMonitor):
     """Sem-Ent (Han et al., 2022) and lexical diversity of the model's responses on a fixed validation sample.
 
     At fit start the semantic clusters are loaded (``clusters`` = a SemanticClusters
@@ -107,9 +107,7 @@ class SemanticDiversityMonitor(DiversityCallback):
 
     # -- measurement ----------------------------------------------------------------------------
 
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self.due(trainer):
-            return
+    def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         with self.measuring(trainer, pl_module, "semantic diversity") as m:
             self.prepare(trainer, pl_module)
             sample = self._sample
