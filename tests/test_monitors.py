@@ -191,3 +191,18 @@ def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):
     trainer(tmp_path, [ok], max_epochs=1, limit_train_batches=1, limit_val_batches=1).fit(NoModel())
     assert "val/ruq" in ok.history[0] or "val/ruq" in ok.history[1]
 
+
+
+def test_the_validated_epoch_is_checkpointed(tmp_path):
+    """Resumed from a checkpoint written after validation but before the epoch's end, the epoch is not re-measured."""
+    sem, ruq = monitors(tmp_path)
+    for cb in (sem, ruq):
+        cb._validated_epoch = 3
+        fresh = type(cb)(**({"encoder": "unused", "val_pairs": [("a", "b")], "gold_responses": ["b"]}
+                            if cb is sem else {"train_pairs": [("a", "b")], "val_pairs": [("a", "b")]}))
+        fresh.load_state_dict(cb.state_dict())
+        assert fresh._validated_epoch == 3
+        state = cb.state_dict()
+        del state["validated_epoch"]  # a checkpoint from before this field: measured as before
+        fresh.load_state_dict(state)
+        assert fresh._validated_epoch is None

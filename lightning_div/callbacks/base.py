@@ -193,6 +193,14 @@ class ValidationMonitor(DiversityCallback):
         if self._validated_epoch != trainer.current_epoch and self.due(trainer):
             self.measure_validation(trainer, pl_module)
 
+    # a checkpoint written after validation but before the epoch's end must not measure that epoch twice
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "validated_epoch": self._validated_epoch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._validated_epoch = state_dict.get("validated_epoch")
+
 
 def contexts_of(pairs: Sequence[DialoguePair]) -> list[list[str]]:
     return [list(p.context) for p in pairs]
