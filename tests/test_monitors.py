@@ -30,9 +30,10 @@ def _column(rows, key):
 def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow-skinny has no SQL store; the file store suffices
     sem, ruq = monitors(tmp_path)
+    mlflow_uri = f"file:{tmp_path / 'mlruns'}"
     loggers = [CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb"),
                WandbLogger(save_dir=str(tmp_path), offline=True, project="lightning-div-test"),
-               MLFlowLogger(experiment_name="lightning-div-test", tracking_uri=f"file:{tmp_path / 'mlruns'}")]
+               MLFlowLogger(experiment_name="lightning-div-test", tracking_uri=mlflow_uri)]
     tr = trainer(tmp_path, [sem, ruq], loggers)
     tr.fit(TinyChat())
     loggers[2].experiment.finish()
@@ -78,7 +79,7 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
     # MLflow (a local file store): the same values, the figures as PNG and the tables as JSON artifacts
     from mlflow.tracking import MlflowClient
 
-    client, run_id = MlflowClient(loggers[3]._tracking_uri), loggers[3].run_id
+    client, run_id = MlflowClient(mlflow_uri), loggers[3].run_id
     history = sorted(client.get_metric_history(run_id, "val/sem_ent"), key=lambda m: m.step)
     assert [m.value for m in history] == pytest.approx(sem_ent)
     assert [m.value for m in client.get_metric_history(run_id, "val/ruq")] == pytest.approx(_column(rows, "val/ruq"))
