@@ -122,14 +122,6 @@ def model_layout(seq2seq: bool, window: int | None = None) -> Any:
     return SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=seq2seq, max_position_embeddings=window))
 
 
-def _turns_or_none(fmt: DialogueFormat, context: Any) -> list[str]:
-    # a malformed context is skipped here and reported by encode_pair, in pair order
-    try:
-        return fmt._turns(context)
-    except TypeError:
-        return []
-
-
 @dataclass
 class DialogueFormat:
     """Turn separator and history limits shared by the datamodule and the adapters.
@@ -199,11 +191,22 @@ class DialogueFormat:
             ids = [start]
         return ids
 
+    def _memo(self, contexts: Sequence[Any], tokenizer: Any) -> MemoTokenizer:
+        """A MemoTokenizer already holding every turn the contexts keep."""
+        turns: list[str] = []
+        for context in contexts:
+            try:
+                turns.extend(self._turns(context))
+            except TypeError:  # a malformed context is reported by encode_context, in order
+                pass
+        memo = MemoTokenizer(tokenizer)
+        memo.warm(turns)
+        return memo
+
     def encode_contexts(self, contexts: Sequence[Context], tokenizer: Any, seq2seq: bool,
                         budget: int | None = None) -> list[list[int]]:
         """:meth:`encode_context` of many contexts, every distinct turn tokenised once, in batches."""
-        memo = MemoTokenizer(tokenizer)
-        memo.warm([turn for c in contexts for turn in _turns_or_none(self, c)])
+        memo = self._memo(contexts, tokenizer)
         return [self.encode_context(c, memo, seq2seq, budget) for c in contexts]
 
     @staticmethod
@@ -244,8 +247,7 @@ class DialogueFormat:
         """:meth:`encode_pair` of many pairs, equal to it pair by pair, with every distinct text tokenised once, in batches."""
         seq2seq = is_seq2seq(model)
         layout = model_layout(seq2seq, model_window(model))
-        memo = MemoTokenizer(tokenizer)
-        memo.warm([turn for c in contexts for turn in _turns_or_none(self, c)])
+        memo = self._memo(contexts, tokenizer)
         memo.warm([r for r in responses if isinstance(r, str)], target=seq2seq)  # encode_pair names bad ones
         for context, response in tqdm(zip(contexts, responses), total=len(contexts), desc=desc,
                                       disable=not show_progress, leave=False):
