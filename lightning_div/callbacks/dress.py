@@ -12,6 +12,7 @@ from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
 from lightning_div.tracking import log_figure
+from lightning_div.types import ClustersSource, EncoderSource, Options
 
 MODES = ("loss", "sampler")
 
@@ -42,11 +43,11 @@ class DRESSReweighting(DiversityCallback):
 
     name = "dress"
 
-    def __init__(self, encoder: Any = "microsoft/DialoGPT-large", clusters: Any = None, num_clusters: int = 20,
+    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None, num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, lam: float = 30.0, normalize: bool = False,
                  negatives: bool = True, num_negative_contexts: int = 5000, head_threshold: float = 0.1,
-                 negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: dict[str, Any] | None = None,
-                 encoder_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: Options | None = None,
+                 encoder_kwargs: Options | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")

@@ -9,6 +9,7 @@ import pytorch_lightning as pl
 from lightning_div.callbacks.base import ValidationMonitor, sample_indices
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
+from lightning_div.types import Options, PairsSource, ScorerSource
 
 
 class NLIDiversityMonitor(ValidationMonitor):
@@ -36,11 +37,11 @@ class NLIDiversityMonitor(ValidationMonitor):
 
     name = "nli_diversity"
 
-    def __init__(self, scorer: Any = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
-                 top_p: float = 0.9, generation_kwargs: dict[str, Any] | None = None,
+    def __init__(self, scorer: ScorerSource = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
+                 top_p: float = 0.9, generation_kwargs: Options | None = None,
                  threshold_generation: bool = False, threshold: float = 10, max_samples: int = 20,
-                 threshold_metric: str = "contradictions", val_pairs: Any = None,
-                 scorer_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 threshold_metric: str = "contradictions", val_pairs: PairsSource | None = None,
+                 scorer_kwargs: Options | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if n < 2:
             raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")

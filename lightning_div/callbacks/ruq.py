@@ -15,6 +15,7 @@ from lightning_div.distributed import distributed_map
 from lightning_div.metrics import ruq_score
 from lightning_div.scoring import profile_from_logprobs, scores_from_logprobs
 from lightning_div.tracking import log_figure
+from lightning_div.types import PairsSource
 
 
 class RUQMonitor(ValidationMonitor):
@@ -42,7 +43,7 @@ class RUQMonitor(ValidationMonitor):
 
     def __init__(self, idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
                  num_train_prompts: int | None = 256, num_val_prompts: int | None = 256,
-                 train_pairs: Any = None, val_pairs: Any = None, plot: bool = True, num_plot_prompts: int = 64,
+                 train_pairs: PairsSource | None = None, val_pairs: PairsSource | None = None, plot: bool = True, num_plot_prompts: int = 64,
                  num_beams: int = 5, warn_below: float | None = None, warn_drop: float | None = 10.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)

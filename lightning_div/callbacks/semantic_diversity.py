@@ -13,6 +13,7 @@ from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.metrics import DEFAULT_LEXICAL, check_lexical_names, count_vocab, lexical_scores, semantic_entropy
 from lightning_div.tracking import log_figure, log_table
+from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
 
 
 class SemanticDiversityMonitor(ValidationMonitor):
@@ -45,12 +46,13 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     name = "semantic_diversity"
 
-    def __init__(self, encoder: Any = "microsoft/DialoGPT-large", clusters: Any = None, num_clusters: int = 20,
+    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None, num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, num_contexts: int | None = 256,
-                 generation_kwargs: dict[str, Any] | None = None,
+                 generation_kwargs: Options | None = None,
                  lexical_metrics: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None,
-                 log_samples: int = 8, val_pairs: Any = None, gold_responses: Any = None,
-                 encoder_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 log_samples: int = 8, val_pairs: PairsSource | None = None,
+                 gold_responses: ResponsesSource | None = None,
+                 encoder_kwargs: Options | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec = ClusterSpec(encoder=encoder, clusters=clusters, num_clusters=num_clusters,
                                 variance_kept=variance_kept, kmeans_seed=kmeans_seed, encoder_kwargs=encoder_kwargs)

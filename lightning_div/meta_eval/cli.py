@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_div.io import atomic_write_text
 from lightning_div.meta_eval.data import MetaEvalData, read_sets
 from lightning_div.meta_eval.set_metrics import CachedEncoder, check_metric_names, make_metrics
 from lightning_div.meta_eval.stats import (check_binary_labels, con_test, con_test_from_scores, dec_test,
@@ -112,8 +113,7 @@ def format_table(results: Mapping[str, Mapping[str, Any]]) -> str:
 def write_results(report: Mapping[str, Any], path: str | Path) -> Path:
     """The report as JSON (refuses NaN / infinity rather than writing invalid JSON)."""
     path = Path(path)
-    path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    return path
+    return atomic_write_text(path, json.dumps(report, indent=2, allow_nan=False) + "\n")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
