@@ -18,7 +18,6 @@ different config and names each differing field.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging

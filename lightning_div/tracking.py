@@ -14,7 +14,9 @@ import logging
 import math
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +24,31 @@ from lightning_div.io import atomic_write
 
 log = logging.getLogger("lightning_div")
 
-_warned: set[str] = set()
+_warned: set[str] = set()  # outside any run (a function called directly): once per process
+_run_warned: ContextVar[set[str] | None] = ContextVar("lightning_div_run_warnings", default=None)
+
+
+@contextmanager
+def warnings_of_run(seen: set[str]) -> Iterator[None]:
+    """Within the block, :func:`warn_once` deduplicates in ``seen`` (a callback's per-run set).
+
+    So a second run in the same process (a notebook, an in-process sweep) warns again about
+    its own skipped measurements instead of being silent.
+    """
+    token = _run_warned.set(seen)
+    try:
+        yield
+    finally:
+        _run_warned.reset(token)
 
 
 def warn_once(key: str, message: str) -> None:
-    """A warning that is shown once per process for a given key."""
-    if key not in _warned:
-        _warned.add(key)
+    """A warning shown once per run (inside :func:`warnings_of_run`) or else once per process, for a key."""
+    seen = _run_warned.get()
+    if seen is None:
+        seen = _warned
+    if key not in seen:
+        seen.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 

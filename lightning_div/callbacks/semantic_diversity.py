@@ -10,6 +10,8 @@ import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import ValidationMonitor, sample_indices
 from lightning_div.callbacks.clusters import ClusterSpec
+from lightning_div.callbacks.guards import (check_finite_model, encoder_label, require_inputs, settings_changed,
+                                            warn_if_all_empty)
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.metrics import DEFAULT_LEXICAL, check_lexical_names, count_vocab, lexical_scores, semantic_entropy
 from lightning_div.tracking import log_figure, log_table
@@ -84,6 +86,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def prepare(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Fix the validation sample and load or fit the clusters (once per run)."""
         if self._sample is None:
+            require_inputs(self, trainer, [("val_pairs", self.val_pairs_arg, "val_pairs")] + (
+                [("gold_responses", self.gold_responses_arg, "gold_train_responses")] if self.spec.clusters is None
+                else []))
             pairs = self.resolve_pairs(trainer, self.val_pairs_arg, "val_pairs", "val_pairs")
             if self._indices is None or (self._indices and max(self._indices) >= len(pairs)):
                 self._indices = sample_indices(len(pairs), self.num_contexts, self.seed).tolist()
@@ -113,7 +118,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
         with self.measuring(trainer, pl_module, "semantic diversity") as m:
             self.prepare(trainer, pl_module)
             sample = self._sample
+            check_finite_model(pl_module, type(self).__name__)
             responses = self.generate(self.adapter(pl_module), [p.context for p in sample], self.generation_kwargs)
+            warn_if_all_empty(responses, type(self).__name__, "the validation sample")
             encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
             k = self.clusters.num_clusters
             ids = self.clusters.assign(encoder.encode(responses))
@@ -157,12 +164,23 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     # -- checkpointing --------------------------------------------------------------------------
 
+    def settings(self) -> dict[str, Any]:
+        """What the checkpointed state depends on (clusters, sample): a change makes it stale on resume."""
+        return {"encoder": encoder_label(self.spec.encoder), "num_clusters": self.spec.num_clusters,
+                "variance_kept": self.spec.variance_kept, "kmeans_seed": self.spec.kmeans_seed,
+                "num_contexts": self.num_contexts, "seed": self.seed}
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices, "clusters_path": self.spec.clusters_path,
-                "gold_logged": self._gold_logged, "vocab_size": self.vocab_size}
+                "gold_logged": self._gold_logged, "vocab_size": self.vocab_size, "settings": self.settings()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
+        self._sample = None
+        self.clusters = None
+        if settings_changed(self, state_dict.get("settings"), self.settings(),
+                            "the clusters and the validation sample are made again under the new settings"):
+            return  # history is kept; clusters, sample and the gold Sem-Ent come from the new settings
         self._indices = state_dict.get("indices")
         self.spec.clusters_path = state_dict.get("clusters_path")
         self._gold_logged = bool(state_dict.get("gold_logged", False))

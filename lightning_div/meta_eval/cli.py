@@ -149,10 +149,13 @@ def meta_eval_main(argv: list[str]) -> int:
     """Entry point of ``lightning-div meta-eval``: prints the table, writes JSON / plots; 2 on bad input."""
     args = build_parser().parse_args(argv)
     try:
-        report = run(args)
-    except (ValueError, FileNotFoundError, TypeError) as err:
-        print(f"lightning-div meta-eval: error: {err}", file=sys.stderr)
+        return _report(args, run(args))
+    except (ValueError, OSError, TypeError) as err:  # OSError: an encoder that cannot load, an unwritable output
+        print(f"lightning-div meta-eval: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+
+
+def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
     print(f"{'decTest' if report['test'] == 'dec' else 'conTest'} on {report['data']}: {report['n_sets']} sets, "
           f"parameter {report['label_name']!r}")
     print(format_table(report["metrics"]))
