@@ -119,6 +119,7 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
 # Metrics by name, as the callbacks and the CLI ask for them.
 
 DEFAULT_LEXICAL = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_4", "ead")
+"""The lexical metrics the callbacks log unless told otherwise (names as :func:`lexical_scores` takes them)."""
 _LEXICAL = re.compile(r"^(distinct_(\d+)|ent_(\d+)|avg_distinct|ead)$")
 
 
