@@ -139,10 +139,19 @@ def score_main(argv: list[str]) -> int:
         p.error("--fit-clusters K fits Sem-Ent's clusters on the gold responses: add --gold FILE")
     if args.fit_clusters and args.clusters:
         p.error("give --clusters FILE (saved clusters) or --fit-clusters K (fit on --gold), not both")
+    from transformers.utils import logging as hf_logging
+
+    # --quiet means no bars at all, transformers' own "Loading weights" bar included (restored after)
+    silence = args.quiet and hf_logging.is_progress_bar_enabled()
+    if silence:
+        hf_logging.disable_progress_bar()
     try:
         return _score(args)
     except USER_ERRORS as err:
         return user_error(p.prog, err)
+    finally:
+        if silence:
+            hf_logging.enable_progress_bar()
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -159,6 +168,7 @@ def _score(args: argparse.Namespace) -> int:
     clusters = encoder = None
     if args.clusters or args.fit_clusters:
         from lightning_div.embedding import ResponseEncoder
+
 
         encoder = ResponseEncoder(args.encoder or "microsoft/DialoGPT-large", pooling=args.pooling,
                                   show_progress=not args.quiet)

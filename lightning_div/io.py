@@ -67,7 +67,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
     Args:
         path: the file to (re)write.
         mode: ``"wb"`` or ``"w"``.
-        encoding, newline: as for :func:`open` in text mode.
+        encoding: as for :func:`open` in text mode.
+        newline: as for :func:`open` in text mode.
         make_parents: create missing parent directories (else a missing directory is an error).
 
     Raises:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import errno
 import json
-import math
 import os
 import signal
 import subprocess
@@ -29,7 +28,7 @@ import torch
 from lightning_div.cli import main
 from lightning_div.clustering import SemanticClusters, assignments_path
 from lightning_div.datamodules.formats import DataFormatError, read_pairs, read_responses
-from lightning_div.io import atomic_write, atomic_write_text, load_assignments, save_assignments
+from lightning_div.io import load_assignments, save_assignments
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "HF_HUB_OFFLINE": "1"}
@@ -397,7 +396,7 @@ SURROGATE_JSONL = '{"context": ["hi"], "response": "fine"}\n{"context": ["yo"], 
 def test_a_lone_surrogate_is_refused_with_file_and_line(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text(SURROGATE_JSONL)
-    where = rf"d\.jsonl:2: the response contains a lone surrogate \(U\+D83D at character 3\)"
+    where = r"d\.jsonl:2: the response contains a lone surrogate \(U\+D83D at character 3\)"
     with pytest.raises(DataFormatError, match=where):
         read_pairs(path)
     with pytest.raises(DataFormatError, match=where):
