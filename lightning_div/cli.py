@@ -71,12 +71,12 @@ USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, TypeError, 
 
 
 def _fit_user_errors() -> tuple[type[BaseException], ...]:
+    from lightning_div.callbacks.guards import MissingInputsError
     from lightning_div.datamodules.formats import DataFormatError
-    from lightning_div.embedding import EncoderLoadError
-    from lightning_div.io import StaleCacheError
 
-    # narrower than USER_ERRORS: inside a training run a ValueError may be a bug worth its traceback
-    return (FileNotFoundError, IsADirectoryError, DataFormatError, EncoderLoadError, StaleCacheError)
+    # narrower than USER_ERRORS: inside a training run a ValueError or TypeError may be a bug worth its
+    # traceback; an OSError (a missing file, a model or encoder that cannot be loaded, a full disk) is not
+    return (OSError, DataFormatError, MissingInputsError)
 
 
 def user_error(prog: str, err: BaseException) -> int:
