@@ -26,8 +26,8 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_directory", "save_assignments",
-           "load_assignments", "file_digest", "StaleCacheError"]
+__all__ = ["StaleCacheError", "atomic_directory", "atomic_write", "atomic_write_bytes", "atomic_write_text",
+           "file_digest", "load_assignments", "save_assignments"]
 
 
 class StaleCacheError(ValueError):

@@ -11,7 +11,6 @@ not restricted by annotations: a duck-typed encoder object still works there.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
 
 from transformers import PreTrainedTokenizerBase
 
@@ -19,29 +18,28 @@ from lightning_div.clustering import SemanticClusters
 from lightning_div.embedding import ResponseEncoder
 from lightning_div.nli import NLIScorer
 
-Scalar = Union[None, bool, int, float, str]
-PlainValue = Union[Scalar, list[Scalar], list[list[Scalar]], dict[str, Scalar]]
+Scalar = None | bool | int | float | str
+PlainValue = Scalar | list[Scalar] | list[list[Scalar]] | dict[str, Scalar]
 Options = dict[str, PlainValue]
 """Keyword options (generation, encoder, scorer, model config): plain values only, never a ``class_path``."""
 
 # One item of a list of pairs: [context, response], [context, [references]] or
 # [context, response, [references]] (context: a string or a list of turns), or a record dict.
-PairItem = Union[list[Union[str, list[str]]], tuple[Union[str, list[str]], ...],
-                 dict[str, Union[str, list[str], None]]]
-PairsSource = Union[str, Path, list[PairItem]]
+PairItem = list[str | list[str]] | tuple[str | list[str], ...] | dict[str, str | list[str] | None]
+PairsSource = str | Path | list[PairItem]
 """A path any reader understands, ``"chitchat"``, or a list of pairs."""
 
-TokenizerSource = Union[str, Path, PreTrainedTokenizerBase]
+TokenizerSource = str | Path | PreTrainedTokenizerBase
 """A tokenizer name or path for ``AutoTokenizer`` (or ``"local:chitchat"``), or a tokenizer."""
 
-ResponsesSource = Union[str, Path, list[str]]
+ResponsesSource = str | Path | list[str]
 """A path (one response a line, JSONL, CSV, ...) or a list of responses."""
 
-EncoderSource = Union[str, Path, ResponseEncoder]
+EncoderSource = str | Path | ResponseEncoder
 """A model name or path (``"minilm"`` for the offline all-MiniLM-L6-v2), or a ResponseEncoder."""
 
-ClustersSource = Union[str, Path, SemanticClusters]
+ClustersSource = str | Path | SemanticClusters
 """A saved SemanticClusters file, or a fitted SemanticClusters."""
 
-ScorerSource = Union[str, Path, NLIScorer]
+ScorerSource = str | Path | NLIScorer
 """An NLI model name or path, or an NLIScorer."""

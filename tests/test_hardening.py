@@ -368,7 +368,7 @@ def test_failing_threshold_generation_keeps_nli_diversity(tmp_path, monkeypatch)
     from helpers import tiny_nli_model, tokenizer
     from monitor_setup import VAL
 
-    import lightning_div.threshold as threshold
+    from lightning_div import threshold
     from lightning_div.callbacks import NLIDiversityMonitor
     from lightning_div.nli import NLIScorer
 
