@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_div.metrics import DEFAULT_LEXICAL, count_vocab, lexical_scores, semantic_entropy
+from lightning_div.io import atomic_write_text
 
 
 def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_LEXICAL,
@@ -72,4 +73,4 @@ def write_json(scores: Mapping[str, Any], path: str | Path) -> None:
         for k, v in values.items():
             if isinstance(v, float) and not math.isfinite(v):
                 raise ValueError(f"{system}/{k} = {v} is not finite")
-    Path(path).write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(scores, indent=2, sort_keys=True) + "\n")

@@ -17,6 +17,7 @@ import torch
 
 from lightning_div.dress import weighted_lm_loss
 from lightning_div.formatting import is_seq2seq
+from lightning_div.types import Options
 
 log = logging.getLogger("lightning_div")
 
@@ -79,7 +80,7 @@ class DialogueLM(pl.LightningModule):
     """
 
     def __init__(self, model_name_or_path: str | None = "microsoft/DialoGPT-small", tokenizer: str | None = None,
-                 tokenizer_vocab_size: int = 4000, from_scratch: dict[str, Any] | None = None,
+                 tokenizer_vocab_size: int = 4000, from_scratch: Options | None = None,
                  learning_rate: float = 5e-5, weight_decay: float = 0.0, warmup_steps: int = 0) -> None:
         super().__init__()
         self.save_hyperparameters()

@@ -21,7 +21,7 @@ from pytorch_lightning.callbacks import Callback
 
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.formatting import DialogueFormat
-from lightning_div.tracking import artifact_dir, log_scalars, warn_once
+from lightning_div.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
 
 log = logging.getLogger("lightning_div")
 
@@ -79,8 +79,10 @@ class DiversityCallback(Callback):
         self.show_progress = show_progress
         self.on_error = on_error
         self.history: list[dict[str, float]] = []
+        self._warned: set[str] = set()  # this run's warnings (emptied at each setup): see warnings_of_run
 
-    # -- where things are --------------------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._warned = set()  # a new fit/validate call is a new run: its warnings are shown again --------------------------------------------------------------------------
 
     def cache_dir(self, trainer: pl.Trainer) -> Path:
         # Not ".../lightning_div": run from a source checkout, that would write into the package itself.
@@ -144,6 +146,10 @@ class DiversityCallback(Callback):
     @contextmanager
     def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
         """Times the block, logs what it put in the yielded dict plus ``timing/<name>_s``; isolates failures."""
+        with warnings_of_run(self._warned):
+            yield from self._measuring(trainer, pl_module, what)
+
+    def _measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         try:

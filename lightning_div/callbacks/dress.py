@@ -9,9 +9,11 @@ import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import DiversityCallback, sample_indices
 from lightning_div.callbacks.clusters import ClusterSpec
+from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
 from lightning_div.tracking import log_figure
+from lightning_div.types import ClustersSource, EncoderSource, Options
 
 MODES = ("loss", "sampler")
 
@@ -42,11 +44,11 @@ class DRESSReweighting(DiversityCallback):
 
     name = "dress"
 
-    def __init__(self, encoder: Any = "microsoft/DialoGPT-large", clusters: Any = None, num_clusters: int = 20,
+    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None, num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, lam: float = 30.0, normalize: bool = False,
                  negatives: bool = True, num_negative_contexts: int = 5000, head_threshold: float = 0.1,
-                 negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: dict[str, Any] | None = None,
-                 encoder_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: Options | None = None,
+                 encoder_kwargs: Options | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -110,12 +112,14 @@ class DRESSReweighting(DiversityCallback):
                 self._plot(trainer, all_w)
 
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        check_finite_model(pl_module, type(self).__name__)  # a diverged model's empty output is no negative
         dm = self._datamodule(trainer)
         contexts = list(dm.train_contexts())
         # A fresh sample each epoch, fixed by (seed, epoch) so resumed and uninterrupted runs agree.
         idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * trainer.current_epoch)
         chosen = [list(contexts[i]) for i in idx]
         generated = self.generate(self.adapter(pl_module), chosen, self.generation_kwargs, "DRESS negatives")
+        warn_if_all_empty(generated, type(self).__name__, "the negatives")
         clusters = self.spec.get_clusters(pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer),
                                           self.batch_size, self.show_progress)
         encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
@@ -140,8 +144,15 @@ class DRESSReweighting(DiversityCallback):
         ax.set_title(f"DRESS weights, epoch {trainer.current_epoch} (lambda={self.lam})")
         log_figure(trainer, "dress/weight_histogram", fig, self.output_dir(trainer))
 
+    def settings(self) -> dict[str, Any]:
+        """What the checkpointed weights and negatives depend on: a change makes them stale on resume."""
+        return {"encoder": encoder_label(self.spec.encoder), "num_clusters": self.spec.num_clusters,
+                "variance_kept": self.spec.variance_kept, "kmeans_seed": self.spec.kmeans_seed, "lam": self.lam,
+                "normalize": self.normalize, "head_threshold": self.head_threshold,
+                "negative_weight": self.negative_weight, "mode": self.mode}
+
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(),
+        return {**super().state_dict(), "settings": self.settings(),
                 "weights": None if self.weights is None else self.weights.tolist(),
                 "heads": self.heads.tolist(),
                 "negative_pairs": [(list(p.context), p.response) for p in self.negative_pairs],
@@ -150,6 +161,9 @@ class DRESSReweighting(DiversityCallback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
+        if settings_changed(self, state_dict.get("settings"), self.settings(),
+                            "the weights are recomputed and the negatives mined again under the new settings"):
+            return  # weights None: on_fit_start computes them; no negatives until the next mining
         w = state_dict.get("weights")
         self.weights = None if w is None else np.asarray(w, dtype=np.float64)
         self.heads = np.asarray(state_dict.get("heads", []), dtype=np.int64)

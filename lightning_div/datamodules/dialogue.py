@@ -29,6 +29,7 @@ from lightning_div.generation import pad_id_of
 from lightning_div.distributed import rank_and_world
 from lightning_div.samplers import (ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler,
                                    check_sampling_weights)
+from lightning_div.types import PairsSource, TokenizerSource
 
 log = logging.getLogger(__name__)
 _info = rank_zero_only(log.info)
@@ -82,8 +83,10 @@ class DialogueDataModule(pl.LightningDataModule):
         show_progress: progress bar while tokenising.
     """
 
-    def __init__(self, train: Any = "chitchat", val: Any = "chitchat", test: Any = None, format: str = "auto",
-                 tokenizer: Any = None, max_history: Optional[int] = 3, max_context_tokens: Optional[int] = None,
+    def __init__(self, train: Optional[PairsSource] = "chitchat", val: Optional[PairsSource] = "chitchat",
+                 test: Optional[PairsSource] = None, format: str = "auto",
+                 tokenizer: Optional[TokenizerSource] = None, max_history: Optional[int] = 3,
+                 max_context_tokens: Optional[int] = None,
                  max_response_tokens: Optional[int] = None, turn_separator: Optional[str] = None,
                  max_train_examples: Optional[int] = None, max_val_examples: Optional[int] = None,
                  max_test_examples: Optional[int] = None, batch_size: int = 16,

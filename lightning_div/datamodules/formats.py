@@ -175,6 +175,23 @@ def iter_texts(pairs: Iterable[DialoguePair]) -> Iterable[str]:
 # Collecting examples with statistics
 
 
+def check_text(text: str, where: str, name: str = "text") -> str:
+    """``text`` if it is valid Unicode; a DataFormatError naming ``where`` for a lone surrogate.
+
+    A JSON escape of half a UTF-16 pair (``"\\ud83d"`` without its ``"\\ude00"``) decodes to a lone
+    surrogate: not a character, so every tokenizer and the UTF-8 encoder fail on it later,
+    far from the file. It is refused here, where the file and line are known.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataFormatError(where, f"{name} contains a lone surrogate (U+{ord(text[e.start]):04X} at character "
+                                     f"{e.start + 1}), which is not a character: a JSON escape such as \\ud83d must "
+                                     "be followed by its second half (e.g. \\ude00), or write the character "
+                                     "itself") from None
+    return text
+
+
 class _Collector:
     """Turns conversations and records into pairs while counting what happened."""
 
@@ -185,6 +202,11 @@ class _Collector:
         self.stats = ReadStats(source=source)
 
     def pair(self, context: Sequence[str], response: str, references: Sequence[str] = (), where: str = "") -> None:
+        for i, turn in enumerate(context):
+            check_text(turn, where, f"context[{i}]")
+        check_text(response, where, "the response")
+        for i, ref in enumerate(references):
+            check_text(ref, where, f"references[{i}]")
         if not response.strip():
             self.stats.drop("empty response")
             return
@@ -298,7 +320,8 @@ def _read_text(path: str | os.PathLike) -> str:
     if not data.strip():
         raise DataFormatError(f"{path}:1", "the file is empty (no dialogues)")
     try:
-        return data.decode("utf-8-sig")
+        # universal newlines, as open() reads text: a file with CR-only (old Mac) line ends has lines too
+        return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
@@ -668,7 +691,7 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
                 item = item.response
             if not isinstance(item, str):
                 raise DataFormatError(f"responses[{i}]", f"expected a string, got {type(item).__name__}")
-            out.append(item)
+            out.append(check_text(item, f"responses[{i}]", "the response"))
         return out
     if not isinstance(source, (str, os.PathLike)) or str(source).startswith("chitchat"):
         return [p.response for p in read_pairs(source)]
@@ -682,7 +705,8 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
     if suffix in (".json", ".jsonl"):
         out = []
         for number, record in _json_records(path, _read_text(path)):
-            out.append(_response_of(record, field, f"{path}:{number}"))
+            out.append(check_text(_response_of(record, field, f"{path}:{number}"), f"{path}:{number}",
+                                  "the response"))
         return out
     if suffix in (".csv", ".tsv"):
         rows = csv.DictReader(io.StringIO(_read_text(path), newline=""),

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from lightning_div.formatting import Context
 from lightning_div.generation import generate_sets
+from lightning_div.io import atomic_write
 from lightning_div.meta_eval.stats import infer_test
 from lightning_div.threshold import ResponseGenerator, derive_seed
 
@@ -187,7 +188,7 @@ def read_sets_jsonl(path: str | Path) -> MetaEvalData:
 def write_sets_jsonl(sets: Sequence[ResponseSet], path: str | Path) -> Path:
     """Write response sets as JSONL that :func:`read_sets_jsonl` (and ``lightning-div meta-eval``) reads."""
     path = Path(path)
-    with path.open("w", encoding="utf-8") as f:
+    with atomic_write(path, "w", encoding="utf-8") as f:
         for s in sets:
             context = s.context if isinstance(s.context, str) else list(s.context)
             f.write(json.dumps({"sample_id": s.sample_id, "context": context, "parameter": s.parameter,
