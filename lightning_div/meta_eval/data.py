@@ -196,7 +196,18 @@ def write_sets_jsonl(sets: Sequence[ResponseSet], path: str | Path) -> Path:
 
 
 def read_sets(path: str | Path) -> MetaEvalData:
-    """A released CSV (``.csv``) or our JSONL (``.jsonl`` / ``.json``), by suffix."""
+    """A released CSV (``.csv``) or our JSONL (``.jsonl`` / ``.json``), by suffix.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The sets, with their parameters (``.responses``, ``.parameters``, ``.infer_test()``).
+
+    Raises:
+        ValueError: a row or line that cannot be read (file and line named), or an unknown suffix.
+        FileNotFoundError: no such file.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
@@ -221,6 +232,23 @@ def build_dec_test(adapter: ResponseGenerator, contexts: Sequence[Context], temp
     temperature) unless keywords override it; temperature i is sampled with seed
     ``derive_seed(seed, i)``, so equal arguments give equal sets. The paper's sweep is
     ``numpy.linspace(0.2, 1.2, 100)`` with n = 10.
+
+    Args:
+        adapter: generates, as above.
+        contexts: strings or lists of turns.
+        temperatures: sampling temperatures, each > 0.
+        n: responses per set, >= 2.
+        seed: the base seed.
+        pairing: ``"grid"`` or ``"round_robin"``.
+        show_progress: a tqdm bar over temperatures.
+        **generation_kwargs: override the sampling defaults (``top_p=0.9``, ``max_new_tokens=30``, ...).
+
+    Returns:
+        One :class:`ResponseSet` per set, its ``parameter`` the temperature.
+
+    Raises:
+        ValueError: a temperature <= 0, n < 2, an unknown pairing, or an adapter that returns
+            the wrong number of responses.
     """
     contexts = [c if isinstance(c, str) else tuple(c) for c in contexts]
     if not contexts:

@@ -115,7 +115,20 @@ class SimilarityDiversity:
 
 
 def similarity_to_diversity(similarity: Similarity, name: str | None = None) -> SimilarityDiversity:
-    """A set metric from a pairwise similarity: −mean over unordered pairs (paper section 5)."""
+    """A set metric from a pairwise similarity: −mean over unordered pairs (paper section 5).
+
+    Args:
+        similarity: a symmetric ``sim(a, b) -> float``.
+        name: the metric's name (default: the similarity's).
+
+    Returns:
+        A set metric; a set of fewer than 2 responses scores 0.0.
+
+    Examples:
+        >>> exact = similarity_to_diversity(lambda a, b: float(a == b))
+        >>> round(exact(["a", "a", "b"]), 4)  # 1 identical pair of 3
+        -0.3333
+    """
     return SimilarityDiversity(similarity, name)
 
 
@@ -251,6 +264,19 @@ def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder
     ``ead`` needs ``vocab_size``; ``sem_ent`` fitted ``clusters`` and an ``encoder``;
     ``sent_bert`` an ``encoder`` (mean pooling); ``nli_*`` an ``nli_scorer``. The NLI
     variants share one set of predictions.
+
+    Args:
+        names: metric names (see :data:`METRIC_NAMES`; ``distinct_<n>`` and ``ent_<n>`` for any n).
+        vocab_size: V for ``ead``.
+        encoder: a :class:`~lightning_div.embedding.ResponseEncoder` for ``sem_ent`` / ``sent_bert``.
+        clusters: fitted :class:`~lightning_div.clustering.SemanticClusters` for ``sem_ent``.
+        nli_scorer: an :class:`~lightning_div.nli.NLIScorer` for ``nli_*``.
+
+    Returns:
+        ``{name: set metric}`` in the order of ``names``.
+
+    Raises:
+        ValueError: an unknown name (the message lists ours), or a metric whose requirement is missing.
     """
     names = list(dict.fromkeys(check_metric_names(names)))
     missing = []

@@ -107,6 +107,24 @@ def optimal_classification_accuracy(scores: Sequence[float], labels: Sequence[An
     Returns ``oca``, ``threshold`` (midway between the two scores the cut separates; the
     largest score for the everything-one-class cut) and ``flipped``. On equal accuracies
     the lowest threshold wins, unflipped before flipped.
+
+    Args:
+        scores: the metric's value of each set.
+        labels: 1 (high) or 0 (low) per set.
+
+    Returns:
+        ``{"oca": ..., "threshold": ..., "flipped": ...}``.
+
+    Raises:
+        ValueError: labels other than 0/1, one class only, or lengths that differ.
+
+    Examples:
+        The tied 0.2s cannot be split, so one of them is always misclassified:
+
+        >>> optimal_classification_accuracy([0.1, 0.2, 0.2, 0.3], [0, 0, 1, 1])["oca"]
+        0.75
+        >>> optimal_classification_accuracy([0.1, 0.2, 0.3, 0.4], [0, 0, 1, 1])
+        {'oca': 1.0, 'threshold': 0.25, 'flipped': False}
     """
     s = _as_values(scores, "scores")
     y = check_binary_labels(labels)
@@ -162,6 +180,22 @@ def dec_test(metric: SetMetric, sets: Sequence[Sequence[str]], parameters: Seque
 
     Returns ``spearman``, ``p_value``, ``ci_low`` / ``ci_high`` (percentile bootstrap over sets,
     ``n_boot`` resamples, seeded), ``scores`` and ``parameters``.
+
+    Args:
+        metric: a set metric ``list[str] -> float`` (or one with ``score_many``).
+        sets: the response sets.
+        parameters: each set's diversity parameter; at least 2 distinct values.
+        n_boot: bootstrap resamples.
+        seed: the bootstrap's seed.
+        confidence: the interval's level.
+        show_progress: a tqdm bar over the sets.
+
+    Returns:
+        A JSON-ready dict (keys listed on the meta-evaluation page).
+
+    Raises:
+        ValueError: fewer than 3 sets, lengths that differ, a constant parameter, or a
+            non-finite metric value (named by set).
     """
     if len(sets) != len(parameters):
         raise ValueError(f"{len(sets)} sets but {len(parameters)} parameters")
@@ -171,7 +205,25 @@ def dec_test(metric: SetMetric, sets: Sequence[Sequence[str]], parameters: Seque
 
 def con_test(metric: SetMetric, sets: Sequence[Sequence[str]], labels: Sequence[Any], n_boot: int = 1000,
              seed: int = 0, confidence: float = 0.95, show_progress: bool = True) -> dict[str, Any]:
-    """conTest: OCA (see :func:`optimal_classification_accuracy`) and Spearman's ρ with the 0/1 labels."""
+    """conTest: OCA (see :func:`optimal_classification_accuracy`) and Spearman's ρ with the 0/1 labels.
+
+    Args:
+        metric: a set metric ``list[str] -> float`` (or one with ``score_many``).
+        sets: the response sets.
+        labels: 1 (high content diversity) or 0 (low) per set, both present.
+        n_boot: bootstrap resamples.
+        seed: the bootstrap's seed.
+        confidence: the interval's level.
+        show_progress: a tqdm bar over the sets.
+
+    Returns:
+        A JSON-ready dict: ``oca``, ``threshold``, ``flipped``, ``spearman``, ``p_value``,
+        ``ci_low``, ``ci_high``, ... (listed on the meta-evaluation page).
+
+    Raises:
+        ValueError: labels other than 0/1 or of one class only (named by index), fewer than
+            3 sets, or a non-finite metric value.
+    """
     if len(sets) != len(labels):
         raise ValueError(f"{len(sets)} sets but {len(labels)} labels")
     check_binary_labels(labels)  # before the (possibly expensive) scoring
@@ -187,7 +239,21 @@ def infer_test(parameters: Sequence[float]) -> str:
 def meta_evaluate(metrics: SetMetric | Sequence[SetMetric] | Mapping[str, SetMetric], sets: Sequence[Sequence[str]],
                   parameters: Sequence[float], test: str = "auto", n_boot: int = 1000, seed: int = 0,
                   confidence: float = 0.95, show_progress: bool = True) -> dict[str, dict[str, Any]]:
-    """:func:`dec_test` or :func:`con_test` (``test="auto"``: :func:`infer_test`) of several metrics, by name."""
+    """:func:`dec_test` or :func:`con_test` (``test="auto"``: :func:`infer_test`) of several metrics, by name.
+
+    Args:
+        metrics: ``{name: set metric}``, e.g. from :func:`~lightning_div.meta_eval.set_metrics.make_metrics`.
+        sets: the response sets.
+        parameters: the diversity parameter (decTest) or 0/1 label (conTest) of each set.
+        test: ``"auto"``, ``"dec"`` or ``"con"``.
+        n_boot: bootstrap resamples.
+        seed: the bootstrap's seed.
+        confidence: the interval's level.
+        show_progress: tqdm bars.
+
+    Returns:
+        ``{name: result dict}``.
+    """
     if test == "auto":
         test = infer_test(parameters)
     if test not in ("dec", "con"):
