@@ -41,6 +41,14 @@ def test_site_builds_strictly(site):
         assert (site / page).is_file(), page
 
 
+def test_api_reference_has_no_raw_sphinx_roles(site):
+    # docs/_ext/sphinx_roles.py turns :func:`x` into code; without it the roles print as text
+    for page in (site / "api").rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        for role in (":func:", ":class:", ":meth:", ":mod:", ":data:"):
+            assert role not in text, f"{page.relative_to(site)} shows a raw {role} role"
+
+
 def documented_ids(site: Path) -> set[str]:
     """The anchors mkdocstrings gave the objects it rendered in the API reference."""
     ids: set[str] = set()
