@@ -26,7 +26,20 @@ from lightning_div.generation import (check_contexts, evaluation_mode, length_ba
 
 
 def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[list[str]]:
-    """Contexts as lists of turns, after checking both lists line up and hold strings."""
+    """Contexts as lists of turns, after checking both lists line up and hold strings.
+
+    Args:
+        contexts: strings or lists of turns.
+        responses: one response per context.
+
+    Returns:
+        The contexts as lists of turns.
+
+    Raises:
+        TypeError: a context or response of the wrong type (named by index), or one string
+            instead of a list.
+        ValueError: the two lists have different lengths.
+    """
     if isinstance(responses, (str, bytes)):
         raise TypeError("responses must be a list of strings, got one string")
     if len(contexts) != len(responses):
@@ -130,6 +143,23 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     takes ``position_ids``; position ids are then built from the mask) or ``"right"``; both
     give the unpadded values. Seq2seq models are always right-padded. An empty response is
     scored as its EOS alone; contexts over the model window are left-truncated.
+
+    Args:
+        model: a Hugging Face causal or seq2seq LM.
+        tokenizer: its tokenizer (never modified).
+        contexts: strings or lists of turns (oldest first).
+        responses: one response per context.
+        format: the token layout (default ``DialogueFormat()``).
+        batch_size: pairs per forward pass (pairs are sorted by length first).
+        show_progress: a tqdm bar.
+        padding_side: ``"left"``, ``"right"`` or None (the best for the model).
+
+    Returns:
+        One 1-D CPU tensor per pair.
+
+    Raises:
+        TypeError: a context or response of the wrong type (named by index).
+        ValueError: different lengths, or ``padding_side="left"`` for a seq2seq model.
     """
     turns = check_pairs(contexts, responses)
     if not turns:

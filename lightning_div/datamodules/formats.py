@@ -536,6 +536,20 @@ def as_pair(item: Any, where: str = "pair") -> DialoguePair:
     ``(context, response, [references])``; the context is a list of turns or one string.
 
     Nothing is dropped or cut here (an empty response stays); errors start with ``where``.
+
+    Args:
+        item: the pair in any of the forms above.
+        where: how error messages name the item (e.g. ``"val_pairs[3]"``).
+
+    Returns:
+        The DialoguePair.
+
+    Raises:
+        DataFormatError: an item of another shape, or a non-string turn, response or reference.
+
+    Examples:
+        >>> as_pair((["Hi!"], "Hello."))
+        DialoguePair(context=('Hi!',), response='Hello.', references=(), source='pair')
     """
     if isinstance(item, DialoguePair):
         return item

@@ -100,6 +100,16 @@ def read_released_csv(path: str | Path) -> MetaEvalData:
     ``context``, ``label_name`` (must be the same on every row) and ``metric_*`` columns
     (kept as precomputed scores; ``*_std`` columns are ignored). Errors name the file and
     the line on which the offending row ends.
+
+    Args:
+        path: the CSV file.
+
+    Returns:
+        The sets, parameters and precomputed scores.
+
+    Raises:
+        ValueError: a missing column, a bad value or row, non-UTF-8 bytes or an empty file,
+            naming file and line.
     """
     path = Path(path)
     sets: list[ResponseSet] = []
@@ -162,6 +172,15 @@ def read_sets_jsonl(path: str | Path) -> MetaEvalData:
 
     The parameter may also be called ``temperature``, ``label`` or ``label_value``;
     ``context`` (a string or a list of turns), ``sample_id`` and ``label_name`` are optional.
+
+    Args:
+        path: the JSONL file.
+
+    Returns:
+        The sets and parameters.
+
+    Raises:
+        ValueError: invalid JSON, a missing field or non-UTF-8 bytes, naming file and line.
     """
     path = Path(path)
     sets, names = [], []
@@ -185,7 +204,15 @@ def read_sets_jsonl(path: str | Path) -> MetaEvalData:
 
 
 def write_sets_jsonl(sets: Sequence[ResponseSet], path: str | Path) -> Path:
-    """Write response sets as JSONL that :func:`read_sets_jsonl` (and ``lightning-div meta-eval``) reads."""
+    """Write response sets as JSONL that :func:`read_sets_jsonl` (and ``lightning-div meta-eval``) reads.
+
+    Args:
+        sets: the response sets (e.g. from :func:`build_dec_test`).
+        path: the file to write.
+
+    Returns:
+        The path written.
+    """
     path = Path(path)
     with path.open("w", encoding="utf-8") as f:
         for s in sets:
