@@ -45,7 +45,14 @@ MIN_POINTS_PER_CENTROID = 39
 
 
 def fingerprint_texts(texts: Sequence[str]) -> str:
-    """Stable, order-sensitive hash of a list of texts (same list -> same hex string, in any process)."""
+    """Stable, order-sensitive hash of a list of texts (same list -> same hex string, in any process).
+
+    Args:
+        texts: the texts, in order.
+
+    Returns:
+        A hex digest (part of the clusters' config).
+    """
     if isinstance(texts, (str, bytes)):
         raise TypeError("texts must be a sequence of strings, not a single string")
     h = hashlib.blake2b(digest_size=16)
@@ -167,7 +174,19 @@ class SemanticClusters:
         return 1 if self.use_gpu is True or (self.use_gpu == "auto" and available > 0) else 0
 
     def fit(self, embeddings: Any, data_fingerprint: str | None = None) -> SemanticClusters:
-        """Fit PCA and k-means on ``embeddings`` [n, dim]; returns self."""
+        """Fit PCA and k-means on ``embeddings`` [n, dim]; returns self.
+
+        Args:
+            embeddings: float array ``[n, dim]``, n >= ``num_clusters``.
+            data_fingerprint: :func:`fingerprint_texts` of the embedded texts, stored in the config.
+
+        Returns:
+            ``self``, fitted.
+
+        Raises:
+            ValueError: too few points or distinct directions for k, NaN / inf or zero rows
+                (named by index); see the semantic-space page for the full table.
+        """
         import faiss
 
         k = self.num_clusters
@@ -234,7 +253,15 @@ class SemanticClusters:
         return self
 
     def fit_texts(self, texts: Sequence[str], encoder: Any) -> SemanticClusters:
-        """Embed ``texts`` with ``encoder`` (a ResponseEncoder) and fit; records its name and the texts' fingerprint."""
+        """Embed ``texts`` with ``encoder`` (a ResponseEncoder) and fit; records its name and the texts' fingerprint.
+
+        Args:
+            texts: the gold responses.
+            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+
+        Returns:
+            ``self``, fitted.
+        """
         texts = list(texts)
         fingerprint = fingerprint_texts(texts)
         self.encoder_name = encoder.name
@@ -251,7 +278,17 @@ class SemanticClusters:
         return distances.ravel(), ids.ravel().astype(np.int64)
 
     def transform(self, embeddings: Any) -> np.ndarray:
-        """L2-normalised, PCA-reduced float32 features [n, n_components]."""
+        """L2-normalised, PCA-reduced float32 features [n, n_components].
+
+        Args:
+            embeddings: float array ``[n, dim]`` of the fitted dimension.
+
+        Returns:
+            float32 array ``[n, n_components]``.
+
+        Raises:
+            ValueError: the clusters are not fitted, another dimension, or NaN / inf rows.
+        """
         self._require_fitted()
         x = _check_rows(embeddings)
         if x.shape[1] != self.input_dim:
@@ -260,7 +297,17 @@ class SemanticClusters:
         return _project(x, self.pca_mean, self.pca_components)
 
     def assign(self, embeddings: Any) -> np.ndarray:
-        """Nearest-centroid cluster id (int64, in [0, num_clusters)) of each embedding."""
+        """Nearest-centroid cluster id (int64, in [0, num_clusters)) of each embedding.
+
+        Args:
+            embeddings: float array ``[n, dim]`` of the fitted dimension.
+
+        Returns:
+            int64 array ``[n]``; empty for no embeddings.
+
+        Raises:
+            ValueError: the clusters are not fitted, another dimension, or NaN / inf rows.
+        """
         reduced = self.transform(embeddings)
         if reduced.shape[0] == 0:
             return np.zeros(0, dtype=np.int64)
@@ -272,6 +319,13 @@ class SemanticClusters:
         Embeds one probe text, so a mismatch is reported where the clusters and the encoder
         meet (at fit start, on the command line), not after the first epoch. ``source`` names
         the clusters in the message (e.g. the file they came from).
+
+        Args:
+            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+            source: how the message names the clusters.
+
+        Raises:
+            ValueError: the encoder's vectors have another dimension than the clusters'.
         """
         self._require_fitted()
         dim = np.asarray(encoder.encode(["hello"])).shape[-1]
@@ -286,7 +340,14 @@ class SemanticClusters:
                           "fitted with", stacklevel=2)
 
     def histogram(self, ids: Any) -> np.ndarray:
-        """Counts of each cluster id (int64, length num_clusters)."""
+        """Counts of each cluster id (int64, length num_clusters).
+
+        Args:
+            ids: cluster ids, e.g. from :meth:`assign`.
+
+        Returns:
+            int64 array ``[num_clusters]``.
+        """
         return cluster_histogram(ids, self.num_clusters)
 
     def _require_fitted(self) -> None:
@@ -295,7 +356,17 @@ class SemanticClusters:
 
     # --------------------------------------------------------------- persist
     def save(self, path: str | os.PathLike) -> Path:
-        """Write PCA, centroids and config to ``path`` (.npz, written atomically); returns the path."""
+        """Write PCA, centroids and config to ``path`` (.npz, written atomically); returns the path.
+
+        Args:
+            path: the ``.npz`` file to write.
+
+        Returns:
+            The path written.
+
+        Raises:
+            OSError: the path cannot be written (no temporary file is left behind).
+        """
         self._require_fitted()
         path = Path(path)
         # a file object: np.savez would otherwise append ".npz"; atomic: a kill mid-write leaves no partial file
@@ -317,6 +388,13 @@ class SemanticClusters:
 
         Raises ValueError naming each field that differs, e.g.
         ``num_clusters: file has 10, requested 20``.
+
+        Args:
+            path: a file written by :meth:`save`.
+            expected: config fields the file must have.
+
+        Returns:
+            The fitted clusters.
         """
         path = Path(path)
         if not path.is_file():
@@ -374,6 +452,20 @@ class SemanticClusters:
         Both files are written atomically (:mod:`lightning_div.io`). When ``path`` is a
         directory the files in it are a cache: an entry that is truncated, corrupted or
         stale is refitted (or reassigned) with one warning naming the file, never a crash.
+
+        Args:
+            path: a directory (the cache) or an ``.npz`` file.
+            texts: the gold responses the clusters are (or were) fitted on.
+            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+            with_assignments: also return the cluster id of every text.
+            **config: :class:`SemanticClusters` constructor arguments.
+
+        Returns:
+            The clusters, or ``(clusters, ids)`` with ``with_assignments=True``.
+
+        Raises:
+            ValueError: a file fitted under another config (each differing field named), or a fit
+                that fails (as :meth:`fit`).
         """
         import torch.distributed as dist
 

@@ -216,6 +216,18 @@ class ResponseEncoder:
 
         Its train/eval mode is restored after every ``encode``; with ``dtype`` half
         precision it runs under autocast instead of being converted.
+
+        Args:
+            model: a Hugging Face model (e.g. ``pl_module.model``), not a LightningModule.
+            tokenizer: its tokenizer (never modified).
+            **kwargs: the constructor's other arguments (``pooling``, ``dtype``, ``device``, ...).
+
+        Returns:
+            A ResponseEncoder around ``model``.
+
+        Raises:
+            TypeError: ``model`` has no ``config`` (e.g. a LightningModule), ``tokenizer`` is
+                missing, or ``model_name_or_path`` was given.
         """
         if "model_name_or_path" in kwargs:
             raise TypeError("from_model() takes the model itself; do not pass model_name_or_path")
@@ -385,6 +397,17 @@ class ResponseEncoder:
         Under DDP (see ``distributed``) every rank must pass the same full list; each
         encodes a share of the batches and every rank returns the full array, identical
         to single-process encoding.
+
+        Args:
+            texts: the responses (a list; an empty or whitespace-only text is a defined vector).
+            show_progress: a tqdm bar (None = the encoder's setting).
+
+        Returns:
+            float32 array ``[len(texts), hidden_size]``.
+
+        Raises:
+            TypeError: ``texts`` is a single string, or an element is not a string (named by index).
+            ValueError: the model produced NaN or inf for a text (named by index).
         """
         if isinstance(texts, (str, bytes)):
             raise TypeError("texts must be a sequence of strings, not a single string")

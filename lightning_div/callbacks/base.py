@@ -48,11 +48,14 @@ class DiversityCallback(Callback):
     Args:
         every_n_epochs: run at the end of every n-th epoch (1 = every epoch).
         seed: seeds the fixed evaluation sample and any sampling in generation.
-        model_attr / tokenizer_attr: where the model and tokenizer live on the LightningModule.
+        model_attr: the LightningModule's attribute holding the Hugging Face model.
+        tokenizer_attr: the LightningModule's attribute holding its tokenizer.
         format: context layout (turn separator, history) shared with training.
         batch_size: batch size for generation / scoring / embedding.
         max_new_tokens: generation length limit.
-        dirpath: cache directory (clusters); default ``<default_root_dir>/lightning_div``.
+        dirpath: cache directory (clusters); default ``<default_root_dir>/lightning_div_cache``.
+            Figures and tables go beside the first logger's files (``<log_dir>/lightning_div``),
+            or to ``<dirpath>/plots`` without a logger.
         show_progress: progress bars for the long steps.
         on_error: "warn" (default) skips the epoch's measurement with a warning so training
             continues; "raise" re-raises.

@@ -40,6 +40,28 @@ class DRESSReweighting(DiversityCallback):
 
     Weights, head clusters and negatives are checkpointed: a resumed run continues
     with bit-identical weights.
+
+    Args:
+        encoder: model name/path for :class:`~lightning_div.embedding.ResponseEncoder`, or an encoder
+            (use the monitor's, so both share one cluster file).
+        clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on the gold responses).
+        num_clusters: k of the k-means clusters (paper: 20).
+        variance_kept: explained variance the PCA keeps (paper: 0.9).
+        kmeans_seed: faiss k-means seed (paper: 27).
+        lam: the exponent lambda of the gold weights (paper: 30).
+        normalize: rescale the gold weights to mean 1 (keeps unweighted training's step size).
+        negatives: mine generated responses of the head clusters each epoch.
+        num_negative_contexts: training contexts generated for per epoch (paper: M = 5000).
+        head_threshold: share of the generations above which a cluster is a head cluster (paper: 0.1).
+        negative_weight: the weight of a mined response (paper: -1).
+        mode: ``"loss"`` (weights in the loss) or ``"sampler"`` (weights as draw probabilities;
+            needs ``negatives=False``).
+        generation_kwargs: overrides of the greedy generation used for mining.
+        encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+
+    Raises:
+        ValueError: an unknown ``mode``, or ``mode="sampler"`` with ``negatives=True``.
     """
 
     name = "dress"

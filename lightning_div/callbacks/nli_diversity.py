@@ -37,6 +37,7 @@ class NLIDiversityMonitor(ValidationMonitor):
             :func:`~lightning_div.threshold.diversity_threshold_generate`).
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
         scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
     name = "nli_diversity"

@@ -42,6 +42,7 @@ class RUQMonitor(ValidationMonitor):
         warn_below: alert when val/ruq falls below this (None disables it).
         warn_drop: alert when val/ruq drops by more than this many points since the last
             measurement (None disables it).
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
     name = "ruq"

@@ -310,6 +310,13 @@ class DialogueDataModule(pl.LightningDataModule):
 
         In loss mode the weights ride in ``batch["sample_weight"]``; in sampler mode they
         are draw probabilities (and must be >= 0). Takes effect at the next train dataloader.
+
+        Args:
+            weights: one finite float per example of :meth:`train_pairs`.
+
+        Raises:
+            ValueError: a wrong shape, a non-finite weight, or a negative one in sampler mode
+                (the message names the index).
         """
         w = self._finite(weights, len(self._read("train")), "sample weights")
         if self._mode == "sampler":
@@ -322,6 +329,13 @@ class DialogueDataModule(pl.LightningDataModule):
 
         ``pairs`` are DialoguePairs or tuples (see :func:`formats.as_pair`); an empty list
         removes them. In a batch a negative has ``index`` = ``len(train_pairs()) + its position``.
+
+        Args:
+            pairs: the extra examples.
+            weights: one finite weight per extra example (e.g. -1).
+
+        Raises:
+            ValueError: ``pairs`` and ``weights`` differ in length, or a weight is not finite.
         """
         negatives = [as_pair(p, f"negatives[{i}]") for i, p in enumerate(pairs)]
         w = self._finite(weights, len(negatives), "negative weights")
@@ -337,6 +351,13 @@ class DialogueDataModule(pl.LightningDataModule):
         with probability proportional to the weights (DDP-aware) and every batch carries
         ``sample_weight`` 1.0; negative weights are refused there (a probability cannot be
         negative), so DRESS negatives need loss mode. ``weights`` also sets the sample weights.
+
+        Args:
+            mode: ``"loss"`` or ``"sampler"``.
+            weights: new sample weights (None keeps the current ones).
+
+        Raises:
+            ValueError: an unknown mode, or negative weights (or negatives) in sampler mode.
         """
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is unknown; use one of {MODES}")

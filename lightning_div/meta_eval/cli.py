@@ -146,7 +146,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def meta_eval_main(argv: list[str]) -> int:
-    """Entry point of ``lightning-div meta-eval``: prints the table, writes JSON / plots; 2 on bad input."""
+    """Entry point of ``lightning-div meta-eval``: prints the table, writes JSON / plots; 2 on bad input.
+
+    Args:
+        argv: the command-line arguments (without the program name).
+
+    Returns:
+        The exit status: 0, or 2 on bad input (the error is printed to stderr).
+    """
     args = build_parser().parse_args(argv)
     try:
         return _report(args, run(args))
