@@ -19,6 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lightning_div.formatting import Context
+from lightning_div.generation import SAMPLING_DEFAULTS
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity
 from lightning_div.nli import PairScorer, SetResult, ordered_pairs
 
@@ -214,7 +215,8 @@ def diversity_threshold_generate_many(
         raise ValueError(f"threshold must be a finite number, got {threshold!r}")
     if not contexts:
         return []
-    generation_kwargs = {"do_sample": True, "top_p": top_p, **generation_kwargs}
+    # Plain nucleus sampling, no n-gram blocking (the paper's setting), unless the caller asks.
+    generation_kwargs = {**SAMPLING_DEFAULTS, "top_p": top_p, **generation_kwargs}
     cache = _PairCache(scorer) if not callable(metric) else None
 
     def value(responses: Sequence[str]) -> float:
