@@ -159,8 +159,11 @@ def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
     assert abs(row["val/nli_div_confidence"]) <= pairs
     assert n <= row["val/threshold_samples_drawn"] <= 5
     assert 0.0 <= row["val/threshold_reached"] <= 1.0
-    assert row["val/threshold_end_diversity"] >= row["val/threshold_start_diversity"] or \
+    # the stopping rule reads the criterion (#contradictions); the diversity is Baseline NLI Diversity
+    assert row["val/threshold_end_criterion"] >= row["val/threshold_start_criterion"] or \
         row["val/threshold_samples_drawn"] == 5
+    assert 0 <= row["val/threshold_start_criterion"] <= pairs
+    assert -pairs <= row["val/threshold_start_diversity"] <= pairs and -pairs <= row["val/threshold_end_diversity"]
 
 
 def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):

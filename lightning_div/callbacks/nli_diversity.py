@@ -17,9 +17,12 @@ class NLIDiversityMonitor(ValidationMonitor):
     Logs the mean over contexts of ``val/nli_div_baseline``, ``val/nli_div_neutral``,
     ``val/nli_div_confidence`` and the per-class pair counts ``val/nli_pairs_entailment``
     / ``_neutral`` / ``_contradiction``. With ``threshold_generation=True`` it also runs
-    Diversity Threshold Generation and logs ``val/threshold_start_diversity``,
-    ``val/threshold_end_diversity``, ``val/threshold_samples_drawn`` and
-    ``val/threshold_reached``. Generation and NLI scoring are sharded by batch across
+    Diversity Threshold Generation and logs ``val/threshold_start_diversity`` and
+    ``val/threshold_end_diversity`` (in Baseline NLI Diversity by default, as the paper's
+    Table 4 reports them: comparable with its numbers, and possibly negative),
+    ``val/threshold_start_criterion`` and ``val/threshold_end_criterion`` (the threshold
+    metric, by default the number of contradiction pairs), ``val/threshold_samples_drawn``
+    and ``val/threshold_reached``. Generation and NLI scoring are sharded by batch across
     processes, so values are identical on 1 and N processes.
 
     Args:
@@ -30,6 +33,9 @@ class NLIDiversityMonitor(ValidationMonitor):
         generation_kwargs: extra sampling arguments (temperature, ...).
         threshold_generation, threshold, max_samples, threshold_metric: Diversity Threshold
             Generation (the paper: > 10 contradictions of 20 pairs, at most 20 samples).
+        threshold_diversity_metric: the metric that ranks the (n-1)-subsets and reports start /
+            end diversity; None = the paper's (Baseline NLI Diversity for an NLI threshold metric).
+        threshold_rank_by: "diversity" (the paper) or "threshold" (rank the subsets by the threshold metric).
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
         scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
     """
@@ -39,11 +45,20 @@ class NLIDiversityMonitor(ValidationMonitor):
     def __init__(self, scorer: Any = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
                  top_p: float = 0.9, generation_kwargs: dict[str, Any] | None = None,
                  threshold_generation: bool = False, threshold: float = 10, max_samples: int = 20,
-                 threshold_metric: str = "contradictions", val_pairs: Any = None,
+                 threshold_metric: str = "contradictions", threshold_diversity_metric: str | None = None,
+                 threshold_rank_by: str = "diversity", val_pairs: Any = None,
                  scorer_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if n < 2:
             raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")
+        from lightning_div.threshold import NLI_METRICS, RANK_BY
+
+        for arg, value in (("threshold_metric", threshold_metric), ("threshold_diversity_metric",
+                                                                  threshold_diversity_metric)):
+            if value is not None and value not in NLI_METRICS:
+                raise ValueError(f"{arg}={value!r} is unknown; use one of {NLI_METRICS}")
+        if threshold_rank_by not in RANK_BY:
+            raise ValueError(f"threshold_rank_by={threshold_rank_by!r} is unknown; use one of {RANK_BY}")
         if threshold_generation and max_samples < n:
             raise ValueError(f"max_samples ({max_samples}) must be >= n ({n}): it counts the first n samples")
         self.scorer_arg = scorer
@@ -56,6 +71,8 @@ class NLIDiversityMonitor(ValidationMonitor):
         self.threshold = threshold
         self.max_samples = max_samples
         self.threshold_metric = threshold_metric
+        self.threshold_diversity_metric = threshold_diversity_metric
+        self.threshold_rank_by = threshold_rank_by
         self.val_pairs_arg = val_pairs
         self._scorer: Any = None
         self._indices: list[int] | None = None
@@ -108,6 +125,7 @@ class NLIDiversityMonitor(ValidationMonitor):
                     results = diversity_threshold_generate_many(
                         adapter, batch, scorer, n=self.n, threshold=self.threshold, max_samples=self.max_samples,
                         top_p=self.top_p, metric=self.threshold_metric, seed=self.seed, show_progress=False,
+                        diversity_metric=self.threshold_diversity_metric, rank_by=self.threshold_rank_by,
                         **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")})
                     return [r.stats() for r in results]
 
