@@ -15,6 +15,7 @@ metric instead; both metrics are always reported.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
@@ -97,13 +98,22 @@ def threshold_stats(results: Sequence[ThresholdResult | Mapping[str, float]]) ->
     return {key: float(np.mean([row[key] for row in rows])) for key in THRESHOLD_STAT_KEYS}
 
 
+def fewer_than_two(n: int, what: str) -> float:
+    """NaN, with a warning: a pairwise diversity of a set of ``n`` < 2 responses has no pairs, so is undefined."""
+    warnings.warn(f"{what} of a set of {n} response(s) is undefined (it needs at least 2 responses to form a "
+                  "pair): NaN", RuntimeWarning, stacklevel=3)
+    return math.nan
+
+
 class NegativeMeanCosine:
     """Sent-BERT diversity of a set: minus the mean cosine similarity over its response pairs.
 
     ``encode(texts) -> array [len(texts), d]`` is any sentence encoder (e.g.
     ``lightning_div.embedding.ResponseEncoder`` or a sentence-transformers model's
     ``encode``). Embeddings are cached by text, so threshold generation encodes each
-    response once. A set of fewer than 2 responses has no pairs: 0.0.
+    response once. A set of fewer than 2 responses has no pairs: its diversity is
+    undefined, NaN with a warning (Diversity Threshold Generation then stops with an error
+    naming the set; use n >= 3 so that its (n-1)-subsets have pairs).
     """
 
     def __init__(self, encode: Callable[[list[str]], Any]) -> None:
@@ -113,7 +123,7 @@ class NegativeMeanCosine:
     def __call__(self, texts: Sequence[str]) -> float:
         texts = list(texts)
         if len(texts) < 2:
-            return 0.0
+            return fewer_than_two(len(texts), "the negative mean cosine similarity")
         new = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if new:
             vectors = np.asarray(self.encode(new), dtype=np.float64)

@@ -25,7 +25,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
     3-gram blocking by default; sharded across processes and gathered), embed, assign
     clusters, and log ``val/sem_ent``, the lexical metrics (``val/distinct_1`` ...
     ``val/ead``), once ``val/sem_ent_gold`` (Sem-Ent of the gold responses of the same
-    contexts: the ceiling to compare with), a generated-vs-gold cluster histogram
+    contexts, a reference point: not a ceiling, which is ln k), a generated-vs-gold cluster histogram
     figure and a table of ``log_samples`` example responses with their cluster ids.
 
     Args:

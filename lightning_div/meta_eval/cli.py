@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -109,10 +110,24 @@ def format_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _json_safe(value: Any) -> Any:
+    """NaN (an undefined value, e.g. Spearman's rho of a constant metric) as None; infinity is refused."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            raise ValueError(f"{value} is not a valid result value")
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def write_results(report: Mapping[str, Any], path: str | Path) -> Path:
-    """The report as JSON (refuses NaN / infinity rather than writing invalid JSON)."""
+    """The report as valid JSON: an undefined value (NaN) is written as ``null``; infinity is refused."""
     path = Path(path)
-    path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return path
 
 

@@ -21,7 +21,7 @@ from lightning_div.metrics import check_lexical_names, lexical_scores, semantic_
 from lightning_div.metrics.lexical import iter_ngrams
 from lightning_div.metrics.nli import VARIANTS as VARIANTS_NLI
 from lightning_div.text import TokenizerSpec, check_texts, get_tokenizer
-from lightning_div.threshold import NegativeMeanCosine, SetMetric
+from lightning_div.threshold import NegativeMeanCosine, SetMetric, fewer_than_two
 
 Similarity = Callable[[str, str], float]
 Encode = Callable[[list[str]], Any]
@@ -87,7 +87,7 @@ class SimilarityDiversity:
     """Tevet & Berant's reduction: div(S) = −mean of ``similarity(s_i, s_j)`` over the C(n,2) pairs i > j.
 
     ``similarity`` must be symmetric; each unordered pair is scored once. A set of fewer
-    than 2 responses has no pairs: 0.0.
+    than 2 responses has no pairs: its diversity is undefined, NaN with a warning.
     """
 
     def __init__(self, similarity: Similarity, name: str | None = None) -> None:
@@ -100,7 +100,7 @@ class SimilarityDiversity:
         texts = check_texts(texts)
         n = len(texts)
         if n < 2:
-            return 0.0
+            return fewer_than_two(n, f"{self.name} (a mean over pairs)")
         total = 0.0
         for i in range(1, n):
             for j in range(i):
