@@ -69,7 +69,8 @@ def score_main(argv: list[str]) -> int:
     """``lightning-div score``: every metric of one or more response files."""
     from lightning_div.datamodules.formats import read_responses
     from lightning_div.evaluate import format_table, score_files, write_json
-    from lightning_div.metrics import DEFAULT_LEXICAL
+    from lightning_div.meta_eval.cli import add_tokenizer_arguments
+    from lightning_div.metrics import DEFAULT_LEXICAL, LEXICAL_NAMES, check_lexical_names
 
     p = argparse.ArgumentParser(prog="lightning-div score", description=EXTRA_COMMANDS["score"])
     p.add_argument("responses", nargs="+", help="files of generated responses (.txt one per line, .jsonl, .csv)")
@@ -79,12 +80,18 @@ def score_main(argv: list[str]) -> int:
     p.add_argument("--encoder", help="encoder model name/path for Sem-Ent (default: microsoft/DialoGPT-large; "
                    "'minilm' = the offline all-MiniLM-L6-v2 weights)")
     p.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
-    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_LEXICAL), help="lexical metrics by name")
+    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_LEXICAL),
+                   help=f"lexical metrics by name: {LEXICAL_NAMES} (default: %(default)s)")
     p.add_argument("--vocab-size", type=int, help="V for EAD (default: counted from --gold)")
+    add_tokenizer_arguments(p)
     p.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
     p.add_argument("--output", help="write the scores as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
+    try:
+        check_lexical_names(args.metrics)
+    except ValueError as err:
+        p.error(str(err))
 
     files = {Path(f).name: read_responses(f, field=args.field) for f in args.responses}
     gold = read_responses(args.gold, field=args.field) if args.gold else None
@@ -107,7 +114,8 @@ def score_main(argv: list[str]) -> int:
             clusters = SemanticClusters.load(args.clusters)
             clusters.check_encoder(encoder, f"--clusters {args.clusters}")
     scores = score_files(files, gold, args.metrics, args.vocab_size, clusters, encoder, args.fit_clusters,
-                         show_progress=not args.quiet)
+                         show_progress=not args.quiet, tokenizer=args.tokenizer, lowercase=args.lowercase,
+                         base=args.ent_base)
     print(format_table(scores))
     if args.output:
         write_json(scores, args.output)

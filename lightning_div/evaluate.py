@@ -9,12 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from lightning_div.metrics import DEFAULT_LEXICAL, count_vocab, lexical_scores, semantic_entropy
+from lightning_div.text import TokenizerSpec
 
 
 def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_LEXICAL,
-                    vocab_size: int | None = None, clusters: Any = None, encoder: Any = None) -> dict[str, float]:
-    """Lexical metrics of a response set, plus Sem-Ent when ``clusters`` and ``encoder`` are given."""
-    out = dict(lexical_scores(responses, lexical, vocab_size))
+                    vocab_size: int | None = None, clusters: Any = None, encoder: Any = None,
+                    tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
+                    base: float = math.e) -> dict[str, float]:
+    """Lexical metrics of a response set, plus Sem-Ent when ``clusters`` and ``encoder`` are given.
+
+    ``tokenizer`` / ``lowercase`` / ``base``: see :func:`lightning_div.metrics.lexical_scores`.
+    """
+    out = dict(lexical_scores(responses, lexical, vocab_size, tokenizer, lowercase, base))
     out["responses"] = float(len(responses))
     if clusters is not None:
         if encoder is None:
@@ -26,14 +32,18 @@ def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_L
 
 def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None = None,
                 lexical: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None, clusters: Any = None,
-                encoder: Any = None, fit_clusters: int | None = None, show_progress: bool = True) -> dict[str, dict]:
+                encoder: Any = None, fit_clusters: int | None = None, show_progress: bool = True,
+                tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
+                base: float = math.e) -> dict[str, dict]:
     """Scores of several systems' responses (and of the gold responses, labelled ``gold``).
 
-    EAD's V defaults to the vocabulary of ``gold`` (else of all responses together).
-    With ``fit_clusters=k`` and no ``clusters``, k clusters are fitted on ``gold`` first.
+    EAD's V defaults to the vocabulary of ``gold`` (else of all responses together), counted
+    with the same tokenisation. With ``fit_clusters=k`` and no ``clusters``, k clusters are
+    fitted on ``gold`` first.
     """
     if vocab_size is None and "ead" in lexical:
-        vocab_size = count_vocab(list(gold) if gold else [r for rs in files.values() for r in rs])
+        vocab_size = count_vocab(list(gold) if gold else [r for rs in files.values() for r in rs], tokenizer,
+                                 lowercase)
     if clusters is None and fit_clusters:
         if not gold or encoder is None:
             raise ValueError("fitting clusters needs gold responses (--gold) and an encoder (--encoder)")
@@ -44,7 +54,8 @@ def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None =
     systems = dict(files)
     if gold:
         systems["gold"] = list(gold)
-    return {name: score_responses(rs, lexical, vocab_size, clusters, encoder) for name, rs in systems.items()}
+    return {name: score_responses(rs, lexical, vocab_size, clusters, encoder, tokenizer, lowercase, base)
+            for name, rs in systems.items()}
 
 
 def format_table(scores: Mapping[str, Mapping[str, float]]) -> str:

@@ -26,9 +26,9 @@ from lightning_div.threshold import NegativeMeanCosine, SetMetric, fewer_than_tw
 Similarity = Callable[[str, str], float]
 Encode = Callable[[list[str]], Any]
 
-LEXICAL_PATTERN = re.compile(r"^(avg_distinct|distinct_\d+|ent_\d+|ead)$")
+LEXICAL_PATTERN = re.compile(r"^(avg_distinct|distinct_\d+(_utt)?|ent_\d+|ead)$")
 MODEL_METRICS = ("sem_ent", "sent_bert") + tuple(f"nli_{v}" for v in VARIANTS_NLI)
-METRIC_NAMES = ("avg_distinct", "distinct_<n>", "ent_<n>", "ead", "cos_sim") + MODEL_METRICS
+METRIC_NAMES = ("avg_distinct", "distinct_<n>", "distinct_<n>_utt", "ent_<n>", "ead", "cos_sim") + MODEL_METRICS
 
 
 def metric_name(metric: Any) -> str:
@@ -67,17 +67,27 @@ def score_sets(metric: SetMetric, sets: Sequence[Sequence[str]], show_progress: 
 
 
 class LexicalMetric:
-    """``avg_distinct``, ``distinct_<n>``, ``ent_<n>`` (nats) or ``ead`` of one set (corpus level)."""
+    """``avg_distinct``, ``distinct_<n>`` (``_utt``: utterance level), ``ent_<n>`` or ``ead`` of one set.
 
-    def __init__(self, name: str, vocab_size: int | None = None) -> None:
+    ``tokenizer`` / ``lowercase`` as in :mod:`lightning_div.text` (Tevet & Berant's own split:
+    ``tokenizer="diversity_eval"``); ``base`` of Ent-n (e: nats, 2: bits).
+    """
+
+    def __init__(self, name: str, vocab_size: int | None = None, tokenizer: TokenizerSpec = "13a",
+                 lowercase: bool | None = None, base: float = math.e) -> None:
         check_lexical_names([name])
         if name == "ead" and vocab_size is None:
             raise ValueError("the ead metric needs vocab_size (e.g. count_vocab(all responses))")
+        get_tokenizer(tokenizer, lowercase)  # an unknown name fails here, not at the first set
         self.name = name
         self.vocab_size = vocab_size
+        self.tokenizer = tokenizer
+        self.lowercase = lowercase
+        self.base = base
 
     def __call__(self, texts: Sequence[str]) -> float:
-        return lexical_scores(texts, [self.name], self.vocab_size)[self.name]
+        return lexical_scores(texts, [self.name], self.vocab_size, self.tokenizer, self.lowercase,
+                              self.base)[self.name]
 
     def __repr__(self) -> str:
         return f"LexicalMetric({self.name!r})"
@@ -119,13 +129,15 @@ def similarity_to_diversity(similarity: Similarity, name: str | None = None) -> 
     return SimilarityDiversity(similarity, name)
 
 
-def ngram_cosine_similarity(a: str, b: str, max_n: int = 5, tokenizer: TokenizerSpec = "13a") -> float:
+def ngram_cosine_similarity(a: str, b: str, max_n: int = 5, tokenizer: TokenizerSpec = "13a",
+                            lowercase: bool | None = None) -> float:
     """Cosine of the two texts' n-gram count vectors, averaged over n = 1..max_n (the paper's cos-sim).
 
     An order n at which either text has no n-gram contributes similarity 0 (no shared
-    n-gram), as in the authors' code.
+    n-gram; a defined value), as in the authors' code. ``tokenizer`` / ``lowercase`` as in
+    :mod:`lightning_div.text`; the authors split with ``tokenizer="diversity_eval"`` (case kept).
     """
-    split = get_tokenizer(tokenizer)
+    split = get_tokenizer(tokenizer, lowercase)
     ta, tb = split(a), split(b)
     values = []
     for n in range(1, max_n + 1):
@@ -245,12 +257,15 @@ def check_metric_names(names: Sequence[str]) -> list[str]:
 
 
 def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder: Any = None, clusters: Any = None,
-                 nli_scorer: Any = None) -> dict[str, SetMetric]:
+                 nli_scorer: Any = None, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
+                 base: float = math.e) -> dict[str, SetMetric]:
     """Set metrics by name (see :data:`METRIC_NAMES`), keyed by name.
 
     ``ead`` needs ``vocab_size``; ``sem_ent`` fitted ``clusters`` and an ``encoder``;
     ``sent_bert`` an ``encoder`` (mean pooling); ``nli_*`` an ``nli_scorer``. The NLI
-    variants share one set of predictions.
+    variants share one set of predictions. ``tokenizer`` / ``lowercase`` apply to the
+    lexical metrics and ``cos_sim`` (Tevet & Berant's own split: ``"diversity_eval"``);
+    ``base`` to Ent-n.
     """
     names = list(dict.fromkeys(check_metric_names(names)))
     missing = []
@@ -273,9 +288,12 @@ def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder
         elif name == "sent_bert":
             out[name] = SentBertMetric(encoder)
         elif name == "cos_sim":
-            out[name] = similarity_to_diversity(ngram_cosine_similarity, "cos_sim")
+            def cos_sim(a: str, b: str) -> float:
+                return ngram_cosine_similarity(a, b, tokenizer=tokenizer, lowercase=lowercase)
+
+            out[name] = similarity_to_diversity(cos_sim, "cos_sim")
         else:
-            out[name] = LexicalMetric(name, vocab_size)
+            out[name] = LexicalMetric(name, vocab_size, tokenizer, lowercase, base)
     return out
 
 

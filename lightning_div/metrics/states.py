@@ -54,7 +54,7 @@ class _NGramState(Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(self, orders: Sequence[int], tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
+    def __init__(self, orders: Sequence[int], tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.orders = tuple(_check_n(n) for n in orders)
@@ -82,7 +82,7 @@ class _NGramState(Metric):
 class DistinctN(_NGramState):
     """Corpus distinct-n, exact under DDP."""
 
-    def __init__(self, n: int = 1, tokenizer: TokenizerSpec = "13a", lowercase: bool = True, **kwargs: Any) -> None:
+    def __init__(self, n: int = 1, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None, **kwargs: Any) -> None:
         super().__init__((n,), tokenizer, lowercase, **kwargs)
         self.n = self.orders[0]
 
@@ -93,7 +93,7 @@ class DistinctN(_NGramState):
 class AveragedDistinct(_NGramState):
     """Mean of distinct-n for n = 1..max_n, exact under DDP."""
 
-    def __init__(self, max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
+    def __init__(self, max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                  **kwargs: Any) -> None:
         super().__init__(range(1, _check_n(max_n) + 1), tokenizer, lowercase, **kwargs)
 
@@ -104,7 +104,7 @@ class AveragedDistinct(_NGramState):
 class NGramEntropy(_NGramState):
     """Ent-n over the gathered n-gram frequency distribution."""
 
-    def __init__(self, n: int = 4, base: float = math.e, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
+    def __init__(self, n: int = 4, base: float = math.e, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                  **kwargs: Any) -> None:
         super().__init__((n,), tokenizer, lowercase, **kwargs)
         self.n = self.orders[0]
@@ -118,7 +118,7 @@ class NGramEntropy(_NGramState):
 class ExpectationAdjustedDistinct(_NGramState):
     """EAD over the gathered unigrams with a fixed vocabulary size V."""
 
-    def __init__(self, vocab_size: int, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
+    def __init__(self, vocab_size: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                  **kwargs: Any) -> None:
         ead_from_counts(0, 0, vocab_size)  # validates vocab_size now, not at the first compute
         super().__init__((1,), tokenizer, lowercase, **kwargs)
