@@ -32,9 +32,14 @@ SUMMARY_KEYS = ("val/loss", "val/sem_ent", "val/sem_ent_gold", "val/distinct_1",
 
 def run_summary(trainer: Any) -> str:
     """The last epoch's diversity, RUQ and DRESS figures, and where the logs and plots are."""
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.split("/")[0] in
-               ("val", "train", "dress", "timing") and not k.endswith("_step")}
-    keys = [k for k in SUMMARY_KEYS if k in metrics] + sorted(k for k in metrics if k.startswith("timing/"))
+    sections = ("val", "train", "dress", "timing")
+    # a callback with a name logs "<name>/val/ruq": shown under its full key, after the unnamed ones
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if not k.endswith("_step") and (
+        k.split("/")[0] in sections or (k.count("/") >= 2 and k.split("/")[1] in sections))}
+    named = sorted({k.split("/", 1)[0] for k in metrics if k.split("/")[0] not in sections})
+    keys = [k for k in SUMMARY_KEYS if k in metrics] + [f"{n}/{k}" for n in named for k in SUMMARY_KEYS
+                                                        if f"{n}/{k}" in metrics]
+    keys += sorted(k for k in metrics if k.startswith("timing/") or "/timing/" in k)
     lines = [f"lightning-div: fit finished after {trainer.current_epoch} epoch(s), {trainer.global_step} steps"]
     if keys:
         width = max(len(k) for k in keys)

@@ -40,7 +40,7 @@ class DRESSReweighting(DiversityCallback):
     with bit-identical weights.
     """
 
-    name = "dress"
+    kind = "dress"
 
     def __init__(self, encoder: Any = "microsoft/DialoGPT-large", clusters: Any = None, num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, lam: float = 30.0, normalize: bool = False,
@@ -138,7 +138,10 @@ class DRESSReweighting(DiversityCallback):
         ax.set_xlabel("DRESS sample weight")
         ax.set_ylabel("examples")
         ax.set_title(f"DRESS weights, epoch {trainer.current_epoch} (lambda={self.lam})")
-        log_figure(trainer, "dress/weight_histogram", fig, self.output_dir(trainer))
+        log_figure(trainer, self.log_key("dress/weight_histogram"), fig, self.output_dir(trainer))
+
+    def state_key_args(self) -> dict[str, Any]:
+        return {**super().state_key_args(), **self.spec.identity(), "lam": self.lam}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(),

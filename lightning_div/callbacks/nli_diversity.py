@@ -40,7 +40,7 @@ class NLIDiversityMonitor(ValidationMonitor):
         scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
     """
 
-    name = "nli_diversity"
+    kind = "nli_diversity"
 
     def __init__(self, scorer: Any = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
                  top_p: float = 0.9, generation_kwargs: dict[str, Any] | None = None,
@@ -132,6 +132,11 @@ class NLIDiversityMonitor(ValidationMonitor):
                 rows = distributed_map(dtg, contexts, per_batch, sort_key=key, show_progress=self.show_progress,
                                        desc="Diversity Threshold Generation")
                 m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
+
+    def state_key_args(self) -> dict[str, Any]:
+        from lightning_div.callbacks.clusters import describe
+
+        return {**super().state_key_args(), "scorer": describe(self.scorer_arg), "n": self.n}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices}

@@ -38,7 +38,7 @@ class RUQMonitor(ValidationMonitor):
         warn_below / warn_drop: alert thresholds on val/ruq (None disables each).
     """
 
-    name = "ruq"
+    kind = "ruq"
 
     def __init__(self, idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
                  num_train_prompts: int | None = 256, num_val_prompts: int | None = 256,
@@ -137,7 +137,7 @@ class RUQMonitor(ValidationMonitor):
         ax.set_title(f"RUQ: per-position log-probability, epoch {trainer.current_epoch}")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-        log_figure(trainer, "val/ruq_plot", fig, self.output_dir(trainer))
+        log_figure(trainer, self.log_key("val/ruq_plot"), fig, self.output_dir(trainer))
 
     def _alerts(self, value: float) -> float:
         reasons = []
@@ -175,6 +175,9 @@ class RUQMonitor(ValidationMonitor):
             m["val/ruq_alert"] = self._alerts(values["ruq"])
             if self.plot:
                 self._plot(trainer, adapter, pairs)
+
+    def state_key_args(self) -> dict[str, Any]:
+        return {**super().state_key_args(), "idk_responses": tuple(self.idk_responses)}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": dict(self._indices), "last_val_ruq": self.last_val_ruq}
