@@ -210,3 +210,14 @@ def test_the_validated_epoch_is_checkpointed(tmp_path):
         del state["validated_epoch"]  # a checkpoint from before this field: measured as before
         fresh.load_state_dict(state)
         assert fresh._validated_epoch is None
+
+
+def test_lexical_options_are_checked_and_reach_the_metrics():
+    from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+
+    with pytest.raises(ValueError, match=r"lexical_options \['unit'\] are unknown"):
+        SemanticDiversityMonitor(lexical_options={"unit": "bits"})
+    mon = SemanticDiversityMonitor(lexical_metrics=["distinct_1", "distinct_2_utt", "ent_1"],
+                                   lexical_options={"tokenizer": "casual", "base": 2})
+    assert mon.lexical_metrics == ["distinct_1", "distinct_2_utt", "ent_1"]
+    assert mon.lexical_options == {"tokenizer": "casual", "base": 2}
