@@ -17,7 +17,8 @@ LONG = ["I have no idea what you are talking about, sorry."]
 
 
 def two_ruq_monitors():
-    common = dict(train_pairs=TRAIN, val_pairs=VAL, plot=False, show_progress=False, batch_size=8, on_error="raise")
+    common = {"train_pairs": TRAIN, "val_pairs": VAL, "plot": False, "show_progress": False, "batch_size": 8,
+              "on_error": "raise"}
     # different sample sizes too, so that a state restored into the wrong instance shows
     return (RUQMonitor(idk_responses=SHORT, name="idk_short", num_train_prompts=4, num_val_prompts=6, **common),
             RUQMonitor(idk_responses=LONG, name="idk_long", num_train_prompts=5, num_val_prompts=7, **common))
@@ -63,7 +64,7 @@ def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path
 
 
 def test_a_checkpoint_from_before_state_keys_had_arguments_still_loads(tmp_path):
-    short, long = two_ruq_monitors()
+    short, _ = two_ruq_monitors()
     fit(tmp_path, [short], max_epochs=1)
     path = tmp_path / "ckpt" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=False)
@@ -76,7 +77,7 @@ def test_a_checkpoint_from_before_state_keys_had_arguments_still_loads(tmp_path)
 
 
 def test_same_class_without_distinct_names_is_a_clear_error(tmp_path):
-    common = dict(train_pairs=TRAIN, val_pairs=VAL, plot=False, show_progress=False)
+    common = {"train_pairs": TRAIN, "val_pairs": VAL, "plot": False, "show_progress": False}
     a, b = RUQMonitor(idk_responses=SHORT, **common), RUQMonitor(idk_responses=LONG, **common)
     assert a.state_key != b.state_key  # their states would not collide, but their metric names would
     with pytest.raises(ValueError, match=r"2 RUQMonitors in this Trainer have name=None.*give each its own name"):
