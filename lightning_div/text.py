@@ -78,6 +78,7 @@ def get_tokenizer(spec: TokenizerSpec = "13a", lowercase: bool | None = None) ->
     returning a list of tokens, or a Hugging Face tokenizer (anything with a ``tokenize``
     method). ``lowercase``: lowercase the text first; None = the tokeniser's own setting.
     """
+    split: Callable[[str], Sequence[str]]
     if isinstance(spec, str):
         if spec not in _BUILTIN:
             raise ValueError(f"tokenizer={spec!r} is unknown; use one of {sorted(_BUILTIN)}, a callable, "
