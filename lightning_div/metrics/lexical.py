@@ -91,14 +91,33 @@ def ead_from_counts(num_unique: int, num_tokens: int, vocab_size: int) -> float:
 # Functional API.
 
 def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None) -> float:
-    """Corpus-level distinct-n: #unique n-grams / #n-grams over the whole set (0.0 if there are none).
+    """Corpus-level distinct-n: #unique n-grams / #n-grams over the whole set (Li et al., 2016).
+
+    Corpus level: the n-grams of all texts are pooled (they never cross texts), then the
+    distinct ones are counted.
 
     Args:
         texts: the responses.
-        n: the n-gram order.
-        tokenizer: a name of :mod:`lightning_div.text` ("13a", "casual", "diversity_eval", ...),
-            a callable or a Hugging Face tokenizer.
-        lowercase: lowercase first; None = the tokenizer's own setting.
+        n: the n-gram order, >= 1.
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+
+    Returns:
+        The ratio in [0, 1]; 0.0 when the texts have no n-gram at all.
+
+    Raises:
+        ValueError: ``n`` is not a positive integer.
+        TypeError: an element of ``texts`` is not a string (the message names its index).
+
+    Examples:
+        7 distinct bigrams of 10 (``i don't``, ``don't know``, ``know .`` twice):
+
+        >>> distinct_n(["I don't know.", "I don't know.", "Where are you from?"], 2)
+        0.7
+        >>> distinct_n(["ok"], 2)  # no bigram
+        0.0
     """
     n = _check_n(n)
     counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), n)
@@ -112,8 +131,24 @@ def distinct_n_utterance(texts: Sequence[str], n: int, tokenizer: TokenizerSpec 
     The neural-dialogue-metrics/Distinct-N definition (``distinct_n_sentence_level`` averaged
     by ``distinct_n_corpus_level``), which Topical-Chat-style tables report: the denominator
     is the response's number of *tokens*, not of n-grams, so for n > 1 a response's value is
-    below 1 even when none of its n-grams repeats ("a b c": distinct-2 = 2/3). A response with
-    no tokens counts as 0.0; an empty set is 0.0. Same arguments as :func:`distinct_n`.
+    below 1 even when none of its n-grams repeats ("a b c": distinct-2 = 2/3).
+
+    Args:
+        texts: the responses.
+        n: the n-gram order, >= 1.
+        tokenizer: as in :func:`distinct_n`.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+
+    Returns:
+        The mean in [0, 1]; a response without tokens counts 0.0, an empty set is 0.0.
+
+    Examples:
+        "a b a": 2 distinct bigrams / 3 tokens; "c": no bigram / 1 token:
+
+        >>> round(distinct_n_utterance(["a b a", "c"], 2), 4)
+        0.3333
+        >>> distinct_n(["a b a", "c"], 2)  # corpus level: 2 bigrams, both distinct
+        1.0
     """
     n = _check_n(n)
     tokens = tokenize_all(texts, tokenizer, lowercase)
@@ -124,7 +159,27 @@ def distinct_n_utterance(texts: Sequence[str], n: int, tokenizer: TokenizerSpec 
 
 def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: TokenizerSpec = "13a",
                       lowercase: bool | None = None) -> float:
-    """Mean of corpus-level distinct-n for n = 1..max_n (Tevet & Berant, 2021; their split: ``tokenizer="diversity_eval"``)."""
+    """Averaged distinct: the mean of corpus-level distinct-n for n = 1..max_n (Tevet & Berant, 2021).
+
+    Their own split is ``tokenizer="diversity_eval"``.
+
+    Args:
+        texts: the responses.
+        max_n: the highest n-gram order (the paper: 5).
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+
+    Returns:
+        The mean in [0, 1].
+
+    Examples:
+        distinct-1 = 3/4 and distinct-2 = 2/2:
+
+        >>> averaged_distinct(["a b", "a c"], max_n=2)
+        0.875
+    """
     max_n = _check_n(max_n)
     tokens = tokenize_all(texts, tokenizer, lowercase)
     values = []
@@ -136,10 +191,28 @@ def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: Tokenizer
 
 def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer: TokenizerSpec = "13a",
                   lowercase: bool | None = None) -> float:
-    """Ent-n: entropy of the n-gram frequency distribution over the whole set; 0.0 with no n-grams.
+    """Ent-n: the entropy of the n-gram frequency distribution (Zhang et al., 2018).
 
-    In nats by default; ``base=2`` gives bits, the unit of the Sem-Ent paper's Ent-n
-    columns (whose code also tokenises with ``tokenizer="casual"``, case kept).
+    Args:
+        texts: the responses.
+        n: the n-gram order, >= 1.
+        base: the logarithm's base: e (nats, the default) or 2 (bits, as the Sem-Ent paper's tables;
+            their code also tokenises with ``tokenizer="casual"``, case kept).
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+
+    Returns:
+        -sum_g p(g) log p(g) over the pooled n-gram counts; 0.0 without n-grams.
+
+    Examples:
+        Unigram frequencies 1/2, 1/4, 1/4:
+
+        >>> ngram_entropy(["a b", "a c"], 1, base=2)
+        1.5
+        >>> round(ngram_entropy(["a b", "a c"], 1), 4)  # nats: 1.5 ln 2
+        1.0397
     """
     n = _check_n(n)
     counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), n)
@@ -148,17 +221,56 @@ def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer:
 
 def expectation_adjusted_distinct(texts: Sequence[str], vocab_size: int, tokenizer: TokenizerSpec = "13a",
                                   lowercase: bool | None = None) -> float:
-    """EAD / NewDistinct (unigrams): N_unique / (V * (1 - ((V-1)/V)^C)), C = #tokens; 0.0 when C = 0.
+    """EAD, expectation-adjusted distinct unigrams (Liu et al., 2022).
 
-    The EAD authors tokenise with case-sensitive 13a: ``tokenizer="13a_cased"`` (and count
-    V the same way with :func:`count_vocab`).
+    EAD = N / (V * (1 - ((V-1)/V)^C)): the N distinct unigrams over the number expected
+    when C tokens are drawn uniformly from a vocabulary of V, so longer outputs are not
+    penalised as distinct-1 penalises them.
+
+    Args:
+        texts: the responses.
+        vocab_size: V, e.g. ``count_vocab(gold_training_responses)``.
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+
+    Returns:
+        EAD (can exceed 1); 0.0 without tokens.
+
+    The EAD authors tokenise with case-sensitive 13a: ``tokenizer="13a_cased"`` (count V the
+    same way with :func:`count_vocab`).
+
+    Raises:
+        ValueError: ``vocab_size`` is not an integer >= 1.
+
+    Examples:
+        2 distinct unigrams of C = 2 tokens, V = 2: the expected number is 2 (1 - 1/4) = 1.5:
+
+        >>> round(expectation_adjusted_distinct(["a b"], vocab_size=2), 4)
+        1.3333
     """
     counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), 1)
     return ead_from_counts(len(counts), sum(counts.values()), vocab_size)
 
 
 def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None) -> int:
-    """V for EAD counted from a reference corpus: the number of distinct unigrams (at least 1)."""
+    """V for EAD, counted from a reference corpus: its number of distinct unigrams.
+
+    Args:
+        reference_texts: e.g. the gold training responses.
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+
+    Returns:
+        The number of distinct tokens, at least 1.
+
+    Examples:
+        >>> count_vocab(["I don't know.", "I know!"])  # i, don't, know, ., !
+        5
+    """
     counts = ngram_counts(tokenize_all(reference_texts, tokenizer, lowercase, name="reference_texts"), 1)
     return max(len(counts), 1)
 
@@ -166,12 +278,29 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
 # Metrics by name, as the callbacks and the CLI ask for them.
 
 DEFAULT_LEXICAL = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_4", "ead")
+"""The lexical metrics the callbacks log unless told otherwise (names as :func:`lexical_scores` takes them)."""
 _LEXICAL = re.compile(r"^(distinct_(\d+)(_utt)?|ent_(\d+)|avg_distinct|ead)$")
 LEXICAL_NAMES = "distinct_<n> (corpus level), distinct_<n>_utt (utterance level), ent_<n>, avg_distinct, ead"
+"""The lexical metric names, as error messages and ``--help`` list them."""
 
 
 def check_lexical_names(names: Sequence[str]) -> list[str]:
-    """Validate metric names such as distinct_2, distinct_2_utt, ent_4, avg_distinct, ead."""
+    """Validate lexical metric names: ``distinct_<n>``, ``distinct_<n>_utt``, ``ent_<n>``, ``avg_distinct``, ``ead``.
+
+    Args:
+        names: the names to check.
+
+    Returns:
+        The names, as a list.
+
+    Raises:
+        ValueError: a name is unknown (the message lists them).
+        TypeError: ``names`` is one string rather than a list of names.
+
+    Examples:
+        >>> check_lexical_names(["distinct_2", "distinct_2_utt", "ent_4"])
+        ['distinct_2', 'distinct_2_utt', 'ent_4']
+    """
     if isinstance(names, str):
         raise TypeError(f"lexical metric names must be a list of names, got one string {names!r}")
     bad = [n for n in names if not isinstance(n, str) or not _LEXICAL.match(n)]
@@ -183,14 +312,27 @@ def check_lexical_names(names: Sequence[str]) -> list[str]:
 def lexical_scores(texts: Sequence[str], names: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None,
                    tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                    base: float = math.e) -> dict[str, float]:
-    """The named lexical metrics of one set of responses, e.g. ``{"distinct_2": ..., "ent_4": ...}``.
+    """The named lexical metrics of one set of responses.
 
     Args:
         texts: the responses.
-        names: metric names (see :data:`LEXICAL_NAMES`).
-        vocab_size: V of EAD (required when "ead" is asked for).
-        tokenizer / lowercase: the tokenisation of every metric (see :mod:`lightning_div.text`).
-        base: logarithm base of Ent-n (``2`` for bits, as the Sem-Ent paper reports it).
+        names: metric names (see :func:`check_lexical_names`).
+        vocab_size: V for ``ead``; required when ``ead`` is asked for.
+        tokenizer: the tokenisation of every metric (see :mod:`lightning_div.text`).
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+        base: logarithm base of Ent-n (2 for bits, as the Sem-Ent paper reports it).
+
+    Returns:
+        ``{name: value}`` in the order of ``names``.
+
+    Raises:
+        ValueError: an unknown name, or ``ead`` without ``vocab_size``.
+
+    Examples:
+        >>> lexical_scores(["a b", "a c"], ["distinct_1", "distinct_2"])
+        {'distinct_1': 0.75, 'distinct_2': 1.0}
+        >>> lexical_scores(["a b a", "c"], ["distinct_2", "distinct_2_utt"])  # utterance level: (2/3 + 0) / 2
+        {'distinct_2': 1.0, 'distinct_2_utt': 0.3333333333333333}
     """
     out = {}
     for name in check_lexical_names(names):
