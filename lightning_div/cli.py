@@ -32,9 +32,14 @@ SUMMARY_KEYS = ("val/loss", "val/sem_ent", "val/sem_ent_gold", "val/distinct_1",
 
 def run_summary(trainer: Any) -> str:
     """The last epoch's diversity, RUQ and DRESS figures, and where the logs and plots are."""
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.split("/")[0] in
-               ("val", "train", "dress", "timing") and not k.endswith("_step")}
-    keys = [k for k in SUMMARY_KEYS if k in metrics] + sorted(k for k in metrics if k.startswith("timing/"))
+    sections = ("val", "train", "dress", "timing")
+    # a callback with a name logs "<name>/val/ruq": shown under its full key, after the unnamed ones
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if not k.endswith("_step") and (
+        k.split("/")[0] in sections or (k.count("/") >= 2 and k.split("/")[1] in sections))}
+    named = sorted({k.split("/", 1)[0] for k in metrics if k.split("/")[0] not in sections})
+    keys = [k for k in SUMMARY_KEYS if k in metrics] + [f"{n}/{k}" for n in named for k in SUMMARY_KEYS
+                                                        if f"{n}/{k}" in metrics]
+    keys += sorted(k for k in metrics if k.startswith("timing/") or "/timing/" in k)
     lines = [f"lightning-div: fit finished after {trainer.current_epoch} epoch(s), {trainer.global_step} steps"]
     if keys:
         width = max(len(k) for k in keys)
@@ -116,7 +121,8 @@ def system_labels(paths: list[str], names: list[str] | None, gold: bool) -> list
 
 def score_main(argv: list[str]) -> int:
     """``lightning-div score``: every metric of one or more response files (exit code 2 on bad input)."""
-    from lightning_div.metrics import DEFAULT_LEXICAL
+    from lightning_div.meta_eval.cli import add_tokenizer_arguments
+    from lightning_div.metrics import DEFAULT_LEXICAL, LEXICAL_NAMES, check_lexical_names
 
     p = argparse.ArgumentParser(prog="lightning-div score", description=EXTRA_COMMANDS["score"])
     p.add_argument("responses", nargs="+", help="files of generated responses (.txt one per line, .jsonl, .csv)")
@@ -126,8 +132,10 @@ def score_main(argv: list[str]) -> int:
     p.add_argument("--encoder", help="encoder model name/path for Sem-Ent (default: microsoft/DialoGPT-large; "
                    "'minilm' = the offline all-MiniLM-L6-v2 weights)")
     p.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
-    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_LEXICAL), help="lexical metrics by name")
+    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_LEXICAL),
+                   help=f"lexical metrics by name: {LEXICAL_NAMES} (default: %(default)s)")
     p.add_argument("--vocab-size", type=int, help="V for EAD (default: counted from --gold)")
+    add_tokenizer_arguments(p)
     p.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
     p.add_argument("--names", nargs="+", metavar="NAME",
                    help="one label per response file (default: the file names, or the paths when two are equal)")
@@ -139,6 +147,10 @@ def score_main(argv: list[str]) -> int:
         p.error("--fit-clusters K fits Sem-Ent's clusters on the gold responses: add --gold FILE")
     if args.fit_clusters and args.clusters:
         p.error("give --clusters FILE (saved clusters) or --fit-clusters K (fit on --gold), not both")
+    try:
+        check_lexical_names(args.metrics)
+    except ValueError as err:
+        p.error(str(err))
     from transformers.utils import logging as hf_logging
 
     # --quiet means no bars at all, transformers' own "Loading weights" bar included (restored after)
@@ -181,7 +193,8 @@ def _score(args: argparse.Namespace) -> int:
         print("lightning-div score: Sem-Ent left out (it needs clusters: --clusters FILE, or --fit-clusters K with "
               "--gold FILE)", file=sys.stderr)
     scores = score_files(files, gold, args.metrics, args.vocab_size, clusters, encoder, args.fit_clusters,
-                         show_progress=not args.quiet)
+                         show_progress=not args.quiet, tokenizer=args.tokenizer, lowercase=args.lowercase,
+                         base=args.ent_base)
     print(format_table(scores))
     if args.output:
         write_json(scores, args.output)

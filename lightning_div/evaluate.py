@@ -10,10 +10,13 @@ from typing import Any
 
 from lightning_div.metrics import DEFAULT_LEXICAL, count_vocab, lexical_scores, semantic_entropy
 from lightning_div.io import atomic_write_text
+from lightning_div.text import TokenizerSpec
 
 
 def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_LEXICAL,
-                    vocab_size: int | None = None, clusters: Any = None, encoder: Any = None) -> dict[str, float]:
+                    vocab_size: int | None = None, clusters: Any = None, encoder: Any = None,
+                    tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
+                    base: float = math.e) -> dict[str, float]:
     """Lexical metrics of a response set, plus Sem-Ent when ``clusters`` and ``encoder`` are given.
 
     Args:
@@ -22,11 +25,14 @@ def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_L
         vocab_size: EAD's V.
         clusters: fitted clusters for Sem-Ent.
         encoder: the encoder for Sem-Ent.
+        tokenizer: the lexical tokeniser (see :func:`lightning_div.metrics.lexical_scores`).
+        lowercase: lowercase first; None = the tokeniser's own setting.
+        base: the logarithm's base for Ent-n.
 
     Returns:
         ``{metric: value}``, with ``responses`` (their number) and ``sem_ent`` when clusters are given.
     """
-    out = dict(lexical_scores(responses, lexical, vocab_size))
+    out = dict(lexical_scores(responses, lexical, vocab_size, tokenizer, lowercase, base))
     out["responses"] = float(len(responses))
     if clusters is not None:
         if encoder is None:
@@ -38,11 +44,14 @@ def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_L
 
 def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None = None,
                 lexical: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None, clusters: Any = None,
-                encoder: Any = None, fit_clusters: int | None = None, show_progress: bool = True) -> dict[str, dict]:
+                encoder: Any = None, fit_clusters: int | None = None, show_progress: bool = True,
+                tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
+                base: float = math.e) -> dict[str, dict]:
     """Scores of several systems' responses (and of the gold responses, labelled ``gold``).
 
-    EAD's V defaults to the vocabulary of ``gold`` (else of all responses together).
-    With ``fit_clusters=k`` and no ``clusters``, k clusters are fitted on ``gold`` first.
+    EAD's V defaults to the vocabulary of ``gold`` (else of all responses together), counted
+    with the same tokenisation. With ``fit_clusters=k`` and no ``clusters``, k clusters are
+    fitted on ``gold`` first.
 
     Args:
         files: ``{system name: its responses}`` (read with
@@ -54,6 +63,9 @@ def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None =
         encoder: the :class:`~lightning_div.embedding.ResponseEncoder` for Sem-Ent.
         fit_clusters: fit this many clusters on ``gold`` instead of ``clusters``.
         show_progress: tqdm bars.
+        tokenizer: the lexical tokeniser.
+        lowercase: lowercase first; None = the tokeniser's own setting.
+        base: the logarithm's base for Ent-n.
 
     Returns:
         ``{system: {metric: value}}``.
@@ -63,7 +75,8 @@ def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None =
             than clusters.
     """
     if vocab_size is None and "ead" in lexical:
-        vocab_size = count_vocab(list(gold) if gold else [r for rs in files.values() for r in rs])
+        vocab_size = count_vocab(list(gold) if gold else [r for rs in files.values() for r in rs], tokenizer,
+                                 lowercase)
     if clusters is None and fit_clusters:
         if not gold or encoder is None:
             raise ValueError("fitting clusters needs gold responses (--gold) and an encoder (--encoder)")
@@ -74,7 +87,8 @@ def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None =
     systems = dict(files)
     if gold:
         systems["gold"] = list(gold)
-    return {name: score_responses(rs, lexical, vocab_size, clusters, encoder) for name, rs in systems.items()}
+    return {name: score_responses(rs, lexical, vocab_size, clusters, encoder, tokenizer, lowercase, base)
+            for name, rs in systems.items()}
 
 
 def format_table(scores: Mapping[str, Mapping[str, float]]) -> str:

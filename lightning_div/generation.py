@@ -20,8 +20,32 @@ from lightning_div.formatting import Context, DialogueFormat, as_turns, is_seq2s
 
 #: Evaluation decoding (DESIGN.md): greedy with 3-gram blocking. Caller kwargs override these.
 GREEDY_DEFAULTS: dict[str, Any] = {"do_sample": False, "num_beams": 1, "no_repeat_ngram_size": 3}
-#: Response sets for NLI diversity (DESIGN.md): nucleus sampling, p = 0.9.
-SAMPLING_DEFAULTS: dict[str, Any] = {"do_sample": True, "top_p": 0.9}
+#: No n-gram blocking at all. Given explicitly (0, not absent) so that a model whose own
+#: ``generation_config`` blocks n-grams (BlenderBot blocks 3-grams of the response and of the
+#: context) samples unblocked too; ``encoder_no_repeat_ngram_size=0`` is accepted by decoder-only models.
+NO_BLOCKING: dict[str, Any] = {"no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0}
+#: Response sets for NLI diversity (DESIGN.md): plain nucleus sampling, p = 0.9, no n-gram blocking
+#: (Stasaski & Hearst sample with nucleus p = 0.9 and nothing else).
+SAMPLING_DEFAULTS: dict[str, Any] = {"do_sample": True, "top_p": 0.9, **NO_BLOCKING}
+
+
+def decoding_defaults(generation_kwargs: dict[str, Any], seq2seq: bool) -> dict[str, Any]:
+    """The decoding arguments ``generate`` gets: defaults for the mode, then the caller's keywords.
+
+    Sampling (``do_sample=True``) starts from :data:`NO_BLOCKING`: the papers sample with plain
+    nucleus or temperature sampling. Anything else starts from :data:`GREEDY_DEFAULTS`, plus
+    ``encoder_no_repeat_ngram_size=3`` for seq2seq models (the Sem-Ent evaluation also blocks
+    the context's 3-grams; a decoder-only model's ``no_repeat_ngram_size`` already sees the prompt).
+    A caller who wants blocking while sampling asks for it, e.g. ``no_repeat_ngram_size=3``.
+    """
+    if generation_kwargs.get("do_sample"):
+        kwargs: dict[str, Any] = dict(NO_BLOCKING)
+    else:
+        kwargs = dict(GREEDY_DEFAULTS)
+        if seq2seq:
+            kwargs["encoder_no_repeat_ngram_size"] = 3
+    kwargs.update(generation_kwargs)
+    return kwargs
 
 
 def model_device(model: Any) -> torch.device:
@@ -148,8 +172,9 @@ def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
 
     Decoding defaults to :data:`GREEDY_DEFAULTS` (plus ``encoder_no_repeat_ngram_size=3`` for
     seq2seq models, so 3-grams of the context are blocked as in the Sem-Ent evaluation;
-    a decoder-only model's ``no_repeat_ngram_size`` already sees the prompt); any keyword
-    overrides them (``do_sample=True, top_p=0.9``; ``num_beams=5``; ``max_new_tokens=...``).
+    a decoder-only model's ``no_repeat_ngram_size`` already sees the prompt); with
+    ``do_sample=True`` it defaults to no n-gram blocking at all (:func:`decoding_defaults`).
+    Any keyword overrides them (``top_p=0.9``; ``num_beams=5``; ``max_new_tokens=...``).
 
     Returns a flat list of ``len(contexts) * num_return_sequences`` strings grouped by
     context (context 0's responses first), special tokens removed, whitespace stripped.
@@ -162,10 +187,7 @@ def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
         return []
     fmt = format or DialogueFormat()
     seq2seq = is_seq2seq(model)
-    kwargs: dict[str, Any] = dict(GREEDY_DEFAULTS)
-    if seq2seq:
-        kwargs["encoder_no_repeat_ngram_size"] = 3
-    kwargs.update(generation_kwargs)
+    kwargs = decoding_defaults(generation_kwargs, seq2seq)
     max_new = int(kwargs.pop("max_new_tokens", max_new_tokens))
     pad_id = pad_id_of(tokenizer)
     kwargs.setdefault("pad_token_id", pad_id)
@@ -192,8 +214,9 @@ def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
 def generate_sets(adapter: Any, contexts: Sequence[Context], n: int, **generation_kwargs: Any) -> list[list[str]]:
     """``n`` responses per context (for NLI diversity), from any :class:`DialogueModelAdapter`.
 
-    Defaults to nucleus sampling (:data:`SAMPLING_DEFAULTS`, as in Stasaski & Hearst);
-    keywords override it, e.g. ``do_sample=False, num_beams=n`` for beam sets.
+    Defaults to nucleus sampling without any n-gram blocking (:data:`SAMPLING_DEFAULTS`, as in
+    Stasaski & Hearst); keywords override it, e.g. ``do_sample=False, num_beams=n`` for beam
+    sets, or ``no_repeat_ngram_size=3`` to block repeated 3-grams.
 
     Args:
         adapter: reaches the model.

@@ -1,16 +1,21 @@
 """Diversity Threshold Generation (Stasaski & Hearst, 2022, section 5).
 
-Sample n responses; while the set's diversity is <= the threshold and fewer than
+Sample n responses; while the set's *threshold metric* is <= the threshold and fewer than
 ``max_samples`` responses have been drawn, drop the response absent from the
-best-scoring (n-1)-subset and sample one replacement. The metric is the number of
-contradiction pairs (the paper's "10 of 20"), an NLI Diversity variant, or any
-``list[str] -> float`` set metric with its own threshold (averaged distinct,
-:class:`NegativeMeanCosine` of sentence embeddings, ...).
+best-scoring (n-1)-subset and sample one replacement. Two metrics are involved, as in
+the paper: the threshold metric only decides when to stop (the number of contradiction
+pairs, "> 10 of 20"); the *diversity metric* ranks the (n-1)-subsets and is what the
+start and end diversity are reported in (Baseline NLI Diversity, the paper's Table 4,
+whose values can be negative). With a lexical or embedding threshold metric (averaged
+distinct, :class:`NegativeMeanCosine`, any ``list[str] -> float``) the paper uses that
+same metric for all three. ``rank_by="threshold"`` ranks the subsets by the threshold
+metric instead; both metrics are always reported.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
@@ -19,6 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lightning_div.formatting import Context
+from lightning_div.generation import SAMPLING_DEFAULTS
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity
 from lightning_div.nli import PairScorer, SetResult, ordered_pairs
 
@@ -26,8 +32,10 @@ SetMetric = Callable[[list[str]], float]
 Metric = Union[str, SetMetric]
 NLI_METRICS = ("contradictions",) + VARIANTS
 # Keys of threshold_stats(): what a monitor logs after running the procedure.
-THRESHOLD_STAT_KEYS = ("threshold_start_diversity", "threshold_end_diversity", "threshold_samples_drawn",
-                       "threshold_reached")
+# ``*_diversity``: the diversity metric (Baseline NLI Diversity by default); ``*_criterion``: the threshold metric.
+THRESHOLD_STAT_KEYS = ("threshold_start_diversity", "threshold_end_diversity", "threshold_start_criterion",
+                       "threshold_end_criterion", "threshold_samples_drawn", "threshold_reached")
+RANK_BY = ("diversity", "threshold")
 
 
 class ResponseGenerator(Protocol):
@@ -45,18 +53,22 @@ class ThresholdStep:
     index: int
     dropped: str
     replacement: str
-    subset_diversity: float  # metric of the kept n-1 responses
-    diversity: float  # metric of the set after the replacement
+    subset_diversity: float  # ranking metric of the kept n-1 responses (the best subset)
+    diversity: float  # diversity metric of the set after the replacement
+    criterion: float  # threshold metric of the set after the replacement
 
 
 @dataclass(frozen=True)
 class ThresholdResult:
     """Outcome of Diversity Threshold Generation for one context.
 
+    ``start_diversity`` / ``end_diversity`` are in the diversity metric (Baseline NLI
+    Diversity for an NLI threshold metric, as the paper reports them), ``start_criterion``
+    / ``end_criterion`` in the threshold metric (e.g. the number of contradiction pairs).
     ``samples_drawn`` counts every sampled response, the initial n included;
-    ``reached`` is ``end_diversity > threshold``. For NLI metrics ``start_set`` /
-    ``end_set`` hold the pair predictions of the first and final sets (so all NLI
-    Diversity variants and pair counts can be reported at no extra cost).
+    ``reached`` is ``end_criterion > threshold``. When an NLI metric is involved
+    ``start_set`` / ``end_set`` hold the pair predictions of the first and final sets (so
+    all NLI Diversity variants and pair counts can be reported at no extra cost).
     """
 
     responses: list[str]
@@ -66,20 +78,31 @@ class ThresholdResult:
     reached: bool
     start_responses: list[str]
     steps: list[ThresholdStep]
+    start_criterion: float
+    end_criterion: float
     start_set: SetResult | None = None
     end_set: SetResult | None = None
 
     def stats(self) -> dict[str, float]:
-        values = (self.start_diversity, self.end_diversity, float(self.samples_drawn), float(self.reached))
+        """The values :func:`threshold_stats` averages, keyed by :data:`THRESHOLD_STAT_KEYS`."""
+        values = (self.start_diversity, self.end_diversity, self.start_criterion, self.end_criterion,
+                  float(self.samples_drawn), float(self.reached))
         return dict(zip(THRESHOLD_STAT_KEYS, values))
 
 
 def threshold_stats(results: Sequence[ThresholdResult | Mapping[str, float]]) -> dict[str, float]:
-    """Mean over contexts of start / end diversity, samples drawn and the share that reached the threshold."""
+    """Mean over contexts of start / end diversity and criterion, samples drawn and the share that reached the threshold."""
     if not results:
         raise ValueError("threshold_stats needs at least one result")
     rows = [r.stats() if isinstance(r, ThresholdResult) else r for r in results]
     return {key: float(np.mean([row[key] for row in rows])) for key in THRESHOLD_STAT_KEYS}
+
+
+def fewer_than_two(n: int, what: str) -> float:
+    """NaN, with a warning: a pairwise diversity of a set of ``n`` < 2 responses has no pairs, so is undefined."""
+    warnings.warn(f"{what} of a set of {n} response(s) is undefined (it needs at least 2 responses to form a "
+                  "pair): NaN", RuntimeWarning, stacklevel=3)
+    return math.nan
 
 
 class NegativeMeanCosine:
@@ -88,7 +111,9 @@ class NegativeMeanCosine:
     ``encode(texts) -> array [len(texts), d]`` is any sentence encoder (e.g.
     ``lightning_div.embedding.ResponseEncoder`` or a sentence-transformers model's
     ``encode``). Embeddings are cached by text, so threshold generation encodes each
-    response once. A set of fewer than 2 responses has no pairs: 0.0.
+    response once. A set of fewer than 2 responses has no pairs: its diversity is
+    undefined, NaN with a warning (Diversity Threshold Generation then stops with an error
+    naming the set; use n >= 3 so that its (n-1)-subsets have pairs).
     """
 
     def __init__(self, encode: Callable[[list[str]], Any]) -> None:
@@ -98,7 +123,7 @@ class NegativeMeanCosine:
     def __call__(self, texts: Sequence[str]) -> float:
         texts = list(texts)
         if len(texts) < 2:
-            return 0.0
+            return fewer_than_two(len(texts), "the negative mean cosine similarity")
         new = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if new:
             vectors = np.asarray(self.encode(new), dtype=np.float64)
@@ -160,14 +185,19 @@ def _nli_value(result: SetResult, metric: str) -> float:
     return nli_diversity(result.labels, metric, result.confidences if metric == "confidence" else None)
 
 
-def _check_metric(metric: Metric, scorer: PairScorer | None) -> None:
+def _check_metric(metric: Metric, scorer: PairScorer | None, arg: str = "metric") -> None:
     if callable(metric):
         return
     if metric not in NLI_METRICS:
-        raise ValueError(f"metric={metric!r} is unknown; use one of {NLI_METRICS} or a callable list[str] -> float")
+        raise ValueError(f"{arg}={metric!r} is unknown; use one of {NLI_METRICS} or a callable list[str] -> float")
     if scorer is None or not callable(getattr(scorer, "score_pairs", None)):
-        raise ValueError(f"metric={metric!r} needs an NLI scorer: pass scorer=NLIScorer() "
+        raise ValueError(f"{arg}={metric!r} needs an NLI scorer: pass scorer=NLIScorer() "
                          f"(roberta-large-mnli) or any object with score_pairs(premises, hypotheses, show_progress)")
+
+
+def default_diversity_metric(metric: Metric) -> Metric:
+    """The paper's diversity metric for a threshold metric: Baseline NLI Diversity for an NLI one, else itself."""
+    return "baseline" if isinstance(metric, str) else metric
 
 
 def _sample(adapter: ResponseGenerator, contexts: list[Context], k: int, seed: int,
@@ -193,7 +223,8 @@ def _drop_index(subset_scores: Sequence[float]) -> int:
 def diversity_threshold_generate_many(
         adapter: ResponseGenerator, contexts: Sequence[Context], scorer: PairScorer | None = None, n: int = 5,
         threshold: float = 10, max_samples: int = 20, top_p: float = 0.9, metric: Metric = "contradictions",
-        seed: int = 0, show_progress: bool = True, **generation_kwargs: Any) -> list[ThresholdResult]:
+        seed: int = 0, show_progress: bool = True, diversity_metric: Metric | None = None,
+        rank_by: str = "diversity", **generation_kwargs: Any) -> list[ThresholdResult]:
     """Diversity Threshold Generation for many contexts at once (see :func:`diversity_threshold_generate`).
 
     Each sampling round is one ``adapter.generate`` call for all contexts still below the
@@ -223,6 +254,11 @@ def diversity_threshold_generate_many(
     """
     contexts = list(contexts)
     _check_metric(metric, scorer)
+    report = default_diversity_metric(metric) if diversity_metric is None else diversity_metric
+    _check_metric(report, scorer, "diversity_metric")
+    if rank_by not in RANK_BY:
+        raise ValueError(f"rank_by={rank_by!r} is unknown; use 'diversity' (rank the subsets by the diversity "
+                         f"metric, the paper's procedure) or 'threshold' (by the threshold metric)")
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (subsets of n-1 responses are compared), got {n!r}")
     if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < n:
@@ -235,26 +271,35 @@ def diversity_threshold_generate_many(
         raise ValueError(f"threshold must be a finite number, got {threshold!r}")
     if not contexts:
         return []
-    generation_kwargs = {"do_sample": True, "top_p": top_p, **generation_kwargs}
-    cache = _PairCache(scorer) if not callable(metric) else None
+    # Plain nucleus sampling, no n-gram blocking (the paper's setting), unless the caller asks.
+    generation_kwargs = {**SAMPLING_DEFAULTS, "top_p": top_p, **generation_kwargs}
+    nli = not (callable(metric) and callable(report))
+    cache = _PairCache(scorer) if nli else None
 
-    def value(responses: Sequence[str]) -> float:
-        if cache is not None:
-            return _nli_value(cache.set_result(responses), metric)
-        v = float(metric(list(responses)))
+    def value(responses: Sequence[str], which: Metric) -> float:
+        if not callable(which):
+            return _nli_value(cache.set_result(responses), which)
+        v = float(which(list(responses)))
         if not math.isfinite(v):
-            raise ValueError(f"metric returned {v} for the set {list(responses)!r}")
+            arg = "metric" if which is metric else "diversity_metric"
+            raise ValueError(f"{arg} returned {v} for the set {list(responses)!r} ({metric_label(which)})")
         return v
 
+    def values_of(responses: Sequence[str]) -> tuple[float, float]:
+        """(diversity, criterion) of a set; one call when both are the same metric."""
+        criterion = value(responses, metric)
+        return (criterion if report is metric else value(responses, report)), criterion
+
+    ranking = report if rank_by == "diversity" else metric
     sets = _sample(adapter, contexts, n, derive_seed(seed, 0), generation_kwargs)
     if cache is not None:
         cache.add_sets(sets)
-    start_values = [value(s) for s in sets]
+    start_values = [values_of(s) for s in sets]
     values = list(start_values)
     starts = [list(s) for s in sets]
     drawn = [n] * len(contexts)
     steps: list[list[ThresholdStep]] = [[] for _ in contexts]
-    active = [c for c in range(len(contexts)) if values[c] <= threshold and drawn[c] < max_samples]
+    active = [c for c in range(len(contexts)) if values[c][1] <= threshold and drawn[c] < max_samples]
     bar = tqdm(total=len(contexts), desc="diversity threshold", unit="context", disable=not show_progress)
     bar.update(len(contexts) - len(active))
     rounds = 0
@@ -262,7 +307,7 @@ def diversity_threshold_generate_many(
         rounds += 1
         drops = []
         for c in active:
-            subsets = [value(sets[c][:k] + sets[c][k + 1:]) for k in range(n)]
+            subsets = [value(sets[c][:k] + sets[c][k + 1:], ranking) for k in range(n)]
             k = _drop_index(subsets)
             drops.append((k, subsets[k], sets[c][k]))
         new = _sample(adapter, [contexts[c] for c in active], 1, derive_seed(seed, rounds), generation_kwargs)
@@ -272,32 +317,48 @@ def diversity_threshold_generate_many(
         if cache is not None:
             cache.add_sets([sets[c] for c in active], only=[k for k, _, _ in drops])
         for c, (k, kept, dropped), (response,) in zip(active, drops, new):
-            values[c] = value(sets[c])
-            steps[c].append(ThresholdStep(k, dropped, response, kept, values[c]))
-        still = [c for c in active if values[c] <= threshold and drawn[c] < max_samples]
+            values[c] = values_of(sets[c])
+            steps[c].append(ThresholdStep(k, dropped, response, kept, values[c][0], values[c][1]))
+        still = [c for c in active if values[c][1] <= threshold and drawn[c] < max_samples]
         bar.update(len(active) - len(still))
         active = still
     bar.close()
     return [ThresholdResult(
-        responses=sets[c], start_diversity=start_values[c], end_diversity=values[c], samples_drawn=drawn[c],
-        reached=values[c] > threshold, start_responses=starts[c], steps=steps[c],
+        responses=sets[c], start_diversity=start_values[c][0], end_diversity=values[c][0], samples_drawn=drawn[c],
+        reached=values[c][1] > threshold, start_responses=starts[c], steps=steps[c],
         start_set=cache.set_result(starts[c]) if cache is not None else None,
-        end_set=cache.set_result(sets[c]) if cache is not None else None) for c in range(len(contexts))]
+        end_set=cache.set_result(sets[c]) if cache is not None else None,
+        start_criterion=start_values[c][1], end_criterion=values[c][1]) for c in range(len(contexts))]
+
+
+def metric_label(metric: Metric) -> str:
+    """A metric's name for messages: the NLI name, else the callable's ``name`` / ``__name__``."""
+    if isinstance(metric, str):
+        return metric
+    return str(getattr(metric, "name", None) or getattr(metric, "__name__", None) or type(metric).__name__)
 
 
 def diversity_threshold_generate(
         adapter: ResponseGenerator, context: Context, scorer: PairScorer | None = None, n: int = 5,
         threshold: float = 10, max_samples: int = 20, top_p: float = 0.9, metric: Metric = "contradictions",
-        seed: int = 0, show_progress: bool = False, **generation_kwargs: Any) -> ThresholdResult:
-    """Sample n responses to ``context`` and resample until the set's diversity exceeds ``threshold``.
+        seed: int = 0, show_progress: bool = False, diversity_metric: Metric | None = None,
+        rank_by: str = "diversity", **generation_kwargs: Any) -> ThresholdResult:
+    """Sample n responses to ``context`` and resample until the set's threshold metric exceeds ``threshold``.
 
-    ``metric``: "contradictions" (number of contradiction pairs among the n(n-1); the
-    paper's default, threshold 10 of 20), "baseline" / "neutral" / "confidence" (NLI
-    Diversity), all needing ``scorer``; or any callable ``list[str] -> float``.
-    While metric <= threshold and samples_drawn < max_samples: the response absent from
-    the best-scoring (n-1)-subset is dropped (ties: the last such position) and one
-    response, sampled with nucleus ``top_p`` and a seed derived from ``seed``, takes its
-    place. NLI pairs are scored once: after a replacement only pairs with the new response.
+    ``metric`` is the threshold metric: "contradictions" (number of contradiction pairs
+    among the n(n-1); the paper's, threshold 10 of 20), "baseline" / "neutral" /
+    "confidence" (NLI Diversity), all needing ``scorer``; or any callable
+    ``list[str] -> float``. ``diversity_metric`` ranks the (n-1)-subsets and gives the
+    reported start / end diversity; by default (None) the paper's: "baseline" (Baseline
+    NLI Diversity) for an NLI threshold metric, the threshold metric itself for a callable.
+    ``rank_by="threshold"`` ranks the subsets by the threshold metric instead (start / end
+    diversity are still reported in the diversity metric, and the criterion in the threshold metric).
+
+    While the threshold metric <= threshold and samples_drawn < max_samples: the response
+    absent from the best-ranked (n-1)-subset is dropped (ties: the last such position) and
+    one response, sampled with nucleus ``top_p`` (no n-gram blocking unless
+    ``generation_kwargs`` ask for it) and a seed derived from ``seed``, takes its place. NLI
+    pairs are scored once: after a replacement only pairs with the new response.
 
     Args:
         adapter: any object with ``generate(contexts, num_return_sequences=, do_sample=, top_p=,
@@ -306,23 +367,26 @@ def diversity_threshold_generate(
         scorer: an :class:`~lightning_div.nli.NLIScorer` (or any object with ``score_pairs``);
             needed by the NLI metrics.
         n: the set size (the paper: 5).
-        threshold: stop once the metric exceeds this (the paper: 10 contradictions of 20 pairs).
+        threshold: stop once the threshold metric exceeds this (the paper: 10 contradictions of 20 pairs).
         max_samples: the most responses drawn per context, the first n included (the paper: 20).
         top_p: nucleus sampling.
-        metric: ``"contradictions"``, ``"baseline"``, ``"neutral"``, ``"confidence"`` or a
-            callable ``list[str] -> float``.
+        metric: the threshold metric: ``"contradictions"``, ``"baseline"``, ``"neutral"``,
+            ``"confidence"`` or a callable ``list[str] -> float``.
         seed: round r samples with a seed derived from (seed, r).
         show_progress: a tqdm bar over rounds.
+        diversity_metric: ranks the subsets and reports start / end diversity (None: the paper's).
+        rank_by: ``"diversity"`` (the paper) or ``"threshold"``.
         **generation_kwargs: passed on to ``adapter.generate`` (``max_new_tokens``, ...).
 
     Returns:
         A :class:`ThresholdResult`.
 
     Raises:
-        ValueError: n < 2, ``max_samples`` < n, a negative seed, an unknown metric, an NLI
-            metric without ``scorer``, a metric that returns NaN, or an adapter that returns
+        ValueError: n < 2, ``max_samples`` < n, a negative seed, an unknown metric or ``rank_by``,
+            an NLI metric without ``scorer``, a metric that returns NaN, or an adapter that returns
             the wrong number of responses.
     """
     return diversity_threshold_generate_many(
         adapter, [context], scorer=scorer, n=n, threshold=threshold, max_samples=max_samples, top_p=top_p,
-        metric=metric, seed=seed, show_progress=show_progress, **generation_kwargs)[0]
+        metric=metric, seed=seed, show_progress=show_progress, diversity_metric=diversity_metric,
+        rank_by=rank_by, **generation_kwargs)[0]

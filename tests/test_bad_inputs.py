@@ -42,7 +42,9 @@ from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.embedding import ResponseEncoder
 from lightning_div.metrics import (RUQ, DistinctN, averaged_distinct, distinct_n, expectation_adjusted_distinct,
                                    ngram_entropy, nli_diversity, ruq_score, semantic_entropy)
+from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversity
 from lightning_div.scoring import response_scores, token_logprobs_batched
+from lightning_div.threshold import NegativeMeanCosine
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "bad-input.md"
@@ -131,6 +133,13 @@ def equal(expected: Any) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         assert value == expected
     return check
+def nan_warned(run: Callable[[], Any], match: str) -> Any:
+    """``run()``'s value, asserting that it warned exactly once per undefined value (message matching ``match``)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = run()
+    assert caught and all(re.search(match, str(w.message)) for w in caught), [str(w.message) for w in caught]
+    return value
 
 
 def approx(expected: Any, **kw: Any) -> Callable[[Any], None]:
@@ -510,11 +519,16 @@ ROWS: list[Row] = [
     # -- empty list / empty file ------------------------------------------------------------
     Row(f"{M}.distinct_n / averaged_distinct / ngram_entropy", EMPTY,
         lambda res, tmp: [distinct_n([], 1), averaged_distinct([]), ngram_entropy([], 4)],
-        Returns(approx([0.0, 0.0, 0.0]), "0.0")),
+        Returns(approx([0.0, 0.0, 0.0]), "0.0 (no n-grams: a defined value, not an undefined ratio)")),
     Row(f"{M}.expectation_adjusted_distinct", EMPTY, lambda res, tmp: expectation_adjusted_distinct([], 100),
         Returns(approx(0.0), "0.0")),
     Row(f"{M}.semantic_entropy", EMPTY, lambda res, tmp: semantic_entropy([], 20), Returns(approx(0.0), "0.0")),
-    Row(f"{M}.nli_diversity", EMPTY, lambda res, tmp: nli_diversity([]), Returns(approx(0.0), "0.0")),
+    Row(f"{M}.nli_diversity", EMPTY, lambda res, tmp: nli_diversity([]), Returns(approx(0.0), "0.0 (a sum over no pairs)")),
+    Row("NegativeMeanCosine / meta_eval.similarity_to_diversity", EMPTY, lambda res, tmp: nan_warned(
+        lambda: [NegativeMeanCosine(lambda t: np.eye(len(t), 2))(["one"]),
+                 similarity_to_diversity(lambda a, b: 1.0, "sim")([])], "undefined"),
+        Returns(lambda v: all(math.isnan(x) for x in v) or pytest.fail(str(v)),
+                "NaN with a warning (fewer than 2 responses: no pair, undefined)")),
     Row(f"{M}.ruq_score", EMPTY, lambda res, tmp: ruq_score([], []),
         Raises(ValueError, r"ruq_score needs at least one prompt \(reference_scores is empty\)",
                "“ruq_score needs at least one prompt (reference_scores is empty)”")),
@@ -636,6 +650,11 @@ ROWS: list[Row] = [
                                                                     ngram_entropy([IDK] * 5, 1)],
         Returns(approx([4 / 20, 3 / 15, math.log(4)]), "exact values (5 × \"i don't know .\": distinct-1 = 0.2)")),
     Row(f"{M}.semantic_entropy", SAME, lambda res, tmp: semantic_entropy([2] * 5, 4), Returns(approx(0.0), "0.0")),
+    Row("meta_eval.dec_test_from_scores", SAME, lambda res, tmp: nan_warned(
+        lambda: dec_test_from_scores([0.5] * 4, [0.2, 0.4, 0.6, 0.8], n_boot=20), "constant over all 4 sets"),
+        Returns(lambda v: all(math.isnan(v[k]) for k in ("spearman", "p_value", "ci_low", "ci_high"))
+                or pytest.fail(str(v)), "a constant metric: Spearman's ρ, p and CI NaN (undefined, as scipy) with "
+                                        "one warning; `null` in JSON")),
     Row(f"{M}.nli_diversity", SAME, lambda res, tmp: nli_diversity(["entailment"] * 20),
         Returns(approx(-20.0), "−n(n−1) (every ordered pair entails)")),
     Row(E, SAME, lambda res, tmp: res.encoder.encode([IDK] * 5),

@@ -34,6 +34,36 @@ def test_every_config_parses(config, capsys):
         assert "devices: 2" in printed and "strategy: ddp" in printed
 
 
+PAPER_CONFIGS = sorted((ROOT / "configs" / "paper").glob("*.yaml"))
+# what each paper config must keep: the authors' settings the docs' "Paper settings" page promises
+PAPER_SETTINGS = {
+    "sem-ent-dailydialog.yaml": ["num_clusters: 20", "kmeans_seed: 27", "tokenizer: casual", "base: 2.0",
+                                 "no_repeat_ngram_size: 3", "lam: 30.0", "num_negative_contexts: 5000"],
+    "nli-diversity-dailydialog.yaml": ["n: 5", "top_p: 0.9", "threshold: 10", "max_samples: 20",
+                                       "threshold_metric: contradictions", "threshold_rank_by: diversity"],
+    "ruq-dailydialog.yaml": ["- I don't know.", "- I don't know what to do.", "num_train_prompts: null",
+                             "max_history: 1"],
+}
+
+
+def test_there_is_a_config_per_paper():
+    assert {p.name for p in PAPER_CONFIGS} >= set(PAPER_SETTINGS)
+
+
+@pytest.mark.parametrize("config", PAPER_CONFIGS, ids=lambda p: p.name)
+def test_every_paper_config_parses(config, capsys):
+    # each config names the subcommand it is for in its header: "#   lightning-div <command> --config ..."
+    (command,) = [line.split()[2] for line in config.read_text().splitlines()
+                  if line.startswith("#   lightning-div ")]
+    with pytest.raises(SystemExit) as done:
+        main([command, "--config", str(config), "--print_config"])
+    assert done.value.code in (0, None)
+    printed = capsys.readouterr().out
+    assert "DialogueLM" in printed and "DialogueDataModule" in printed and "lightning_div.callbacks" in printed
+    for setting in PAPER_SETTINGS.get(config.name, []):
+        assert setting in printed, setting
+
+
 @pytest.mark.slow
 def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the demo writes runs/demo relative to the working directory

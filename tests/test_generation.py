@@ -112,3 +112,52 @@ def test_bad_generation_arguments():
         adapter.generate(["hi"], num_return_sequences=0)
     with pytest.raises(ValueError, match="n must be"):
         generate_sets(adapter, ["hi"], 0)
+
+
+class GenerateSpy:
+    """Wraps ``model.generate`` and records the keyword arguments of every call."""
+
+    def __init__(self, model):
+        self.calls = []
+        self.inner = model.generate
+
+        def spy(*args, **kwargs):
+            self.calls.append(kwargs)
+            return self.inner(*args, **kwargs)
+
+        model.generate = spy
+
+
+BLOCKING = ("no_repeat_ngram_size", "encoder_no_repeat_ngram_size")
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_sampling_paths_reach_generate_without_ngram_blocking(kind):
+    """NLI sets, Diversity Threshold Generation and decTest sample with no blocking at all (explicit 0,
+    so a model config that blocks, like BlenderBot's, is overridden); greedy evaluation keeps its 3-gram
+    blocking (and the context's, on seq2seq); a caller may still ask for blocking while sampling."""
+    from lightning_div.meta_eval.data import build_dec_test
+    from lightning_div.threshold import diversity_threshold_generate_many
+
+    adapter = make(kind, batch_size=4)
+    spy = GenerateSpy(adapter.model)
+    ctx = contexts()[:2]
+
+    generate_sets(adapter, ctx, 3, **FORCE)
+    diversity_threshold_generate_many(adapter, ctx, n=2, threshold=10, max_samples=3, metric=lambda s: 0.0,
+                                      show_progress=False, **FORCE)
+    build_dec_test(adapter, ctx, [0.5, 1.0], n=2, show_progress=False, **FORCE)
+    assert len(spy.calls) == 1 + 2 + 2  # sets; DTG's first n and one replacement round; two temperatures
+    for kw in spy.calls:
+        assert kw["do_sample"] is True
+        assert {k: kw[k] for k in BLOCKING} == {"no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0}
+    assert [kw["top_p"] for kw in spy.calls] == [0.9, 0.9, 0.9, 1.0, 1.0]
+    assert [kw.get("temperature") for kw in spy.calls[3:]] == [0.5, 1.0]
+
+    spy.calls.clear()
+    adapter.generate(ctx, **FORCE)  # greedy evaluation decoding
+    generate_sets(adapter, ctx, 2, no_repeat_ngram_size=3, **FORCE)  # asked for
+    greedy, asked = spy.calls
+    assert greedy["do_sample"] is False and greedy["no_repeat_ngram_size"] == 3
+    assert greedy.get("encoder_no_repeat_ngram_size") == (3 if kind == "seq2seq" else None)
+    assert asked["no_repeat_ngram_size"] == 3 and asked["encoder_no_repeat_ngram_size"] == 0

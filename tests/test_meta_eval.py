@@ -25,6 +25,7 @@ from lightning_div.meta_eval import (CachedEncoder, LexicalMetric, ResponseSet, 
                                      nli_metrics, optimal_classification_accuracy, read_released_csv, read_sets,
                                      read_sets_jsonl, score_sets, similarity_to_diversity, spearman,
                                      write_sets_jsonl)
+from lightning_div.meta_eval.cli import write_results
 from lightning_div.meta_eval.stats import _spearman_rows
 from lightning_div.metrics import averaged_distinct, distinct_n
 from lightning_div.nli import NLIScorer
@@ -106,15 +107,22 @@ def test_con_test_on_scores_by_hand():
     assert got["ci_low"] <= got["spearman"] <= got["ci_high"]
 
 
-def test_constant_metric_has_rho_zero_with_a_warning_not_nan():
+def test_constant_metric_has_rho_nan_with_one_warning(tmp_path):
+    """Spearman's rho of a constant metric is undefined: NaN (as scipy says), not 0.0, and one warning."""
     sets = [["a", "b"]] * 6
-    with pytest.warns(UserWarning, match="constant over all 6 sets"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         got = dec_test(lambda s: 0.5, sets, [0.2, 0.2, 0.6, 0.6, 1.0, 1.0], show_progress=False)
-    assert (got["spearman"], got["p_value"], got["ci_low"], got["ci_high"]) == (0.0, 1.0, 0.0, 0.0)
-    json.dumps(got, allow_nan=False)  # a defined, finite report
+    assert [str(w.message) for w in caught] == [
+        "<lambda> is constant over all 6 sets: Spearman's rho is undefined, reported as NaN (p-value and "
+        "bootstrap CI too)"]
+    assert all(math.isnan(got[k]) for k in ("spearman", "p_value", "ci_low", "ci_high"))
+    assert math.isnan(spearmanr([0.5] * 6, [0.2, 0.2, 0.6, 0.6, 1.0, 1.0]).statistic)  # scipy agrees
+    written = json.loads(write_results({"metrics": {"m": got}}, tmp_path / "r.json").read_text())
+    assert written["metrics"]["m"]["spearman"] is None and written["metrics"]["m"]["ci_low"] is None  # null
     with pytest.warns(UserWarning, match="constant"):
         con = con_test(lambda s: 1.0, sets, [0, 1, 0, 1, 1, 1], show_progress=False)
-    assert con["oca"] == pytest.approx(4 / 6) and con["spearman"] == 0.0
+    assert con["oca"] == pytest.approx(4 / 6) and math.isnan(con["spearman"])
 
 
 def test_dec_test_input_is_validated():
@@ -152,8 +160,16 @@ def test_bootstrap_is_seeded_and_brackets_rho():
     assert a == bootstrap_spearman_ci(x, y, seed=5) != bootstrap_spearman_ci(x, y, seed=6)
     assert a[0] < rho < a[1] and a[1] - a[0] > 0.05
     assert bootstrap_spearman_ci(x, x) == (1.0, 1.0)  # every resample is perfectly monotone
-    # a resample where one side is constant counts as 0 (not NaN)
-    assert _spearman_rows(np.array([[1.0, 1.0, 1.0]]), np.array([[1.0, 2.0, 3.0]])).tolist() == [0.0]
+    # a resample where one side is constant has no rho (NaN), and is left out of the CI with a warning
+    assert np.isnan(_spearman_rows(np.array([[1.0, 1.0, 1.0]]), np.array([[1.0, 2.0, 3.0]]))).all()
+    x3, y3 = [1.0, 2.0, 3.0], [1.0, 3.0, 2.0]
+    idx = np.random.default_rng(0).integers(0, 3, size=(200, 3))
+    rows = _spearman_rows(np.asarray(x3)[idx], np.asarray(y3)[idx])
+    undefined = int(np.isnan(rows).sum())
+    assert 0 < undefined < 200  # 3 values resampled: many resamples repeat one value
+    with pytest.warns(UserWarning, match=f"{undefined} of 200 bootstrap resamples have a constant side"):
+        ci = bootstrap_spearman_ci(x3, y3, n_boot=200, seed=0)
+    assert ci == pytest.approx(tuple(np.quantile(rows[~np.isnan(rows)], [0.025, 0.975])))
 
 
 # ---------------------------------------------------------------- set metrics
@@ -165,7 +181,8 @@ def test_similarity_to_diversity_by_hand():
     # pairs (i > j): (1,0): {x}/{x,y,z} = 1/3; (2,0): {}/{x,y,z,w} = 0; (2,1): {z}/{x,z,w} = 1/3 -> -(2/3)/3 = -2/9
     assert div(texts) == pytest.approx(-2 / 9)
     assert div.name == "jaccard"
-    assert div(["only one"]) == 0.0 and div([]) == 0.0  # no pairs
+    with pytest.warns(RuntimeWarning, match="undefined"):  # no pairs: undefined, NaN
+        assert math.isnan(div(["only one"])) and math.isnan(div([]))
     calls = []
     similarity_to_diversity(lambda a, b: calls.append((a, b)) or 1.0)(["p", "q", "r", "s"])
     assert len(calls) == 6  # C(4, 2) unordered pairs, each once
@@ -260,13 +277,18 @@ class CountingEncoder:
 
 
 def test_sent_bert_embeds_all_sets_in_one_call_and_equals_negative_mean_cosine(pool, minilm):
-    sets = [pool[:4], pool[2:7], [pool[9]] * 3, [pool[10]], pool[:4]]
+    sets = [pool[:4], pool[2:7], [pool[9]] * 3, pool[:4]]
     counting = CountingEncoder(minilm)
     batched = score_sets(make_metrics(["sent_bert"], encoder=counting)["sent_bert"], sets)
     assert counting.calls == [8]  # pool[0..6] and pool[9]: the distinct responses of the sets with pairs, one call
     one_by_one = [NegativeMeanCosine(minilm.encode)(s) for s in sets]
     np.testing.assert_allclose(batched, one_by_one, atol=1e-6)
-    assert batched[2] == pytest.approx(-1.0) and batched[3] == 0.0  # copies; a single response has no pairs
+    assert batched[2] == pytest.approx(-1.0)  # copies
+    # a single response has no pairs: undefined (NaN, warned), and a meta-evaluation refuses to rank it
+    with pytest.warns(RuntimeWarning, match="undefined"):
+        assert math.isnan(make_metrics(["sent_bert"], encoder=minilm)["sent_bert"]([pool[10]]))
+    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match=r"sent_bert returned nan for sets\[1\]"):
+        score_sets(make_metrics(["sent_bert"], encoder=minilm)["sent_bert"], [pool[:2], [pool[10]]])
     a, b = minilm.encode(pool[:2])  # by hand for a pair: -cos(a, b)
     assert batched[0] != batched[1]
     assert make_metrics(["sent_bert"], encoder=minilm)["sent_bert"](pool[:2]) == pytest.approx(

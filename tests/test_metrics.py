@@ -172,3 +172,101 @@ def test_lexical_scores_by_name():
         lexical_scores(TEXTS, ["distinct"])
     with pytest.raises(ValueError, match="needs a vocab_size"):
         lexical_scores(TEXTS, ["ead"])
+
+
+# ---------------------------------------------------------------- the authors' tokenisations (issue 24, item 6)
+
+def test_named_tokenisers_are_the_authors_with_their_case():
+    text = "Hello!! :) I don't know. Yes."
+    assert get_tokenizer("casual")(text) == ["Hello", "!", "!", ":)", "I", "don't", "know", ".", "Yes", "."]
+    assert get_tokenizer("diversity_eval")(text) == ["Hello!!", ":)", "I", "don't", "know", "Yes"]
+    assert get_tokenizer("13a_cased")(text) == ["Hello", "!", "!", ":", ")", "I", "don't", "know", ".", "Yes", "."]
+    assert get_tokenizer("13a")(text) == [t.lower() for t in get_tokenizer("13a_cased")(text)]
+    # lowercase=True/False overrides each name's own setting
+    assert get_tokenizer("casual", lowercase=True)("Hi :D") == ["hi", ":d"]
+    assert get_tokenizer("13a", lowercase=False)("Hi") == ["Hi"]
+    # the real library, not a copy
+    from nltk.tokenize.casual import casual_tokenize
+    assert get_tokenizer("casual")("@bob soooo coool #tag <3") == casual_tokenize("@bob soooo coool #tag <3")
+    with pytest.raises(ValueError, match="tokenizer='nltk' is unknown"):
+        distinct_n(["a"], 1, tokenizer="nltk")
+
+
+def _sem_ent_authors_ent(instances, k):
+    """The Sem-Ent authors' EntKCalculator (codes/utils/ent.py): casual_tokenize, nltk ngrams, log2."""
+    from collections import Counter
+
+    from nltk.tokenize.casual import casual_tokenize
+    from nltk.util import ngrams
+
+    grams = [g for text in instances for g in ngrams(casual_tokenize(text), k)]
+    return -sum(v / len(grams) * math.log2(v / len(grams)) for v in Counter(grams).values())
+
+
+def test_ent_n_in_bits_with_casual_tokens_is_the_sem_ent_authors():
+    # the authors' own assertion in codes/utils/ent.py
+    instances = ["Hello", "Hello World", "World Hi"]
+    expected = -(4 / 5 * math.log2(2 / 5) + 1 / 5 * math.log2(1 / 5))
+    assert ngram_entropy(instances, 1, base=2, tokenizer="casual") == pytest.approx(expected, abs=1e-12)
+    texts = ["Hello!! How are you? :)", "I don't know... I DON'T know", "hello how are you", ""]
+    for k in (1, 2, 3):
+        assert ngram_entropy(texts, k, base=2, tokenizer="casual") == pytest.approx(_sem_ent_authors_ent(texts, k))
+    # one argument, by name too: the bits are the nats / ln 2
+    got = lexical_scores(texts, ["ent_2"], tokenizer="casual", base=2)["ent_2"]
+    assert got == pytest.approx(lexical_scores(texts, ["ent_2"], tokenizer="casual")["ent_2"] / math.log(2))
+    # case kept: "Hello" and "hello" are two unigrams for the authors, one for our lowercased default
+    assert distinct_n(["Hello", "hello"], 1, tokenizer="casual") == 1.0
+    assert distinct_n(["Hello", "hello"], 1) == 0.5
+
+
+def test_diversity_eval_split_reproduces_the_authors_example():
+    # diversity_metrics.py's own example set: distinct-3 over lines_to_ngrams(n=3)
+    resp_set = ["i am going", "i am going", "lets go i i"]
+    assert distinct_n(resp_set, 3, tokenizer="diversity_eval") == pytest.approx(3 / 4)
+    # n=1: 10 tokens, 5 unique; n=2: 7 bigrams, 5 unique; n=3: 3/4; n=4: 1/1; n=5: none -> 0
+    assert averaged_distinct(resp_set, tokenizer="diversity_eval") == pytest.approx((1 / 2 + 5 / 7 + 3 / 4 + 1) / 5)
+    # periods vanish ("going." is "going"), case is kept
+    assert distinct_n(["I am going.", "i am going"], 1, tokenizer="diversity_eval") == pytest.approx(4 / 6)
+
+
+def test_ead_case_sensitive_13a():
+    # "The cat" / "the cat": C = 4 tokens; V = 10 -> expected unique 10 (1 - 0.9^4) = 3.439
+    expected = 10 * (1 - 0.9 ** 4)
+    assert expectation_adjusted_distinct(["The cat", "the cat"], 10, tokenizer="13a_cased") == pytest.approx(3 / expected)
+    assert expectation_adjusted_distinct(["The cat", "the cat"], 10) == pytest.approx(2 / expected)
+    assert count_vocab(["The cat", "the cat"], tokenizer="13a_cased") == 3
+
+
+def test_lowercase_is_honoured_by_the_ngram_cosine_similarity():
+    from lightning_div.meta_eval import make_metrics, ngram_cosine_similarity
+
+    # n=1: {I, am} vs {i, am}: cosine 1/2; n=2: nothing shared; n=3..5: no n-grams -> 0. Mean 0.1.
+    assert ngram_cosine_similarity("I am", "i am", tokenizer="diversity_eval") == pytest.approx(0.1)
+    assert ngram_cosine_similarity("I am", "i am", lowercase=False) == pytest.approx(0.1)
+    # lowercased: identical at n = 1 and 2 -> (1 + 1) / 5
+    assert ngram_cosine_similarity("I am", "i am") == pytest.approx(0.4)
+    assert ngram_cosine_similarity("I am", "i am", tokenizer="diversity_eval", lowercase=True) == pytest.approx(0.4)
+    cos = make_metrics(["cos_sim"], tokenizer="diversity_eval")["cos_sim"]
+    assert cos(["I am", "i am"]) == pytest.approx(-0.1)
+
+
+def test_utterance_level_distinct_is_the_distinct_n_package():
+    from lightning_div.metrics import distinct_n_utterance
+
+    def package_sentence_level(tokens, n):  # neural-dialogue-metrics/Distinct-N, distinct_n_sentence_level
+        return len(set(zip(*(tokens[i:] for i in range(n))))) / len(tokens) if tokens else 0.0
+
+    texts = ["a b a", "c", ""]
+    # n=1: 2/3, 1/1, 0 (empty) -> 5/9; n=2: "a b a" 2 bigrams / 3 tokens, "c" 0 / 1, "" 0 -> 2/9
+    assert distinct_n_utterance(texts, 1) == pytest.approx(5 / 9)
+    assert distinct_n_utterance(texts, 2) == pytest.approx(2 / 9)
+    assert distinct_n(texts, 2) == 1.0  # corpus level: 2 bigrams, both unique
+    real = ["I do not know.", "I do not care!", "yes yes yes", "ok"]
+    for n in (1, 2, 3):
+        expected = np.mean([package_sentence_level(get_tokenizer()(t), n) for t in real])
+        assert distinct_n_utterance(real, n) == pytest.approx(expected)
+    assert distinct_n_utterance([], 2) == 0.0
+    scores = lexical_scores(texts, ["distinct_2", "distinct_2_utt"])
+    assert scores == pytest.approx({"distinct_2": 1.0, "distinct_2_utt": 2 / 9})
+    with pytest.raises(ValueError, match="distinct_<n>_utt"):
+        lexical_scores(texts, ["distinct_utt"])

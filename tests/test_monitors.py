@@ -159,8 +159,11 @@ def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
     assert abs(row["val/nli_div_confidence"]) <= pairs
     assert n <= row["val/threshold_samples_drawn"] <= 5
     assert 0.0 <= row["val/threshold_reached"] <= 1.0
-    assert row["val/threshold_end_diversity"] >= row["val/threshold_start_diversity"] or \
+    # the stopping rule reads the criterion (#contradictions); the diversity is Baseline NLI Diversity
+    assert row["val/threshold_end_criterion"] >= row["val/threshold_start_criterion"] or \
         row["val/threshold_samples_drawn"] == 5
+    assert 0 <= row["val/threshold_start_criterion"] <= pairs
+    assert -pairs <= row["val/threshold_start_diversity"] <= pairs and -pairs <= row["val/threshold_end_diversity"]
 
 
 def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):
@@ -207,3 +210,14 @@ def test_the_validated_epoch_is_checkpointed(tmp_path):
         del state["validated_epoch"]  # a checkpoint from before this field: measured as before
         fresh.load_state_dict(state)
         assert fresh._validated_epoch is None
+
+
+def test_lexical_options_are_checked_and_reach_the_metrics():
+    from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+
+    with pytest.raises(ValueError, match=r"lexical_options \['unit'\] are unknown"):
+        SemanticDiversityMonitor(lexical_options={"unit": "bits"})
+    mon = SemanticDiversityMonitor(lexical_metrics=["distinct_1", "distinct_2_utt", "ent_1"],
+                                   lexical_options={"tokenizer": "casual", "base": 2})
+    assert mon.lexical_metrics == ["distinct_1", "distinct_2_utt", "ent_1"]
+    assert mon.lexical_options == {"tokenizer": "casual", "base": 2}

@@ -48,8 +48,10 @@ def test_drops_known_by_hand_until_the_threshold_is_passed():
     # [x1, y2, w3] = 6.  Subsets: 5, 4, 3 -> drop position 0 (x:1).
     # [v5, y2, w3] = 10, still <= 10.  Subsets: 5, 8, 7 -> drop position 1 (y:2).
     # [v5, u4, w3] = 12 > 10: done after 3 + 3 samples.
-    assert result.steps == [ThresholdStep(2, "z:1", "w:3", 3.0, 6.0), ThresholdStep(0, "x:1", "v:5", 5.0, 10.0),
-                            ThresholdStep(1, "y:2", "u:4", 8.0, 12.0)]
+    # a callable threshold metric is also the diversity metric (the paper's distinct-n / Sent-BERT runs)
+    assert result.steps == [ThresholdStep(2, "z:1", "w:3", 3.0, 6.0, 6.0), ThresholdStep(0, "x:1", "v:5", 5.0, 10.0, 10.0),
+                            ThresholdStep(1, "y:2", "u:4", 8.0, 12.0, 12.0)]
+    assert (result.start_criterion, result.end_criterion) == (4.0, 12.0)
     assert result.responses == ["v:5", "u:4", "w:3"]
     assert result.start_responses == ["x:1", "y:2", "z:1"]
     assert (result.start_diversity, result.end_diversity, result.samples_drawn, result.reached) == (4.0, 12.0, 6, True)
@@ -94,6 +96,7 @@ def test_many_contexts_share_rounds_and_match_one_at_a_time():
         assert alone == result
     assert threshold_stats(results) == pytest.approx({
         "threshold_start_diversity": (4 + 18 + 0) / 3, "threshold_end_diversity": (12 + 18 + 11) / 3,
+        "threshold_start_criterion": (4 + 18 + 0) / 3, "threshold_end_criterion": (12 + 18 + 11) / 3,
         "threshold_samples_drawn": (6 + 3 + 4) / 3, "threshold_reached": 1.0})
 
 
@@ -171,8 +174,9 @@ def test_nli_variants_as_the_metric():
     assert (result.start_diversity, result.end_diversity) == (2.0, 4.0)
     gen = ScriptedGenerator({"ctx": ["A1", "A1", "B1", "A2"]})
     result = diversity_threshold_generate(gen, "ctx", scorer=TopicScorer(), n=3, threshold=1.5, metric="confidence")
-    # confidence = 0.8 x baseline here: start 1.6 > 1.5, no resampling
-    assert result.start_diversity == pytest.approx(1.6) and result.samples_drawn == 3
+    # confidence = 0.8 x baseline here: start 1.6 > 1.5, no resampling; reported in Baseline NLI Diversity: 2
+    assert result.start_criterion == pytest.approx(1.6) and result.samples_drawn == 3
+    assert result.start_diversity == result.end_diversity == 2.0
 
 
 def test_nli_path_with_a_real_model_reuses_consistent_predictions():
@@ -214,7 +218,8 @@ def test_negative_mean_cosine_by_hand_and_encodes_each_text_once():
     assert metric(["a", "b", "c"]) == pytest.approx(-math.sqrt(2) / 3)
     assert metric(["a", "c"]) == pytest.approx(-1 / math.sqrt(2))
     assert metric(["a", "a"]) == pytest.approx(-1.0)
-    assert metric(["b"]) == 0.0
+    with pytest.warns(RuntimeWarning, match="set of 1 response"):  # no pair: undefined, not 0.0
+        assert math.isnan(metric(["b"]))
     assert seen == [["a", "b", "c"]]
     with pytest.raises(ValueError, match="zero or non-finite"):
         NegativeMeanCosine(lambda t: np.zeros((len(t), 2)))(["x", "y"])
@@ -266,3 +271,43 @@ def test_nli_results_compare_equal_across_batched_and_single_runs():
                                              threshold=3)
         assert alone == result and alone.end_set == result.end_set
     assert many[0].end_set != many[1].end_set
+
+
+def test_paper_procedure_ranks_and_reports_with_baseline_and_stops_on_contradictions():
+    """Stasaski & Hearst section 5 / Table 4, worked by hand with the TopicScorer stub
+    (same text: entailment, same letter: neutral, other letter: contradiction).
+
+    Start [A2, A2, A1]: pairs A2-A2 entail x2, A2-A1 neutral x4 -> 0 contradictions (<= 2, resample),
+    Baseline NLI Diversity = -2. Subsets without position 0 / 1 / 2: [A2, A1] (baseline 0, 0 contradictions),
+    [A2, A1] (0, 0), [A2, A2] (-2, 0).
+      by Baseline (default): best 0 at positions 0 and 1 -> drop the last, position 1 -> [A2, B1, A1]:
+        4 contradictions (> 2, done), baseline 4 - 0 = 4.
+      by the threshold metric: three-way tie at 0 -> drop position 2 (A1) -> [A2, A2, B1]:
+        4 contradictions, baseline 4 - 2 = 2.
+    """
+    script = {"ctx": ["A2", "A2", "A1", "B1"]}
+    paper = diversity_threshold_generate(ScriptedGenerator(script), "ctx", scorer=TopicScorer(), n=3, threshold=2)
+    assert paper.responses == ["A2", "B1", "A1"]
+    assert paper.steps == [ThresholdStep(1, "A2", "B1", 0.0, 4.0, 4.0)]
+    assert (paper.start_diversity, paper.end_diversity) == (-2.0, 4.0)  # Baseline NLI Diversity, can be < 0
+    assert (paper.start_criterion, paper.end_criterion, paper.reached, paper.samples_drawn) == (0.0, 4.0, True, 4)
+
+    old = diversity_threshold_generate(ScriptedGenerator(script), "ctx", scorer=TopicScorer(), n=3, threshold=2,
+                                       rank_by="threshold")
+    assert old.responses == ["A2", "A2", "B1"]
+    assert old.steps == [ThresholdStep(2, "A1", "B1", 0.0, 2.0, 4.0)]
+    assert (old.start_diversity, old.end_diversity, old.start_criterion, old.end_criterion) == (-2.0, 2.0, 0.0, 4.0)
+
+    stats = threshold_stats([paper, old])  # what the monitor logs: both metrics
+    assert stats == pytest.approx({"threshold_start_diversity": -2.0, "threshold_end_diversity": 3.0,
+                                   "threshold_start_criterion": 0.0, "threshold_end_criterion": 4.0,
+                                   "threshold_samples_drawn": 4.0, "threshold_reached": 1.0})
+
+    # any other diversity metric: here the neutral variant ranks (A2-A1 neutral +1) and reports
+    neutral = diversity_threshold_generate(ScriptedGenerator(script), "ctx", scorer=TopicScorer(), n=3, threshold=2,
+                                           diversity_metric="neutral")
+    assert (neutral.start_diversity, neutral.end_diversity) == (-2.0 + 4.0, 4.0 + 2.0)
+    with pytest.raises(ValueError, match="rank_by='best' is unknown"):
+        diversity_threshold_generate(ScriptedGenerator(script), "ctx", scorer=TopicScorer(), rank_by="best")
+    with pytest.raises(ValueError, match="diversity_metric='baseline' needs an NLI scorer"):
+        diversity_threshold_generate(ScriptedGenerator(script), "ctx", metric=value_sum, diversity_metric="baseline")

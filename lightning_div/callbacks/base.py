@@ -59,18 +59,31 @@ class DiversityCallback(Callback):
         show_progress: progress bars for the long steps.
         on_error: "warn" (default) skips the epoch's measurement with a warning so training
             continues; "raise" re-raises.
+        name: tells several instances of one callback in a Trainer apart (e.g. Sem-Ent with two
+            encoders, RUQ with two IDK lists): every key it logs is prefixed, ``<name>/val/ruq``,
+            and it is part of the checkpoint :attr:`state_key`. None (default): keys as documented.
+
+    Checkpointing: the state is saved under :attr:`state_key`, built from the instance's
+    identifying arguments as Lightning's ``EarlyStopping`` / ``ModelCheckpoint`` build theirs,
+    so two instances never overwrite each other's state; a checkpoint written before the key
+    had arguments (state under the bare class name) still loads into a single instance.
     """
 
-    name = "diversity"
+    #: What the callback is, for ``timing/<kind>_s`` and warnings; set by each subclass.
+    kind = "diversity"
 
     def __init__(self, every_n_epochs: int = 1, seed: int = 0, model_attr: str = "model",
                  tokenizer_attr: str = "tokenizer", format: DialogueFormat | None = None, batch_size: int = 32,
                  max_new_tokens: int = 32, dirpath: str | None = None, show_progress: bool = True,
-                 on_error: str = "warn") -> None:
+                 on_error: str = "warn", name: str | None = None) -> None:
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         if on_error not in ("warn", "raise"):
             raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+        if name is not None and (not isinstance(name, str) or not name.strip() or name != name.strip()):
+            raise ValueError(f"name must be None or a non-empty string without surrounding spaces (it prefixes "
+                             f"the logged keys), got {name!r}")
+        self.name = name
         self.every_n_epochs = every_n_epochs
         self.seed = seed
         self.model_attr = model_attr
@@ -85,7 +98,46 @@ class DiversityCallback(Callback):
         self._warned: set[str] = set()  # this run's warnings (emptied at each setup): see warnings_of_run
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._warned = set()  # a new fit/validate call is a new run: its warnings are shown again --------------------------------------------------------------------------
+        self._warned = set()  # a new fit/validate call is a new run: its warnings are shown again
+
+    # -- identity: logged keys and checkpoint state ----------------------------------------------
+
+    def log_key(self, key: str) -> str:
+        """``key`` as this instance logs it: ``<name>/<key>`` when a name is set."""
+        return f"{self.name}/{key}" if self.name else key
+
+    def state_key_args(self) -> dict[str, Any]:
+        """The arguments that identify this instance in a checkpoint (subclasses add theirs)."""
+        return {"name": self.name}
+
+    @property
+    def state_key(self) -> str:
+        """``ClassName{identifying arguments}``, like ``EarlyStopping``'s ``state_key``."""
+        return self._generate_state_key(**self.state_key_args())
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        # Checkpoints written before the state key had arguments keep the state under the bare class
+        # name: hand it to this instance when it is the only one of its class (otherwise whose is it?).
+        states = checkpoint.get("callbacks")
+        legacy = type(self).__qualname__
+        if not isinstance(states, dict) or self.state_key in states or legacy not in states:
+            return
+        if sum(type(cb) is type(self) for cb in trainer.callbacks) == 1:
+            states[self.state_key] = states[legacy]
+        else:
+            warn_once(f"legacy-state:{legacy}", f"the checkpoint holds one {legacy} state under the old key "
+                      f"{legacy!r} but this Trainer has several {legacy}s: none of them restores it")
+
+    def check_unique_keys(self, trainer: pl.Trainer) -> None:
+        """Two instances of one class without distinct names would log over each other's keys: an error."""
+        same = [cb for cb in trainer.callbacks if type(cb) is type(self) and cb.name == self.name]
+        if len(same) > 1:
+            raise ValueError(f"{len(same)} {type(self).__name__}s in this Trainer have name={self.name!r}, so they "
+                             f"would log the same keys (and one would overwrite the other's): give each its own "
+                             f"name=... (it prefixes the keys: '<name>/val/...')")
+
+    # -- where things are --------------------------------------------------------------------------
 
     def cache_dir(self, trainer: pl.Trainer) -> Path:
         # Not ".../lightning_div": run from a source checkout, that would write into the package itself.
@@ -134,6 +186,7 @@ class DiversityCallback(Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # A module the callbacks cannot reach is a configuration error: say so now, not after an epoch.
+        self.check_unique_keys(trainer)
         self.adapter(pl_module)
 
     # -- when ----------------------------------------------------------------------------------------
@@ -148,7 +201,10 @@ class DiversityCallback(Callback):
 
     @contextmanager
     def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
-        """Times the block, logs what it put in the yielded dict plus ``timing/<name>_s``; isolates failures."""
+        """Times the block, logs what it put in the yielded dict plus ``timing/<kind>_s``; isolates failures.
+
+        Keys are prefixed by :meth:`log_key` when the instance has a ``name``.
+        """
         with warnings_of_run(self._warned):
             yield from self._measuring(trainer, pl_module, what)
 
@@ -160,12 +216,13 @@ class DiversityCallback(Callback):
         except Exception as err:
             if self.on_error == "raise":
                 raise
-            warn_once(f"{self.name}:{what}:{type(err).__name__}",
-                      f"{type(self).__name__} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
+            label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
+            warn_once(f"{self.kind}:{self.name}:{what}:{type(err).__name__}",
+                      f"{label} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
                       f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}")
             metrics.clear()
-        metrics[f"timing/{self.name}_s"] = time.perf_counter() - start
-        logged = log_scalars(pl_module, metrics, type(self).__name__)
+        metrics[f"timing/{self.kind}_s"] = time.perf_counter() - start
+        logged = log_scalars(pl_module, {self.log_key(k): v for k, v in metrics.items()}, type(self).__name__)
         self.history.append({"epoch": float(trainer.current_epoch), **logged})
 
     # -- checkpointing -------------------------------------------------------------------------------

@@ -17,6 +17,20 @@ import numpy as np
 import pytorch_lightning as pl
 
 
+def describe(value: Any) -> str | None:
+    """A stable text for a checkpoint state key: the name/path given, else the object's ``name``, else its type.
+
+    Never ``repr`` of an object (it holds a memory address, which would change between the
+    run that saved a checkpoint and the run that resumes from it).
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    name = getattr(value, "name", None)
+    return name if isinstance(name, str) and name else type(value).__name__
+
+
 @dataclass
 class ClusterSpec:
     """Which encoder and clusters a callback uses; builds and caches them lazily."""
@@ -30,6 +44,13 @@ class ClusterSpec:
     clusters_path: str | None = None
     _encoder: Any = field(default=None, repr=False)
     _clusters: Any = field(default=None, repr=False)
+
+    def identity(self) -> dict[str, Any]:
+        """What tells two callbacks' semantic spaces apart, for their checkpoint state keys."""
+        out: dict[str, Any] = {"encoder": describe(self.encoder), "num_clusters": self.num_clusters}
+        if isinstance(self.clusters, (str, Path)):
+            out["clusters"] = describe(self.clusters)
+        return out
 
     def get_encoder(self, pl_module: pl.LightningModule, batch_size: int, show_progress: bool) -> Any:
         """The ResponseEncoder (a name/path is loaded once, on the module's device)."""

@@ -64,7 +64,7 @@ class DRESSReweighting(DiversityCallback):
         ValueError: an unknown ``mode``, or ``mode="sampler"`` with ``negatives=True``.
     """
 
-    name = "dress"
+    kind = "dress"
 
     def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None, num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, lam: float = 30.0, normalize: bool = False,
@@ -164,7 +164,10 @@ class DRESSReweighting(DiversityCallback):
         ax.set_xlabel("DRESS sample weight")
         ax.set_ylabel("examples")
         ax.set_title(f"DRESS weights, epoch {trainer.current_epoch} (lambda={self.lam})")
-        log_figure(trainer, "dress/weight_histogram", fig, self.output_dir(trainer))
+        log_figure(trainer, self.log_key("dress/weight_histogram"), fig, self.output_dir(trainer))
+
+    def state_key_args(self) -> dict[str, Any]:
+        return {**super().state_key_args(), **self.spec.identity(), "lam": self.lam}
 
     def settings(self) -> dict[str, Any]:
         """What the checkpointed weights and negatives depend on: a change makes them stale on resume."""

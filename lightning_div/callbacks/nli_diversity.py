@@ -19,9 +19,12 @@ class NLIDiversityMonitor(ValidationMonitor):
     Logs the mean over contexts of ``val/nli_div_baseline``, ``val/nli_div_neutral``,
     ``val/nli_div_confidence`` and the per-class pair counts ``val/nli_pairs_entailment``
     / ``_neutral`` / ``_contradiction``. With ``threshold_generation=True`` it also runs
-    Diversity Threshold Generation and logs ``val/threshold_start_diversity``,
-    ``val/threshold_end_diversity``, ``val/threshold_samples_drawn`` and
-    ``val/threshold_reached``. Generation and NLI scoring are sharded by batch across
+    Diversity Threshold Generation and logs ``val/threshold_start_diversity`` and
+    ``val/threshold_end_diversity`` (in Baseline NLI Diversity by default, as the paper's
+    Table 4 reports them: comparable with its numbers, and possibly negative),
+    ``val/threshold_start_criterion`` and ``val/threshold_end_criterion`` (the threshold
+    metric, by default the number of contradiction pairs), ``val/threshold_samples_drawn``
+    and ``val/threshold_reached``. Generation and NLI scoring are sharded by batch across
     processes, so values are identical on 1 and N processes.
 
     Args:
@@ -33,23 +36,36 @@ class NLIDiversityMonitor(ValidationMonitor):
         threshold_generation: also run Diversity Threshold Generation.
         threshold: its threshold (the paper: more than 10 contradictions of 20 pairs).
         max_samples: its budget of sampled responses per context (the paper: 20).
-        threshold_metric: the metric the threshold applies to (see
+        threshold_metric: the metric the threshold applies to, which decides when to stop (see
             :func:`~lightning_div.threshold.diversity_threshold_generate`).
+        threshold_diversity_metric: the metric that ranks the (n-1)-subsets and reports start /
+            end diversity; None = the paper's (Baseline NLI Diversity for an NLI threshold metric).
+        threshold_rank_by: "diversity" (the paper) or "threshold" (rank the subsets by the
+            threshold metric).
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
         scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
-    name = "nli_diversity"
+    kind = "nli_diversity"
 
     def __init__(self, scorer: ScorerSource = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
                  top_p: float = 0.9, generation_kwargs: Options | None = None,
                  threshold_generation: bool = False, threshold: float = 10, max_samples: int = 20,
-                 threshold_metric: str = "contradictions", val_pairs: PairsSource | None = None,
+                 threshold_metric: str = "contradictions", threshold_diversity_metric: str | None = None,
+                 threshold_rank_by: str = "diversity", val_pairs: PairsSource | None = None,
                  scorer_kwargs: Options | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if n < 2:
             raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")
+        from lightning_div.threshold import NLI_METRICS, RANK_BY
+
+        for arg, value in (("threshold_metric", threshold_metric), ("threshold_diversity_metric",
+                                                                  threshold_diversity_metric)):
+            if value is not None and value not in NLI_METRICS:
+                raise ValueError(f"{arg}={value!r} is unknown; use one of {NLI_METRICS}")
+        if threshold_rank_by not in RANK_BY:
+            raise ValueError(f"threshold_rank_by={threshold_rank_by!r} is unknown; use one of {RANK_BY}")
         if threshold_generation and max_samples < n:
             raise ValueError(f"max_samples ({max_samples}) must be >= n ({n}): it counts the first n samples")
         self.scorer_arg = scorer
@@ -62,6 +78,8 @@ class NLIDiversityMonitor(ValidationMonitor):
         self.threshold = threshold
         self.max_samples = max_samples
         self.threshold_metric = threshold_metric
+        self.threshold_diversity_metric = threshold_diversity_metric
+        self.threshold_rank_by = threshold_rank_by
         self.val_pairs_arg = val_pairs
         self._scorer: Any = None
         self._indices: list[int] | None = None
@@ -122,12 +140,18 @@ class NLIDiversityMonitor(ValidationMonitor):
             results = diversity_threshold_generate_many(
                 adapter, batch, scorer, n=self.n, threshold=self.threshold, max_samples=self.max_samples,
                 top_p=self.top_p, metric=self.threshold_metric, seed=self.seed, show_progress=False,
+                diversity_metric=self.threshold_diversity_metric, rank_by=self.threshold_rank_by,
                 **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")})
             return [r.stats() for r in results]
 
         rows = distributed_map(dtg, contexts, per_batch, sort_key=key, show_progress=self.show_progress,
                                desc="Diversity Threshold Generation")
         m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
+
+    def state_key_args(self) -> dict[str, Any]:
+        from lightning_div.callbacks.clusters import describe
+
+        return {**super().state_key_args(), "scorer": describe(self.scorer_arg), "n": self.n}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices,

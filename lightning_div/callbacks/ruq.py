@@ -45,7 +45,7 @@ class RUQMonitor(ValidationMonitor):
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
-    name = "ruq"
+    kind = "ruq"
 
     def __init__(self, idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
                  num_train_prompts: int | None = 256, num_val_prompts: int | None = 256,
@@ -144,7 +144,7 @@ class RUQMonitor(ValidationMonitor):
         ax.set_title(f"RUQ: per-position log-probability, epoch {trainer.current_epoch}")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-        log_figure(trainer, "val/ruq_plot", fig, self.output_dir(trainer))
+        log_figure(trainer, self.log_key("val/ruq_plot"), fig, self.output_dir(trainer))
 
     def _alerts(self, value: float) -> float:
         reasons = []
@@ -190,6 +190,9 @@ class RUQMonitor(ValidationMonitor):
         """What the checkpointed samples and last value depend on: a change makes them stale on resume."""
         return {"idk_responses": list(self.idk_responses), "num_train_prompts": self.num_train_prompts,
                 "num_val_prompts": self.num_val_prompts, "seed": self.seed}
+
+    def state_key_args(self) -> dict[str, Any]:
+        return {**super().state_key_args(), "idk_responses": tuple(self.idk_responses)}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": dict(self._indices), "last_val_ruq": self.last_val_ruq,

@@ -28,8 +28,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
     3-gram blocking by default; sharded across processes and gathered), embed, assign
     clusters, and log ``val/sem_ent``, the lexical metrics (``val/distinct_1`` ...
     ``val/ead``), once ``val/sem_ent_gold`` (Sem-Ent of the gold responses of the same
-    contexts: the ceiling to compare with), a generated-vs-gold cluster histogram
-    figure and a table of ``log_samples`` example responses with their cluster ids.
+    contexts, to compare with; not a ceiling: that is ln k), a generated-vs-gold cluster
+    histogram figure and a table of ``log_samples`` example responses with their cluster ids.
 
     Args:
         encoder: model name/path for :class:`~lightning_div.embedding.ResponseEncoder`, or an encoder.
@@ -39,7 +39,11 @@ class SemanticDiversityMonitor(ValidationMonitor):
         kmeans_seed: faiss k-means seed (paper: 27).
         num_contexts: size of the fixed validation sample (None = all).
         generation_kwargs: overrides of the greedy + no_repeat_ngram_size=3 default.
-        lexical_metrics: which of distinct_<n>, avg_distinct, ent_<n>, ead to add.
+        lexical_metrics: which of distinct_<n> (corpus level), distinct_<n>_utt (utterance level),
+            avg_distinct, ent_<n>, ead to add.
+        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics (see
+            :func:`~lightning_div.metrics.lexical_scores`); the Sem-Ent paper's Ent-n / Dist-n:
+            ``{"tokenizer": "casual", "base": 2}``. Default: 13a lowercased, Ent-n in nats.
         vocab_size: V of EAD; default: counted from the gold training responses.
         log_samples: how many example responses go in the table (0 = none).
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
@@ -49,7 +53,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
-    name = "semantic_diversity"
+    kind = "semantic_diversity"
 
     def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None, num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, num_contexts: int | None = 256,
@@ -57,8 +61,13 @@ class SemanticDiversityMonitor(ValidationMonitor):
                  lexical_metrics: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None,
                  log_samples: int = 8, val_pairs: PairsSource | None = None,
                  gold_responses: ResponsesSource | None = None,
-                 encoder_kwargs: Options | None = None, **kwargs: Any) -> None:
+                 encoder_kwargs: Options | None = None, lexical_options: Options | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.lexical_options = dict(lexical_options or {})
+        bad = sorted(set(self.lexical_options) - {"tokenizer", "lowercase", "base"})
+        if bad:
+            raise ValueError(f"lexical_options {bad} are unknown; use tokenizer, lowercase, base")
         self.spec = ClusterSpec(encoder=encoder, clusters=clusters, num_clusters=num_clusters,
                                 variance_kept=variance_kept, kmeans_seed=kmeans_seed, encoder_kwargs=encoder_kwargs)
         self.num_contexts = num_contexts
@@ -109,7 +118,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
                                                    self.batch_size, self.show_progress)
         if self.vocab_size is None and "ead" in self.lexical_metrics:
             gold = self.gold_responses(trainer)
-            self.vocab_size = count_vocab(gold if gold else [p.response for p in self._sample])
+            self.vocab_size = count_vocab(gold if gold else [p.response for p in self._sample],
+                                          self.lexical_options.get("tokenizer", "13a"),
+                                          self.lexical_options.get("lowercase"))
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
@@ -130,7 +141,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
             gold_ids = self.clusters.assign(encoder.encode([p.response for p in sample]))
             m["val/sem_ent"] = semantic_entropy(ids, k)
             m.update({f"val/{name}": v for name, v in
-                      lexical_scores(responses, self.lexical_metrics, self.vocab_size).items()})
+                      lexical_scores(responses, self.lexical_metrics, self.vocab_size,
+                                     **self.lexical_options).items()})
             if not self._gold_logged:
                 m["val/sem_ent_gold"] = semantic_entropy(gold_ids, k)
                 self._gold_logged = True
@@ -158,11 +170,11 @@ class SemanticDiversityMonitor(ValidationMonitor):
         ax.set_ylabel("share of responses")
         ax.set_title(f"Semantic clusters, epoch {trainer.current_epoch}")
         ax.legend()
-        log_figure(trainer, "val/cluster_histogram", fig, out)
+        log_figure(trainer, self.log_key("val/cluster_histogram"), fig, out)
         if self.log_samples > 0:
             rows = [[p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
                     for p, r, c, g in list(zip(sample, responses, ids, gold_ids))[: self.log_samples]]
-            log_table(trainer, "val/samples", ["context (last turn)", "generated", "cluster", "gold", "gold cluster"],
+            log_table(trainer, self.log_key("val/samples"), ["context (last turn)", "generated", "cluster", "gold", "gold cluster"],
                       rows, out)
 
     # -- checkpointing --------------------------------------------------------------------------
@@ -172,6 +184,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
         return {"encoder": encoder_label(self.spec.encoder), "num_clusters": self.spec.num_clusters,
                 "variance_kept": self.spec.variance_kept, "kmeans_seed": self.spec.kmeans_seed,
                 "num_contexts": self.num_contexts, "seed": self.seed}
+
+    def state_key_args(self) -> dict[str, Any]:
+        return {**super().state_key_args(), **self.spec.identity()}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices, "clusters_path": self.spec.clusters_path,

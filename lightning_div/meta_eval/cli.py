@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without --clusters, fit K clusters on the file's own responses (default: %(default)s)")
     p.add_argument("--nli-model", default="roberta-large-mnli", help="NLI model for nli_* (default: %(default)s)")
     p.add_argument("--vocab-size", type=int, help="V for ead (default: counted from the file's responses)")
+    add_tokenizer_arguments(p)
     p.add_argument("--batch-size", type=int, default=32, help="batch size of the encoder and the NLI model")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the CI (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
@@ -51,6 +53,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="DIR", help="write one PNG per metric here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
+
+
+def add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
+    """``--tokenizer``, ``--lowercase`` / ``--no-lowercase`` and ``--ent-base``, shared with ``lightning-div score``."""
+    from lightning_div.text import TOKENIZER_NAMES
+
+    p.add_argument("--tokenizer", default="13a", choices=TOKENIZER_NAMES,
+                   help="tokenisation of the lexical metrics: 13a (default, lowercased), casual (nltk casual_tokenize, "
+                        "case kept: the Sem-Ent authors'), diversity_eval (strip '.', split on spaces, case kept: "
+                        "Tevet & Berant's), 13a_cased (EAD's), whitespace")
+    p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                   help="lowercase before tokenising (default: the tokenizer's own setting)")
+    p.add_argument("--ent-base", type=float, default=math.e, metavar="BASE",
+                   help="logarithm base of Ent-n: e (default, nats) or 2 (bits, as the Sem-Ent paper reports)")
 
 
 def default_encoder_path() -> str:
@@ -69,7 +85,8 @@ def _resources(names: Sequence[str], data: MetaEvalData, args: argparse.Namespac
     if "ead" in names:
         from lightning_div.metrics import count_vocab
 
-        out["vocab_size"] = args.vocab_size or count_vocab([r for s in data.sets for r in s.responses])
+        out["vocab_size"] = args.vocab_size or count_vocab([r for s in data.sets for r in s.responses],
+                                                           args.tokenizer, args.lowercase)
     if "sem_ent" in names or "sent_bert" in names:
         from lightning_div.embedding import ResponseEncoder
 
@@ -110,10 +127,24 @@ def format_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _json_safe(value: Any) -> Any:
+    """NaN (an undefined value, e.g. Spearman's rho of a constant metric) as None; infinity is refused."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            raise ValueError(f"{value} is not a valid result value")
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def write_results(report: Mapping[str, Any], path: str | Path) -> Path:
-    """The report as JSON (refuses NaN / infinity rather than writing invalid JSON)."""
+    """The report as valid JSON: an undefined value (NaN) is written as ``null``; infinity is refused."""
     path = Path(path)
-    return atomic_write_text(path, json.dumps(report, indent=2, allow_nan=False) + "\n")
+    return atomic_write_text(path, json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -131,7 +162,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sets, parameters = data.responses, data.parameters
     if test == "con":
         check_binary_labels(parameters, f"{args.data}: label_value")  # before any model is loaded
-    metrics = make_metrics(computed, **_resources(computed, data, args))
+    metrics = make_metrics(computed, tokenizer=args.tokenizer, lowercase=args.lowercase, base=args.ent_base,
+                           **_resources(computed, data, args))
     common = {"n_boot": args.n_boot, "seed": args.seed}
     results = {}
     for name in names:

@@ -20,14 +20,14 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from lightning_div.formatting import Context
-from lightning_div.generation import generate_sets
+from lightning_div.generation import NO_BLOCKING, generate_sets
 from lightning_div.io import atomic_write
 from lightning_div.meta_eval.stats import infer_test
 from lightning_div.threshold import ResponseGenerator, derive_seed
 
 # Pure temperature sampling, as in the paper's decTest: no nucleus / top-k truncation and no
 # n-gram blocking, so the temperature alone moves the diversity. Keywords override these.
-DEC_TEST_SAMPLING: dict[str, Any] = {"do_sample": True, "top_p": 1.0, "top_k": 0, "no_repeat_ngram_size": 0}
+DEC_TEST_SAMPLING: dict[str, Any] = {"do_sample": True, "top_p": 1.0, "top_k": 0, **NO_BLOCKING}
 # JSONL keys accepted for the diversity parameter, first present wins.
 PARAMETER_KEYS = ("parameter", "temperature", "label", "label_value")
 _RESP = re.compile(r"^resp_(\d+)$")

@@ -21,14 +21,14 @@ from lightning_div.metrics import check_lexical_names, lexical_scores, semantic_
 from lightning_div.metrics.lexical import iter_ngrams
 from lightning_div.metrics.nli import VARIANTS as VARIANTS_NLI
 from lightning_div.text import TokenizerSpec, check_texts, get_tokenizer
-from lightning_div.threshold import NegativeMeanCosine, SetMetric
+from lightning_div.threshold import NegativeMeanCosine, SetMetric, fewer_than_two
 
 Similarity = Callable[[str, str], float]
 Encode = Callable[[list[str]], Any]
 
-LEXICAL_PATTERN = re.compile(r"^(avg_distinct|distinct_\d+|ent_\d+|ead)$")
+LEXICAL_PATTERN = re.compile(r"^(avg_distinct|distinct_\d+(_utt)?|ent_\d+|ead)$")
 MODEL_METRICS = ("sem_ent", "sent_bert") + tuple(f"nli_{v}" for v in VARIANTS_NLI)
-METRIC_NAMES = ("avg_distinct", "distinct_<n>", "ent_<n>", "ead", "cos_sim") + MODEL_METRICS
+METRIC_NAMES = ("avg_distinct", "distinct_<n>", "distinct_<n>_utt", "ent_<n>", "ead", "cos_sim") + MODEL_METRICS
 
 
 def metric_name(metric: Any) -> str:
@@ -86,17 +86,27 @@ def score_sets(metric: SetMetric, sets: Sequence[Sequence[str]], show_progress: 
 
 
 class LexicalMetric:
-    """``avg_distinct``, ``distinct_<n>``, ``ent_<n>`` (nats) or ``ead`` of one set (corpus level)."""
+    """``avg_distinct``, ``distinct_<n>`` (``_utt``: utterance level), ``ent_<n>`` or ``ead`` of one set.
 
-    def __init__(self, name: str, vocab_size: int | None = None) -> None:
+    ``tokenizer`` / ``lowercase`` as in :mod:`lightning_div.text` (Tevet & Berant's own split:
+    ``tokenizer="diversity_eval"``); ``base`` of Ent-n (e: nats, 2: bits).
+    """
+
+    def __init__(self, name: str, vocab_size: int | None = None, tokenizer: TokenizerSpec = "13a",
+                 lowercase: bool | None = None, base: float = math.e) -> None:
         check_lexical_names([name])
         if name == "ead" and vocab_size is None:
             raise ValueError("the ead metric needs vocab_size (e.g. count_vocab(all responses))")
+        get_tokenizer(tokenizer, lowercase)  # an unknown name fails here, not at the first set
         self.name = name
         self.vocab_size = vocab_size
+        self.tokenizer = tokenizer
+        self.lowercase = lowercase
+        self.base = base
 
     def __call__(self, texts: Sequence[str]) -> float:
-        return lexical_scores(texts, [self.name], self.vocab_size)[self.name]
+        return lexical_scores(texts, [self.name], self.vocab_size, self.tokenizer, self.lowercase,
+                              self.base)[self.name]
 
     def __repr__(self) -> str:
         return f"LexicalMetric({self.name!r})"
@@ -106,7 +116,7 @@ class SimilarityDiversity:
     """Tevet & Berant's reduction: div(S) = −mean of ``similarity(s_i, s_j)`` over the C(n,2) pairs i > j.
 
     ``similarity`` must be symmetric; each unordered pair is scored once. A set of fewer
-    than 2 responses has no pairs: 0.0.
+    than 2 responses has no pairs: its diversity is undefined, NaN with a warning.
     """
 
     def __init__(self, similarity: Similarity, name: str | None = None) -> None:
@@ -119,7 +129,7 @@ class SimilarityDiversity:
         texts = check_texts(texts)
         n = len(texts)
         if n < 2:
-            return 0.0
+            return fewer_than_two(n, f"{self.name} (a mean over pairs)")
         total = 0.0
         for i in range(1, n):
             for j in range(i):
@@ -151,17 +161,20 @@ def similarity_to_diversity(similarity: Similarity, name: str | None = None) -> 
     return SimilarityDiversity(similarity, name)
 
 
-def ngram_cosine_similarity(a: str, b: str, max_n: int = 5, tokenizer: TokenizerSpec = "13a") -> float:
+def ngram_cosine_similarity(a: str, b: str, max_n: int = 5, tokenizer: TokenizerSpec = "13a",
+                            lowercase: bool | None = None) -> float:
     """Cosine of the two texts' n-gram count vectors, averaged over n = 1..max_n (the paper's cos-sim).
 
     An order n at which either text has no n-gram contributes similarity 0 (no shared
-    n-gram), as in the authors' code.
+    n-gram; a defined value), as in the authors' code. ``tokenizer`` / ``lowercase`` as in
+    :mod:`lightning_div.text`; the authors split with ``tokenizer="diversity_eval"`` (case kept).
 
     Args:
         a: one text.
         b: the other text.
         max_n: the highest n-gram order.
         tokenizer: the lexical tokeniser (see :func:`~lightning_div.text.get_tokenizer`).
+        lowercase: lowercase first; None = the tokeniser's own setting.
 
     Returns:
         The similarity in [0, 1].
@@ -170,7 +183,7 @@ def ngram_cosine_similarity(a: str, b: str, max_n: int = 5, tokenizer: Tokenizer
         >>> ngram_cosine_similarity("a b", "a c", max_n=1)  # unigram counts (1, 1, 0) and (1, 0, 1)
         0.5
     """
-    split = get_tokenizer(tokenizer)
+    split = get_tokenizer(tokenizer, lowercase)
     ta, tb = split(a), split(b)
     values = []
     for n in range(1, max_n + 1):
@@ -332,12 +345,15 @@ def check_metric_names(names: Sequence[str]) -> list[str]:
 
 
 def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder: Any = None, clusters: Any = None,
-                 nli_scorer: Any = None) -> dict[str, SetMetric]:
+                 nli_scorer: Any = None, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
+                 base: float = math.e) -> dict[str, SetMetric]:
     """Set metrics by name (see :data:`METRIC_NAMES`), keyed by name.
 
     ``ead`` needs ``vocab_size``; ``sem_ent`` fitted ``clusters`` and an ``encoder``;
     ``sent_bert`` an ``encoder`` (mean pooling); ``nli_*`` an ``nli_scorer``. The NLI
-    variants share one set of predictions.
+    variants share one set of predictions. ``tokenizer`` / ``lowercase`` apply to the
+    lexical metrics and ``cos_sim`` (Tevet & Berant's own split: ``"diversity_eval"``);
+    ``base`` to Ent-n.
 
     Args:
         names: metric names (see :data:`METRIC_NAMES`; ``distinct_<n>`` and ``ent_<n>`` for any n).
@@ -345,6 +361,9 @@ def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder
         encoder: a :class:`~lightning_div.embedding.ResponseEncoder` for ``sem_ent`` / ``sent_bert``.
         clusters: fitted :class:`~lightning_div.clustering.SemanticClusters` for ``sem_ent``.
         nli_scorer: an :class:`~lightning_div.nli.NLIScorer` for ``nli_*``.
+        tokenizer: the lexical tokeniser (see :func:`~lightning_div.text.get_tokenizer`).
+        lowercase: lowercase first; None = the tokeniser's own setting.
+        base: the logarithm's base for Ent-n (2: bits, as the Sem-Ent paper reports).
 
     Returns:
         ``{name: set metric}`` in the order of ``names``.
@@ -373,9 +392,12 @@ def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder
         elif name == "sent_bert":
             out[name] = SentBertMetric(encoder)
         elif name == "cos_sim":
-            out[name] = similarity_to_diversity(ngram_cosine_similarity, "cos_sim")
+            def cos_sim(a: str, b: str) -> float:
+                return ngram_cosine_similarity(a, b, tokenizer=tokenizer, lowercase=lowercase)
+
+            out[name] = similarity_to_diversity(cos_sim, "cos_sim")
         else:
-            out[name] = LexicalMetric(name, vocab_size)
+            out[name] = LexicalMetric(name, vocab_size, tokenizer, lowercase, base)
     return out
 
 

@@ -1,12 +1,14 @@
 """decTest and conTest (Tevet & Berant, 2021): Spearman's ρ with a bootstrap CI, and OCA.
 
-Defined values instead of NaN: Spearman's ρ of a constant series is undefined (scipy
-returns NaN); here it is 0.0 with p = 1.0 and a warning, and a bootstrap resample in
-which either side is constant counts as ρ = 0.0.
+Undefined is not zero: Spearman's ρ of a constant series is undefined, so it is NaN (as
+scipy returns it), with p and the bootstrap CI NaN too and one warning; a bootstrap
+resample in which either side is constant has no ρ and is left out of the percentiles
+(a warning gives how many). JSON reports write NaN as ``null``.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -44,7 +46,7 @@ def _paired(x: Any, y: Any, x_name: str, y_name: str, minimum: int = 3) -> tuple
 
 
 def spearman(x: Sequence[float], y: Sequence[float], name: str = "metric") -> tuple[float, float]:
-    """Spearman's ρ and its two-sided p-value (scipy); ρ = 0.0, p = 1.0 with a warning if either side is constant.
+    """Spearman's ρ and its two-sided p-value (scipy); both NaN, with one warning, if either side is constant.
 
     Args:
         x: the metric's values.
@@ -62,25 +64,29 @@ def spearman(x: Sequence[float], y: Sequence[float], name: str = "metric") -> tu
     for values, which in ((x, name), (y, "the diversity parameter")):
         if np.ptp(values) == 0:
             warnings.warn(f"{which} is constant over all {len(x)} sets: Spearman's rho is undefined, "
-                          "reported as 0.0 (p = 1.0)", stacklevel=2)
-            return 0.0, 1.0
+                          "reported as NaN (p-value and bootstrap CI too)", stacklevel=2)
+            return math.nan, math.nan
     result = spearmanr(x, y)
     return float(result.statistic), float(result.pvalue)
 
 
 def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's ρ of each row pair (average ranks for ties); 0.0 where a row is constant."""
+    """Spearman's ρ of each row pair (average ranks for ties); NaN where a row is constant (undefined)."""
     rx, ry = rankdata(x, axis=-1), rankdata(y, axis=-1)
     rx -= rx.mean(axis=-1, keepdims=True)
     ry -= ry.mean(axis=-1, keepdims=True)
     den = np.sqrt((rx * rx).sum(axis=-1) * (ry * ry).sum(axis=-1))
     num = (rx * ry).sum(axis=-1)
-    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
 def bootstrap_spearman_ci(x: Sequence[float], y: Sequence[float], n_boot: int = 1000, seed: int = 0,
                           confidence: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap CI of Spearman's ρ: sets resampled with replacement ``n_boot`` times (seeded).
+
+    (NaN, NaN) when x or y is constant (ρ is undefined; :func:`spearman` warns). A resample
+    in which either side happens to be constant has no ρ: it is left out of the percentiles,
+    with a warning giving how many were; if none is left, the CI is (NaN, NaN).
 
     Args:
         x: the metric's values.
@@ -90,7 +96,7 @@ def bootstrap_spearman_ci(x: Sequence[float], y: Sequence[float], n_boot: int = 
         confidence: the interval's level.
 
     Returns:
-        ``(low, high)``; a resample with a constant side counts as rho = 0.
+        ``(low, high)``.
     """
     x, y = _paired(x, y, "x", "y")
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
@@ -100,9 +106,17 @@ def bootstrap_spearman_ci(x: Sequence[float], y: Sequence[float], n_boot: int = 
     n = len(x)
     idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
     step = max(1, _CHUNK_VALUES // n)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan, math.nan
     rhos = np.concatenate([_spearman_rows(x[idx[i:i + step]], y[idx[i:i + step]]) for i in range(0, n_boot, step)])
+    defined = rhos[np.isfinite(rhos)]
+    if len(defined) < len(rhos):
+        warnings.warn(f"{len(rhos) - len(defined)} of {n_boot} bootstrap resamples have a constant side (rho "
+                      "undefined) and are left out of the CI", stacklevel=2)
+    if not len(defined):
+        return math.nan, math.nan
     alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(rhos, [alpha, 1.0 - alpha])
+    low, high = np.quantile(defined, [alpha, 1.0 - alpha])
     return float(low), float(high)
 
 

@@ -1,11 +1,25 @@
 """Lexical diversity of a set of responses: distinct-n, averaged distinct, Ent-n, EAD.
 
-All metrics are corpus level (counted over the whole set, not averaged per text)
-and share the tokeniser of :mod:`lightning_div.text`.
+Distinct-n exists at two levels in the literature, and both are here by name:
+
+* corpus level (``distinct_n``, names ``distinct_<n>``; Li et al. 2016, the Sem-Ent
+  paper, EAD, Tevet & Berant within each set): #unique n-grams / #n-grams counted over
+  the whole set of responses;
+* utterance level (``distinct_n_utterance``, names ``distinct_<n>_utt``; as Topical-Chat
+  reports it and as the neural-dialogue-metrics/Distinct-N package's
+  ``distinct_n_corpus_level`` computes it): each response's #unique n-grams / #tokens,
+  averaged over responses.
+
+Every other metric is corpus level. All share the tokenisers of :mod:`lightning_div.text`
+(``tokenizer=`` by name: "13a" lowercased by default; "casual", "diversity_eval",
+"13a_cased" are the authors' own). Where there is nothing to count (no n-grams at all:
+an empty set, or only empty / too-short responses) the value is a defined 0.0, as in the
+authors' code, not NaN.
 
 References: distinct-n (Li et al., 2016); averaged distinct over n=1..5 (Tevet &
-Berant, 2021); Ent-n (Serban et al., 2017; Zhang et al., 2018); EAD / NewDistinct
-(Liu et al., 2022, "Rethinking and Refining the Distinct Metric").
+Berant, 2021); Ent-n (Serban et al., 2017; Zhang et al., 2018; in bits in the Sem-Ent
+paper: ``base=2``); EAD / NewDistinct (Liu et al., 2022, "Rethinking and Refining the
+Distinct Metric").
 """
 
 from __future__ import annotations
@@ -42,12 +56,12 @@ def ngram_counts(token_lists: Iterable[Sequence[str]], n: int) -> Counter:
 # Formulas on counts: shared by the functions below and the DDP-mergeable states.
 
 def distinct_from_counts(num_unique: int, num_total: int) -> float:
-    """unique / total, 0.0 when there is nothing to count."""
+    """unique / total; 0.0 when there is nothing to count (a defined value, as in the authors' code)."""
     return float(num_unique) / float(num_total) if num_total > 0 else 0.0
 
 
 def entropy_from_counts(counts: Iterable[float], base: float = math.e) -> float:
-    """Shannon entropy of the distribution given by (unnormalised) counts."""
+    """Shannon entropy of the distribution given by (unnormalised) counts; 0.0 for no counts at all."""
     c = np.asarray(list(counts) if not isinstance(counts, np.ndarray) else counts, dtype=np.float64)
     c = c[c > 0]
     total = c.sum()
@@ -76,8 +90,8 @@ def ead_from_counts(num_unique: int, num_tokens: int, vocab_size: int) -> float:
 
 # Functional API.
 
-def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", lowercase: bool = True) -> float:
-    """Distinct-n: #unique n-grams / #n-grams over the whole set (Li et al., 2016).
+def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None) -> float:
+    """Corpus-level distinct-n: #unique n-grams / #n-grams over the whole set (Li et al., 2016).
 
     Corpus level: the n-grams of all texts are pooled (they never cross texts), then the
     distinct ones are counted.
@@ -85,9 +99,10 @@ def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", l
     Args:
         texts: the responses.
         n: the n-gram order, >= 1.
-        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
-            callable or a Hugging Face tokenizer.
-        lowercase: lowercase before tokenising.
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
 
     Returns:
         The ratio in [0, 1]; 0.0 when the texts have no n-gram at all.
@@ -109,16 +124,52 @@ def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", l
     return distinct_from_counts(len(counts), sum(counts.values()))
 
 
+def distinct_n_utterance(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a",
+                         lowercase: bool | None = None) -> float:
+    """Utterance-level distinct-n: the mean over responses of #unique n-grams / #tokens of that response.
+
+    The neural-dialogue-metrics/Distinct-N definition (``distinct_n_sentence_level`` averaged
+    by ``distinct_n_corpus_level``), which Topical-Chat-style tables report: the denominator
+    is the response's number of *tokens*, not of n-grams, so for n > 1 a response's value is
+    below 1 even when none of its n-grams repeats ("a b c": distinct-2 = 2/3).
+
+    Args:
+        texts: the responses.
+        n: the n-gram order, >= 1.
+        tokenizer: as in :func:`distinct_n`.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+
+    Returns:
+        The mean in [0, 1]; a response without tokens counts 0.0, an empty set is 0.0.
+
+    Examples:
+        "a b a": 2 distinct bigrams / 3 tokens; "c": no bigram / 1 token:
+
+        >>> round(distinct_n_utterance(["a b a", "c"], 2), 4)
+        0.3333
+        >>> distinct_n(["a b a", "c"], 2)  # corpus level: 2 bigrams, both distinct
+        1.0
+    """
+    n = _check_n(n)
+    tokens = tokenize_all(texts, tokenizer, lowercase)
+    if not tokens:
+        return 0.0
+    return float(np.mean([len(set(iter_ngrams(t, n))) / len(t) if t else 0.0 for t in tokens]))
+
+
 def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: TokenizerSpec = "13a",
-                      lowercase: bool = True) -> float:
-    """Averaged distinct: the mean of distinct-n for n = 1..max_n (Tevet & Berant, 2021).
+                      lowercase: bool | None = None) -> float:
+    """Averaged distinct: the mean of corpus-level distinct-n for n = 1..max_n (Tevet & Berant, 2021).
+
+    Their own split is ``tokenizer="diversity_eval"``.
 
     Args:
         texts: the responses.
         max_n: the highest n-gram order (the paper: 5).
-        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
-            callable or a Hugging Face tokenizer.
-        lowercase: lowercase before tokenising.
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
 
     Returns:
         The mean in [0, 1].
@@ -139,16 +190,18 @@ def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: Tokenizer
 
 
 def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer: TokenizerSpec = "13a",
-                  lowercase: bool = True) -> float:
+                  lowercase: bool | None = None) -> float:
     """Ent-n: the entropy of the n-gram frequency distribution (Zhang et al., 2018).
 
     Args:
         texts: the responses.
         n: the n-gram order, >= 1.
-        base: the logarithm's base: e (nats, the default) or 2 (bits, as the Sem-Ent paper's tables).
-        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
-            callable or a Hugging Face tokenizer.
-        lowercase: lowercase before tokenising.
+        base: the logarithm's base: e (nats, the default) or 2 (bits, as the Sem-Ent paper's tables;
+            their code also tokenises with ``tokenizer="casual"``, case kept).
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
 
     Returns:
         -sum_g p(g) log p(g) over the pooled n-gram counts; 0.0 without n-grams.
@@ -167,7 +220,7 @@ def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer:
 
 
 def expectation_adjusted_distinct(texts: Sequence[str], vocab_size: int, tokenizer: TokenizerSpec = "13a",
-                                  lowercase: bool = True) -> float:
+                                  lowercase: bool | None = None) -> float:
     """EAD, expectation-adjusted distinct unigrams (Liu et al., 2022).
 
     EAD = N / (V * (1 - ((V-1)/V)^C)): the N distinct unigrams over the number expected
@@ -177,12 +230,16 @@ def expectation_adjusted_distinct(texts: Sequence[str], vocab_size: int, tokeniz
     Args:
         texts: the responses.
         vocab_size: V, e.g. ``count_vocab(gold_training_responses)``.
-        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
-            callable or a Hugging Face tokenizer.
-        lowercase: lowercase before tokenising.
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
 
     Returns:
         EAD (can exceed 1); 0.0 without tokens.
+
+    The EAD authors tokenise with case-sensitive 13a: ``tokenizer="13a_cased"`` (count V the
+    same way with :func:`count_vocab`).
 
     Raises:
         ValueError: ``vocab_size`` is not an integer >= 1.
@@ -197,14 +254,15 @@ def expectation_adjusted_distinct(texts: Sequence[str], vocab_size: int, tokeniz
     return ead_from_counts(len(counts), sum(counts.values()), vocab_size)
 
 
-def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a", lowercase: bool = True) -> int:
+def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None) -> int:
     """V for EAD, counted from a reference corpus: its number of distinct unigrams.
 
     Args:
         reference_texts: e.g. the gold training responses.
-        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
-            callable or a Hugging Face tokenizer.
-        lowercase: lowercase before tokenising.
+        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+            authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
+            ``str -> list[str]`` callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
 
     Returns:
         The number of distinct tokens, at least 1.
@@ -221,11 +279,13 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
 
 DEFAULT_LEXICAL = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_4", "ead")
 """The lexical metrics the callbacks log unless told otherwise (names as :func:`lexical_scores` takes them)."""
-_LEXICAL = re.compile(r"^(distinct_(\d+)|ent_(\d+)|avg_distinct|ead)$")
+_LEXICAL = re.compile(r"^(distinct_(\d+)(_utt)?|ent_(\d+)|avg_distinct|ead)$")
+LEXICAL_NAMES = "distinct_<n> (corpus level), distinct_<n>_utt (utterance level), ent_<n>, avg_distinct, ead"
+"""The lexical metric names, as error messages and ``--help`` list them."""
 
 
 def check_lexical_names(names: Sequence[str]) -> list[str]:
-    """Validate lexical metric names: ``distinct_<n>``, ``ent_<n>``, ``avg_distinct``, ``ead``.
+    """Validate lexical metric names: ``distinct_<n>``, ``distinct_<n>_utt``, ``ent_<n>``, ``avg_distinct``, ``ead``.
 
     Args:
         names: the names to check.
@@ -235,25 +295,32 @@ def check_lexical_names(names: Sequence[str]) -> list[str]:
 
     Raises:
         ValueError: a name is unknown (the message lists them).
+        TypeError: ``names`` is one string rather than a list of names.
 
     Examples:
-        >>> check_lexical_names(["distinct_2", "ent_4"])
-        ['distinct_2', 'ent_4']
+        >>> check_lexical_names(["distinct_2", "distinct_2_utt", "ent_4"])
+        ['distinct_2', 'distinct_2_utt', 'ent_4']
     """
-    bad = [n for n in names if not _LEXICAL.match(n)]
+    if isinstance(names, str):
+        raise TypeError(f"lexical metric names must be a list of names, got one string {names!r}")
+    bad = [n for n in names if not isinstance(n, str) or not _LEXICAL.match(n)]
     if bad:
-        raise ValueError(f"unknown lexical metrics {bad}; use distinct_<n>, ent_<n>, avg_distinct, ead")
+        raise ValueError(f"unknown lexical metrics {bad}; use {LEXICAL_NAMES}")
     return list(names)
 
 
-def lexical_scores(texts: Sequence[str], names: Sequence[str] = DEFAULT_LEXICAL,
-                   vocab_size: int | None = None) -> dict[str, float]:
+def lexical_scores(texts: Sequence[str], names: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None,
+                   tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
+                   base: float = math.e) -> dict[str, float]:
     """The named lexical metrics of one set of responses.
 
     Args:
         texts: the responses.
         names: metric names (see :func:`check_lexical_names`).
         vocab_size: V for ``ead``; required when ``ead`` is asked for.
+        tokenizer: the tokenisation of every metric (see :mod:`lightning_div.text`).
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
+        base: logarithm base of Ent-n (2 for bits, as the Sem-Ent paper reports it).
 
     Returns:
         ``{name: value}`` in the order of ``names``.
@@ -264,18 +331,21 @@ def lexical_scores(texts: Sequence[str], names: Sequence[str] = DEFAULT_LEXICAL,
     Examples:
         >>> lexical_scores(["a b", "a c"], ["distinct_1", "distinct_2"])
         {'distinct_1': 0.75, 'distinct_2': 1.0}
+        >>> lexical_scores(["a b a", "c"], ["distinct_2", "distinct_2_utt"])  # utterance level: (2/3 + 0) / 2
+        {'distinct_2': 1.0, 'distinct_2_utt': 0.3333333333333333}
     """
     out = {}
     for name in check_lexical_names(names):
         m = _LEXICAL.match(name)
         if m.group(2):
-            out[name] = distinct_n(texts, int(m.group(2)))
-        elif m.group(3):
-            out[name] = ngram_entropy(texts, int(m.group(3)))
+            fn = distinct_n_utterance if m.group(3) else distinct_n
+            out[name] = fn(texts, int(m.group(2)), tokenizer, lowercase)
+        elif m.group(4):
+            out[name] = ngram_entropy(texts, int(m.group(4)), base, tokenizer, lowercase)
         elif name == "avg_distinct":
-            out[name] = averaged_distinct(texts)
+            out[name] = averaged_distinct(texts, tokenizer=tokenizer, lowercase=lowercase)
         else:
             if vocab_size is None:
                 raise ValueError("the ead metric needs a vocab_size (or gold training responses to count it from)")
-            out[name] = expectation_adjusted_distinct(texts, vocab_size)
+            out[name] = expectation_adjusted_distinct(texts, vocab_size, tokenizer, lowercase)
     return out

@@ -54,7 +54,7 @@ class _NGramState(Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(self, orders: Sequence[int], tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
+    def __init__(self, orders: Sequence[int], tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.orders = tuple(_check_n(n) for n in orders)
@@ -85,7 +85,7 @@ class DistinctN(_NGramState):
     Args:
         n: the n-gram order.
         tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
-        lowercase: lowercase before tokenising.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
         **kwargs: torchmetrics ``Metric`` arguments (e.g. ``sync_on_compute``).
 
     Examples:
@@ -96,7 +96,7 @@ class DistinctN(_NGramState):
         tensor(0.7500, dtype=torch.float64)
     """
 
-    def __init__(self, n: int = 1, tokenizer: TokenizerSpec = "13a", lowercase: bool = True, **kwargs: Any) -> None:
+    def __init__(self, n: int = 1, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None, **kwargs: Any) -> None:
         super().__init__((n,), tokenizer, lowercase, **kwargs)
         self.n = self.orders[0]
 
@@ -110,7 +110,7 @@ class AveragedDistinct(_NGramState):
     Args:
         max_n: the highest n-gram order.
         tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
-        lowercase: lowercase before tokenising.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
         **kwargs: torchmetrics ``Metric`` arguments (e.g. ``sync_on_compute``).
 
     Examples:
@@ -120,7 +120,7 @@ class AveragedDistinct(_NGramState):
         tensor(0.8750, dtype=torch.float64)
     """
 
-    def __init__(self, max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
+    def __init__(self, max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                  **kwargs: Any) -> None:
         super().__init__(range(1, _check_n(max_n) + 1), tokenizer, lowercase, **kwargs)
 
@@ -135,7 +135,7 @@ class NGramEntropy(_NGramState):
         n: the n-gram order.
         base: the logarithm's base (e: nats; 2: bits).
         tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
-        lowercase: lowercase before tokenising.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
         **kwargs: torchmetrics ``Metric`` arguments (e.g. ``sync_on_compute``).
 
     Examples:
@@ -145,7 +145,7 @@ class NGramEntropy(_NGramState):
         tensor(1.5000, dtype=torch.float64)
     """
 
-    def __init__(self, n: int = 4, base: float = math.e, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
+    def __init__(self, n: int = 4, base: float = math.e, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                  **kwargs: Any) -> None:
         super().__init__((n,), tokenizer, lowercase, **kwargs)
         self.n = self.orders[0]
@@ -162,7 +162,7 @@ class ExpectationAdjustedDistinct(_NGramState):
     Args:
         vocab_size: V (e.g. ``count_vocab(gold_training_responses)``); checked at once.
         tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
-        lowercase: lowercase before tokenising.
+        lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
         **kwargs: torchmetrics ``Metric`` arguments (e.g. ``sync_on_compute``).
 
     Examples:
@@ -172,7 +172,7 @@ class ExpectationAdjustedDistinct(_NGramState):
         tensor(1.3333, dtype=torch.float64)
     """
 
-    def __init__(self, vocab_size: int, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
+    def __init__(self, vocab_size: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
                  **kwargs: Any) -> None:
         ead_from_counts(0, 0, vocab_size)  # validates vocab_size now, not at the first compute
         super().__init__((1,), tokenizer, lowercase, **kwargs)
