@@ -86,10 +86,12 @@ def test_same_class_without_distinct_names_is_a_clear_error(tmp_path):
 
 def test_state_keys_are_built_from_identifying_arguments():
     sem = SemanticDiversityMonitor(encoder="enc-a", num_clusters=8, name="a")
-    assert sem.state_key == "SemanticDiversityMonitor{'name': 'a', 'encoder': 'enc-a', 'num_clusters': 8}"
+    assert sem.state_key == "SemanticDiversityMonitor{'name': 'a', 'encoder': 'enc-a'}"
     assert SemanticDiversityMonitor(encoder="enc-b", num_clusters=8, name="a").state_key != sem.state_key
+    # a setting is not identity: a resume with num_clusters changed finds its state and says so (issue 21)
+    assert SemanticDiversityMonitor(encoder="enc-a", num_clusters=4, name="a").state_key == sem.state_key
     nli = NLIDiversityMonitor(scorer="roberta-large-mnli", n=5)
-    assert nli.state_key == "NLIDiversityMonitor{'name': None, 'scorer': 'roberta-large-mnli', 'n': 5}"
+    assert nli.state_key == "NLIDiversityMonitor{'name': None, 'scorer': 'roberta-large-mnli'}"
     assert sem.log_key("val/sem_ent") == "a/val/sem_ent" and nli.log_key("val/nli_div_baseline") == \
         "val/nli_div_baseline"
     with pytest.raises(ValueError, match="name must be None or a non-empty string"):

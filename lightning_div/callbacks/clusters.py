@@ -46,8 +46,12 @@ class ClusterSpec:
     _clusters: Any = field(default=None, repr=False)
 
     def identity(self) -> dict[str, Any]:
-        """What tells two callbacks' semantic spaces apart, for their checkpoint state keys."""
-        out: dict[str, Any] = {"encoder": describe(self.encoder), "num_clusters": self.num_clusters}
+        """What tells two callbacks' semantic spaces apart, for their checkpoint state keys.
+
+        Settings such as ``num_clusters`` are left out on purpose: a resume with a changed setting
+        must find its state, so that the change is detected and said (see ``settings``).
+        """
+        out: dict[str, Any] = {"encoder": describe(self.encoder)}
         if isinstance(self.clusters, (str, Path)):
             out["clusters"] = describe(self.clusters)
         return out

@@ -167,7 +167,7 @@ class DRESSReweighting(DiversityCallback):
         log_figure(trainer, self.log_key("dress/weight_histogram"), fig, self.output_dir(trainer))
 
     def state_key_args(self) -> dict[str, Any]:
-        return {**super().state_key_args(), **self.spec.identity(), "lam": self.lam}
+        return {**super().state_key_args(), **self.spec.identity()}
 
     def settings(self) -> dict[str, Any]:
         """What the checkpointed weights and negatives depend on: a change makes them stale on resume."""

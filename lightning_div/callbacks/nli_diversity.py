@@ -151,7 +151,7 @@ class NLIDiversityMonitor(ValidationMonitor):
     def state_key_args(self) -> dict[str, Any]:
         from lightning_div.callbacks.clusters import describe
 
-        return {**super().state_key_args(), "scorer": describe(self.scorer_arg), "n": self.n}
+        return {**super().state_key_args(), "scorer": describe(self.scorer_arg)}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices,
