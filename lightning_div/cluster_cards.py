@@ -169,18 +169,15 @@ def cluster_labels(cards: Sequence[ClusterCard] | None, num_clusters: int) -> li
 
 def write_cards_csv(cards: Sequence[ClusterCard], path: str | os.PathLike) -> Path:
     """Write the cards as CSV (:data:`CARD_COLUMNS`) atomically: a temporary file renamed into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(CARD_COLUMNS)
-            writer.writerows(c.row() for c in cards)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    from lightning_div.tracking import write_atomic
+
+    def write(f: Any) -> None:
+        writer = csv.writer(f)
+        writer.writerow(CARD_COLUMNS)
+        writer.writerows(c.row() for c in cards)
+
+    write_atomic(Path(path), write)
+    return Path(path)
 
 
 def format_cards(cards: Sequence[ClusterCard], width: int = 100) -> str:

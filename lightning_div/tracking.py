@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import os
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,37 @@ def artifact_dir(trainer: Any, fallback: Path) -> Path:
     return Path(log_dir) / "lightning_div" if log_dir else Path(fallback)
 
 
+def log_step(trainer: Any) -> int:
+    """The step at which Lightning logs the scalars of the current epoch end, for images and text to match.
+
+    Lightning logs epoch-end scalars at ``fit_loop.epoch_loop._batches_that_stepped``, which
+    during the validation that ends an epoch is one behind ``global_step`` (the last batch
+    is counted after validation), and in ``on_train_epoch_end`` is decreased by one for the
+    logging. Figures logged at ``global_step`` would sit one step to the right of their
+    scalars in TensorBoard. Outside fitting, ``global_step``.
+    """
+    step = int(getattr(trainer, "global_step", 0))
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    stepped = getattr(loop, "_batches_that_stepped", None)
+    state = getattr(getattr(trainer, "state", None), "fn", None)
+    if not isinstance(stepped, int) or getattr(state, "value", state) != "fit":
+        return step
+    return max(stepped - (0 if getattr(trainer, "validating", False) else 1), 0)
+
+
+def write_atomic(target: Path, write: Any, mode: str = "w") -> None:
+    """``write(file)`` into a temporary file beside ``target``, then rename: never a half-written file."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, mode, **({"newline": "", "encoding": "utf-8"} if "b" not in mode else {})) as f:
+            write(f)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _try(where: str, what: str, fn: Any) -> bool:
     try:
         fn()
@@ -98,10 +130,13 @@ def _try(where: str, what: str, fn: Any) -> bool:
 
 
 def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
-    """Send a matplotlib figure to TensorBoard / W&B / MLflow and save it as PNG; returns the PNG path."""
+    """Send a matplotlib figure to TensorBoard / W&B / MLflow and save it as PNG; returns the PNG path.
+
+    TensorBoard gets it at :func:`log_step`, the step of the epoch's scalars.
+    """
     import matplotlib.pyplot as plt
 
-    step = int(getattr(trainer, "global_step", 0))
+    step = log_step(trainer)
     epoch = int(getattr(trainer, "current_epoch", 0))
     png = None
     try:
@@ -116,8 +151,7 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
         target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
 
         def save() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(target, dpi=100, bbox_inches="tight")
+            write_atomic(target, lambda f: fig.savefig(f, format="png", dpi=100, bbox_inches="tight"), "wb")
 
         if _try(str(target), key, save):
             png = target
@@ -126,9 +160,14 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
     return png
 
 
-def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], out_dir: Path) -> Path | None:
-    """Send a table to W&B / TensorBoard (as markdown text) / MLflow and save it as CSV."""
-    step = int(getattr(trainer, "global_step", 0))
+def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], out_dir: Path,
+              filename: str | None = None) -> Path | None:
+    """Send a table to W&B / TensorBoard (as markdown text) / MLflow and save it as CSV.
+
+    The CSV is ``<key>_epoch<N>.csv`` in ``out_dir``, or ``filename`` there (a table logged
+    once per run); it is written to a temporary file and renamed, so it is never half there.
+    """
+    step = log_step(trainer)
     epoch = int(getattr(trainer, "current_epoch", 0))
     rows = [list(r) for r in rows]
     for lg in getattr(trainer, "loggers", []):
@@ -144,13 +183,14 @@ def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Seq
             data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
             _try(where, key, lambda: lg.experiment.log_table(lg.run_id, data=data,
                                                             artifact_file=f"{_safe_name(key)}/epoch_{epoch}.json"))
-    target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.csv"
+    target = Path(out_dir) / (filename or f"{_safe_name(key)}_epoch{epoch}.csv")
+
+    def write(f: Any) -> None:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(rows)
 
     def save() -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            writer.writerows(rows)
+        write_atomic(target, write)
 
     return target if _try(str(target), key, save) else None

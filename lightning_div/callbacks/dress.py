@@ -8,6 +8,7 @@ import numpy as np
 import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.callbacks.cluster_views import log_dress_round
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
@@ -108,6 +109,7 @@ class DRESSReweighting(DiversityCallback):
                       "dress/effective_sample_size": effective_sample_size(all_w)})
             if trainer.is_global_zero and all_w.size:
                 self._plot(trainer, all_w)
+                log_dress_round(trainer, self, self.output_dir(trainer))  # per-cluster view (cluster_views.py)
 
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         dm = self._datamodule(trainer)
@@ -125,6 +127,7 @@ class DRESSReweighting(DiversityCallback):
         keep = np.flatnonzero(w != 0)
         self.negative_pairs = [DialoguePair(tuple(chosen[i]), generated[i], source="dress-negative") for i in keep]
         self.negative_weights = w[keep]
+        self.negative_clusters = ids[keep]  # for the per-cluster figure
 
     def _plot(self, trainer: pl.Trainer, weights: np.ndarray) -> None:
         import matplotlib
