@@ -142,8 +142,13 @@ class DiversityCallback(Callback):
         return (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     @contextmanager
-    def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
-        """Times the block, logs what it put in the yielded dict plus ``timing/<name>_s``; isolates failures."""
+    def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str,
+                  timing_key: str | None = None) -> Iterator[dict[str, float]]:
+        """Times the block, logs what it put in the yielded dict plus ``timing_key``; isolates failures.
+
+        ``timing_key`` defaults to ``timing/<name>_s``; a callback that measures twice an epoch
+        names each measurement, or the one key's chart zig-zags between them.
+        """
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         try:
@@ -155,7 +160,7 @@ class DiversityCallback(Callback):
                       f"{type(self).__name__} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
                       f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}")
             metrics.clear()
-        metrics[f"timing/{self.name}_s"] = time.perf_counter() - start
+        metrics[timing_key or f"timing/{self.name}_s"] = time.perf_counter() - start
         logged = log_scalars(pl_module, metrics, type(self).__name__)
         self.history.append({"epoch": float(trainer.current_epoch), **logged})
 

@@ -45,15 +45,18 @@ def labels_of(clusters: Any) -> list[str]:
 
 
 def log_collapse(trainer: Any, clusters: Any, history: Sequence[tuple[int, Sequence[float]]],
-                 gold_share: Sequence[float], out_dir: Path) -> None:
-    """This epoch's labelled share histogram (``val/cluster_histogram``), the epochs x clusters heatmap
-    of generated shares (``val/cluster_shares``), and ``cluster_shares.csv`` (every measured epoch)."""
+                 gold_share: Sequence[float], out_dir: Path, heatmap: bool = True) -> None:
+    """This epoch's labelled share histogram (``val/cluster_histogram``); with ``heatmap``, the epochs x
+    clusters heatmap of generated shares (``val/cluster_shares``) and ``cluster_shares.csv`` (every
+    measured epoch)."""
     from lightning_div.cluster_plots import collapse_heatmap, share_histogram
 
     labels = labels_of(clusters)
     epoch, generated = history[-1]
     log_figure(trainer, "val/cluster_histogram",
                share_histogram(generated, gold_share, labels, f"Semantic clusters, epoch {epoch}"), out_dir)
+    if not heatmap:
+        return
     epochs = [e for e, _ in history]
     shares = np.array([s for _, s in history], dtype=np.float64)
     log_figure(trainer, "val/cluster_shares", collapse_heatmap(epochs, shares, gold_share, labels), out_dir)

@@ -46,6 +46,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
         lexical_metrics: which of distinct_<n>, avg_distinct, ent_<n>, ead to add.
         vocab_size: V of EAD; default: counted from the gold training responses.
         log_samples: how many example responses go in the table (0 = none).
+        cluster_views: log the cluster cards, the epochs x clusters heatmap and ``cluster_shares.csv``
+            (the scalars and the share histogram are always logged).
         val_pairs / gold_responses: explicit data; default: the datamodule's
             ``val_pairs()`` / ``gold_train_responses()``.
         encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
@@ -59,7 +61,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
                  generation_kwargs: dict[str, Any] | None = None,
                  lexical_metrics: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None,
                  log_samples: int = 8, val_pairs: Any = None, gold_responses: Any = None,
-                 encoder_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 encoder_kwargs: dict[str, Any] | None = None, cluster_views: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec = ClusterSpec(encoder=encoder, clusters=clusters, num_clusters=num_clusters,
                                 variance_kept=variance_kept, kmeans_seed=kmeans_seed, encoder_kwargs=encoder_kwargs)
@@ -68,6 +70,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         self.lexical_metrics = check_lexical_names(lexical_metrics)
         self.vocab_size = vocab_size
         self.log_samples = log_samples
+        self.cluster_views = cluster_views
         self.val_pairs_arg = val_pairs
         self.gold_responses_arg = gold_responses
         self.clusters: Any = None
@@ -117,7 +120,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         self.prepare(trainer, pl_module)
-        if trainer.is_global_zero:  # the cards are known now: log them before the first epoch
+        if trainer.is_global_zero and self.cluster_views:  # the cards are known now: log them before the first epoch
             log_cards_once(trainer, self.clusters, self.output_dir(trainer))
 
     # -- measurement ----------------------------------------------------------------------------
@@ -149,9 +152,10 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def _log_artifacts(self, trainer: pl.Trainer, sample: Sequence[DialoguePair], responses: Sequence[str],
                        ids: np.ndarray, gold_ids: np.ndarray) -> None:
         out = self.output_dir(trainer)
-        log_cards_once(trainer, self.clusters, out)  # validate()/test() without a fit start
         gold_share = self.clusters.histogram(gold_ids) / max(len(gold_ids), 1)
-        log_collapse(trainer, self.clusters, self.share_history, gold_share, out)
+        if self.cluster_views:
+            log_cards_once(trainer, self.clusters, out)  # validate()/test() without a fit start
+        log_collapse(trainer, self.clusters, self.share_history, gold_share, out, heatmap=self.cluster_views)
         if self.log_samples > 0:
             rows = [[p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
                     for p, r, c, g in list(zip(sample, responses, ids, gold_ids))[: self.log_samples]]
