@@ -65,11 +65,19 @@ def run_summary(trainer: Any) -> str:
     log_dir = local_log_dir(trainer)  # not trainer.log_dir: a collective, and this runs on rank 0 only
     if log_dir:
         lines.append(f"  plots and sample tables: {Path(log_dir) / 'lightning_div'}")
+        lines.append(f"  one-page report: lightning-div report {trainer.default_root_dir} --out report.html")
     return "\n".join(lines)
 
 
 class DiversityCLI(LightningCLI):
     """LightningCLI with lightning-div's defaults and an end-of-fit summary."""
+
+    def before_fit(self) -> None:
+        # W&B looks for a git repository from its run directory when it starts; a directory that does not
+        # exist yet (the demo's runs/demo on a first run) prints "git root ... does not exist".
+        for lg in self.trainer.loggers:
+            if tracker_kind(lg) == "WandbLogger" and getattr(lg, "save_dir", None):
+                Path(lg.save_dir).mkdir(parents=True, exist_ok=True)
 
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:

@@ -42,6 +42,7 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
           "--data.init_args.show_progress=false"])
     out = capsys.readouterr().out
     assert "lightning-div: fit finished after 2 epoch(s)" in out and "tensorboard --logdir runs/demo" in out
+    assert "one-page report: lightning-div report runs/demo --out report.html" in out
     rows = list(csv.DictReader(open(tmp_path / "runs/demo/csv/version_0/metrics.csv")))
     def values(key):
         return [float(r[key]) for r in rows if r.get(key)]
@@ -51,7 +52,12 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
     assert values("val/sem_ent_gold")[0] > 1.0  # 64 real responses spread over 20 real-semantics clusters
     plots = {p.name for p in (tmp_path / "runs/demo/csv/version_0/lightning_div").iterdir()}
     assert {"val_cluster_histogram_epoch1.png", "val_ruq_plot_epoch1.png", "dress_weight_histogram_epoch1.png",
-            "val_samples_epoch1.csv"} <= plots
+            "val_samples_epoch1.csv", "cluster_cards.csv", "cluster_shares.csv", "val_cluster_shares_epoch1.png",
+            "dress_clusters_epoch1.png"} <= plots
+    assert len(values("val/cluster_js")) == 2 and len(values("val/top_cluster_share")) == 2
+    assert main(["report", "runs/demo", "--out", "report.html"]) == 0  # the command the summary names
+    page = (tmp_path / "report.html").read_text()
+    assert 'data-source="cluster_cards.csv"' in page and "lightning_div.callbacks.SemanticDiversityMonitor" in page
     assert list((tmp_path / "runs/demo/wandb").glob("offline-run-*"))
     import wandb
 
