@@ -129,10 +129,21 @@ def _try(where: str, what: str, fn: Any) -> bool:
         return False
 
 
+def render_png(fig: Any, dpi: int = 100) -> bytes:
+    """The figure as PNG bytes (tight bounding box)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
 def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
     """Send a matplotlib figure to TensorBoard / W&B / MLflow and save it as PNG; returns the PNG path.
 
-    TensorBoard gets it at :func:`log_step`, the step of the epoch's scalars.
+    The figure is rendered once and the same image goes everywhere (each tracker rendering
+    it again cost most of a figure's time). TensorBoard gets it at :func:`log_step`, the
+    step of the epoch's scalars.
     """
     import matplotlib.pyplot as plt
 
@@ -140,23 +151,36 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
     epoch = int(getattr(trainer, "current_epoch", 0))
     png = None
     try:
-        for lg in getattr(trainer, "loggers", []):
-            kind, where = tracker_kind(lg), type(lg).__name__
-            if kind == "TensorBoardLogger":
-                _try(where, key, lambda: lg.experiment.add_figure(key, fig, global_step=step, close=False))
-            elif kind == "WandbLogger":
-                _try(where, key, lambda: lg.log_image(key=key, images=[fig], step=None))
-            elif kind == "MLFlowLogger":
-                _try(where, key, lambda: lg.experiment.log_figure(lg.run_id, fig, f"{_safe_name(key)}/epoch_{epoch}.png"))
-        target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
-
-        def save() -> None:
-            write_atomic(target, lambda f: fig.savefig(f, format="png", dpi=100, bbox_inches="tight"), "wb")
-
-        if _try(str(target), key, save):
-            png = target
-    finally:
+        data = render_png(fig)
+    except Exception as err:  # a figure that cannot be drawn is one warning, like a tracker that fails
+        warn_once(f"render:{key}", f"lightning-div could not draw {key}: {err!r}; training continues")
         plt.close(fig)
+        return None
+    plt.close(fig)
+    image = None
+    for lg in getattr(trainer, "loggers", []):
+        kind, where = tracker_kind(lg), type(lg).__name__
+        if kind is None:
+            continue
+        if image is None:
+            import io
+
+            from PIL import Image
+
+            image = Image.open(io.BytesIO(data)).convert("RGB")
+        if kind == "TensorBoardLogger":
+            import numpy as np
+
+            _try(where, key, lambda: lg.experiment.add_image(key, np.asarray(image), global_step=step,
+                                                             dataformats="HWC"))
+        elif kind == "WandbLogger":
+            _try(where, key, lambda: lg.log_image(key=key, images=[image], step=None))
+        elif kind == "MLFlowLogger":
+            _try(where, key, lambda: lg.experiment.log_image(lg.run_id, image,
+                                                             artifact_file=f"{_safe_name(key)}/epoch_{epoch}.png"))
+    target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
+    if _try(str(target), key, lambda: write_atomic(target, lambda f: f.write(data), "wb")):
+        png = target
     return png
 
 
