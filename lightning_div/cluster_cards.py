@@ -83,10 +83,12 @@ def distinctive_terms(texts: Sequence[str], ids: np.ndarray, num_clusters: int, 
     from scipy import sparse
     from sklearn.feature_extraction.text import CountVectorizer
 
-    vectorizer = CountVectorizer(ngram_range=(ngram, ngram), token_pattern=TOKEN_PATTERN, lowercase=True)
+    # min_df=2: a term in a single response can never be distinctive, and the [clusters, terms]
+    # count matrix below stays small on large corpora (bigrams seen once are most of them)
+    vectorizer = CountVectorizer(ngram_range=(ngram, ngram), token_pattern=TOKEN_PATTERN, lowercase=True, min_df=2)
     try:
         counts = vectorizer.fit_transform(texts)  # [texts, terms]
-    except ValueError:  # no text has a single ngram-gram ("empty vocabulary")
+    except ValueError:  # no ngram-gram occurs in two texts ("empty vocabulary" / "no terms remain")
         return [[] for _ in range(num_clusters)]
     terms = vectorizer.get_feature_names_out()
     membership = sparse.csr_matrix((np.ones(len(ids)), (ids, np.arange(len(ids)))), shape=(num_clusters, len(ids)))
