@@ -9,6 +9,7 @@ that raises only costs a warning: a diversity plot is never worth a crashed run.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
@@ -117,7 +118,8 @@ def write_atomic(target: Path, write: Any, mode: str = "w") -> None:
             write(f)
         os.replace(tmp, target)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # never hide the error that got us here
+            tmp.unlink(missing_ok=True)
 
 
 def _try(where: str, what: str, fn: Any) -> bool:
