@@ -77,6 +77,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         self._indices: list[int] | None = None
         self._sample: list[DialoguePair] | None = None
         self._gold_logged = False
+        self._gold_ids: np.ndarray | None = None  # the fixed sample's gold responses never change cluster
         self.share_history: list[tuple[int, list[float]]] = []  # (epoch, generated share per cluster)
 
     # -- preparation ----------------------------------------------------------------------------
@@ -133,7 +134,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
             encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
             k = self.clusters.num_clusters
             ids = self.clusters.assign(encoder.encode(responses))
-            gold_ids = self.clusters.assign(encoder.encode([p.response for p in sample]))
+            if self._gold_ids is None:  # embedded once per run, not every epoch (same texts, same clusters)
+                self._gold_ids = self.clusters.assign(encoder.encode([p.response for p in sample]))
+            gold_ids = self._gold_ids
             m["val/sem_ent"] = semantic_entropy(ids, k)
             m["val/cluster_js"] = cluster_js_divergence(self.clusters.histogram(ids), self.clusters.histogram(gold_ids))
             m["val/top_cluster_share"] = top_cluster_share(ids, k)
@@ -178,3 +181,4 @@ class SemanticDiversityMonitor(ValidationMonitor):
         self.share_history = [(int(e), list(s)) for e, s in state_dict.get("share_history", [])]
         self._sample = None
         self.clusters = None
+        self._gold_ids = None
