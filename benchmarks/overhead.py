@@ -2,7 +2,7 @@
 
 Builds DialogueLM, DialogueDataModule and the three callbacks from ``configs/demo.yaml``
 (their ``class_path`` + ``init_args``, so the benchmark follows the demo) and trains the
-same model (same seed, same data) under six configurations: no callbacks (the baseline),
+same model (same seed, same data) under seven configurations: no callbacks (the baseline),
 SemanticDiversityMonitor alone, RUQMonitor alone, the two monitors together (also with
 ``cluster_views=False``: what the cluster cards, heatmap and shares table cost),
 DRESSReweighting alone, and all three. DRESS changes the training data (weights, and
