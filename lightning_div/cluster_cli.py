@@ -83,7 +83,7 @@ def fit_command(args: argparse.Namespace) -> int:
                                 show_progress=not args.quiet)
     clusters.fit_texts(texts, encoder)
     path = clusters.save(args.out)
-    print(format_cards(clusters.cards))
+    print(format_cards(clusters.cards or []))
     print(f"fitted on {len(texts)} responses of {args.data}; " + _describe_file(clusters, str(path)))
     print(f"use it: SemanticDiversityMonitor(clusters={str(path)!r}) or lightning-div clusters show {path}")
     return 0

@@ -71,13 +71,13 @@ def collapse_heatmap(epochs: Sequence[int], shares: np.ndarray, gold: Sequence[f
     return fig
 
 
-def dress_round(gold_weight: Sequence[float], negatives: Sequence[int], heads: Sequence[int],
+def dress_round(gold_weight: Sequence[float] | np.ndarray, negatives: Sequence[int] | np.ndarray, heads: Sequence[int],
                 labels: Sequence[str], title: str) -> Any:
     """Two panels per cluster: the DRESS gold weight, and the negatives each head cluster gave."""
     plt = _pyplot()
     k = len(labels)
-    heads = set(int(h) for h in heads)
-    colours = ["#d9534f" if j in heads else "#5b8fd1" for j in range(k)]
+    head_set = {int(h) for h in heads}
+    colours = ["#d9534f" if j in head_set else "#5b8fd1" for j in range(k)]
     fig, (left, right) = plt.subplots(1, 2, sharey=True, figsize=(10, max(3.0, 0.32 * k + 1.2)))
     y = np.arange(k)
     left.barh(y, gold_weight, color=colours)
