@@ -131,3 +131,18 @@ def test_meta_eval_is_reachable_from_the_entry_point(tmp_path):
     data = ROOT / "tests" / "data" / "con_test_sample.csv"
     assert main(["meta-eval", "--data", str(data), "--metrics", "avg_distinct", "--output", str(out), "--quiet"]) == 0
     assert json.loads(out.read_text())["metrics"]["avg_distinct"]["test"] == "con"
+
+
+def test_the_cli_creates_the_wandb_directory_before_wandb_starts(tmp_path):
+    # W&B looks for a git repository from its run directory at start; a missing one printed
+    # "wandb: WARNING git root runs/demo does not exist" on the demo's first run
+    from types import SimpleNamespace
+
+    from pytorch_lightning.loggers import WandbLogger
+
+    from lightning_div.cli import DiversityCLI
+
+    logger = WandbLogger(save_dir=str(tmp_path / "runs" / "demo"), offline=True, project="x")
+    DiversityCLI.before_fit(SimpleNamespace(trainer=SimpleNamespace(loggers=[logger])))
+    assert (tmp_path / "runs" / "demo").is_dir()
+    assert logger._experiment is None  # W&B itself has not started
