@@ -2,8 +2,9 @@
 
 Builds DialogueLM, DialogueDataModule and the three callbacks from ``configs/demo.yaml``
 (their ``class_path`` + ``init_args``, so the benchmark follows the demo) and trains the
-same model (same seed, same data) under six configurations: no callbacks (the baseline),
-SemanticDiversityMonitor alone, RUQMonitor alone, the two monitors together,
+same model (same seed, same data) under seven configurations: no callbacks (the baseline),
+SemanticDiversityMonitor alone, RUQMonitor alone, the two monitors together (also with
+``cluster_views=False``: what the cluster cards, heatmap and shares table cost),
 DRESSReweighting alone, and all three. DRESS changes the training data (weights, and
 from epoch 2 its mined negatives), so its rows are reported apart from the monitors'.
 
@@ -60,10 +61,12 @@ CONFIGS: dict[str, list[str]] = {
     "sem_div": [SEM],
     "ruq": [RUQ],
     "monitors": [SEM, RUQ],
+    "monitors_no_views": [SEM, RUQ],  # without the cluster views (cards, heatmap, shares): what the views cost
     "dress": [DRESS],
     "all": [SEM, RUQ, DRESS],
 }
 LABELS = {"none": "no callbacks (baseline)", "sem_div": SEM, "ruq": RUQ, "monitors": f"{SEM} + {RUQ}",
+          "monitors_no_views": f"{SEM}(cluster_views=False) + {RUQ}",
           "dress": DRESS, "all": "all three"}
 # --quick: sample sizes small enough for a ~2 min smoke run of the whole script
 QUICK_CALLBACK_ARGS = {SEM: {"num_contexts": 32}, RUQ: {"num_train_prompts": 32, "num_val_prompts": 32,
@@ -112,6 +115,8 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     callbacks = []
     for name in CONFIGS[args.child]:
         over = {"show_progress": False, "dirpath": args.cache_dir, **(QUICK_CALLBACK_ARGS[name] if args.quick else {})}
+        if args.child == "monitors_no_views" and name == SEM:
+            over["cluster_views"] = False
         callbacks.append(instantiate(specs[name], **over))
     fit_start_s: dict[str, float] = {}
     for cb in callbacks:  # time each callback's one-off fit-start work
@@ -157,9 +162,9 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     last = len(epochs) - 1
     cb_s: dict[str, float] = {}
     for cb in callbacks:
-        key = f"timing/{cb.name}_s"
-        # RUQ measures twice per epoch (train and validation sample): both count
-        cb_s[type(cb).__name__] = sum(h.get(key, 0.0) for h in cb.history if int(h["epoch"]) == last)
+        # every timing/* key of the callback: RUQ measures twice per epoch (timing/ruq_train_s, timing/ruq_s)
+        cb_s[type(cb).__name__] = sum(v for h in cb.history if int(h["epoch"]) == last
+                                      for k, v in h.items() if k.startswith("timing/"))
     out = {"config": args.child, "epochs_s": epochs, "epoch_s": epochs[last], "epoch_cpu_s": cpu_epochs[last],
            "callback_s": cb_s,
            "fit_start_s": fit_start_s, "fit_s": fit_s, "train_examples": len(data.train_pairs()),

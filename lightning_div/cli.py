@@ -3,6 +3,8 @@
     lightning-div fit --config configs/demo.yaml
     lightning-div fit --config configs/demo.yaml --print_config
     lightning-div score generated.txt --gold gold.txt --output scores.json
+    lightning-div clusters fit --data train.jsonl --encoder minilm --out clusters.npz
+    lightning-div report runs/demo --out report.html
 """
 
 from __future__ import annotations
@@ -23,7 +25,21 @@ from lightning_div.tracking import local_log_dir, tracker_kind
 EXTRA_COMMANDS = {
     "score": "score files of generated responses with every metric (table + JSON)",
     "meta-eval": "decTest / conTest meta-evaluation of diversity metrics (Tevet & Berant)",
+    "clusters": "fit semantic clusters (fit), print their cards (show), assign responses to them (assign)",
+    "report": "one self-contained HTML page of a run (plots, cluster cards, samples, config)",
 }
+
+
+def run_tool(prog: str, fn: Any, argv: list[str]) -> int:
+    """Run a subcommand; a failure is one line in our words on stderr and exit code 1, not a traceback."""
+    try:
+        return int(fn(argv) or 0)
+    except Exception as err:  # noqa: BLE001 - every failure of a command-line tool is reported the same way
+        what = str(err) or type(err).__name__
+        if not isinstance(err, (ValueError, OSError)):
+            what = f"{type(err).__name__}: {what}"
+        print(f"{prog}: error: {' '.join(what.split())}", file=sys.stderr)
+        return 1
 
 SUMMARY_KEYS = ("val/loss", "val/sem_ent", "val/sem_ent_gold", "val/distinct_1", "val/distinct_2", "val/distinct_3",
                 "val/avg_distinct", "val/ent_4", "val/ead", "train/ruq", "val/ruq", "val/ruq_alert",
@@ -54,11 +70,19 @@ def run_summary(trainer: Any) -> str:
     log_dir = local_log_dir(trainer)  # not trainer.log_dir: a collective, and this runs on rank 0 only
     if log_dir:
         lines.append(f"  plots and sample tables: {Path(log_dir) / 'lightning_div'}")
+        lines.append(f"  one-page report: lightning-div report {trainer.default_root_dir} --out report.html")
     return "\n".join(lines)
 
 
 class DiversityCLI(LightningCLI):
     """LightningCLI with lightning-div's defaults and an end-of-fit summary."""
+
+    def before_fit(self) -> None:
+        # W&B looks for a git repository from its run directory when it starts; a directory that does not
+        # exist yet (the demo's runs/demo on a first run) prints "git root ... does not exist".
+        for lg in self.trainer.loggers:
+            if tracker_kind(lg) == "WandbLogger" and getattr(lg, "save_dir", None):
+                Path(lg.save_dir).mkdir(parents=True, exist_ok=True)
 
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:
@@ -212,6 +236,14 @@ def main(argv: list[str] | None = None) -> int:
         from lightning_div.meta_eval import meta_eval_main
 
         return meta_eval_main(argv[1:])
+    if argv and argv[0] == "clusters":
+        from lightning_div.cluster_cli import clusters_main
+
+        return run_tool("lightning-div clusters", clusters_main, argv[1:])
+    if argv and argv[0] == "report":
+        from lightning_div.report import report_main
+
+        return run_tool("lightning-div report", report_main, argv[1:])
     extra = "; ".join(f"'{k}': {v}" for k, v in EXTRA_COMMANDS.items())
     command = next((a for a in argv if not a.startswith("-")), "")
     try:

@@ -137,6 +137,7 @@ class SemanticClusters:
         self.centroids: np.ndarray | None = None  # [num_clusters, n_components]
         self.inertia: float | None = None  # sum of squared distances to the nearest centroid, fit data
         self.fit_seconds: dict[str, float] = {}  # wall time of the last fit: pca, kmeans, total
+        self.cards: list[Any] | None = None  # ClusterCards of the gold texts (lightning_div.cluster_cards)
 
     # ------------------------------------------------------------------ config
     @property
@@ -237,6 +238,7 @@ class SemanticClusters:
         self.explained_variance = float(cumulative[m - 1])
         self.centroids = np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
         self.data_fingerprint = data_fingerprint
+        self.cards = None  # cards describe the previous fit; describe() or fit_texts() makes new ones
         distances, ids = self._search(reduced)
         self.inertia = float(distances.sum())
         times["total"] = time.perf_counter() - clock
@@ -253,7 +255,9 @@ class SemanticClusters:
         return self
 
     def fit_texts(self, texts: Sequence[str], encoder: Any) -> SemanticClusters:
-        """Embed ``texts`` with ``encoder`` (a ResponseEncoder) and fit; records its name and the texts' fingerprint.
+        """Embed ``texts`` with ``encoder`` (a ResponseEncoder), fit and describe them (``cards``).
+
+        Records the encoder's name, its weights' fingerprint and the texts' fingerprint.
 
         Args:
             texts: the gold responses.
@@ -266,7 +270,10 @@ class SemanticClusters:
         fingerprint = fingerprint_texts(texts)
         self.encoder_name = encoder.name
         self.encoder_fingerprint = getattr(encoder, "fingerprint", None)
-        return self.fit(encoder.encode(texts), data_fingerprint=fingerprint)
+        embeddings = encoder.encode(texts)
+        self.fit(embeddings, data_fingerprint=fingerprint)
+        self.describe(texts, embeddings)
+        return self
 
     # ------------------------------------------------------------------ assign
     def _search(self, reduced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -339,6 +346,16 @@ class SemanticClusters:
                           "(same dimension): Sem-Ent is only comparable under the encoder the clusters were "
                           "fitted with", stacklevel=2)
 
+    def describe(self, texts: Sequence[str], embeddings: Any, **kwargs: Any) -> list[Any]:
+        """Compute (and keep in ``cards``, saved with the clusters) a ClusterCard per cluster from the gold texts.
+
+        ``kwargs`` go to :func:`lightning_div.cluster_cards.cluster_cards` (top_n, num_examples).
+        """
+        from lightning_div.cluster_cards import describe_clusters
+
+        self.cards = describe_clusters(self, texts, embeddings, **kwargs)
+        return self.cards
+
     def histogram(self, ids: Any) -> np.ndarray:
         """Counts of each cluster id (int64, length num_clusters).
 
@@ -376,7 +393,9 @@ class SemanticClusters:
                          config_hash=np.array(self.config_hash), pca_mean=self.pca_mean,
                          pca_components=self.pca_components, centroids=self.centroids,
                          explained_variance=np.float64(self.explained_variance),
-                         inertia=np.float64(np.nan if self.inertia is None else self.inertia))
+                         inertia=np.float64(np.nan if self.inertia is None else self.inertia),
+                         **({} if self.cards is None else  # optional: files without cards still load
+                            {"cards": np.array(json.dumps([c.to_dict() for c in self.cards]))}))
         except OSError as e:
             message = f"cannot save SemanticClusters to {str(path)!r}: {e.strerror or e}"
             raise (type(e)(e.errno, message) if e.errno is not None else type(e)(message)) from e
@@ -406,6 +425,7 @@ class SemanticClusters:
                 stored_hash = str(data["config_hash"])
                 arrays = {name: np.array(data[name]) for name in ("pca_mean", "pca_components", "centroids")}
                 explained, inertia = float(data["explained_variance"]), float(data["inertia"])
+                cards = json.loads(str(data["cards"])) if "cards" in data.files else None
         except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # JSONDecodeError is a ValueError
             raise ValueError(f"{str(path)!r} is not a SemanticClusters file ({e})") from e
         if version != FORMAT_VERSION:
@@ -428,6 +448,15 @@ class SemanticClusters:
         out.pca_mean, out.pca_components = arrays["pca_mean"], arrays["pca_components"]
         out.centroids = arrays["centroids"]
         out.explained_variance, out.inertia = explained, (None if np.isnan(inertia) else inertia)
+        if cards is not None:
+            from lightning_div.cluster_cards import cards_from_dicts
+
+            try:
+                out.cards = cards_from_dicts(cards)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{str(path)!r}: its cluster cards are malformed ({e!r})") from e
+            if len(out.cards) != out.num_clusters:
+                raise ValueError(f"{str(path)!r}: {len(out.cards)} cluster cards for {out.num_clusters} clusters")
         if out.centroids.shape != (out.num_clusters, out.n_components):
             raise ValueError(f"{str(path)!r}: centroids have shape {out.centroids.shape}, expected "
                              f"({out.num_clusters}, {out.n_components})")
@@ -510,14 +539,14 @@ class SemanticClusters:
 
         embeddings = encoder.encode(texts)
         if world == 1:
-            fitted = wanted._fit_and_save(embeddings, path)
+            fitted = wanted._fit_and_save(embeddings, path, texts)
         else:
             # rank 0 fits; the others receive its clusters (or its error, rather than waiting forever)
             outcome: list[Any] = [None]
             error: Exception | None = None
             if rank == 0:
                 try:
-                    outcome = [("ok", wanted._fit_and_save(embeddings, path)._state())]
+                    outcome = [("ok", wanted._fit_and_save(embeddings, path, texts)._state())]
                 except Exception as e:  # re-raised below, after the other ranks are told
                     error, outcome = e, [("error", f"{type(e).__name__}: {e}")]
             dist.broadcast_object_list(outcome, src=0)
@@ -536,8 +565,10 @@ class SemanticClusters:
             save_assignments(ids_path, ids, file_digest(path), fitted.num_clusters)
         return fitted, ids
 
-    def _fit_and_save(self, embeddings: np.ndarray, path: Path) -> SemanticClusters:
+    def _fit_and_save(self, embeddings: np.ndarray, path: Path, texts: Sequence[str] | None = None) -> SemanticClusters:
         self.fit(embeddings, data_fingerprint=self.data_fingerprint)
+        if texts is not None:  # the file carries its cards: describing needs the texts and embeddings at hand now
+            self.describe(texts, embeddings)
         self.save(path)
         log.info("SemanticClusters: fitted on %d texts and saved %s", len(embeddings), path)
         return self
@@ -545,7 +576,7 @@ class SemanticClusters:
     def _state(self) -> dict[str, Any]:
         return {"data_fingerprint": self.data_fingerprint, "pca_mean": self.pca_mean,
                 "pca_components": self.pca_components, "centroids": self.centroids,
-                "explained_variance": self.explained_variance, "inertia": self.inertia}
+                "explained_variance": self.explained_variance, "inertia": self.inertia, "cards": self.cards}
 
     def _set_state(self, state: dict[str, Any]) -> None:
         for name, value in state.items():

@@ -13,6 +13,7 @@ tokens first) to fit ``max_context_tokens`` or the model's window.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Union
@@ -80,8 +81,15 @@ class MemoTokenizer:
             self.__dict__[name] = value
         return value
 
-    def warm(self, texts: Sequence[str], target: bool = False, batch_size: int = 4096) -> None:
-        """Encode ``texts`` in batches (no-op for slow tokenizers, whose batch call is no faster)."""
+    def warm(self, texts: Sequence[str], target: bool = False, batch_size: int = 4096, keep: int | None = None,
+             side: str = "left") -> None:
+        """Encode ``texts`` in batches (no-op for slow tokenizers, whose batch call is no faster).
+
+        ``keep``: only this many tokens of each text can matter to the caller (its last ones
+        for ``side="left"``, its first for ``"right"``); the tokenizer truncates to them itself,
+        so a turn longer than the tokenizer's ``model_max_length`` is not reported as one that
+        would overflow the model (it never reaches the model whole). Targets are never truncated.
+        """
         if not getattr(self._tokenizer, "is_fast", False):
             return
         todo = [t for t in dict.fromkeys(texts) if self._key(t, target) not in self._cache]
@@ -89,8 +97,12 @@ class MemoTokenizer:
             chunk = todo[start:start + batch_size]
             if target:
                 ids = self._tokenizer(text_target=chunk)["input_ids"]
-            else:
+            elif keep is None:
                 ids = self._tokenizer(chunk, add_special_tokens=False)["input_ids"]
+            else:
+                with _truncation_side(self._tokenizer, side):
+                    ids = self._tokenizer(chunk, add_special_tokens=False, truncation=True,
+                                          max_length=max(keep, 1))["input_ids"]
             for text, row in zip(chunk, ids):
                 self._cache[self._key(text, target)] = list(row)
 
@@ -111,6 +123,17 @@ class MemoTokenizer:
                                   add_special_tokens=add_special_tokens)["input_ids"]
             self._cache[key] = list(ids)
         return {"input_ids": self._cache[key]}
+
+
+@contextmanager
+def _truncation_side(tokenizer: Any, side: str) -> Iterator[None]:
+    """The tokenizer truncating from ``side`` for the block (Hugging Face has no per-call argument)."""
+    before = tokenizer.truncation_side
+    tokenizer.truncation_side = side
+    try:
+        yield
+    finally:
+        tokenizer.truncation_side = before
 
 
 def model_layout(seq2seq: bool, window: int | None = None) -> Any:
@@ -209,8 +232,14 @@ class DialogueFormat:
             ids = [start]
         return ids
 
-    def _memo(self, contexts: Sequence[Any], tokenizer: Any) -> MemoTokenizer:
-        """A MemoTokenizer already holding every turn the contexts keep."""
+    def _memo(self, contexts: Sequence[Any], tokenizer: Any, budget: int | None = None) -> MemoTokenizer:
+        """A MemoTokenizer already holding every turn the contexts keep.
+
+        With ``budget`` (the most context tokens any of these contexts may keep) each turn is
+        tokenised to its last ``budget`` tokens only: a context keeps at most its last
+        ``budget`` tokens, so no token beyond a turn's last ``budget`` can be among them, and
+        the encoded contexts are the same as from whole turns.
+        """
         turns: list[str] = []
         for context in contexts:
             try:
@@ -218,7 +247,7 @@ class DialogueFormat:
             except TypeError:  # a malformed context is reported by encode_context, in order
                 pass
         memo = MemoTokenizer(tokenizer)
-        memo.warm(turns)
+        memo.warm(turns, keep=budget, side="left")
         return memo
 
     def encode_contexts(self, contexts: Sequence[Context], tokenizer: Any, seq2seq: bool,
@@ -234,7 +263,7 @@ class DialogueFormat:
         Returns:
             One id list per context, equal to :meth:`encode_context`'s.
         """
-        memo = self._memo(contexts, tokenizer)
+        memo = self._memo(contexts, tokenizer, budget)
         return [self.encode_context(c, memo, seq2seq, budget) for c in contexts]
 
     @staticmethod
@@ -277,16 +306,24 @@ class DialogueFormat:
         Returns:
             ``(context_ids, response_ids)``.
         """
-        seq2seq = is_seq2seq(model)
-        response_ids = self.encode_response(response, tokenizer, seq2seq)
+        return self._encode_pair(context, response, tokenizer, tokenizer, model, max_response_tokens)
+
+    @staticmethod
+    def _response_limit(model: Any, max_response_tokens: int | None) -> int | None:
         window = model_window(model)
-        limit = max_response_tokens
-        if limit is None and window is not None:
-            limit = window if seq2seq else window - 1
+        if max_response_tokens is None and window is not None:
+            return window if is_seq2seq(model) else window - 1
+        return max_response_tokens
+
+    def _encode_pair(self, context: Context, response: str, context_tokenizer: Any, response_tokenizer: Any,
+                     model: Any, max_response_tokens: int | None) -> tuple[list[int], list[int]]:
+        seq2seq = is_seq2seq(model)
+        response_ids = self.encode_response(response, response_tokenizer, seq2seq)
+        limit = self._response_limit(model, max_response_tokens)
         if limit is not None and len(response_ids) > limit:
             response_ids = response_ids[:limit]
         budget = self.context_budget(model, reserve=len(response_ids))
-        return self.encode_context(context, tokenizer, seq2seq, budget), response_ids
+        return self.encode_context(context, context_tokenizer, seq2seq, budget), response_ids
 
     def encode_pairs(self, contexts: Sequence[Context], responses: Sequence[str], tokenizer: Any, model: Any,
                      max_response_tokens: int | None = None, show_progress: bool = False,
@@ -307,8 +344,14 @@ class DialogueFormat:
         """
         seq2seq = is_seq2seq(model)
         layout = model_layout(seq2seq, model_window(model))
-        memo = self._memo(contexts, tokenizer)
-        memo.warm([r for r in responses if isinstance(r, str)], target=seq2seq)  # encode_pair names bad ones
+        # Turns and responses are tokenised only as far as they can be kept (see _memo): the most
+        # context any pair keeps is the budget with no response reserved; a causal response keeps
+        # its first `limit` tokens (EOS follows them). Two memos: a text can be a turn and a response.
+        memo = self._memo(contexts, tokenizer, self.context_budget(layout, reserve=0))
+        responses_memo = MemoTokenizer(tokenizer)
+        limit = self._response_limit(layout, max_response_tokens)
+        responses_memo.warm([r for r in responses if isinstance(r, str)], target=seq2seq,  # encode_pair names bad ones
+                            keep=None if seq2seq or limit is None else limit, side="right")
         for context, response in tqdm(zip(contexts, responses), total=len(contexts), desc=desc,
                                       disable=not show_progress, leave=False):
-            yield self.encode_pair(context, response, memo, layout, max_response_tokens=max_response_tokens)
+            yield self._encode_pair(context, response, memo, responses_memo, layout, max_response_tokens)

@@ -9,9 +9,11 @@ that raises only costs a warning: a diversity plot is never worth a crashed run.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
+import os
 import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -124,6 +126,36 @@ def artifact_dir(trainer: Any, fallback: Path) -> Path:
     return Path(log_dir) / "lightning_div" if log_dir else Path(fallback)
 
 
+def log_step(trainer: Any) -> int:
+    """The step at which Lightning logs the scalars of the current epoch end, for images and text to match.
+
+    Lightning logs epoch-end scalars at ``fit_loop.epoch_loop._batches_that_stepped``, which
+    during the validation that ends an epoch is one behind ``global_step`` (the last batch
+    is counted after validation), and in ``on_train_epoch_end`` is decreased by one for the
+    logging. Figures logged at ``global_step`` would sit one step to the right of their
+    scalars in TensorBoard. Outside fitting, ``global_step``.
+    """
+    step = int(getattr(trainer, "global_step", 0))
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    stepped = getattr(loop, "_batches_that_stepped", None)
+    state = getattr(getattr(trainer, "state", None), "fn", None)
+    if not isinstance(stepped, int) or getattr(state, "value", state) != "fit":
+        return step
+    return max(stepped - (0 if getattr(trainer, "validating", False) else 1), 0)
+
+
+def write_atomic(target: Path, write: Any, mode: str = "w") -> None:
+    """``write(file)`` into a temporary file beside ``target``, then rename: never a half-written file.
+
+    Text mode writes UTF-8 with ``newline=""`` (what :mod:`csv` wants); the parents are created.
+    A thin form of :func:`lightning_div.io.atomic_write` for callers that hold a writer function.
+    """
+    text = "b" not in mode
+    with atomic_write(target, "w" if text else "wb", encoding="utf-8" if text else None,
+                      newline="" if text else None, make_parents=True) as f:
+        write(f)
+
+
 def _try(where: str, what: str, fn: Any) -> bool:
     try:
         fn()
@@ -133,38 +165,69 @@ def _try(where: str, what: str, fn: Any) -> bool:
         return False
 
 
+def render_png(fig: Any, dpi: int = 100) -> bytes:
+    """The figure as PNG bytes (tight bounding box)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
 def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
-    """Send a matplotlib figure to TensorBoard / W&B / MLflow and save it as PNG; returns the PNG path."""
+    """Send a matplotlib figure to TensorBoard / W&B / MLflow and save it as PNG; returns the PNG path.
+
+    The figure is rendered once and the same image goes everywhere (each tracker rendering
+    it again cost most of a figure's time). TensorBoard gets it at :func:`log_step`, the
+    step of the epoch's scalars.
+    """
     import matplotlib.pyplot as plt
 
-    step = int(getattr(trainer, "global_step", 0))
+    step = log_step(trainer)
     epoch = int(getattr(trainer, "current_epoch", 0))
     png = None
     try:
-        for lg in getattr(trainer, "loggers", []):
-            kind, where = tracker_kind(lg), type(lg).__name__
-            if kind == "TensorBoardLogger":
-                _try(where, key, lambda: lg.experiment.add_figure(key, fig, global_step=step, close=False))
-            elif kind == "WandbLogger":
-                _try(where, key, lambda: lg.log_image(key=key, images=[fig], step=None))
-            elif kind == "MLFlowLogger":
-                _try(where, key, lambda: lg.experiment.log_figure(lg.run_id, fig, f"{_safe_name(key)}/epoch_{epoch}.png"))
-        target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
-
-        def save() -> None:
-            with atomic_write(target, "wb", make_parents=True) as f:
-                fig.savefig(f, format="png", dpi=100, bbox_inches="tight")
-
-        if _try(str(target), key, save):
-            png = target
-    finally:
+        data = render_png(fig)
+    except Exception as err:  # a figure that cannot be drawn is one warning, like a tracker that fails
+        warn_once(f"render:{key}", f"lightning-div could not draw {key}: {err!r}; training continues")
         plt.close(fig)
+        return None
+    plt.close(fig)
+    image = None
+    for lg in getattr(trainer, "loggers", []):
+        kind, where = tracker_kind(lg), type(lg).__name__
+        if kind is None:
+            continue
+        if image is None:
+            import io
+
+            from PIL import Image
+
+            image = Image.open(io.BytesIO(data)).convert("RGB")
+        if kind == "TensorBoardLogger":
+            import numpy as np
+
+            _try(where, key, lambda: lg.experiment.add_image(key, np.asarray(image), global_step=step,
+                                                             dataformats="HWC"))
+        elif kind == "WandbLogger":
+            _try(where, key, lambda: lg.log_image(key=key, images=[image], step=None))
+        elif kind == "MLFlowLogger":
+            _try(where, key, lambda: lg.experiment.log_image(lg.run_id, image,
+                                                             artifact_file=f"{_safe_name(key)}/epoch_{epoch}.png"))
+    target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
+    if _try(str(target), key, lambda: write_atomic(target, lambda f: f.write(data), "wb")):
+        png = target
     return png
 
 
-def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], out_dir: Path) -> Path | None:
-    """Send a table to W&B / TensorBoard (as markdown text) / MLflow and save it as CSV."""
-    step = int(getattr(trainer, "global_step", 0))
+def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], out_dir: Path,
+              filename: str | None = None) -> Path | None:
+    """Send a table to W&B / TensorBoard (as markdown text) / MLflow and save it as CSV.
+
+    The CSV is ``<key>_epoch<N>.csv`` in ``out_dir``, or ``filename`` there (a table logged
+    once per run); it is written to a temporary file and renamed, so it is never half there.
+    """
+    step = log_step(trainer)
     epoch = int(getattr(trainer, "current_epoch", 0))
     rows = [list(r) for r in rows]
     for lg in getattr(trainer, "loggers", []):
@@ -180,12 +243,14 @@ def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Seq
             data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
             _try(where, key, lambda: lg.experiment.log_table(lg.run_id, data=data,
                                                             artifact_file=f"{_safe_name(key)}/epoch_{epoch}.json"))
-    target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.csv"
+    target = Path(out_dir) / (filename or f"{_safe_name(key)}_epoch{epoch}.csv")
+
+    def write(f: Any) -> None:  # cells neutralised for spreadsheets; the trackers above get the raw text
+        writer = csv.writer(f)
+        writer.writerow([csv_safe(c) for c in columns])
+        writer.writerows([csv_safe(c) for c in r] for r in rows)
 
     def save() -> None:
-        with atomic_write(target, "w", encoding="utf-8", newline="", make_parents=True) as f:
-            writer = csv.writer(f)
-            writer.writerow([csv_safe(c) for c in columns])
-            writer.writerows([csv_safe(c) for c in r] for r in rows)
+        write_atomic(target, write)
 
     return target if _try(str(target), key, save) else None

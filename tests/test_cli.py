@@ -73,6 +73,7 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
           "--data.init_args.show_progress=false"])
     out = capsys.readouterr().out
     assert "lightning-div: fit finished after 2 epoch(s)" in out and "tensorboard --logdir runs/demo" in out
+    assert "one-page report: lightning-div report runs/demo --out report.html" in out
     rows = list(csv.DictReader(open(tmp_path / "runs/demo/csv/version_0/metrics.csv")))
     def values(key):
         return [float(r[key]) for r in rows if r.get(key)]
@@ -82,7 +83,12 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
     assert values("val/sem_ent_gold")[0] > 1.0  # 64 real responses spread over 20 real-semantics clusters
     plots = {p.name for p in (tmp_path / "runs/demo/csv/version_0/lightning_div").iterdir()}
     assert {"val_cluster_histogram_epoch1.png", "val_ruq_plot_epoch1.png", "dress_weight_histogram_epoch1.png",
-            "val_samples_epoch1.csv"} <= plots
+            "val_samples_epoch1.csv", "cluster_cards.csv", "cluster_shares.csv", "val_cluster_shares_epoch1.png",
+            "dress_clusters_epoch1.png"} <= plots
+    assert len(values("val/cluster_js")) == 2 and len(values("val/top_cluster_share")) == 2
+    assert main(["report", "runs/demo", "--out", "report.html"]) == 0  # the command the summary names
+    page = (tmp_path / "report.html").read_text()
+    assert 'data-source="cluster_cards.csv"' in page and "lightning_div.callbacks.SemanticDiversityMonitor" in page
     assert list((tmp_path / "runs/demo/wandb").glob("offline-run-*"))
     import wandb
 
@@ -157,3 +163,18 @@ def test_meta_eval_is_reachable_from_the_entry_point(tmp_path):
     data = ROOT / "tests" / "data" / "con_test_sample.csv"
     assert main(["meta-eval", "--data", str(data), "--metrics", "avg_distinct", "--output", str(out), "--quiet"]) == 0
     assert json.loads(out.read_text())["metrics"]["avg_distinct"]["test"] == "con"
+
+
+def test_the_cli_creates_the_wandb_directory_before_wandb_starts(tmp_path):
+    # W&B looks for a git repository from its run directory at start; a missing one printed
+    # "wandb: WARNING git root runs/demo does not exist" on the demo's first run
+    from types import SimpleNamespace
+
+    from pytorch_lightning.loggers import WandbLogger
+
+    from lightning_div.cli import DiversityCLI
+
+    logger = WandbLogger(save_dir=str(tmp_path / "runs" / "demo"), offline=True, project="x")
+    DiversityCLI.before_fit(SimpleNamespace(trainer=SimpleNamespace(loggers=[logger])))
+    assert (tmp_path / "runs" / "demo").is_dir()
+    assert logger._experiment is None  # W&B itself has not started

@@ -73,3 +73,42 @@ def test_bad_format_values():
         DialogueFormat(max_turns=0)
     with pytest.raises(TypeError, match=r"context\[1\]"):
         DialogueFormat().encode_context(["ok", 3], tokenizer(), False)
+
+
+class _Records:
+    """Collects the messages of a logger (transformers' loggers do not propagate to pytest's caplog)."""
+
+    def __init__(self, name: str) -> None:
+        import logging
+
+        self.messages: list[str] = []
+        self.logger = logging.getLogger(name)
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        self.logger.addHandler(self.handler)
+        return self.messages
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+
+
+@pytest.mark.parametrize("seq2seq", [False, True])
+def test_turns_longer_than_the_tokenizer_maximum_are_tokenised_only_as_far_as_kept(seq2seq):
+    """A 1,100-token turn in a 24-token window: the same ids as one by one, and no 'Token indices sequence length
+    is longer than the specified maximum' from tokenising the whole turn (the tokenizer truncates it itself)."""
+    tok = tokenizer(seq2seq=seq2seq)
+    model = seq2seq_model() if seq2seq else causal_model(n_positions=24)
+    long_turn = "word " * (tok.model_max_length + 76)
+    contexts = [[long_turn, "Hi there"], [long_turn], ["Hi there", long_turn + "end"]]
+    responses = ["Fine", long_turn if not seq2seq else "ok", "Hi there"]
+    tok.deprecation_warnings.pop("sequence-length-is-longer-than-the-specified-maximum", None)  # warned once only
+    side = tok.truncation_side
+    with _Records("transformers.tokenization_utils_base") as messages:
+        batched = list(DialogueFormat().encode_pairs(contexts, responses, tok, model))
+        contexts_only = DialogueFormat().encode_contexts(contexts, tok, seq2seq, budget=7)
+    assert not [m for m in messages if "Token indices sequence length" in m]
+    assert tok.truncation_side == side
+    assert batched == [DialogueFormat().encode_pair(c, r, tok, model) for c, r in zip(contexts, responses)]
+    assert contexts_only == [DialogueFormat().encode_context(c, tok, seq2seq, budget=7) for c in contexts]

@@ -39,7 +39,8 @@ from lightning_div.datamodules import DialogueDataModule
 from lightning_div.module import DialogueLM
 from lightning_div.samplers import ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler
 
-CORPUS_METRICS = ["val/sem_ent", "val/distinct_1", "val/distinct_2", "val/ead", "val/ruq", "train/ruq"]
+CORPUS_METRICS = ["val/sem_ent", "val/distinct_1", "val/distinct_2", "val/ead", "val/ruq", "train/ruq", "val/cluster_js",
+                  "val/top_cluster_share"]
 
 
 def monitors(cache: Path, **overrides):

@@ -64,7 +64,8 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
     tags = acc.Tags()
     assert [e.value for e in acc.Scalars("val/sem_ent")] == pytest.approx(sem_ent)
     assert [e.value for e in acc.Scalars("val/ruq")] == pytest.approx(_column(rows, "val/ruq"))
-    assert {"val/cluster_histogram", "val/ruq_plot"} <= set(tags["images"])
+    assert {"val/cluster_histogram", "val/ruq_plot", "val/cluster_shares"} <= set(tags["images"])
+    assert any("clusters/cards" in t for t in tags["tensors"])
     assert any("val/samples" in t for t in tags["tensors"])  # the sample table as text
 
     # W&B offline: the run file holds the metric keys, and the figures/tables were stored as media
@@ -75,6 +76,8 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
     media = [p.name for p in (run_dir / "files" / "media").rglob("*") if p.is_file()]
     assert any(n.startswith("cluster_histogram") for n in media) and any(n.startswith("ruq_plot") for n in media)
     assert any(n.startswith("samples") and n.endswith(".table.json") for n in media)
+    assert any(n.startswith("cards") and n.endswith(".table.json") for n in media)  # the cluster cards, once
+    assert any(n.startswith("cluster_shares") for n in media)
 
     # MLflow (a local file store): the same values, the figures as PNG and the tables as JSON artifacts
     from mlflow.tracking import MlflowClient
@@ -89,7 +92,8 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
             yield from artifacts(item.path) if item.is_dir else [item.path]
     stored = set(artifacts())
     assert {"val_cluster_histogram/epoch_0.png", "val_cluster_histogram/epoch_1.png", "val_ruq_plot/epoch_1.png",
-            "val_samples/epoch_1.json"} <= stored, stored
+            "val_samples/epoch_1.json", "clusters_cards/epoch_0.json",
+            "val_cluster_shares/epoch_1.png"} <= stored, stored
 
     # PNG / CSV copies beside the first logger's files (CSV-only users get them too)
     out = Path(tr.log_dir) / "lightning_div"

@@ -200,15 +200,19 @@ class DiversityCallback(Callback):
         return (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     @contextmanager
-    def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
-        """Times the block, logs what it put in the yielded dict plus ``timing/<kind>_s``; isolates failures.
+    def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str,
+                  timing_key: str | None = None) -> Iterator[dict[str, float]]:
+        """Times the block, logs what it put in the yielded dict plus ``timing_key``; isolates failures.
 
-        Keys are prefixed by :meth:`log_key` when the instance has a ``name``.
+        ``timing_key`` defaults to ``timing/<kind>_s``; a callback that measures twice an epoch
+        names each measurement, or the one key's chart zig-zags between them. Keys are prefixed
+        by :meth:`log_key` when the instance has a ``name``.
         """
         with warnings_of_run(self._warned):
-            yield from self._measuring(trainer, pl_module, what)
+            yield from self._measuring(trainer, pl_module, what, timing_key)
 
-    def _measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
+    def _measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str,
+                   timing_key: str | None = None) -> Iterator[dict[str, float]]:
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         try:
@@ -221,7 +225,7 @@ class DiversityCallback(Callback):
                       f"{label} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
                       f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}")
             metrics.clear()
-        metrics[f"timing/{self.kind}_s"] = time.perf_counter() - start
+        metrics[timing_key or f"timing/{self.kind}_s"] = time.perf_counter() - start
         logged = log_scalars(pl_module, {self.log_key(k): v for k, v in metrics.items()}, type(self).__name__)
         self.history.append({"epoch": float(trainer.current_epoch), **logged})
 

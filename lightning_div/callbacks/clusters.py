@@ -116,11 +116,32 @@ class ClusterSpec:
                                                                                        show_progress)
         if given is not None:
             self._clusters = given
-            return given, given.assign(encoder.encode(gold_texts))
+            embeddings = encoder.encode(gold_texts)
+            if given.cards is None:  # the embeddings are at hand: describing costs no second pass
+                given.describe(gold_texts, embeddings)
+            return given, given.assign(embeddings)
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         clusters, ids = SemanticClusters.load_or_fit(
             cache_dir, gold_texts, encoder, with_assignments=True, num_clusters=self.num_clusters,
             variance_kept=self.variance_kept, seed=self.kmeans_seed, show_progress=show_progress)
         self.clusters_path = str(Path(cache_dir) / f"clusters-{clusters.config_hash}.npz")
         self._clusters = clusters
+        self.ensure_cards(pl_module, gold_texts, batch_size, show_progress, save=True)
         return clusters, ids
+
+    def ensure_cards(self, pl_module: pl.LightningModule, gold_texts: list[str] | None, batch_size: int,
+                     show_progress: bool, save: bool = False) -> list[Any] | None:
+        """The clusters' cards; computed from ``gold_texts`` when the clusters have none (a file saved
+        before cards existed, or clusters given without them). Every rank must call it (embedding is
+        sharded); ``save=True`` writes them into our own cache file (rank 0), never into a user's file.
+        """
+        from lightning_div.distributed import rank_and_world
+
+        clusters = self._clusters
+        if clusters is None or clusters.cards is not None or not gold_texts:
+            return None if clusters is None else clusters.cards
+        encoder = self.get_encoder(pl_module, batch_size, show_progress)
+        clusters.describe(gold_texts, encoder.encode(gold_texts))
+        if save and self.clusters_path and rank_and_world()[0] == 0:
+            clusters.save(self.clusters_path)
+        return clusters.cards

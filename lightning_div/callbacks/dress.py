@@ -8,6 +8,7 @@ import numpy as np
 import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.callbacks.cluster_views import log_dress_round
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
 from lightning_div.datamodules.formats import DialoguePair
@@ -132,6 +133,7 @@ class DRESSReweighting(DiversityCallback):
                       "dress/effective_sample_size": effective_sample_size(all_w)})
             if trainer.is_global_zero and all_w.size:
                 self._plot(trainer, all_w)
+                log_dress_round(trainer, self, self.output_dir(trainer))  # per-cluster view (cluster_views.py)
 
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         check_finite_model(pl_module, type(self).__name__)  # a diverged model's empty output is no negative
@@ -151,6 +153,7 @@ class DRESSReweighting(DiversityCallback):
         keep = np.flatnonzero(w != 0)
         self.negative_pairs = [DialoguePair(tuple(chosen[i]), generated[i], source="dress-negative") for i in keep]
         self.negative_weights = w[keep]
+        self.negative_clusters = ids[keep]  # for the per-cluster figure
 
     def _plot(self, trainer: pl.Trainer, weights: np.ndarray) -> None:
         import matplotlib

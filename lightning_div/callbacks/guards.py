@@ -87,7 +87,7 @@ def optional_part(callback: Any, trainer: Any, what: str) -> Iterator[None]:
     except Exception as err:
         if getattr(callback, "on_error", "warn") == "raise":
             raise
-        warn_once(f"{callback.name}:{what}:{type(err).__name__}",
+        warn_once(f"{callback.kind}:{callback.name}:{what}:{type(err).__name__}",
                   f"{type(callback).__name__}: {what} failed at epoch {trainer.current_epoch}: {err!r}; the values "
                   f"measured before it are logged (on_error='raise' to stop)\n{traceback.format_exc(limit=3)}")
 

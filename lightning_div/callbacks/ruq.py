@@ -170,7 +170,7 @@ class RUQMonitor(ValidationMonitor):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.due(trainer):
-            with self.measuring(trainer, pl_module, "train RUQ") as m:
+            with self.measuring(trainer, pl_module, "train RUQ", "timing/ruq_train_s") as m:
                 values = self.compute(self.adapter(pl_module), self._sample(trainer, "train"))
                 m.update({f"train/{k}": v for k, v in values.items()})
         super().on_train_epoch_end(trainer, pl_module)  # validation RUQ, if no validation loop ran

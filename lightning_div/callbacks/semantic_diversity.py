@@ -9,12 +9,14 @@ import numpy as np
 import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import ValidationMonitor, sample_indices
+from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import (check_finite_model, encoder_label, require_inputs, settings_changed,
                                             warn_if_all_empty)
 from lightning_div.datamodules.formats import DialoguePair
-from lightning_div.metrics import DEFAULT_LEXICAL, check_lexical_names, count_vocab, lexical_scores, semantic_entropy
-from lightning_div.tracking import log_figure, log_table
+from lightning_div.metrics import (DEFAULT_LEXICAL, check_lexical_names, cluster_js_divergence, count_vocab,
+                                   lexical_scores, semantic_entropy, top_cluster_share)
+from lightning_div.tracking import log_table
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
 
 
@@ -28,8 +30,15 @@ class SemanticDiversityMonitor(ValidationMonitor):
     3-gram blocking by default; sharded across processes and gathered), embed, assign
     clusters, and log ``val/sem_ent``, the lexical metrics (``val/distinct_1`` ...
     ``val/ead``), once ``val/sem_ent_gold`` (Sem-Ent of the gold responses of the same
-    contexts, to compare with; not a ceiling: that is ln k), a generated-vs-gold cluster
-    histogram figure and a table of ``log_samples`` example responses with their cluster ids.
+    contexts, to compare with; not a ceiling: that is ln k), how far the generated cluster
+    distribution is from the gold one (``val/cluster_js``: Jensen-Shannon divergence in bits,
+    in [0, 1]; ``val/top_cluster_share``: share of the most generated cluster), a
+    generated-vs-gold cluster histogram labelled with each cluster's top words
+    (``val/cluster_histogram``), a heatmap of the generated shares over the measured
+    epochs (``val/cluster_shares``, also ``cluster_shares.csv``) and a table of
+    ``log_samples`` example responses with their cluster ids. Once per run, the
+    cluster cards (:mod:`lightning_div.cluster_cards`) as the table ``clusters/cards``
+    and ``cluster_cards.csv``.
 
     Args:
         encoder: model name/path for :class:`~lightning_div.embedding.ResponseEncoder`, or an encoder.
@@ -46,6 +55,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
             ``{"tokenizer": "casual", "base": 2}``. Default: 13a lowercased, Ent-n in nats.
         vocab_size: V of EAD; default: counted from the gold training responses.
         log_samples: how many example responses go in the table (0 = none).
+        cluster_views: log the cluster cards, the epochs x clusters heatmap and ``cluster_shares.csv``
+            (the scalars and the share histogram are always logged).
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
         gold_responses: explicit gold training responses for the clusters; default: the
             datamodule's ``gold_train_responses()``.
@@ -62,7 +73,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
                  log_samples: int = 8, val_pairs: PairsSource | None = None,
                  gold_responses: ResponsesSource | None = None,
                  encoder_kwargs: Options | None = None, lexical_options: Options | None = None,
-                 **kwargs: Any) -> None:
+                 cluster_views: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.lexical_options = dict(lexical_options or {})
         bad = sorted(set(self.lexical_options) - {"tokenizer", "lowercase", "base"})
@@ -75,12 +86,15 @@ class SemanticDiversityMonitor(ValidationMonitor):
         self.lexical_metrics = check_lexical_names(lexical_metrics)
         self.vocab_size = vocab_size
         self.log_samples = log_samples
+        self.cluster_views = cluster_views
         self.val_pairs_arg = val_pairs
         self.gold_responses_arg = gold_responses
         self.clusters: Any = None
         self._indices: list[int] | None = None
         self._sample: list[DialoguePair] | None = None
         self._gold_logged = False
+        self._gold_ids: np.ndarray | None = None  # the fixed sample's gold responses never change cluster
+        self.share_history: list[tuple[int, list[float]]] = []  # (epoch, generated share per cluster)
 
     # -- preparation ----------------------------------------------------------------------------
 
@@ -116,6 +130,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
                         "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)")
             self.clusters = self.spec.get_clusters(pl_module, gold, self.cache_dir(trainer),
                                                    self.batch_size, self.show_progress)
+            if self.clusters.cards is None:  # clusters given (or saved) without cards: describe the gold data
+                self.spec.ensure_cards(pl_module, gold if gold is not None else self.gold_responses(trainer),
+                                       self.batch_size, self.show_progress)
         if self.vocab_size is None and "ead" in self.lexical_metrics:
             gold = self.gold_responses(trainer)
             self.vocab_size = count_vocab(gold if gold else [p.response for p in self._sample],
@@ -125,6 +142,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         self.prepare(trainer, pl_module)
+        if trainer.is_global_zero and self.cluster_views:  # the cards are known now: log them before the first epoch
+            log_cards_once(trainer, self.clusters, self.output_dir(trainer))
 
     # -- measurement ----------------------------------------------------------------------------
 
@@ -138,8 +157,12 @@ class SemanticDiversityMonitor(ValidationMonitor):
             encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
             k = self.clusters.num_clusters
             ids = self.clusters.assign(encoder.encode(responses))
-            gold_ids = self.clusters.assign(encoder.encode([p.response for p in sample]))
+            if self._gold_ids is None:  # embedded once per run, not every epoch (same texts, same clusters)
+                self._gold_ids = self.clusters.assign(encoder.encode([p.response for p in sample]))
+            gold_ids = self._gold_ids
             m["val/sem_ent"] = semantic_entropy(ids, k)
+            m["val/cluster_js"] = cluster_js_divergence(self.clusters.histogram(ids), self.clusters.histogram(gold_ids))
+            m["val/top_cluster_share"] = top_cluster_share(ids, k)
             m.update({f"val/{name}": v for name, v in
                       lexical_scores(responses, self.lexical_metrics, self.vocab_size,
                                      **self.lexical_options).items()})
@@ -147,30 +170,20 @@ class SemanticDiversityMonitor(ValidationMonitor):
                 m["val/sem_ent_gold"] = semantic_entropy(gold_ids, k)
                 self._gold_logged = True
             self.last_responses = responses
+            shares = (self.clusters.histogram(ids) / max(len(ids), 1)).tolist()
+            self.share_history = [h for h in self.share_history if h[0] != trainer.current_epoch]
+            self.share_history.append((int(trainer.current_epoch), shares))
             if trainer.is_global_zero:
                 self._log_artifacts(trainer, sample, responses, ids, gold_ids)
 
     def _log_artifacts(self, trainer: pl.Trainer, sample: Sequence[DialoguePair], responses: Sequence[str],
                        ids: np.ndarray, gold_ids: np.ndarray) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
         out = self.output_dir(trainer)
-        k = self.clusters.num_clusters
-        gen_share = self.clusters.histogram(ids) / max(len(ids), 1)
         gold_share = self.clusters.histogram(gold_ids) / max(len(gold_ids), 1)
-        fig, ax = plt.subplots(figsize=(max(6, k * 0.35), 3.5))
-        x = np.arange(k)
-        ax.bar(x - 0.2, gold_share, width=0.4, label="gold")
-        ax.bar(x + 0.2, gen_share, width=0.4, label="generated")
-        ax.set_xticks(x)
-        ax.set_xlabel("semantic cluster")
-        ax.set_ylabel("share of responses")
-        ax.set_title(f"Semantic clusters, epoch {trainer.current_epoch}")
-        ax.legend()
-        log_figure(trainer, self.log_key("val/cluster_histogram"), fig, out)
+        if self.cluster_views:
+            log_cards_once(trainer, self.clusters, out)  # validate()/test() without a fit start
+        log_collapse(trainer, self.clusters, self.share_history, gold_share, out, heatmap=self.cluster_views,
+                     log_key=self.log_key)
         if self.log_samples > 0:
             rows = [[p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
                     for p, r, c, g in list(zip(sample, responses, ids, gold_ids))[: self.log_samples]]
@@ -190,7 +203,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices, "clusters_path": self.spec.clusters_path,
-                "gold_logged": self._gold_logged, "vocab_size": self.vocab_size, "settings": self.settings()}
+                "gold_logged": self._gold_logged, "vocab_size": self.vocab_size, "settings": self.settings(),
+                "share_history": [[e, list(s)] for e, s in self.share_history]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
@@ -203,5 +217,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         self.spec.clusters_path = state_dict.get("clusters_path")
         self._gold_logged = bool(state_dict.get("gold_logged", False))
         self.vocab_size = state_dict.get("vocab_size", self.vocab_size)
+        self.share_history = [(int(e), list(s)) for e, s in state_dict.get("share_history", [])]
         self._sample = None
         self.clusters = None
+        self._gold_ids = None

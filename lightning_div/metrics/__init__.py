@@ -5,13 +5,15 @@ from lightning_div.metrics.lexical import (DEFAULT_LEXICAL, LEXICAL_NAMES, avera
                                            expectation_adjusted_distinct, lexical_scores, ngram_entropy)
 from lightning_div.metrics.nli import nli_diversity
 from lightning_div.metrics.ruq import ruq_score
-from lightning_div.metrics.semantic import cluster_histogram, semantic_entropy
+from lightning_div.metrics.semantic import (cluster_histogram, cluster_js_divergence, semantic_entropy,
+                                            top_cluster_share)
 from lightning_div.metrics.states import (RUQ, AveragedDistinct, DistinctN, ExpectationAdjustedDistinct,
                                           NGramEntropy, SemanticEntropy)
 
 __all__ = [
-    "distinct_n", "distinct_n_utterance", "averaged_distinct", "ngram_entropy", "expectation_adjusted_distinct", "count_vocab",
-    "lexical_scores", "check_lexical_names", "DEFAULT_LEXICAL", "LEXICAL_NAMES",
-    "semantic_entropy", "cluster_histogram", "ruq_score", "nli_diversity",
+    "distinct_n", "distinct_n_utterance", "averaged_distinct", "ngram_entropy", "expectation_adjusted_distinct",
+    "count_vocab", "lexical_scores", "check_lexical_names", "DEFAULT_LEXICAL", "LEXICAL_NAMES",
+    "semantic_entropy", "cluster_histogram", "cluster_js_divergence", "top_cluster_share", "ruq_score",
+    "nli_diversity",
     "DistinctN", "AveragedDistinct", "NGramEntropy", "ExpectationAdjustedDistinct", "SemanticEntropy", "RUQ",
 ]

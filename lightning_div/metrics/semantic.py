@@ -71,3 +71,63 @@ def semantic_entropy(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int)
         0.0
     """
     return entropy_from_counts(cluster_histogram(cluster_ids, num_clusters))
+
+
+def _distribution(counts: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
+    p = np.asarray(counts, dtype=np.float64)
+    if p.ndim != 1 or not np.all(np.isfinite(p)) or (p < 0).any():
+        raise ValueError(f"{name} must be a 1-D array of finite counts >= 0")
+    if p.sum() <= 0:
+        raise ValueError(f"{name} is empty (all counts 0): a distribution needs at least one response")
+    return p / p.sum()
+
+
+def cluster_js_divergence(counts: Sequence[float] | np.ndarray, reference_counts: Sequence[float] | np.ndarray,
+                          base: float = 2.0) -> float:
+    """Jensen-Shannon divergence between two cluster histograms: how far generated responses are from gold.
+
+    JS(P, Q) = (KL(P || M) + KL(Q || M)) / 2 with M = (P + Q) / 2, computed as the square
+    of scipy's ``jensenshannon`` (which returns the distance, the square root).
+
+    Args:
+        counts: per-cluster counts (or shares) of one set, e.g. the generated responses.
+        reference_counts: per-cluster counts (or shares) of the other, e.g. the gold responses.
+        base: logarithm base; 2 (the default) gives bits, and the divergence lies in [0, 1].
+
+    Returns:
+        0 for identical distributions, 1 (in bits) for disjoint ones.
+
+    Raises:
+        ValueError: a histogram with no responses, negative or non-finite counts, or two
+            histograms of different lengths.
+
+    Examples:
+        >>> round(cluster_js_divergence([4, 0], [3, 3]), 6)  # (log2(4/3) + (log2(2/3) + 1) / 2) / 2
+        0.311278
+        >>> cluster_js_divergence([1, 0], [0, 1])
+        1.0
+    """
+    from scipy.spatial.distance import jensenshannon
+
+    p, q = _distribution(counts, "counts"), _distribution(reference_counts, "reference_counts")
+    if p.shape != q.shape:
+        raise ValueError(f"the histograms have {p.size} and {q.size} clusters")
+    return float(jensenshannon(p, q, base=base) ** 2)
+
+
+def top_cluster_share(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int) -> float:
+    """Share of the responses in the most frequent cluster.
+
+    Args:
+        cluster_ids: one cluster id per response.
+        num_clusters: k.
+
+    Returns:
+        Between 1/k (spread evenly) and 1 (collapsed onto one cluster); 0.0 for no responses.
+
+    Examples:
+        >>> top_cluster_share([2, 2, 2, 0], num_clusters=3)
+        0.75
+    """
+    counts = cluster_histogram(cluster_ids, num_clusters)
+    return float(counts.max() / counts.sum()) if counts.sum() else 0.0

@@ -1,0 +1,151 @@
+"""``lightning-div clusters fit|show|assign``: semantic clusters outside training.
+
+    lightning-div clusters fit --data train.jsonl --encoder minilm --out clusters.npz
+    lightning-div clusters show clusters.npz
+    lightning-div clusters assign clusters.npz --responses generated.txt
+
+``fit`` fits on the gold responses of any file the readers understand (and
+``chitchat``), so that training can start from ``clusters: clusters.npz``; ``show``
+prints the cluster cards; ``assign`` gives the share of each cluster and Sem-Ent of a
+response file, with the Jensen-Shannon divergence from the clusters' gold shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+DESCRIPTION = "fit semantic clusters, print their cards, or assign responses to them"
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def build_encoder(name: str, pooling: str | None, quiet: bool, batch_size: int = 32) -> Any:
+    """A ResponseEncoder from a name: ``minilm`` is the offline all-MiniLM-L6-v2 (mean pooling);
+    ``<model>@<pooling>`` (the form saved in a clusters file) sets the pooling too."""
+    from lightning_div.embedding import ResponseEncoder
+
+    if name == "minilm":
+        name = f"{MINILM}@mean"
+    model, _, saved_pooling = name.partition("@")
+    chosen = pooling or saved_pooling or ("mean" if model == MINILM else "last_token")
+    return ResponseEncoder(model, pooling=chosen, batch_size=batch_size, show_progress=not quiet)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lightning-div clusters", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="action", required=True)
+    fit = sub.add_parser("fit", help="fit clusters on gold responses and save them with their cards")
+    fit.add_argument("--data", required=True, help="gold responses: .txt (one a line), JSONL, CSV/TSV, DailyDialog, "
+                     "ParlAI, a datasets directory, or 'chitchat'")
+    fit.add_argument("--encoder", default="microsoft/DialoGPT-large",
+                     help="encoder name/path ('minilm' = the offline all-MiniLM-L6-v2 weights)")
+    fit.add_argument("--out", required=True, help="where to save the clusters (.npz)")
+    fit.add_argument("--num-clusters", type=int, default=20, help="k (default 20, as the paper)")
+    fit.add_argument("--variance-kept", type=float, default=0.9, help="PCA variance kept (default 0.9)")
+    fit.add_argument("--seed", type=int, default=27, help="k-means seed (default 27, the authors')")
+    fit.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
+    fit.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
+    fit.add_argument("--batch-size", type=int, default=32)
+    fit.add_argument("--quiet", action="store_true", help="no progress bars")
+    show = sub.add_parser("show", help="print the cluster cards of a saved clusters file")
+    show.add_argument("file")
+    assign = sub.add_parser("assign", help="shares and Sem-Ent of a response file against saved clusters")
+    assign.add_argument("file")
+    assign.add_argument("--responses", required=True, help="responses (.txt one a line, JSONL, CSV)")
+    assign.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
+    assign.add_argument("--encoder", default=None, help="default: the encoder the clusters were fitted with")
+    assign.add_argument("--pooling", default=None)
+    assign.add_argument("--batch-size", type=int, default=32)
+    assign.add_argument("--output", help="also write the result as JSON here")
+    assign.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def _describe_file(clusters: Any, path: str) -> str:
+    return (f"{path}: {clusters.num_clusters} clusters of encoder {clusters.encoder_name!r}, "
+            f"{clusters.n_components} PCA components ({100 * (clusters.explained_variance or 0):.1f} % variance)")
+
+
+def fit_command(args: argparse.Namespace) -> int:
+    from lightning_div.cluster_cards import format_cards
+    from lightning_div.clustering import SemanticClusters
+    from lightning_div.datamodules.formats import read_responses
+
+    texts = read_responses(args.data, field=args.field)
+    if not texts:
+        raise ValueError(f"{args.data}: no responses to fit clusters on")
+    encoder = build_encoder(args.encoder, args.pooling, args.quiet, args.batch_size)
+    clusters = SemanticClusters(num_clusters=args.num_clusters, variance_kept=args.variance_kept, seed=args.seed,
+                                show_progress=not args.quiet)
+    clusters.fit_texts(texts, encoder)
+    path = clusters.save(args.out)
+    print(format_cards(clusters.cards or []))
+    print(f"fitted on {len(texts)} responses of {args.data}; " + _describe_file(clusters, str(path)))
+    print(f"use it: SemanticDiversityMonitor(clusters={str(path)!r}) or lightning-div clusters show {path}")
+    return 0
+
+
+def show_command(args: argparse.Namespace) -> int:
+    from lightning_div.cluster_cards import format_cards
+    from lightning_div.clustering import SemanticClusters
+
+    clusters = SemanticClusters.load(args.file)
+    if clusters.cards is None:
+        raise ValueError(f"{args.file} has no cluster cards (saved before cards existed); a training run that uses "
+                         "it describes it from its gold responses, or fit it again with 'lightning-div clusters fit'")
+    print(format_cards(clusters.cards))
+    print(_describe_file(clusters, args.file))
+    return 0
+
+
+def assign_command(args: argparse.Namespace) -> int:
+    from lightning_div.cluster_cards import cluster_labels
+    from lightning_div.clustering import SemanticClusters
+    from lightning_div.datamodules.formats import read_responses
+    from lightning_div.metrics import cluster_js_divergence, semantic_entropy, top_cluster_share
+
+    clusters = SemanticClusters.load(args.file)
+    responses = read_responses(args.responses, field=args.field)
+    if not responses:
+        raise ValueError(f"{args.responses}: no responses to assign")
+    name = args.encoder or clusters.encoder_name
+    if not name:
+        raise ValueError(f"{args.file} does not name its encoder: pass --encoder")
+    encoder = build_encoder(name, args.pooling, args.quiet, args.batch_size)
+    clusters.check_encoder(encoder, args.file)
+    ids = clusters.assign(encoder.encode(responses))
+    counts = clusters.histogram(ids)
+    shares = counts / counts.sum()
+    labels = cluster_labels(clusters.cards, clusters.num_clusters)
+    gold = np.array([c.share for c in clusters.cards]) if clusters.cards else None
+    result: dict[str, Any] = {
+        "responses": len(responses), "sem_ent": semantic_entropy(ids, clusters.num_clusters),
+        "sem_ent_max": math.log(clusters.num_clusters),
+        "top_cluster_share": top_cluster_share(ids, clusters.num_clusters),
+        "cluster_js": None if gold is None else cluster_js_divergence(counts, gold),
+        "clusters": [{"cluster": j, "label": labels[j], "count": int(counts[j]), "share": float(shares[j]),
+                      "gold_share": None if gold is None else float(gold[j])} for j in range(clusters.num_clusters)]}
+    width = max(len(s) for s in labels)
+    print(f"{'cluster'.ljust(width)}  {'count':>6}  {'share':>6}  {'gold':>6}")
+    for row in sorted(result["clusters"], key=lambda r: (-r["count"], r["cluster"])):
+        gold_col = "" if row["gold_share"] is None else f"{100 * row['gold_share']:5.1f}%"
+        print(f"{row['label'].ljust(width)}  {row['count']:>6}  {100 * row['share']:5.1f}%  {gold_col:>6}")
+    print(f"Sem-Ent {result['sem_ent']:.4f} nats (max ln {clusters.num_clusters} = {result['sem_ent_max']:.4f}) "
+          f"over {len(responses)} responses; top cluster share {result['top_cluster_share']:.3f}"
+          + ("" if gold is None else f"; JS divergence from the gold shares {result['cluster_js']:.4f} bits"))
+    if args.output:
+        from lightning_div.tracking import write_atomic
+
+        write_atomic(args.output, lambda f: json.dump(result, f, indent=2))
+        print(f"written to {args.output}")
+    return 0
+
+
+def clusters_main(argv: list[str]) -> int:
+    """Entry point of ``lightning-div clusters``."""
+    args = _parser().parse_args(argv)
+    return {"fit": fit_command, "show": show_command, "assign": assign_command}[args.action](args)

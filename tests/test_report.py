@@ -1,0 +1,111 @@
+"""`lightning-div report`: a self-contained page of what a run wrote, also after a crash, seen in a real browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from pytorch_lightning.loggers import CSVLogger
+
+from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
+from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+from lightning_div.cli import main
+from lightning_div.report import build_report, find_run
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A real two-epoch run with the three callbacks and a CSVLogger, as `lightning-div fit` leaves it."""
+    root = tmp_path_factory.mktemp("run")
+    common = dict(show_progress=False, batch_size=8, max_new_tokens=8, dirpath=str(root / "cache"))
+    callbacks = [SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=12, log_samples=3, **common),
+                 RUQMonitor(num_train_prompts=6, num_val_prompts=6, num_plot_prompts=3, num_beams=2, **common),
+                 dress(root)]
+    tr = trainer(root, callbacks, loggers=[CSVLogger(root, name="csv")], max_epochs=2, limit_train_batches=2,
+                 limit_val_batches=1)
+    tr.fit(tiny_lm(), datamodule=datamodule())
+    (Path(tr.loggers[0].log_dir) / "config.yaml").write_text("trainer:\n  max_epochs: 2\n")  # as LightningCLI does
+    return root
+
+
+def test_finds_the_latest_version(run_dir, tmp_path):
+    assert find_run(run_dir).version == run_dir / "csv" / "version_0"
+    assert find_run(run_dir / "csv" / "version_0").version == run_dir / "csv" / "version_0"
+    with pytest.raises(ValueError, match="no run below it"):
+        find_run(tmp_path)
+
+
+def test_report_holds_every_part_and_needs_nothing_outside(run_dir):
+    page = build_report(run_dir)
+    for section in ("summary-section", "scalars", "clusters", "ruq", "samples", "dress", "config"):
+        assert f'<section id="{section}">' in page, section
+    assert 'data-source="cluster_cards.csv"' in page and 'data-source="cluster_shares.csv"' in page
+    assert 'data-source="val_samples_epoch1.csv"' in page
+    for key in ("val/cluster_shares", "val/cluster_histogram", "val/ruq_plot", "dress/clusters"):
+        assert f'alt="{key}"' in page, key
+    sources = re.findall(r'(?:src|href)="([^"#][^"]*)"', page)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)  # self-contained
+    assert "<script" not in page
+    assert "max_epochs: 2" in page
+    assert '<section id="notes">' not in page  # nothing was missing
+
+
+def test_report_of_a_run_that_crashed_halfway(run_dir, tmp_path, capsys):
+    crashed = tmp_path / "crashed"
+    shutil.copytree(run_dir, crashed)
+    version = crashed / "csv" / "version_0"
+    metrics = (version / "metrics.csv").read_text()
+    (version / "metrics.csv").write_text(metrics[: metrics.rstrip("\n").rfind("\n") + 5])  # a torn last line
+    for p in (version / "lightning_div").glob("*_epoch1.*"):  # the second epoch's figures never came
+        p.unlink()
+    out = tmp_path / "report.html"
+    assert main(["report", str(crashed), "--out", str(out)]) == 0
+    assert "written to" in capsys.readouterr().out
+    page = out.read_text()
+    assert re.search(r"metrics.csv line \d+ has \d+ of \d+ fields", page)
+    assert 'alt="val/cluster_shares"' in page and "(epoch 0)" in page
+
+
+def test_report_errors_are_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such run directory" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_report_opens_in_a_real_browser(run_dir, tmp_path):
+    if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
+        pytest.skip("Debian's chromium and chromium-driver are not installed (/usr/bin/chromium, "
+                    "/usr/bin/chromedriver); .ci/run installs them when run as root")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    out = tmp_path / "report.html"
+    assert main(["report", str(run_dir), "--out", str(out)]) == 0
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1200,4000",
+                 f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        driver.get(out.as_uri())
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth]);")
+        assert len(images) >= 6
+        assert all(complete and width > 0 for _, complete, width in images), images
+        tables = driver.execute_script("return Array.from(document.querySelectorAll('table'))"
+                                       ".map(t => [t.dataset.source || t.id, t.rows.length]);")
+        sources = dict(tables)
+        assert sources["summary"] > 1 and sources["cluster_cards.csv"] == 5  # header + 4 clusters
+        assert sources["val_samples_epoch1.csv"] == 4  # header + 3 samples
+        driver.save_screenshot(str(tmp_path / "report.png"))
+        assert (tmp_path / "report.png").stat().st_size > 10_000
+    finally:
+        driver.quit()
