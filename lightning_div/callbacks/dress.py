@@ -197,9 +197,10 @@ class DRESSReweighting(DiversityCallback):
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule, for_epoch: int) -> None:
         dm = self._datamodule(trainer)
         contexts = list(dm.train_contexts())
-        # A fresh sample each round, fixed by (seed, round) so resumed and uninterrupted runs agree;
-        # (for_epoch - 1) keeps today's "end" samples (mined at the end of epoch e for epoch e + 1).
-        idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * (for_epoch - 1))
+        # A fresh sample each round, fixed by (seed, epoch) so resumed and uninterrupted runs agree;
+        # "end" keys it by the epoch it is mined at the end of, as before "start" existed.
+        key = for_epoch - 1 if self.mine_at == "end" else for_epoch
+        idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * key)
         chosen = [list(contexts[i]) for i in idx]
         generated = self.generate(self.adapter(pl_module), chosen, self.mining_generation_kwargs(pl_module),
                                   "DRESS negatives")
