@@ -50,8 +50,8 @@ SETTINGS = {  # name -> DRESS arguments (None: no DRESS)
 LAMBDAS = (0.0, 10.0, 30.0, 60.0)
 
 # Sized for a 2-core machine shared by several developers (see docs/results/dress_vs_baseline.md).
-FULL = dict(train_examples=2000, val_examples=200, epochs=3, batch_size=32, learning_rate=2e-3, warmup_steps=50,
-            num_contexts=128, num_negative_contexts=200, ruq_prompts=64, max_new_tokens=20, lam=30.0,
+FULL = dict(train_examples=1500, val_examples=150, epochs=3, batch_size=32, learning_rate=2e-3, warmup_steps=50,
+            num_contexts=96, num_negative_contexts=150, ruq_prompts=48, max_new_tokens=20, lam=30.0,
             lambdas=LAMBDAS, model={"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128})
 QUICK = dict(FULL, train_examples=160, val_examples=32, epochs=2, num_contexts=16, num_negative_contexts=16,
              ruq_prompts=8, max_new_tokens=8, warmup_steps=5, lambdas=(0.0, 30.0),
@@ -231,6 +231,32 @@ def figures(results: dict[str, Any], out: Path) -> list[str]:
     return written
 
 
+def merge(dirs: list[Path], out: Path) -> dict[str, Any]:
+    """One results.json and its figures from several partial ones (same config; e.g. one process per seed)."""
+    parts = [json.loads((d / "results.json").read_text()) for d in dirs]
+    configs = {json.dumps(p["settings"]["config"], sort_keys=True) for p in parts}
+    if len(configs) != 1:
+        raise ValueError(f"cannot merge results of different configs: {sorted(configs)}")
+    runs = [r for p in parts for r in p["runs"]]
+    sweep = [r for p in parts for r in p["lambda_sweep"]]
+    lam = parts[0]["settings"]["config"]["lam"]
+    if sweep and not any(r["lam"] == lam for r in sweep):  # the sweep process skipped the main setting's lambda
+        same = [r for r in runs if r["setting"] == "dress_no_negatives" and r["seed"] == sweep[0]["seed"]]
+        sweep += [{**r, "setting": f"lambda_{lam:g}"} for r in same[:1]]
+    seeds = sorted({r["seed"] for r in runs})
+    settings = dict(parts[0]["settings"], seeds=seeds, merged_from=[str(d) for d in dirs],
+                    lambdas=sorted({lam for p in parts for lam in p["settings"]["lambdas"]}))
+    results = {"settings": settings, "seeds": seeds,
+               "gold_sem_ent": next((p["gold_sem_ent"] for p in parts if p["gold_sem_ent"] is not None), None),
+               "runs": runs, "lambda_sweep": sorted(sweep, key=lambda r: r["lam"]), "summary": summarise(runs, KEYS),
+               "seconds": {str(d): p["seconds"] for d, p in zip(dirs, parts)}}
+    out.mkdir(parents=True, exist_ok=True)
+    results["figures"] = figures(results, out)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    print(f"wrote {out / 'results.json'} from {len(dirs)} parts")
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tiny setting for the tests (< 3 minutes)")
@@ -240,7 +266,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--no-sweep", action="store_true", help="skip the lambda sweep")
     parser.add_argument("--only-sweep", action="store_true", help="only the lambda sweep (e.g. in a second process)")
+    parser.add_argument("--cache", default=None, help="cluster cache directory (default: OUT/cache), shareable")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                        help="combine the results.json of runs done in parallel processes into OUT (no training)")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge([Path(d) for d in args.merge], Path(args.out))
     if args.seeds is None:
         args.seeds = [0] if args.quick else [0, 1, 2]
     if args.only_sweep:
@@ -249,7 +280,84 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = QUICK if args.quick else FULL
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cache = out / "cache"
+    cache = Path(args.cache) if args.cache else out / "cache"
+    encoder = ResponseEncoder(ENCODER, pooling="mean", batch_size=64, show_progress=False)
+    # One fixed data subset for every run, so the clusters are fitted once; seeds change init and order.
+    data = DialogueDataModule(train="chitchat", val="chitchat", max_history=2, max_train_examples=cfg["train_examples"],
+                              max_val_examples=cfg["val_examples"], seed=0, show_progress=False)
+    train_pairs, val_pairs = data.train_pairs(), data.val_pairs()
+    started = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    sweep: list[dict[str, Any]] = []
+
+    def assemble() -> dict[str, Any]:
+        gold = [r["epochs"][0].get("val_sem_ent_gold") for r in runs + sweep
+                if r["epochs"] and "val_sem_ent_gold" in r["epochs"][0]]
+        return {"settings": {"config": cfg, "quick": args.quick, "seeds": args.seeds, "threads": args.threads,
+                             "dress": {"encoder": ENCODER, "num_clusters": 20, "normalize": True, "mine_at": "start",
+                                       "negative_batches": "separate", "head_threshold": 0.1},
+                             "runs": {k: v for k, v in SETTINGS.items() if k in args.settings},
+                             "lambdas": list(cfg["lambdas"]) if not args.no_sweep else [],
+                             "python": sys.version.split()[0], "torch": torch.__version__,
+                             "machine": platform.machine()},
+                "seeds": args.seeds, "gold_sem_ent": gold[0] if gold else None,
+                "runs": runs, "lambda_sweep": sweep, "summary": summarise(runs, KEYS),
+                "seconds": time.perf_counter() - started}
+
+    def checkpoint() -> None:  # after every run, so a stopped experiment leaves what it finished
+        (out / "results.json").write_text(json.dumps(assemble(), indent=1, default=float))
+
+    for seed in args.seeds:
+        for name in args.settings:
+            runs.append(run(name, SETTINGS[name], seed, cfg, train_pairs, val_pairs, encoder, cache, cfg["lam"]))
+            checkpoint()
+            print(f"[{time.perf_counter() - started:7.1f}s] {name} seed {seed}: "
+                  + ", ".join(f"{k}={runs[-1]['epochs'][-1].get(k, float('nan')):.3f}"
+                              for k in ("val_loss", "val_sem_ent", "val_distinct_2", "head_share")), flush=True)
+    if not args.no_sweep:
+        seed = args.seeds[0]
+        for lam in cfg["lambdas"]:
+            reuse = [r for r in runs if r["setting"] == "dress_no_negatives" and r["seed"] == seed
+                     and r["lam"] == lam]
+            if not reuse and lam == cfg["lam"] and args.only_sweep:
+                continue  # the main comparison's dress_no_negatives run has it (merged by --merge)
+            result = reuse[0] if reuse else run("dress_no_negatives", SETTINGS["dress_no_negatives"], seed, cfg,
+                                                train_pairs, val_pairs, encoder, cache, lam)
+            sweep.append({**result, "setting": f"lambda_{lam:g}"})
+            checkpoint()
+            print(f"[{time.perf_counter() - started:7.1f}s] lambda {lam:g}: val_loss="
+                  f"{result['epochs'][-1].get('val_loss', float('nan')):.3f}", flush=True)
+    results = assemble()
+    results["figures"] = figures(results, out)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    print(f"wrote {out / 'results.json'} from {len(dirs)} parts")
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a tiny setting for the tests (< 3 minutes)")
+    parser.add_argument("--out", default="experiments/results/dress_vs_baseline", help="output directory")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (--quick: 0)")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--no-sweep", action="store_true", help="skip the lambda sweep")
+    parser.add_argument("--only-sweep", action="store_true", help="only the lambda sweep (e.g. in a second process)")
+    parser.add_argument("--cache", default=None, help="cluster cache directory (default: OUT/cache), shareable")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                        help="combine the results.json of runs done in parallel processes into OUT (no training)")
+    args = parser.parse_args(argv)
+    if args.merge:
+        return merge([Path(d) for d in args.merge], Path(args.out))
+    if args.seeds is None:
+        args.seeds = [0] if args.quick else [0, 1, 2]
+    if args.only_sweep:
+        args.settings = []
+    torch.set_num_threads(args.threads)
+    cfg = QUICK if args.quick else FULL
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache) if args.cache else out / "cache"
     encoder = ResponseEncoder(ENCODER, pooling="mean", batch_size=64, show_progress=False)
     # One fixed data subset for every run, so the clusters are fitted once; seeds change init and order.
     data = DialogueDataModule(train="chitchat", val="chitchat", max_history=2, max_train_examples=cfg["train_examples"],
