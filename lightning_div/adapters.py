@@ -29,11 +29,28 @@ class DialogueModelAdapter(Protocol):
     """
 
     def generate(self, contexts: Sequence[Context], **generation_kwargs: Any) -> list[str]:
-        """Responses grouped by context: ``len(contexts) * num_return_sequences`` strings."""
+        """Responses grouped by context: ``len(contexts) * num_return_sequences`` strings.
+
+        Args:
+            contexts: strings or lists of turns (oldest first).
+            **generation_kwargs: decoding options, e.g. ``num_return_sequences``, ``do_sample``,
+                ``top_p``, ``num_beams``, ``seed``.
+
+        Returns:
+            The responses, context 0's first.
+        """
         ...
 
     def token_logprobs(self, contexts: Sequence[Context], responses: Sequence[str]) -> list[torch.Tensor]:
-        """One 1-D tensor per pair: log p of each response token, the end-of-sequence token included."""
+        """One 1-D tensor per pair: log p of each response token, the end-of-sequence token included.
+
+        Args:
+            contexts: strings or lists of turns (oldest first).
+            responses: one response per context.
+
+        Returns:
+            One tensor per (context, response) pair.
+        """
         ...
 
 
@@ -73,6 +90,16 @@ class _HFAdapter:
 
         See :func:`lightning_div.generation.generate_batched`; ``seed`` defaults to the
         adapter's, so the same call gives the same samples.
+
+        Args:
+            contexts: strings or lists of turns (oldest first).
+            num_return_sequences: responses per context.
+            show_progress: a tqdm bar (None = the adapter's setting).
+            seed: the sampling seed (None = the adapter's).
+            **generation_kwargs: Hugging Face ``generate`` keywords; they override the defaults.
+
+        Returns:
+            ``len(contexts) * num_return_sequences`` stripped strings, context 0's first.
         """
         generation_kwargs.setdefault("max_new_tokens", self.max_new_tokens)
         return generate_batched(
@@ -82,7 +109,17 @@ class _HFAdapter:
 
     def token_logprobs(self, contexts: Sequence[Context], responses: Sequence[str], *,
                        show_progress: bool | None = None, padding_side: str | None = None) -> list[torch.Tensor]:
-        """log p of each response token (EOS included); see :func:`lightning_div.scoring.token_logprobs_batched`."""
+        """log p of each response token (EOS included); see :func:`lightning_div.scoring.token_logprobs_batched`.
+
+        Args:
+            contexts: strings or lists of turns (oldest first).
+            responses: one response per context.
+            show_progress: a tqdm bar (None = the adapter's setting).
+            padding_side: ``"left"`` / ``"right"`` (None = the model's best).
+
+        Returns:
+            One 1-D CPU tensor per pair.
+        """
         return token_logprobs_batched(
             self.model, self.tokenizer, contexts, responses, format=self.format, batch_size=self.batch_size,
             show_progress=self.show_progress if show_progress is None else show_progress, padding_side=padding_side)
@@ -92,13 +129,41 @@ class _HFAdapter:
 
 
 class CausalLMAdapter(_HFAdapter):
-    """Decoder-only models (DialoGPT, GPT-2): ``turn<eos>turn<eos>response<eos>``, left padding."""
+    """Decoder-only models (DialoGPT, GPT-2): ``turn<eos>turn<eos>response<eos>``, left padding.
+
+    Args:
+        model: the Hugging Face model (kept by reference: its current weights and device are used).
+        tokenizer: its tokenizer (never modified); it needs an EOS token.
+        format: the token layout shared with training (default ``DialogueFormat()``).
+        batch_size: contexts per generation batch and pairs per scoring batch.
+        max_new_tokens: the generation length unless ``generate`` is given another.
+        show_progress: tqdm bars.
+        seed: the default sampling seed (None: unseeded).
+
+    Raises:
+        TypeError: a model without ``generate``, or of the other family (causal vs seq2seq).
+        ValueError: a tokenizer without EOS, or a size < 1.
+    """
 
     is_seq2seq = False
 
 
 class Seq2SeqAdapter(_HFAdapter):
-    """Encoder-decoder models (BlenderBot, BART, T5): turns to the encoder, response from the decoder."""
+    """Encoder-decoder models (BlenderBot, BART, T5): turns to the encoder, response from the decoder.
+
+    Args:
+        model: the Hugging Face model (kept by reference: its current weights and device are used).
+        tokenizer: its tokenizer (never modified); it needs an EOS token.
+        format: the token layout shared with training (default ``DialogueFormat()``).
+        batch_size: contexts per generation batch and pairs per scoring batch.
+        max_new_tokens: the generation length unless ``generate`` is given another.
+        show_progress: tqdm bars.
+        seed: the default sampling seed (None: unseeded).
+
+    Raises:
+        TypeError: a model without ``generate``, or of the other family (causal vs seq2seq).
+        ValueError: a tokenizer without EOS, or a size < 1.
+    """
 
     is_seq2seq = True
 
@@ -111,6 +176,20 @@ def resolve_adapter(pl_module: Any, model_attr: str = "model", tokenizer_attr: s
     ``getattr(pl_module, model_attr)`` with ``getattr(pl_module, tokenizer_attr)`` wrapped in
     :class:`Seq2SeqAdapter` or :class:`CausalLMAdapter` according to
     ``model.config.is_encoder_decoder``. Other keywords go to the adapter.
+
+    Args:
+        pl_module: the LightningModule (or any object) to reach the model through.
+        model_attr: the attribute holding the Hugging Face model.
+        tokenizer_attr: the attribute holding its tokenizer.
+        format: the token layout (default ``DialogueFormat()``).
+        **adapter_kwargs: :class:`CausalLMAdapter` / :class:`Seq2SeqAdapter` arguments.
+
+    Returns:
+        A :class:`DialogueModelAdapter`.
+
+    Raises:
+        TypeError: neither the two methods nor the two attributes; the message names what is
+            missing and shows both ways.
     """
     if isinstance(pl_module, DialogueModelAdapter):
         return pl_module

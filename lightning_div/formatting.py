@@ -149,7 +149,15 @@ class DialogueFormat:
         return turns[-self.max_turns:] if self.max_turns else turns
 
     def context_budget(self, model: Any, reserve: int = 0) -> int | None:
-        """How many context tokens fit: ``max_context_tokens`` and the window minus ``reserve``."""
+        """How many context tokens fit: ``max_context_tokens`` and the window minus ``reserve``.
+
+        Args:
+            model: the model (its window is read from its config).
+            reserve: positions kept free, e.g. for generated tokens.
+
+        Returns:
+            The number of context tokens, or None when nothing limits it.
+        """
         limits = []
         if self.max_context_tokens is not None:
             limits.append(self.max_context_tokens)
@@ -159,7 +167,17 @@ class DialogueFormat:
         return min(limits) if limits else None
 
     def encode_context(self, context: Context, tokenizer: Any, seq2seq: bool, budget: int | None = None) -> list[int]:
-        """Context token ids, oldest tokens dropped first when over ``budget``; never empty."""
+        """Context token ids, oldest tokens dropped first when over ``budget``; never empty.
+
+        Args:
+            context: a string or a list of turns (oldest first).
+            tokenizer: the model's tokenizer.
+            seq2seq: the encoder-decoder layout.
+            budget: the most context tokens (None = no limit but ``max_context_tokens``).
+
+        Returns:
+            The token ids.
+        """
         turns = self._turns(context)
         if seq2seq:
             sep = "\n" if self.turn_separator is None else self.turn_separator
@@ -205,13 +223,32 @@ class DialogueFormat:
 
     def encode_contexts(self, contexts: Sequence[Context], tokenizer: Any, seq2seq: bool,
                         budget: int | None = None) -> list[list[int]]:
-        """:meth:`encode_context` of many contexts, every distinct turn tokenised once, in batches."""
+        """:meth:`encode_context` of many contexts, every distinct turn tokenised once, in batches.
+
+        Args:
+            contexts: strings or lists of turns.
+            tokenizer: the model's tokenizer.
+            seq2seq: the encoder-decoder layout.
+            budget: the most context tokens per context.
+
+        Returns:
+            One id list per context, equal to :meth:`encode_context`'s.
+        """
         memo = self._memo(contexts, tokenizer)
         return [self.encode_context(c, memo, seq2seq, budget) for c in contexts]
 
     @staticmethod
     def encode_response(response: str, tokenizer: Any, seq2seq: bool) -> list[int]:
-        """Target token ids of a response, ending with EOS (the token RUQ scores include)."""
+        """Target token ids of a response, ending with EOS (the token RUQ scores include).
+
+        Args:
+            response: the response text ("" gives EOS alone).
+            tokenizer: the model's tokenizer.
+            seq2seq: the encoder-decoder layout.
+
+        Returns:
+            The token ids, EOS last.
+        """
         if not isinstance(response, str):
             raise TypeError(f"response is {type(response).__name__}, expected str")
         if seq2seq:
@@ -229,6 +266,16 @@ class DialogueFormat:
 
         Responses longer than ``max_response_tokens`` (default: what leaves one context
         token in a causal window) keep their first tokens.
+
+        Args:
+            context: a string or a list of turns.
+            response: the response text.
+            tokenizer: the model's tokenizer.
+            model: the model (its window and layout are read from it).
+            max_response_tokens: the most response tokens.
+
+        Returns:
+            ``(context_ids, response_ids)``.
         """
         seq2seq = is_seq2seq(model)
         response_ids = self.encode_response(response, tokenizer, seq2seq)
@@ -244,7 +291,20 @@ class DialogueFormat:
     def encode_pairs(self, contexts: Sequence[Context], responses: Sequence[str], tokenizer: Any, model: Any,
                      max_response_tokens: int | None = None, show_progress: bool = False,
                      desc: str = "tokenising") -> Iterator[tuple[list[int], list[int]]]:
-        """:meth:`encode_pair` of many pairs, equal to it pair by pair, with every distinct text tokenised once, in batches."""
+        """:meth:`encode_pair` of many pairs, equal to it pair by pair, with every distinct text tokenised once, in batches.
+
+        Args:
+            contexts: strings or lists of turns.
+            responses: one response per context.
+            tokenizer: the model's tokenizer.
+            model: the model (its window and layout are read from it).
+            max_response_tokens: the most response tokens.
+            show_progress: a tqdm bar.
+            desc: the bar's label.
+
+        Returns:
+            One ``(context_ids, response_ids)`` per pair.
+        """
         seq2seq = is_seq2seq(model)
         layout = model_layout(seq2seq, model_window(model))
         memo = self._memo(contexts, tokenizer)

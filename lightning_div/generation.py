@@ -194,6 +194,18 @@ def generate_sets(adapter: Any, contexts: Sequence[Context], n: int, **generatio
 
     Defaults to nucleus sampling (:data:`SAMPLING_DEFAULTS`, as in Stasaski & Hearst);
     keywords override it, e.g. ``do_sample=False, num_beams=n`` for beam sets.
+
+    Args:
+        adapter: reaches the model.
+        contexts: strings or lists of turns (oldest first).
+        n: responses per context, >= 1.
+        **generation_kwargs: decoding options; they override the nucleus-sampling defaults.
+
+    Returns:
+        One list of ``n`` responses per context.
+
+    Raises:
+        ValueError: ``n`` < 1, or an adapter that returns the wrong number of responses.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")

@@ -17,6 +17,7 @@ import torch
 
 from lightning_div.dress import weighted_lm_loss
 from lightning_div.formatting import is_seq2seq
+from lightning_div.types import Options
 
 log = logging.getLogger("lightning_div")
 
@@ -29,7 +30,19 @@ def cache_root() -> Path:
 
 
 def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> Any:
-    """A tokenizer by Hub name / local path, or ``"local:chitchat"``: BPE trained on the embedded corpus (cached)."""
+    """A tokenizer by Hub name / local path, or ``"local:chitchat"``: BPE trained on the embedded corpus (cached).
+
+    Args:
+        spec: a Hub name, a local path, or ``"local:chitchat"``.
+        vocab_size: the vocabulary of the locally trained tokenizer.
+        seq2seq: train the local tokenizer BART-style (``<s> ... </s>`` with a pad token)
+            instead of GPT-2-style (``<|endoftext|>``, no pad token).
+
+    Returns:
+        A Hugging Face tokenizer. ``"local:chitchat"`` is trained on the Chit-Chat training
+        turns on first use and cached under ``$LIGHTNING_DIV_CACHE`` (default
+        ``~/.cache/lightning_div``); later calls load the cached one.
+    """
     if spec == LOCAL_TOKENIZER:
         from lightning_div.datamodules.formats import chitchat_conversations
         from lightning_div.tiny import train_tokenizer
@@ -42,7 +55,16 @@ def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> 
 
 
 def build_model(model_name_or_path: str | None, from_scratch: dict[str, Any] | None, tokenizer: Any) -> Any:
-    """``from_pretrained(model_name_or_path)``, or a random-init model from a config dict (``model_type`` + sizes)."""
+    """``from_pretrained(model_name_or_path)``, or a random-init model from a config dict (``model_type`` + sizes).
+
+    Args:
+        model_name_or_path: Hub name or local path (used when ``from_scratch`` is None).
+        from_scratch: a config dict, e.g. ``{"model_type": "gpt2", "n_layer": 2, "n_embd": 128}``.
+        tokenizer: sets the vocabulary size and the special-token ids of a model from scratch.
+
+    Returns:
+        A causal or seq2seq LM (by the config's ``is_encoder_decoder``).
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     if from_scratch is not None:
@@ -73,11 +95,13 @@ class DialogueLM(pl.LightningModule):
         tokenizer_vocab_size: vocabulary of the locally trained tokenizer.
         from_scratch: a config dict for a random-init model, e.g.
             ``{"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256}``.
-        learning_rate, weight_decay, warmup_steps: AdamW with linear warm-up.
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: steps of linear learning-rate warm-up.
     """
 
     def __init__(self, model_name_or_path: str | None = "microsoft/DialoGPT-small", tokenizer: str | None = None,
-                 tokenizer_vocab_size: int = 4000, from_scratch: dict[str, Any] | None = None,
+                 tokenizer_vocab_size: int = 4000, from_scratch: Options | None = None,
                  learning_rate: float = 5e-5, weight_decay: float = 0.0, warmup_steps: int = 0) -> None:
         super().__init__()
         self.save_hyperparameters()

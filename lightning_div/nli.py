@@ -36,7 +36,18 @@ class PairScorer(Protocol):
 
 
 def ordered_pairs(n: int) -> list[tuple[int, int]]:
-    """All (i, j) with i != j, i-major then j: the order of a set's pair predictions."""
+    """All (i, j) with i != j, i-major then j: the order of a set's pair predictions.
+
+    Args:
+        n: the set size.
+
+    Returns:
+        The n(n-1) index pairs (premise, hypothesis).
+
+    Examples:
+        >>> ordered_pairs(3)
+        [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    """
     return [(i, j) for i in range(n) for j in range(n) if i != j]
 
 
@@ -76,7 +87,14 @@ class SetResult:
         return {name: sum(lab == name for lab in self.labels) for name in LABELS}
 
     def diversity(self, variant: str = "baseline") -> float:
-        """Baseline / Neutral / Confidence NLI Diversity; 0.0 for a set of fewer than 2 responses."""
+        """Baseline / Neutral / Confidence NLI Diversity; 0.0 for a set of fewer than 2 responses.
+
+        Args:
+            variant: ``"baseline"``, ``"neutral"`` or ``"confidence"``.
+
+        Returns:
+            The set's NLI Diversity.
+        """
         return nli_diversity(self.labels, variant, self.confidences if variant == "confidence" else None)
 
     def stats(self) -> dict[str, float]:
@@ -90,6 +108,12 @@ def mean_set_stats(results: Sequence[SetResult | Mapping[str, float]]) -> dict[s
     """Mean over sets of each :data:`STAT_KEYS` value (pair counts: mean per set).
 
     Accepts SetResults or their ``stats()`` dicts (e.g. gathered from other processes).
+
+    Args:
+        results: :class:`SetResult` objects or their ``stats()`` dicts.
+
+    Returns:
+        ``{key: mean}`` over the sets for every key of :data:`STAT_KEYS`.
     """
     if not results:
         raise ValueError("mean_set_stats needs at least one set")
@@ -121,6 +145,18 @@ class NLIScorer:
 
     ``NLIScorer()`` loads ``roberta-large-mnli`` from the Hub; any MNLI-style model works,
     its label order is read from ``config.id2label`` (or given as ``label_map``).
+
+    Args:
+        model_name_or_path: Hub id or local directory of an MNLI-style sequence classifier.
+        batch_size: pairs per forward pass.
+        device: where to run (None: CUDA if available, else CPU).
+        max_length: tokens per pair; longer pairs are truncated, the longer side first.
+        show_progress: tqdm bars.
+        label_map: ``{class index: "entailment" | "neutral" | "contradiction"}`` when
+            ``config.id2label`` does not say (``LABEL_0`` ...).
+
+    Raises:
+        ValueError: a label order that cannot be read (shown in the message) and no ``label_map``.
     """
 
     def __init__(self, model_name_or_path: str = DEFAULT_MODEL, batch_size: int = 32,
@@ -138,7 +174,20 @@ class NLIScorer:
     def from_model(cls, model: Any, tokenizer: Any, batch_size: int = 32, device: str | torch.device | None = None,
                    max_length: int = 256, show_progress: bool = True,
                    label_map: Mapping[int, str] | None = None) -> "NLIScorer":
-        """A scorer around a model already in memory (``device=None`` leaves it where it is)."""
+        """A scorer around a model already in memory (``device=None`` leaves it where it is).
+
+        Args:
+            model: a Hugging Face sequence-classification model.
+            tokenizer: its tokenizer.
+            batch_size: pairs per forward pass.
+            device: where to run (None: where the model is).
+            max_length: tokens per pair.
+            show_progress: tqdm bars.
+            label_map: the class order, when ``config.id2label`` does not say.
+
+        Returns:
+            An NLIScorer around ``model``.
+        """
         scorer = cls.__new__(cls)
         scorer._setup(model, tokenizer, batch_size, device, max_length, show_progress, label_map)
         return scorer
@@ -171,6 +220,18 @@ class NLIScorer:
 
         Pairs are tokenised once, sorted by length and batched; identical (premise,
         hypothesis) pairs are run through the model once.
+
+        Args:
+            premises: the premise of each pair.
+            hypotheses: the hypothesis of each pair.
+            show_progress: a tqdm bar (None = the scorer's setting).
+
+        Returns:
+            ``(labels, probs)``: a list of class names and a float64 array ``[n, 3]``.
+
+        Raises:
+            ValueError: ``premises`` and ``hypotheses`` have different lengths.
+            TypeError: a single string instead of a list, or a non-string element.
         """
         premises, hypotheses = list(premises), list(hypotheses)
         if len(premises) != len(hypotheses):
@@ -216,6 +277,16 @@ class NLIScorer:
 
         A set of fewer than 2 responses has no pairs (diversity 0.0) and gives a warning;
         duplicate responses are scored like any other pair.
+
+        Args:
+            sets: lists of responses (one list per context).
+            show_progress: a tqdm bar (None = the scorer's setting).
+
+        Returns:
+            One :class:`SetResult` per set, in order.
+
+        Raises:
+            TypeError: a set that is not a list of strings (named by index).
         """
         if isinstance(sets, str):
             raise TypeError("score_sets expects a list of response sets (lists of str), got one str")
@@ -248,7 +319,15 @@ class NLIScorer:
         return results
 
     def score(self, responses: Sequence[str], variant: str = "baseline") -> float:
-        """NLI Diversity of one response set (``variant``: baseline, neutral or confidence)."""
+        """NLI Diversity of one response set (``variant``: baseline, neutral or confidence).
+
+        Args:
+            responses: one set of responses.
+            variant: ``"baseline"``, ``"neutral"`` or ``"confidence"``.
+
+        Returns:
+            The set's NLI Diversity.
+        """
         if variant not in VARIANTS:
             raise ValueError(f"variant={variant!r} is unknown; use one of {VARIANTS}")
         if isinstance(responses, str):

@@ -26,7 +26,20 @@ from lightning_div.generation import (check_contexts, evaluation_mode, length_ba
 
 
 def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[list[str]]:
-    """Contexts as lists of turns, after checking both lists line up and hold strings."""
+    """Contexts as lists of turns, after checking both lists line up and hold strings.
+
+    Args:
+        contexts: strings or lists of turns.
+        responses: one response per context.
+
+    Returns:
+        The contexts as lists of turns.
+
+    Raises:
+        TypeError: a context or response of the wrong type (named by index), or one string
+            instead of a list.
+        ValueError: the two lists have different lengths.
+    """
     if isinstance(responses, (str, bytes)):
         raise TypeError("responses must be a list of strings, got one string")
     if len(contexts) != len(responses):
@@ -130,6 +143,23 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     takes ``position_ids``; position ids are then built from the mask) or ``"right"``; both
     give the unpadded values. Seq2seq models are always right-padded. An empty response is
     scored as its EOS alone; contexts over the model window are left-truncated.
+
+    Args:
+        model: a Hugging Face causal or seq2seq LM.
+        tokenizer: its tokenizer (never modified).
+        contexts: strings or lists of turns (oldest first).
+        responses: one response per context.
+        format: the token layout (default ``DialogueFormat()``).
+        batch_size: pairs per forward pass (pairs are sorted by length first).
+        show_progress: a tqdm bar.
+        padding_side: ``"left"``, ``"right"`` or None (the best for the model).
+
+    Returns:
+        One 1-D CPU tensor per pair.
+
+    Raises:
+        TypeError: a context or response of the wrong type (named by index).
+        ValueError: different lengths, or ``padding_side="left"`` for a seq2seq model.
     """
     turns = check_pairs(contexts, responses)
     if not turns:
@@ -195,6 +225,19 @@ def response_scores(adapter: Any, contexts: Sequence[Context], responses: Sequen
 
     ``adapter`` is any :class:`lightning_div.adapters.DialogueModelAdapter`. An empty
     response is scored by its EOS token alone.
+
+    Args:
+        adapter: reaches the model (e.g. ``resolve_adapter(pl_module)``).
+        contexts: strings or lists of turns (oldest first).
+        responses: one response per context.
+
+    Returns:
+        One score per pair (natural log, per token).
+
+    Raises:
+        TypeError: ``adapter`` is not an adapter (e.g. a LightningModule), or a context or
+            response of the wrong type (named by index).
+        ValueError: different lengths, or an adapter that returns an empty or NaN tensor.
     """
     _check_adapter(adapter)
     check_pairs(contexts, responses)
@@ -203,7 +246,22 @@ def response_scores(adapter: Any, contexts: Sequence[Context], responses: Sequen
 
 
 def scores_from_logprobs(logprobs: Sequence[torch.Tensor]) -> list[float]:
-    """Σ_t log p / #tokens of each response, from token log-probs already computed."""
+    """Σ_t log p / #tokens of each response, from token log-probs already computed.
+
+    Args:
+        logprobs: one 1-D tensor of token log-probabilities per response.
+
+    Returns:
+        One mean log-probability per response.
+
+    Raises:
+        ValueError: an empty or NaN tensor.
+
+    Examples:
+        >>> import torch
+        >>> scores_from_logprobs([torch.tensor([-1.0, -3.0]), torch.tensor([-0.5])])
+        [-2.0, -0.5]
+    """
     return [float(t.sum() / t.numel()) for t in _checked(logprobs, len(logprobs), "")]
 
 
@@ -214,6 +272,19 @@ def position_profile(adapter: Any, contexts: Sequence[Context], responses: Seque
     Position 0 is a response's first token; a response contributes to the positions it has
     (its EOS included), so every reported position has a count >= 1 and a finite-or-``-inf``
     mean, never a NaN. ``max_positions`` keeps only the first positions. For the RUQ plots.
+
+    Args:
+        adapter: reaches the model.
+        contexts: strings or lists of turns (oldest first).
+        responses: one response per context.
+        max_positions: keep only this many first positions (None = all).
+
+    Returns:
+        ``(mean_logprob, count)``: float64 and int64 arrays, one value per position.
+
+    Raises:
+        TypeError: as :func:`response_scores`.
+        ValueError: as :func:`response_scores`, or ``max_positions`` < 1.
     """
     _check_adapter(adapter)
     check_pairs(contexts, responses)
@@ -223,7 +294,24 @@ def position_profile(adapter: Any, contexts: Sequence[Context], responses: Seque
 
 def profile_from_logprobs(logprobs: Sequence[torch.Tensor],
                           max_positions: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`position_profile` from token log-probs already computed (e.g. by the RUQ scoring pass)."""
+    """:func:`position_profile` from token log-probs already computed (e.g. by the RUQ scoring pass).
+
+    Args:
+        logprobs: one 1-D tensor of token log-probabilities per response.
+        max_positions: keep only this many first positions (None = all).
+
+    Returns:
+        ``(mean_logprob, count)`` per position.
+
+    Raises:
+        ValueError: ``max_positions`` < 1.
+
+    Examples:
+        >>> import torch
+        >>> means, counts = profile_from_logprobs([torch.tensor([-1.0, -3.0]), torch.tensor([-2.0])])
+        >>> means.tolist(), counts.tolist()
+        ([-1.5, -3.0], [2, 1])
+    """
     if max_positions is not None and max_positions < 1:
         raise ValueError(f"max_positions must be >= 1 or None, got {max_positions}")
     logprobs = [torch.as_tensor(t).detach().reshape(-1).double().cpu() for t in logprobs]

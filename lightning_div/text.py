@@ -35,6 +35,21 @@ def get_tokenizer(spec: TokenizerSpec = "13a", lowercase: bool = True) -> Callab
 
     ``spec`` is ``"13a"`` (default), ``"whitespace"``, any callable returning a list of
     tokens, or a Hugging Face tokenizer (anything with a ``tokenize`` method).
+
+    Args:
+        spec: the tokeniser, as above.
+        lowercase: lowercase the text before tokenising.
+
+    Returns:
+        The tokenising function.
+
+    Raises:
+        ValueError: an unknown name.
+        TypeError: a spec that is neither a name, a callable nor a tokenizer.
+
+    Examples:
+        >>> get_tokenizer()("I don't know.")
+        ['i', "don't", 'know', '.']
     """
     if isinstance(spec, str):
         if spec not in _BUILTIN:
@@ -54,7 +69,18 @@ def get_tokenizer(spec: TokenizerSpec = "13a", lowercase: bool = True) -> Callab
 
 
 def check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
-    """Validate a list of strings; the error names the offending index."""
+    """Validate a list of strings; the error names the offending index.
+
+    Args:
+        texts: the texts.
+        name: how the error message names them.
+
+    Returns:
+        The texts, as a list.
+
+    Raises:
+        TypeError: ``texts`` is a single string, or an element is not a string (named by index).
+    """
     if isinstance(texts, str):
         raise TypeError(f"{name} must be a sequence of strings, not a single string")
     out = list(texts)
@@ -66,6 +92,19 @@ def check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
 
 def tokenize_all(texts: Sequence[str], tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
                  name: str = "texts") -> list[list[str]]:
-    """Tokenise every text with :func:`get_tokenizer` after validating the input."""
+    """Tokenise every text with :func:`get_tokenizer` after validating the input.
+
+    Args:
+        texts: the texts.
+        tokenizer: the tokeniser spec (see :func:`get_tokenizer`).
+        lowercase: lowercase first.
+        name: how error messages name ``texts``.
+
+    Returns:
+        One token list per text.
+
+    Raises:
+        TypeError: ``texts`` is a single string, or an element is not a string (named by index).
+    """
     split = get_tokenizer(tokenizer, lowercase)
     return [split(t) for t in check_texts(texts, name)]

@@ -199,6 +199,27 @@ def diversity_threshold_generate_many(
     Each sampling round is one ``adapter.generate`` call for all contexts still below the
     threshold and one NLI call for all their new pairs. Deterministic for a given seed
     and list of contexts (a context's samples depend on which contexts share its rounds).
+
+    Args:
+        adapter: as :func:`diversity_threshold_generate`.
+        contexts: strings or lists of turns.
+        scorer: an :class:`~lightning_div.nli.NLIScorer` (or any object with ``score_pairs``);
+            needed by the NLI metrics.
+        n: the set size (the paper: 5).
+        threshold: stop once the metric exceeds this (the paper: 10 contradictions of 20 pairs).
+        max_samples: the most responses drawn per context, the first n included (the paper: 20).
+        top_p: nucleus sampling.
+        metric: ``"contradictions"``, ``"baseline"``, ``"neutral"``, ``"confidence"`` or a
+            callable ``list[str] -> float``.
+        seed: round r samples with a seed derived from (seed, r).
+        show_progress: a tqdm bar over rounds.
+        **generation_kwargs: passed on to ``adapter.generate`` (``max_new_tokens``, ...).
+
+    Returns:
+        One :class:`ThresholdResult` per context.
+
+    Raises:
+        ValueError: as :func:`diversity_threshold_generate`.
     """
     contexts = list(contexts)
     _check_metric(metric, scorer)
@@ -277,6 +298,30 @@ def diversity_threshold_generate(
     the best-scoring (n-1)-subset is dropped (ties: the last such position) and one
     response, sampled with nucleus ``top_p`` and a seed derived from ``seed``, takes its
     place. NLI pairs are scored once: after a replacement only pairs with the new response.
+
+    Args:
+        adapter: any object with ``generate(contexts, num_return_sequences=, do_sample=, top_p=,
+            seed=, **kw)``, e.g. a :class:`~lightning_div.adapters.CausalLMAdapter`.
+        context: a string or a list of turns.
+        scorer: an :class:`~lightning_div.nli.NLIScorer` (or any object with ``score_pairs``);
+            needed by the NLI metrics.
+        n: the set size (the paper: 5).
+        threshold: stop once the metric exceeds this (the paper: 10 contradictions of 20 pairs).
+        max_samples: the most responses drawn per context, the first n included (the paper: 20).
+        top_p: nucleus sampling.
+        metric: ``"contradictions"``, ``"baseline"``, ``"neutral"``, ``"confidence"`` or a
+            callable ``list[str] -> float``.
+        seed: round r samples with a seed derived from (seed, r).
+        show_progress: a tqdm bar over rounds.
+        **generation_kwargs: passed on to ``adapter.generate`` (``max_new_tokens``, ...).
+
+    Returns:
+        A :class:`ThresholdResult`.
+
+    Raises:
+        ValueError: n < 2, ``max_samples`` < n, a negative seed, an unknown metric, an NLI
+            metric without ``scorer``, a metric that returns NaN, or an adapter that returns
+            the wrong number of responses.
     """
     return diversity_threshold_generate_many(
         adapter, [context], scorer=scorer, n=n, threshold=threshold, max_samples=max_samples, top_p=top_p,

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel,
                           PreTrainedTokenizerFast)
+
+from lightning_div.io import atomic_directory
 
 EOS = "<|endoftext|>"
 BOS, PAD, EOS_S2S, UNK = "<s>", "<pad>", "</s>", "<unk>"
@@ -39,7 +42,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000, cache_dir: str
         h.update(f"{vocab_size}:{seq2seq}:{min_frequency}".encode())
         cache_path = Path(cache_dir) / f"tokenizer-{h.hexdigest()}"
         if (cache_path / "tokenizer.json").exists():
-            return PreTrainedTokenizerFast.from_pretrained(str(cache_path))
+            try:
+                return PreTrainedTokenizerFast.from_pretrained(str(cache_path))
+            except Exception as e:  # a cache: a damaged entry is rebuilt, never a crash on every later run
+                warnings.warn(f"the cached tokenizer {str(cache_path / 'tokenizer.json')!r} cannot be read "
+                              f"({type(e).__name__}: {str(e)[:200]}); training it again and replacing the cache",
+                              stacklevel=2)
 
     specials = [BOS, PAD, EOS_S2S, UNK] if seq2seq else [EOS]
     tok = Tokenizer(models.BPE())
@@ -59,8 +67,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000, cache_dir: str
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS,
                                        model_max_length=1024)
     if cache_path is not None:
-        cache_path.mkdir(parents=True, exist_ok=True)
-        fast.save_pretrained(str(cache_path))
+        # built in a temporary directory and renamed into place: a kill mid-save leaves no half cache
+        atomic_directory(cache_path, lambda tmp: fast.save_pretrained(str(tmp)))
     return fast
 
 

@@ -14,20 +14,56 @@ import logging
 import math
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from lightning_div.io import atomic_write
+
 log = logging.getLogger("lightning_div")
 
-_warned: set[str] = set()
+_warned: set[str] = set()  # outside any run (a function called directly): once per process
+_run_warned: ContextVar[set[str] | None] = ContextVar("lightning_div_run_warnings", default=None)
+
+
+@contextmanager
+def warnings_of_run(seen: set[str]) -> Iterator[None]:
+    """Within the block, :func:`warn_once` deduplicates in ``seen`` (a callback's per-run set).
+
+    So a second run in the same process (a notebook, an in-process sweep) warns again about
+    its own skipped measurements instead of being silent.
+    """
+    token = _run_warned.set(seen)
+    try:
+        yield
+    finally:
+        _run_warned.reset(token)
 
 
 def warn_once(key: str, message: str) -> None:
-    """A warning that is shown once per process for a given key."""
-    if key not in _warned:
-        _warned.add(key)
+    """A warning shown once per run (inside :func:`warnings_of_run`) or else once per process, for a key."""
+    seen = _run_warned.get()
+    if seen is None:
+        seen = _warned
+    if key not in seen:
+        seen.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+# OWASP's CSV-injection rule: a cell starting with one of these is read as a formula by spreadsheets
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value: Any) -> Any:
+    """A text cell that a spreadsheet would run as a formula, prefixed with ``'`` (others unchanged).
+
+    Only for CSV files people open in spreadsheets; trackers and JSON keep the raw text.
+    """
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 def finite_metrics(metrics: Mapping[str, float], source: str) -> dict[str, float]:
@@ -116,8 +152,8 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
         target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
 
         def save() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(target, dpi=100, bbox_inches="tight")
+            with atomic_write(target, "wb", make_parents=True) as f:
+                fig.savefig(f, format="png", dpi=100, bbox_inches="tight")
 
         if _try(str(target), key, save):
             png = target
@@ -147,10 +183,9 @@ def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Seq
     target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.csv"
 
     def save() -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "w", newline="", encoding="utf-8") as f:
+        with atomic_write(target, "w", encoding="utf-8", newline="", make_parents=True) as f:
             writer = csv.writer(f)
-            writer.writerow(columns)
-            writer.writerows(rows)
+            writer.writerow([csv_safe(c) for c in columns])
+            writer.writerows([csv_safe(c) for c in r] for r in rows)
 
     return target if _try(str(target), key, save) else None

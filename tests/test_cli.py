@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -113,11 +114,12 @@ def test_score_with_semantic_clusters(tmp_path):
     assert 0 < scores["gold"]["sem_ent"] <= math.log(5)
 
 
-def test_score_reports_bad_files(tmp_path):
+def test_score_reports_bad_files(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"response": "ok"}\n{"response": 1}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match="bad.jsonl:2"):
-        main(["score", str(bad)])
+    # a user mistake is one line and exit code 2 (it was a traceback before issue 21)
+    assert main(["score", str(bad)]) == 2
+    assert re.match(r"lightning-div score: error: .*bad\.jsonl:2", capsys.readouterr().err)
 
 
 def test_meta_eval_is_reachable_from_the_entry_point(tmp_path):

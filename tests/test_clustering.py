@@ -345,4 +345,4 @@ def test_load_or_fit_caches_the_training_assignments(tmp_path):
     assert enc.calls == 1  # both come from disk
     assert ids.shape == (120,) and np.array_equal(ids, ids_again)
     assert np.array_equal(ids, clusters.assign(enc.encode(texts)))
-    assert (tmp_path / f"clusters-{clusters.config_hash}.assignments.npy").is_file()
+    assert (tmp_path / f"assignments-clusters-{clusters.config_hash}.npz").is_file()

@@ -31,7 +31,8 @@ def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(tmp_path):
     tr.fit(tiny_lm(), datamodule=dm)
     n = len(dm.train_pairs())
     # the gold weights are DRESS weights of the cached gold cluster ids
-    ids = np.load(next((tmp_path / "cache").glob("clusters-*.assignments.npy")))
+    with np.load(next((tmp_path / "cache").glob("assignments-clusters-*.npz"))) as stored:
+        ids = stored["ids"]
     np.testing.assert_array_equal(cb.weights, dress_weights(ids, 4, lam=2.0))
     np.testing.assert_array_equal(dm.sample_weights, cb.weights)
     # epoch 0: every gold example exactly once with its DRESS weight, no negatives yet

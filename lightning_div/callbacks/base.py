@@ -21,7 +21,7 @@ from pytorch_lightning.callbacks import Callback
 
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.formatting import DialogueFormat
-from lightning_div.tracking import artifact_dir, log_scalars, warn_once
+from lightning_div.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
 
 log = logging.getLogger("lightning_div")
 
@@ -48,11 +48,14 @@ class DiversityCallback(Callback):
     Args:
         every_n_epochs: run at the end of every n-th epoch (1 = every epoch).
         seed: seeds the fixed evaluation sample and any sampling in generation.
-        model_attr / tokenizer_attr: where the model and tokenizer live on the LightningModule.
+        model_attr: the LightningModule's attribute holding the Hugging Face model.
+        tokenizer_attr: the LightningModule's attribute holding its tokenizer.
         format: context layout (turn separator, history) shared with training.
         batch_size: batch size for generation / scoring / embedding.
         max_new_tokens: generation length limit.
-        dirpath: cache directory (clusters); default ``<default_root_dir>/lightning_div``.
+        dirpath: cache directory (clusters); default ``<default_root_dir>/lightning_div_cache``.
+            Figures and tables go beside the first logger's files (``<log_dir>/lightning_div``),
+            or to ``<dirpath>/plots`` without a logger.
         show_progress: progress bars for the long steps.
         on_error: "warn" (default) skips the epoch's measurement with a warning so training
             continues; "raise" re-raises.
@@ -79,8 +82,10 @@ class DiversityCallback(Callback):
         self.show_progress = show_progress
         self.on_error = on_error
         self.history: list[dict[str, float]] = []
+        self._warned: set[str] = set()  # this run's warnings (emptied at each setup): see warnings_of_run
 
-    # -- where things are --------------------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._warned = set()  # a new fit/validate call is a new run: its warnings are shown again --------------------------------------------------------------------------
 
     def cache_dir(self, trainer: pl.Trainer) -> Path:
         # Not ".../lightning_div": run from a source checkout, that would write into the package itself.
@@ -144,6 +149,10 @@ class DiversityCallback(Callback):
     @contextmanager
     def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
         """Times the block, logs what it put in the yielded dict plus ``timing/<name>_s``; isolates failures."""
+        with warnings_of_run(self._warned):
+            yield from self._measuring(trainer, pl_module, what)
+
+    def _measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str) -> Iterator[dict[str, float]]:
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         try:

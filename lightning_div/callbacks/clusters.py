@@ -8,6 +8,7 @@ the gold texts), so two callbacks, a resumed run or the next run reuse them.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytorch_lightning as pl
 class ClusterSpec:
     """Which encoder and clusters a callback uses; builds and caches them lazily."""
 
-    encoder: Any = "microsoft/DialoGPT-large"
+    encoder: Any = "microsoft/DialoGPT-large"  # typed where users give it: the callbacks' EncoderSource
     clusters: Any = None
     num_clusters: int = 20
     variance_kept: float = 0.9
@@ -48,7 +49,13 @@ class ClusterSpec:
 
         given = self.clusters
         if given is None and self.clusters_path and Path(self.clusters_path).is_file():
-            given = self.clusters_path
+            try:  # the cache file a checkpoint points at: a damaged one is refitted like any cache entry
+                return SemanticClusters.load(self.clusters_path)
+            except ValueError as e:
+                warnings.warn(f"the cached clusters {self.clusters_path!r} the checkpoint points at cannot be used "
+                              f"({e}); fitting them again", stacklevel=2)
+                self.clusters_path = None
+                return None
         if given is None or isinstance(given, SemanticClusters):
             return given
         self.clusters_path = str(given)

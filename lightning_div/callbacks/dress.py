@@ -9,10 +9,12 @@ import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import DiversityCallback, sample_indices
 from lightning_div.callbacks.clusters import ClusterSpec
+from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.dress import NEGATIVE_LOSSES, dress_weights, effective_sample_size, head_clusters, negative_weights
 from lightning_div.formatting import is_seq2seq
 from lightning_div.tracking import log_figure
+from lightning_div.types import ClustersSource, EncoderSource, Options
 
 MODES = ("loss", "sampler")
 MINE_AT = ("start", "end")
@@ -62,15 +64,45 @@ class DRESSReweighting(DiversityCallback):
 
     Weights, head clusters and negatives are checkpointed: a resumed run continues
     with bit-identical weights.
+
+    Args:
+        encoder: model name/path for :class:`~lightning_div.embedding.ResponseEncoder`, or an encoder
+            (use the monitor's, so both share one cluster file).
+        clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on the gold responses).
+        num_clusters: k of the k-means clusters (paper: 20).
+        variance_kept: explained variance the PCA keeps (paper: 0.9).
+        kmeans_seed: faiss k-means seed (paper: 27).
+        lam: the exponent lambda of the gold weights (paper: 30).
+        normalize: rescale the gold weights to mean 1 (keeps unweighted training's step size).
+        negatives: mine generated responses of the head clusters each epoch.
+        num_negative_contexts: training contexts generated for per epoch (paper: M = 5000).
+        head_threshold: share of the generations above which a cluster is a head cluster (paper: 0.1).
+        negative_weight: the weight of a mined response (paper: -1).
+        mode: ``"loss"`` (weights in the loss) or ``"sampler"`` (weights as draw probabilities;
+            needs ``negatives=False``).
+        generation_kwargs: overrides of the greedy generation used for mining.
+        encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
+        mine_at: ``"start"`` (the authors: every round's start, greedy without n-gram blocking)
+            or ``"end"`` (each epoch's end for the next epochs, with n-gram blocking).
+        negative_loss: ``"nll"`` (the paper: weight x NLL, unbounded) or ``"unlikelihood"``
+            (|weight| x -log(1 - p) a token, bounded).
+        negative_batches: ``"separate"`` (the authors: all generations in batches of their own,
+            zero weights counted in the denominator) or ``"mixed"`` (head-cluster ones among the gold).
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+
+    Raises:
+        ValueError: an unknown ``mode``, ``mine_at``, ``negative_loss`` or ``negative_batches``,
+            or ``mode="sampler"`` with ``negatives=True``.
     """
 
     name = "dress"
 
-    def __init__(self, encoder: Any = "microsoft/DialoGPT-large", clusters: Any = None, num_clusters: int = 20,
+    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None,
+                 num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, lam: float = 30.0, normalize: bool = False,
                  negatives: bool = True, num_negative_contexts: int = 5000, head_threshold: float = 0.1,
-                 negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: dict[str, Any] | None = None,
-                 encoder_kwargs: dict[str, Any] | None = None, mine_at: str = "start", negative_loss: str = "nll",
+                 negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: Options | None = None,
+                 encoder_kwargs: Options | None = None, mine_at: str = "start", negative_loss: str = "nll",
                  negative_batches: str = "separate", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if mode not in MODES:
@@ -195,6 +227,7 @@ class DRESSReweighting(DiversityCallback):
         return {**plain, **self.generation_kwargs}
 
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule, for_epoch: int) -> None:
+        check_finite_model(pl_module, type(self).__name__)  # a diverged model's empty output is no negative
         dm = self._datamodule(trainer)
         contexts = list(dm.train_contexts())
         # A fresh sample each round, fixed by (seed, epoch) so resumed and uninterrupted runs agree;
@@ -204,6 +237,7 @@ class DRESSReweighting(DiversityCallback):
         chosen = [list(contexts[i]) for i in idx]
         generated = self.generate(self.adapter(pl_module), chosen, self.mining_generation_kwargs(pl_module),
                                   "DRESS negatives")
+        warn_if_all_empty(generated, type(self).__name__, "the negatives")
         clusters = self.spec.get_clusters(pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer),
                                           self.batch_size, self.show_progress)
         encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
@@ -231,8 +265,15 @@ class DRESSReweighting(DiversityCallback):
         ax.set_title(f"DRESS weights, epoch {trainer.current_epoch} (lambda={self.lam})")
         log_figure(trainer, "dress/weight_histogram", fig, self.output_dir(trainer))
 
+    def settings(self) -> dict[str, Any]:
+        """What the checkpointed weights and negatives depend on: a change makes them stale on resume."""
+        return {"encoder": encoder_label(self.spec.encoder), "num_clusters": self.spec.num_clusters,
+                "variance_kept": self.spec.variance_kept, "kmeans_seed": self.spec.kmeans_seed, "lam": self.lam,
+                "normalize": self.normalize, "head_threshold": self.head_threshold,
+                "negative_weight": self.negative_weight, "mode": self.mode}
+
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(),
+        return {**super().state_dict(), "settings": self.settings(),
                 "weights": None if self.weights is None else self.weights.tolist(),
                 "heads": self.heads.tolist(),
                 "negative_pairs": [(list(p.context), p.response) for p in self.negative_pairs],
@@ -242,6 +283,9 @@ class DRESSReweighting(DiversityCallback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
+        if settings_changed(self, state_dict.get("settings"), self.settings(),
+                            "the weights are recomputed and the negatives mined again under the new settings"):
+            return  # weights None: on_fit_start computes them; no negatives until the next mining
         w = state_dict.get("weights")
         self.weights = None if w is None else np.asarray(w, dtype=np.float64)
         self.heads = np.asarray(state_dict.get("heads", []), dtype=np.int64)

@@ -7,8 +7,10 @@ from typing import Any
 import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import ValidationMonitor, sample_indices
+from lightning_div.callbacks.guards import check_finite_model, optional_part, require_inputs, settings_changed
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
+from lightning_div.types import Options, PairsSource, ScorerSource
 
 
 class NLIDiversityMonitor(ValidationMonitor):
@@ -28,19 +30,23 @@ class NLIDiversityMonitor(ValidationMonitor):
         n: responses per context (the paper: 5, so 20 ordered pairs).
         top_p: nucleus sampling of the response sets (the paper: 0.9).
         generation_kwargs: extra sampling arguments (temperature, ...).
-        threshold_generation, threshold, max_samples, threshold_metric: Diversity Threshold
-            Generation (the paper: > 10 contradictions of 20 pairs, at most 20 samples).
+        threshold_generation: also run Diversity Threshold Generation.
+        threshold: its threshold (the paper: more than 10 contradictions of 20 pairs).
+        max_samples: its budget of sampled responses per context (the paper: 20).
+        threshold_metric: the metric the threshold applies to (see
+            :func:`~lightning_div.threshold.diversity_threshold_generate`).
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
         scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
     name = "nli_diversity"
 
-    def __init__(self, scorer: Any = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
-                 top_p: float = 0.9, generation_kwargs: dict[str, Any] | None = None,
+    def __init__(self, scorer: ScorerSource = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
+                 top_p: float = 0.9, generation_kwargs: Options | None = None,
                  threshold_generation: bool = False, threshold: float = 10, max_samples: int = 20,
-                 threshold_metric: str = "contradictions", val_pairs: Any = None,
-                 scorer_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 threshold_metric: str = "contradictions", val_pairs: PairsSource | None = None,
+                 scorer_kwargs: Options | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if n < 2:
             raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")
@@ -82,14 +88,15 @@ class NLIDiversityMonitor(ValidationMonitor):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
+        require_inputs(self, trainer, [("val_pairs", self.val_pairs_arg, "val_pairs")])
         self.sample(trainer)  # missing data is a configuration error: report it now
 
     def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         from lightning_div.generation import generate_sets
         from lightning_div.nli import mean_set_stats
-        from lightning_div.threshold import diversity_threshold_generate_many, threshold_stats
 
         with self.measuring(trainer, pl_module, "NLI diversity") as m:
+            check_finite_model(pl_module, type(self).__name__)
             adapter, scorer = self.adapter(pl_module), self.scorer(pl_module)
             contexts = [list(p.context) for p in self.sample(trainer)]
             key = [sum(map(len, c)) for c in contexts]
@@ -104,21 +111,31 @@ class NLIDiversityMonitor(ValidationMonitor):
                                    desc=f"NLI diversity ({len(contexts)} contexts x {self.n})")
             m.update({f"val/{k}": v for k, v in mean_set_stats(rows).items()})
             if self.threshold_generation:
-                def dtg(batch: list[list[str]]) -> list[dict[str, float]]:
-                    results = diversity_threshold_generate_many(
-                        adapter, batch, scorer, n=self.n, threshold=self.threshold, max_samples=self.max_samples,
-                        top_p=self.top_p, metric=self.threshold_metric, seed=self.seed, show_progress=False,
-                        **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")})
-                    return [r.stats() for r in results]
+                with optional_part(self, trainer, "Diversity Threshold Generation"):  # NLI values are kept
+                    self._threshold_generation(m, adapter, scorer, contexts, key, per_batch, sampling)
 
-                rows = distributed_map(dtg, contexts, per_batch, sort_key=key, show_progress=self.show_progress,
-                                       desc="Diversity Threshold Generation")
-                m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
+    def _threshold_generation(self, m: dict[str, float], adapter: Any, scorer: Any, contexts: list[list[str]],
+                              key: list[int], per_batch: int, sampling: dict[str, Any]) -> None:
+        from lightning_div.threshold import diversity_threshold_generate_many, threshold_stats
+
+        def dtg(batch: list[list[str]]) -> list[dict[str, float]]:
+            results = diversity_threshold_generate_many(
+                adapter, batch, scorer, n=self.n, threshold=self.threshold, max_samples=self.max_samples,
+                top_p=self.top_p, metric=self.threshold_metric, seed=self.seed, show_progress=False,
+                **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")})
+            return [r.stats() for r in results]
+
+        rows = distributed_map(dtg, contexts, per_batch, sort_key=key, show_progress=self.show_progress,
+                               desc="Diversity Threshold Generation")
+        m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": self._indices}
+        return {**super().state_dict(), "indices": self._indices,
+                "settings": {"num_contexts": self.num_contexts, "seed": self.seed}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self._indices = state_dict.get("indices")
         self._sample = None
+        current = {"num_contexts": self.num_contexts, "seed": self.seed}
+        if not settings_changed(self, state_dict.get("settings"), current, "the validation sample is drawn again"):
+            self._indices = state_dict.get("indices")

@@ -10,11 +10,13 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_div.callbacks.base import ValidationMonitor, sample_indices
+from lightning_div.callbacks.guards import optional_part, require_inputs, settings_changed
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
 from lightning_div.metrics import ruq_score
 from lightning_div.scoring import profile_from_logprobs, scores_from_logprobs
 from lightning_div.tracking import log_figure
+from lightning_div.types import PairsSource
 
 
 class RUQMonitor(ValidationMonitor):
@@ -30,19 +32,24 @@ class RUQMonitor(ValidationMonitor):
 
     Args:
         idk_responses: the IDK strings; the first is the headline.
-        num_train_prompts / num_val_prompts: fixed random sample sizes (None = all).
-        train_pairs / val_pairs: evaluation data (pairs or a path); default: the datamodule's.
+        num_train_prompts: size of the fixed random sample of training prompts (None = all).
+        num_val_prompts: size of the fixed random sample of validation prompts (None = all).
+        train_pairs: training evaluation data (pairs or a path); default: the datamodule's.
+        val_pairs: validation evaluation data (pairs or a path); default: the datamodule's.
         plot: log the per-position plot every measured validation epoch.
         num_plot_prompts: prompts used for the plot (its beam search is the costly part).
         num_beams: beam size of the "model output" line of the plot.
-        warn_below / warn_drop: alert thresholds on val/ruq (None disables each).
+        warn_below: alert when val/ruq falls below this (None disables it).
+        warn_drop: alert when val/ruq drops by more than this many points since the last
+            measurement (None disables it).
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
     name = "ruq"
 
     def __init__(self, idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
                  num_train_prompts: int | None = 256, num_val_prompts: int | None = 256,
-                 train_pairs: Any = None, val_pairs: Any = None, plot: bool = True, num_plot_prompts: int = 64,
+                 train_pairs: PairsSource | None = None, val_pairs: PairsSource | None = None, plot: bool = True, num_plot_prompts: int = 64,
                  num_beams: int = 5, warn_below: float | None = None, warn_drop: float | None = 10.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -155,7 +162,9 @@ class RUQMonitor(ValidationMonitor):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
-        # Missing data is a configuration error: say so now, not after the first epoch.
+        # Missing data is a configuration error: say so now, not after the first epoch, and all of it at once.
+        require_inputs(self, trainer, [("train_pairs", self.train_pairs_arg, "train_pairs"),
+                                       ("val_pairs", self.val_pairs_arg, "val_pairs")])
         self._sample(trainer, "train")
         self._sample(trainer, "val")
 
@@ -174,13 +183,24 @@ class RUQMonitor(ValidationMonitor):
             m.update({f"val/{k}": v for k, v in values.items()})
             m["val/ruq_alert"] = self._alerts(values["ruq"])
             if self.plot:
-                self._plot(trainer, adapter, pairs)
+                with optional_part(self, trainer, "the RUQ plot"):  # val/ruq and the alert are kept
+                    self._plot(trainer, adapter, pairs)
+
+    def settings(self) -> dict[str, Any]:
+        """What the checkpointed samples and last value depend on: a change makes them stale on resume."""
+        return {"idk_responses": list(self.idk_responses), "num_train_prompts": self.num_train_prompts,
+                "num_val_prompts": self.num_val_prompts, "seed": self.seed}
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": dict(self._indices), "last_val_ruq": self.last_val_ruq}
+        return {**super().state_dict(), "indices": dict(self._indices), "last_val_ruq": self.last_val_ruq,
+                "settings": self.settings()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
+        self._samples = {}
+        if settings_changed(self, state_dict.get("settings"), self.settings(),
+                            "the prompt samples are drawn again and warn_drop starts afresh"):
+            return
         self._indices = {k: list(v) for k, v in state_dict.get("indices", {}).items()}
         self._samples = {}
         self.last_val_ruq = state_dict.get("last_val_ruq")

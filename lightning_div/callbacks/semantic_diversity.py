@@ -10,9 +10,12 @@ import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import ValidationMonitor, sample_indices
 from lightning_div.callbacks.clusters import ClusterSpec
+from lightning_div.callbacks.guards import (check_finite_model, encoder_label, require_inputs, settings_changed,
+                                            warn_if_all_empty)
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.metrics import DEFAULT_LEXICAL, check_lexical_names, count_vocab, lexical_scores, semantic_entropy
 from lightning_div.tracking import log_figure, log_table
+from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
 
 
 class SemanticDiversityMonitor(ValidationMonitor):
@@ -31,26 +34,30 @@ class SemanticDiversityMonitor(ValidationMonitor):
     Args:
         encoder: model name/path for :class:`~lightning_div.embedding.ResponseEncoder`, or an encoder.
         clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on gold responses).
-        num_clusters, variance_kept, kmeans_seed: clustering configuration (paper: 20, 0.9, 27).
+        num_clusters: k of the k-means clusters (paper: 20).
+        variance_kept: explained variance the PCA keeps (paper: 0.9).
+        kmeans_seed: faiss k-means seed (paper: 27).
         num_contexts: size of the fixed validation sample (None = all).
         generation_kwargs: overrides of the greedy + no_repeat_ngram_size=3 default.
         lexical_metrics: which of distinct_<n>, avg_distinct, ent_<n>, ead to add.
         vocab_size: V of EAD; default: counted from the gold training responses.
         log_samples: how many example responses go in the table (0 = none).
-        val_pairs / gold_responses: explicit data; default: the datamodule's
-            ``val_pairs()`` / ``gold_train_responses()``.
+        val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
+        gold_responses: explicit gold training responses for the clusters; default: the
+            datamodule's ``gold_train_responses()``.
         encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
-        Plus the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
     name = "semantic_diversity"
 
-    def __init__(self, encoder: Any = "microsoft/DialoGPT-large", clusters: Any = None, num_clusters: int = 20,
+    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None, num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, num_contexts: int | None = 256,
-                 generation_kwargs: dict[str, Any] | None = None,
+                 generation_kwargs: Options | None = None,
                  lexical_metrics: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None,
-                 log_samples: int = 8, val_pairs: Any = None, gold_responses: Any = None,
-                 encoder_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 log_samples: int = 8, val_pairs: PairsSource | None = None,
+                 gold_responses: ResponsesSource | None = None,
+                 encoder_kwargs: Options | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec = ClusterSpec(encoder=encoder, clusters=clusters, num_clusters=num_clusters,
                                 variance_kept=variance_kept, kmeans_seed=kmeans_seed, encoder_kwargs=encoder_kwargs)
@@ -82,6 +89,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def prepare(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Fix the validation sample and load or fit the clusters (once per run)."""
         if self._sample is None:
+            require_inputs(self, trainer, [("val_pairs", self.val_pairs_arg, "val_pairs")] + (
+                [("gold_responses", self.gold_responses_arg, "gold_train_responses")] if self.spec.clusters is None
+                else []))
             pairs = self.resolve_pairs(trainer, self.val_pairs_arg, "val_pairs", "val_pairs")
             if self._indices is None or (self._indices and max(self._indices) >= len(pairs)):
                 self._indices = sample_indices(len(pairs), self.num_contexts, self.seed).tolist()
@@ -111,7 +121,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
         with self.measuring(trainer, pl_module, "semantic diversity") as m:
             self.prepare(trainer, pl_module)
             sample = self._sample
+            check_finite_model(pl_module, type(self).__name__)
             responses = self.generate(self.adapter(pl_module), [p.context for p in sample], self.generation_kwargs)
+            warn_if_all_empty(responses, type(self).__name__, "the validation sample")
             encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
             k = self.clusters.num_clusters
             ids = self.clusters.assign(encoder.encode(responses))
@@ -155,12 +167,23 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     # -- checkpointing --------------------------------------------------------------------------
 
+    def settings(self) -> dict[str, Any]:
+        """What the checkpointed state depends on (clusters, sample): a change makes it stale on resume."""
+        return {"encoder": encoder_label(self.spec.encoder), "num_clusters": self.spec.num_clusters,
+                "variance_kept": self.spec.variance_kept, "kmeans_seed": self.spec.kmeans_seed,
+                "num_contexts": self.num_contexts, "seed": self.seed}
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices, "clusters_path": self.spec.clusters_path,
-                "gold_logged": self._gold_logged, "vocab_size": self.vocab_size}
+                "gold_logged": self._gold_logged, "vocab_size": self.vocab_size, "settings": self.settings()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
+        self._sample = None
+        self.clusters = None
+        if settings_changed(self, state_dict.get("settings"), self.settings(),
+                            "the clusters and the validation sample are made again under the new settings"):
+            return  # history is kept; clusters, sample and the gold Sem-Ent come from the new settings
         self._indices = state_dict.get("indices")
         self.spec.clusters_path = state_dict.get("clusters_path")
         self._gold_logged = bool(state_dict.get("gold_logged", False))

@@ -30,6 +30,7 @@ from lightning_div.distributed import rank_and_world
 from lightning_div.dress import NEGATIVE_LOSSES
 from lightning_div.samplers import (ExactDistributedSampler, ResumableDataLoader, SeparateBatchSampler,
                                    WeightedDistributedSampler, check_sampling_weights)
+from lightning_div.types import PairsSource, TokenizerSource
 
 log = logging.getLogger(__name__)
 _info = rank_zero_only(log.info)
@@ -50,28 +51,44 @@ class DialogueDataModule(pl.LightningDataModule):
     """Dialogue (context, response) data for causal or seq2seq LMs, with DRESS sample weights.
 
     Args:
-        train, val, test: a file path, a saved ``datasets`` directory, ``"chitchat"``
+        train: a file path, a saved ``datasets`` directory, ``"chitchat"``
             (the embedded corpus; its train / validation / test split), a ``datasets.Dataset``,
             or a list of pairs; ``None`` = no such data.
+        val: the validation data, as ``train``.
+        test: the test data, as ``train``.
         format: ``"auto"`` (from the extension) or a name in ``formats.FORMATS``.
         tokenizer: a name or path for ``AutoTokenizer``, a tokenizer object, or ``None`` =
             the LightningModule's ``tokenizer`` attribute at setup.
         max_history: context turns kept per example (None = all).
-        max_context_tokens, max_response_tokens, turn_separator: see :class:`DialogueFormat`;
-            contexts are also left-truncated to fit the model window.
-        max_train_examples, max_val_examples, max_test_examples: keep a random subset of
-            this size (seeded by ``seed``), e.g. for demos.
-        batch_size, eval_batch_size: training / evaluation batch sizes (eval defaults to batch_size).
+        max_context_tokens: see :class:`~lightning_div.formatting.DialogueFormat`; contexts are
+            also left-truncated to fit the model window.
+        max_response_tokens: see :class:`~lightning_div.formatting.DialogueFormat`.
+        turn_separator: see :class:`~lightning_div.formatting.DialogueFormat`.
+        max_train_examples: keep a random training subset of this size (seeded by ``seed``),
+            e.g. for demos.
+        max_val_examples: the same for the validation data.
+        max_test_examples: the same for the test data.
+        batch_size: training batch size.
+        eval_batch_size: evaluation batch size (None = ``batch_size``).
         dedupe: drop exact duplicate examples (same context, response and references).
         seed: subset choice, shuffling and weighted draws (offset by the epoch).
         seq2seq: encoder-decoder layout; ``None`` = read it from the LightningModule's ``model``.
-        context_field ... dialog_field: record field / column names (see :class:`formats.Fields`).
-        context_separator, references_separator, delimiter: CSV/TSV cell layout.
+        context_field: record field / column of the context
+            (see :class:`~lightning_div.datamodules.formats.Fields`).
+        response_field: record field / column of the response.
+        references_field: record field / column of the extra references.
+        positive_responses_field: DailyDialog++ field of the positive responses.
+        dialog_field: record field / column of a whole conversation.
+        context_separator: CSV/TSV: separator of the turns in a context cell.
+        references_separator: CSV/TSV: separator of the references in a references cell.
+        delimiter: CSV/TSV field delimiter (None = from the extension).
         show_progress: progress bar while tokenising.
     """
 
-    def __init__(self, train: Any = "chitchat", val: Any = "chitchat", test: Any = None, format: str = "auto",
-                 tokenizer: Any = None, max_history: Optional[int] = 3, max_context_tokens: Optional[int] = None,
+    def __init__(self, train: Optional[PairsSource] = "chitchat", val: Optional[PairsSource] = "chitchat",
+                 test: Optional[PairsSource] = None, format: str = "auto",
+                 tokenizer: Optional[TokenizerSource] = None, max_history: Optional[int] = 3,
+                 max_context_tokens: Optional[int] = None,
                  max_response_tokens: Optional[int] = None, turn_separator: Optional[str] = None,
                  max_train_examples: Optional[int] = None, max_val_examples: Optional[int] = None,
                  max_test_examples: Optional[int] = None, batch_size: int = 16,
@@ -317,6 +334,13 @@ class DialogueDataModule(pl.LightningDataModule):
 
         In loss mode the weights ride in ``batch["sample_weight"]``; in sampler mode they
         are draw probabilities (and must be >= 0). Takes effect at the next train dataloader.
+
+        Args:
+            weights: one finite float per example of :meth:`train_pairs`.
+
+        Raises:
+            ValueError: a wrong shape, a non-finite weight, or a negative one in sampler mode
+                (the message names the index).
         """
         w = self._finite(weights, len(self._read("train")), "sample weights")
         if self._mode == "sampler":
@@ -334,6 +358,16 @@ class DialogueDataModule(pl.LightningDataModule):
         loop), so a batch's token denominator counts only negatives, zero-weight ones included
         (a short last batch is filled with target-less padding rows, see
         :class:`~lightning_div.samplers.SeparateBatchSampler`).
+
+        Args:
+            pairs: the extra examples.
+            weights: one finite weight per extra example (e.g. -1, or 0 for a generation that only
+                counts in the denominator of its separate batch).
+            batches: ``"mixed"`` or ``"separate"``, as above.
+
+        Raises:
+            ValueError: ``pairs`` and ``weights`` differ in length, a weight is not finite, or
+                ``batches`` is unknown.
         """
         if batches not in NEGATIVE_BATCHES:
             raise ValueError(f"batches must be one of {NEGATIVE_BATCHES}, got {batches!r}")
@@ -352,6 +386,13 @@ class DialogueDataModule(pl.LightningDataModule):
         with probability proportional to the weights (DDP-aware) and every batch carries
         ``sample_weight`` 1.0; negative weights are refused there (a probability cannot be
         negative), so DRESS negatives need loss mode. ``weights`` also sets the sample weights.
+
+        Args:
+            mode: ``"loss"`` or ``"sampler"``.
+            weights: new sample weights (None keeps the current ones).
+
+        Raises:
+            ValueError: an unknown mode, or negative weights (or negatives) in sampler mode.
         """
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is unknown; use one of {MODES}")

@@ -77,7 +77,20 @@ class ConcatPairs(Sequence):
 def encode_pairs(pairs: Sequence[DialoguePair], tokenizer: Any, model: Any, fmt: DialogueFormat | None = None,
                  max_response_tokens: int | None = None, show_progress: bool = True,
                  desc: str = "tokenising") -> EncodedPairs:
-    """``fmt.encode_pair`` of every pair: (context ids, response ids), fitted to the model window."""
+    """``fmt.encode_pair`` of every pair: (context ids, response ids), fitted to the model window.
+
+    Args:
+        pairs: the dialogue pairs.
+        tokenizer: the model's tokenizer.
+        model: the model (its window and layout are read from it).
+        fmt: the token layout (default ``DialogueFormat()``).
+        max_response_tokens: the most response tokens.
+        show_progress: a tqdm bar.
+        desc: the bar's label.
+
+    Returns:
+        The token ids of every pair, in flat int32 buffers.
+    """
     fmt = fmt or DialogueFormat()
     return EncodedPairs(fmt.encode_pairs([p.context for p in pairs], [p.response for p in pairs], tokenizer, model,
                                          max_response_tokens=max_response_tokens, show_progress=show_progress,

@@ -157,6 +157,17 @@ def read_chitchat(split: str = "train", max_history: int | None = 3,
     """The embedded corpus as pairs (see :func:`chitchat_conversations`).
 
     With ``max_history=3``: 118,529 / 6,025 / 7,003 train / validation / test examples.
+
+    Args:
+        split: ``"train"``, ``"validation"`` or ``"test"``.
+        max_history: context turns kept per example (None = all).
+        max_conversations: read at most this many conversations (None = all).
+
+    Returns:
+        The pairs, with ``.stats``.
+
+    Raises:
+        ValueError: an unknown split, or ``max_conversations`` < 1.
     """
     pairs: list[DialoguePair] = []
     for conv_id, turns in chitchat_conversations(split, max_conversations):
@@ -175,6 +186,23 @@ def iter_texts(pairs: Iterable[DialoguePair]) -> Iterable[str]:
 # Collecting examples with statistics
 
 
+def check_text(text: str, where: str, name: str = "text") -> str:
+    """``text`` if it is valid Unicode; a DataFormatError naming ``where`` for a lone surrogate.
+
+    A JSON escape of half a UTF-16 pair (``"\\ud83d"`` without its ``"\\ude00"``) decodes to a lone
+    surrogate: not a character, so every tokenizer and the UTF-8 encoder fail on it later,
+    far from the file. It is refused here, where the file and line are known.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataFormatError(where, f"{name} contains a lone surrogate (U+{ord(text[e.start]):04X} at character "
+                                     f"{e.start + 1}), which is not a character: a JSON escape such as \\ud83d must "
+                                     "be followed by its second half (e.g. \\ude00), or write the character "
+                                     "itself") from None
+    return text
+
+
 class _Collector:
     """Turns conversations and records into pairs while counting what happened."""
 
@@ -185,6 +213,11 @@ class _Collector:
         self.stats = ReadStats(source=source)
 
     def pair(self, context: Sequence[str], response: str, references: Sequence[str] = (), where: str = "") -> None:
+        for i, turn in enumerate(context):
+            check_text(turn, where, f"context[{i}]")
+        check_text(response, where, "the response")
+        for i, ref in enumerate(references):
+            check_text(ref, where, f"references[{i}]")
         if not response.strip():
             self.stats.drop("empty response")
             return
@@ -298,7 +331,8 @@ def _read_text(path: str | os.PathLike) -> str:
     if not data.strip():
         raise DataFormatError(f"{path}:1", "the file is empty (no dialogues)")
     try:
-        return data.decode("utf-8-sig")
+        # universal newlines, as open() reads text: a file with CR-only (old Mac) line ends has lines too
+        return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
@@ -525,6 +559,20 @@ def as_pair(item: Any, where: str = "pair") -> DialoguePair:
     ``(context, response, [references])``; the context is a list of turns or one string.
 
     Nothing is dropped or cut here (an empty response stays); errors start with ``where``.
+
+    Args:
+        item: the pair in any of the forms above.
+        where: how error messages name the item (e.g. ``"val_pairs[3]"``).
+
+    Returns:
+        The DialoguePair.
+
+    Raises:
+        DataFormatError: an item of another shape, or a non-string turn, response or reference.
+
+    Examples:
+        >>> as_pair((["Hi!"], "Hello."))
+        DialoguePair(context=('Hi!',), response='Hello.', references=(), source='pair')
     """
     if isinstance(item, DialoguePair):
         return item
@@ -609,6 +657,37 @@ def read_pairs(source: Any, format: str = "auto", *, split: str = "train", max_h
     a ``datasets.Dataset`` / ``DatasetDict``, or a list of DialoguePairs / tuples / dicts.
     ``split`` picks the chitchat split and the DatasetDict split. Field names may be
     given as a :class:`Fields` or as keywords (``context="history"``, ``response="reply"``).
+
+    Args:
+        source: what to read, as above.
+        format: ``"auto"`` or one of ``FORMATS`` (``dailydialog``, ``dailydialog++``, ``json``,
+            ``jsonl``, ``csv``, ``tsv``, ``parlai``, ``hf``).
+        split: the chitchat / DatasetDict split.
+        max_history: context turns kept per example (None = all).
+        dedupe: drop exact duplicate examples (counted in the statistics).
+        fields: record field / column names.
+        delimiter: CSV/TSV delimiter (None = from the extension).
+        context_separator: CSV/TSV: separator of the turns in a context cell.
+        references_separator: CSV/TSV: separator of the references in a references cell.
+        max_conversations: read at most this many chitchat conversations.
+        **field_names: field names as keywords (``context=``, ``response=``, ``references=``,
+            ``dialog=``, ``positive_responses=``).
+
+    Returns:
+        The list of :class:`DialoguePair`; its ``.stats`` (:class:`ReadStats`) says what was
+        read, dropped, truncated and deduplicated.
+
+    Raises:
+        DataFormatError: a record, line or file that cannot be read, naming file and line
+            (or the list index).
+        ValueError: an unknown ``format`` or split.
+
+    Examples:
+        >>> pairs = read_pairs([(["Hi!", "Hello, how are you?"], "Fine, thanks.")])
+        >>> pairs[0].context, pairs[0].response
+        (('Hi!', 'Hello, how are you?'), 'Fine, thanks.')
+        >>> pairs.stats.summary()
+        'pairs: 1 examples from 1 records; dropped: none; contexts truncated: 0; duplicates removed: 0'
     """
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"format={format!r} is unknown; use 'auto' or one of {FORMATS}")
@@ -658,6 +737,17 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
     line is an empty response), JSON/JSONL (strings, or records whose ``field`` — default the
     first of response/generated/prediction/text present — holds the response), CSV/TSV (column
     ``field``, default ``response``), or any source :func:`read_pairs` reads (its gold responses).
+
+    Args:
+        source: a list of strings, a file, or a source :func:`read_pairs` reads.
+        field: the record field / column holding the responses.
+        delimiter: CSV/TSV delimiter (None = from the extension).
+
+    Returns:
+        The responses, in order.
+
+    Raises:
+        DataFormatError: a file or record that cannot be read, naming file and line.
     """
     if isinstance(source, (list, tuple)):
         out = []
@@ -668,7 +758,7 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
                 item = item.response
             if not isinstance(item, str):
                 raise DataFormatError(f"responses[{i}]", f"expected a string, got {type(item).__name__}")
-            out.append(item)
+            out.append(check_text(item, f"responses[{i}]", "the response"))
         return out
     if not isinstance(source, (str, os.PathLike)) or str(source).startswith("chitchat"):
         return [p.response for p in read_pairs(source)]
@@ -682,7 +772,8 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
     if suffix in (".json", ".jsonl"):
         out = []
         for number, record in _json_records(path, _read_text(path)):
-            out.append(_response_of(record, field, f"{path}:{number}"))
+            out.append(check_text(_response_of(record, field, f"{path}:{number}"), f"{path}:{number}",
+                                  "the response"))
         return out
     if suffix in (".csv", ".tsv"):
         rows = csv.DictReader(io.StringIO(_read_text(path), newline=""),

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_div.io import atomic_write_text
 from lightning_div.meta_eval.data import MetaEvalData, read_sets
 from lightning_div.meta_eval.set_metrics import CachedEncoder, check_metric_names, make_metrics
 from lightning_div.meta_eval.stats import (check_binary_labels, con_test, con_test_from_scores, dec_test,
@@ -112,8 +113,7 @@ def format_table(results: Mapping[str, Mapping[str, Any]]) -> str:
 def write_results(report: Mapping[str, Any], path: str | Path) -> Path:
     """The report as JSON (refuses NaN / infinity rather than writing invalid JSON)."""
     path = Path(path)
-    path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    return path
+    return atomic_write_text(path, json.dumps(report, indent=2, allow_nan=False) + "\n")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -146,13 +146,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def meta_eval_main(argv: list[str]) -> int:
-    """Entry point of ``lightning-div meta-eval``: prints the table, writes JSON / plots; 2 on bad input."""
+    """Entry point of ``lightning-div meta-eval``: prints the table, writes JSON / plots; 2 on bad input.
+
+    Args:
+        argv: the command-line arguments (without the program name).
+
+    Returns:
+        The exit status: 0, or 2 on bad input (the error is printed to stderr).
+    """
     args = build_parser().parse_args(argv)
     try:
-        report = run(args)
-    except (ValueError, FileNotFoundError, TypeError) as err:
-        print(f"lightning-div meta-eval: error: {err}", file=sys.stderr)
+        return _report(args, run(args))
+    except (ValueError, OSError, TypeError) as err:  # OSError: an encoder that cannot load, an unwritable output
+        print(f"lightning-div meta-eval: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+
+
+def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
     print(f"{'decTest' if report['test'] == 'dec' else 'conTest'} on {report['data']}: {report['n_sets']} sets, "
           f"parameter {report['label_name']!r}")
     print(format_table(report["metrics"]))

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from lightning_div.formatting import Context
 from lightning_div.generation import generate_sets
+from lightning_div.io import atomic_write
 from lightning_div.meta_eval.stats import infer_test
 from lightning_div.threshold import ResponseGenerator, derive_seed
 
@@ -100,6 +101,16 @@ def read_released_csv(path: str | Path) -> MetaEvalData:
     ``context``, ``label_name`` (must be the same on every row) and ``metric_*`` columns
     (kept as precomputed scores; ``*_std`` columns are ignored). Errors name the file and
     the line on which the offending row ends.
+
+    Args:
+        path: the CSV file.
+
+    Returns:
+        The sets, parameters and precomputed scores.
+
+    Raises:
+        ValueError: a missing column, a bad value or row, non-UTF-8 bytes or an empty file,
+            naming file and line.
     """
     path = Path(path)
     sets: list[ResponseSet] = []
@@ -162,6 +173,15 @@ def read_sets_jsonl(path: str | Path) -> MetaEvalData:
 
     The parameter may also be called ``temperature``, ``label`` or ``label_value``;
     ``context`` (a string or a list of turns), ``sample_id`` and ``label_name`` are optional.
+
+    Args:
+        path: the JSONL file.
+
+    Returns:
+        The sets and parameters.
+
+    Raises:
+        ValueError: invalid JSON, a missing field or non-UTF-8 bytes, naming file and line.
     """
     path = Path(path)
     sets, names = [], []
@@ -185,9 +205,17 @@ def read_sets_jsonl(path: str | Path) -> MetaEvalData:
 
 
 def write_sets_jsonl(sets: Sequence[ResponseSet], path: str | Path) -> Path:
-    """Write response sets as JSONL that :func:`read_sets_jsonl` (and ``lightning-div meta-eval``) reads."""
+    """Write response sets as JSONL that :func:`read_sets_jsonl` (and ``lightning-div meta-eval``) reads.
+
+    Args:
+        sets: the response sets (e.g. from :func:`build_dec_test`).
+        path: the file to write.
+
+    Returns:
+        The path written.
+    """
     path = Path(path)
-    with path.open("w", encoding="utf-8") as f:
+    with atomic_write(path, "w", encoding="utf-8") as f:
         for s in sets:
             context = s.context if isinstance(s.context, str) else list(s.context)
             f.write(json.dumps({"sample_id": s.sample_id, "context": context, "parameter": s.parameter,
@@ -196,7 +224,18 @@ def write_sets_jsonl(sets: Sequence[ResponseSet], path: str | Path) -> Path:
 
 
 def read_sets(path: str | Path) -> MetaEvalData:
-    """A released CSV (``.csv``) or our JSONL (``.jsonl`` / ``.json``), by suffix."""
+    """A released CSV (``.csv``) or our JSONL (``.jsonl`` / ``.json``), by suffix.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The sets, with their parameters (``.responses``, ``.parameters``, ``.infer_test()``).
+
+    Raises:
+        ValueError: a row or line that cannot be read (file and line named), or an unknown suffix.
+        FileNotFoundError: no such file.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
@@ -221,6 +260,23 @@ def build_dec_test(adapter: ResponseGenerator, contexts: Sequence[Context], temp
     temperature) unless keywords override it; temperature i is sampled with seed
     ``derive_seed(seed, i)``, so equal arguments give equal sets. The paper's sweep is
     ``numpy.linspace(0.2, 1.2, 100)`` with n = 10.
+
+    Args:
+        adapter: generates, as above.
+        contexts: strings or lists of turns.
+        temperatures: sampling temperatures, each > 0.
+        n: responses per set, >= 2.
+        seed: the base seed.
+        pairing: ``"grid"`` or ``"round_robin"``.
+        show_progress: a tqdm bar over temperatures.
+        **generation_kwargs: override the sampling defaults (``top_p=0.9``, ``max_new_tokens=30``, ...).
+
+    Returns:
+        One :class:`ResponseSet` per set, its ``parameter`` the temperature.
+
+    Raises:
+        ValueError: a temperature <= 0, n < 2, an unknown pairing, or an adapter that returns
+            the wrong number of responses.
     """
     contexts = [c if isinstance(c, str) else tuple(c) for c in contexts]
     if not contexts:

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from lightning_div.io import atomic_write
+
 
 def _file_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "metric"
@@ -39,7 +41,8 @@ def plot_result(result: Mapping[str, Any], path: str | Path, label_name: str = "
         ax.set_title(f"conTest {name}: OCA = {result['oca']:.2f}, ρ = {result['spearman']:.2f} {ci}", fontsize=10)
     ax.legend(fontsize=8)
     path = Path(path)
-    fig.savefig(path, dpi=100)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format=path.suffix.lstrip(".") or "png", dpi=100)
     return path
 
 

@@ -32,7 +32,14 @@ METRIC_NAMES = ("avg_distinct", "distinct_<n>", "ent_<n>", "ead", "cos_sim") + M
 
 
 def metric_name(metric: Any) -> str:
-    """The name a metric is reported under: its ``name`` attribute, else its ``__name__``."""
+    """The name a metric is reported under: its ``name`` attribute, else its ``__name__``.
+
+    Args:
+        metric: a set metric.
+
+    Returns:
+        Its name.
+    """
     name = getattr(metric, "name", None) or getattr(metric, "__name__", None)
     return str(name) if name else type(metric).__name__
 
@@ -42,6 +49,18 @@ def score_sets(metric: SetMetric, sets: Sequence[Sequence[str]], show_progress: 
 
     Raises when a set is not a list of strings (naming it) or the metric returns a
     non-finite value (naming the set): a meta-evaluation must not rank NaNs.
+
+    Args:
+        metric: a set metric.
+        sets: the response sets.
+        show_progress: a tqdm bar when the metric is looped over.
+
+    Returns:
+        float64 array, one value per set.
+
+    Raises:
+        TypeError: a set that is not a list of strings (named by index).
+        ValueError: a non-finite metric value (named by set).
     """
     if isinstance(sets, str):
         raise TypeError("sets must be a list of response sets (lists of str), got one str")
@@ -115,7 +134,20 @@ class SimilarityDiversity:
 
 
 def similarity_to_diversity(similarity: Similarity, name: str | None = None) -> SimilarityDiversity:
-    """A set metric from a pairwise similarity: −mean over unordered pairs (paper section 5)."""
+    """A set metric from a pairwise similarity: −mean over unordered pairs (paper section 5).
+
+    Args:
+        similarity: a symmetric ``sim(a, b) -> float``.
+        name: the metric's name (default: the similarity's).
+
+    Returns:
+        A set metric; a set of fewer than 2 responses scores 0.0.
+
+    Examples:
+        >>> exact = similarity_to_diversity(lambda a, b: float(a == b))
+        >>> round(exact(["a", "a", "b"]), 4)  # 1 identical pair of 3
+        -0.3333
+    """
     return SimilarityDiversity(similarity, name)
 
 
@@ -124,6 +156,19 @@ def ngram_cosine_similarity(a: str, b: str, max_n: int = 5, tokenizer: Tokenizer
 
     An order n at which either text has no n-gram contributes similarity 0 (no shared
     n-gram), as in the authors' code.
+
+    Args:
+        a: one text.
+        b: the other text.
+        max_n: the highest n-gram order.
+        tokenizer: the lexical tokeniser (see :func:`~lightning_div.text.get_tokenizer`).
+
+    Returns:
+        The similarity in [0, 1].
+
+    Examples:
+        >>> ngram_cosine_similarity("a b", "a c", max_n=1)  # unigram counts (1, 1, 0) and (1, 0, 1)
+        0.5
     """
     split = get_tokenizer(tokenizer)
     ta, tb = split(a), split(b)
@@ -154,6 +199,14 @@ class SemEntMetric:
         self.encode: Encode = getattr(encoder, "encode", encoder)
 
     def score_many(self, sets: Sequence[Sequence[str]]) -> list[float]:
+        """Sem-Ent of every set, all distinct responses embedded and assigned in one pass.
+
+        Args:
+            sets: the response sets.
+
+        Returns:
+            One value per set.
+        """
         unique = list(dict.fromkeys(t for s in sets for t in s))
         ids = self.clusters.assign(self.encode(unique)) if unique else np.zeros(0, dtype=np.int64)
         cluster_of = dict(zip(unique, ids.tolist()))
@@ -185,6 +238,14 @@ class SentBertMetric:
         return self.encode(texts)
 
     def score_many(self, sets: Sequence[Sequence[str]]) -> list[float]:
+        """Sent-BERT diversity of every set, all distinct responses embedded in one call.
+
+        Args:
+            sets: the response sets.
+
+        Returns:
+            One value per set.
+        """
         unique = list(dict.fromkeys(t for s in sets if len(s) > 1 for t in s))
         if unique:
             vectors = np.asarray(self.encode(unique))
@@ -220,6 +281,14 @@ class NLIMetric:
         self._results: dict[tuple[str, ...], Any] = {} if cache is None else cache
 
     def score_many(self, sets: Sequence[Sequence[str]]) -> list[float]:
+        """NLI Diversity of every set, all pairs of all sets in one batched NLI pass (shared between variants).
+
+        Args:
+            sets: the response sets.
+
+        Returns:
+            One value per set.
+        """
         keys = [tuple(s) for s in sets]
         todo = list(dict.fromkeys(k for k in keys if k not in self._results))
         if todo:
@@ -231,13 +300,31 @@ class NLIMetric:
 
 
 def nli_metrics(scorer: Any, variants: Sequence[str] = VARIANTS_NLI) -> list[NLIMetric]:
-    """One :class:`NLIMetric` per variant, sharing the scorer's predictions."""
+    """One :class:`NLIMetric` per variant, sharing the scorer's predictions.
+
+    Args:
+        scorer: an :class:`~lightning_div.nli.NLIScorer`.
+        variants: the NLI Diversity variants wanted.
+
+    Returns:
+        One metric per variant, named ``nli_<variant>``.
+    """
     cache: dict = {}
     return [NLIMetric(scorer, v, cache) for v in variants]
 
 
 def check_metric_names(names: Sequence[str]) -> list[str]:
-    """Validate metric names against :data:`METRIC_NAMES` (the error lists them)."""
+    """Validate metric names against :data:`METRIC_NAMES` (the error lists them).
+
+    Args:
+        names: the names to check.
+
+    Returns:
+        The names, as a list.
+
+    Raises:
+        ValueError: an unknown name.
+    """
     bad = [n for n in names if not (LEXICAL_PATTERN.match(n) or n == "cos_sim" or n in MODEL_METRICS)]
     if bad:
         raise ValueError(f"unknown metrics {bad}; use {', '.join(METRIC_NAMES)}")
@@ -251,6 +338,19 @@ def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder
     ``ead`` needs ``vocab_size``; ``sem_ent`` fitted ``clusters`` and an ``encoder``;
     ``sent_bert`` an ``encoder`` (mean pooling); ``nli_*`` an ``nli_scorer``. The NLI
     variants share one set of predictions.
+
+    Args:
+        names: metric names (see :data:`METRIC_NAMES`; ``distinct_<n>`` and ``ent_<n>`` for any n).
+        vocab_size: V for ``ead``.
+        encoder: a :class:`~lightning_div.embedding.ResponseEncoder` for ``sem_ent`` / ``sent_bert``.
+        clusters: fitted :class:`~lightning_div.clustering.SemanticClusters` for ``sem_ent``.
+        nli_scorer: an :class:`~lightning_div.nli.NLIScorer` for ``nli_*``.
+
+    Returns:
+        ``{name: set metric}`` in the order of ``names``.
+
+    Raises:
+        ValueError: an unknown name (the message lists ours), or a metric whose requirement is missing.
     """
     names = list(dict.fromkeys(check_metric_names(names)))
     missing = []
@@ -288,6 +388,14 @@ class CachedEncoder:
         self._vectors: dict[str, np.ndarray] = {}
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``, running the wrapped encoder only on texts not seen before.
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            The embeddings ``[len(texts), d]``, in input order.
+        """
         texts = check_texts(texts)
         new = [t for t in dict.fromkeys(texts) if t not in self._vectors]
         if new:

@@ -44,7 +44,20 @@ def _paired(x: Any, y: Any, x_name: str, y_name: str, minimum: int = 3) -> tuple
 
 
 def spearman(x: Sequence[float], y: Sequence[float], name: str = "metric") -> tuple[float, float]:
-    """Spearman's ρ and its two-sided p-value (scipy); ρ = 0.0, p = 1.0 with a warning if either side is constant."""
+    """Spearman's ρ and its two-sided p-value (scipy); ρ = 0.0, p = 1.0 with a warning if either side is constant.
+
+    Args:
+        x: the metric's values.
+        y: the parameters.
+        name: how the warning names the metric.
+
+    Returns:
+        ``(rho, p_value)``.
+
+    Examples:
+        >>> spearman([1, 2, 3, 4], [10, 20, 30, 40])
+        (1.0, 0.0)
+    """
     x, y = _paired(x, y, "x", "y")
     for values, which in ((x, name), (y, "the diversity parameter")):
         if np.ptp(values) == 0:
@@ -67,7 +80,18 @@ def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def bootstrap_spearman_ci(x: Sequence[float], y: Sequence[float], n_boot: int = 1000, seed: int = 0,
                           confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of Spearman's ρ: sets resampled with replacement ``n_boot`` times (seeded)."""
+    """Percentile bootstrap CI of Spearman's ρ: sets resampled with replacement ``n_boot`` times (seeded).
+
+    Args:
+        x: the metric's values.
+        y: the parameters.
+        n_boot: resamples.
+        seed: the resampling seed.
+        confidence: the interval's level.
+
+    Returns:
+        ``(low, high)``; a resample with a constant side counts as rho = 0.
+    """
     x, y = _paired(x, y, "x", "y")
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
         raise ValueError(f"n_boot must be an integer >= 1, got {n_boot!r}")
@@ -107,6 +131,24 @@ def optimal_classification_accuracy(scores: Sequence[float], labels: Sequence[An
     Returns ``oca``, ``threshold`` (midway between the two scores the cut separates; the
     largest score for the everything-one-class cut) and ``flipped``. On equal accuracies
     the lowest threshold wins, unflipped before flipped.
+
+    Args:
+        scores: the metric's value of each set.
+        labels: 1 (high) or 0 (low) per set.
+
+    Returns:
+        ``{"oca": ..., "threshold": ..., "flipped": ...}``.
+
+    Raises:
+        ValueError: labels other than 0/1, one class only, or lengths that differ.
+
+    Examples:
+        The tied 0.2s cannot be split, so one of them is always misclassified:
+
+        >>> optimal_classification_accuracy([0.1, 0.2, 0.2, 0.3], [0, 0, 1, 1])["oca"]
+        0.75
+        >>> optimal_classification_accuracy([0.1, 0.2, 0.3, 0.4], [0, 0, 1, 1])
+        {'oca': 1.0, 'threshold': 0.25, 'flipped': False}
     """
     s = _as_values(scores, "scores")
     y = check_binary_labels(labels)
@@ -137,7 +179,22 @@ def _correlation(scores: np.ndarray, parameter: np.ndarray, name: str, n_boot: i
 
 def dec_test_from_scores(scores: Sequence[float], parameters: Sequence[float], name: str = "metric",
                          n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
-    """decTest on metric values already computed: Spearman's ρ with the diversity parameter, p, bootstrap CI."""
+    """decTest on metric values already computed: Spearman's ρ with the diversity parameter, p, bootstrap CI.
+
+    Args:
+        scores: the metric's value of each set.
+        parameters: each set's diversity parameter.
+        name: the metric's name in the result.
+        n_boot: bootstrap resamples.
+        seed: the bootstrap's seed.
+        confidence: the interval's level.
+
+    Returns:
+        The same dict as :func:`dec_test`.
+
+    Raises:
+        ValueError: fewer than 3 sets, lengths that differ, or a constant parameter.
+    """
     x, d = _paired(scores, parameters, "scores", "parameters")
     if np.ptp(d) == 0:
         raise ValueError(f"all {len(d)} parameters are {d[0]}: decTest needs at least 2 distinct values "
@@ -147,7 +204,22 @@ def dec_test_from_scores(scores: Sequence[float], parameters: Sequence[float], n
 
 def con_test_from_scores(scores: Sequence[float], labels: Sequence[Any], name: str = "metric", n_boot: int = 1000,
                          seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
-    """conTest on metric values already computed: OCA, and Spearman's ρ with the labels (with CI)."""
+    """conTest on metric values already computed: OCA, and Spearman's ρ with the labels (with CI).
+
+    Args:
+        scores: the metric's value of each set.
+        labels: 1 (high content diversity) or 0 (low) per set.
+        name: the metric's name in the result.
+        n_boot: bootstrap resamples.
+        seed: the bootstrap's seed.
+        confidence: the interval's level.
+
+    Returns:
+        The same dict as :func:`con_test`.
+
+    Raises:
+        ValueError: labels other than 0/1 or of one class, fewer than 3 sets, or lengths that differ.
+    """
     y = check_binary_labels(labels)
     x, _ = _paired(scores, y, "scores", "labels")
     result = {"test": "con", **_correlation(x, y.astype(np.float64), name, n_boot, seed, confidence)}
@@ -162,6 +234,22 @@ def dec_test(metric: SetMetric, sets: Sequence[Sequence[str]], parameters: Seque
 
     Returns ``spearman``, ``p_value``, ``ci_low`` / ``ci_high`` (percentile bootstrap over sets,
     ``n_boot`` resamples, seeded), ``scores`` and ``parameters``.
+
+    Args:
+        metric: a set metric ``list[str] -> float`` (or one with ``score_many``).
+        sets: the response sets.
+        parameters: each set's diversity parameter; at least 2 distinct values.
+        n_boot: bootstrap resamples.
+        seed: the bootstrap's seed.
+        confidence: the interval's level.
+        show_progress: a tqdm bar over the sets.
+
+    Returns:
+        A JSON-ready dict (keys listed on the meta-evaluation page).
+
+    Raises:
+        ValueError: fewer than 3 sets, lengths that differ, a constant parameter, or a
+            non-finite metric value (named by set).
     """
     if len(sets) != len(parameters):
         raise ValueError(f"{len(sets)} sets but {len(parameters)} parameters")
@@ -171,7 +259,25 @@ def dec_test(metric: SetMetric, sets: Sequence[Sequence[str]], parameters: Seque
 
 def con_test(metric: SetMetric, sets: Sequence[Sequence[str]], labels: Sequence[Any], n_boot: int = 1000,
              seed: int = 0, confidence: float = 0.95, show_progress: bool = True) -> dict[str, Any]:
-    """conTest: OCA (see :func:`optimal_classification_accuracy`) and Spearman's ρ with the 0/1 labels."""
+    """conTest: OCA (see :func:`optimal_classification_accuracy`) and Spearman's ρ with the 0/1 labels.
+
+    Args:
+        metric: a set metric ``list[str] -> float`` (or one with ``score_many``).
+        sets: the response sets.
+        labels: 1 (high content diversity) or 0 (low) per set, both present.
+        n_boot: bootstrap resamples.
+        seed: the bootstrap's seed.
+        confidence: the interval's level.
+        show_progress: a tqdm bar over the sets.
+
+    Returns:
+        A JSON-ready dict: ``oca``, ``threshold``, ``flipped``, ``spearman``, ``p_value``,
+        ``ci_low``, ``ci_high``, ... (listed on the meta-evaluation page).
+
+    Raises:
+        ValueError: labels other than 0/1 or of one class only (named by index), fewer than
+            3 sets, or a non-finite metric value.
+    """
     if len(sets) != len(labels):
         raise ValueError(f"{len(sets)} sets but {len(labels)} labels")
     check_binary_labels(labels)  # before the (possibly expensive) scoring
@@ -180,14 +286,39 @@ def con_test(metric: SetMetric, sets: Sequence[Sequence[str]], labels: Sequence[
 
 
 def infer_test(parameters: Sequence[float]) -> str:
-    """``"con"`` when every parameter is 0 or 1 (conTest labels), else ``"dec"``."""
+    """``"con"`` when every parameter is 0 or 1 (conTest labels), else ``"dec"``.
+
+    Args:
+        parameters: the sets' parameters.
+
+    Returns:
+        ``"con"`` or ``"dec"``.
+
+    Examples:
+        >>> infer_test([0, 1, 1]), infer_test([0.5, 1.0])
+        ('con', 'dec')
+    """
     return "con" if set(np.asarray(parameters, dtype=np.float64).tolist()) <= {0.0, 1.0} else "dec"
 
 
 def meta_evaluate(metrics: SetMetric | Sequence[SetMetric] | Mapping[str, SetMetric], sets: Sequence[Sequence[str]],
                   parameters: Sequence[float], test: str = "auto", n_boot: int = 1000, seed: int = 0,
                   confidence: float = 0.95, show_progress: bool = True) -> dict[str, dict[str, Any]]:
-    """:func:`dec_test` or :func:`con_test` (``test="auto"``: :func:`infer_test`) of several metrics, by name."""
+    """:func:`dec_test` or :func:`con_test` (``test="auto"``: :func:`infer_test`) of several metrics, by name.
+
+    Args:
+        metrics: ``{name: set metric}``, e.g. from :func:`~lightning_div.meta_eval.set_metrics.make_metrics`.
+        sets: the response sets.
+        parameters: the diversity parameter (decTest) or 0/1 label (conTest) of each set.
+        test: ``"auto"``, ``"dec"`` or ``"con"``.
+        n_boot: bootstrap resamples.
+        seed: the bootstrap's seed.
+        confidence: the interval's level.
+        show_progress: tqdm bars.
+
+    Returns:
+        ``{name: result dict}``.
+    """
     if test == "auto":
         test = infer_test(parameters)
     if test not in ("dec", "con"):

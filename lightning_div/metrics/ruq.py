@@ -19,7 +19,22 @@ def _finite(value: float, where: str) -> float:
 
 
 def lowest_reference_scores(reference_scores: Scores) -> list[float]:
-    """One score per prompt: the score itself, or the lowest of a prompt's several references."""
+    """One score per prompt: the score itself, or the lowest of a prompt's several references.
+
+    Args:
+        reference_scores: per prompt a score, or a list of its references' scores.
+
+    Returns:
+        One float per prompt.
+
+    Raises:
+        ValueError: a non-finite score or an empty list of references (named by index).
+        TypeError: a string instead of a score.
+
+    Examples:
+        >>> lowest_reference_scores([-1.0, [-0.5, -2.5]])
+        [-1.0, -2.5]
+    """
     out = []
     for i, s in enumerate(reference_scores):
         if isinstance(s, (str, bytes)):
@@ -35,7 +50,22 @@ def lowest_reference_scores(reference_scores: Scores) -> list[float]:
 
 
 def preferred_count(reference_scores: Scores, idk_scores: Sequence[float]) -> tuple[int, int]:
-    """(#prompts whose reference scores strictly above the IDK response, #prompts)."""
+    """How many prompts prefer their reference over the IDK response, and of how many.
+
+    Args:
+        reference_scores: per prompt a score, or a list of its references' scores (the lowest counts).
+        idk_scores: per prompt the score of the IDK response.
+
+    Returns:
+        ``(#prompts whose reference scores strictly above the IDK response, #prompts)``.
+
+    Raises:
+        ValueError: different numbers of prompts, or a non-finite score (named by index).
+
+    Examples:
+        >>> preferred_count([-1.0, -3.0], [-2.0, -2.0])
+        (1, 2)
+    """
     refs = lowest_reference_scores(reference_scores)
     idk = [_finite(v, f"idk_scores[{i}]") for i, v in enumerate(idk_scores)]
     if len(refs) != len(idk):
@@ -44,10 +74,28 @@ def preferred_count(reference_scores: Scores, idk_scores: Sequence[float]) -> tu
 
 
 def ruq_score(reference_scores: Scores, idk_scores: Sequence[float]) -> float:
-    """RUQ = 100 * #(reference preferred) / #prompts.
+    """RUQ: the percentage of prompts whose reference beats "I don't know." (Khayrallah & Sedoc, 2021).
 
-    Scores are length-normalised log-likelihoods (see :func:`lightning_div.scoring.response_scores`).
-    With several references per prompt, the lowest-scoring one is used.
+    RUQ = 100 * #(score(reference) > score(IDK)) / #prompts. Scores are length-normalised
+    log-likelihoods (see :func:`lightning_div.scoring.response_scores`). With several
+    references per prompt, the lowest-scoring one is used: every valid reference should
+    beat "I don't know.".
+
+    Args:
+        reference_scores: per prompt a score, or a list of its references' scores.
+        idk_scores: per prompt the score of the IDK response.
+
+    Returns:
+        RUQ in [0, 100].
+
+    Raises:
+        ValueError: no prompts, different numbers of prompts, or a non-finite score.
+
+    Examples:
+        The second prompt's reference scores below IDK, and so does the third's worse reference:
+
+        >>> ruq_score([-1.2, -3.0, [-0.5, -2.5], -1.0], [-2.0, -2.0, -2.0, -2.0])
+        50.0
     """
     preferred, total = preferred_count(reference_scores, idk_scores)
     if total == 0:
