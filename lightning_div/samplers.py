@@ -92,7 +92,8 @@ class SeparateBatchSampler(ResumableSampler):
         dataset: the examples (only ``len`` is used).
         groups: the sizes of the consecutive groups; they must add up to ``len(dataset)``.
         batch_size: the DataLoader's batch size (per rank).
-        num_replicas, rank: as :class:`torch.utils.data.DistributedSampler` (read from the process group if None).
+        num_replicas: the number of processes (read from the process group if None).
+        rank: this process's rank (read from the process group if None).
         seed: the shuffling seed (offset by the epoch).
     """
 
