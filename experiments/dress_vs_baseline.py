@@ -35,7 +35,11 @@ import pytorch_lightning as pl
 import torch
 
 from lightning_div import DialogueDataModule, DialogueLM
-from lightning_div.callbacks import DRESSReweighting, RUQMonitor, SemanticDiversityMonitor
+from lightning_div.callbacks import (
+    DRESSReweighting,
+    RUQMonitor,
+    SemanticDiversityMonitor,
+)
 from lightning_div.dress import head_clusters
 from lightning_div.embedding import ResponseEncoder
 
@@ -50,9 +54,9 @@ SETTINGS = {  # name -> DRESS arguments (None: no DRESS)
 LAMBDAS = (0.0, 10.0, 30.0, 60.0)
 
 # Sized for a 2-core machine shared by several developers (see docs/results/dress_vs_baseline.md).
-FULL = dict(train_examples=1500, val_examples=150, epochs=3, batch_size=32, learning_rate=2e-3, warmup_steps=50,
-            num_contexts=96, num_negative_contexts=150, ruq_prompts=48, max_new_tokens=20, lam=30.0,
-            lambdas=LAMBDAS, model={"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128})
+FULL = {"train_examples": 1500, "val_examples": 150, "epochs": 3, "batch_size": 32, "learning_rate": 2e-3, "warmup_steps": 50,
+            "num_contexts": 96, "num_negative_contexts": 150, "ruq_prompts": 48, "max_new_tokens": 20, "lam": 30.0,
+            "lambdas": LAMBDAS, "model": {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128}}
 QUICK = dict(FULL, train_examples=160, val_examples=32, epochs=2, num_contexts=16, num_negative_contexts=16,
              ruq_prompts=8, max_new_tokens=8, warmup_steps=5, lambdas=(0.0, 30.0),
              model={"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 128})
@@ -91,7 +95,7 @@ class Recorder(pl.Callback):
         row["train_loss"] = float(trainer.callback_metrics.get("train/loss_epoch", float("nan")))
         for kind in ("gold", "negative"):
             stats = np.asarray(self._batches.get(kind, []), dtype=np.float64).reshape(-1, 2)
-            row[f"{kind}_batches"] = int(len(stats))
+            row[f"{kind}_batches"] = len(stats)
             row[f"{kind}_batch_loss"] = float(stats[:, 0].mean()) if len(stats) else None
             row[f"{kind}_grad_norm"] = float(stats[:, 1].mean()) if len(stats) else None
         self._batches = {}
@@ -118,8 +122,8 @@ def run(name: str, dress_args: dict[str, Any] | None, seed: int, cfg: dict[str, 
                     warmup_steps=cfg["warmup_steps"])
     dm = DialogueDataModule(train=train_pairs, val=val_pairs, max_history=2, batch_size=cfg["batch_size"],
                             seed=seed, show_progress=False)
-    common = dict(show_progress=False, batch_size=64, max_new_tokens=cfg["max_new_tokens"], dirpath=str(cache),
-                  seed=seed)
+    common = {"show_progress": False, "batch_size": 64, "max_new_tokens": cfg["max_new_tokens"], "dirpath": str(cache),
+                  "seed": seed}
     sem = SemanticDiversityMonitor(encoder=encoder, num_clusters=20, num_contexts=cfg["num_contexts"],
                                    lexical_metrics=LEXICAL, log_samples=0, **common)
     ruq = RUQMonitor(num_train_prompts=cfg["ruq_prompts"], num_val_prompts=cfg["ruq_prompts"], plot=False,
@@ -328,72 +332,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"[{time.perf_counter() - started:7.1f}s] lambda {lam:g}: val_loss="
                   f"{result['epochs'][-1].get('val_loss', float('nan')):.3f}", flush=True)
     results = assemble()
-    results["figures"] = figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    print(f"wrote {out / 'results.json'} from {len(dirs)} parts")
-    return results
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tiny setting for the tests (< 3 minutes)")
-    parser.add_argument("--out", default="experiments/results/dress_vs_baseline", help="output directory")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (--quick: 0)")
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--no-sweep", action="store_true", help="skip the lambda sweep")
-    parser.add_argument("--only-sweep", action="store_true", help="only the lambda sweep (e.g. in a second process)")
-    parser.add_argument("--cache", default=None, help="cluster cache directory (default: OUT/cache), shareable")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
-                        help="combine the results.json of runs done in parallel processes into OUT (no training)")
-    args = parser.parse_args(argv)
-    if args.merge:
-        return merge([Path(d) for d in args.merge], Path(args.out))
-    if args.seeds is None:
-        args.seeds = [0] if args.quick else [0, 1, 2]
-    if args.only_sweep:
-        args.settings = []
-    torch.set_num_threads(args.threads)
-    cfg = QUICK if args.quick else FULL
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cache = Path(args.cache) if args.cache else out / "cache"
-    encoder = ResponseEncoder(ENCODER, pooling="mean", batch_size=64, show_progress=False)
-    # One fixed data subset for every run, so the clusters are fitted once; seeds change init and order.
-    data = DialogueDataModule(train="chitchat", val="chitchat", max_history=2, max_train_examples=cfg["train_examples"],
-                              max_val_examples=cfg["val_examples"], seed=0, show_progress=False)
-    train_pairs, val_pairs = data.train_pairs(), data.val_pairs()
-    started = time.perf_counter()
-    runs = []
-    for seed in args.seeds:
-        for name in args.settings:
-            runs.append(run(name, SETTINGS[name], seed, cfg, train_pairs, val_pairs, encoder, cache, cfg["lam"]))
-            print(f"[{time.perf_counter() - started:7.1f}s] {name} seed {seed}: "
-                  + ", ".join(f"{k}={runs[-1]['epochs'][-1].get(k, float('nan')):.3f}"
-                              for k in ("val_loss", "val_sem_ent", "val_distinct_2", "head_share")), flush=True)
-    sweep = []
-    if not args.no_sweep:
-        seed = args.seeds[0]
-        for lam in cfg["lambdas"]:
-            reuse = [r for r in runs if r["setting"] == "dress_no_negatives" and r["seed"] == seed
-                     and r["lam"] == lam]
-            result = reuse[0] if reuse else run("dress_no_negatives", SETTINGS["dress_no_negatives"], seed, cfg,
-                                                train_pairs, val_pairs, encoder, cache, lam)
-            sweep.append({**result, "setting": f"lambda_{lam:g}"})
-            print(f"[{time.perf_counter() - started:7.1f}s] lambda {lam:g}: val_loss="
-                  f"{result['epochs'][-1].get('val_loss', float('nan')):.3f}", flush=True)
-    gold = [r["epochs"][0].get("val_sem_ent_gold") for r in runs if r["epochs"] and "val_sem_ent_gold" in
-            r["epochs"][0]]
-    results = {"settings": {"config": cfg, "quick": args.quick, "seeds": args.seeds, "threads": args.threads,
-                            "dress": {"encoder": ENCODER, "num_clusters": 20, "normalize": True, "mine_at": "start",
-                                      "negative_batches": "separate", "head_threshold": 0.1},
-                            "runs": {k: v for k, v in SETTINGS.items() if k in args.settings},
-                            "lambdas": list(cfg["lambdas"]) if not args.no_sweep else [],
-                            "python": sys.version.split()[0], "torch": torch.__version__,
-                            "machine": platform.machine()},
-               "seeds": args.seeds, "gold_sem_ent": gold[0] if gold else None,
-               "runs": runs, "lambda_sweep": sweep, "summary": summarise(runs, KEYS),
-               "seconds": time.perf_counter() - started}
     results["figures"] = figures(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     print(f"wrote {out / 'results.json'} in {results['seconds']:.0f}s")

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
 from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.clustering import SemanticClusters
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues
@@ -254,7 +254,7 @@ def test_resume_mines_each_round_once_and_ends_bit_identical(tmp_path):
         return cb, calls, model, dm
 
     full_cb, full_calls, full_model, full_dm = run(tmp_path / "full", 3)
-    part_cb, part_calls, _, _ = run(tmp_path / "part", 2, checkpoint=True)
+    _part_cb, part_calls, _, _ = run(tmp_path / "part", 2, checkpoint=True)
     res_cb, res_calls, res_model, res_dm = run(tmp_path / "part", 3, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt")
     assert full_calls == [(0, 0), (0, 1), (1, 2)]
     assert part_calls == [(0, 0), (0, 1)]  # no mining for epoch 2, which this run does not train
