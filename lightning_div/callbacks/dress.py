@@ -155,11 +155,21 @@ class DRESSReweighting(DiversityCallback):
                                                             self.cache_dir(trainer), self.batch_size,
                                                             self.show_progress)
             self.weights = dress_weights(gold_ids, clusters.num_clusters, self.lam, self.normalize)
-        epoch = trainer.current_epoch
+        epoch = self._starting_epoch(trainer)
         if self.negatives and self.mine_at == "start" and self.mined_for != epoch and self._round_starts(epoch):
             # The first round's negatives come from the model as it is before any training step.
             self._mine_negatives(trainer, pl_module, epoch)
         self._push(dm)
+
+    @staticmethod
+    def _starting_epoch(trainer: pl.Trainer) -> int:
+        """The epoch this fit starts with. Lightning restores its loops only after ``on_fit_start``,
+        so on a resume ``trainer.current_epoch`` still says 0 here: read the checkpoint being loaded."""
+        loaded = getattr(getattr(trainer, "_checkpoint_connector", None), "_loaded_checkpoint", None)
+        try:
+            return int(loaded["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+        except (TypeError, KeyError, ValueError):
+            return trainer.current_epoch
 
     def _round_starts(self, epoch: int) -> bool:
         return epoch % self.every_n_epochs == 0
@@ -186,6 +196,8 @@ class DRESSReweighting(DiversityCallback):
         max_epochs = trainer.max_epochs
         last = max_epochs is not None and max_epochs >= 0 and nxt >= max_epochs
         # No mining for a round that will not be trained (a resumed run with more epochs mines it at fit start).
+        if self.mined_for == nxt:  # already mined (a resumed run's fit start did it): once per round
+            return None
         return nxt if self._round_starts(nxt) and not last and not trainer.should_stop else None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
