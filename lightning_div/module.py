@@ -125,7 +125,11 @@ class DialogueLM(pl.LightningModule):
 
     def _loss(self, batch: dict[str, torch.Tensor], weighted: bool) -> torch.Tensor:
         weights = batch.get("sample_weight") if weighted else None
-        return weighted_lm_loss(self(batch), batch["labels"], weights, causal=not self.seq2seq)
+        # DRESS's choice of loss for negative weights lives on the datamodule the callback configured.
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        negative_loss = getattr(datamodule, "negative_loss", "nll")
+        return weighted_lm_loss(self(batch), batch["labels"], weights, causal=not self.seq2seq,
+                                negative_loss=negative_loss)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch, weighted=True)

@@ -76,6 +76,62 @@ class ExactDistributedSampler(ResumableSampler):
         return self._resumed(order[self.rank:self.total_size:self.num_replicas])
 
 
+class SeparateBatchSampler(ResumableSampler):
+    """Shuffled batches that each hold examples of one group only (e.g. gold, then generated negatives).
+
+    The dataset is ``len(groups)`` consecutive ranges of the given sizes. Each epoch
+    every group is shuffled and cut into global batches of ``batch_size * num_replicas``
+    indices; the last, short batch of a group is filled with *target-less padding* indices
+    ``2 * len(dataset) + i`` (see :class:`lightning_div.datamodules.encoding.EncodedDialogues`),
+    so no batch mixes groups and no example is repeated or dropped. The order of the batches
+    is shuffled too; everything is seeded by ``seed + epoch`` and is the same on every rank,
+    and rank ``r`` takes positions ``r, r + R, ...``, i.e. ``batch_size`` indices of each
+    global batch, so the DataLoader's batch ``b`` on every rank comes from global batch ``b``.
+
+    Args:
+        dataset: the examples (only ``len`` is used).
+        groups: the sizes of the consecutive groups; they must add up to ``len(dataset)``.
+        batch_size: the DataLoader's batch size (per rank).
+        num_replicas: the number of processes (read from the process group if None).
+        rank: this process's rank (read from the process group if None).
+        seed: the shuffling seed (offset by the epoch).
+    """
+
+    def __init__(self, dataset: Sized, groups: Sequence[int], batch_size: int, num_replicas: int | None = None,
+                 rank: int | None = None, seed: int = 0) -> None:
+        num_replicas, rank = _replicas(num_replicas, rank)
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
+        self.groups = [int(g) for g in groups]
+        if any(g < 0 for g in self.groups) or sum(self.groups) != len(dataset):
+            raise ValueError(f"group sizes {self.groups} must be >= 0 and add up to the {len(dataset)} examples")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = int(batch_size)
+        global_batch = self.batch_size * self.num_replicas
+        num_batches = sum(math.ceil(g / global_batch) for g in self.groups)
+        self.total_size = num_batches * global_batch
+        self.num_samples = num_batches * self.batch_size
+
+    def batches(self) -> list[list[int]]:
+        """This epoch's global batches (``batch_size * num_replicas`` indices each), in training order."""
+        n, global_batch = len(self.dataset), self.batch_size * self.num_replicas
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        batches, start = [], 0
+        for size in self.groups:
+            order = (start + torch.randperm(size, generator=g)).tolist()
+            for b in range(0, size, global_batch):
+                batch = order[b:b + global_batch]
+                batch += [2 * n + batch[k % len(batch)] for k in range(global_batch - len(batch))]
+                batches.append(batch)
+            start += size
+        return [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+
+    def __iter__(self) -> Iterator[int]:
+        flat = [i for batch in self.batches() for i in batch]
+        return self._resumed(flat[self.rank:self.total_size:self.num_replicas])
+
+
 def check_sampling_weights(weights: np.ndarray | Sequence[float], what: str = "weights") -> np.ndarray:
     """Weights usable as draw probabilities: finite, >= 0, not all 0 (a ValueError says which rule failed)."""
     w = np.asarray(weights, dtype=np.float64).reshape(-1)

@@ -12,11 +12,14 @@ from lightning_div.callbacks.cluster_views import log_dress_round
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
 from lightning_div.datamodules.formats import DialoguePair
-from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
+from lightning_div.dress import NEGATIVE_LOSSES, dress_weights, effective_sample_size, head_clusters, negative_weights
+from lightning_div.formatting import is_seq2seq
 from lightning_div.tracking import log_figure
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
 MODES = ("loss", "sampler")
+MINE_AT = ("start", "end")
+NEGATIVE_BATCHES = ("separate", "mixed")
 
 
 class DRESSReweighting(DiversityCallback):
@@ -26,12 +29,33 @@ class DRESSReweighting(DiversityCallback):
     clusters (the same cache file as SemanticDiversityMonitor, so the work is done
     once), computes the weights and hands them to the datamodule
     (``set_sample_weights`` in ``mode="loss"``, ``set_sampling("sampler", w)`` in
-    ``mode="sampler"``). With ``negatives=True``, at each training epoch end it
-    generates greedily for ``num_negative_contexts`` training contexts, finds the head
-    clusters (share > ``head_threshold``) and adds those generated responses with
-    ``negative_weight`` to the next epoch's data. Logs ``dress/head_clusters``,
+    ``mode="sampler"``). With ``negatives=True`` it generates greedily for
+    ``num_negative_contexts`` training contexts, finds the head clusters (share >
+    ``head_threshold``) and trains on those generated responses with ``negative_weight``:
+
+    - ``mine_at="start"`` (the authors): at the start of every round of
+      ``every_n_epochs`` epochs, so epoch 0 already trains against the initial model's
+      head clusters; greedy *without* n-gram blocking (``generation_kwargs`` can still
+      override). The model at the start of epoch e is the model at the end of epoch
+      e - 1, so the mining for epoch e > 0 runs at the end of epoch e - 1 (it has to come
+      before Lightning builds epoch e's dataloader); epoch 0's (or a resumed run's
+      first round's) runs at fit start.
+    - ``mine_at="end"``: at the end of every ``every_n_epochs``-th epoch for the
+      following epochs, with the adapter's greedy defaults (3-gram blocking); epoch 0
+      trains on gold responses only.
+
+    ``negative_loss`` says how a negative weight is trained (through
+    :func:`lightning_div.dress.weighted_lm_loss`, which reads it from the datamodule in
+    DialogueLM): ``"nll"`` = weight x NLL, the paper's unbounded gradient ascent;
+    ``"unlikelihood"`` = |weight| x -log(1 - p(y_t)) a token (Welleck et al., 2020), bounded.
+    ``negative_batches="separate"`` (the authors): all generated responses, the
+    zero-weight ones outside head clusters included, are trained in batches of their
+    own, so the token denominator of a negative batch counts them too;
+    ``"mixed"``: only the head-cluster responses are kept and shuffled in with the gold
+    examples. Logs ``dress/head_clusters``, ``dress/head_share`` (share of the mined
+    generations in head clusters), ``dress/negatives`` (count with a non-zero weight),
     ``dress/weight_mean``, ``dress/weight_min``, ``dress/weight_max``,
-    ``dress/effective_sample_size`` and a weight histogram.
+    ``dress/effective_sample_size`` and a weight histogram at every epoch end.
 
     ``mode="loss"``: batches carry ``sample_weight``; the ``training_step`` calls
     ``lightning_div.dress.weighted_lm_loss(logits, labels, batch["sample_weight"])``
@@ -59,22 +83,37 @@ class DRESSReweighting(DiversityCallback):
             needs ``negatives=False``).
         generation_kwargs: overrides of the greedy generation used for mining.
         encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
+        mine_at: ``"start"`` (the authors: every round's start, greedy without n-gram blocking)
+            or ``"end"`` (each epoch's end for the next epochs, with n-gram blocking).
+        negative_loss: ``"nll"`` (the paper: weight x NLL, unbounded) or ``"unlikelihood"``
+            (|weight| x -log(1 - p) a token, bounded).
+        negative_batches: ``"separate"`` (the authors: all generations in batches of their own,
+            zero weights counted in the denominator) or ``"mixed"`` (head-cluster ones among the gold).
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
 
     Raises:
-        ValueError: an unknown ``mode``, or ``mode="sampler"`` with ``negatives=True``.
+        ValueError: an unknown ``mode``, ``mine_at``, ``negative_loss`` or ``negative_batches``,
+            or ``mode="sampler"`` with ``negatives=True``.
     """
 
     kind = "dress"
 
-    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None, num_clusters: int = 20,
+    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None,
+                 num_clusters: int = 20,
                  variance_kept: float = 0.9, kmeans_seed: int = 27, lam: float = 30.0, normalize: bool = False,
                  negatives: bool = True, num_negative_contexts: int = 5000, head_threshold: float = 0.1,
                  negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: Options | None = None,
-                 encoder_kwargs: Options | None = None, **kwargs: Any) -> None:
+                 encoder_kwargs: Options | None = None, mine_at: str = "start", negative_loss: str = "nll",
+                 negative_batches: str = "separate", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mine_at not in MINE_AT:
+            raise ValueError(f"mine_at must be one of {MINE_AT}, got {mine_at!r}")
+        if negative_loss not in NEGATIVE_LOSSES:
+            raise ValueError(f"negative_loss must be one of {NEGATIVE_LOSSES}, got {negative_loss!r}")
+        if negative_batches not in NEGATIVE_BATCHES:
+            raise ValueError(f"negative_batches must be one of {NEGATIVE_BATCHES}, got {negative_batches!r}")
         if mode == "sampler" and negatives:
             raise ValueError("DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
                              "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss.")
@@ -88,10 +127,17 @@ class DRESSReweighting(DiversityCallback):
         self.negative_weight = negative_weight
         self.mode = mode
         self.generation_kwargs = dict(generation_kwargs or {})
+        self.mine_at = mine_at
+        self.negative_loss = negative_loss
+        self.negative_batches = negative_batches
         self.weights: np.ndarray | None = None
         self.heads: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.head_share = 0.0
         self.negative_pairs: list[DialoguePair] = []
         self.negative_weights: np.ndarray = np.zeros(0)
+        # The epoch whose training data the current negatives were mined for (None: never mined);
+        # checkpointed, so a resumed run mines each round exactly once.
+        self.mined_for: int | None = None
 
     def _datamodule(self, trainer: pl.Trainer) -> Any:
         dm = getattr(trainer, "datamodule", None)
@@ -110,7 +156,24 @@ class DRESSReweighting(DiversityCallback):
                                                             self.cache_dir(trainer), self.batch_size,
                                                             self.show_progress)
             self.weights = dress_weights(gold_ids, clusters.num_clusters, self.lam, self.normalize)
+        epoch = self._starting_epoch(trainer)
+        if self.negatives and self.mine_at == "start" and self.mined_for != epoch and self._round_starts(epoch):
+            # The first round's negatives come from the model as it is before any training step.
+            self._mine_negatives(trainer, pl_module, epoch)
         self._push(dm)
+
+    @staticmethod
+    def _starting_epoch(trainer: pl.Trainer) -> int:
+        """The epoch this fit starts with. Lightning restores its loops only after ``on_fit_start``,
+        so on a resume ``trainer.current_epoch`` still says 0 here: read the checkpoint being loaded."""
+        loaded = getattr(getattr(trainer, "_checkpoint_connector", None), "_loaded_checkpoint", None)
+        try:
+            return int(loaded["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+        except (TypeError, KeyError, ValueError):
+            return trainer.current_epoch
+
+    def _round_starts(self, epoch: int) -> bool:
+        return epoch % self.every_n_epochs == 0
 
     def _push(self, dm: Any) -> None:
         if self.mode == "sampler":
@@ -118,31 +181,76 @@ class DRESSReweighting(DiversityCallback):
         else:
             dm.set_sample_weights(self.weights)
             if self.negatives:
-                dm.set_negatives(list(self.negative_pairs), np.asarray(self.negative_weights, dtype=np.float64))
+                dm.set_negatives(list(self.negative_pairs), np.asarray(self.negative_weights, dtype=np.float64),
+                                 batches=self.negative_batches)
+                if callable(getattr(dm, "set_negative_loss", None)):
+                    dm.set_negative_loss(self.negative_loss)
+
+    def _mine_now(self, trainer: pl.Trainer) -> int | None:
+        """At this epoch's end: the epoch to mine negatives for, or None."""
+        if not self.negatives or trainer.sanity_checking or trainer.state.fn != "fit":
+            return None
+        epoch = trainer.current_epoch
+        if self.mine_at == "end":
+            return epoch + 1 if self.due(trainer) else None
+        nxt = epoch + 1
+        max_epochs = trainer.max_epochs
+        last = max_epochs is not None and max_epochs >= 0 and nxt >= max_epochs
+        # No mining for a round that will not be trained (a resumed run with more epochs mines it at fit start).
+        if self.mined_for == nxt:  # already mined (a resumed run's fit start did it): once per round
+            return None
+        return nxt if self._round_starts(nxt) and not last and not trainer.should_stop else None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         with self.measuring(trainer, pl_module, "DRESS negatives") as m:
-            if self.negatives and self.due(trainer):
-                self._mine_negatives(trainer, pl_module)
+            target = self._mine_now(trainer)
+            if self.mine_at == "start":
+                # Logged before mining: the negatives this epoch was trained with.
+                m.update(self._summary())
+            if target is not None:
+                self._mine_negatives(trainer, pl_module, target)
                 self._push(self._datamodule(trainer))
-            all_w = np.concatenate([self.weights, self.negative_weights]) if self.weights is not None else np.zeros(0)
-            m.update({"dress/head_clusters": float(len(self.heads)), "dress/negatives": float(len(self.negative_pairs)),
-                      "dress/weight_mean": float(all_w.mean()) if all_w.size else 0.0,
-                      "dress/weight_min": float(all_w.min()) if all_w.size else 0.0,
-                      "dress/weight_max": float(all_w.max()) if all_w.size else 0.0,
-                      "dress/effective_sample_size": effective_sample_size(all_w)})
+            if self.mine_at == "end":  # today's schedule logs the negatives just mined for the next epoch
+                m.update(self._summary())
+            all_w = self._all_weights()
             if trainer.is_global_zero and all_w.size:
                 self._plot(trainer, all_w)
                 log_dress_round(trainer, self, self.output_dir(trainer))  # per-cluster view (cluster_views.py)
 
-    def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def _all_weights(self) -> np.ndarray:
+        if self.weights is None:
+            return np.zeros(0)
+        return np.concatenate([self.weights, self.negative_weights])
+
+    def _summary(self) -> dict[str, float]:
+        all_w = self._all_weights()
+        return {"dress/head_clusters": float(len(self.heads)), "dress/head_share": float(self.head_share),
+                "dress/negatives": float(np.count_nonzero(self.negative_weights)),
+                "dress/weight_mean": float(all_w.mean()) if all_w.size else 0.0,
+                "dress/weight_min": float(all_w.min()) if all_w.size else 0.0,
+                "dress/weight_max": float(all_w.max()) if all_w.size else 0.0,
+                "dress/effective_sample_size": effective_sample_size(all_w)}
+
+    def mining_generation_kwargs(self, pl_module: pl.LightningModule) -> dict[str, Any]:
+        """What ``generate`` gets when mining: ``mine_at="start"`` turns the n-gram blocking off."""
+        if self.mine_at == "end":
+            return dict(self.generation_kwargs)
+        plain: dict[str, Any] = {"do_sample": False, "num_beams": 1, "no_repeat_ngram_size": 0}
+        if is_seq2seq(self.adapter(pl_module).model):
+            plain["encoder_no_repeat_ngram_size"] = 0
+        return {**plain, **self.generation_kwargs}
+
+    def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule, for_epoch: int) -> None:
         check_finite_model(pl_module, type(self).__name__)  # a diverged model's empty output is no negative
         dm = self._datamodule(trainer)
         contexts = list(dm.train_contexts())
-        # A fresh sample each epoch, fixed by (seed, epoch) so resumed and uninterrupted runs agree.
-        idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * trainer.current_epoch)
+        # A fresh sample each round, fixed by (seed, epoch) so resumed and uninterrupted runs agree;
+        # "end" keys it by the epoch it is mined at the end of, as before "start" existed.
+        key = for_epoch - 1 if self.mine_at == "end" else for_epoch
+        idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * key)
         chosen = [list(contexts[i]) for i in idx]
-        generated = self.generate(self.adapter(pl_module), chosen, self.generation_kwargs, "DRESS negatives")
+        generated = self.generate(self.adapter(pl_module), chosen, self.mining_generation_kwargs(pl_module),
+                                  "DRESS negatives")
         warn_if_all_empty(generated, type(self).__name__, "the negatives")
         clusters = self.spec.get_clusters(pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer),
                                           self.batch_size, self.show_progress)
@@ -150,10 +258,13 @@ class DRESSReweighting(DiversityCallback):
         ids = clusters.assign(encoder.encode(generated))
         self.heads = head_clusters(ids, clusters.num_clusters, self.head_threshold)
         w = negative_weights(ids, self.heads, self.negative_weight)
-        keep = np.flatnonzero(w != 0)
+        self.head_share = float(np.isin(ids, self.heads).mean()) if len(ids) else 0.0
+        # "separate" keeps the zero-weight generations too: they count in their batches' token denominator.
+        keep = np.arange(len(w)) if self.negative_batches == "separate" else np.flatnonzero(w != 0)
         self.negative_pairs = [DialoguePair(tuple(chosen[i]), generated[i], source="dress-negative") for i in keep]
         self.negative_weights = w[keep]
-        self.negative_clusters = ids[keep]  # for the per-cluster figure
+        self.negative_clusters = ids[w != 0]  # for the per-cluster figure: the generations trained against
+        self.mined_for = for_epoch
 
     def _plot(self, trainer: pl.Trainer, weights: np.ndarray) -> None:
         import matplotlib
@@ -185,6 +296,7 @@ class DRESSReweighting(DiversityCallback):
                 "heads": self.heads.tolist(),
                 "negative_pairs": [(list(p.context), p.response) for p in self.negative_pairs],
                 "negative_weights": self.negative_weights.tolist(),
+                "head_share": self.head_share, "mined_for": self.mined_for,
                 "clusters_path": self.spec.clusters_path}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -198,4 +310,7 @@ class DRESSReweighting(DiversityCallback):
         self.negative_pairs = [DialoguePair(tuple(c), r, source="dress-negative")
                                for c, r in state_dict.get("negative_pairs", [])]
         self.negative_weights = np.asarray(state_dict.get("negative_weights", []), dtype=np.float64)
+        self.head_share = float(state_dict.get("head_share", 0.0))
+        mined_for = state_dict.get("mined_for")
+        self.mined_for = None if mined_for is None else int(mined_for)
         self.spec.clusters_path = state_dict.get("clusters_path")

@@ -27,8 +27,9 @@ from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEP
 from lightning_div.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
 from lightning_div.generation import pad_id_of
 from lightning_div.distributed import rank_and_world
-from lightning_div.samplers import (ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler,
-                                   check_sampling_weights)
+from lightning_div.dress import NEGATIVE_LOSSES
+from lightning_div.samplers import (ExactDistributedSampler, ResumableDataLoader, SeparateBatchSampler,
+                                   WeightedDistributedSampler, check_sampling_weights)
 from lightning_div.types import PairsSource, TokenizerSource
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ _SPLIT_OF = {"train": "train", "val": "validation", "test": "test"}
 _STAGE_NAMES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ()}
 _REQUIRED = {"fit": "train", "validate": "val", "test": "test"}
 MODES = ("loss", "sampler")
+NEGATIVE_BATCHES = ("mixed", "separate")
 
 
 def _plain(value: Any) -> bool:
@@ -134,6 +136,8 @@ class DialogueDataModule(pl.LightningDataModule):
         self._negatives: list[DialoguePair] = []
         self._negative_weights = np.zeros(0, dtype=np.float64)
         self._negatives_encoded: EncodedPairs | None = None
+        self._negative_batches = "mixed"
+        self._negative_loss = "nll"
         self._mode = "loss"
         self._train_loader_built = False
 
@@ -288,6 +292,26 @@ class DialogueDataModule(pl.LightningDataModule):
         return self._negative_weights.copy()
 
     @property
+    def negative_batches(self) -> str:
+        """``"mixed"`` (negatives shuffled in with the gold examples) or ``"separate"`` (batches of their own)."""
+        return self._negative_batches
+
+    @property
+    def negative_loss(self) -> str:
+        """How a ``training_step`` should train on negative weights: ``"nll"`` or ``"unlikelihood"``.
+
+        Pass it on: ``weighted_lm_loss(logits, labels, batch["sample_weight"],
+        negative_loss=self.trainer.datamodule.negative_loss)`` (DialogueLM does).
+        """
+        return self._negative_loss
+
+    def set_negative_loss(self, negative_loss: str) -> None:
+        """Set :attr:`negative_loss` (``"nll"`` or ``"unlikelihood"``); the DRESS callback does."""
+        if negative_loss not in NEGATIVE_LOSSES:
+            raise ValueError(f"negative_loss must be one of {NEGATIVE_LOSSES}, got {negative_loss!r}")
+        self._negative_loss = negative_loss
+
+    @property
     def sampling_mode(self) -> str:
         """``"loss"`` (batches carry the weights) or ``"sampler"`` (draws proportional to them)."""
         return self._mode
@@ -324,24 +348,35 @@ class DialogueDataModule(pl.LightningDataModule):
         self._sample_weights = w
         self._changed()
 
-    def set_negatives(self, pairs: list[DialoguePair], weights: np.ndarray) -> None:
+    def set_negatives(self, pairs: list[DialoguePair], weights: np.ndarray, batches: str = "mixed") -> None:
         """Replace the extra (e.g. generated, weight -1) examples trained on from the next epoch.
 
         ``pairs`` are DialoguePairs or tuples (see :func:`formats.as_pair`); an empty list
         removes them. In a batch a negative has ``index`` = ``len(train_pairs()) + its position``.
+        ``batches="mixed"``: negatives are shuffled in with the gold examples;
+        ``"separate"``: they are trained in batches of their own (the DRESS authors'
+        loop), so a batch's token denominator counts only negatives, zero-weight ones included
+        (a short last batch is filled with target-less padding rows, see
+        :class:`~lightning_div.samplers.SeparateBatchSampler`).
 
         Args:
             pairs: the extra examples.
-            weights: one finite weight per extra example (e.g. -1).
+            weights: one finite weight per extra example (e.g. -1, or 0 for a generation that only
+                counts in the denominator of its separate batch).
+            batches: ``"mixed"`` or ``"separate"``, as above.
 
         Raises:
-            ValueError: ``pairs`` and ``weights`` differ in length, or a weight is not finite.
+            ValueError: ``pairs`` and ``weights`` differ in length, a weight is not finite, or
+                ``batches`` is unknown.
         """
+        if batches not in NEGATIVE_BATCHES:
+            raise ValueError(f"batches must be one of {NEGATIVE_BATCHES}, got {batches!r}")
         negatives = [as_pair(p, f"negatives[{i}]") for i, p in enumerate(pairs)]
         w = self._finite(weights, len(negatives), "negative weights")
         if self._mode == "sampler":
             check_sampling_weights(np.concatenate([self.sample_weights, w]), "negative weights")
         self._negatives, self._negative_weights, self._negatives_encoded = negatives, w, None
+        self._negative_batches = batches
         self._changed()
 
     def set_sampling(self, mode: str, weights: np.ndarray | None = None) -> None:
@@ -429,8 +464,11 @@ class DialogueDataModule(pl.LightningDataModule):
         """
         dataset = self.train_dataset()
         num_replicas, rank = self._world()
-        if self._mode == "loss":
-            sampler: Any = ExactDistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=self.seed)
+        if self._mode == "loss" and self._negative_batches == "separate" and self._negatives:
+            sampler: Any = SeparateBatchSampler(dataset, [len(dataset) - len(self._negatives), len(self._negatives)],
+                                                self.batch_size, num_replicas, rank, seed=self.seed)
+        elif self._mode == "loss":
+            sampler = ExactDistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=self.seed)
         else:
             weights = np.concatenate([self.sample_weights, self._negative_weights])
             sampler = WeightedDistributedSampler(dataset, weights, num_replicas=num_replicas, rank=rank,
@@ -464,6 +502,7 @@ class DialogueDataModule(pl.LightningDataModule):
                 "negatives": [{"context": list(p.context), "response": p.response, "references": list(p.references)}
                               for p in self._negatives],
                 "negative_weights": torch.from_numpy(self._negative_weights.copy()),
+                "negative_batches": self._negative_batches, "negative_loss": self._negative_loss,
                 "sampling_mode": self._mode}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -474,5 +513,7 @@ class DialogueDataModule(pl.LightningDataModule):
             self.set_sample_weights(torch.as_tensor(weights).numpy())
         negatives = [DialoguePair(tuple(d["context"]), d["response"], tuple(d["references"]))
                      for d in state_dict.get("negatives", [])]
-        self.set_negatives(negatives, torch.as_tensor(state_dict.get("negative_weights", [])).numpy())
+        self.set_negatives(negatives, torch.as_tensor(state_dict.get("negative_weights", [])).numpy(),
+                           batches=state_dict.get("negative_batches", "mixed"))
+        self.set_negative_loss(state_dict.get("negative_loss", "nll"))
         self.set_sampling(state_dict.get("sampling_mode", "loss"))

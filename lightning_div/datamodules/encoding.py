@@ -103,6 +103,9 @@ class EncodedDialogues(Dataset):
     Index ``i < len(self)`` is example ``i``. Index ``len(self) + i`` is a *padding* copy
     of example ``i`` (from :class:`lightning_div.samplers.ExactDistributedSampler`): it
     comes with ``sample_weight`` 0 and ``index`` -1 so the weighted loss ignores it.
+    Index ``2 * len(self) + i`` is a padding row *without targets* (example ``i``'s
+    context, no response tokens; from :class:`lightning_div.samplers.SeparateBatchSampler`):
+    it fills a short batch without adding tokens to the loss's denominator.
     """
 
     def __init__(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
@@ -118,11 +121,13 @@ class EncodedDialogues(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         n = len(self.encoded)
-        if not 0 <= i < 2 * n:
+        if not 0 <= i < 3 * n:
             raise IndexError(f"index {i} out of range for {n} examples")
         padding = i >= n
-        j = i - n if padding else i
+        j = i % n
         context_ids, response_ids = self.encoded[j]
+        if i >= 2 * n:
+            response_ids = []
         return {"context_ids": context_ids, "response_ids": response_ids,
                 "index": PADDING_INDEX if padding else j,
                 "sample_weight": 0.0 if padding else float(self.weights[j])}
