@@ -4,7 +4,7 @@ from lightning_div.metrics.lexical import (DEFAULT_LEXICAL, averaged_distinct, c
                                            distinct_n, expectation_adjusted_distinct, lexical_scores,
                                            ngram_entropy)
 from lightning_div.metrics.nli import nli_diversity
-from lightning_div.metrics.ruq import ruq_score
+from lightning_div.metrics.ruq import ruq_margin, ruq_score
 from lightning_div.metrics.semantic import cluster_histogram, semantic_entropy
 from lightning_div.metrics.states import (RUQ, AveragedDistinct, DistinctN, ExpectationAdjustedDistinct,
                                           NGramEntropy, SemanticEntropy)
@@ -12,6 +12,6 @@ from lightning_div.metrics.states import (RUQ, AveragedDistinct, DistinctN, Expe
 __all__ = [
     "distinct_n", "averaged_distinct", "ngram_entropy", "expectation_adjusted_distinct", "count_vocab",
     "lexical_scores", "check_lexical_names", "DEFAULT_LEXICAL",
-    "semantic_entropy", "cluster_histogram", "ruq_score", "nli_diversity",
+    "semantic_entropy", "cluster_histogram", "ruq_score", "ruq_margin", "nli_diversity",
     "DistinctN", "AveragedDistinct", "NGramEntropy", "ExpectationAdjustedDistinct", "SemanticEntropy", "RUQ",
 ]
