@@ -86,8 +86,10 @@ class SemanticClusters:
     Args:
         num_clusters: k.
         variance_kept: PCA keeps the fewest components whose explained variance reaches this, in (0, 1].
-        niter, nredo, seed: faiss k-means iterations, restarts (best objective kept) and seed.
-            seed=27 with the PCA seed 26 reproduces the Sem-Ent authors' clusters.
+        niter: faiss k-means iterations.
+        nredo: faiss k-means restarts (the best objective is kept).
+        seed: faiss k-means seed; seed=27 with the PCA seed 26 reproduces the Sem-Ent
+            authors' clusters.
         use_gpu: True, False, or "auto" (faiss GPU when ``faiss.get_num_gpus() > 0``).
         encoder_name: name of the encoder that produced the embeddings (part of the config).
         show_progress: a tqdm bar over the fitting stages.

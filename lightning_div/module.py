@@ -73,7 +73,9 @@ class DialogueLM(pl.LightningModule):
         tokenizer_vocab_size: vocabulary of the locally trained tokenizer.
         from_scratch: a config dict for a random-init model, e.g.
             ``{"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256}``.
-        learning_rate, weight_decay, warmup_steps: AdamW with linear warm-up.
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: steps of linear learning-rate warm-up.
     """
 
     def __init__(self, model_name_or_path: str | None = "microsoft/DialoGPT-small", tokenizer: str | None = None,

@@ -140,8 +140,9 @@ class ResumableDataLoader(DataLoader):
     Args:
         progress: returns how many batches of the current epoch have been trained on;
             without it the state says 0 (resuming then restarts the epoch, as a DataLoader does).
-        Everything else: as :class:`torch.utils.data.DataLoader`; ``sampler`` must be a
-        :class:`ResumableSampler` for a restored position to take effect.
+        *args: as :class:`torch.utils.data.DataLoader`.
+        **kwargs: as :class:`torch.utils.data.DataLoader`; ``sampler`` must be a
+            :class:`ResumableSampler` for a restored position to take effect.
     """
 
     def __init__(self, *args: Any, progress: Callable[[], int] | None = None, **kwargs: Any) -> None:

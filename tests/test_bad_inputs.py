@@ -8,8 +8,9 @@ Each row is (entry point, bad input, expected behaviour), and the behaviour is o
 * ``Completes``: a callback in a real Trainer warns, training finishes, and what it logs is
   finite (never a NaN metric, never a crashed run for a plot that cannot be written).
 
-The README's "Bad input" section is this matrix as a table; ``test_doc_table_is_the_matrix`` keeps
-the two identical (``python tests/test_bad_inputs.py`` prints the table).
+The documentation's "Bad input" page (docs/bad-input.md) is this matrix as a table;
+``test_doc_table_is_the_matrix`` keeps the two identical (``python tests/test_bad_inputs.py`` prints
+the table).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from lightning_div.metrics import (RUQ, DistinctN, averaged_distinct, distinct_n
 from lightning_div.scoring import response_scores, token_logprobs_batched
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "README.md"
+DOC = ROOT / "docs" / "bad-input.md"
 
 EMPTY = "empty list / empty file"
 BLANK = "empty and whitespace-only responses"
@@ -691,7 +692,13 @@ def test_bad_input(row: Row, res: Resources, tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# The README table is this matrix
+# The documentation's table is this matrix
+
+
+def markdown_text(text: str) -> str:
+    """``text`` with ``][`` outside code spans escaped: Markdown would read ``x[0][1]`` as a link."""
+    parts = text.split("`")
+    return "`".join(p.replace("][", "]\\[") if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 def table() -> str:
@@ -699,7 +706,7 @@ def table() -> str:
     for bad in INPUTS:
         for row in ROWS:
             if row.bad == bad:
-                lines.append(f"| {bad} | `{row.entry}` | {row.expect.doc()} |")
+                lines.append(f"| {bad} | `{row.entry}` | {markdown_text(row.expect.doc())} |")
     return "\n".join(lines)
 
 
@@ -714,7 +721,7 @@ def test_every_input_and_entry_point_is_in_the_matrix():
 
 def test_doc_table_is_the_matrix():
     text = DOC.read_text(encoding="utf-8")
-    assert table() in text, "the README's bad-input table is stale: regenerate it with python tests/test_bad_inputs.py"
+    assert table() in text, "docs/bad-input.md's table is stale: regenerate it with python tests/test_bad_inputs.py"
 
 
 if __name__ == "__main__":

@@ -28,8 +28,11 @@ class NLIDiversityMonitor(ValidationMonitor):
         n: responses per context (the paper: 5, so 20 ordered pairs).
         top_p: nucleus sampling of the response sets (the paper: 0.9).
         generation_kwargs: extra sampling arguments (temperature, ...).
-        threshold_generation, threshold, max_samples, threshold_metric: Diversity Threshold
-            Generation (the paper: > 10 contradictions of 20 pairs, at most 20 samples).
+        threshold_generation: also run Diversity Threshold Generation.
+        threshold: its threshold (the paper: more than 10 contradictions of 20 pairs).
+        max_samples: its budget of sampled responses per context (the paper: 20).
+        threshold_metric: the metric the threshold applies to (see
+            :func:`~lightning_div.threshold.diversity_threshold_generate`).
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
         scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
     """

@@ -33,15 +33,19 @@ class RUQMonitor(ValidationMonitor):
 
     Args:
         idk_responses: the IDK strings; the first is the headline.
-        reference: with several references per prompt, ``"lowest"`` (the lowest-scoring
-            one, the paper's recommendation) or ``"first"`` (the original reference, as the
-            paper's tables use). Single-reference data gives the same value either way.
-        num_train_prompts / num_val_prompts: fixed random sample sizes (None = all).
-        train_pairs / val_pairs: evaluation data (pairs or a path); default: the datamodule's.
+        num_train_prompts: size of the fixed random sample of training prompts (None = all).
+        num_val_prompts: size of the fixed random sample of validation prompts (None = all).
+        train_pairs: training evaluation data (pairs or a path); default: the datamodule's.
+        val_pairs: validation evaluation data (pairs or a path); default: the datamodule's.
         plot: log the per-position plot every measured validation epoch.
         num_plot_prompts: prompts used for the plot (its beam search is the costly part).
         num_beams: beam size of the "model output" line of the plot.
-        warn_below / warn_drop: alert thresholds on val/ruq (None disables each).
+        warn_below: alert when val/ruq falls below this (None disables it).
+        warn_drop: alert when val/ruq drops by more than this many points since the last
+            measurement (None disables it).
+        reference: with several references per prompt, ``"lowest"`` (the lowest-scoring
+            one, the paper's recommendation) or ``"first"`` (the original reference, as the
+            paper's tables use). Single-reference data gives the same value either way.
     """
 
     name = "ruq"

@@ -31,16 +31,19 @@ class SemanticDiversityMonitor(ValidationMonitor):
     Args:
         encoder: model name/path for :class:`~lightning_div.embedding.ResponseEncoder`, or an encoder.
         clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on gold responses).
-        num_clusters, variance_kept, kmeans_seed: clustering configuration (paper: 20, 0.9, 27).
+        num_clusters: k of the k-means clusters (paper: 20).
+        variance_kept: explained variance the PCA keeps (paper: 0.9).
+        kmeans_seed: faiss k-means seed (paper: 27).
         num_contexts: size of the fixed validation sample (None = all).
         generation_kwargs: overrides of the greedy + no_repeat_ngram_size=3 default.
         lexical_metrics: which of distinct_<n>, avg_distinct, ent_<n>, ead to add.
         vocab_size: V of EAD; default: counted from the gold training responses.
         log_samples: how many example responses go in the table (0 = none).
-        val_pairs / gold_responses: explicit data; default: the datamodule's
-            ``val_pairs()`` / ``gold_train_responses()``.
+        val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
+        gold_responses: explicit gold training responses for the clusters; default: the
+            datamodule's ``gold_train_responses()``.
         encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
-        Plus the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
     name = "semantic_diversity"

@@ -48,23 +48,37 @@ class DialogueDataModule(pl.LightningDataModule):
     """Dialogue (context, response) data for causal or seq2seq LMs, with DRESS sample weights.
 
     Args:
-        train, val, test: a file path, a saved ``datasets`` directory, ``"chitchat"``
+        train: a file path, a saved ``datasets`` directory, ``"chitchat"``
             (the embedded corpus; its train / validation / test split), a ``datasets.Dataset``,
             or a list of pairs; ``None`` = no such data.
+        val: the validation data, as ``train``.
+        test: the test data, as ``train``.
         format: ``"auto"`` (from the extension) or a name in ``formats.FORMATS``.
         tokenizer: a name or path for ``AutoTokenizer``, a tokenizer object, or ``None`` =
             the LightningModule's ``tokenizer`` attribute at setup.
         max_history: context turns kept per example (None = all).
-        max_context_tokens, max_response_tokens, turn_separator: see :class:`DialogueFormat`;
-            contexts are also left-truncated to fit the model window.
-        max_train_examples, max_val_examples, max_test_examples: keep a random subset of
-            this size (seeded by ``seed``), e.g. for demos.
-        batch_size, eval_batch_size: training / evaluation batch sizes (eval defaults to batch_size).
+        max_context_tokens: see :class:`~lightning_div.formatting.DialogueFormat`; contexts are
+            also left-truncated to fit the model window.
+        max_response_tokens: see :class:`~lightning_div.formatting.DialogueFormat`.
+        turn_separator: see :class:`~lightning_div.formatting.DialogueFormat`.
+        max_train_examples: keep a random training subset of this size (seeded by ``seed``),
+            e.g. for demos.
+        max_val_examples: the same for the validation data.
+        max_test_examples: the same for the test data.
+        batch_size: training batch size.
+        eval_batch_size: evaluation batch size (None = ``batch_size``).
         dedupe: drop exact duplicate examples (same context, response and references).
         seed: subset choice, shuffling and weighted draws (offset by the epoch).
         seq2seq: encoder-decoder layout; ``None`` = read it from the LightningModule's ``model``.
-        context_field ... dialog_field: record field / column names (see :class:`formats.Fields`).
-        context_separator, references_separator, delimiter: CSV/TSV cell layout.
+        context_field: record field / column of the context
+            (see :class:`~lightning_div.datamodules.formats.Fields`).
+        response_field: record field / column of the response.
+        references_field: record field / column of the extra references.
+        positive_responses_field: DailyDialog++ field of the positive responses.
+        dialog_field: record field / column of a whole conversation.
+        context_separator: CSV/TSV: separator of the turns in a context cell.
+        references_separator: CSV/TSV: separator of the references in a references cell.
+        delimiter: CSV/TSV field delimiter (None = from the extension).
         show_progress: progress bar while tokenising.
     """
 

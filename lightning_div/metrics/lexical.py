@@ -77,7 +77,33 @@ def ead_from_counts(num_unique: int, num_tokens: int, vocab_size: int) -> float:
 # Functional API.
 
 def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", lowercase: bool = True) -> float:
-    """Distinct-n: #unique n-grams / #n-grams over the whole set (0.0 if there are none)."""
+    """Distinct-n: #unique n-grams / #n-grams over the whole set (Li et al., 2016).
+
+    Corpus level: the n-grams of all texts are pooled (they never cross texts), then the
+    distinct ones are counted.
+
+    Args:
+        texts: the responses.
+        n: the n-gram order, >= 1.
+        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
+            callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising.
+
+    Returns:
+        The ratio in [0, 1]; 0.0 when the texts have no n-gram at all.
+
+    Raises:
+        ValueError: ``n`` is not a positive integer.
+        TypeError: an element of ``texts`` is not a string (the message names its index).
+
+    Examples:
+        7 distinct bigrams of 10 (``i don't``, ``don't know``, ``know .`` twice):
+
+        >>> distinct_n(["I don't know.", "I don't know.", "Where are you from?"], 2)
+        0.7
+        >>> distinct_n(["ok"], 2)  # no bigram
+        0.0
+    """
     n = _check_n(n)
     counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), n)
     return distinct_from_counts(len(counts), sum(counts.values()))
@@ -85,7 +111,24 @@ def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", l
 
 def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: TokenizerSpec = "13a",
                       lowercase: bool = True) -> float:
-    """Mean of distinct-n for n = 1..max_n (Tevet & Berant, 2021)."""
+    """Averaged distinct: the mean of distinct-n for n = 1..max_n (Tevet & Berant, 2021).
+
+    Args:
+        texts: the responses.
+        max_n: the highest n-gram order (the paper: 5).
+        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
+            callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising.
+
+    Returns:
+        The mean in [0, 1].
+
+    Examples:
+        distinct-1 = 3/4 and distinct-2 = 2/2:
+
+        >>> averaged_distinct(["a b", "a c"], max_n=2)
+        0.875
+    """
     max_n = _check_n(max_n)
     tokens = tokenize_all(texts, tokenizer, lowercase)
     values = []
@@ -97,7 +140,27 @@ def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: Tokenizer
 
 def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer: TokenizerSpec = "13a",
                   lowercase: bool = True) -> float:
-    """Ent-n: entropy of the n-gram frequency distribution (nats; ``base=2`` for bits)."""
+    """Ent-n: the entropy of the n-gram frequency distribution (Zhang et al., 2018).
+
+    Args:
+        texts: the responses.
+        n: the n-gram order, >= 1.
+        base: the logarithm's base: e (nats, the default) or 2 (bits, as the Sem-Ent paper's tables).
+        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
+            callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising.
+
+    Returns:
+        -sum_g p(g) log p(g) over the pooled n-gram counts; 0.0 without n-grams.
+
+    Examples:
+        Unigram frequencies 1/2, 1/4, 1/4:
+
+        >>> ngram_entropy(["a b", "a c"], 1, base=2)
+        1.5
+        >>> round(ngram_entropy(["a b", "a c"], 1), 4)  # nats: 1.5 ln 2
+        1.0397
+    """
     n = _check_n(n)
     counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), n)
     return entropy_from_counts(counts.values(), base)
@@ -105,13 +168,51 @@ def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer:
 
 def expectation_adjusted_distinct(texts: Sequence[str], vocab_size: int, tokenizer: TokenizerSpec = "13a",
                                   lowercase: bool = True) -> float:
-    """EAD / NewDistinct (unigrams): N_unique / (V * (1 - ((V-1)/V)^C)), C = #tokens."""
+    """EAD, expectation-adjusted distinct unigrams (Liu et al., 2022).
+
+    EAD = N / (V * (1 - ((V-1)/V)^C)): the N distinct unigrams over the number expected
+    when C tokens are drawn uniformly from a vocabulary of V, so longer outputs are not
+    penalised as distinct-1 penalises them.
+
+    Args:
+        texts: the responses.
+        vocab_size: V, e.g. ``count_vocab(gold_training_responses)``.
+        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
+            callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising.
+
+    Returns:
+        EAD (can exceed 1); 0.0 without tokens.
+
+    Raises:
+        ValueError: ``vocab_size`` is not an integer >= 1.
+
+    Examples:
+        2 distinct unigrams of C = 2 tokens, V = 2: the expected number is 2 (1 - 1/4) = 1.5:
+
+        >>> round(expectation_adjusted_distinct(["a b"], vocab_size=2), 4)
+        1.3333
+    """
     counts = ngram_counts(tokenize_all(texts, tokenizer, lowercase), 1)
     return ead_from_counts(len(counts), sum(counts.values()), vocab_size)
 
 
 def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a", lowercase: bool = True) -> int:
-    """V for EAD counted from a reference corpus: the number of distinct unigrams (at least 1)."""
+    """V for EAD, counted from a reference corpus: its number of distinct unigrams.
+
+    Args:
+        reference_texts: e.g. the gold training responses.
+        tokenizer: ``"13a"`` (sacrebleu, the default), ``"whitespace"``, a ``str -> list[str]``
+            callable or a Hugging Face tokenizer.
+        lowercase: lowercase before tokenising.
+
+    Returns:
+        The number of distinct tokens, at least 1.
+
+    Examples:
+        >>> count_vocab(["I don't know.", "I know!"])  # i, don't, know, ., !
+        5
+    """
     counts = ngram_counts(tokenize_all(reference_texts, tokenizer, lowercase, name="reference_texts"), 1)
     return max(len(counts), 1)
 
@@ -119,11 +220,26 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
 # Metrics by name, as the callbacks and the CLI ask for them.
 
 DEFAULT_LEXICAL = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_4", "ead")
+"""The lexical metrics the callbacks log unless told otherwise (names as :func:`lexical_scores` takes them)."""
 _LEXICAL = re.compile(r"^(distinct_(\d+)|ent_(\d+)|avg_distinct|ead)$")
 
 
 def check_lexical_names(names: Sequence[str]) -> list[str]:
-    """Validate metric names such as distinct_2, ent_4, avg_distinct, ead."""
+    """Validate lexical metric names: ``distinct_<n>``, ``ent_<n>``, ``avg_distinct``, ``ead``.
+
+    Args:
+        names: the names to check.
+
+    Returns:
+        The names, as a list.
+
+    Raises:
+        ValueError: a name is unknown (the message lists them).
+
+    Examples:
+        >>> check_lexical_names(["distinct_2", "ent_4"])
+        ['distinct_2', 'ent_4']
+    """
     bad = [n for n in names if not _LEXICAL.match(n)]
     if bad:
         raise ValueError(f"unknown lexical metrics {bad}; use distinct_<n>, ent_<n>, avg_distinct, ead")
@@ -132,7 +248,23 @@ def check_lexical_names(names: Sequence[str]) -> list[str]:
 
 def lexical_scores(texts: Sequence[str], names: Sequence[str] = DEFAULT_LEXICAL,
                    vocab_size: int | None = None) -> dict[str, float]:
-    """The named lexical metrics of one set of responses, e.g. ``{"distinct_2": ..., "ent_4": ...}``."""
+    """The named lexical metrics of one set of responses.
+
+    Args:
+        texts: the responses.
+        names: metric names (see :func:`check_lexical_names`).
+        vocab_size: V for ``ead``; required when ``ead`` is asked for.
+
+    Returns:
+        ``{name: value}`` in the order of ``names``.
+
+    Raises:
+        ValueError: an unknown name, or ``ead`` without ``vocab_size``.
+
+    Examples:
+        >>> lexical_scores(["a b", "a c"], ["distinct_1", "distinct_2"])
+        {'distinct_1': 0.75, 'distinct_2': 1.0}
+    """
     out = {}
     for name in check_lexical_names(names):
         m = _LEXICAL.match(name)

@@ -18,7 +18,22 @@ VARIANTS = tuple(_WEIGHTS)
 
 
 def normalise_label(label: object, where: str = "label") -> str:
-    """Map 'CONTRADICTION', 'Contradiction', ... to the canonical lower-case names."""
+    """Map ``'CONTRADICTION'``, ``'Contradiction'``, ... to the canonical lower-case names.
+
+    Args:
+        label: an NLI class name, in any case.
+        where: how the error message names the label.
+
+    Returns:
+        ``"entailment"``, ``"neutral"`` or ``"contradiction"``.
+
+    Raises:
+        ValueError: anything else.
+
+    Examples:
+        >>> normalise_label(" CONTRADICTION")
+        'contradiction'
+    """
     if isinstance(label, str):
         name = label.strip().lower()
         if name in LABELS:
@@ -28,11 +43,34 @@ def normalise_label(label: object, where: str = "label") -> str:
 
 def nli_diversity(labels: Sequence[str], variant: str = "baseline",
                   confidences: Sequence[float] | None = None) -> float:
-    """Sum over the n(n-1) ordered pairs of a set of each pair's diversity value.
+    """NLI Diversity of one response set (Stasaski & Hearst, 2022).
 
-    baseline: contradiction +1, neutral 0, entailment -1; neutral: contradiction and
-    neutral +1, entailment -1; confidence: the predicted class's probability with the
-    baseline sign (``confidences`` required, one per pair).
+    The sum over the n(n-1) ordered pairs of each pair's value. ``baseline``: contradiction
+    +1, neutral 0, entailment -1; ``neutral``: contradiction and neutral +1, entailment -1;
+    ``confidence``: the predicted class's probability with the baseline sign.
+
+    Args:
+        labels: the predicted class of each ordered pair (any case).
+        variant: ``"baseline"``, ``"neutral"`` or ``"confidence"``.
+        confidences: the predicted class's probability of each pair; required by ``confidence``.
+
+    Returns:
+        The diversity, between -n(n-1) and n(n-1); 0.0 for no pairs.
+
+    Raises:
+        ValueError: an unknown variant or label, a missing or wrong-length ``confidences``,
+            or a confidence outside [0, 1] (named by index).
+
+    Examples:
+        The paper's Figure 1: 2 contradictions, 3 neutral, 1 entailment among 3 responses:
+
+        >>> labels = ["contradiction", "contradiction", "neutral", "neutral", "neutral", "entailment"]
+        >>> nli_diversity(labels)
+        1.0
+        >>> nli_diversity(labels, "neutral")
+        4.0
+        >>> nli_diversity(labels, "confidence", [0.75, 0.75, 0.5, 0.5, 0.5, 0.5])  # 0.75 + 0.75 - 0.5
+        1.0
     """
     if variant not in _WEIGHTS:
         raise ValueError(f"variant={variant!r} is unknown; use one of {VARIANTS}")

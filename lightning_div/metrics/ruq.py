@@ -21,7 +21,17 @@ def _finite(value: float, where: str) -> float:
 
 
 def check_reference(reference: str) -> str:
-    """``reference`` itself after checking it is ``"lowest"`` or ``"first"``."""
+    """Check a reference choice.
+
+    Args:
+        reference: ``"lowest"`` or ``"first"``.
+
+    Returns:
+        ``reference`` itself.
+
+    Raises:
+        ValueError: any other value.
+    """
     if reference not in REFERENCE_CHOICES:
         raise ValueError(f"reference must be 'lowest' (the paper's recommendation) or 'first' (the single "
                          f"original reference of the paper's tables), got {reference!r}")
@@ -29,13 +39,27 @@ def check_reference(reference: str) -> str:
 
 
 def reference_scores_of(reference_scores: Scores, reference: ReferenceChoice = "lowest") -> list[float]:
-    """One score per prompt: the score itself, or one of a prompt's several references.
+    """One score per prompt: the score itself, or the chosen one of a prompt's several references.
 
     Args:
-        reference_scores: per prompt a score, or a list of scores (one per reference).
+        reference_scores: per prompt a score, or a list of its references' scores.
         reference: ``"lowest"`` takes the lowest-scoring reference (Khayrallah & Sedoc's
-            recommendation for multi-reference data); ``"first"`` takes the first one (the
-            single original reference their tables use).
+            recommendation: every valid reference should beat "I don't know."); ``"first"``
+            takes the first one (the single original reference their tables use).
+
+    Returns:
+        One float per prompt.
+
+    Raises:
+        ValueError: a non-finite score (also in a reference ``"first"`` does not use), an
+            empty list of references (named by index), or an unknown ``reference``.
+        TypeError: a string instead of a score.
+
+    Examples:
+        >>> reference_scores_of([-1.0, [-0.5, -2.5]])
+        [-1.0, -2.5]
+        >>> reference_scores_of([-1.0, [-0.5, -2.5]], "first")
+        [-1.0, -0.5]
     """
     check_reference(reference)
     out = []
@@ -54,7 +78,24 @@ def reference_scores_of(reference_scores: Scores, reference: ReferenceChoice = "
 
 
 def lowest_reference_scores(reference_scores: Scores) -> list[float]:
-    """One score per prompt: the score itself, or the lowest of a prompt's several references."""
+    """One score per prompt: the score itself, or the lowest of a prompt's several references.
+
+    ``reference_scores_of(reference_scores, "lowest")``, kept under its old name.
+
+    Args:
+        reference_scores: per prompt a score, or a list of its references' scores.
+
+    Returns:
+        One float per prompt.
+
+    Raises:
+        ValueError: a non-finite score or an empty list of references (named by index).
+        TypeError: a string instead of a score.
+
+    Examples:
+        >>> lowest_reference_scores([-1.0, [-0.5, -2.5]])
+        [-1.0, -2.5]
+    """
     return reference_scores_of(reference_scores, "lowest")
 
 
@@ -69,21 +110,54 @@ def _paired(reference_scores: Scores, idk_scores: Sequence[float],
 
 def preferred_count(reference_scores: Scores, idk_scores: Sequence[float],
                     reference: ReferenceChoice = "lowest") -> tuple[int, int]:
-    """(#prompts whose reference scores strictly above the IDK response, #prompts)."""
+    """How many prompts prefer their reference over the IDK response, and of how many.
+
+    Args:
+        reference_scores: per prompt a score, or a list of its references' scores.
+        idk_scores: per prompt the score of the IDK response.
+        reference: which of several references counts: ``"lowest"`` (default) or ``"first"``.
+
+    Returns:
+        ``(#prompts whose reference scores strictly above the IDK response, #prompts)``.
+
+    Raises:
+        ValueError: different numbers of prompts, or a non-finite score (named by index).
+
+    Examples:
+        >>> preferred_count([-1.0, -3.0], [-2.0, -2.0])
+        (1, 2)
+    """
     refs, idk = _paired(reference_scores, idk_scores, reference)
     return sum(r > k for r, k in zip(refs, idk)), len(refs)
 
 
 def ruq_score(reference_scores: Scores, idk_scores: Sequence[float], reference: ReferenceChoice = "lowest") -> float:
-    """RUQ = 100 * #(reference preferred) / #prompts.
+    """RUQ: the percentage of prompts whose reference beats "I don't know." (Khayrallah & Sedoc, 2021).
 
-    Scores are length-normalised log-likelihoods (see :func:`lightning_div.scoring.response_scores`).
-    A tie does not count as preferred.
+    RUQ = 100 * #(score(reference) > score(IDK)) / #prompts; a tie is not preferred. Scores
+    are length-normalised log-likelihoods (see :func:`lightning_div.scoring.response_scores`).
 
     Args:
-        reference_scores: per prompt the reference's score, or a list of scores of its references.
-        idk_scores: per prompt the score of the IDK string.
-        reference: which of several references counts: ``"lowest"`` (default) or ``"first"``.
+        reference_scores: per prompt a score, or a list of its references' scores.
+        idk_scores: per prompt the score of the IDK response.
+        reference: with several references, ``"lowest"`` (default, the paper's recommendation:
+            every valid reference should beat "I don't know.") or ``"first"`` (the single
+            original reference the paper's tables use).
+
+    Returns:
+        RUQ in [0, 100].
+
+    Raises:
+        ValueError: no prompts, different numbers of prompts, a non-finite score, or an
+            unknown ``reference``.
+
+    Examples:
+        The second prompt's reference scores below IDK, and so does the third's worse reference:
+
+        >>> ruq_score([-1.2, -3.0, [-0.5, -2.5], -1.0], [-2.0, -2.0, -2.0, -2.0])
+        50.0
+        >>> ruq_score([-1.2, -3.0, [-0.5, -2.5], -1.0], [-2.0, -2.0, -2.0, -2.0], reference="first")
+        75.0
     """
     preferred, total = preferred_count(reference_scores, idk_scores, reference)
     if total == 0:
@@ -92,11 +166,29 @@ def ruq_score(reference_scores: Scores, idk_scores: Sequence[float], reference: 
 
 
 def ruq_margin(reference_scores: Scores, idk_scores: Sequence[float], reference: ReferenceChoice = "lowest") -> float:
-    """Mean over prompts of (reference score - IDK score), in length-normalised log-likelihood (nats per token).
+    """The mean over prompts of score(reference) - score(IDK), in nats per token.
 
-    The continuous companion of :func:`ruq_score`: RUQ counts the prompts where this
-    difference is positive, so it can sit at 0 while the margin climbs towards 0 from below.
-    The reference is chosen per prompt as in :func:`ruq_score`.
+    The continuous companion of :func:`ruq_score`, in the same length-normalised
+    log-likelihood units: RUQ counts the prompts where this difference is positive, so it
+    can sit at 0 while the margin climbs towards 0 from below.
+
+    Args:
+        reference_scores: per prompt a score, or a list of its references' scores.
+        idk_scores: per prompt the score of the IDK response.
+        reference: which of several references counts, as in :func:`ruq_score`.
+
+    Returns:
+        The mean difference (negative: "I don't know." is preferred on average).
+
+    Raises:
+        ValueError: no prompts, different numbers of prompts, a non-finite score, or an
+            unknown ``reference``.
+
+    Examples:
+        (-1.2 + 2) + (-3 + 2) + (-2.5 + 2) + (-1 + 2) over 4 prompts:
+
+        >>> round(ruq_margin([-1.2, -3.0, [-0.5, -2.5], -1.0], [-2.0, -2.0, -2.0, -2.0]), 6)
+        0.075
     """
     refs, idk = _paired(reference_scores, idk_scores, reference)
     if not refs:

@@ -10,7 +10,23 @@ from lightning_div.metrics.lexical import entropy_from_counts
 
 
 def cluster_histogram(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int) -> np.ndarray:
-    """Counts of each cluster id over ``num_clusters`` bins (int64), validating the ids."""
+    """Counts of each cluster id over ``num_clusters`` bins.
+
+    Args:
+        cluster_ids: one cluster id per response, integers in [0, num_clusters).
+        num_clusters: k.
+
+    Returns:
+        int64 array of shape ``(num_clusters,)``.
+
+    Raises:
+        ValueError: an id that is negative, >= ``num_clusters``, NaN or not an integer
+            (the message names its index), or ``num_clusters`` < 1.
+
+    Examples:
+        >>> cluster_histogram([0, 0, 2], num_clusters=4).tolist()
+        [2, 0, 1, 0]
+    """
     if isinstance(num_clusters, bool) or not isinstance(num_clusters, (int, np.integer)) or num_clusters < 1:
         raise ValueError(f"num_clusters must be an integer >= 1, got {num_clusters!r}")
     ids = np.asarray(cluster_ids)
@@ -33,5 +49,25 @@ def cluster_histogram(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int
 
 
 def semantic_entropy(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int) -> float:
-    """Sem-Ent = -sum_j p_j ln p_j over the cluster histogram (nats, at most ln k; 0.0 if empty)."""
+    """Sem-Ent: the entropy of the responses' semantic-cluster distribution (Han et al., 2022).
+
+    Sem-Ent = -sum_j p_j ln p_j, p_j the share of responses in cluster j.
+
+    Args:
+        cluster_ids: one cluster id per response, e.g. from
+            :meth:`lightning_div.clustering.SemanticClusters.assign`.
+        num_clusters: k.
+
+    Returns:
+        The entropy in nats, between 0 and ln k; 0.0 for no responses.
+
+    Raises:
+        ValueError: as :func:`cluster_histogram`.
+
+    Examples:
+        >>> round(semantic_entropy([0, 0, 1, 1], num_clusters=20), 4)  # ln 2
+        0.6931
+        >>> semantic_entropy([3, 3, 3], num_clusters=20)  # one cluster: no diversity
+        0.0
+    """
     return entropy_from_counts(cluster_histogram(cluster_ids, num_clusters))

@@ -80,7 +80,21 @@ class _NGramState(Metric):
 
 
 class DistinctN(_NGramState):
-    """Corpus distinct-n, exact under DDP."""
+    """Corpus distinct-n, exact under DDP: the n-gram ids of all processes are gathered.
+
+    Args:
+        n: the n-gram order.
+        tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
+        lowercase: lowercase before tokenising.
+        **kwargs: torchmetrics ``Metric`` arguments (e.g. ``sync_on_compute``).
+
+    Examples:
+        >>> metric = DistinctN(2)
+        >>> metric.update(["I do not know."])
+        >>> metric.update(["I do not care!"])
+        >>> metric.compute()
+        tensor(0.7500, dtype=torch.float64)
+    """
 
     def __init__(self, n: int = 1, tokenizer: TokenizerSpec = "13a", lowercase: bool = True, **kwargs: Any) -> None:
         super().__init__((n,), tokenizer, lowercase, **kwargs)
@@ -91,7 +105,20 @@ class DistinctN(_NGramState):
 
 
 class AveragedDistinct(_NGramState):
-    """Mean of distinct-n for n = 1..max_n, exact under DDP."""
+    """Averaged distinct (mean of distinct-n for n = 1..max_n), exact under DDP.
+
+    Args:
+        max_n: the highest n-gram order.
+        tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
+        lowercase: lowercase before tokenising.
+        **kwargs: torchmetrics ``Metric`` arguments (e.g. ``sync_on_compute``).
+
+    Examples:
+        >>> metric = AveragedDistinct(max_n=2)
+        >>> metric.update(["a b", "a c"])
+        >>> metric.compute()
+        tensor(0.8750, dtype=torch.float64)
+    """
 
     def __init__(self, max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
                  **kwargs: Any) -> None:
@@ -102,7 +129,21 @@ class AveragedDistinct(_NGramState):
 
 
 class NGramEntropy(_NGramState):
-    """Ent-n over the gathered n-gram frequency distribution."""
+    """Ent-n over the n-gram frequency distribution gathered from all processes.
+
+    Args:
+        n: the n-gram order.
+        base: the logarithm's base (e: nats; 2: bits).
+        tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
+        lowercase: lowercase before tokenising.
+        **kwargs: torchmetrics ``Metric`` arguments (e.g. ``sync_on_compute``).
+
+    Examples:
+        >>> metric = NGramEntropy(1, base=2)
+        >>> metric.update(["a b", "a c"])
+        >>> metric.compute()
+        tensor(1.5000, dtype=torch.float64)
+    """
 
     def __init__(self, n: int = 4, base: float = math.e, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
                  **kwargs: Any) -> None:
@@ -116,7 +157,20 @@ class NGramEntropy(_NGramState):
 
 
 class ExpectationAdjustedDistinct(_NGramState):
-    """EAD over the gathered unigrams with a fixed vocabulary size V."""
+    """EAD over the unigrams gathered from all processes, with a fixed vocabulary size V.
+
+    Args:
+        vocab_size: V (e.g. ``count_vocab(gold_training_responses)``); checked at once.
+        tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
+        lowercase: lowercase before tokenising.
+        **kwargs: torchmetrics ``Metric`` arguments (e.g. ``sync_on_compute``).
+
+    Examples:
+        >>> metric = ExpectationAdjustedDistinct(vocab_size=2)
+        >>> metric.update(["a b"])
+        >>> metric.compute()
+        tensor(1.3333, dtype=torch.float64)
+    """
 
     def __init__(self, vocab_size: int, tokenizer: TokenizerSpec = "13a", lowercase: bool = True,
                  **kwargs: Any) -> None:
@@ -130,7 +184,19 @@ class ExpectationAdjustedDistinct(_NGramState):
 
 
 class SemanticEntropy(Metric):
-    """Sem-Ent from a cluster histogram summed across processes."""
+    """Sem-Ent from a cluster histogram summed across processes.
+
+    Args:
+        num_clusters: k; checked at once.
+        **kwargs: torchmetrics ``Metric`` arguments.
+
+    Examples:
+        >>> metric = SemanticEntropy(num_clusters=20)
+        >>> metric.update([0, 0])
+        >>> metric.update([1, 1])
+        >>> metric.compute()  # ln 2
+        tensor(0.6931, dtype=torch.float64)
+    """
 
     is_differentiable = False
     higher_is_better = True
@@ -154,7 +220,20 @@ class SemanticEntropy(Metric):
 
 
 class RUQ(Metric):
-    """RUQ (percent of prompts whose reference beats the IDK response) from summed counts."""
+    """RUQ (percent of prompts whose reference beats the IDK response) from summed counts.
+
+    Args:
+        reference: with several references per prompt, ``"lowest"`` (default) or ``"first"``
+            (see :func:`lightning_div.metrics.ruq_score`).
+        **kwargs: torchmetrics ``Metric`` arguments.
+
+    Examples:
+        >>> metric = RUQ()
+        >>> metric.update([-1.0, -3.0], [-2.0, -2.0])
+        >>> metric.update([[-0.5, -1.5]], [-2.0])
+        >>> metric.compute()
+        tensor(66.6667, dtype=torch.float64)
+    """
 
     is_differentiable = False
     higher_is_better = True
