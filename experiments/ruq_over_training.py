@@ -36,9 +36,9 @@ IDK = ("I don't know.", "I don't know what to do.")
 FULL = dict(model=dict(n_layer=2, n_embd=128, n_head=4), dropouts=[0.0, 0.2, 0.4], max_train_examples=600,
             max_val_examples=300, batch_size=16, epochs=16, learning_rate=2e-3, warmup_steps=50,
             num_train_prompts=150, num_val_prompts=150, profile_prompts=64, num_beams=5, seeds=[0, 1])
-QUICK = dict(model=dict(n_layer=1, n_embd=64, n_head=2), dropouts=[0.0, 0.2, 0.4], max_train_examples=96,
-             max_val_examples=48, batch_size=16, epochs=3, learning_rate=3e-3, warmup_steps=5,
-             num_train_prompts=24, num_val_prompts=24, profile_prompts=8, num_beams=2, seeds=[0])
+QUICK = dict(model=dict(n_layer=1, n_embd=32, n_head=2), dropouts=[0.0, 0.2, 0.4], max_train_examples=64,
+             max_val_examples=32, batch_size=16, epochs=2, learning_rate=3e-3, warmup_steps=5,
+             num_train_prompts=16, num_val_prompts=16, profile_prompts=6, num_beams=2, seeds=[0])
 
 
 def profiles(module: Any, pairs: list[Any], num_beams: int) -> dict[str, dict[str, list[float]]]:
