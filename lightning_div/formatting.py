@@ -52,6 +52,22 @@ def special_tokens_around(tokenizer: Any) -> tuple[list[int], list[int]]:
     raise ValueError(f"cannot tell which special tokens {type(tokenizer).__name__} adds around a text")
 
 
+def target_prefix(tokenizer: Any) -> list[int]:
+    """The ids a tokenizer puts before a decoder target (BART: ``[<s>]``; BlenderBot, T5: none).
+
+    :meth:`DialogueFormat.encode_response` keeps them (the model was trained to see them), and
+    scoring conditions on them but never scores them: an RUQ score is over the response
+    tokens and EOS, as fairseq, the RUQ paper's toolkit, scores it.
+    """
+    probe = "hello"
+    bare = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
+    full = list(tokenizer(text_target=probe)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start:start + len(bare)] == bare:
+            return full[:start]
+    raise ValueError(f"cannot tell which special tokens {type(tokenizer).__name__} puts before a target text")
+
+
 def as_turns(context: Context, where: str = "context") -> list[str]:
     """A context given as one string or a list of turns, as a list of turns."""
     if isinstance(context, str):

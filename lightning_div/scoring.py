@@ -2,6 +2,8 @@
 
 RUQ (Khayrallah & Sedoc, 2021) scores a response y to a context x by its length-normalised
 log-likelihood  score(x, y) = (1/|y|) * sum_t log p(y_t | x, y_<t),  the EOS token included.
+For encoder-decoder models y is the response tokens + EOS: a BOS the tokenizer puts in front
+of a target (BART's ``<s>``) is fed to the decoder, as in training, but never scored.
 
 The pairs are laid out by :meth:`DialogueFormat.encode_pair` (the same ids training uses),
 sorted by length into batches, and each batch is one forward pass. Only the rows that
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lightning_div.formatting import Context, DialogueFormat, is_seq2seq
+from lightning_div.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
 from lightning_div.generation import (check_contexts, evaluation_mode, length_batches, model_device, pad_batch,
                                       pad_id_of)
 
@@ -123,21 +125,33 @@ class _CausalScorer:
         return _target_logprobs(logits[tmask], targets[tmask])
 
 
+def _unscored(response: list[int], prefix: list[int]) -> int:
+    """How many leading target ids are the tokenizer's prefix (never scored); at least EOS stays scored."""
+    n = len(prefix)
+    return n if n and response[:n] == prefix and len(response) > n else 0
+
+
 def _seq2seq_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id: int, start: int,
-                   device: torch.device) -> torch.Tensor:
+                   prefix: list[int], device: torch.device) -> torch.Tensor:
     # Right padding on both sides: BART-style learned positions cannot be shifted.
     ids, mask = pad_batch([c for c, _ in pairs], pad_id, "right", device)
     dec, dmask = pad_batch([[start] + r[:-1] for _, r in pairs], pad_id, "right", device)
     targets, _ = pad_batch([r for _, r in pairs], pad_id, "right", device)
     logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dmask).logits
-    dmask = dmask.bool()
-    return _target_logprobs(logits[dmask], targets[dmask])
+    scored = dmask.bool()
+    # The decoder reads the target's BOS (as in training); its prediction is not part of the score.
+    for row, (_, r) in enumerate(pairs):
+        scored[row, :_unscored(r, prefix)] = False
+    return _target_logprobs(logits[scored], targets[scored])
 
 
 def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], responses: Sequence[str], *,
                            format: DialogueFormat | None = None, batch_size: int = 16, show_progress: bool = True,
                            padding_side: str | None = None) -> list[torch.Tensor]:
     """log p(y_t | x, y_<t) of every response token (EOS included), one 1-D CPU tensor per pair.
+
+    For seq2seq models the tokens are the response's and EOS: a BOS the tokenizer puts
+    before a target (BART's ``<s>``) is fed to the decoder but has no entry.
 
     ``padding_side``: for decoder-only models ``"left"`` (default when the model's forward
     takes ``position_ids``; position ids are then built from the mask) or ``"right"``; both
@@ -180,6 +194,7 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     pairs = list(fmt.encode_pairs(turns, responses, tokenizer, model))
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0
+    prefix = target_prefix(tokenizer) if seq2seq else []
     causal = None if seq2seq else _CausalScorer(model, padding_side, params)
     device = model_device(model)
     out: list[torch.Tensor | None] = [None] * len(pairs)
@@ -188,10 +203,10 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
         for batch in tqdm(batches, desc="scoring", unit="batch", disable=not show_progress):
             chunk = [pairs[i] for i in batch]
             if seq2seq:
-                flat = _seq2seq_batch(model, chunk, pad_id, start, device)
+                flat = _seq2seq_batch(model, chunk, pad_id, start, prefix, device)
             else:
                 flat = causal(chunk, pad_id, device)
-            pieces = flat.cpu().split([len(r) for _, r in chunk])
+            pieces = flat.cpu().split([len(r) - _unscored(r, prefix) for _, r in chunk])
             for i, piece in zip(batch, pieces):
                 out[i] = piece
     # clone outside inference mode: callers get ordinary tensors they may use anywhere

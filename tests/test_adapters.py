@@ -17,6 +17,8 @@ def reference_logprobs(model, tok, context, response, fmt=DialogueFormat()):
         if model.config.is_encoder_decoder:
             start = model.generation_config.decoder_start_token_id
             logits = model(input_ids=torch.tensor([ctx]), decoder_input_ids=torch.tensor([[start] + resp[:-1]])).logits[0]
+            if resp[0] == tok.bos_token_id:  # BART's target <s>: read by the decoder, not scored (issue 24.4)
+                return logits.log_softmax(-1)[torch.arange(1, len(resp)), torch.tensor(resp[1:])]
         else:
             # logits at position t predict token t+1, so the response is predicted from len(ctx)-1 on
             logits = model(input_ids=torch.tensor([ctx + resp])).logits[0, len(ctx) - 1:-1]
@@ -58,8 +60,8 @@ def test_batched_logprobs_equal_unbatched_reference(kind, padding_side, tokenize
         assert (tok.padding_side, tok.pad_token_id) == (tokenizer_side, saved[1])
     finally:
         tok.padding_side = saved[0]
-    # the empty response is its end-of-sequence token alone: causal [eos], BART [<s>, </s>]
-    assert len(got[11]) == (1 if kind == "causal" else 2)
+    # the empty response is its end-of-sequence token alone: causal [eos], BART [</s>] (its <s> is not scored)
+    assert len(got[11]) == 1
     # the over-long context was left-truncated to fit: 64 positions in all
     ctx, resp = DialogueFormat().encode_pair(contexts[12], responses[12], tok, adapter.model)
     assert (len(ctx) + len(resp) == 64) if kind == "causal" else (len(ctx) == 64)

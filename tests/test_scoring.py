@@ -68,11 +68,43 @@ def test_scores_are_mean_token_logprobs_of_real_models(kind):
     lps = adapter.token_logprobs(ctx, resp)
     scores = response_scores(adapter, ctx, resp)
     assert scores == pytest.approx([float(t.mean()) for t in lps], abs=1e-6)
-    # empty response: a defined, finite score from its end-of-sequence token(s) alone
-    assert math.isfinite(scores[-1]) and len(lps[-1]) == (1 if kind == "causal" else 2)
+    # empty response: a defined, finite score from its end-of-sequence token alone (BART's <s> is not scored)
+    assert math.isfinite(scores[-1]) and len(lps[-1]) == 1
     mean, count = position_profile(adapter, ctx, resp)
     assert len(mean) == max(len(t) for t in lps) and count[0] == 6 and np.isfinite(mean).all()
     assert mean[0] == pytest.approx(float(torch.stack([t[0] for t in lps]).mean()), abs=1e-6)
+
+
+def test_seq2seq_scores_response_and_eos_never_bos():
+    """BART's tokenizer puts <s> before a target: the decoder reads it, the score leaves it out.
+
+    By hand from the model's own logits: decoder input [decoder_start, <s>, y_1..y_n], the
+    log-softmax row i predicts input i+1, so the score is over rows 1..n (y_1..y_n, EOS),
+    and row 0 (predicting <s>) is not among them.
+    """
+    tok, model = tokenizer(True), seq2seq_model(seed=5)
+    fmt = DialogueFormat()
+    adapter = Seq2SeqAdapter(model, tok, format=fmt, show_progress=False, batch_size=3)
+    contexts = [["hi , how are you ?", "fine , thanks"], ["what is your name ?"], ["ok"]]
+    responses = ["i am fine too", "my name is bob and you ?", ""]
+    lps = adapter.token_logprobs(contexts, responses)
+    for ctx, resp, got in zip(contexts, responses, lps):
+        words = tok(resp, add_special_tokens=False)["input_ids"]
+        enc, target = fmt.encode_pair(ctx, resp, tok, model)
+        assert target == [tok.bos_token_id] + words + [tok.eos_token_id]
+        dec = [model.config.decoder_start_token_id] + target[:-1]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([enc]), decoder_input_ids=torch.tensor([dec])).logits[0]
+        logp = logits.double().log_softmax(-1)
+        want = [float(logp[i, target[i]]) for i in range(1, len(target))]  # y_1..y_n, EOS
+        assert len(got) == len(words) + 1
+        np.testing.assert_allclose(got.double().numpy(), want, atol=2e-5)
+        assert response_scores(adapter, [ctx], [resp])[0] == pytest.approx(sum(want) / len(want), abs=2e-5)
+        with_bos = (float(logp[0, target[0]]) + sum(want)) / len(target)
+        assert abs(with_bos - sum(want) / len(want)) > 1e-3  # the BOS would have changed the score
+    # position 0 of the profile is the first response token, not <s>
+    mean, count = position_profile(adapter, contexts, responses)
+    assert count[0] == 3 and mean[0] == pytest.approx(float(np.mean([t[0] for t in lps])), abs=1e-6)
 
 
 def train_responses(model, tok, contexts, responses, steps, fmt, lr=3e-3):

@@ -13,7 +13,8 @@ from lightning_div.callbacks.base import ValidationMonitor, sample_indices
 from lightning_div.callbacks.guards import optional_part, require_inputs, settings_changed
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
-from lightning_div.metrics import ruq_score
+from lightning_div.metrics import ruq_margin, ruq_score
+from lightning_div.metrics.ruq import ReferenceChoice, check_reference
 from lightning_div.scoring import profile_from_logprobs, scores_from_logprobs
 from lightning_div.tracking import log_figure
 from lightning_div.types import PairsSource
@@ -23,9 +24,11 @@ class RUQMonitor(ValidationMonitor):
     """RUQ on a fixed training sample (``train/ruq``) and on validation (``val/ruq``) at epoch ends.
 
     RUQ = 100 x share of prompts whose reference has a higher length-normalised
-    log-likelihood than the IDK response (lowest-scoring reference when there are
-    several). Logs ``<split>/ruq`` (against the first IDK string) and
-    ``<split>/ruq_idk1``, ``_idk2``, ... (one per IDK string), the plot of the paper
+    log-likelihood than the IDK response (with several references, the one ``reference``
+    names). Logs ``<split>/ruq`` (against the first IDK string) and
+    ``<split>/ruq_idk1``, ``_idk2``, ... (one per IDK string); ``<split>/ruq_margin`` and
+    ``<split>/ruq_margin_idk1``, ... : the mean over prompts of (reference score - IDK
+    score) in nats per token, which moves while RUQ itself sits at 0 or 100; the plot of the paper
     (mean log-prob by token position of the reference, the model's beam output and each
     IDK string), and ``val/ruq_alert`` = 1 when RUQ falls below ``warn_below`` or drops
     by more than ``warn_drop`` points since the last measurement.
@@ -42,6 +45,9 @@ class RUQMonitor(ValidationMonitor):
         warn_below: alert when val/ruq falls below this (None disables it).
         warn_drop: alert when val/ruq drops by more than this many points since the last
             measurement (None disables it).
+        reference: with several references per prompt, ``"lowest"`` (the lowest-scoring
+            one, the paper's recommendation) or ``"first"`` (the original reference, as the
+            paper's tables use). Single-reference data gives the same value either way.
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
@@ -51,12 +57,13 @@ class RUQMonitor(ValidationMonitor):
                  num_train_prompts: int | None = 256, num_val_prompts: int | None = 256,
                  train_pairs: PairsSource | None = None, val_pairs: PairsSource | None = None, plot: bool = True, num_plot_prompts: int = 64,
                  num_beams: int = 5, warn_below: float | None = None, warn_drop: float | None = 10.0,
-                 **kwargs: Any) -> None:
+                 reference: ReferenceChoice = "lowest", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         idk = list(idk_responses)
         if not idk or not all(isinstance(s, str) and s.strip() for s in idk):
             raise ValueError(f"idk_responses must be non-empty strings, got {idk_responses!r}")
         self.idk_responses = idk
+        self.reference = check_reference(reference)
         self.num_train_prompts = num_train_prompts
         self.num_val_prompts = num_val_prompts
         self.train_pairs_arg = train_pairs
@@ -99,7 +106,7 @@ class RUQMonitor(ValidationMonitor):
                                desc=f"RUQ scoring ({len(items)} pairs)")
 
     def compute(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
-        """RUQ for every IDK string over ``pairs`` (one batched, sharded scoring pass)."""
+        """RUQ and its margin for every IDK string over ``pairs`` (one batched, sharded scoring pass)."""
         items: list[tuple[tuple[str, ...], str]] = []
         for p in pairs:
             items.extend((p.context, r) for r in p.all_references)
@@ -113,8 +120,12 @@ class RUQMonitor(ValidationMonitor):
             for j in range(len(self.idk_responses)):
                 idks[j].append(scores[pos + j])
             pos += len(self.idk_responses)
-        out = {f"ruq_idk{j + 1}": ruq_score(refs, idk) for j, idk in enumerate(idks)}
+        out: dict[str, float] = {}
+        for j, idk in enumerate(idks):
+            out[f"ruq_idk{j + 1}"] = ruq_score(refs, idk, self.reference)
+            out[f"ruq_margin_idk{j + 1}"] = ruq_margin(refs, idk, self.reference)
         out["ruq"] = out["ruq_idk1"]
+        out["ruq_margin"] = out["ruq_margin_idk1"]
         return out
 
     def _plot(self, trainer: pl.Trainer, adapter: Any, pairs: Sequence[DialoguePair]) -> None:

@@ -21,7 +21,7 @@ from torchmetrics import Metric
 
 from lightning_div.metrics.lexical import (_check_n, distinct_from_counts, ead_from_counts,
                                            entropy_from_counts, iter_ngrams)
-from lightning_div.metrics.ruq import Scores, preferred_count
+from lightning_div.metrics.ruq import ReferenceChoice, Scores, check_reference, preferred_count
 from lightning_div.metrics.semantic import cluster_histogram
 from lightning_div.text import TokenizerSpec, tokenize_all
 
@@ -223,6 +223,8 @@ class RUQ(Metric):
     """RUQ (percent of prompts whose reference beats the IDK response) from summed counts.
 
     Args:
+        reference: with several references per prompt, ``"lowest"`` (default) or ``"first"``
+            (see :func:`lightning_div.metrics.ruq_score`).
         **kwargs: torchmetrics ``Metric`` arguments.
 
     Examples:
@@ -237,18 +239,19 @@ class RUQ(Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, reference: ReferenceChoice = "lowest", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.reference = check_reference(reference)
         self.add_state("preferred", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
         self.add_state("total", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, reference_scores: Scores, idk_scores: Sequence[float]) -> None:
-        """Add per-prompt scores (a list of references per prompt uses the lowest)."""
+        """Add per-prompt scores (a list of references per prompt: the one ``reference`` names)."""
         if isinstance(idk_scores, torch.Tensor):
             idk_scores = idk_scores.tolist()
         if isinstance(reference_scores, torch.Tensor):
             reference_scores = reference_scores.tolist()
-        preferred, total = preferred_count(reference_scores, idk_scores)
+        preferred, total = preferred_count(reference_scores, idk_scores, self.reference)
         self.preferred += preferred
         self.total += total
 

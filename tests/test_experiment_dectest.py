@@ -1,0 +1,40 @@
+"""experiments/dectest_temperature.py --quick runs as a user runs it and writes a complete, finite results.json."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_experiment_ruq import finite_numbers
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_dectest_temperature_quick(tmp_path):
+    out = tmp_path / "dec"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "dectest_temperature.py"), "--quick", "--out", str(out)],
+                   check=True, cwd=tmp_path, env=env, timeout=600)
+    res = json.loads((out / "results.json").read_text())
+    finite_numbers(res)
+    assert res["experiment"] == "dectest_temperature" and res["quick"] is True
+    settings, metrics = res["settings"], res["metrics"]
+    assert settings["temperatures"] >= 8 and {"distinct_1", "avg_distinct", "ent_2", "ead", "sem_ent",
+                                              "sent_bert"} <= set(metrics)
+    (run,) = res["runs"]
+    temps = run["temperatures"]
+    assert len(temps) == settings["temperatures"] and temps[0] == 0.2 and temps[-1] == 1.2
+    assert run["n_sets"] == settings["sets"]
+    for name in metrics:
+        r = run["metrics"][name]
+        assert -1.0 <= r["ci_low"] <= r["ci_high"] <= 1.0 and -1.0 <= r["spearman"] <= 1.0
+        assert 0.5 <= r["oca_oca"] <= 1.0
+        assert len(r["scores"]) == len(r["parameters"]) == settings["sets"]
+        assert sorted(set(r["parameters"])) == temps and len(r["mean_by_temperature"]) == len(temps)
+        assert res["summary"][name]["spearman"]["per_seed"] == [r["spearman"]]
+    for name in res["figures"]:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

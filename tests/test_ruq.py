@@ -1,0 +1,127 @@
+"""RUQ's reference choice and margin: hand-computed in the metric, the torchmetrics state and the monitor."""
+
+import math
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.metrics import RUQ, ruq_margin, ruq_score
+from lightning_div.metrics.ruq import lowest_reference_scores, reference_scores_of
+
+IDK1, IDK2 = "idk", "idk two"
+
+# Per (context, response): the token log-probs a fixed model gives (means in the comments).
+# Prompt a: references r1 (-1), r2 (-3); prompt b: one reference s1 (-1.5);
+# prompt c: references t1 (-4), t2 (-0.5), t3 (-2.5).
+LOGPROBS = {
+    ("a", "r1"): [-1.0, -1.0], ("a", "r2"): [-2.0, -4.0], ("a", IDK1): [-2.0], ("a", IDK2): [0.0, -1.0],
+    ("b", "s1"): [-1.0, -2.0], ("b", IDK1): [-0.5, -1.5], ("b", IDK2): [-2.0],
+    ("c", "t1"): [-4.0], ("c", "t2"): [-0.5], ("c", "t3"): [-2.0, -3.0], ("c", IDK1): [-3.0, -3.0, -3.0],
+    ("c", IDK2): [-0.25],
+}
+PAIRS = [DialoguePair(("a",), "r1", ("r2",)), DialoguePair(("b",), "s1"), DialoguePair(("c",), "t1", ("t2", "t3"))]
+REFS = [[-1.0, -3.0], [-1.5], [-4.0, -0.5, -2.5]]
+IDK1_SCORES, IDK2_SCORES = [-2.0, -1.0, -3.0], [-0.5, -2.0, -0.25]
+
+# By hand. "lowest": references -3, -1.5, -4; "first": -1, -1.5, -4.
+#  IDK1 (-2, -1, -3):   lowest: none preferred -> 0;    margin (-1 - 0.5 - 1)/3    = -2.5/3
+#                       first:  a preferred   -> 100/3; margin (1 - 0.5 - 1)/3     = -0.5/3
+#  IDK2 (-0.5, -2, -0.25): lowest: b preferred -> 100/3; margin (-2.5 + 0.5 - 3.75)/3 = -5.75/3
+#                       first:  b preferred   -> 100/3; margin (-0.5 + 0.5 - 3.75)/3 = -3.75/3
+EXPECTED = {
+    "lowest": {"ruq_idk1": 0.0, "ruq_idk2": 100 / 3, "ruq_margin_idk1": -2.5 / 3, "ruq_margin_idk2": -5.75 / 3},
+    "first": {"ruq_idk1": 100 / 3, "ruq_idk2": 100 / 3, "ruq_margin_idk1": -0.5 / 3, "ruq_margin_idk2": -3.75 / 3},
+}
+
+
+class FixedModel(pl.LightningModule):
+    """A LightningModule that *is* a DialogueModelAdapter with the log-probs above; one trainable weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def generate(self, contexts, **kwargs):
+        return ["x"] * len(contexts)
+
+    def token_logprobs(self, contexts, responses):
+        return [torch.tensor(LOGPROBS[(c[-1] if not isinstance(c, str) else c, r)]) for c, r in zip(contexts, responses)]
+
+    def training_step(self, batch, batch_idx):
+        return (self.w ** 2).sum() + batch.sum() * 0
+
+    def train_dataloader(self):
+        return DataLoader(torch.zeros(2, 1), batch_size=1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("reference", ["lowest", "first"])
+def test_ruq_and_margin_by_hand(reference):
+    want = EXPECTED[reference]
+    assert ruq_score(REFS, IDK1_SCORES, reference) == pytest.approx(want["ruq_idk1"])
+    assert ruq_score(REFS, IDK2_SCORES, reference=reference) == pytest.approx(want["ruq_idk2"])
+    assert ruq_margin(REFS, IDK1_SCORES, reference) == pytest.approx(want["ruq_margin_idk1"], abs=1e-12)
+    assert ruq_margin(REFS, IDK2_SCORES, reference) == pytest.approx(want["ruq_margin_idk2"], abs=1e-12)
+    metric = RUQ(reference=reference)
+    metric.update(REFS[:2], IDK1_SCORES[:2])
+    metric.update(REFS[2:], IDK1_SCORES[2:])
+    assert float(metric.compute()) == pytest.approx(want["ruq_idk1"])
+
+
+def test_reference_choice_and_margin_details():
+    assert reference_scores_of(REFS, "first") == [-1.0, -1.5, -4.0]
+    assert reference_scores_of(REFS, "lowest") == lowest_reference_scores(REFS) == [-3.0, -1.5, -4.0]
+    # the default is the paper's recommendation, "lowest"
+    assert ruq_score(REFS, IDK1_SCORES) == 0.0 and ruq_margin(REFS, IDK1_SCORES) == pytest.approx(-2.5 / 3)
+    # a tie is not preferred but contributes 0 to the margin
+    assert ruq_score([-2.0], [-2.0]) == 0.0 and ruq_margin([-2.0], [-2.0]) == 0.0
+    assert ruq_margin([-1.0, -4.0], [-2.0, -2.0]) == pytest.approx(-0.5)  # (1 - 2) / 2
+    with pytest.raises(ValueError, match="reference must be 'lowest'.*or 'first'.*got 'min'"):
+        ruq_score(REFS, IDK1_SCORES, "min")
+    with pytest.raises(ValueError, match="reference must be"):
+        RUQ(reference="last")
+    with pytest.raises(ValueError, match="reference must be"):
+        RUQMonitor(reference="all")
+    with pytest.raises(ValueError, match="ruq_margin needs at least one prompt"):
+        ruq_margin([], [])
+    with pytest.raises(ValueError, match="reference_scores has 1 prompts but idk_scores has 2"):
+        ruq_margin([-1.0], [-1.0, -2.0])
+    # "first" still refuses a NaN in a reference it does not use: that is a scoring bug upstream
+    with pytest.raises(ValueError, match=r"reference_scores\[0\]\[1\]"):
+        ruq_margin([[-1.0, math.nan]], [-2.0], "first")
+
+
+@pytest.mark.parametrize("reference", ["lowest", "first"])
+def test_monitor_compute_by_hand(reference):
+    monitor = RUQMonitor(idk_responses=[IDK1, IDK2], reference=reference, show_progress=False, plot=False)
+    got = monitor.compute(FixedModel(), PAIRS)
+    want = EXPECTED[reference]
+    assert set(got) == {"ruq", "ruq_margin", *want}
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, abs=1e-12), key
+    assert got["ruq"] == got["ruq_idk1"] and got["ruq_margin"] == got["ruq_margin_idk1"]
+
+
+def test_monitor_logs_margins_every_epoch(tmp_path):
+    monitor = RUQMonitor(idk_responses=[IDK1, IDK2], reference="first", train_pairs=PAIRS, val_pairs=PAIRS[::-1],
+                         num_train_prompts=None, num_val_prompts=None, plot=False, show_progress=False,
+                         on_error="raise", dirpath=str(tmp_path))
+    trainer = pl.Trainer(callbacks=[monitor], max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    trainer.fit(FixedModel())
+    want = EXPECTED["first"]
+    for split in ("train", "val"):
+        rows = [h for h in monitor.history if f"{split}/ruq_margin" in h]
+        assert [h["epoch"] for h in rows] == [0.0, 1.0]
+        for h in rows:
+            assert h[f"{split}/ruq_margin"] == pytest.approx(want["ruq_margin_idk1"], abs=1e-9)
+            assert h[f"{split}/ruq_margin_idk2"] == pytest.approx(want["ruq_margin_idk2"], abs=1e-9)
+            assert h[f"{split}/ruq"] == pytest.approx(want["ruq_idk1"])
+        assert trainer.callback_metrics[f"{split}/ruq_margin"].item() == pytest.approx(want["ruq_margin_idk1"],
+                                                                                       abs=1e-6)
