@@ -42,8 +42,10 @@ def run_tool(prog: str, fn: Any, argv: list[str]) -> int:
         return 1
 
 SUMMARY_KEYS = ("val/loss", "val/sem_ent", "val/sem_ent_gold", "val/distinct_1", "val/distinct_2", "val/distinct_3",
-                "val/avg_distinct", "val/ent_4", "val/ead", "train/ruq", "val/ruq", "val/ruq_alert",
-                "val/nli_div_baseline", "dress/head_clusters", "dress/weight_mean", "dress/effective_sample_size")
+                "val/avg_distinct", "val/ent_4", "val/ead", "val/cluster_js", "val/top_cluster_share",
+                "train/ruq", "val/ruq", "train/ruq_margin", "val/ruq_margin", "val/ruq_alert",
+                "val/nli_div_baseline", "dress/head_clusters", "dress/head_share", "dress/weight_mean",
+                "dress/effective_sample_size")
 
 
 def run_summary(trainer: Any) -> str:
