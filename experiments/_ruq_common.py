@@ -37,6 +37,29 @@ def one_thread() -> None:
     torch.set_num_threads(1)
 
 
+
+def parse_settings(name: str, doc: str, quick: Mapping[str, Any], full: Mapping[str, Any],
+                   argv: list[str] | None) -> tuple[dict[str, Any], Path, bool]:
+    """The experiments' shared command line (``--quick``, ``--out``, ``--seeds``): settings, output dir, quick.
+
+    Also fixes one CPU thread per process (:func:`one_thread`) and creates the output directory.
+    """
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny settings for the tests (< 3 minutes)")
+    p.add_argument("--out", default=None, help=f"output directory (default: docs/results/{name}, "
+                                               f"quick: runs/experiments/{name}_quick)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: 0 1; quick: 0)")
+    args = p.parse_args(argv)
+    one_thread()
+    cfg = dict(quick if args.quick else full)
+    if args.seeds:
+        cfg["seeds"] = list(args.seeds)
+    out = Path(args.out or (f"runs/experiments/{name}_quick" if args.quick else f"docs/results/{name}"))
+    out.mkdir(parents=True, exist_ok=True)
+    return cfg, out, args.quick
+
 def gpt2_config(n_layer: int, n_embd: int, n_head: int, dropout: float = 0.1, n_positions: int = 128) -> dict[str, Any]:
     """A ``DialogueLM(from_scratch=...)`` GPT-2 config; ``dropout`` goes to residual, embedding and attention dropout."""
     return {"model_type": "gpt2", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head, "n_positions": n_positions,

@@ -22,7 +22,6 @@ The paper's claim (Table 2, respGen): n-gram metrics correlate with temperature 
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -159,19 +158,7 @@ def plot(runs: list[dict[str, Any]], summary: dict[str, dict[str, Any]], out: Pa
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny settings for the tests (< 3 minutes)")
-    p.add_argument("--out", default=None, help="output directory (default: docs/results/dectest_temperature, "
-                                               "quick: runs/experiments/dectest_temperature_quick)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: 0 1; quick: 0)")
-    args = p.parse_args(argv)
-    common.one_thread()
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.seeds:
-        cfg["seeds"] = list(args.seeds)
-    out = Path(args.out or ("runs/experiments/dectest_temperature_quick" if args.quick
-                            else "docs/results/dectest_temperature"))
-    out.mkdir(parents=True, exist_ok=True)
+    cfg, out, quick = common.parse_settings("dectest_temperature", __doc__ or "", QUICK, FULL, argv)
     start = time.perf_counter()
     encoder = minilm()
     runs = []
@@ -183,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             runs.append(run)
     summary = summarise(runs)
     figures = plot(runs, summary, out)
-    results = {"experiment": "dectest_temperature", "quick": args.quick, "settings": cfg, "metrics": list(METRICS),
+    results = {"experiment": "dectest_temperature", "quick": quick, "settings": cfg, "metrics": list(METRICS),
                "oca_labels": "1 = sampled above the median temperature", "machine": common.machine(),
                "paper_respgen_table2": {k: {"spearman": v[0], "std": v[1]} for k, v in PAPER_RESPGEN.items()},
                "summary": summary, "runs": runs, "figures": figures, "wall_s": time.perf_counter() - start}

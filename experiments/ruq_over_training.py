@@ -18,7 +18,6 @@ model much less (95.3 %); RUQ-test is lower than RUQ-train throughout.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -160,19 +159,7 @@ def plot_positions(runs: list[dict[str, Any]], summary: list[dict[str, Any]], ou
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny settings for the tests (< 3 minutes)")
-    p.add_argument("--out", default=None, help="output directory (default: docs/results/ruq_over_training, "
-                                               "quick: runs/experiments/ruq_over_training_quick)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: 0 1; quick: 0)")
-    args = p.parse_args(argv)
-    common.one_thread()
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.seeds:
-        cfg["seeds"] = list(args.seeds)
-    out = Path(args.out or ("runs/experiments/ruq_over_training_quick" if args.quick
-                            else "docs/results/ruq_over_training"))
-    out.mkdir(parents=True, exist_ok=True)
+    cfg, out, quick = common.parse_settings("ruq_over_training", __doc__ or "", QUICK, FULL, argv)
     start = time.perf_counter()
     runs = []
     scratch = tempfile.TemporaryDirectory(prefix="ruq_over_training_")  # Lightning's logs: every number is in results.json
@@ -188,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary = summarise(runs, cfg["dropouts"])
     figures = plot_curves(runs, cfg["dropouts"], out)
     fig, chosen = plot_positions(runs, summary, out)
-    results = {"experiment": "ruq_over_training", "quick": args.quick, "settings": cfg, "idk_responses": list(IDK),
+    results = {"experiment": "ruq_over_training", "quick": quick, "settings": cfg, "idk_responses": list(IDK),
                "reference": "lowest", "machine": common.machine(), "summary": summary, **chosen,
                "runs": runs, "figures": [*figures, fig], "wall_s": time.perf_counter() - start}
     path = common.write_results(out, results)
