@@ -42,6 +42,7 @@ from lightning_div.callbacks import (
 )
 from lightning_div.dress import head_clusters
 from lightning_div.embedding import ResponseEncoder
+from lightning_div.io import atomic_write_text
 
 ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 LEXICAL = ("distinct_1", "distinct_2", "ent_4", "ead")
@@ -139,9 +140,9 @@ def run(name: str, dress_args: dict[str, Any] | None, seed: int, cfg: dict[str, 
     trainer = pl.Trainer(max_epochs=cfg["epochs"], accelerator="cpu", devices=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, callbacks=callbacks)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     trainer.fit(lm, datamodule=dm)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     epochs = recorder.epochs
     for monitor in (sem, ruq) + ((dress,) if dress is not None else ()):
         for rec in monitor.history:
@@ -152,7 +153,8 @@ def run(name: str, dress_args: dict[str, Any] | None, seed: int, cfg: dict[str, 
                     continue
                 row[key.replace("/", "_")] = float(value)
     return {"setting": name, "seed": seed, "lam": lam if dress_args is not None else None,
-            "dress": dress_args, "seconds": seconds, "epochs": [epochs[e] for e in sorted(epochs)]}
+            "dress": dress_args, "seconds": seconds,
+            "cpu_seconds": cpu_seconds, "epochs": [epochs[e] for e in sorted(epochs)]}
 
 
 def summarise(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
@@ -256,7 +258,7 @@ def merge(dirs: list[Path], out: Path) -> dict[str, Any]:
                "seconds": {str(d): p["seconds"] for d, p in zip(dirs, parts)}}
     out.mkdir(parents=True, exist_ok=True)
     results["figures"] = figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=float))
     print(f"wrote {out / 'results.json'} from {len(dirs)} parts")
     return results
 
@@ -309,7 +311,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "seconds": time.perf_counter() - started}
 
     def checkpoint() -> None:  # after every run, so a stopped experiment leaves what it finished
-        (out / "results.json").write_text(json.dumps(assemble(), indent=1, default=float))
+        atomic_write_text(out / "results.json", json.dumps(assemble(), indent=1, default=float))
 
     for seed in args.seeds:
         for name in args.settings:
@@ -333,7 +335,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"{result['epochs'][-1].get('val_loss', float('nan')):.3f}", flush=True)
     results = assemble()
     results["figures"] = figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=float))
     print(f"wrote {out / 'results.json'} in {results['seconds']:.0f}s")
     return results
 
