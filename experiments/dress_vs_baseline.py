@@ -55,8 +55,8 @@ SETTINGS = {  # name -> DRESS arguments (None: no DRESS)
 LAMBDAS = (0.0, 10.0, 30.0, 60.0)
 
 # Sized for a 2-core machine shared by several developers (see docs/results/dress_vs_baseline.md).
-FULL = {"train_examples": 1500, "val_examples": 150, "epochs": 3, "batch_size": 32, "learning_rate": 2e-3, "warmup_steps": 50,
-            "num_contexts": 96, "num_negative_contexts": 150, "ruq_prompts": 48, "max_new_tokens": 20, "lam": 30.0,
+FULL = {"train_examples": 3000, "val_examples": 200, "epochs": 3, "batch_size": 32, "learning_rate": 2e-3, "warmup_steps": 50,
+            "num_contexts": 128, "num_negative_contexts": 150, "ruq_prompts": 48, "max_new_tokens": 20, "lam": 30.0,
             "lambdas": LAMBDAS, "model": {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128}}
 QUICK = dict(FULL, train_examples=160, val_examples=32, epochs=2, num_contexts=16, num_negative_contexts=16,
              ruq_prompts=8, max_new_tokens=8, warmup_steps=5, lambdas=(0.0, 30.0),
