@@ -93,6 +93,34 @@ def cpu_seconds() -> float:
 
 # -- one configuration (child process) ------------------------------------------------------------
 
+# Where the callbacks call the cluster views (cards, labelled histogram, heatmap, shares CSV, DRESS's
+# per-cluster figure and table): timed by wrapping the names the callbacks imported.
+VIEW_FUNCTIONS = [("lightning_div.callbacks.semantic_diversity", "log_cards_once"),
+                  ("lightning_div.callbacks.semantic_diversity", "log_collapse"),
+                  ("lightning_div.callbacks.dress", "log_dress_round")]
+
+
+def time_views(module_name: str, fn_name: str, into: dict[int, float]) -> None:
+    """Wrap ``module_name.fn_name`` so its wall time adds to ``into[current epoch]``.
+
+    Measured in the same process as the epoch it is compared with, so a busy machine slows
+    both alike (the cross-process "monitors" vs "monitors_no_views" comparison is noisier
+    than the views' own cost). A renamed function fails here rather than timing nothing.
+    """
+    module = importlib.import_module(module_name)
+    original = getattr(module, fn_name)
+
+    def timed(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(trainer, *args, **kwargs)
+        finally:
+            epoch = int(getattr(trainer, "current_epoch", 0))
+            into[epoch] = into.get(epoch, 0.0) + time.perf_counter() - start
+
+    setattr(module, fn_name, timed)
+
+
 
 def run_child(args: argparse.Namespace) -> dict[str, Any]:
     import pytorch_lightning as pl
@@ -118,6 +146,9 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         if args.child == "monitors_no_views" and name == SEM:
             over["cluster_views"] = False
         callbacks.append(instantiate(specs[name], **over))
+    views_s: dict[int, float] = {}
+    for module, fn in VIEW_FUNCTIONS:  # the cluster views' own time per epoch, inside this process
+        time_views(module, fn, views_s)
     fit_start_s: dict[str, float] = {}
     for cb in callbacks:  # time each callback's one-off fit-start work
         def timed(trainer, pl_module, _cb=cb, _orig=cb.on_fit_start):
@@ -166,7 +197,7 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         cb_s[type(cb).__name__] = sum(v for h in cb.history if int(h["epoch"]) == last
                                       for k, v in h.items() if k.startswith("timing/"))
     out = {"config": args.child, "epochs_s": epochs, "epoch_s": epochs[last], "epoch_cpu_s": cpu_epochs[last],
-           "callback_s": cb_s,
+           "callback_s": cb_s, "views_s": views_s.get(last, 0.0),
            "fit_start_s": fit_start_s, "fit_s": fit_s, "train_examples": len(data.train_pairs()),
            "negatives": len(data.negatives),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -182,7 +213,8 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
 def format_table(results: list[dict[str, Any]]) -> str:
     base = next((r for r in results if r["config"] == "none"), None)
     cuda = any("peak_cuda_mib" in r for r in results)
-    head = ["configuration", "epoch s", "callback s", "overhead", "in-run", "epoch CPU s", "CPU overhead",
+    head = ["configuration", "epoch s", "callback s", "overhead", "in-run", "views s", "views share",
+            "epoch CPU s", "CPU overhead",
             "fit-start s", "peak RSS MiB",
             "RSS added"] + (["CUDA added"] if cuda else [])
     rows = []
@@ -192,6 +224,8 @@ def format_table(results: list[dict[str, Any]]) -> str:
         row = [LABELS[r["config"]], f"{r['epoch_s']:.1f}", f"{cb:.1f}" if r["callback_s"] else "-",
                f"{r['epoch_s'] / base['epoch_s'] - 1:+.1%}" if base and r is not base else "-",
                f"{cb / (r['epoch_s'] - cb):.1%}" if r["callback_s"] else "-",
+               f"{r['views_s']:.2f}" if r.get("views_s") else "-",
+               f"{r['views_s'] / (r['epoch_s'] - r['views_s']):.2%}" if r.get("views_s") else "-",
                f"{r['epoch_cpu_s']:.1f}",
                f"{r['epoch_cpu_s'] / base['epoch_cpu_s'] - 1:+.1%}" if base and r is not base else "-",
                (f"{fs:.1f}" + (" (cold)" if r.get("cold") else "")) if r["fit_start_s"] else "-",
@@ -281,7 +315,9 @@ def main() -> None:
     print()
     print(format_table(results))
     print("\nepoch s: wall time of the last epoch (training + validation + epoch-end hooks); overhead: vs the "
-          "baseline's epoch; in-run: callback s / (epoch s - callback s); epoch CPU s: user + system CPU time of the same epoch (less "
+          "baseline's epoch; in-run: callback s / (epoch s - callback s); views s: the cluster views' own time in that epoch (cards, "
+          "labelled histogram, heatmap, shares CSV, DRESS's per-cluster figure), views share: views s / (epoch s - views s), "
+          "what the views add to an epoch; epoch CPU s: user + system CPU time of the same epoch (less "
           "sensitive to other load on the machine), CPU overhead: vs the baseline's; fit-start s: the callbacks' one-off "
           "on_fit_start (encoder load, gold embedding + clustering when cold, cached on disk); peak RSS: the "
           "configuration's subprocess (ru_maxrss), RSS added: minus the baseline's.")
