@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.trainer.states import TrainerFn
 
+try:  # Python 3.12+
+    from typing import override
+except ImportError:  # pragma: no cover - depends on the Python version
+    from typing_extensions import override
+
+from lightning_div.callbacks.guards import MEASUREMENT_ERRORS
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.formatting import DialogueFormat
 from lightning_div.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
@@ -97,8 +104,11 @@ class DiversityCallback(Callback):
         self.history: list[dict[str, float]] = []
         self._warned: set[str] = set()  # this run's warnings (emptied at each setup): see warnings_of_run
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._warned = set()  # a new fit/validate call is a new run: its warnings are shown again
+        # Two instances logging over each other's keys is a configuration error: say so before any work.
+        self.check_unique_keys(trainer)
 
     # -- identity: logged keys and checkpoint state ----------------------------------------------
 
@@ -115,6 +125,7 @@ class DiversityCallback(Callback):
         """``ClassName{identifying arguments}``, like ``EarlyStopping``'s ``state_key``."""
         return self._generate_state_key(**self.state_key_args())
 
+    @override
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         # Checkpoints written before the state key had arguments keep the state under the bare class
@@ -184,9 +195,11 @@ class DiversityCallback(Callback):
         return distributed_map(gen, contexts, self.batch_size, sort_key=[sum(map(len, c)) for c in contexts],
                                show_progress=self.show_progress, desc=f"{desc} ({len(contexts)} contexts)")
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # A module the callbacks cannot reach is a configuration error: say so now, not after an epoch.
-        self.check_unique_keys(trainer)
+        # Here, not in setup: a LightningModule may build its model in its own setup / configure_model,
+        # which Lightning calls after the callbacks' setup.
         self.adapter(pl_module)
 
     # -- when ----------------------------------------------------------------------------------------
@@ -195,7 +208,7 @@ class DiversityCallback(Callback):
         """Not during the sanity check; at every n-th epoch while fitting; always in validate/test."""
         if trainer.sanity_checking:
             return False
-        if trainer.state.fn != "fit":
+        if trainer.state.fn != TrainerFn.FITTING:
             return True
         return (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
@@ -203,6 +216,11 @@ class DiversityCallback(Callback):
     def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str,
                   timing_key: str | None = None) -> Iterator[dict[str, float]]:
         """Times the block, logs what it put in the yielded dict plus ``timing_key``; isolates failures.
+
+        A failure the model, the data or a tracker can cause (:data:`~lightning_div.callbacks.guards.MEASUREMENT_ERRORS`:
+        RuntimeError (torch out-of-memory included), ValueError, OSError, ...) skips this measurement
+        with one warning and training continues (``on_error="warn"``); a programming error (TypeError,
+        AttributeError, NameError, ...) always propagates.
 
         ``timing_key`` defaults to ``timing/<kind>_s``; a callback that measures twice an epoch
         names each measurement, or the one key's chart zig-zags between them. Keys are prefixed
@@ -217,7 +235,7 @@ class DiversityCallback(Callback):
         start = time.perf_counter()
         try:
             yield metrics
-        except Exception as err:
+        except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError, ...) propagates
             if self.on_error == "raise":
                 raise
             label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
@@ -231,9 +249,11 @@ class DiversityCallback(Callback):
 
     # -- checkpointing -------------------------------------------------------------------------------
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"history": list(self.history)}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = list(state_dict.get("history", []))
 
@@ -253,20 +273,24 @@ class ValidationMonitor(DiversityCallback):
     def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         raise NotImplementedError
 
+    @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._validated_epoch = trainer.current_epoch
         if self.due(trainer):
             self.measure_validation(trainer, pl_module)
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._validated_epoch != trainer.current_epoch and self.due(trainer):
             self.measure_validation(trainer, pl_module)
 
     # a checkpoint written after validation but before the epoch's end must not measure that epoch twice
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "validated_epoch": self._validated_epoch}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._validated_epoch = state_dict.get("validated_epoch")
