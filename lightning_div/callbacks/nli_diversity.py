@@ -6,7 +6,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from lightning_div.callbacks.base import ValidationMonitor, sample_indices
+from lightning_div.callbacks.base import ValidationMonitor, override, sample_indices
 from lightning_div.callbacks.guards import check_finite_model, optional_part, require_inputs, settings_changed
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
@@ -104,6 +104,7 @@ class NLIDiversityMonitor(ValidationMonitor):
             self._sample = [pairs[i] for i in self._indices]
         return self._sample
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         require_inputs(self, trainer, [("val_pairs", self.val_pairs_arg, "val_pairs")])
@@ -153,10 +154,12 @@ class NLIDiversityMonitor(ValidationMonitor):
 
         return {**super().state_key_args(), "scorer": describe(self.scorer_arg)}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices,
                 "settings": {"num_contexts": self.num_contexts, "seed": self.seed}}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._sample = None

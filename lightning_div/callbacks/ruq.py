@@ -9,7 +9,7 @@ import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_warn
 
-from lightning_div.callbacks.base import ValidationMonitor, sample_indices
+from lightning_div.callbacks.base import ValidationMonitor, override, sample_indices
 from lightning_div.callbacks.guards import optional_part, require_inputs, settings_changed
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
@@ -171,6 +171,7 @@ class RUQMonitor(ValidationMonitor):
 
     # -- hooks --------------------------------------------------------------------------------------
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         # Missing data is a configuration error: say so now, not after the first epoch, and all of it at once.
@@ -179,6 +180,7 @@ class RUQMonitor(ValidationMonitor):
         self._sample(trainer, "train")
         self._sample(trainer, "val")
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.due(trainer):
             with self.measuring(trainer, pl_module, "train RUQ", "timing/ruq_train_s") as m:
@@ -205,10 +207,12 @@ class RUQMonitor(ValidationMonitor):
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), "idk_responses": tuple(self.idk_responses)}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": dict(self._indices), "last_val_ruq": self.last_val_ruq,
                 "settings": self.settings()}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._samples = {}

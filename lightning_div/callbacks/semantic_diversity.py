@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 
-from lightning_div.callbacks.base import ValidationMonitor, sample_indices
+from lightning_div.callbacks.base import ValidationMonitor, override, sample_indices
 from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import (check_finite_model, encoder_label, require_inputs, settings_changed,
@@ -139,6 +139,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
                                           self.lexical_options.get("tokenizer", "13a"),
                                           self.lexical_options.get("lowercase"))
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         self.prepare(trainer, pl_module)
@@ -201,11 +202,13 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), **self.spec.identity()}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "indices": self._indices, "clusters_path": self.spec.clusters_path,
                 "gold_logged": self._gold_logged, "vocab_size": self.vocab_size, "settings": self.settings(),
                 "share_history": [[e, list(s)] for e, s in self.share_history]}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._sample = None
