@@ -1,17 +1,18 @@
 """Where a fit is, read from Lightning's loops in one place.
 
-Lightning has no public API for two things lightning-div needs: the epoch a resumed fit
-starts with, seen from ``on_fit_start`` (the loops are restored only after it), and the
-batches of the current epoch already trained on (what a mid-epoch checkpoint has seen).
-Both read Lightning internals, so they live here, behind two functions, and fall back to
-the public ``trainer.current_epoch`` / 0 where the internals are not there.
+Lightning has no public API for three things lightning-div needs: the epoch a resumed fit
+starts with, seen from ``on_fit_start`` (the loops are restored only after it), the
+batches of the current epoch already trained on (what a mid-epoch checkpoint has seen),
+and the step Lightning logs epoch-end scalars at. They read Lightning internals, so they
+live here, behind three functions, and fall back to public values (``trainer.current_epoch``,
+0, None) where the internals are not there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["batches_trained_this_epoch", "starting_epoch"]
+__all__ = ["batches_that_stepped", "batches_trained_this_epoch", "starting_epoch"]
 
 
 def starting_epoch(trainer: Any) -> int:
@@ -31,3 +32,10 @@ def batches_trained_this_epoch(trainer: Any) -> int:
     """Batches of the current epoch the Trainer has trained on (0 without a Trainer or a fit loop)."""
     loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     return int(loop.batch_progress.current.processed) if loop is not None else 0
+
+
+def batches_that_stepped(trainer: Any) -> int | None:
+    """The counter Lightning logs scalars at (``fit_loop.epoch_loop._batches_that_stepped``); None without one."""
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    stepped = getattr(loop, "_batches_that_stepped", None)
+    return stepped if isinstance(stepped, int) else None

@@ -46,7 +46,8 @@ def fit(tmp_path, callback: Failing) -> None:
 
 
 @pytest.mark.parametrize("error", [RuntimeError("CUDA error: device-side assert"), ValueError("bad data"),
-                                   OSError("disk full"), torch.cuda.OutOfMemoryError("CUDA out of memory")],
+                                   OSError("disk full"), torch.cuda.OutOfMemoryError("CUDA out of memory"),
+                                   ModuleNotFoundError("No module named 'faiss'")],
                          ids=lambda e: type(e).__name__)
 def test_a_failure_of_the_model_or_data_is_reported_and_training_continues(tmp_path, error):
     cb = Failing(error, at=0)
@@ -59,7 +60,8 @@ def test_a_failure_of_the_model_or_data_is_reported_and_training_continues(tmp_p
 
 
 @pytest.mark.parametrize("error", [TypeError("f() takes 2 positional arguments"), AttributeError("no .encode"),
-                                   NameError("name 'x' is not defined"), KeyError("val"), AssertionError()],
+                                   NameError("name 'x' is not defined"), KeyError("val"), AssertionError(),
+                                   ImportError("cannot import name 'new_figure' from 'lightning_div.tracking'")],
                          ids=lambda e: type(e).__name__)
 @pytest.mark.parametrize("optional", [False, True], ids=["measuring", "optional_part"])
 def test_a_programming_error_in_a_measurement_propagates(tmp_path, error, optional):
@@ -91,3 +93,51 @@ def test_every_hook_a_callback_defines_is_marked_override(cls):
     assert hooks, cls
     missing = [name for name in hooks if not getattr(getattr(cls, name), "__override__", False)]
     assert not missing, f"{cls.__name__}: hooks without @override: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------- one of each
+
+
+def test_resolve_pairs_takes_one_name_and_the_old_fourth_argument_is_deprecated():
+    from monitor_setup import VAL
+
+    cb = Failing(RuntimeError())
+    pairs = cb.resolve_pairs(None, VAL[:3], "val_pairs")
+    assert [p.response for p in pairs] == [p.response for p in VAL[:3]]
+    assert cb.resolve_pairs(None, VAL[:3], "val_pairs", "val_pairs") == pairs  # the old call, both equal
+    with pytest.warns(DeprecationWarning, match=r"resolve_pairs\(trainer, explicit, name\)"):
+        cb.resolve_pairs(None, VAL[:3], "val_pairs", "my_pairs")
+    with pytest.raises(ValueError, match="has no data: .*val_pairs="):
+        cb.resolve_pairs(None, None, "val_pairs")
+
+
+def test_fixed_sample_is_drawn_once_and_restored_indices_win():
+    from monitor_setup import VAL
+
+    cb = Failing(RuntimeError())
+    first = cb.fixed_sample(None, "val", VAL, "val_pairs", 5, seed=3)
+    again = cb.fixed_sample(None, "val", VAL[:2], "val_pairs", 5, seed=99)  # already drawn: the same sample
+    assert again is first and len(first) == 5 and cb._indices == sorted(cb._indices)
+    other = Failing(RuntimeError())
+    other._restore_sample_indices(cb._indices)  # a list: how the monitors' older checkpoints hold it
+    assert other.fixed_sample(None, "val", VAL, "val_pairs", 5, seed=12345) == first  # restored indices win
+    other._restore_sample_indices({"train": [0, 1]})
+    assert other._sample_indices == {"train": [0, 1]} and other._indices is None
+    other._restore_sample_indices({"val": [len(VAL) + 3]})  # the data shrank below them: drawn again
+    assert other.fixed_sample(None, "val", VAL, "val_pairs", 5, seed=3) == first and other._indices == cb._indices
+
+
+def test_one_lexical_name_pattern_and_one_encoder_alias_table():
+    from lightning_div.cluster_cli import build_encoder
+    from lightning_div.embedding import ENCODER_ALIASES
+    from lightning_div.meta_eval import set_metrics
+    from lightning_div.metrics import lexical
+
+    assert set_metrics.LEXICAL_PATTERN is lexical.LEXICAL_PATTERN
+    hub, pooling = ENCODER_ALIASES["minilm"]
+    for name in ("minilm", hub, f"{hub}@mean"):
+        enc = build_encoder(name, None, quiet=True)
+        assert (enc.model_name_or_path, enc.pooling) == (hub, pooling), name
+    assert build_encoder(f"{hub}@last_token", None, quiet=True).pooling == "last_token"  # a saved pooling wins
+    assert build_encoder("minilm", "last_token", quiet=True).pooling == "last_token"  # and a given one
+    assert build_encoder("gpt2", None, quiet=True).pooling == "last_token"  # not an alias: the default

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ try:  # Python 3.12+
 except ImportError:  # pragma: no cover - depends on the Python version
     from typing_extensions import override
 
-from lightning_div.callbacks.guards import MEASUREMENT_ERRORS
+from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.formatting import DialogueFormat
 from lightning_div.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
@@ -102,13 +103,23 @@ class DiversityCallback(Callback):
         self.show_progress = show_progress
         self.on_error = on_error
         self.history: list[dict[str, float]] = []
+        # The fixed evaluation samples (fixed_sample), by name, and their indices (checkpointed).
+        self._samples: dict[str, list[DialoguePair]] = {}
+        self._sample_indices: dict[str, list[int]] = {}
         self._warned: set[str] = set()  # this run's warnings (emptied at each setup): see warnings_of_run
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._warned = set()  # a new fit/validate call is a new run: its warnings are shown again
-        # Two instances logging over each other's keys is a configuration error: say so before any work.
+        # Two instances logging over each other's keys, or missing data, is a configuration error: say so
+        # before any work (the data is looked at here, the model at fit start: see on_fit_start).
         self.check_unique_keys(trainer)
+        if stage == TrainerFn.FITTING:
+            require_inputs(self, trainer, self.required_inputs())
+
+    def required_inputs(self) -> list[tuple[str, Any, str]]:
+        """``(argument, value given, datamodule method)`` of each input the callback needs (checked in ``setup``)."""
+        return []
 
     # -- identity: logged keys and checkpoint state ----------------------------------------------
 
@@ -165,12 +176,23 @@ class DiversityCallback(Callback):
                                format=self.format, batch_size=self.batch_size, max_new_tokens=self.max_new_tokens,
                                show_progress=False, seed=self.seed)
 
-    def resolve_pairs(self, trainer: pl.Trainer, explicit: Any, method: str, arg: str) -> list[DialoguePair]:
-        """Explicit pairs/path if given, else ``trainer.datamodule.<method>()``, else a helpful error."""
+    def resolve_pairs(self, trainer: pl.Trainer, explicit: Any, name: str, arg: str | None = None) -> list[DialoguePair]:
+        """Explicit pairs/path if given, else ``trainer.datamodule.<name>()``, else a helpful error.
+
+        Args:
+            trainer: the Trainer (its datamodule is asked when nothing is given).
+            explicit: the pairs or path the user gave as argument ``name``, or None.
+            name: the argument's name, which is also the datamodule's method (``"val_pairs"``,
+                ``"train_pairs"``); errors name it: ``"val_pairs[3]: ..."``.
+            arg: deprecated, ignored unless it differs from ``name`` (it always equalled it).
+        """
         from lightning_div.datamodules.formats import pairs_from_items, read_pairs
 
+        if arg is not None and arg != name:
+            warnings.warn("resolve_pairs(trainer, explicit, method, arg): the argument and the datamodule method now "
+                          "have one name: resolve_pairs(trainer, explicit, name)", DeprecationWarning, stacklevel=2)
+        method, arg = name, arg or name
         if isinstance(explicit, (list, tuple)):
-            # named after the argument, so errors read "val_pairs[3]: ..." / "val_pairs: no pairs given"
             pairs = pairs_from_items(explicit, name=arg)
         elif explicit is not None:
             pairs = read_pairs(explicit)
@@ -182,6 +204,51 @@ class DiversityCallback(Callback):
         if not pairs:
             raise ValueError(f"{type(self).__name__}: {arg} is empty")
         return pairs
+
+    def fixed_sample(self, trainer: pl.Trainer, key: str, explicit: Any, name: str, size: int | None,
+                     seed: int) -> list[DialoguePair]:
+        """A fixed random sample of the pairs (:meth:`resolve_pairs`), drawn once and kept across epochs.
+
+        Indices restored from a checkpoint win, so a resumed run measures the very same
+        examples (unless the data shrank below them: then the sample is drawn again).
+
+        Args:
+            trainer: the Trainer.
+            key: the sample's name in this callback's state (``"val"``, ``"train"``).
+            explicit: the pairs or path given as argument ``name``, or None (the datamodule's).
+            name: the argument / datamodule method, see :meth:`resolve_pairs`.
+            size: how many examples (None: all).
+            seed: the draw's seed.
+        """
+        if key not in self._samples:
+            pairs = self.resolve_pairs(trainer, explicit, name)
+            idx = self._sample_indices.get(key)
+            if idx is None or (idx and max(idx) >= len(pairs)):
+                idx = sample_indices(len(pairs), size, seed).tolist()
+            self._sample_indices[key] = idx
+            self._samples[key] = [pairs[i] for i in idx]
+        return self._samples[key]
+
+    @property
+    def _indices(self) -> list[int] | None:
+        """The ``"val"`` sample's indices (None before it is drawn), as the monitors' checkpoints hold them."""
+        return self._sample_indices.get("val")
+
+    @_indices.setter
+    def _indices(self, value: list[int] | None) -> None:
+        self._restore_sample_indices(value)
+
+    def forget_samples(self) -> None:
+        """Draw the fixed samples again when next asked (settings changed on resume)."""
+        self._samples, self._sample_indices = {}, {}
+
+    def _restore_sample_indices(self, indices: Any) -> None:
+        """Indices from a checkpoint: ``{key: [...]}``, or one list (the ``"val"`` sample) as older states hold."""
+        self._samples = {}
+        if isinstance(indices, dict):
+            self._sample_indices = {str(k): [int(i) for i in v] for k, v in indices.items()}
+        else:
+            self._sample_indices = {} if indices is None else {"val": [int(i) for i in indices]}
 
     def generate(self, adapter: Any, contexts: Sequence[Sequence[str]], generation_kwargs: dict[str, Any],
                  desc: str = "generating") -> list[str]:
@@ -294,7 +361,3 @@ class ValidationMonitor(DiversityCallback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._validated_epoch = state_dict.get("validated_epoch")
-
-
-def contexts_of(pairs: Sequence[DialoguePair]) -> list[list[str]]:
-    return [list(p.context) for p in pairs]

@@ -18,7 +18,7 @@ from lightning_div.datamodules.protocol import (MODES, NEGATIVE_BATCHES, NEGATIV
 from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
 from lightning_div.formatting import is_seq2seq
 from lightning_div.loop_state import starting_epoch
-from lightning_div.tracking import log_figure
+from lightning_div.tracking import log_figure, new_figure
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
 MINE_AT = ("start", "end")
@@ -280,12 +280,7 @@ class DRESSReweighting(DiversityCallback):
         self.mined_for = for_epoch
 
     def _plot(self, trainer: pl.Trainer, weights: np.ndarray) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig, ax = new_figure(figsize=(6, 3.5))
         ax.hist(weights, bins=40)
         ax.set_yscale("log")
         ax.set_xlabel("DRESS sample weight")

@@ -28,11 +28,11 @@ from lightning_div.tracking import warn_once
 #: the model and torch (RuntimeError, which torch's out-of-memory and CUDA errors are; MemoryError;
 #: ArithmeticError), bad or missing data (ValueError, which DataFormatError, UnicodeDecodeError
 #: and a diverged model's ModelDivergedError are), files, caches and trackers (OSError), and an
-#: optional dependency that is not installed (ImportError). Anything else (TypeError,
-#: AttributeError, NameError, KeyError, IndexError, AssertionError ...) is a programming error
-#: and propagates, so that tests see it.
+#: optional package that is not installed (ModuleNotFoundError). Anything else (TypeError,
+#: AttributeError, NameError, KeyError, IndexError, AssertionError, an ImportError of a name that
+#: is not there ...) is a programming error and propagates, so that tests see it.
 MEASUREMENT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, OSError, MemoryError,
-                                                       ArithmeticError, ImportError)
+                                                       ArithmeticError, ModuleNotFoundError)
 
 
 class MissingInputsError(ValueError):
