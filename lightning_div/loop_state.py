@@ -21,7 +21,7 @@ def starting_epoch(trainer: Any) -> int:
     Lightning restores its loops only after ``on_fit_start``, so there
     ``trainer.current_epoch`` still says 0 on a resume: read the checkpoint being loaded.
     """
-    loaded = getattr(getattr(trainer, "_checkpoint_connector", None), "_loaded_checkpoint", None)
+    loaded: Any = getattr(getattr(trainer, "_checkpoint_connector", None), "_loaded_checkpoint", None)
     try:
         return int(loaded["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
     except (TypeError, KeyError, ValueError):

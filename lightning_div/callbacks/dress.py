@@ -151,13 +151,15 @@ class DRESSReweighting(DiversityCallback):
         """Raise when this Trainer would not use the negatives mined each round (the error says the fix).
 
         New negatives reach training only through a rebuilt train dataloader, so the Trainer must
-        rebuild it at every round's start: ``reload_dataloaders_every_n_epochs`` 1 (or a divisor
-        of ``every_n_epochs``). Gold weights alone are applied once, before the first dataloader.
+        rebuild it at every round's start: ``reload_dataloaders_every_n_epochs=1``. (A divisor of
+        ``every_n_epochs`` is not enough: Lightning counts its reloads from the epoch a run
+        resumes at, which need not be a round's start.) Gold weights alone are applied once,
+        before the first dataloader, so ``negatives=False`` needs nothing.
         """
         if not self.negatives:
             return
         every = trainer.reload_dataloaders_every_n_epochs
-        if not every or self.every_n_epochs % every:
+        if every != 1:
             raise ValueError(f"DRESSReweighting(negatives=True) trains on new negatives every {self.every_n_epochs} "
                              f"epoch(s), which reach training only through a rebuilt train dataloader, but this "
                              f"Trainer has reload_dataloaders_every_n_epochs={every}: create the Trainer with "
