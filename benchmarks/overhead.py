@@ -181,6 +181,7 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     trainer = pl.Trainer(
         max_epochs=args.epochs, accelerator="gpu" if args.device == "cuda" else "cpu", devices=1,
         num_sanity_val_steps=t.get("num_sanity_val_steps", 0), log_every_n_steps=t.get("log_every_n_steps", 50),
+        reload_dataloaders_every_n_epochs=t.get("reload_dataloaders_every_n_epochs", 0),
         logger=CSVLogger(args.work_dir, name=args.child), enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, default_root_dir=args.work_dir, callbacks=[*callbacks, clock])
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

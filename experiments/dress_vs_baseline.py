@@ -139,7 +139,8 @@ def run(name: str, dress_args: dict[str, Any] | None, seed: int, cfg: dict[str, 
         callbacks.append(dress)
     trainer = pl.Trainer(max_epochs=cfg["epochs"], accelerator="cpu", devices=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, callbacks=callbacks)
+                         num_sanity_val_steps=0, callbacks=callbacks,
+                         reload_dataloaders_every_n_epochs=1)  # DRESS's negatives arrive through a rebuilt dataloader
     start, cpu_start = time.perf_counter(), time.process_time()
     trainer.fit(lm, datamodule=dm)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start

@@ -8,6 +8,7 @@ _LAZY = {
     "DRESSReweighting": "lightning_div.callbacks",
     "NLIDiversityMonitor": "lightning_div.callbacks",
     "DialogueDataModule": "lightning_div.datamodules.dialogue",
+    "ReweightableDataModule": "lightning_div.datamodules.protocol",
     "DialogueLM": "lightning_div.module",
     "ResponseEncoder": "lightning_div.embedding",
     "SemanticClusters": "lightning_div.clustering",

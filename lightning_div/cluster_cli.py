@@ -20,18 +20,17 @@ from typing import Any
 import numpy as np
 
 DESCRIPTION = "fit semantic clusters, print their cards, or assign responses to them"
-MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def build_encoder(name: str, pooling: str | None, quiet: bool, batch_size: int = 32) -> Any:
     """A ResponseEncoder from a name: ``minilm`` is the offline all-MiniLM-L6-v2 (mean pooling);
     ``<model>@<pooling>`` (the form saved in a clusters file) sets the pooling too."""
-    from lightning_div.embedding import ResponseEncoder
+    from lightning_div.embedding import ENCODER_ALIASES, ResponseEncoder, resolve_encoder_name
 
-    if name == "minilm":
-        name = f"{MINILM}@mean"
     model, _, saved_pooling = name.partition("@")
-    chosen = pooling or saved_pooling or ("mean" if model == MINILM else "last_token")
+    # an alias's model named in full (as a clusters file saves it) keeps the alias's pooling
+    alias_pooling = dict(ENCODER_ALIASES.values())
+    model, chosen = resolve_encoder_name(model, pooling or saved_pooling or alias_pooling.get(model))
     return ResponseEncoder(model, pooling=chosen, batch_size=batch_size, show_progress=not quiet)
 
 

@@ -13,14 +13,7 @@ from typing import Any
 
 import numpy as np
 
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)  # no display needed; a user's own backend is kept
-    import matplotlib.pyplot as plt
-
-    return plt
+from lightning_div.tracking import new_figure
 
 
 def _short(label: str, width: int = 38) -> str:
@@ -29,9 +22,8 @@ def _short(label: str, width: int = 38) -> str:
 
 def share_histogram(generated: Sequence[float], gold: Sequence[float], labels: Sequence[str], title: str) -> Any:
     """Horizontal bars: each cluster's share of the generated and of the gold responses, labelled by card."""
-    plt = _pyplot()
     k = len(labels)
-    fig, ax = plt.subplots(figsize=(7.5, max(3.0, 0.32 * k + 1.2)))
+    fig, ax = new_figure(figsize=(7.5, max(3.0, 0.32 * k + 1.2)))
     y = np.arange(k)
     ax.barh(y - 0.2, gold, height=0.4, label="gold", color="#9aa5b1")
     ax.barh(y + 0.2, generated, height=0.4, label="generated", color="#d9534f")
@@ -51,11 +43,10 @@ def collapse_heatmap(epochs: Sequence[int], shares: np.ndarray, gold: Sequence[f
     ``shares`` is [epochs, clusters]. A model collapsing onto a mode shows as one row
     turning dark while the others fade; the gold column is what a diverse model matches.
     """
-    plt = _pyplot()
     shares = np.asarray(shares, dtype=np.float64).reshape(len(epochs), len(labels))
     grid = np.column_stack([np.asarray(gold, dtype=np.float64), shares.T])  # [clusters, 1 + epochs]
     k, cols = grid.shape
-    fig, ax = plt.subplots(figsize=(max(4.5, 2.6 + 0.55 * cols), max(3.0, 0.32 * k + 1.2)))
+    fig, ax = new_figure(figsize=(max(4.5, 2.6 + 0.55 * cols), max(3.0, 0.32 * k + 1.2)))
     image = ax.imshow(grid, aspect="auto", cmap="magma_r", vmin=0.0, vmax=max(float(grid.max()), 1e-9))
     ax.set_xticks(np.arange(cols), ["gold"] + [str(e) for e in epochs], fontsize=8)
     ax.set_yticks(np.arange(k), [_short(s) for s in labels], fontsize=8)
@@ -74,11 +65,10 @@ def collapse_heatmap(epochs: Sequence[int], shares: np.ndarray, gold: Sequence[f
 def dress_round(gold_weight: Sequence[float] | np.ndarray, negatives: Sequence[int] | np.ndarray, heads: Sequence[int],
                 labels: Sequence[str], title: str) -> Any:
     """Two panels per cluster: the DRESS gold weight, and the negatives each head cluster gave."""
-    plt = _pyplot()
     k = len(labels)
     head_set = {int(h) for h in heads}
     colours = ["#d9534f" if j in head_set else "#5b8fd1" for j in range(k)]
-    fig, (left, right) = plt.subplots(1, 2, sharey=True, figsize=(10, max(3.0, 0.32 * k + 1.2)))
+    fig, (left, right) = new_figure(1, 2, sharey=True, figsize=(10, max(3.0, 0.32 * k + 1.2)))
     y = np.arange(k)
     left.barh(y, gold_weight, color=colours)
     left.set_yticks(y, [_short(s) for s in labels], fontsize=8)

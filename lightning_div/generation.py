@@ -18,13 +18,14 @@ from tqdm.auto import tqdm
 
 from lightning_div.formatting import Context, DialogueFormat, as_turns, is_seq2seq
 
-#: Evaluation decoding (DESIGN.md): greedy with 3-gram blocking. Caller kwargs override these.
+#: Evaluation decoding (the Sem-Ent authors'; docs/paper-settings.md): greedy with 3-gram blocking.
+#: Caller kwargs override these.
 GREEDY_DEFAULTS: dict[str, Any] = {"do_sample": False, "num_beams": 1, "no_repeat_ngram_size": 3}
 #: No n-gram blocking at all. Given explicitly (0, not absent) so that a model whose own
 #: ``generation_config`` blocks n-grams (BlenderBot blocks 3-grams of the response and of the
 #: context) samples unblocked too; ``encoder_no_repeat_ngram_size=0`` is accepted by decoder-only models.
 NO_BLOCKING: dict[str, Any] = {"no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0}
-#: Response sets for NLI diversity (DESIGN.md): plain nucleus sampling, p = 0.9, no n-gram blocking
+#: Response sets for NLI diversity (docs/paper-settings.md): plain nucleus sampling, p = 0.9, no n-gram blocking
 #: (Stasaski & Hearst sample with nucleus p = 0.9 and nothing else).
 SAMPLING_DEFAULTS: dict[str, Any] = {"do_sample": True, "top_p": 0.9, **NO_BLOCKING}
 

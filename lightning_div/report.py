@@ -137,10 +137,7 @@ def _png(fig: Any) -> bytes:
 def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[tuple[str, bytes]]:
     """One PNG of small plots per metric group (val, train, dress, timing, ...): each metric over epochs
     (metrics logged once an epoch) or over steps (metrics logged more often)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from lightning_div.tracking import new_figure
 
     groups: dict[str, list[str]] = defaultdict(list)
     for name in sorted(series):
@@ -149,7 +146,7 @@ def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[
     for group, names in sorted(groups.items(), key=lambda kv: (kv[0] not in ("val", "train"), kv[0])):
         cols = min(3, len(names))
         rows = math.ceil(len(names) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 2.6 * rows), squeeze=False)
+        fig, axes = new_figure(rows, cols, figsize=(4.0 * cols, 2.6 * rows), squeeze=False)
         for ax, name in zip(axes.flat, names):
             points = series[name]
             epochs = [e for e, _, _ in points]

@@ -135,11 +135,12 @@ def log_step(trainer: Any) -> int:
     logging. Figures logged at ``global_step`` would sit one step to the right of their
     scalars in TensorBoard. Outside fitting, ``global_step``.
     """
+    from lightning_div.loop_state import batches_that_stepped
+
     step = int(getattr(trainer, "global_step", 0))
-    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-    stepped = getattr(loop, "_batches_that_stepped", None)
+    stepped = batches_that_stepped(trainer)
     state = getattr(getattr(trainer, "state", None), "fn", None)
-    if not isinstance(stepped, int) or getattr(state, "value", state) != "fit":
+    if stepped is None or getattr(state, "value", state) != "fit":
         return step
     return max(stepped - (0 if getattr(trainer, "validating", False) else 1), 0)
 
@@ -172,6 +173,20 @@ def render_png(fig: Any, dpi: int = 100) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
+
+
+def new_figure(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """``matplotlib.pyplot.subplots(*args, **kwargs)`` for a figure that is logged, not shown.
+
+    Selects the Agg backend unless one is in use already (no display needed; a user's own
+    backend is kept), so every figure of lightning-div is set up in this one place.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
 
 
 def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:

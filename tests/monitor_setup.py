@@ -84,6 +84,9 @@ def trainer(tmp_path, callbacks, loggers=None, **kwargs):
                     num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
                     enable_checkpointing=False, logger=loggers if loggers is not None else False,
                     default_root_dir=str(tmp_path), deterministic=True)
+    if any(isinstance(cb, DRESSReweighting) and cb.negatives for cb in callbacks):
+        # DRESS's negatives reach training through a rebuilt train dataloader; the callback checks this setting
+        defaults["reload_dataloaders_every_n_epochs"] = 1
     return pl.Trainer(callbacks=callbacks, **{**defaults, **kwargs})
 
 

@@ -339,6 +339,12 @@ def nli(tmp: Path, **kw: Any) -> NLIDiversityMonitor:
     return NLIDiversityMonitor(**{**args, **common(tmp), **kw})
 
 
+def dress_data() -> Any:
+    from monitor_setup import TRAIN
+    from lightning_div.datamodules.dialogue import DialogueDataModule
+    return DialogueDataModule(train=TRAIN[:16], val=None, batch_size=8, show_progress=False)
+
+
 def dress(tmp: Path, res: Resources, **kw: Any) -> DRESSReweighting:
     args = dict(encoder=res.minilm, num_clusters=4, negatives=False, lam=2.0)
     return DRESSReweighting(**{**args, **common(tmp), **kw})
@@ -565,9 +571,10 @@ ROWS: list[Row] = [
     Row(NLIM, EMPTY, lambda res, tmp: fit(tmp, [nli(tmp, val_pairs=[])]),
         Raises(DataFormatError, r"^val_pairs: no pairs given", "“val_pairs: no pairs given”, at fit start")),
     Row(DRESS, EMPTY, lambda res, tmp: fit(tmp, [dress(tmp, res)]),
-        Raises(ValueError, r"DRESSReweighting needs a datamodule with gold_train_responses, set_sample_weights",
-               "no datamodule: “DRESSReweighting needs a datamodule with gold_train_responses, set_sample_weights, "
-               "set_negatives …”, at fit start")),
+        Raises(ValueError, r"DRESSReweighting needs a datamodule that implements lightning_div\.datamodules\."
+                           r"ReweightableDataModule \(gold_train_responses, train_contexts, apply_weights\), got none",
+               "no datamodule: “DRESSReweighting needs a datamodule that implements ReweightableDataModule "
+               "(gold_train_responses, train_contexts, apply_weights), got none …”, in setup")),
 
     # -- empty and whitespace-only responses --------------------------------------------------
     Row(f"{M}.distinct_n / ngram_entropy", BLANK, lambda res, tmp: [distinct_n(["", "   "], 1),
@@ -718,7 +725,9 @@ ROWS: list[Row] = [
                 "works: `train/ruq`, `val/ruq` logged in [0, 100]"), slow=True),
 
     # -- model / module without `model` / `tokenizer` ------------------------------------------
-    *[Row(cb, NOATTR, (lambda make, attr: lambda res, tmp: fit(tmp, [make(res, tmp)], module=without(attr)))(make, attr),
+    # (DRESS gets a datamodule: without one its setup refuses the run before the module is looked at)
+    *[Row(cb, NOATTR, (lambda make, attr, cb: lambda res, tmp: fit(
+        tmp, [make(res, tmp)], module=without(attr), datamodule=dress_data() if cb == DRESS else None))(make, attr, cb),
           Raises(TypeError, rf"cannot reach a dialogue model through TinyChat: it has no attribute '{attr}'",
                  f"“cannot reach a dialogue model through TinyChat: it has no attribute '{attr}' …” and the two "
                  "fixes (`model_attr=`/`tokenizer_attr=`, or the DialogueModelAdapter protocol), at fit start"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,14 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.trainer.states import TrainerFn
 
+try:  # Python 3.12+
+    from typing import override
+except ImportError:  # pragma: no cover - depends on the Python version
+    from typing_extensions import override
+
+from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.formatting import DialogueFormat
 from lightning_div.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
@@ -95,10 +103,23 @@ class DiversityCallback(Callback):
         self.show_progress = show_progress
         self.on_error = on_error
         self.history: list[dict[str, float]] = []
+        # The fixed evaluation samples (fixed_sample), by name, and their indices (checkpointed).
+        self._samples: dict[str, list[DialoguePair]] = {}
+        self._sample_indices: dict[str, list[int]] = {}
         self._warned: set[str] = set()  # this run's warnings (emptied at each setup): see warnings_of_run
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._warned = set()  # a new fit/validate call is a new run: its warnings are shown again
+        # Two instances logging over each other's keys, or missing data, is a configuration error: say so
+        # before any work (the data is looked at here, the model at fit start: see on_fit_start).
+        self.check_unique_keys(trainer)
+        if stage == TrainerFn.FITTING:
+            require_inputs(self, trainer, self.required_inputs())
+
+    def required_inputs(self) -> list[tuple[str, Any, str]]:
+        """``(argument, value given, datamodule method)`` of each input the callback needs (checked in ``setup``)."""
+        return []
 
     # -- identity: logged keys and checkpoint state ----------------------------------------------
 
@@ -115,6 +136,7 @@ class DiversityCallback(Callback):
         """``ClassName{identifying arguments}``, like ``EarlyStopping``'s ``state_key``."""
         return self._generate_state_key(**self.state_key_args())
 
+    @override
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         # Checkpoints written before the state key had arguments keep the state under the bare class
@@ -154,12 +176,23 @@ class DiversityCallback(Callback):
                                format=self.format, batch_size=self.batch_size, max_new_tokens=self.max_new_tokens,
                                show_progress=False, seed=self.seed)
 
-    def resolve_pairs(self, trainer: pl.Trainer, explicit: Any, method: str, arg: str) -> list[DialoguePair]:
-        """Explicit pairs/path if given, else ``trainer.datamodule.<method>()``, else a helpful error."""
+    def resolve_pairs(self, trainer: pl.Trainer, explicit: Any, name: str, arg: str | None = None) -> list[DialoguePair]:
+        """Explicit pairs/path if given, else ``trainer.datamodule.<name>()``, else a helpful error.
+
+        Args:
+            trainer: the Trainer (its datamodule is asked when nothing is given).
+            explicit: the pairs or path the user gave as argument ``name``, or None.
+            name: the argument's name, which is also the datamodule's method (``"val_pairs"``,
+                ``"train_pairs"``); errors name it: ``"val_pairs[3]: ..."``.
+            arg: deprecated, ignored unless it differs from ``name`` (it always equalled it).
+        """
         from lightning_div.datamodules.formats import pairs_from_items, read_pairs
 
+        if arg is not None and arg != name:
+            warnings.warn("resolve_pairs(trainer, explicit, method, arg): the argument and the datamodule method now "
+                          "have one name: resolve_pairs(trainer, explicit, name)", DeprecationWarning, stacklevel=2)
+        method, arg = name, arg or name
         if isinstance(explicit, (list, tuple)):
-            # named after the argument, so errors read "val_pairs[3]: ..." / "val_pairs: no pairs given"
             pairs = pairs_from_items(explicit, name=arg)
         elif explicit is not None:
             pairs = read_pairs(explicit)
@@ -171,6 +204,51 @@ class DiversityCallback(Callback):
         if not pairs:
             raise ValueError(f"{type(self).__name__}: {arg} is empty")
         return pairs
+
+    def fixed_sample(self, trainer: pl.Trainer, key: str, explicit: Any, name: str, size: int | None,
+                     seed: int) -> list[DialoguePair]:
+        """A fixed random sample of the pairs (:meth:`resolve_pairs`), drawn once and kept across epochs.
+
+        Indices restored from a checkpoint win, so a resumed run measures the very same
+        examples (unless the data shrank below them: then the sample is drawn again).
+
+        Args:
+            trainer: the Trainer.
+            key: the sample's name in this callback's state (``"val"``, ``"train"``).
+            explicit: the pairs or path given as argument ``name``, or None (the datamodule's).
+            name: the argument / datamodule method, see :meth:`resolve_pairs`.
+            size: how many examples (None: all).
+            seed: the draw's seed.
+        """
+        if key not in self._samples:
+            pairs = self.resolve_pairs(trainer, explicit, name)
+            idx = self._sample_indices.get(key)
+            if idx is None or (idx and max(idx) >= len(pairs)):
+                idx = sample_indices(len(pairs), size, seed).tolist()
+            self._sample_indices[key] = idx
+            self._samples[key] = [pairs[i] for i in idx]
+        return self._samples[key]
+
+    @property
+    def _indices(self) -> list[int] | None:
+        """The ``"val"`` sample's indices (None before it is drawn), as the monitors' checkpoints hold them."""
+        return self._sample_indices.get("val")
+
+    @_indices.setter
+    def _indices(self, value: list[int] | None) -> None:
+        self._restore_sample_indices(value)
+
+    def forget_samples(self) -> None:
+        """Draw the fixed samples again when next asked (settings changed on resume)."""
+        self._samples, self._sample_indices = {}, {}
+
+    def _restore_sample_indices(self, indices: Any) -> None:
+        """Indices from a checkpoint: ``{key: [...]}``, or one list (the ``"val"`` sample) as older states hold."""
+        self._samples = {}
+        if isinstance(indices, dict):
+            self._sample_indices = {str(k): [int(i) for i in v] for k, v in indices.items()}
+        else:
+            self._sample_indices = {} if indices is None else {"val": [int(i) for i in indices]}
 
     def generate(self, adapter: Any, contexts: Sequence[Sequence[str]], generation_kwargs: dict[str, Any],
                  desc: str = "generating") -> list[str]:
@@ -184,9 +262,11 @@ class DiversityCallback(Callback):
         return distributed_map(gen, contexts, self.batch_size, sort_key=[sum(map(len, c)) for c in contexts],
                                show_progress=self.show_progress, desc=f"{desc} ({len(contexts)} contexts)")
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # A module the callbacks cannot reach is a configuration error: say so now, not after an epoch.
-        self.check_unique_keys(trainer)
+        # Here, not in setup: a LightningModule may build its model in its own setup / configure_model,
+        # which Lightning calls after the callbacks' setup.
         self.adapter(pl_module)
 
     # -- when ----------------------------------------------------------------------------------------
@@ -195,7 +275,7 @@ class DiversityCallback(Callback):
         """Not during the sanity check; at every n-th epoch while fitting; always in validate/test."""
         if trainer.sanity_checking:
             return False
-        if trainer.state.fn != "fit":
+        if trainer.state.fn != TrainerFn.FITTING:
             return True
         return (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
@@ -203,6 +283,11 @@ class DiversityCallback(Callback):
     def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str,
                   timing_key: str | None = None) -> Iterator[dict[str, float]]:
         """Times the block, logs what it put in the yielded dict plus ``timing_key``; isolates failures.
+
+        A failure the model, the data or a tracker can cause (:data:`~lightning_div.callbacks.guards.MEASUREMENT_ERRORS`:
+        RuntimeError (torch out-of-memory included), ValueError, OSError, ...) skips this measurement
+        with one warning and training continues (``on_error="warn"``); a programming error (TypeError,
+        AttributeError, NameError, ...) always propagates.
 
         ``timing_key`` defaults to ``timing/<kind>_s``; a callback that measures twice an epoch
         names each measurement, or the one key's chart zig-zags between them. Keys are prefixed
@@ -217,7 +302,7 @@ class DiversityCallback(Callback):
         start = time.perf_counter()
         try:
             yield metrics
-        except Exception as err:
+        except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError, ...) propagates
             if self.on_error == "raise":
                 raise
             label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
@@ -231,9 +316,11 @@ class DiversityCallback(Callback):
 
     # -- checkpointing -------------------------------------------------------------------------------
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"history": list(self.history)}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = list(state_dict.get("history", []))
 
@@ -253,24 +340,24 @@ class ValidationMonitor(DiversityCallback):
     def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         raise NotImplementedError
 
+    @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._validated_epoch = trainer.current_epoch
         if self.due(trainer):
             self.measure_validation(trainer, pl_module)
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._validated_epoch != trainer.current_epoch and self.due(trainer):
             self.measure_validation(trainer, pl_module)
 
     # a checkpoint written after validation but before the epoch's end must not measure that epoch twice
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "validated_epoch": self._validated_epoch}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._validated_epoch = state_dict.get("validated_epoch")
-
-
-def contexts_of(pairs: Sequence[DialoguePair]) -> list[list[str]]:
-    return [list(p.context) for p in pairs]

@@ -6,20 +6,22 @@ from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
+from pytorch_lightning.trainer.states import TrainerFn
 
-from lightning_div.callbacks.base import DiversityCallback, sample_indices
+from lightning_div.callbacks.base import DiversityCallback, override, sample_indices
 from lightning_div.callbacks.cluster_views import log_dress_round
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
 from lightning_div.datamodules.formats import DialoguePair
-from lightning_div.dress import NEGATIVE_LOSSES, dress_weights, effective_sample_size, head_clusters, negative_weights
+from lightning_div.datamodules.protocol import (MODES, NEGATIVE_BATCHES, NEGATIVE_LOSSES, Negatives,
+                                                ReweightableDataModule, check_choice)
+from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
 from lightning_div.formatting import is_seq2seq
-from lightning_div.tracking import log_figure
+from lightning_div.loop_state import starting_epoch
+from lightning_div.tracking import log_figure, new_figure
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
-MODES = ("loss", "sampler")
 MINE_AT = ("start", "end")
-NEGATIVE_BATCHES = ("separate", "mixed")
 
 
 class DRESSReweighting(DiversityCallback):
@@ -106,14 +108,10 @@ class DRESSReweighting(DiversityCallback):
                  encoder_kwargs: Options | None = None, mine_at: str = "start", negative_loss: str = "nll",
                  negative_batches: str = "separate", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if mine_at not in MINE_AT:
-            raise ValueError(f"mine_at must be one of {MINE_AT}, got {mine_at!r}")
-        if negative_loss not in NEGATIVE_LOSSES:
-            raise ValueError(f"negative_loss must be one of {NEGATIVE_LOSSES}, got {negative_loss!r}")
-        if negative_batches not in NEGATIVE_BATCHES:
-            raise ValueError(f"negative_batches must be one of {NEGATIVE_BATCHES}, got {negative_batches!r}")
+        check_choice("mode", mode, MODES)
+        check_choice("mine_at", mine_at, MINE_AT)
+        check_choice("negative_loss", negative_loss, NEGATIVE_LOSSES)
+        check_choice("negative_batches", negative_batches, NEGATIVE_BATCHES)
         if mode == "sampler" and negatives:
             raise ValueError("DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
                              "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss.")
@@ -139,15 +137,42 @@ class DRESSReweighting(DiversityCallback):
         # checkpointed, so a resumed run mines each round exactly once.
         self.mined_for: int | None = None
 
-    def _datamodule(self, trainer: pl.Trainer) -> Any:
+    def _datamodule(self, trainer: pl.Trainer) -> ReweightableDataModule:
         dm = getattr(trainer, "datamodule", None)
-        needed = ("gold_train_responses", "set_sample_weights") + (("set_negatives",) if self.negatives else ())
-        if dm is None or not all(callable(getattr(dm, m, None)) for m in needed):
-            raise ValueError(f"DRESSReweighting needs a datamodule with {', '.join(needed)} "
-                             "(lightning_div.datamodules.DialogueDataModule): it must change which examples and "
-                             "weights the training dataloader yields")
+        if not isinstance(dm, ReweightableDataModule):
+            raise ValueError(f"DRESSReweighting needs a datamodule that implements "
+                             f"lightning_div.datamodules.ReweightableDataModule (gold_train_responses, train_contexts, "
+                             f"apply_weights), got {'none' if dm is None else type(dm).__name__}: it must change which "
+                             "examples and weights the training dataloader yields. Pass one to Trainer.fit(datamodule="
+                             "...): lightning_div.datamodules.DialogueDataModule, or your own (docs: callbacks/dress)")
         return dm
 
+    def check_trainer(self, trainer: pl.Trainer) -> None:
+        """Raise when this Trainer would not use the negatives mined each round (the error says the fix).
+
+        New negatives reach training only through a rebuilt train dataloader, so the Trainer must
+        rebuild it at every round's start: ``reload_dataloaders_every_n_epochs=1``. (A divisor of
+        ``every_n_epochs`` is not enough: Lightning counts its reloads from the epoch a run
+        resumes at, which need not be a round's start.) Gold weights alone are applied once,
+        before the first dataloader, so ``negatives=False`` needs nothing.
+        """
+        if not self.negatives:
+            return
+        every = trainer.reload_dataloaders_every_n_epochs
+        if every != 1:
+            raise ValueError(f"DRESSReweighting(negatives=True) trains on new negatives every {self.every_n_epochs} "
+                             f"epoch(s), which reach training only through a rebuilt train dataloader, but this "
+                             f"Trainer has reload_dataloaders_every_n_epochs={every}: create the Trainer with "
+                             f"reload_dataloaders_every_n_epochs=1 (or use negatives=False)")
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if stage == TrainerFn.FITTING:  # validate/test runs train nothing: DRESS has nothing to do there
+            self._datamodule(trainer)
+            self.check_trainer(trainer)
+
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         dm = self._datamodule(trainer)
@@ -156,39 +181,28 @@ class DRESSReweighting(DiversityCallback):
                                                             self.cache_dir(trainer), self.batch_size,
                                                             self.show_progress)
             self.weights = dress_weights(gold_ids, clusters.num_clusters, self.lam, self.normalize)
-        epoch = self._starting_epoch(trainer)
+        epoch = starting_epoch(trainer)
         if self.negatives and self.mine_at == "start" and self.mined_for != epoch and self._round_starts(epoch):
             # The first round's negatives come from the model as it is before any training step.
             self._mine_negatives(trainer, pl_module, epoch)
-        self._push(dm)
-
-    @staticmethod
-    def _starting_epoch(trainer: pl.Trainer) -> int:
-        """The epoch this fit starts with. Lightning restores its loops only after ``on_fit_start``,
-        so on a resume ``trainer.current_epoch`` still says 0 here: read the checkpoint being loaded."""
-        loaded = getattr(getattr(trainer, "_checkpoint_connector", None), "_loaded_checkpoint", None)
-        try:
-            return int(loaded["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
-        except (TypeError, KeyError, ValueError):
-            return trainer.current_epoch
+        self._apply(dm)
 
     def _round_starts(self, epoch: int) -> bool:
         return epoch % self.every_n_epochs == 0
 
-    def _push(self, dm: Any) -> None:
-        if self.mode == "sampler":
-            dm.set_sampling("sampler", self.weights)
-        else:
-            dm.set_sample_weights(self.weights)
-            if self.negatives:
-                dm.set_negatives(list(self.negative_pairs), np.asarray(self.negative_weights, dtype=np.float64),
-                                 batches=self.negative_batches)
-                if callable(getattr(dm, "set_negative_loss", None)):
-                    dm.set_negative_loss(self.negative_loss)
+    def applied_negatives(self) -> Negatives:
+        """The negatives as the datamodule gets them (empty without ``negatives``)."""
+        if not self.negatives:
+            return Negatives(batches=self.negative_batches, loss=self.negative_loss)
+        return Negatives(tuple(self.negative_pairs), self.negative_weights, self.negative_batches, self.negative_loss)
+
+    def _apply(self, dm: ReweightableDataModule) -> None:
+        """Hand the datamodule the weights and negatives this callback owns (the only way they reach it)."""
+        dm.apply_weights(np.asarray(self.weights, dtype=np.float64), self.applied_negatives(), self.mode)
 
     def _mine_now(self, trainer: pl.Trainer) -> int | None:
         """At this epoch's end: the epoch to mine negatives for, or None."""
-        if not self.negatives or trainer.sanity_checking or trainer.state.fn != "fit":
+        if not self.negatives or trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return None
         epoch = trainer.current_epoch
         if self.mine_at == "end":
@@ -201,6 +215,7 @@ class DRESSReweighting(DiversityCallback):
             return None
         return nxt if self._round_starts(nxt) and not last and not trainer.should_stop else None
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         with self.measuring(trainer, pl_module, "DRESS negatives") as m:
             target = self._mine_now(trainer)
@@ -209,7 +224,7 @@ class DRESSReweighting(DiversityCallback):
                 m.update(self._summary())
             if target is not None:
                 self._mine_negatives(trainer, pl_module, target)
-                self._push(self._datamodule(trainer))
+                self._apply(self._datamodule(trainer))
             if self.mine_at == "end":  # today's schedule logs the negatives just mined for the next epoch
                 m.update(self._summary())
             all_w = self._all_weights()
@@ -267,12 +282,7 @@ class DRESSReweighting(DiversityCallback):
         self.mined_for = for_epoch
 
     def _plot(self, trainer: pl.Trainer, weights: np.ndarray) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig, ax = new_figure(figsize=(6, 3.5))
         ax.hist(weights, bins=40)
         ax.set_yscale("log")
         ax.set_xlabel("DRESS sample weight")
@@ -290,6 +300,7 @@ class DRESSReweighting(DiversityCallback):
                 "normalize": self.normalize, "head_threshold": self.head_threshold,
                 "negative_weight": self.negative_weight, "mode": self.mode}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "settings": self.settings(),
                 "weights": None if self.weights is None else self.weights.tolist(),
@@ -299,6 +310,7 @@ class DRESSReweighting(DiversityCallback):
                 "head_share": self.head_share, "mined_for": self.mined_for,
                 "clusters_path": self.spec.clusters_path}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         if settings_changed(self, state_dict.get("settings"), self.settings(),

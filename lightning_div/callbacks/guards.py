@@ -8,7 +8,8 @@ the same way:
   is named, instead of logging 0.0 diversity computed from its empty output;
 * :func:`optional_part`: an extra (a plot, Diversity Threshold Generation) that fails costs
   a warning; what was measured before it is still logged;
-* :func:`settings_changed`: a checkpoint made under other settings is detected on resume.
+* :func:`settings_changed`: a checkpoint made under other settings is detected on resume;
+* :data:`MEASUREMENT_ERRORS`: the errors a measurement may fail with and training survive.
 """
 
 from __future__ import annotations
@@ -21,6 +22,17 @@ from contextlib import contextmanager
 from typing import Any
 
 from lightning_div.tracking import warn_once
+
+
+#: What a measurement (or an optional part of one) can meet and survive, so training goes on:
+#: the model and torch (RuntimeError, which torch's out-of-memory and CUDA errors are; MemoryError;
+#: ArithmeticError), bad or missing data (ValueError, which DataFormatError, UnicodeDecodeError
+#: and a diverged model's ModelDivergedError are), files, caches and trackers (OSError), and an
+#: optional package that is not installed (ModuleNotFoundError). Anything else (TypeError,
+#: AttributeError, NameError, KeyError, IndexError, AssertionError, an ImportError of a name that
+#: is not there ...) is a programming error and propagates, so that tests see it.
+MEASUREMENT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, OSError, MemoryError,
+                                                       ArithmeticError, ModuleNotFoundError)
 
 
 class MissingInputsError(ValueError):
@@ -80,11 +92,12 @@ def warn_if_all_empty(responses: Sequence[str], who: str, what: str) -> None:
 def optional_part(callback: Any, trainer: Any, what: str) -> Iterator[None]:
     """Run an optional part of a measurement: its failure warns, and the values measured before it stay.
 
-    With ``on_error="raise"`` the error propagates as any other.
+    Only the :data:`MEASUREMENT_ERRORS` are caught; a programming error propagates. With
+    ``on_error="raise"`` every error propagates.
     """
     try:
         yield
-    except Exception as err:
+    except MEASUREMENT_ERRORS as err:
         if getattr(callback, "on_error", "warn") == "raise":
             raise
         warn_once(f"{callback.kind}:{callback.name}:{what}:{type(err).__name__}",

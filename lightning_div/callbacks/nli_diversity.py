@@ -6,8 +6,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from lightning_div.callbacks.base import ValidationMonitor, sample_indices
-from lightning_div.callbacks.guards import check_finite_model, optional_part, require_inputs, settings_changed
+from lightning_div.callbacks.base import ValidationMonitor, override
+from lightning_div.callbacks.guards import check_finite_model, optional_part, settings_changed
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
 from lightning_div.types import Options, PairsSource, ScorerSource
@@ -82,8 +82,6 @@ class NLIDiversityMonitor(ValidationMonitor):
         self.threshold_rank_by = threshold_rank_by
         self.val_pairs_arg = val_pairs
         self._scorer: Any = None
-        self._indices: list[int] | None = None
-        self._sample: list[DialoguePair] | None = None
 
     def scorer(self, pl_module: pl.LightningModule) -> Any:
         if self._scorer is None:
@@ -97,16 +95,14 @@ class NLIDiversityMonitor(ValidationMonitor):
         return self._scorer
 
     def sample(self, trainer: pl.Trainer) -> list[DialoguePair]:
-        if self._sample is None:
-            pairs = self.resolve_pairs(trainer, self.val_pairs_arg, "val_pairs", "val_pairs")
-            if self._indices is None or (self._indices and max(self._indices) >= len(pairs)):
-                self._indices = sample_indices(len(pairs), self.num_contexts, self.seed).tolist()
-            self._sample = [pairs[i] for i in self._indices]
-        return self._sample
+        return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_contexts, self.seed)
 
+    def required_inputs(self) -> list[tuple[str, Any, str]]:
+        return [("val_pairs", self.val_pairs_arg, "val_pairs")]
+
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
-        require_inputs(self, trainer, [("val_pairs", self.val_pairs_arg, "val_pairs")])
         self.sample(trainer)  # missing data is a configuration error: report it now
 
     def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -153,13 +149,15 @@ class NLIDiversityMonitor(ValidationMonitor):
 
         return {**super().state_key_args(), "scorer": describe(self.scorer_arg)}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": self._indices,
+        return {**super().state_dict(), "indices": self._sample_indices.get("val"),
                 "settings": {"num_contexts": self.num_contexts, "seed": self.seed}}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self._sample = None
+        self.forget_samples()
         current = {"num_contexts": self.num_contexts, "seed": self.seed}
         if not settings_changed(self, state_dict.get("settings"), current, "the validation sample is drawn again"):
-            self._indices = state_dict.get("indices")
+            self._restore_sample_indices(state_dict.get("indices"))

@@ -9,14 +9,14 @@ import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_warn
 
-from lightning_div.callbacks.base import ValidationMonitor, sample_indices
-from lightning_div.callbacks.guards import optional_part, require_inputs, settings_changed
+from lightning_div.callbacks.base import ValidationMonitor, override
+from lightning_div.callbacks.guards import optional_part, settings_changed
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.distributed import distributed_map
 from lightning_div.metrics import ruq_margin, ruq_score
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference
 from lightning_div.scoring import profile_from_logprobs, scores_from_logprobs
-from lightning_div.tracking import log_figure
+from lightning_div.tracking import log_figure, new_figure
 from lightning_div.types import PairsSource
 
 
@@ -73,27 +73,20 @@ class RUQMonitor(ValidationMonitor):
         self.num_beams = num_beams
         self.warn_below = warn_below
         self.warn_drop = warn_drop
-        self._samples: dict[str, list[DialoguePair]] = {}
-        self._indices: dict[str, list[int]] = {}
         self.last_val_ruq: float | None = None
 
     # -- data ---------------------------------------------------------------------------------------
 
     def _sample(self, trainer: pl.Trainer, split: str) -> list[DialoguePair]:
-        if split not in self._samples:
-            if split == "train":
-                pairs = self.resolve_pairs(trainer, self.train_pairs_arg, "train_pairs", "train_pairs")
-                n = self.num_train_prompts
-            else:
-                pairs = self.resolve_pairs(trainer, self.val_pairs_arg, "val_pairs", "val_pairs")
-                n = self.num_val_prompts
-            # Restored indices (resume) win, so a resumed run scores the very same prompts.
-            idx = self._indices.get(split)
-            if idx is None or (idx and max(idx) >= len(pairs)):
-                idx = sample_indices(len(pairs), n, self.seed + (0 if split == "train" else 1)).tolist()
-            self._indices[split] = idx
-            self._samples[split] = [pairs[i] for i in idx]
-        return self._samples[split]
+        if split == "train":
+            return self.fixed_sample(trainer, "train", self.train_pairs_arg, "train_pairs", self.num_train_prompts,
+                                     self.seed)
+        return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_val_prompts, self.seed + 1)
+
+    @property
+    def _indices(self) -> dict[str, list[int]]:
+        """The prompt samples' indices by split (what the checkpoint holds as ``"indices"``)."""
+        return self._sample_indices
 
     # -- work ---------------------------------------------------------------------------------------
 
@@ -129,11 +122,6 @@ class RUQMonitor(ValidationMonitor):
         return out
 
     def _plot(self, trainer: pl.Trainer, adapter: Any, pairs: Sequence[DialoguePair]) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
         pairs = list(pairs[: self.num_plot_prompts])
         beams = self.generate(adapter, [p.context for p in pairs], {"num_beams": self.num_beams, "do_sample": False},
                               "RUQ plot: beam search")
@@ -144,7 +132,7 @@ class RUQMonitor(ValidationMonitor):
         logprobs = self._token_logprobs(adapter, items)
         if not trainer.is_global_zero:
             return
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, ax = new_figure(figsize=(7, 4))
         for k, name in enumerate(lines):
             means, counts = profile_from_logprobs(logprobs[k * len(pairs):(k + 1) * len(pairs)])
             # A position only a handful of long responses reach is noise, not a profile.
@@ -171,14 +159,16 @@ class RUQMonitor(ValidationMonitor):
 
     # -- hooks --------------------------------------------------------------------------------------
 
+    def required_inputs(self) -> list[tuple[str, Any, str]]:
+        return [("train_pairs", self.train_pairs_arg, "train_pairs"), ("val_pairs", self.val_pairs_arg, "val_pairs")]
+
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
-        # Missing data is a configuration error: say so now, not after the first epoch, and all of it at once.
-        require_inputs(self, trainer, [("train_pairs", self.train_pairs_arg, "train_pairs"),
-                                       ("val_pairs", self.val_pairs_arg, "val_pairs")])
         self._sample(trainer, "train")
         self._sample(trainer, "val")
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.due(trainer):
             with self.measuring(trainer, pl_module, "train RUQ", "timing/ruq_train_s") as m:
@@ -205,16 +195,17 @@ class RUQMonitor(ValidationMonitor):
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), "idk_responses": tuple(self.idk_responses)}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": dict(self._indices), "last_val_ruq": self.last_val_ruq,
+        return {**super().state_dict(), "indices": dict(self._sample_indices), "last_val_ruq": self.last_val_ruq,
                 "settings": self.settings()}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self._samples = {}
+        self.forget_samples()
         if settings_changed(self, state_dict.get("settings"), self.settings(),
                             "the prompt samples are drawn again and warn_drop starts afresh"):
             return
-        self._indices = {k: list(v) for k, v in state_dict.get("indices", {}).items()}
-        self._samples = {}
+        self._restore_sample_indices(state_dict.get("indices", {}))
         self.last_val_ruq = state_dict.get("last_val_ruq")

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 
-from lightning_div.callbacks.base import ValidationMonitor, sample_indices
+from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import (check_finite_model, encoder_label, require_inputs, settings_changed,
@@ -90,8 +90,6 @@ class SemanticDiversityMonitor(ValidationMonitor):
         self.val_pairs_arg = val_pairs
         self.gold_responses_arg = gold_responses
         self.clusters: Any = None
-        self._indices: list[int] | None = None
-        self._sample: list[DialoguePair] | None = None
         self._gold_logged = False
         self._gold_ids: np.ndarray | None = None  # the fixed sample's gold responses never change cluster
         self.share_history: list[tuple[int, list[float]]] = []  # (epoch, generated share per cluster)
@@ -109,16 +107,19 @@ class SemanticDiversityMonitor(ValidationMonitor):
             return list(dm.gold_train_responses())
         return None
 
+    def required_inputs(self) -> list[tuple[str, Any, str]]:
+        gold = [("gold_responses", self.gold_responses_arg, "gold_train_responses")] if self.spec.clusters is None else []
+        return [("val_pairs", self.val_pairs_arg, "val_pairs"), *gold]
+
+    def sample(self, trainer: pl.Trainer) -> list[DialoguePair]:
+        """The fixed validation sample the responses are generated for (drawn once, kept on resume)."""
+        return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_contexts, self.seed)
+
     def prepare(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Fix the validation sample and load or fit the clusters (once per run)."""
-        if self._sample is None:
-            require_inputs(self, trainer, [("val_pairs", self.val_pairs_arg, "val_pairs")] + (
-                [("gold_responses", self.gold_responses_arg, "gold_train_responses")] if self.spec.clusters is None
-                else []))
-            pairs = self.resolve_pairs(trainer, self.val_pairs_arg, "val_pairs", "val_pairs")
-            if self._indices is None or (self._indices and max(self._indices) >= len(pairs)):
-                self._indices = sample_indices(len(pairs), self.num_contexts, self.seed).tolist()
-            self._sample = [pairs[i] for i in self._indices]
+        if "val" not in self._samples:
+            require_inputs(self, trainer, self.required_inputs())  # validate-only runs: setup checks fits
+        sample = self.sample(trainer)
         if self.clusters is None:
             gold = None
             if self.spec.clusters is None:
@@ -135,10 +136,11 @@ class SemanticDiversityMonitor(ValidationMonitor):
                                        self.batch_size, self.show_progress)
         if self.vocab_size is None and "ead" in self.lexical_metrics:
             gold = self.gold_responses(trainer)
-            self.vocab_size = count_vocab(gold if gold else [p.response for p in self._sample],
+            self.vocab_size = count_vocab(gold if gold else [p.response for p in sample],
                                           self.lexical_options.get("tokenizer", "13a"),
                                           self.lexical_options.get("lowercase"))
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         self.prepare(trainer, pl_module)
@@ -150,7 +152,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         with self.measuring(trainer, pl_module, "semantic diversity") as m:
             self.prepare(trainer, pl_module)
-            sample = self._sample
+            sample = self.sample(trainer)
             check_finite_model(pl_module, type(self).__name__)
             responses = self.generate(self.adapter(pl_module), [p.context for p in sample], self.generation_kwargs)
             warn_if_all_empty(responses, type(self).__name__, "the validation sample")
@@ -201,23 +203,25 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), **self.spec.identity()}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": self._indices, "clusters_path": self.spec.clusters_path,
+        return {**super().state_dict(), "indices": self._sample_indices.get("val"),
+                "clusters_path": self.spec.clusters_path,
                 "gold_logged": self._gold_logged, "vocab_size": self.vocab_size, "settings": self.settings(),
                 "share_history": [[e, list(s)] for e, s in self.share_history]}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self._sample = None
+        self.forget_samples()
         self.clusters = None
         if settings_changed(self, state_dict.get("settings"), self.settings(),
                             "the clusters and the validation sample are made again under the new settings"):
             return  # history is kept; clusters, sample and the gold Sem-Ent come from the new settings
-        self._indices = state_dict.get("indices")
+        self._restore_sample_indices(state_dict.get("indices"))
         self.spec.clusters_path = state_dict.get("clusters_path")
         self._gold_logged = bool(state_dict.get("gold_logged", False))
         self.vocab_size = state_dict.get("vocab_size", self.vocab_size)
         self.share_history = [(int(e), list(s)) for e, s in state_dict.get("share_history", [])]
-        self._sample = None
         self.clusters = None
         self._gold_ids = None

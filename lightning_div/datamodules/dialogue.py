@@ -4,14 +4,16 @@ Holds the train / validation / test pairs (any source :func:`read_pairs` accepts
 tokenises them once at ``setup`` with the project's one token layout
 (:class:`lightning_div.formatting.DialogueFormat`), and yields batches with
 ``input_ids``, ``attention_mask``, ``labels``, ``sample_weight`` and ``index``. The
-DRESS callback reaches it through :meth:`DialogueDataModule.set_sample_weights`,
-:meth:`~DialogueDataModule.set_negatives` and :meth:`~DialogueDataModule.set_sampling`.
+DRESS callback reaches it through one method, :meth:`DialogueDataModule.apply_weights`
+(the :class:`~lightning_div.datamodules.protocol.ReweightableDataModule` protocol).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import warnings
+from dataclasses import replace
 from typing import Any, Optional
 
 import numpy as np
@@ -27,7 +29,8 @@ from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEP
 from lightning_div.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
 from lightning_div.generation import pad_id_of
 from lightning_div.distributed import rank_and_world
-from lightning_div.dress import NEGATIVE_LOSSES
+from lightning_div.datamodules.protocol import MODES, NEGATIVE_BATCHES, Mode, Negatives, check_choice
+from lightning_div.loop_state import batches_trained_this_epoch
 from lightning_div.samplers import (ExactDistributedSampler, ResumableDataLoader, SeparateBatchSampler,
                                    WeightedDistributedSampler, check_sampling_weights)
 from lightning_div.types import PairsSource, TokenizerSource
@@ -39,8 +42,6 @@ NAMES = ("train", "val", "test")
 _SPLIT_OF = {"train": "train", "val": "validation", "test": "test"}
 _STAGE_NAMES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ()}
 _REQUIRED = {"fit": "train", "validate": "val", "test": "test"}
-MODES = ("loss", "sampler")
-NEGATIVE_BATCHES = ("mixed", "separate")
 
 
 def _plain(value: Any) -> bool:
@@ -133,12 +134,11 @@ class DialogueDataModule(pl.LightningDataModule):
         self._model: Any = None
         self._resolved_for: Any = None  # the LightningModule the tokenizer/model were taken from
         self._sample_weights: np.ndarray | None = None
-        self._negatives: list[DialoguePair] = []
-        self._negative_weights = np.zeros(0, dtype=np.float64)
+        self._negatives = Negatives(batches="mixed")
         self._negatives_encoded: EncodedPairs | None = None
-        self._negative_batches = "mixed"
-        self._negative_loss = "nll"
         self._mode = "loss"
+        # True once the deprecated setters were used: nobody else owns those weights, so they are checkpointed here.
+        self._checkpoint_weights = False
         self._train_loader_built = False
 
     # ------------------------------------------------------------------------------------------
@@ -272,29 +272,29 @@ class DialogueDataModule(pl.LightningDataModule):
                 self._encoded_split(name)
 
     # ------------------------------------------------------------------------------------------
-    # DRESS hooks
+    # Reweighting (lightning_div.datamodules.protocol.ReweightableDataModule)
 
     @property
     def sample_weights(self) -> np.ndarray:
-        """One weight per gold training example (ones until :meth:`set_sample_weights`)."""
+        """One weight per gold training example (ones until weights are applied)."""
         if self._sample_weights is None:
             return np.ones(len(self._read("train")), dtype=np.float64)
         return self._sample_weights.copy()
 
     @property
     def negatives(self) -> list[DialoguePair]:
-        """The generated responses added to the training data (see :meth:`set_negatives`)."""
-        return list(self._negatives)
+        """The generated responses added to the training data (see :meth:`apply_weights`)."""
+        return list(self._negatives.pairs)
 
     @property
     def negative_weights(self) -> np.ndarray:
         """The weight of each negative."""
-        return self._negative_weights.copy()
+        return np.array(self._negatives.weights)
 
     @property
     def negative_batches(self) -> str:
         """``"mixed"`` (negatives shuffled in with the gold examples) or ``"separate"`` (batches of their own)."""
-        return self._negative_batches
+        return self._negatives.batches
 
     @property
     def negative_loss(self) -> str:
@@ -303,13 +303,7 @@ class DialogueDataModule(pl.LightningDataModule):
         Pass it on: ``weighted_lm_loss(logits, labels, batch["sample_weight"],
         negative_loss=self.trainer.datamodule.negative_loss)`` (DialogueLM does).
         """
-        return self._negative_loss
-
-    def set_negative_loss(self, negative_loss: str) -> None:
-        """Set :attr:`negative_loss` (``"nll"`` or ``"unlikelihood"``); the DRESS callback does."""
-        if negative_loss not in NEGATIVE_LOSSES:
-            raise ValueError(f"negative_loss must be one of {NEGATIVE_LOSSES}, got {negative_loss!r}")
-        self._negative_loss = negative_loss
+        return self._negatives.loss
 
     @property
     def sampling_mode(self) -> str:
@@ -329,11 +323,68 @@ class DialogueDataModule(pl.LightningDataModule):
             raise ValueError(f"{what}[{bad}] = {w[bad]} is not finite")
         return w
 
-    def set_sample_weights(self, weights: np.ndarray) -> None:
-        """Set one finite weight per gold training example (index order of :meth:`train_pairs`).
+    def _set(self, weights: np.ndarray | None, negatives: Negatives, mode: str, what: str) -> None:
+        """Validate all of it first, then replace: a refused change leaves the previous state whole."""
+        check_choice("mode", mode, MODES)
+        w = None if weights is None else self._finite(weights, len(self._read("train")), what)
+        if mode == "sampler":
+            check_sampling_weights(np.concatenate([self.sample_weights if w is None else w, negatives.weights]),
+                                   "sampling weights" if what == "sample weights" else what)
+        if negatives.pairs != self._negatives.pairs:
+            self._negatives_encoded = None
+        self._sample_weights = w if weights is not None else self._sample_weights
+        self._negatives, self._mode = negatives, mode
 
-        In loss mode the weights ride in ``batch["sample_weight"]``; in sampler mode they
-        are draw probabilities (and must be >= 0). Takes effect at the next train dataloader.
+    def apply_weights(self, weights: np.ndarray, negatives: Negatives | None = None, mode: Mode = "loss") -> None:
+        """Train on these weights and negatives from the next train dataloader on (the DRESS protocol).
+
+        Implements :class:`~lightning_div.datamodules.protocol.ReweightableDataModule`. In
+        ``"loss"`` mode the weights ride in ``batch["sample_weight"]`` (negatives at index
+        ``len(train_pairs()) + position``, in batches of their own with
+        ``negatives.batches="separate"``); in ``"sampler"`` mode the train dataloader draws
+        ``len(train set)`` examples per epoch with probability proportional to the weights
+        and every batch carries ``sample_weight`` 1.0. What is applied here is not
+        checkpointed: its owner (:class:`~lightning_div.callbacks.dress.DRESSReweighting`)
+        checkpoints it and applies it again on resume.
+
+        Args:
+            weights: one finite weight per example of :meth:`train_pairs` (>= 0 in sampler mode).
+            negatives: extra examples with their weights; None or empty: none.
+            mode: ``"loss"`` or ``"sampler"``.
+
+        Raises:
+            ValueError: a wrong shape, a non-finite weight (the message names the index), a
+                negative one or any negatives in sampler mode, an unknown mode, or a change after
+                the train dataloader was built while the Trainer will never rebuild it (the
+                message says to set ``Trainer(reload_dataloaders_every_n_epochs=1)``).
+        """
+        negatives = Negatives() if negatives is None else negatives
+        if not isinstance(negatives, Negatives):
+            raise ValueError(f"negatives must be a lightning_div.datamodules.protocol.Negatives (or None), "
+                             f"got {type(negatives).__name__}")
+        trainer = self._trainer_or_none()
+        if self._train_loader_built and trainer is not None and not trainer.reload_dataloaders_every_n_epochs:
+            raise ValueError("DialogueDataModule.apply_weights: the train dataloader is already built and this "
+                             "Trainer never rebuilds it, so the new weights would not be used: create the Trainer "
+                             "with reload_dataloaders_every_n_epochs=1")
+        self._set(weights, negatives, mode, "sample weights")
+        self._checkpoint_weights = False
+
+    # The setters before apply_weights: they still work, and what they set is checkpointed by the
+    # datamodule (nobody else owns it) and makes the datamodule switch dataloader reloading on.
+
+    def _legacy(self, name: str) -> None:
+        warnings.warn(f"DialogueDataModule.{name} is deprecated: use apply_weights(weights, Negatives(...), mode) "
+                      "(lightning_div.datamodules.protocol)", DeprecationWarning, stacklevel=3)
+
+    def set_negative_loss(self, negative_loss: str) -> None:
+        """Deprecated: pass ``Negatives(loss=...)`` to :meth:`apply_weights`. Sets :attr:`negative_loss`."""
+        self._legacy("set_negative_loss")
+        self._negatives = replace(self._negatives, loss=negative_loss)
+        self._checkpoint_weights = True
+
+    def set_sample_weights(self, weights: np.ndarray) -> None:
+        """Deprecated: use :meth:`apply_weights`. Set one finite weight per gold training example.
 
         Args:
             weights: one finite float per example of :meth:`train_pairs`.
@@ -342,50 +393,35 @@ class DialogueDataModule(pl.LightningDataModule):
             ValueError: a wrong shape, a non-finite weight, or a negative one in sampler mode
                 (the message names the index).
         """
-        w = self._finite(weights, len(self._read("train")), "sample weights")
-        if self._mode == "sampler":
-            check_sampling_weights(np.concatenate([w, self._negative_weights]), "sample weights")
-        self._sample_weights = w
+        self._legacy("set_sample_weights")
+        self._set(weights, self._negatives, self._mode, "sample weights")
         self._changed()
 
     def set_negatives(self, pairs: list[DialoguePair], weights: np.ndarray, batches: str = "mixed") -> None:
-        """Replace the extra (e.g. generated, weight -1) examples trained on from the next epoch.
+        """Deprecated: use :meth:`apply_weights` with :class:`~lightning_div.datamodules.protocol.Negatives`.
 
-        ``pairs`` are DialoguePairs or tuples (see :func:`formats.as_pair`); an empty list
-        removes them. In a batch a negative has ``index`` = ``len(train_pairs()) + its position``.
-        ``batches="mixed"``: negatives are shuffled in with the gold examples;
-        ``"separate"``: they are trained in batches of their own (the DRESS authors'
-        loop), so a batch's token denominator counts only negatives, zero-weight ones included
-        (a short last batch is filled with target-less padding rows, see
-        :class:`~lightning_div.samplers.SeparateBatchSampler`).
+        Replaces the extra (e.g. generated, weight -1) examples trained on from the next epoch;
+        ``pairs`` are DialoguePairs or tuples (see :func:`formats.as_pair`), an empty list
+        removes them.
 
         Args:
             pairs: the extra examples.
-            weights: one finite weight per extra example (e.g. -1, or 0 for a generation that only
-                counts in the denominator of its separate batch).
-            batches: ``"mixed"`` or ``"separate"``, as above.
+            weights: one finite weight per extra example.
+            batches: ``"mixed"`` or ``"separate"`` (see :attr:`Negatives.batches`).
 
         Raises:
             ValueError: ``pairs`` and ``weights`` differ in length, a weight is not finite, or
                 ``batches`` is unknown.
         """
-        if batches not in NEGATIVE_BATCHES:
-            raise ValueError(f"batches must be one of {NEGATIVE_BATCHES}, got {batches!r}")
+        self._legacy("set_negatives")
+        check_choice("batches", batches, NEGATIVE_BATCHES)
         negatives = [as_pair(p, f"negatives[{i}]") for i, p in enumerate(pairs)]
         w = self._finite(weights, len(negatives), "negative weights")
-        if self._mode == "sampler":
-            check_sampling_weights(np.concatenate([self.sample_weights, w]), "negative weights")
-        self._negatives, self._negative_weights, self._negatives_encoded = negatives, w, None
-        self._negative_batches = batches
+        self._set(None, Negatives(tuple(negatives), w, batches, self._negatives.loss), self._mode, "negative weights")
         self._changed()
 
     def set_sampling(self, mode: str, weights: np.ndarray | None = None) -> None:
-        """Use the weights in the loss (``"loss"``) or as draw probabilities (``"sampler"``).
-
-        In sampler mode the train dataloader draws ``len(train set)`` examples per epoch
-        with probability proportional to the weights (DDP-aware) and every batch carries
-        ``sample_weight`` 1.0; negative weights are refused there (a probability cannot be
-        negative), so DRESS negatives need loss mode. ``weights`` also sets the sample weights.
+        """Deprecated: use :meth:`apply_weights` with ``mode``. Weights in the loss or as draw probabilities.
 
         Args:
             mode: ``"loss"`` or ``"sampler"``.
@@ -394,19 +430,15 @@ class DialogueDataModule(pl.LightningDataModule):
         Raises:
             ValueError: an unknown mode, or negative weights (or negatives) in sampler mode.
         """
+        self._legacy("set_sampling")
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is unknown; use one of {MODES}")
-        w = self.sample_weights if weights is None else self._finite(weights, len(self._read("train")),
-                                                                     "sample weights")
-        if mode == "sampler":
-            check_sampling_weights(np.concatenate([w, self._negative_weights]), "sampling weights")
-        self._mode = mode
-        if weights is not None:
-            self._sample_weights = w
+        self._set(weights, self._negatives, mode, "sample weights")
         self._changed()
 
     def _changed(self) -> None:
-        """A train dataloader already built must be rebuilt for the change to take effect."""
+        """A train dataloader already built must be rebuilt for a change made by the old setters to take effect."""
+        self._checkpoint_weights = True
         trainer = self._trainer_or_none()
         if not self._train_loader_built or trainer is None:
             return
@@ -442,18 +474,12 @@ class DialogueDataModule(pl.LightningDataModule):
             return ResumableDataLoader(dataset, progress=progress, **kwargs)
         return DataLoader(dataset, **kwargs)
 
-    def _trained_batches(self) -> int:
-        """Batches of the current epoch the Trainer has trained on (what a mid-epoch checkpoint has seen)."""
-        trainer = self._trainer_or_none()
-        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-        return int(loop.batch_progress.current.processed) if loop is not None else 0
-
     def train_dataset(self) -> EncodedDialogues:
         """Gold examples then negatives, with their weights (all 1.0 in sampler mode)."""
         gold = self._encoded_split("train")
         if self._negatives_encoded is None:
-            self._negatives_encoded = self._encode(self._negatives, "tokenising negatives")
-        weights = np.concatenate([self.sample_weights, self._negative_weights])
+            self._negatives_encoded = self._encode(list(self._negatives.pairs), "tokenising negatives")
+        weights = np.concatenate([self.sample_weights, self._negatives.weights])
         return EncodedDialogues(ConcatPairs(gold, self._negatives_encoded), weights if self._mode == "loss" else None)
 
     def train_dataloader(self) -> DataLoader:
@@ -464,19 +490,19 @@ class DialogueDataModule(pl.LightningDataModule):
         """
         dataset = self.train_dataset()
         num_replicas, rank = self._world()
-        if self._mode == "loss" and self._negative_batches == "separate" and self._negatives:
+        if self._mode == "loss" and self._negatives.batches == "separate" and len(self._negatives):
             sampler: Any = SeparateBatchSampler(dataset, [len(dataset) - len(self._negatives), len(self._negatives)],
                                                 self.batch_size, num_replicas, rank, seed=self.seed)
         elif self._mode == "loss":
             sampler = ExactDistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=self.seed)
         else:
-            weights = np.concatenate([self.sample_weights, self._negative_weights])
+            weights = np.concatenate([self.sample_weights, self._negatives.weights])
             sampler = WeightedDistributedSampler(dataset, weights, num_replicas=num_replicas, rank=rank,
                                                  seed=self.seed)
         trainer = self._trainer_or_none()
         sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
         self._train_loader_built = True
-        return self._loader(dataset, sampler, self.batch_size, progress=self._trained_batches)
+        return self._loader(dataset, sampler, self.batch_size, progress=lambda: batches_trained_this_epoch(self._trainer_or_none()))
 
     def _eval_loader(self, name: str) -> DataLoader:
         dataset = EncodedDialogues(self._encoded_split(name))
@@ -496,24 +522,33 @@ class DialogueDataModule(pl.LightningDataModule):
     # Checkpointing (Lightning stores this in checkpoints and restores it on resume)
 
     def state_dict(self) -> dict[str, Any]:
-        """Sample weights, negatives and sampling mode, as tensors and plain Python values."""
-        weights = self._sample_weights
+        """Empty, unless the deprecated setters were used: then their weights, negatives and mode.
+
+        What :meth:`apply_weights` gets is checkpointed by its owner (the DRESS callback), once.
+        """
+        if not self._checkpoint_weights:
+            return {}
+        weights, negatives = self._sample_weights, self._negatives
         return {"sample_weights": None if weights is None else torch.from_numpy(weights.copy()),
                 "negatives": [{"context": list(p.context), "response": p.response, "references": list(p.references)}
-                              for p in self._negatives],
-                "negative_weights": torch.from_numpy(self._negative_weights.copy()),
-                "negative_batches": self._negative_batches, "negative_loss": self._negative_loss,
-                "sampling_mode": self._mode}
+                              for p in negatives.pairs],
+                "negative_weights": torch.from_numpy(np.array(negatives.weights)),
+                "negative_batches": negatives.batches, "negative_loss": negatives.loss, "sampling_mode": self._mode}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved (validated against the current training data)."""
-        self._mode, self._sample_weights = "loss", None  # validate weights and negatives first, then the mode
+        """Restore what :meth:`state_dict` saved (validated against the current training data).
+
+        A checkpoint written before the DRESS callback owned the weights holds them here too;
+        the callback applies its own copy again at fit start.
+        """
+        if not state_dict:
+            return
         weights = state_dict.get("sample_weights")
-        if weights is not None:
-            self.set_sample_weights(torch.as_tensor(weights).numpy())
-        negatives = [DialoguePair(tuple(d["context"]), d["response"], tuple(d["references"]))
-                     for d in state_dict.get("negatives", [])]
-        self.set_negatives(negatives, torch.as_tensor(state_dict.get("negative_weights", [])).numpy(),
-                           batches=state_dict.get("negative_batches", "mixed"))
-        self.set_negative_loss(state_dict.get("negative_loss", "nll"))
-        self.set_sampling(state_dict.get("sampling_mode", "loss"))
+        negatives = Negatives(tuple(DialoguePair(tuple(d["context"]), d["response"], tuple(d["references"]))
+                                    for d in state_dict.get("negatives", [])),
+                              torch.as_tensor(state_dict.get("negative_weights", [])).numpy(),
+                              state_dict.get("negative_batches", "mixed"), state_dict.get("negative_loss", "nll"))
+        self._sample_weights = None
+        self._set(None if weights is None else torch.as_tensor(weights).numpy(), negatives,
+                  state_dict.get("sampling_mode", "loss"), "sample weights")
+        self._checkpoint_weights = True

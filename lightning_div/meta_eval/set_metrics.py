@@ -9,7 +9,6 @@ once); :func:`score_sets` uses it when present and otherwise loops over the sets
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -18,7 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lightning_div.metrics import check_lexical_names, lexical_scores, semantic_entropy
-from lightning_div.metrics.lexical import iter_ngrams
+from lightning_div.metrics.lexical import LEXICAL_PATTERN, iter_ngrams
 from lightning_div.metrics.nli import VARIANTS as VARIANTS_NLI
 from lightning_div.text import TokenizerSpec, check_texts, get_tokenizer
 from lightning_div.threshold import NegativeMeanCosine, SetMetric, fewer_than_two
@@ -26,7 +25,6 @@ from lightning_div.threshold import NegativeMeanCosine, SetMetric, fewer_than_tw
 Similarity = Callable[[str, str], float]
 Encode = Callable[[list[str]], Any]
 
-LEXICAL_PATTERN = re.compile(r"^(avg_distinct|distinct_\d+(_utt)?|ent_\d+|ead)$")
 MODEL_METRICS = ("sem_ent", "sent_bert") + tuple(f"nli_{v}" for v in VARIANTS_NLI)
 METRIC_NAMES = ("avg_distinct", "distinct_<n>", "distinct_<n>_utt", "ent_<n>", "ead", "cos_sim") + MODEL_METRICS
 

@@ -279,7 +279,9 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
 
 DEFAULT_LEXICAL = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_4", "ead")
 """The lexical metrics the callbacks log unless told otherwise (names as :func:`lexical_scores` takes them)."""
-_LEXICAL = re.compile(r"^(distinct_(\d+)(_utt)?|ent_(\d+)|avg_distinct|ead)$")
+LEXICAL_PATTERN = re.compile(r"^(distinct_(\d+)(_utt)?|ent_(\d+)|avg_distinct|ead)$")
+"""What a lexical metric name looks like (the one definition: the meta-evaluation's names use it too)."""
+_LEXICAL = LEXICAL_PATTERN
 LEXICAL_NAMES = "distinct_<n> (corpus level), distinct_<n>_utt (utterance level), ent_<n>, avg_distinct, ead"
 """The lexical metric names, as error messages and ``--help`` list them."""
 

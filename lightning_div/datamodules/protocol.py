@@ -1,0 +1,123 @@
+"""The contract between :class:`~lightning_div.callbacks.dress.DRESSReweighting` and a datamodule.
+
+DRESS computes the weights; a datamodule only applies them. Any ``LightningDataModule``
+with the three methods of :class:`ReweightableDataModule` can be reweighted:
+:class:`~lightning_div.datamodules.dialogue.DialogueDataModule` is one, a user's own or a
+streaming one can be another. The callback owns the weights and negatives (it computes,
+checkpoints and re-applies them on resume, at fit start, before the first train
+dataloader is built), validates the Trainer's settings in its ``setup`` (the train
+dataloader must be rebuilt when new negatives arrive) and calls
+:meth:`ReweightableDataModule.apply_weights` whenever they change. The datamodule keeps
+no copy in its checkpoint and never changes the Trainer.
+
+This module needs only numpy, so a datamodule can import it without Lightning or torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from lightning_div.datamodules.formats import DialoguePair, as_pair
+
+__all__ = ["MODES", "NEGATIVE_BATCHES", "NEGATIVE_LOSSES", "Mode", "NegativeBatches", "NegativeLoss", "Negatives",
+           "ReweightableDataModule", "check_choice"]
+
+#: How the gold weights are used: in the loss (batches carry ``sample_weight``) or as draw probabilities.
+Mode = Literal["loss", "sampler"]
+MODES: tuple[str, ...] = ("loss", "sampler")
+#: Where the negatives are trained: in batches of their own (the DRESS authors) or among the gold examples.
+NegativeBatches = Literal["separate", "mixed"]
+NEGATIVE_BATCHES: tuple[str, ...] = ("separate", "mixed")
+#: How a negative weight is trained: weight x NLL (the paper) or |weight| x unlikelihood (bounded).
+NegativeLoss = Literal["nll", "unlikelihood"]
+NEGATIVE_LOSSES: tuple[str, ...] = ("nll", "unlikelihood")
+
+
+def check_choice(arg: str, value: str, choices: Sequence[str]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise ``ValueError`` naming ``arg`` and the choices."""
+    if value not in choices:
+        raise ValueError(f"{arg} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Negatives:
+    """Generated responses to train against, and how (DRESS's head-cluster negatives).
+
+    Attributes:
+        pairs: the (training context, generated response) examples; their index in a batch is
+            ``len(gold examples) + position``.
+        weights: one finite weight per pair (DRESS: ``negative_weight`` in a head cluster, 0 outside).
+        batches: ``"separate"`` (batches of their own, so a batch's token denominator counts only
+            negatives, zero-weight ones included) or ``"mixed"`` (shuffled in with the gold examples).
+        loss: how a ``training_step`` trains a negative weight: ``"nll"`` or ``"unlikelihood"``
+            (pass it to :func:`lightning_div.dress.weighted_lm_loss`).
+
+    Raises:
+        ValueError: ``pairs`` and ``weights`` differ in length, a weight is not finite, or
+            ``batches`` / ``loss`` is unknown.
+    """
+
+    pairs: tuple[DialoguePair, ...] = ()
+    weights: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    batches: NegativeBatches = "separate"
+    loss: NegativeLoss = "nll"
+
+    def __post_init__(self) -> None:
+        check_choice("negative_batches", self.batches, NEGATIVE_BATCHES)
+        check_choice("negative_loss", self.loss, NEGATIVE_LOSSES)
+        weights = np.array(self.weights, dtype=np.float64).reshape(-1)
+        if len(weights) != len(self.pairs):
+            raise ValueError(f"Negatives: {len(self.pairs)} pairs but {len(weights)} weights")
+        if not np.all(np.isfinite(weights)):
+            bad = int(np.flatnonzero(~np.isfinite(weights))[0])
+            raise ValueError(f"Negatives: weights[{bad}] = {weights[bad]} is not finite")
+        weights.flags.writeable = False  # frozen: what DRESS applied is what it checkpoints
+        object.__setattr__(self, "pairs", tuple(as_pair(p, f"negatives[{i}]") for i, p in enumerate(self.pairs)))
+        object.__setattr__(self, "weights", weights)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
+@runtime_checkable
+class ReweightableDataModule(Protocol):
+    """A datamodule :class:`~lightning_div.callbacks.dress.DRESSReweighting` can reweight.
+
+    ``isinstance(dm, ReweightableDataModule)`` checks that the three methods exist (not their
+    signatures). Contract:
+
+    * :meth:`gold_train_responses` and :meth:`train_contexts` list the training examples in
+      one fixed order, the same on every process: the order of the weights.
+    * :meth:`apply_weights` replaces whatever was applied before. It is called at fit start
+      (before the first train dataloader is built) and whenever DRESS mines new negatives
+      (at an epoch's end; the Trainer rebuilds the train dataloader for the next epoch,
+      which DRESS checks in ``setup``). The next train dataloader must yield the gold
+      examples with their weights and the negatives with theirs.
+    * The datamodule does not checkpoint what it was given and does not change the Trainer:
+      DRESS checkpoints the weights and applies them again on resume.
+    """
+
+    def gold_train_responses(self) -> Sequence[str]:
+        """The gold response of every training example, in index order."""
+        ...
+
+    def train_contexts(self) -> Sequence[Sequence[str]]:
+        """The context turns of every training example, in the same order."""
+        ...
+
+    def apply_weights(self, weights: np.ndarray, negatives: Negatives, mode: Mode) -> None:
+        """Use these weights from the next train dataloader on.
+
+        Args:
+            weights: one finite float64 weight per gold training example, in index order.
+            negatives: extra examples with their weights (empty: none).
+            mode: ``"loss"``: batches carry the weights as ``sample_weight`` for a weighted loss;
+                ``"sampler"``: examples are drawn with probability proportional to the weights
+                and the loss stays unweighted (``negatives`` is then empty).
+        """
+        ...
