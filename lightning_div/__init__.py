@@ -1,6 +1,19 @@
 """lightning-div: diversity monitoring and semantic reweighting for dialogue models in PyTorch Lightning."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load on first use (below)
+    from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
+    from lightning_div.clustering import SemanticClusters
+    from lightning_div.datamodules.dialogue import DialogueDataModule
+    from lightning_div.datamodules.protocol import ReweightableDataModule
+    from lightning_div.dress import weighted_lm_loss
+    from lightning_div.embedding import ResponseEncoder
+    from lightning_div.module import DialogueLM
 
 _LAZY = {
     "SemanticDiversityMonitor": "lightning_div.callbacks",
@@ -16,13 +29,18 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # Lazy, so `import lightning_div.metrics` stays light (no Lightning / transformers import).
     if name in _LAZY:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'lightning_div' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazy names too, so tab completion and dir() show the public API before first use
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = list(_LAZY)

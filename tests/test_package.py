@@ -1,0 +1,48 @@
+"""The package's public surface: lazy top-level names visible to dir() and type checkers, PEP 561 marker."""
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning_div
+
+INIT = Path(lightning_div.__file__)
+
+
+def test_dir_lists_every_lazy_name_and_each_resolves():
+    names = dir(lightning_div)
+    for name in lightning_div.__all__:
+        assert name in names
+        obj = getattr(lightning_div, name)
+        assert obj is getattr(importlib.import_module(lightning_div._LAZY[name]), name)
+
+
+def test_type_checking_imports_name_exactly_the_lazy_exports():
+    # what an IDE sees (the TYPE_CHECKING block) must be what __getattr__ serves, module for module
+    tree = ast.parse(INIT.read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen = {a.name: imp.module for imp in block.body if isinstance(imp, ast.ImportFrom) for a in imp.names}
+    assert seen == {name: lightning_div._LAZY[name] for name in lightning_div.__all__}
+
+
+def test_unknown_name_is_an_attribute_error():
+    try:
+        lightning_div.NoSuchThing  # noqa: B018
+    except AttributeError as err:
+        assert "NoSuchThing" in str(err)
+    else:
+        raise AssertionError("expected AttributeError")
+
+
+def test_importing_the_package_stays_light():
+    # the lazy exports exist so that `import lightning_div` does not pull Lightning or transformers
+    code = "import sys, lightning_div; print(sorted(m for m in ('pytorch_lightning', 'transformers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_py_typed_marker_ships():
+    assert (INIT.parent / "py.typed").exists()
+    assert '"py.typed"' in (INIT.parents[1] / "pyproject.toml").read_text()
