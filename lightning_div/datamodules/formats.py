@@ -117,9 +117,18 @@ def _check_max_history(max_history: int | None) -> None:
         raise ValueError(f"max_history must be an int >= 1 or None, got {max_history!r}")
 
 
+def missing_extra(package: str, what: str) -> ImportError:
+    """The error for an optional package of the ``demo`` extra that is not installed."""
+    return ImportError(f"{what} needs the package {package!r}, which comes with the demo extra: "
+                       f'pip install "lightning-div[demo]" (or pip install {package})')
+
+
 @lru_cache(maxsize=1)
 def _chitchat_corpus() -> dict:
-    import chitchat_dataset
+    try:
+        import chitchat_dataset
+    except ModuleNotFoundError as err:
+        raise missing_extra("chitchat-dataset", 'the Chit-Chat corpus (train="chitchat")') from err
 
     return chitchat_dataset.Dataset()
 
@@ -522,7 +531,10 @@ def read_hf(data: Any, split: str | None = None, max_history: int | None = None,
 
     Rows are read as records (see :class:`Fields`); errors name the dataset and row.
     """
-    import datasets
+    try:
+        import datasets
+    except ModuleNotFoundError as err:
+        raise missing_extra("datasets", "reading a Hugging Face dataset") from err
 
     if isinstance(data, (str, os.PathLike)):
         name = name or str(data)
