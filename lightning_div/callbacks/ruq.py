@@ -11,7 +11,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import optional_part, settings_changed
-from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.core import DialoguePair
 from lightning_div.distributed import distributed_map
 from lightning_div.metrics import ruq_margin, ruq_score
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference

@@ -13,7 +13,7 @@ from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import (check_finite_model, encoder_label, require_inputs, settings_changed,
                                             warn_if_all_empty)
-from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.core import DialoguePair
 from lightning_div.metrics import (DEFAULT_LEXICAL, check_lexical_names, cluster_js_divergence, count_vocab,
                                    lexical_scores, semantic_entropy, top_cluster_share)
 from lightning_div.tracking import log_table

@@ -21,7 +21,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from lightning_div.datamodules.formats import DialoguePair, as_pair
+from lightning_div.core import DialoguePair, as_pair
 
 __all__ = ["MODES", "NEGATIVE_BATCHES", "NEGATIVE_LOSSES", "Mode", "NegativeBatches", "NegativeLoss", "Negatives",
            "ReweightableDataModule", "check_choice"]
