@@ -62,7 +62,7 @@ def naive_scores(model, tok, contexts, responses, fmt, device) -> list[float]:
         for c, r in zip(contexts, responses):
             ctx, resp = fmt.encode_pair(c, r, tok, model)
             logits = model(torch.tensor([ctx + resp], device=device)).logits[0]
-            lp = logits.float().log_softmax(-1)[len(ctx) - 1:-1].gather(1, torch.tensor([resp], device=device).T)
+            lp = logits.float().log_softmax(-1)[len(ctx) - 1 : -1].gather(1, torch.tensor([resp], device=device).T)
             scores.append(float(lp.mean()))
     return scores
 
@@ -107,8 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--vocab-size", type=int, default=50257, help="model output size (DialoGPT: 50257)")
-    parser.add_argument("--naive-pairs", type=int, default=128,
-                        help="time the one-pair loops on this many pairs and scale up (0: all)")
+    parser.add_argument(
+        "--naive-pairs", type=int, default=128, help="time the one-pair loops on this many pairs and scale up (0: all)"
+    )
     parser.add_argument("--repeats", type=int, default=2, help="best of this many rounds")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
@@ -122,11 +123,17 @@ def main(argv: list[str] | None = None) -> None:
     while len(pairs) < args.pairs:
         conversations *= 2
         pairs = read_chitchat("train", max_history=3, max_conversations=conversations)
-    pairs = pairs[:args.pairs]
+    pairs = pairs[: args.pairs]
     tok = train_tokenizer(iter_texts(read_chitchat("train", max_history=3, max_conversations=300)), vocab_size=4000)
-    config = GPT2Config(vocab_size=max(args.vocab_size, len(tok)), n_positions=1024, n_embd=args.dim,
-                        n_layer=args.layers, n_head=args.heads, bos_token_id=tok.eos_token_id,
-                        eos_token_id=tok.eos_token_id)
+    config = GPT2Config(
+        vocab_size=max(args.vocab_size, len(tok)),
+        n_positions=1024,
+        n_embd=args.dim,
+        n_layer=args.layers,
+        n_head=args.heads,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).to(device).eval()
     fmt = DialogueFormat()
@@ -145,14 +152,18 @@ def main(argv: list[str] | None = None) -> None:
     batches = padded_batches(model, tok, contexts, responses, fmt, args.batch_size, device)
     generator = torch.Generator().manual_seed(0)
     hidden = [torch.randn(len(t), args.dim, generator=generator).to(device) for *_, t in batches]
-    times, out = timed_round_robin({
-        "naive": lambda: naive_scores(model, tok, sub_c, sub_r, fmt, device),
-        "single": lambda: response_scores(single, sub_c, sub_r),
-        "ours": lambda: response_scores(adapter, contexts, responses),
-        "floor": lambda: plain_forward(model, batches),
-        "body": lambda: body_forward(model, batches),
-        "head": lambda: output_layer(model, hidden, batches),
-    }, device, args.repeats)
+    times, out = timed_round_robin(
+        {
+            "naive": lambda: naive_scores(model, tok, sub_c, sub_r, fmt, device),
+            "single": lambda: response_scores(single, sub_c, sub_r),
+            "ours": lambda: response_scores(adapter, contexts, responses),
+            "floor": lambda: plain_forward(model, batches),
+            "body": lambda: body_forward(model, batches),
+            "head": lambda: output_layer(model, hidden, batches),
+        },
+        device,
+        args.repeats,
+    )
     scale = len(pairs) / n_naive
     t_naive, t_single, t_ours, t_floor = times["naive"] * scale, times["single"] * scale, times["ours"], times["floor"]
     worst = max(abs(a - out["ours"][i]) for a, i in zip(out["naive"], subset))
@@ -161,17 +172,21 @@ def main(argv: list[str] | None = None) -> None:
     targets = sum(len(t) for *_, t in batches)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}")
-    print(f"model: GPT-2 {args.layers} layers x {args.dim}, vocab {config.vocab_size}; "
-          f"{len(pairs)} chitchat pairs, {tokens} tokens ({padded / tokens:.2f}x after padding), "
-          f"{targets} of them response tokens; batch size {args.batch_size}")
+    print(
+        f"model: GPT-2 {args.layers} layers x {args.dim}, vocab {config.vocab_size}; "
+        f"{len(pairs)} chitchat pairs, {tokens} tokens ({padded / tokens:.2f}x after padding), "
+        f"{targets} of them response tokens; batch size {args.batch_size}"
+    )
     scaled = f"  (timed on {n_naive} pairs, scaled)" if n_naive < len(pairs) else ""
     print(f"naive loop                     : {t_naive:8.2f} s{scaled}")
     print(f"response_scores, batch_size=1  : {t_single:8.2f} s{scaled}")
     print(f"response_scores                : {t_ours:8.2f} s   (max |difference| from naive: {worst:.1e})")
     print(f"plain forward, same batches    : {t_floor:8.2f} s")
     bound = times["body"] + times["head"]
-    print(f"bound: body + output layer     : {bound:8.2f} s   (transformer body {times['body']:.2f} s + output "
-          f"layer at response tokens {times['head']:.2f} s: what every exact score pays)")
+    print(
+        f"bound: body + output layer     : {bound:8.2f} s   (transformer body {times['body']:.2f} s + output "
+        f"layer at response tokens {times['head']:.2f} s: what every exact score pays)"
+    )
     print(f"speed-up over the naive loop : {t_naive / t_ours:6.2f}x   (target >= 5)")
     print(f"cost over a plain forward    : {t_ours / t_floor:6.2f}x   (target <= 1.3)")
     print(f"most any exact scorer could gain over the naive loop here: {t_naive / bound:6.2f}x (naive / bound)")

@@ -23,8 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lightning_div.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
-from lightning_div.generation import (check_contexts, evaluation_mode, length_batches, model_device, pad_batch,
-                                      pad_id_of)
+from lightning_div.generation import check_contexts, evaluation_mode, length_batches, model_device, pad_batch, pad_id_of
 
 
 def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[list[str]]:
@@ -45,8 +44,9 @@ def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[l
     if isinstance(responses, (str, bytes)):
         raise TypeError("responses must be a list of strings, got one string")
     if len(contexts) != len(responses):
-        raise ValueError(f"contexts has {len(contexts)} entries but responses has {len(responses)}; "
-                         "they must pair up one to one")
+        raise ValueError(
+            f"contexts has {len(contexts)} entries but responses has {len(responses)}; they must pair up one to one"
+        )
     for i, r in enumerate(responses):
         if not isinstance(r, str):
             raise TypeError(f"responses[{i}] is {type(r).__name__}, expected str")
@@ -104,8 +104,8 @@ class _CausalScorer:
         tmask = torch.zeros((len(pairs), width), dtype=torch.bool)
         for row, ((_, resp), seq) in enumerate(zip(pairs, inputs)):
             end = width if self.side == "left" else len(seq)
-            targets[row, end - len(resp):end] = torch.as_tensor(resp)
-            tmask[row, end - len(resp):end] = True
+            targets[row, end - len(resp) : end] = torch.as_tensor(resp)
+            tmask[row, end - len(resp) : end] = True
         targets, tmask = targets.to(device), tmask.to(device)
 
         if self.head is not None:
@@ -131,8 +131,14 @@ def _unscored(response: list[int], prefix: list[int]) -> int:
     return n if n and response[:n] == prefix and len(response) > n else 0
 
 
-def _seq2seq_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id: int, start: int,
-                   prefix: list[int], device: torch.device) -> torch.Tensor:
+def _seq2seq_batch(
+    model: Any,
+    pairs: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    start: int,
+    prefix: list[int],
+    device: torch.device,
+) -> torch.Tensor:
     # Right padding on both sides: BART-style learned positions cannot be shifted.
     ids, mask = pad_batch([c for c, _ in pairs], pad_id, "right", device)
     dec, dmask = pad_batch([[start] + r[:-1] for _, r in pairs], pad_id, "right", device)
@@ -141,13 +147,21 @@ def _seq2seq_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id:
     scored = dmask.bool()
     # The decoder reads the target's BOS (as in training); its prediction is not part of the score.
     for row, (_, r) in enumerate(pairs):
-        scored[row, :_unscored(r, prefix)] = False
+        scored[row, : _unscored(r, prefix)] = False
     return _target_logprobs(logits[scored], targets[scored])
 
 
-def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], responses: Sequence[str], *,
-                           format: DialogueFormat | None = None, batch_size: int = 16, show_progress: bool = True,
-                           padding_side: str | None = None) -> list[torch.Tensor]:
+def token_logprobs_batched(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Context],
+    responses: Sequence[str],
+    *,
+    format: DialogueFormat | None = None,
+    batch_size: int = 16,
+    show_progress: bool = True,
+    padding_side: str | None = None,
+) -> list[torch.Tensor]:
     """log p(y_t | x, y_<t) of every response token (EOS included), one 1-D CPU tensor per pair.
 
     For seq2seq models the tokens are the response's and EOS: a BOS the tokenizer puts
@@ -186,11 +200,15 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
     if seq2seq and padding_side == "left":
-        raise ValueError("seq2seq models are scored with right padding only (their learned positions "
-                         "cannot be shifted); use padding_side='right' or None")
+        raise ValueError(
+            "seq2seq models are scored with right padding only (their learned positions "
+            "cannot be shifted); use padding_side='right' or None"
+        )
     if padding_side == "left" and "position_ids" not in params:
-        raise ValueError(f"{type(model).__name__}.forward takes no position_ids, so left padding would shift "
-                         "its positions; use padding_side='right' or None")
+        raise ValueError(
+            f"{type(model).__name__}.forward takes no position_ids, so left padding would shift "
+            "its positions; use padding_side='right' or None"
+        )
     pairs = list(fmt.encode_pairs(turns, responses, tokenizer, model))
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0
@@ -215,9 +233,11 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
 
 def _check_adapter(adapter: Any) -> None:
     if not callable(getattr(adapter, "token_logprobs", None)):
-        raise TypeError(f"expected a DialogueModelAdapter (with .token_logprobs), got {type(adapter).__name__}; "
-                        "wrap a Hugging Face model with lightning_div.adapters.CausalLMAdapter / Seq2SeqAdapter, "
-                        "or a LightningModule with resolve_adapter(pl_module)")
+        raise TypeError(
+            f"expected a DialogueModelAdapter (with .token_logprobs), got {type(adapter).__name__}; "
+            "wrap a Hugging Face model with lightning_div.adapters.CausalLMAdapter / Seq2SeqAdapter, "
+            "or a LightningModule with resolve_adapter(pl_module)"
+        )
 
 
 def _checked(logprobs: Sequence[torch.Tensor], n: int, who: str) -> list[torch.Tensor]:
@@ -280,8 +300,9 @@ def scores_from_logprobs(logprobs: Sequence[torch.Tensor]) -> list[float]:
     return [float(t.sum() / t.numel()) for t in _checked(logprobs, len(logprobs), "")]
 
 
-def position_profile(adapter: Any, contexts: Sequence[Context], responses: Sequence[str],
-                     max_positions: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def position_profile(
+    adapter: Any, contexts: Sequence[Context], responses: Sequence[str], max_positions: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(mean log-prob at each token position, number of responses reaching that position).
 
     Position 0 is a response's first token; a response contributes to the positions it has
@@ -307,8 +328,9 @@ def position_profile(adapter: Any, contexts: Sequence[Context], responses: Seque
     return profile_from_logprobs(logprobs, max_positions)
 
 
-def profile_from_logprobs(logprobs: Sequence[torch.Tensor],
-                          max_positions: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def profile_from_logprobs(
+    logprobs: Sequence[torch.Tensor], max_positions: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`position_profile` from token log-probs already computed (e.g. by the RUQ scoring pass).
 
     Args:
@@ -336,11 +358,19 @@ def profile_from_logprobs(logprobs: Sequence[torch.Tensor],
     if max_positions is not None:
         width = min(width, max_positions)
     padded = torch.nn.utils.rnn.pad_sequence([t[:width] for t in logprobs], batch_first=True)
-    present = torch.nn.utils.rnn.pad_sequence([torch.ones(min(t.numel(), width)) for t in logprobs],
-                                              batch_first=True).bool()
+    present = torch.nn.utils.rnn.pad_sequence(
+        [torch.ones(min(t.numel(), width)) for t in logprobs], batch_first=True
+    ).bool()
     counts = present.sum(0)
     sums = padded.masked_fill(~present, 0.0).sum(0)
     return (sums / counts).numpy(), counts.numpy().astype(np.int64)
 
 
-__all__ = ["response_scores", "position_profile", "profile_from_logprobs", "scores_from_logprobs", "token_logprobs_batched", "check_pairs"]
+__all__ = [
+    "response_scores",
+    "position_profile",
+    "profile_from_logprobs",
+    "scores_from_logprobs",
+    "token_logprobs_batched",
+    "check_pairs",
+]

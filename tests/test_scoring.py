@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
+
 from lightning_div.adapters import CausalLMAdapter, Seq2SeqAdapter
 from lightning_div.formatting import DialogueFormat
 from lightning_div.metrics import ruq_score
@@ -144,8 +144,11 @@ def test_ruq_sanity_idk_model_and_reference_model():
     tok = tokenizer(False)
     fmt = DialogueFormat(max_turns=1)  # short sequences keep the training cheap
     train = chitchat_pairs("train", 60)[:16]
-    evals = [p for p in chitchat_pairs("validation", 60)
-             if 4 <= len(p.response.split()) <= 12 and "know" not in p.response.lower()][:8]
+    evals = [
+        p
+        for p in chitchat_pairs("validation", 60)
+        if 4 <= len(p.response.split()) <= 12 and "know" not in p.response.lower()
+    ][:8]
     assert len(evals) == 8
     ctx, refs = [list(p.context) for p in evals], [p.response for p in evals]
 

@@ -53,11 +53,21 @@ class RUQMonitor(ValidationMonitor):
 
     kind = "ruq"
 
-    def __init__(self, idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
-                 num_train_prompts: int | None = 256, num_val_prompts: int | None = 256,
-                 train_pairs: PairsSource | None = None, val_pairs: PairsSource | None = None, plot: bool = True, num_plot_prompts: int = 64,
-                 num_beams: int = 5, warn_below: float | None = None, warn_drop: float | None = 10.0,
-                 reference: ReferenceChoice = "lowest", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
+        num_train_prompts: int | None = 256,
+        num_val_prompts: int | None = 256,
+        train_pairs: PairsSource | None = None,
+        val_pairs: PairsSource | None = None,
+        plot: bool = True,
+        num_plot_prompts: int = 64,
+        num_beams: int = 5,
+        warn_below: float | None = None,
+        warn_drop: float | None = 10.0,
+        reference: ReferenceChoice = "lowest",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         idk = list(idk_responses)
         if not idk or not all(isinstance(s, str) and s.strip() for s in idk):
@@ -79,8 +89,9 @@ class RUQMonitor(ValidationMonitor):
 
     def _sample(self, trainer: pl.Trainer, split: str) -> list[DialoguePair]:
         if split == "train":
-            return self.fixed_sample(trainer, "train", self.train_pairs_arg, "train_pairs", self.num_train_prompts,
-                                     self.seed)
+            return self.fixed_sample(
+                trainer, "train", self.train_pairs_arg, "train_pairs", self.num_train_prompts, self.seed
+            )
         return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_val_prompts, self.seed + 1)
 
     @property
@@ -95,8 +106,14 @@ class RUQMonitor(ValidationMonitor):
             return adapter.token_logprobs([list(c) for c, _ in batch], [r for _, r in batch])
 
         key = [sum(len(t) for t in c) + len(r) for c, r in items]
-        return distributed_map(score, items, self.batch_size, sort_key=key, show_progress=self.show_progress,
-                               desc=f"RUQ scoring ({len(items)} pairs)")
+        return distributed_map(
+            score,
+            items,
+            self.batch_size,
+            sort_key=key,
+            show_progress=self.show_progress,
+            desc=f"RUQ scoring ({len(items)} pairs)",
+        )
 
     def compute(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
         """RUQ and its margin for every IDK string over ``pairs`` (one batched, sharded scoring pass)."""
@@ -108,7 +125,7 @@ class RUQMonitor(ValidationMonitor):
         refs, idks, pos = [], [[] for _ in self.idk_responses], 0
         for p in pairs:
             k = len(p.all_references)
-            refs.append(scores[pos:pos + k])
+            refs.append(scores[pos : pos + k])
             pos += k
             for j in range(len(self.idk_responses)):
                 idks[j].append(scores[pos + j])
@@ -123,8 +140,12 @@ class RUQMonitor(ValidationMonitor):
 
     def _plot(self, trainer: pl.Trainer, adapter: Any, pairs: Sequence[DialoguePair]) -> None:
         pairs = list(pairs[: self.num_plot_prompts])
-        beams = self.generate(adapter, [p.context for p in pairs], {"num_beams": self.num_beams, "do_sample": False},
-                              "RUQ plot: beam search")
+        beams = self.generate(
+            adapter,
+            [p.context for p in pairs],
+            {"num_beams": self.num_beams, "do_sample": False},
+            "RUQ plot: beam search",
+        )
         lines = {"reference": [p.response for p in pairs], f"beam ({self.num_beams})": beams}
         for j, s in enumerate(self.idk_responses):
             lines[f"IDK {j + 1}: {s}"] = [s] * len(pairs)
@@ -134,7 +155,7 @@ class RUQMonitor(ValidationMonitor):
             return
         fig, ax = new_figure(figsize=(7, 4))
         for k, name in enumerate(lines):
-            means, counts = profile_from_logprobs(logprobs[k * len(pairs):(k + 1) * len(pairs)])
+            means, counts = profile_from_logprobs(logprobs[k * len(pairs) : (k + 1) * len(pairs)])
             # A position only a handful of long responses reach is noise, not a profile.
             keep = counts >= max(1, int(0.1 * len(pairs)))
             ax.plot(np.arange(1, len(means) + 1)[keep], means[keep], marker="o", markersize=3, label=name)
@@ -150,11 +171,12 @@ class RUQMonitor(ValidationMonitor):
         if self.warn_below is not None and value < self.warn_below:
             reasons.append(f"val/ruq = {value:.1f} is below warn_below = {self.warn_below}")
         if self.warn_drop is not None and self.last_val_ruq is not None and self.last_val_ruq - value > self.warn_drop:
-            reasons.append(f"val/ruq dropped from {self.last_val_ruq:.1f} to {value:.1f} "
-                           f"(more than warn_drop = {self.warn_drop})")
+            reasons.append(
+                f"val/ruq dropped from {self.last_val_ruq:.1f} to {value:.1f} (more than warn_drop = {self.warn_drop})"
+            )
         self.last_val_ruq = value
         for r in reasons:
-            rank_zero_warn(f"RUQMonitor: {r}: the model increasingly prefers \"{self.idk_responses[0]}\"")
+            rank_zero_warn(f'RUQMonitor: {r}: the model increasingly prefers "{self.idk_responses[0]}"')
         return 1.0 if reasons else 0.0
 
     # -- hooks --------------------------------------------------------------------------------------
@@ -189,23 +211,35 @@ class RUQMonitor(ValidationMonitor):
 
     def settings(self) -> dict[str, Any]:
         """What the checkpointed samples and last value depend on: a change makes them stale on resume."""
-        return {"idk_responses": list(self.idk_responses), "num_train_prompts": self.num_train_prompts,
-                "num_val_prompts": self.num_val_prompts, "seed": self.seed}
+        return {
+            "idk_responses": list(self.idk_responses),
+            "num_train_prompts": self.num_train_prompts,
+            "num_val_prompts": self.num_val_prompts,
+            "seed": self.seed,
+        }
 
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), "idk_responses": tuple(self.idk_responses)}
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": dict(self._sample_indices), "last_val_ruq": self.last_val_ruq,
-                "settings": self.settings()}
+        return {
+            **super().state_dict(),
+            "indices": dict(self._sample_indices),
+            "last_val_ruq": self.last_val_ruq,
+            "settings": self.settings(),
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.forget_samples()
-        if settings_changed(self, state_dict.get("settings"), self.settings(),
-                            "the prompt samples are drawn again and warn_drop starts afresh"):
+        if settings_changed(
+            self,
+            state_dict.get("settings"),
+            self.settings(),
+            "the prompt samples are drawn again and warn_drop starts afresh",
+        ):
             return
         self._restore_sample_indices(state_dict.get("indices", {}))
         self.last_val_ruq = state_dict.get("last_val_ruq")
