@@ -108,7 +108,7 @@ class DiversityCLI(LightningCLI):
         # exist yet (the demo's runs/demo on a first run) prints "git root ... does not exist".
         for lg in self.trainer.loggers:
             if tracker_kind(lg) == "WandbLogger" and getattr(lg, "save_dir", None):
-                Path(lg.save_dir).mkdir(parents=True, exist_ok=True)
+                Path(str(lg.save_dir)).mkdir(parents=True, exist_ok=True)
 
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:
@@ -117,7 +117,7 @@ class DiversityCLI(LightningCLI):
         # open would be reused by the next WandbLogger in the same process.
         for lg in self.trainer.loggers:
             if tracker_kind(lg) == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
-                lg.experiment.finish()
+                lg.experiment.finish()  # type: ignore[attr-defined]  # a WandbLogger (checked above)
 
 
 # What a user gets wrong (a missing or malformed file, an encoder that cannot load, a bad value): said in one

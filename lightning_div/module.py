@@ -166,8 +166,9 @@ class DialogueLM(pl.LightningModule):
         self.log("test/loss", loss, on_epoch=True, sync_dist=True, batch_size=batch["labels"].size(0))
 
     def configure_optimizers(self) -> Any:
-        hp = self.hparams
-        decay, no_decay = [], []
+        hp: Any = self.hparams  # Lightning's AttributeDict of the constructor's arguments
+        decay: list[torch.nn.Parameter] = []
+        no_decay: list[torch.nn.Parameter] = []
         for name, p in self.model.named_parameters():
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
         opt = torch.optim.AdamW(

@@ -68,10 +68,11 @@ class ExactDistributedSampler(ResumableSampler):
         seed: int = 0,
     ) -> None:
         num_replicas, rank = _replicas(num_replicas, rank)
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)
+        # torch types `dataset` as Dataset, but only its length is used: any Sized will do
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[int]:
-        n = len(self.dataset)
+        n = len(self.dataset)  # type: ignore[arg-type]
         if self.shuffle:
             g = torch.Generator()
             g.manual_seed(self.seed + self.epoch)
@@ -113,7 +114,7 @@ class SeparateBatchSampler(ResumableSampler):
         seed: int = 0,
     ) -> None:
         num_replicas, rank = _replicas(num_replicas, rank)
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)  # type: ignore[arg-type]
         self.groups = [int(g) for g in groups]
         if any(g < 0 for g in self.groups) or sum(self.groups) != len(dataset):
             raise ValueError(f"group sizes {self.groups} must be >= 0 and add up to the {len(dataset)} examples")
@@ -127,7 +128,7 @@ class SeparateBatchSampler(ResumableSampler):
 
     def batches(self) -> list[list[int]]:
         """This epoch's global batches (``batch_size * num_replicas`` indices each), in training order."""
-        n, global_batch = len(self.dataset), self.batch_size * self.num_replicas
+        n, global_batch = len(self.dataset), self.batch_size * self.num_replicas  # type: ignore[arg-type]
         g = torch.Generator()
         g.manual_seed(self.seed + self.epoch)
         batches, start = [], 0
@@ -182,7 +183,7 @@ class WeightedDistributedSampler(ResumableSampler):
         seed: int = 0,
     ) -> None:
         num_replicas, rank = _replicas(num_replicas, rank)
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)  # type: ignore[arg-type]
         w = check_sampling_weights(weights)
         if len(w) != len(dataset):
             raise ValueError(f"got {len(w)} weights for {len(dataset)} examples")

@@ -73,7 +73,7 @@ class AddNegatives(pl.Callback):
 
 
 def all_batches(loader):
-    return [b for b in loader]
+    return list(loader)
 
 
 # ---------------------------------------------------------------------------------------------- batch layout
@@ -84,7 +84,7 @@ def test_causal_batch_layout_token_by_token():
     eos = tok.eos_token_id
     dm = DialogueDataModule(train=PAIRS, val=None, tokenizer=tok, batch_size=2, show_progress=False)
     batch = next(iter(dm.train_dataloader()))
-    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]
     # DialoGPT layout: every context turn followed by EOS, then the response and EOS
     expected = {
         0: (ids("Hi there") + [eos] + ids("How are you?") + [eos], ids("Fine") + [eos]),
@@ -110,7 +110,7 @@ def test_seq2seq_batch_layout_token_by_token():
     dm = DialogueDataModule(train=PAIRS, val=None, tokenizer=tok, seq2seq=True, batch_size=2, show_progress=False)
     assert dm.seq2seq
     batch = next(iter(dm.train_dataloader()))
-    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]
     # encoder: <s> turn1 \n turn2 </s>; decoder target: <s> response </s>
     expected = {
         0: ([bos] + ids("Hi there") + ids("\n") + ids("How are you?") + [eos], [bos] + ids("Fine") + [eos]),
@@ -413,7 +413,7 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
         assert real == list(range(size))  # every example exactly once over both ranks
         padding = [(i, w) for i, w in seen[epoch] if i < 0]
         assert padding == [(-1, 0.0)]  # the one row that evens out the shards weighs nothing
-        weights = dict((i, w) for i, w in seen[epoch] if i >= 0)
+        weights = {i: w for i, w in seen[epoch] if i >= 0}
         assert [weights[i] for i in range(n)] == pytest.approx(gold_weights.astype(np.float32).tolist())
         assert all(w > 0 for i, w in weights.items() if i < n)
     assert [dict(seen[1])[i] for i in (n, n + 1)] == [-1.0, -1.0]

@@ -364,7 +364,7 @@ def test_chitchat_split_sizes():
             assert pairs == read_chitchat(split, max_history=3)
     assert examples == {"train": 118_529, "validation": 6_025, "test": 7_003}
     # splits are disjoint conversations
-    ids = [set(c for c, _ in chitchat_conversations(s)) for s in ("train", "validation", "test")]
+    ids = [{c for c, _ in chitchat_conversations(s)} for s in ("train", "validation", "test")]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
 
 

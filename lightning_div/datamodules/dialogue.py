@@ -39,7 +39,15 @@ from lightning_div.datamodules.formats import (
     as_pair,
     read_pairs,
 )
-from lightning_div.datamodules.protocol import MODES, NEGATIVE_BATCHES, Mode, Negatives, check_choice
+from lightning_div.datamodules.protocol import (
+    MODES,
+    NEGATIVE_BATCHES,
+    Mode,
+    NegativeBatches,
+    NegativeLoss,
+    Negatives,
+    check_choice,
+)
 from lightning_div.distributed import rank_and_world
 from lightning_div.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
 from lightning_div.generation import pad_id_of
@@ -64,6 +72,11 @@ _REQUIRED = {"fit": "train", "validate": "val", "test": "test"}
 
 def _plain(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None)))
+
+
+def _reload_every(trainer: Any) -> int:
+    """``Trainer(reload_dataloaders_every_n_epochs=)``: set in ``Trainer.__init__``, not declared on the class."""
+    return int(getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0)
 
 
 class DialogueDataModule(pl.LightningDataModule):
@@ -172,7 +185,7 @@ class DialogueDataModule(pl.LightningDataModule):
             positive_responses=positive_responses_field,
             dialog=dialog_field,
         )
-        self._csv = dict(
+        self._csv: dict[str, Any] = dict(
             context_separator=context_separator, references_separator=references_separator, delimiter=delimiter
         )
         self._pairs: dict[str, list[DialoguePair]] = {}
@@ -331,7 +344,7 @@ class DialogueDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Read and tokenise the data the stage needs (once; later calls reuse it)."""
         names = _STAGE_NAMES.get(stage, NAMES) if stage is not None else NAMES
-        required = _REQUIRED.get(stage)
+        required = _REQUIRED.get(stage) if stage is not None else None
         if required is not None and self._sources[required] is None:
             raise ValueError(f"stage {stage!r} needs {required} data: pass {required}=")
         self._ensure_model()
@@ -435,7 +448,7 @@ class DialogueDataModule(pl.LightningDataModule):
                 f"got {type(negatives).__name__}"
             )
         trainer = self._trainer_or_none()
-        if self._train_loader_built and trainer is not None and not trainer.reload_dataloaders_every_n_epochs:
+        if self._train_loader_built and trainer is not None and not _reload_every(trainer):
             raise ValueError(
                 "DialogueDataModule.apply_weights: the train dataloader is already built and this "
                 "Trainer never rebuilds it, so the new weights would not be used: create the Trainer "
@@ -455,7 +468,7 @@ class DialogueDataModule(pl.LightningDataModule):
             stacklevel=3,
         )
 
-    def set_negative_loss(self, negative_loss: str) -> None:
+    def set_negative_loss(self, negative_loss: NegativeLoss) -> None:
         """Deprecated: pass ``Negatives(loss=...)`` to :meth:`apply_weights`. Sets :attr:`negative_loss`."""
         self._legacy("set_negative_loss")
         self._negatives = replace(self._negatives, loss=negative_loss)
@@ -475,7 +488,7 @@ class DialogueDataModule(pl.LightningDataModule):
         self._set(weights, self._negatives, self._mode, "sample weights")
         self._changed()
 
-    def set_negatives(self, pairs: list[DialoguePair], weights: np.ndarray, batches: str = "mixed") -> None:
+    def set_negatives(self, pairs: list[DialoguePair], weights: np.ndarray, batches: NegativeBatches = "mixed") -> None:
         """Deprecated: use :meth:`apply_weights` with :class:`~lightning_div.datamodules.protocol.Negatives`.
 
         Replaces the extra (e.g. generated, weight -1) examples trained on from the next epoch;
@@ -520,9 +533,9 @@ class DialogueDataModule(pl.LightningDataModule):
         trainer = self._trainer_or_none()
         if not self._train_loader_built or trainer is None:
             return
-        every = trainer.reload_dataloaders_every_n_epochs
+        every = _reload_every(trainer)
         if not every:
-            trainer.reload_dataloaders_every_n_epochs = 1
+            trainer.reload_dataloaders_every_n_epochs = 1  # type: ignore[attr-defined]  # see _reload_every
             _info(
                 "DialogueDataModule: the training data changed, so the train dataloader is now rebuilt every "
                 "epoch (Trainer.reload_dataloaders_every_n_epochs = 1)"
@@ -549,7 +562,7 @@ class DialogueDataModule(pl.LightningDataModule):
 
     def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int, progress: Any = None) -> DataLoader:
         collate = DialogueCollator(pad_id_of(self.tokenizer), seq2seq=self.seq2seq)
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             batch_size=batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers, drop_last=False
         )
         if progress is not None:

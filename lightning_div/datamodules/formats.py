@@ -613,8 +613,9 @@ def detect_format(path: str | os.PathLike) -> str:
     suffix = p.suffix.lower()
     if suffix not in _EXTENSIONS:
         raise ValueError(f"{path}: cannot tell the format from the extension {suffix!r}; pass format= one of {FORMATS}")
-    if _EXTENSIONS[suffix] is not None:
-        return _EXTENSIONS[suffix]
+    known = _EXTENSIONS[suffix]
+    if known is not None:
+        return known
     first = next((line for _, line in _lines(_read_text(p))), "")
     if first.startswith("text:"):
         return "parlai"
@@ -681,7 +682,7 @@ def read_pairs(
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"format={format!r} is unknown; use 'auto' or one of {FORMATS}")
     fields = _fields(fields, field_names)
-    common = dict(max_history=max_history, dedupe=dedupe)
+    common: dict[str, Any] = dict(max_history=max_history, dedupe=dedupe)
     if isinstance(source, str) and (source == "chitchat" or source.startswith("chitchat:")):
         chosen = source.partition(":")[2] or split
         return read_chitchat_pairs(_check_split(chosen), max_conversations=max_conversations, **common)

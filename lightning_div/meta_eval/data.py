@@ -124,8 +124,9 @@ def read_released_csv(path: str | Path) -> MetaEvalData:
     try:
         with path.open(encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
-            resp_fields = _check_header(reader.fieldnames, path)
-            metric_fields = [c for c in reader.fieldnames if c.startswith("metric_") and not c.endswith("_std")]
+            header = list(reader.fieldnames or [])
+            resp_fields = _check_header(header, path)
+            metric_fields = [c for c in header if c.startswith("metric_") and not c.endswith("_std")]
             precomputed = {c: [] for c in metric_fields}
             for row in reader:
                 line = reader.line_num
@@ -194,7 +195,8 @@ def read_sets_jsonl(path: str | Path) -> MetaEvalData:
         ValueError: invalid JSON, a missing field or non-UTF-8 bytes, naming file and line.
     """
     path = Path(path)
-    sets, names = [], []
+    sets: list[ResponseSet] = []
+    names: list[str] = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as err:

@@ -33,7 +33,7 @@ def plot_result(result: Mapping[str, Any], path: str | Path, label_name: str = "
         ax.set_title(f"decTest {name}: Spearman ρ = {result['spearman']:.2f} {ci}", fontsize=10)
     else:
         y = np.asarray(result["labels"])
-        bins = np.histogram_bin_edges(scores, bins=20)
+        bins = np.histogram_bin_edges(scores, bins=20).tolist()
         ax.hist(scores[y == 1], bins=bins, alpha=0.5, label=f"high content diversity ({int((y == 1).sum())})")
         ax.hist(scores[y == 0], bins=bins, alpha=0.5, label=f"low content diversity ({int((y == 0).sum())})")
         ax.axvline(result["threshold"], color="black", ls="--", lw=1, label="optimal threshold")

@@ -19,6 +19,9 @@ from scipy.stats import rankdata, spearmanr
 from lightning_div.meta_eval.set_metrics import mapping_of, metric_name, score_sets
 from lightning_div.threshold import SetMetric
 
+#: Numbers as a list or an array (scores, parameters, labels).
+Values = Sequence[Any] | np.ndarray
+
 # Bootstrap resamples are ranked in chunks of at most this many values (bounded memory for big tests).
 _CHUNK_VALUES = 4_000_000
 
@@ -45,7 +48,7 @@ def _paired(x: Any, y: Any, x_name: str, y_name: str, minimum: int = 3) -> tuple
     return x, y
 
 
-def spearman(x: Sequence[float], y: Sequence[float], name: str = "metric") -> tuple[float, float]:
+def spearman(x: Values, y: Values, name: str = "metric") -> tuple[float, float]:
     """Spearman's ρ and its two-sided p-value (scipy); both NaN, with one warning, if either side is constant.
 
     Args:
@@ -84,7 +87,7 @@ def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def bootstrap_spearman_ci(
-    x: Sequence[float], y: Sequence[float], n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
+    x: Values, y: Values, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
 ) -> tuple[float, float]:
     """Percentile bootstrap CI of Spearman's ρ: sets resampled with replacement ``n_boot`` times (seeded).
 
@@ -127,7 +130,7 @@ def bootstrap_spearman_ci(
     return float(low), float(high)
 
 
-def check_binary_labels(labels: Sequence[Any], name: str = "labels") -> np.ndarray:
+def check_binary_labels(labels: Values, name: str = "labels") -> np.ndarray:
     """Labels as 0 (low content diversity) / 1 (high); bools, ints or 0.0/1.0 floats; both classes present."""
     y = _as_values(labels, name)
     bad = np.flatnonzero((y != 0) & (y != 1))
@@ -140,7 +143,7 @@ def check_binary_labels(labels: Sequence[Any], name: str = "labels") -> np.ndarr
     return y.astype(np.int64)
 
 
-def optimal_classification_accuracy(scores: Sequence[float], labels: Sequence[Any]) -> dict[str, Any]:
+def optimal_classification_accuracy(scores: Values, labels: Values) -> dict[str, Any]:
     """OCA: the best accuracy of a single threshold η on the metric (Tevet & Berant, section 6.4).
 
     The classifier says "high content diversity" (label 1) when score > η, else "low" (0);
@@ -211,8 +214,8 @@ def _correlation(
 
 
 def dec_test_from_scores(
-    scores: Sequence[float],
-    parameters: Sequence[float],
+    scores: Values,
+    parameters: Values,
     name: str = "metric",
     n_boot: int = 1000,
     seed: int = 0,
@@ -243,8 +246,8 @@ def dec_test_from_scores(
 
 
 def con_test_from_scores(
-    scores: Sequence[float],
-    labels: Sequence[Any],
+    scores: Values,
+    labels: Values,
     name: str = "metric",
     n_boot: int = 1000,
     seed: int = 0,
@@ -277,7 +280,7 @@ def con_test_from_scores(
 def dec_test(
     metric: SetMetric,
     sets: Sequence[Sequence[str]],
-    parameters: Sequence[float],
+    parameters: Values,
     n_boot: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
@@ -313,7 +316,7 @@ def dec_test(
 def con_test(
     metric: SetMetric,
     sets: Sequence[Sequence[str]],
-    labels: Sequence[Any],
+    labels: Values,
     n_boot: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
@@ -345,7 +348,7 @@ def con_test(
     return con_test_from_scores(scores, labels, metric_name(metric), n_boot, seed, confidence)
 
 
-def infer_test(parameters: Sequence[float]) -> str:
+def infer_test(parameters: Values) -> str:
     """``"con"`` when every parameter is 0 or 1 (conTest labels), else ``"dec"``.
 
     Args:
@@ -364,7 +367,7 @@ def infer_test(parameters: Sequence[float]) -> str:
 def meta_evaluate(
     metrics: SetMetric | Sequence[SetMetric] | Mapping[str, SetMetric],
     sets: Sequence[Sequence[str]],
-    parameters: Sequence[float],
+    parameters: Values,
     test: str = "auto",
     n_boot: int = 1000,
     seed: int = 0,

@@ -349,6 +349,7 @@ def lexical_scores(
     out = {}
     for name in check_lexical_names(names):
         m = _LEXICAL.match(name)
+        assert m is not None  # check_lexical_names accepted the name
         if m.group(2):
             fn = distinct_n_utterance if m.group(3) else distinct_n
             out[name] = fn(texts, int(m.group(2)), tokenizer, lowercase)

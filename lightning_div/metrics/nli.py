@@ -42,7 +42,7 @@ def normalise_label(label: object, where: str = "label") -> str:
 
 
 def nli_diversity(
-    labels: Sequence[str], variant: str = "baseline", confidences: Sequence[float] | None = None
+    labels: Sequence[str], variant: str = "baseline", confidences: Sequence[float] | np.ndarray | None = None
 ) -> float:
     """NLI Diversity of one response set (Stasaski & Hearst, 2022).
 

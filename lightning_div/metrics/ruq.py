@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, Union
+from typing import Literal, Union, cast
 
 import numpy as np
 
@@ -20,7 +20,7 @@ def _finite(value: float, where: str) -> float:
     return v
 
 
-def check_reference(reference: str) -> str:
+def check_reference(reference: str) -> ReferenceChoice:
     """Check a reference choice.
 
     Args:
@@ -37,7 +37,7 @@ def check_reference(reference: str) -> str:
             f"reference must be 'lowest' (the paper's recommendation) or 'first' (the single "
             f"original reference of the paper's tables), got {reference!r}"
         )
-    return reference
+    return cast(ReferenceChoice, reference)
 
 
 def reference_scores_of(reference_scores: Scores, reference: ReferenceChoice = "lowest") -> list[float]:

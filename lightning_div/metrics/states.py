@@ -218,6 +218,8 @@ class SemanticEntropy(Metric):
     higher_is_better = True
     full_state_update = False
 
+    counts: torch.Tensor  # a torchmetrics state (add_state), typed for the checker
+
     def __init__(self, num_clusters: int = 20, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         cluster_histogram([], num_clusters)  # validates num_clusters
@@ -254,6 +256,9 @@ class RUQ(Metric):
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
+
+    preferred: torch.Tensor  # torchmetrics states (add_state), typed for the checker
+    total: torch.Tensor
 
     def __init__(self, reference: ReferenceChoice = "lowest", **kwargs: Any) -> None:
         super().__init__(**kwargs)
