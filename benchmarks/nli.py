@@ -82,12 +82,20 @@ def main(argv: list[str] | None = None) -> None:
     pairs = read_chitchat("train", max_history=1, max_conversations=300)
     pool = list(dict.fromkeys(p.response for p in pairs))
     tok = train_tokenizer(iter_texts(pairs), vocab_size=4000, seq2seq=True)
-    config = RobertaConfig(vocab_size=max(args.vocab_size, len(tok)), hidden_size=args.dim,
-                           num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                           intermediate_size=4 * args.dim, max_position_embeddings=514,
-                           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                           eos_token_id=tok.eos_token_id, num_labels=3, initializer_range=0.5,
-                           id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"})
+    config = RobertaConfig(
+        vocab_size=max(args.vocab_size, len(tok)),
+        hidden_size=args.dim,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.dim,
+        max_position_embeddings=514,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        num_labels=3,
+        initializer_range=0.5,
+        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+    )
     torch.manual_seed(0)
     model = RobertaForSequenceClassification(config).to(device).eval()
     scorer = NLIScorer.from_model(model, tok, batch_size=args.batch_size, show_progress=False)
@@ -111,20 +119,32 @@ def main(argv: list[str] | None = None) -> None:
         seen.append(len(texts) * (len(texts) - 1))
         return float(scorer.score_sets([texts])[0].counts["contradiction"])
 
-    t_thr_naive, naive_runs = timed(lambda: diversity_threshold_generate_many(
-        sampler, contexts, metric=contradictions, threshold=10, show_progress=False), device)
-    t_thr_ours, our_runs = timed(lambda: diversity_threshold_generate_many(
-        sampler, contexts, scorer=scorer, metric="contradictions", threshold=10, show_progress=False), device)
+    t_thr_naive, naive_runs = timed(
+        lambda: diversity_threshold_generate_many(
+            sampler, contexts, metric=contradictions, threshold=10, show_progress=False
+        ),
+        device,
+    )
+    t_thr_ours, our_runs = timed(
+        lambda: diversity_threshold_generate_many(
+            sampler, contexts, scorer=scorer, metric="contradictions", threshold=10, show_progress=False
+        ),
+        device,
+    )
     same = [a.responses for a in naive_runs] == [b.responses for b in our_runs]
     drawn = sum(r.samples_drawn for r in our_runs)
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}")
-    print(f"model: RoBERTa {args.layers} layers x {args.dim}, vocab {config.vocab_size}; "
-          f"{args.sets} chitchat sets of 5 = {20 * args.sets} pairs, batch size {args.batch_size}")
+    print(
+        f"model: RoBERTa {args.layers} layers x {args.dim}, vocab {config.vocab_size}; "
+        f"{args.sets} chitchat sets of 5 = {20 * args.sets} pairs, batch size {args.batch_size}"
+    )
     print(f"naive pair loop : {t_naive:8.2f} s")
-    print(f"score_sets      : {t_ours:8.2f} s   (labels agree on {agree}/{len(ref)} pairs; max |difference| in "
-          f"probabilities {worst:.1e}: float32 padding noise, large with these wide random weights)")
+    print(
+        f"score_sets      : {t_ours:8.2f} s   (labels agree on {agree}/{len(ref)} pairs; max |difference| in "
+        f"probabilities {worst:.1e}: float32 padding noise, large with these wide random weights)"
+    )
     print(f"speed-up of score_sets over the naive loop: {t_naive / t_ours:6.2f}x   (target >= 3)")
     print(f"threshold generation, {args.contexts} contexts, {drawn} samples drawn in all:")
     print(f"  re-scoring every subset : {t_thr_naive:8.2f} s   ({sum(seen)} pair predictions)")

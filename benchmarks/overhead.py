@@ -65,13 +65,21 @@ CONFIGS: dict[str, list[str]] = {
     "dress": [DRESS],
     "all": [SEM, RUQ, DRESS],
 }
-LABELS = {"none": "no callbacks (baseline)", "sem_div": SEM, "ruq": RUQ, "monitors": f"{SEM} + {RUQ}",
-          "monitors_no_views": f"{SEM}(cluster_views=False) + {RUQ}",
-          "dress": DRESS, "all": "all three"}
+LABELS = {
+    "none": "no callbacks (baseline)",
+    "sem_div": SEM,
+    "ruq": RUQ,
+    "monitors": f"{SEM} + {RUQ}",
+    "monitors_no_views": f"{SEM}(cluster_views=False) + {RUQ}",
+    "dress": DRESS,
+    "all": "all three",
+}
 # --quick: sample sizes small enough for a ~2 min smoke run of the whole script
-QUICK_CALLBACK_ARGS = {SEM: {"num_contexts": 32}, RUQ: {"num_train_prompts": 32, "num_val_prompts": 32,
-                                                        "num_plot_prompts": 8},
-                       DRESS: {"num_negative_contexts": 32}}
+QUICK_CALLBACK_ARGS = {
+    SEM: {"num_contexts": 32},
+    RUQ: {"num_train_prompts": 32, "num_val_prompts": 32, "num_plot_prompts": 8},
+    DRESS: {"num_negative_contexts": 32},
+}
 
 
 def instantiate(spec: dict[str, Any], **overrides: Any) -> Any:
@@ -95,9 +103,11 @@ def cpu_seconds() -> float:
 
 # Where the callbacks call the cluster views (cards, labelled histogram, heatmap, shares CSV, DRESS's
 # per-cluster figure and table): timed by wrapping the names the callbacks imported.
-VIEW_FUNCTIONS = [("lightning_div.callbacks.semantic_diversity", "log_cards_once"),
-                  ("lightning_div.callbacks.semantic_diversity", "log_collapse"),
-                  ("lightning_div.callbacks.dress", "log_dress_round")]
+VIEW_FUNCTIONS = [
+    ("lightning_div.callbacks.semantic_diversity", "log_cards_once"),
+    ("lightning_div.callbacks.semantic_diversity", "log_collapse"),
+    ("lightning_div.callbacks.dress", "log_dress_round"),
+]
 
 
 def time_views(module_name: str, fn_name: str, into: dict[int, float]) -> None:
@@ -119,7 +129,6 @@ def time_views(module_name: str, fn_name: str, into: dict[int, float]) -> None:
             into[epoch] = into.get(epoch, 0.0) + time.perf_counter() - start
 
     setattr(module, fn_name, timed)
-
 
 
 def run_child(args: argparse.Namespace) -> dict[str, Any]:
@@ -151,10 +160,12 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         time_views(module, fn, views_s)
     fit_start_s: dict[str, float] = {}
     for cb in callbacks:  # time each callback's one-off fit-start work
+
         def timed(trainer, pl_module, _cb=cb, _orig=cb.on_fit_start):
             start = time.perf_counter()
             _orig(trainer, pl_module)
             fit_start_s[type(_cb).__name__] = time.perf_counter() - start
+
         cb.on_fit_start = timed
 
     class EpochClock(Callback):
@@ -179,11 +190,19 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     clock = EpochClock()
     t = config["trainer"]
     trainer = pl.Trainer(
-        max_epochs=args.epochs, accelerator="gpu" if args.device == "cuda" else "cpu", devices=1,
-        num_sanity_val_steps=t.get("num_sanity_val_steps", 0), log_every_n_steps=t.get("log_every_n_steps", 50),
+        max_epochs=args.epochs,
+        accelerator="gpu" if args.device == "cuda" else "cpu",
+        devices=1,
+        num_sanity_val_steps=t.get("num_sanity_val_steps", 0),
+        log_every_n_steps=t.get("log_every_n_steps", 50),
         reload_dataloaders_every_n_epochs=t.get("reload_dataloaders_every_n_epochs", 0),
-        logger=CSVLogger(args.work_dir, name=args.child), enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=args.work_dir, callbacks=[*callbacks, clock])
+        logger=CSVLogger(args.work_dir, name=args.child),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=args.work_dir,
+        callbacks=[*callbacks, clock],
+    )
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     trainer.fit(model, datamodule=data)
@@ -195,14 +214,24 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     cb_s: dict[str, float] = {}
     for cb in callbacks:
         # every timing/* key of the callback: RUQ measures twice per epoch (timing/ruq_train_s, timing/ruq_s)
-        cb_s[type(cb).__name__] = sum(v for h in cb.history if int(h["epoch"]) == last
-                                      for k, v in h.items() if k.startswith("timing/"))
-    out = {"config": args.child, "epochs_s": epochs, "epoch_s": epochs[last], "epoch_cpu_s": cpu_epochs[last],
-           "callback_s": cb_s, "views_s": views_s.get(last, 0.0),
-           "fit_start_s": fit_start_s, "fit_s": fit_s, "train_examples": len(data.train_pairs()),
-           "negatives": len(data.negatives),
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "rss_before_fit_mib": rss_before / 1024, "threads": torch.get_num_threads()}
+        cb_s[type(cb).__name__] = sum(
+            v for h in cb.history if int(h["epoch"]) == last for k, v in h.items() if k.startswith("timing/")
+        )
+    out = {
+        "config": args.child,
+        "epochs_s": epochs,
+        "epoch_s": epochs[last],
+        "epoch_cpu_s": cpu_epochs[last],
+        "callback_s": cb_s,
+        "views_s": views_s.get(last, 0.0),
+        "fit_start_s": fit_start_s,
+        "fit_s": fit_s,
+        "train_examples": len(data.train_pairs()),
+        "negatives": len(data.negatives),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_fit_mib": rss_before / 1024,
+        "threads": torch.get_num_threads(),
+    }
     if args.device == "cuda":
         out["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return out
@@ -214,24 +243,38 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
 def format_table(results: list[dict[str, Any]]) -> str:
     base = next((r for r in results if r["config"] == "none"), None)
     cuda = any("peak_cuda_mib" in r for r in results)
-    head = ["configuration", "epoch s", "callback s", "overhead", "in-run", "views s", "views share",
-            "epoch CPU s", "CPU overhead",
-            "fit-start s", "peak RSS MiB",
-            "RSS added"] + (["CUDA added"] if cuda else [])
+    head = [
+        "configuration",
+        "epoch s",
+        "callback s",
+        "overhead",
+        "in-run",
+        "views s",
+        "views share",
+        "epoch CPU s",
+        "CPU overhead",
+        "fit-start s",
+        "peak RSS MiB",
+        "RSS added",
+    ] + (["CUDA added"] if cuda else [])
     rows = []
     for r in results:
         cb = sum(r["callback_s"].values())
         fs = sum(r["fit_start_s"].values())
-        row = [LABELS[r["config"]], f"{r['epoch_s']:.1f}", f"{cb:.1f}" if r["callback_s"] else "-",
-               f"{r['epoch_s'] / base['epoch_s'] - 1:+.1%}" if base and r is not base else "-",
-               f"{cb / (r['epoch_s'] - cb):.1%}" if r["callback_s"] else "-",
-               f"{r['views_s']:.2f}" if r.get("views_s") else "-",
-               f"{r['views_s'] / (r['epoch_s'] - r['views_s']):.2%}" if r.get("views_s") else "-",
-               f"{r['epoch_cpu_s']:.1f}",
-               f"{r['epoch_cpu_s'] / base['epoch_cpu_s'] - 1:+.1%}" if base and r is not base else "-",
-               (f"{fs:.1f}" + (" (cold)" if r.get("cold") else "")) if r["fit_start_s"] else "-",
-               f"{r['peak_rss_mib']:.0f}",
-               f"{r['peak_rss_mib'] - base['peak_rss_mib']:+.0f}" if base and r is not base else "-"]
+        row = [
+            LABELS[r["config"]],
+            f"{r['epoch_s']:.1f}",
+            f"{cb:.1f}" if r["callback_s"] else "-",
+            f"{r['epoch_s'] / base['epoch_s'] - 1:+.1%}" if base and r is not base else "-",
+            f"{cb / (r['epoch_s'] - cb):.1%}" if r["callback_s"] else "-",
+            f"{r['views_s']:.2f}" if r.get("views_s") else "-",
+            f"{r['views_s'] / (r['epoch_s'] - r['views_s']):.2%}" if r.get("views_s") else "-",
+            f"{r['epoch_cpu_s']:.1f}",
+            f"{r['epoch_cpu_s'] / base['epoch_cpu_s'] - 1:+.1%}" if base and r is not base else "-",
+            (f"{fs:.1f}" + (" (cold)" if r.get("cold") else "")) if r["fit_start_s"] else "-",
+            f"{r['peak_rss_mib']:.0f}",
+            f"{r['peak_rss_mib'] - base['peak_rss_mib']:+.0f}" if base and r is not base else "-",
+        ]
         if cuda:
             row.append(f"{r['peak_cuda_mib'] - base['peak_cuda_mib']:+.0f}" if base and r is not base else "-")
         rows.append(row)
@@ -247,10 +290,18 @@ def main() -> None:
     p.add_argument("--max-val-examples", type=int, default=None, help="default: the config's (demo: 600)")
     p.add_argument("--epochs", type=int, default=2, help="epochs per configuration; the last one is reported")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: 400 train / 64 val examples, callback samples of 32 (8 plot prompts)")
-    p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS),
-                   help="which configurations to run (the table needs 'none' for its ratios)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: 400 train / 64 val examples, callback samples of 32 (8 plot prompts)",
+    )
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        default=list(CONFIGS),
+        choices=list(CONFIGS),
+        help="which configurations to run (the table needs 'none' for its ratios)",
+    )
     p.add_argument("--json", help="also write the raw results here")
     p.add_argument("--child", choices=list(CONFIGS), help=argparse.SUPPRESS)
     p.add_argument("--cache-dir", help=argparse.SUPPRESS)
@@ -274,13 +325,20 @@ def main() -> None:
     n_train = args.max_train_examples or d.get("max_train_examples")
     n_val = args.max_val_examples or d.get("max_val_examples")
     specs = callback_specs(config)
-    print(f"config: {args.config}  ({n_train} train / {n_val} val examples, batch {d.get('batch_size')}, "
-          f"{args.epochs} epoch(s) per configuration, the last one reported; device {args.device}, "
-          f"{os.cpu_count()} CPU cores)")
+    print(
+        f"config: {args.config}  ({n_train} train / {n_val} val examples, batch {d.get('batch_size')}, "
+        f"{args.epochs} epoch(s) per configuration, the last one reported; device {args.device}, "
+        f"{os.cpu_count()} CPU cores)"
+    )
     for name in (SEM, RUQ, DRESS):
-        sizes = {k: v for k, v in {**specs[name].get("init_args", {}), **(QUICK_CALLBACK_ARGS[name] if args.quick
-                                                                           else {})}.items()
-                 if k.startswith(("num_", "max_new", "batch"))}
+        sizes = {
+            k: v
+            for k, v in {
+                **specs[name].get("init_args", {}),
+                **(QUICK_CALLBACK_ARGS[name] if args.quick else {}),
+            }.items()
+            if k.startswith(("num_", "max_new", "batch"))
+        }
         print(f"  {name}: {sizes}")
     work = Path(tempfile.mkdtemp(prefix="lightning-div-overhead-"))
     cache = work / "cache"  # empty: the first configuration with clusters pays the cold fit-start cost
@@ -288,9 +346,24 @@ def main() -> None:
     try:
         for name in args.configs:
             result_file = work / f"{name}.json"
-            cmd = [sys.executable, __file__, "--child", name, "--config", args.config, "--epochs", str(args.epochs),
-                   "--device", args.device, "--cache-dir", str(cache), "--work-dir", str(work / "runs"),
-                   "--result", str(result_file)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                name,
+                "--config",
+                args.config,
+                "--epochs",
+                str(args.epochs),
+                "--device",
+                args.device,
+                "--cache-dir",
+                str(cache),
+                "--work-dir",
+                str(work / "runs"),
+                "--result",
+                str(result_file),
+            ]
             cmd += ["--max-train-examples", str(n_train)] if n_train else []
             cmd += ["--max-val-examples", str(n_val)] if n_val else []
             cmd += ["--quick"] if args.quick else []
@@ -306,22 +379,27 @@ def main() -> None:
             results.append(r)
             if args.json:  # after every configuration, so an interrupted run keeps what it measured
                 Path(args.json).write_text(json.dumps(results, indent=1))
-            print(f"  {LABELS[name]}: epochs {', '.join(f'{s:.1f}' for s in r['epochs_s'])} s, "
-                  f"callbacks {json.dumps({k: round(v, 2) for k, v in r['callback_s'].items()})}, "
-                  f"fit start {json.dumps({k: round(v, 2) for k, v in r['fit_start_s'].items()})}, "
-                  f"{r['negatives']} DRESS negatives mined "
-                  f"({time.perf_counter() - start:.0f} s in all)", flush=True)
+            print(
+                f"  {LABELS[name]}: epochs {', '.join(f'{s:.1f}' for s in r['epochs_s'])} s, "
+                f"callbacks {json.dumps({k: round(v, 2) for k, v in r['callback_s'].items()})}, "
+                f"fit start {json.dumps({k: round(v, 2) for k, v in r['fit_start_s'].items()})}, "
+                f"{r['negatives']} DRESS negatives mined "
+                f"({time.perf_counter() - start:.0f} s in all)",
+                flush=True,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print()
     print(format_table(results))
-    print("\nepoch s: wall time of the last epoch (training + validation + epoch-end hooks); overhead: vs the "
-          "baseline's epoch; in-run: callback s / (epoch s - callback s); views s: the cluster views' own time in that epoch (cards, "
-          "labelled histogram, heatmap, shares CSV, DRESS's per-cluster figure), views share: views s / (epoch s - views s), "
-          "what the views add to an epoch; epoch CPU s: user + system CPU time of the same epoch (less "
-          "sensitive to other load on the machine), CPU overhead: vs the baseline's; fit-start s: the callbacks' one-off "
-          "on_fit_start (encoder load, gold embedding + clustering when cold, cached on disk); peak RSS: the "
-          "configuration's subprocess (ru_maxrss), RSS added: minus the baseline's.")
+    print(
+        "\nepoch s: wall time of the last epoch (training + validation + epoch-end hooks); overhead: vs the "
+        "baseline's epoch; in-run: callback s / (epoch s - callback s); views s: the cluster views' own time in that epoch (cards, "
+        "labelled histogram, heatmap, shares CSV, DRESS's per-cluster figure), views share: views s / (epoch s - views s), "
+        "what the views add to an epoch; epoch CPU s: user + system CPU time of the same epoch (less "
+        "sensitive to other load on the machine), CPU overhead: vs the baseline's; fit-start s: the callbacks' one-off "
+        "on_fit_start (encoder load, gold embedding + clustering when cold, cached on disk); peak RSS: the "
+        "configuration's subprocess (ru_maxrss), RSS added: minus the baseline's."
+    )
 
 
 if __name__ == "__main__":

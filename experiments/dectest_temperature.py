@@ -27,32 +27,83 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _ruq_common as common
 import numpy as np
 
-import _ruq_common as common
 from lightning_div.adapters import resolve_adapter
 from lightning_div.clustering import SemanticClusters
 from lightning_div.embedding import ResponseEncoder
-from lightning_div.meta_eval import (CachedEncoder, build_dec_test, dec_test_from_scores, make_metrics,
-                                     optimal_classification_accuracy, score_sets)
+from lightning_div.meta_eval import (
+    CachedEncoder,
+    build_dec_test,
+    dec_test_from_scores,
+    make_metrics,
+    optimal_classification_accuracy,
+    score_sets,
+)
 from lightning_div.meta_eval.cli import default_encoder_path
 from lightning_div.metrics import count_vocab
 
-METRICS = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_1", "ent_2", "ent_4", "ead", "cos_sim",
-           "sem_ent", "sent_bert")
+METRICS = (
+    "distinct_1",
+    "distinct_2",
+    "distinct_3",
+    "avg_distinct",
+    "ent_1",
+    "ent_2",
+    "ent_4",
+    "ead",
+    "cos_sim",
+    "sem_ent",
+    "sent_bert",
+)
 # Tevet & Berant, Table 2, decTest on respGen (Reddit, MASS fine-tuned): Spearman's ρ, mean (std).
-PAPER_RESPGEN = {"distinct-n": (0.89, 0.01), "cos-sim": (0.89, 0.01), "BERT-STS": (0.81, 0.02),
-                 "sent-BERT": (0.80, 0.02), "BERT-score": (0.87, 0.01), "absHDS": (0.81, None),
-                 "simHDS": (0.79, None)}
+PAPER_RESPGEN = {
+    "distinct-n": (0.89, 0.01),
+    "cos-sim": (0.89, 0.01),
+    "BERT-STS": (0.81, 0.02),
+    "sent-BERT": (0.80, 0.02),
+    "BERT-score": (0.87, 0.01),
+    "absHDS": (0.81, None),
+    "simHDS": (0.79, None),
+}
 
-FULL = dict(model=dict(n_layer=2, n_embd=128, n_head=4), dropout=0.1, max_train_examples=8000,
-            max_val_examples=None, batch_size=32, epochs=1, learning_rate=2e-3, warmup_steps=100,
-            temperatures=10, sets=200, set_size=10, max_new_tokens=32, num_clusters=20, cluster_texts=4000,
-            n_boot=1000, seeds=[0, 1])
-QUICK = dict(model=dict(n_layer=1, n_embd=64, n_head=2), dropout=0.1, max_train_examples=192,
-             max_val_examples=200, batch_size=32, epochs=1, learning_rate=3e-3, warmup_steps=5,
-             temperatures=8, sets=32, set_size=5, max_new_tokens=16, num_clusters=5, cluster_texts=200,
-             n_boot=200, seeds=[0])
+FULL = dict(
+    model=dict(n_layer=2, n_embd=128, n_head=4),
+    dropout=0.1,
+    max_train_examples=8000,
+    max_val_examples=None,
+    batch_size=32,
+    epochs=1,
+    learning_rate=2e-3,
+    warmup_steps=100,
+    temperatures=10,
+    sets=200,
+    set_size=10,
+    max_new_tokens=32,
+    num_clusters=20,
+    cluster_texts=4000,
+    n_boot=1000,
+    seeds=[0, 1],
+)
+QUICK = dict(
+    model=dict(n_layer=1, n_embd=64, n_head=2),
+    dropout=0.1,
+    max_train_examples=192,
+    max_val_examples=200,
+    batch_size=32,
+    epochs=1,
+    learning_rate=3e-3,
+    warmup_steps=5,
+    temperatures=8,
+    sets=32,
+    set_size=5,
+    max_new_tokens=16,
+    num_clusters=5,
+    cluster_texts=200,
+    n_boot=200,
+    seeds=[0],
+)
 
 
 def minilm() -> CachedEncoder:
@@ -62,8 +113,9 @@ def minilm() -> CachedEncoder:
 
 def run_seed(cfg: dict[str, Any], seed: int, encoder: CachedEncoder, root: Path) -> dict[str, Any]:
     start = time.perf_counter()
-    module = common.chat_model(common.gpt2_config(dropout=cfg["dropout"], **cfg["model"]), cfg["learning_rate"],
-                               cfg["warmup_steps"], seed)
+    module = common.chat_model(
+        common.gpt2_config(dropout=cfg["dropout"], **cfg["model"]), cfg["learning_rate"], cfg["warmup_steps"], seed
+    )
     data = common.chat_data(cfg["max_train_examples"], cfg["max_val_examples"], cfg["batch_size"], seed)
     recorder = common.EpochRecorder()
     common.trainer(root, [recorder], cfg["epochs"]).fit(module, data)
@@ -78,8 +130,9 @@ def run_seed(cfg: dict[str, Any], seed: int, encoder: CachedEncoder, root: Path)
     contexts = [list(val[i].context) for i in rng.choice(len(val), cfg["sets"], replace=False)]
     module.eval()
     adapter = resolve_adapter(module, batch_size=64, max_new_tokens=cfg["max_new_tokens"], show_progress=False)
-    sets = build_dec_test(adapter, contexts, temps, n=cfg["set_size"], seed=seed, pairing="round_robin",
-                          show_progress=False)
+    sets = build_dec_test(
+        adapter, contexts, temps, n=cfg["set_size"], seed=seed, pairing="round_robin", show_progress=False
+    )
     responses = [list(s.responses) for s in sets]
     parameters = [s.parameter for s in sets]
     gen_s = time.perf_counter() - start - train_s
@@ -97,20 +150,35 @@ def run_seed(cfg: dict[str, Any], seed: int, encoder: CachedEncoder, root: Path)
         r.update({f"oca_{k}": v for k, v in optimal_classification_accuracy(scores, high).items()})
         r["mean_by_temperature"] = [float(np.mean(scores[np.asarray(parameters) == t])) for t in temps]
         results[name] = r
-    examples = {str(t): next(list(s.responses)[:3] for s in sets if s.parameter == t) for t in temps[:: max(1, len(temps) // 4)]}
-    return {"seed": seed, "temperatures": temps, "n_sets": len(sets), "metrics": results,
-            "training": recorder.rows, "examples": examples, "vocab_size_ead": count_vocab(gold),
-            "train_s": train_s, "generate_s": gen_s, "wall_s": time.perf_counter() - start}
+    examples = {
+        str(t): next(list(s.responses)[:3] for s in sets if s.parameter == t) for t in temps[:: max(1, len(temps) // 4)]
+    }
+    return {
+        "seed": seed,
+        "temperatures": temps,
+        "n_sets": len(sets),
+        "metrics": results,
+        "training": recorder.rows,
+        "examples": examples,
+        "vocab_size_ead": count_vocab(gold),
+        "train_s": train_s,
+        "generate_s": gen_s,
+        "wall_s": time.perf_counter() - start,
+    }
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out = {}
     for name in METRICS:
         rows = [r["metrics"][name] for r in runs]
-        out[name] = {key: {"mean": float(np.mean([x[src] for x in rows])), "std": float(np.std([x[src] for x in rows])),
-                           "per_seed": [float(x[src]) for x in rows]}
-                     for key, src in (("spearman", "spearman"), ("ci_low", "ci_low"), ("ci_high", "ci_high"),
-                                      ("oca", "oca_oca"))}
+        out[name] = {
+            key: {
+                "mean": float(np.mean([x[src] for x in rows])),
+                "std": float(np.std([x[src] for x in rows])),
+                "per_seed": [float(x[src]) for x in rows],
+            }
+            for key, src in (("spearman", "spearman"), ("ci_low", "ci_low"), ("ci_high", "ci_high"), ("oca", "oca_oca"))
+        }
     return out
 
 
@@ -125,13 +193,26 @@ def plot(runs: list[dict[str, Any]], summary: dict[str, dict[str, Any]], out: Pa
         rho = [run["metrics"][m]["spearman"] for m in METRICS]
         lo = [run["metrics"][m]["spearman"] - run["metrics"][m]["ci_low"] for m in METRICS]
         hi = [run["metrics"][m]["ci_high"] - run["metrics"][m]["spearman"] for m in METRICS]
-        ax.errorbar(x + 0.12 * (j - (len(runs) - 1) / 2), rho, yerr=[lo, hi], fmt="o", color="black",
-                    markersize=3, capsize=2, label="per seed, 95% bootstrap CI" if j == 0 else None)
+        ax.errorbar(
+            x + 0.12 * (j - (len(runs) - 1) / 2),
+            rho,
+            yerr=[lo, hi],
+            fmt="o",
+            color="black",
+            markersize=3,
+            capsize=2,
+            label="per seed, 95% bootstrap CI" if j == 0 else None,
+        )
     paper = {"distinct_2": "distinct-n", "cos_sim": "cos-sim", "sent_bert": "sent-BERT"}
     for i, m in enumerate(METRICS):
         if m in paper:
-            ax.plot([i - 0.4, i + 0.4], [PAPER_RESPGEN[paper[m]][0]] * 2, color="C3", lw=2,
-                    label="paper, respGen (Table 2)" if m == "distinct_2" else None)
+            ax.plot(
+                [i - 0.4, i + 0.4],
+                [PAPER_RESPGEN[paper[m]][0]] * 2,
+                color="C3",
+                lw=2,
+                label="paper, respGen (Table 2)" if m == "distinct_2" else None,
+            )
     ax.set_xticks(x, METRICS, rotation=30, ha="right")
     ax.set_ylabel("Spearman ρ with temperature")
     ax.set_ylim(min(-0.1, min(means) - 0.1), 1.0)
@@ -165,15 +246,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dectest_") as scratch:  # Lightning's logs; the numbers go to results.json
         for seed in cfg["seeds"]:
             run = run_seed(cfg, seed, encoder, Path(scratch) / f"seed{seed}")
-            print(f"seed {seed}: " + ", ".join(f"{m} ρ={r['spearman']:.2f}" for m, r in run["metrics"].items())
-                  + f" ({run['wall_s']:.0f} s)", flush=True)
+            print(
+                f"seed {seed}: "
+                + ", ".join(f"{m} ρ={r['spearman']:.2f}" for m, r in run["metrics"].items())
+                + f" ({run['wall_s']:.0f} s)",
+                flush=True,
+            )
             runs.append(run)
     summary = summarise(runs)
     figures = plot(runs, summary, out)
-    results = {"experiment": "dectest_temperature", "quick": quick, "settings": cfg, "metrics": list(METRICS),
-               "oca_labels": "1 = sampled above the median temperature", "machine": common.machine(),
-               "paper_respgen_table2": {k: {"spearman": v[0], "std": v[1]} for k, v in PAPER_RESPGEN.items()},
-               "summary": summary, "runs": runs, "figures": figures, "wall_s": time.perf_counter() - start}
+    results = {
+        "experiment": "dectest_temperature",
+        "quick": quick,
+        "settings": cfg,
+        "metrics": list(METRICS),
+        "oca_labels": "1 = sampled above the median temperature",
+        "machine": common.machine(),
+        "paper_respgen_table2": {k: {"spearman": v[0], "std": v[1]} for k, v in PAPER_RESPGEN.items()},
+        "summary": summary,
+        "runs": runs,
+        "figures": figures,
+        "wall_s": time.perf_counter() - start,
+    }
     path = common.write_results(out, results)
     print(f"wrote {path} and {', '.join(figures)} in {results['wall_s']:.0f} s")
     return results

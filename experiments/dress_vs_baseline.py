@@ -55,12 +55,34 @@ SETTINGS = {  # name -> DRESS arguments (None: no DRESS)
 LAMBDAS = (0.0, 10.0, 30.0, 60.0)
 
 # Sized for a 2-core machine shared by several developers (see docs/results/dress_vs_baseline.md).
-FULL = {"train_examples": 3000, "val_examples": 200, "epochs": 3, "batch_size": 32, "learning_rate": 2e-3, "warmup_steps": 50,
-            "num_contexts": 128, "num_negative_contexts": 150, "ruq_prompts": 48, "max_new_tokens": 20, "lam": 30.0,
-            "lambdas": LAMBDAS, "model": {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128}}
-QUICK = dict(FULL, train_examples=160, val_examples=32, epochs=2, num_contexts=16, num_negative_contexts=16,
-             ruq_prompts=8, max_new_tokens=8, warmup_steps=5, lambdas=(0.0, 30.0),
-             model={"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 128})
+FULL = {
+    "train_examples": 3000,
+    "val_examples": 200,
+    "epochs": 3,
+    "batch_size": 32,
+    "learning_rate": 2e-3,
+    "warmup_steps": 50,
+    "num_contexts": 128,
+    "num_negative_contexts": 150,
+    "ruq_prompts": 48,
+    "max_new_tokens": 20,
+    "lam": 30.0,
+    "lambdas": LAMBDAS,
+    "model": {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128},
+}
+QUICK = dict(
+    FULL,
+    train_examples=160,
+    val_examples=32,
+    epochs=2,
+    num_contexts=16,
+    num_negative_contexts=16,
+    ruq_prompts=8,
+    max_new_tokens=8,
+    warmup_steps=5,
+    lambdas=(0.0, 30.0),
+    model={"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 128},
+)
 
 
 class Recorder(pl.Callback):
@@ -76,8 +98,9 @@ class Recorder(pl.Callback):
     def row(self, trainer: pl.Trainer) -> dict[str, Any]:
         return self.epochs.setdefault(trainer.current_epoch, {"epoch": trainer.current_epoch})
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         w, idx = batch["sample_weight"], batch["index"]
         self._kind = "negative" if bool(((idx >= self.num_gold) & (idx >= 0)).any()) else "gold"
         self._negative_rows = int((w < 0).sum())
@@ -86,8 +109,9 @@ class Recorder(pl.Callback):
         norms = [p.grad.detach().norm() for p in pl_module.parameters() if p.grad is not None]
         self._grad = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         loss = float(outputs["loss"] if isinstance(outputs, dict) else outputs)
         self._batches.setdefault(self._kind, []).append((loss, getattr(self, "_grad", float("nan"))))
 
@@ -114,33 +138,76 @@ class Recorder(pl.Callback):
             self.row(trainer).update(val_loss=val_loss, perplexity=math.exp(min(val_loss, 50.0)))
 
 
-def run(name: str, dress_args: dict[str, Any] | None, seed: int, cfg: dict[str, Any], train_pairs: list,
-        val_pairs: list, encoder: ResponseEncoder, cache: Path, lam: float) -> dict[str, Any]:
+def run(
+    name: str,
+    dress_args: dict[str, Any] | None,
+    seed: int,
+    cfg: dict[str, Any],
+    train_pairs: list,
+    val_pairs: list,
+    encoder: ResponseEncoder,
+    cache: Path,
+    lam: float,
+) -> dict[str, Any]:
     """One training run; returns its settings and per-epoch numbers."""
     pl.seed_everything(seed, workers=True)
-    lm = DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=4000,
-                    from_scratch=dict(cfg["model"]), learning_rate=cfg["learning_rate"],
-                    warmup_steps=cfg["warmup_steps"])
-    dm = DialogueDataModule(train=train_pairs, val=val_pairs, max_history=2, batch_size=cfg["batch_size"],
-                            seed=seed, show_progress=False)
-    common = {"show_progress": False, "batch_size": 64, "max_new_tokens": cfg["max_new_tokens"], "dirpath": str(cache),
-                  "seed": seed}
-    sem = SemanticDiversityMonitor(encoder=encoder, num_clusters=20, num_contexts=cfg["num_contexts"],
-                                   lexical_metrics=LEXICAL, log_samples=0, **common)
-    ruq = RUQMonitor(num_train_prompts=cfg["ruq_prompts"], num_val_prompts=cfg["ruq_prompts"], plot=False,
-                     warn_drop=None, **common)
+    lm = DialogueLM(
+        model_name_or_path=None,
+        tokenizer="local:chitchat",
+        tokenizer_vocab_size=4000,
+        from_scratch=dict(cfg["model"]),
+        learning_rate=cfg["learning_rate"],
+        warmup_steps=cfg["warmup_steps"],
+    )
+    dm = DialogueDataModule(
+        train=train_pairs, val=val_pairs, max_history=2, batch_size=cfg["batch_size"], seed=seed, show_progress=False
+    )
+    common = {
+        "show_progress": False,
+        "batch_size": 64,
+        "max_new_tokens": cfg["max_new_tokens"],
+        "dirpath": str(cache),
+        "seed": seed,
+    }
+    sem = SemanticDiversityMonitor(
+        encoder=encoder,
+        num_clusters=20,
+        num_contexts=cfg["num_contexts"],
+        lexical_metrics=LEXICAL,
+        log_samples=0,
+        **common,
+    )
+    ruq = RUQMonitor(
+        num_train_prompts=cfg["ruq_prompts"], num_val_prompts=cfg["ruq_prompts"], plot=False, warn_drop=None, **common
+    )
     recorder = Recorder(sem, encoder, len(train_pairs))
     callbacks: list[pl.Callback] = [sem, ruq, recorder]
     dress = None
     if dress_args is not None:
-        dress = DRESSReweighting(encoder=encoder, num_clusters=20, lam=lam, normalize=True,
-                                 num_negative_contexts=cfg["num_negative_contexts"], mine_at="start",
-                                 negative_batches="separate", **dress_args, **common)
+        dress = DRESSReweighting(
+            encoder=encoder,
+            num_clusters=20,
+            lam=lam,
+            normalize=True,
+            num_negative_contexts=cfg["num_negative_contexts"],
+            mine_at="start",
+            negative_batches="separate",
+            **dress_args,
+            **common,
+        )
         callbacks.append(dress)
-    trainer = pl.Trainer(max_epochs=cfg["epochs"], accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, callbacks=callbacks,
-                         reload_dataloaders_every_n_epochs=1)  # DRESS's negatives arrive through a rebuilt dataloader
+    trainer = pl.Trainer(
+        max_epochs=cfg["epochs"],
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        reload_dataloaders_every_n_epochs=1,
+    )  # DRESS's negatives arrive through a rebuilt dataloader
     start, cpu_start = time.perf_counter(), time.process_time()
     trainer.fit(lm, datamodule=dm)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
@@ -153,9 +220,15 @@ def run(name: str, dress_args: dict[str, Any] | None, seed: int, cfg: dict[str, 
                 if key == "epoch" or key.startswith("timing/"):
                     continue
                 row[key.replace("/", "_")] = float(value)
-    return {"setting": name, "seed": seed, "lam": lam if dress_args is not None else None,
-            "dress": dress_args, "seconds": seconds,
-            "cpu_seconds": cpu_seconds, "epochs": [epochs[e] for e in sorted(epochs)]}
+    return {
+        "setting": name,
+        "seed": seed,
+        "lam": lam if dress_args is not None else None,
+        "dress": dress_args,
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "epochs": [epochs[e] for e in sorted(epochs)],
+    }
 
 
 def summarise(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
@@ -169,14 +242,29 @@ def summarise(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
         out[name] = {}
         for key in keys:
             vals = np.array([[r["epochs"][e].get(key, np.nan) for e in range(n_epochs)] for r in sel], dtype=float)
-            out[name][key] = {"mean": np.nanmean(vals, axis=0).tolist() if vals.size else [],
-                              "std": np.nanstd(vals, axis=0).tolist() if vals.size else []}
+            out[name][key] = {
+                "mean": np.nanmean(vals, axis=0).tolist() if vals.size else [],
+                "std": np.nanstd(vals, axis=0).tolist() if vals.size else [],
+            }
     return out
 
 
-KEYS = ["val_loss", "perplexity", "val_sem_ent", "val_distinct_1", "val_distinct_2", "val_ent_4", "val_ead",
-        "head_share", "val_ruq", "train_ruq", "gold_batch_loss", "negative_batch_loss", "gold_grad_norm",
-        "negative_grad_norm"]
+KEYS = [
+    "val_loss",
+    "perplexity",
+    "val_sem_ent",
+    "val_distinct_1",
+    "val_distinct_2",
+    "val_ent_4",
+    "val_ead",
+    "head_share",
+    "val_ruq",
+    "train_ruq",
+    "gold_batch_loss",
+    "negative_batch_loss",
+    "gold_grad_norm",
+    "negative_grad_norm",
+]
 
 
 def figures(results: dict[str, Any], out: Path) -> list[str]:
@@ -187,8 +275,16 @@ def figures(results: dict[str, Any], out: Path) -> list[str]:
 
     written = []
     summary = results["summary"]
-    panels = ["val_loss", "val_sem_ent", "val_distinct_2", "val_ent_4", "val_ead", "head_share", "val_ruq",
-              "val_distinct_1"]
+    panels = [
+        "val_loss",
+        "val_sem_ent",
+        "val_distinct_2",
+        "val_ent_4",
+        "val_ead",
+        "head_share",
+        "val_ruq",
+        "val_distinct_1",
+    ]
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
     for ax, key in zip(axes.flat, panels):
         for name, per_key in summary.items():
@@ -251,12 +347,21 @@ def merge(dirs: list[Path], out: Path) -> dict[str, Any]:
         same = [r for r in runs if r["setting"] == "dress_no_negatives" and r["seed"] == sweep[0]["seed"]]
         sweep += [{**r, "setting": f"lambda_{lam:g}"} for r in same[:1]]
     seeds = sorted({r["seed"] for r in runs})
-    settings = dict(parts[0]["settings"], seeds=seeds, merged_from=[str(d) for d in dirs],
-                    lambdas=sorted({lam for p in parts for lam in p["settings"]["lambdas"]}))
-    results = {"settings": settings, "seeds": seeds,
-               "gold_sem_ent": next((p["gold_sem_ent"] for p in parts if p["gold_sem_ent"] is not None), None),
-               "runs": runs, "lambda_sweep": sorted(sweep, key=lambda r: r["lam"]), "summary": summarise(runs, KEYS),
-               "seconds": {str(d): p["seconds"] for d, p in zip(dirs, parts)}}
+    settings = dict(
+        parts[0]["settings"],
+        seeds=seeds,
+        merged_from=[str(d) for d in dirs],
+        lambdas=sorted({lam for p in parts for lam in p["settings"]["lambdas"]}),
+    )
+    results = {
+        "settings": settings,
+        "seeds": seeds,
+        "gold_sem_ent": next((p["gold_sem_ent"] for p in parts if p["gold_sem_ent"] is not None), None),
+        "runs": runs,
+        "lambda_sweep": sorted(sweep, key=lambda r: r["lam"]),
+        "summary": summarise(runs, KEYS),
+        "seconds": {str(d): p["seconds"] for d, p in zip(dirs, parts)},
+    }
     out.mkdir(parents=True, exist_ok=True)
     results["figures"] = figures(results, out)
     atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=float))
@@ -274,8 +379,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-sweep", action="store_true", help="skip the lambda sweep")
     parser.add_argument("--only-sweep", action="store_true", help="only the lambda sweep (e.g. in a second process)")
     parser.add_argument("--cache", default=None, help="cluster cache directory (default: OUT/cache), shareable")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
-                        help="combine the results.json of runs done in parallel processes into OUT (no training)")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="combine the results.json of runs done in parallel processes into OUT (no training)",
+    )
     args = parser.parse_args(argv)
     if args.merge:
         return merge([Path(d) for d in args.merge], Path(args.out))
@@ -290,26 +400,53 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cache = Path(args.cache) if args.cache else out / "cache"
     encoder = ResponseEncoder(ENCODER, pooling="mean", batch_size=64, show_progress=False)
     # One fixed data subset for every run, so the clusters are fitted once; seeds change init and order.
-    data = DialogueDataModule(train="chitchat", val="chitchat", max_history=2, max_train_examples=cfg["train_examples"],
-                              max_val_examples=cfg["val_examples"], seed=0, show_progress=False)
+    data = DialogueDataModule(
+        train="chitchat",
+        val="chitchat",
+        max_history=2,
+        max_train_examples=cfg["train_examples"],
+        max_val_examples=cfg["val_examples"],
+        seed=0,
+        show_progress=False,
+    )
     train_pairs, val_pairs = data.train_pairs(), data.val_pairs()
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
 
     def assemble() -> dict[str, Any]:
-        gold = [r["epochs"][0].get("val_sem_ent_gold") for r in runs + sweep
-                if r["epochs"] and "val_sem_ent_gold" in r["epochs"][0]]
-        return {"settings": {"config": cfg, "quick": args.quick, "seeds": args.seeds, "threads": args.threads,
-                             "dress": {"encoder": ENCODER, "num_clusters": 20, "normalize": True, "mine_at": "start",
-                                       "negative_batches": "separate", "head_threshold": 0.1},
-                             "runs": {k: v for k, v in SETTINGS.items() if k in args.settings},
-                             "lambdas": list(cfg["lambdas"]) if not args.no_sweep else [],
-                             "python": sys.version.split()[0], "torch": torch.__version__,
-                             "machine": platform.machine()},
-                "seeds": args.seeds, "gold_sem_ent": gold[0] if gold else None,
-                "runs": runs, "lambda_sweep": sweep, "summary": summarise(runs, KEYS),
-                "seconds": time.perf_counter() - started}
+        gold = [
+            r["epochs"][0].get("val_sem_ent_gold")
+            for r in runs + sweep
+            if r["epochs"] and "val_sem_ent_gold" in r["epochs"][0]
+        ]
+        return {
+            "settings": {
+                "config": cfg,
+                "quick": args.quick,
+                "seeds": args.seeds,
+                "threads": args.threads,
+                "dress": {
+                    "encoder": ENCODER,
+                    "num_clusters": 20,
+                    "normalize": True,
+                    "mine_at": "start",
+                    "negative_batches": "separate",
+                    "head_threshold": 0.1,
+                },
+                "runs": {k: v for k, v in SETTINGS.items() if k in args.settings},
+                "lambdas": list(cfg["lambdas"]) if not args.no_sweep else [],
+                "python": sys.version.split()[0],
+                "torch": torch.__version__,
+                "machine": platform.machine(),
+            },
+            "seeds": args.seeds,
+            "gold_sem_ent": gold[0] if gold else None,
+            "runs": runs,
+            "lambda_sweep": sweep,
+            "summary": summarise(runs, KEYS),
+            "seconds": time.perf_counter() - started,
+        }
 
     def checkpoint() -> None:  # after every run, so a stopped experiment leaves what it finished
         atomic_write_text(out / "results.json", json.dumps(assemble(), indent=1, default=float))
@@ -318,22 +455,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in args.settings:
             runs.append(run(name, SETTINGS[name], seed, cfg, train_pairs, val_pairs, encoder, cache, cfg["lam"]))
             checkpoint()
-            print(f"[{time.perf_counter() - started:7.1f}s] {name} seed {seed}: "
-                  + ", ".join(f"{k}={runs[-1]['epochs'][-1].get(k, float('nan')):.3f}"
-                              for k in ("val_loss", "val_sem_ent", "val_distinct_2", "head_share")), flush=True)
+            print(
+                f"[{time.perf_counter() - started:7.1f}s] {name} seed {seed}: "
+                + ", ".join(
+                    f"{k}={runs[-1]['epochs'][-1].get(k, float('nan')):.3f}"
+                    for k in ("val_loss", "val_sem_ent", "val_distinct_2", "head_share")
+                ),
+                flush=True,
+            )
     if not args.no_sweep:
         seed = args.seeds[0]
         for lam in cfg["lambdas"]:
-            reuse = [r for r in runs if r["setting"] == "dress_no_negatives" and r["seed"] == seed
-                     and r["lam"] == lam]
+            reuse = [r for r in runs if r["setting"] == "dress_no_negatives" and r["seed"] == seed and r["lam"] == lam]
             if not reuse and lam == cfg["lam"] and args.only_sweep:
                 continue  # the main comparison's dress_no_negatives run has it (merged by --merge)
-            result = reuse[0] if reuse else run("dress_no_negatives", SETTINGS["dress_no_negatives"], seed, cfg,
-                                                train_pairs, val_pairs, encoder, cache, lam)
+            result = (
+                reuse[0]
+                if reuse
+                else run(
+                    "dress_no_negatives",
+                    SETTINGS["dress_no_negatives"],
+                    seed,
+                    cfg,
+                    train_pairs,
+                    val_pairs,
+                    encoder,
+                    cache,
+                    lam,
+                )
+            )
             sweep.append({**result, "setting": f"lambda_{lam:g}"})
             checkpoint()
-            print(f"[{time.perf_counter() - started:7.1f}s] lambda {lam:g}: val_loss="
-                  f"{result['epochs'][-1].get('val_loss', float('nan')):.3f}", flush=True)
+            print(
+                f"[{time.perf_counter() - started:7.1f}s] lambda {lam:g}: val_loss="
+                f"{result['epochs'][-1].get('val_loss', float('nan')):.3f}",
+                flush=True,
+            )
     results = assemble()
     results["figures"] = figures(results, out)
     atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=float))

@@ -23,21 +23,45 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _ruq_common as common
 import numpy as np
 
-import _ruq_common as common
 from lightning_div.adapters import resolve_adapter
 from lightning_div.callbacks import RUQMonitor
 from lightning_div.scoring import candidate_logprobs, profile_from_logprobs
 
 IDK = ("I don't know.", "I don't know what to do.")
 
-FULL = dict(model=dict(n_layer=2, n_embd=128, n_head=4), dropouts=[0.0, 0.2, 0.4], max_train_examples=600,
-            max_val_examples=300, batch_size=16, epochs=16, learning_rate=2e-3, warmup_steps=50,
-            num_train_prompts=150, num_val_prompts=150, profile_prompts=64, num_beams=5, seeds=[0, 1])
-QUICK = dict(model=dict(n_layer=1, n_embd=32, n_head=2), dropouts=[0.0, 0.2, 0.4], max_train_examples=64,
-             max_val_examples=32, batch_size=16, epochs=2, learning_rate=3e-3, warmup_steps=5,
-             num_train_prompts=16, num_val_prompts=16, profile_prompts=6, num_beams=2, seeds=[0])
+FULL = dict(
+    model=dict(n_layer=2, n_embd=128, n_head=4),
+    dropouts=[0.0, 0.2, 0.4],
+    max_train_examples=600,
+    max_val_examples=300,
+    batch_size=16,
+    epochs=16,
+    learning_rate=2e-3,
+    warmup_steps=50,
+    num_train_prompts=150,
+    num_val_prompts=150,
+    profile_prompts=64,
+    num_beams=5,
+    seeds=[0, 1],
+)
+QUICK = dict(
+    model=dict(n_layer=1, n_embd=32, n_head=2),
+    dropouts=[0.0, 0.2, 0.4],
+    max_train_examples=64,
+    max_val_examples=32,
+    batch_size=16,
+    epochs=2,
+    learning_rate=3e-3,
+    warmup_steps=5,
+    num_train_prompts=16,
+    num_val_prompts=16,
+    profile_prompts=6,
+    num_beams=2,
+    seeds=[0],
+)
 
 
 def profiles(module: Any, pairs: list[Any], num_beams: int) -> dict[str, dict[str, list[float]]]:
@@ -59,17 +83,38 @@ def profiles(module: Any, pairs: list[Any], num_beams: int) -> dict[str, dict[st
 
 def run_one(cfg: dict[str, Any], dropout: float, seed: int, root: Path) -> dict[str, Any]:
     start = time.perf_counter()
-    module = common.chat_model(common.gpt2_config(dropout=dropout, **cfg["model"]), cfg["learning_rate"],
-                               cfg["warmup_steps"], seed)
+    module = common.chat_model(
+        common.gpt2_config(dropout=dropout, **cfg["model"]), cfg["learning_rate"], cfg["warmup_steps"], seed
+    )
     data = common.chat_data(cfg["max_train_examples"], cfg["max_val_examples"], cfg["batch_size"], seed)
-    ruq = RUQMonitor(idk_responses=IDK, reference="lowest", num_train_prompts=cfg["num_train_prompts"],
-                     num_val_prompts=cfg["num_val_prompts"], plot=False, batch_size=64, show_progress=False,
-                     seed=seed, dirpath=str(root / "cache"), on_error="raise")
+    ruq = RUQMonitor(
+        idk_responses=IDK,
+        reference="lowest",
+        num_train_prompts=cfg["num_train_prompts"],
+        num_val_prompts=cfg["num_val_prompts"],
+        plot=False,
+        batch_size=64,
+        show_progress=False,
+        seed=seed,
+        dirpath=str(root / "cache"),
+        on_error="raise",
+    )
     recorder = common.EpochRecorder()
     trainer = common.trainer(root, [ruq, recorder], cfg["epochs"])
     trainer.fit(module, data)
-    keep = ("train/ruq", "train/ruq_idk2", "val/ruq", "val/ruq_idk2", "train/ruq_margin", "train/ruq_margin_idk2",
-            "val/ruq_margin", "val/ruq_margin_idk2", "train/loss_epoch", "val/loss", "elapsed_s")
+    keep = (
+        "train/ruq",
+        "train/ruq_idk2",
+        "val/ruq",
+        "val/ruq_idk2",
+        "train/ruq_margin",
+        "train/ruq_margin_idk2",
+        "val/ruq_margin",
+        "val/ruq_margin_idk2",
+        "train/loss_epoch",
+        "val/loss",
+        "elapsed_s",
+    )
     epochs = [{"epoch": int(r["epoch"]), **{k: r[k] for k in keep if k in r}} for r in recorder.rows]
     missing = [k for k in keep if k not in epochs[-1]]
     if missing:
@@ -77,11 +122,19 @@ def run_one(cfg: dict[str, Any], dropout: float, seed: int, root: Path) -> dict[
     module.eval()
     n = cfg["profile_prompts"]
     # the datamodule's subsets are already seeded random draws of the corpus: their first n prompts
-    prof = {"train": profiles(module, data.train_pairs()[:n], cfg["num_beams"]),
-            "val": profiles(module, data.val_pairs()[:n], cfg["num_beams"])}
-    return {"dropout": dropout, "seed": seed, "epochs": epochs, "profiles": prof,
-            "train_examples": len(data.train_pairs()), "val_examples": len(data.val_pairs()),
-            "wall_s": time.perf_counter() - start}
+    prof = {
+        "train": profiles(module, data.train_pairs()[:n], cfg["num_beams"]),
+        "val": profiles(module, data.val_pairs()[:n], cfg["num_beams"]),
+    }
+    return {
+        "dropout": dropout,
+        "seed": seed,
+        "epochs": epochs,
+        "profiles": prof,
+        "train_examples": len(data.train_pairs()),
+        "val_examples": len(data.val_pairs()),
+        "wall_s": time.perf_counter() - start,
+    }
 
 
 def summarise(runs: list[dict[str, Any]], dropouts: list[float]) -> list[dict[str, Any]]:
@@ -90,8 +143,16 @@ def summarise(runs: list[dict[str, Any]], dropouts: list[float]) -> list[dict[st
         mine = [r for r in runs if r["dropout"] == d]
         last = [r["epochs"][-1] for r in mine]
         row: dict[str, Any] = {"dropout": d, "seeds": [r["seed"] for r in mine]}
-        for key in ("train/ruq", "val/ruq", "train/ruq_margin", "val/ruq_margin", "train/ruq_idk2", "val/ruq_idk2",
-                    "train/loss_epoch", "val/loss"):
+        for key in (
+            "train/ruq",
+            "val/ruq",
+            "train/ruq_margin",
+            "val/ruq_margin",
+            "train/ruq_idk2",
+            "val/ruq_idk2",
+            "train/loss_epoch",
+            "val/loss",
+        ):
             values = [e[key] for e in last]
             row[key] = {"mean": float(np.mean(values)), "std": float(np.std(values)), "per_seed": values}
         row["max_train_ruq_any_epoch"] = float(max(e["train/ruq"] for r in mine for e in r["epochs"]))
@@ -103,17 +164,23 @@ def summarise(runs: list[dict[str, Any]], dropouts: list[float]) -> list[dict[st
 def plot_curves(runs: list[dict[str, Any]], dropouts: list[float], out: Path) -> list[str]:
     plt = common.plt()
     names = []
-    for stem, keys, ylabel in (("ruq_over_epochs", ("train/ruq", "val/ruq"), "RUQ (% reference preferred)"),
-                               ("ruq_margin_over_epochs", ("train/ruq_margin", "val/ruq_margin"),
-                                "margin: ref - IDK (nats / token)")):
+    for stem, keys, ylabel in (
+        ("ruq_over_epochs", ("train/ruq", "val/ruq"), "RUQ (% reference preferred)"),
+        ("ruq_margin_over_epochs", ("train/ruq_margin", "val/ruq_margin"), "margin: ref - IDK (nats / token)"),
+    ):
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
         for ax, key in zip(axes, keys):
             for i, d in enumerate(dropouts):
                 color = f"C{i}"
                 mine = [r for r in runs if r["dropout"] == d]
                 for r in mine:
-                    ax.plot([e["epoch"] + 1 for e in r["epochs"]], [e[key] for e in r["epochs"]], color=color,
-                            alpha=0.35, linewidth=1)
+                    ax.plot(
+                        [e["epoch"] + 1 for e in r["epochs"]],
+                        [e[key] for e in r["epochs"]],
+                        color=color,
+                        alpha=0.35,
+                        linewidth=1,
+                    )
                 ep = [e["epoch"] + 1 for e in mine[0]["epochs"]]
                 mean = np.mean([[e[key] for e in r["epochs"]] for r in mine], axis=0)
                 ax.plot(ep, mean, color=color, marker="o", markersize=3, label=f"dropout {d}")
@@ -147,8 +214,10 @@ def plot_positions(runs: list[dict[str, Any]], summary: list[dict[str, Any]], ou
                 keep = count >= max(1, int(0.1 * count[0]))  # positions few responses reach are noise
                 marker = next((m for k, m in markers.items() if name.startswith(k)), "o")
                 ax.plot(np.arange(1, len(mean) + 1)[keep], mean[keep], marker=marker, markersize=5, label=name)
-            ax.set_title(f"{label} (dropout {d}), {'train' if split == 'train' else 'validation'} prompts, "
-                         f"seed {run['seed']}", fontsize=9)
+            ax.set_title(
+                f"{label} (dropout {d}), {'train' if split == 'train' else 'validation'} prompts, seed {run['seed']}",
+                fontsize=9,
+            )
             ax.set_xlabel("token position (EOS included)")
             ax.grid(alpha=0.3)
         axes[0, col].legend(fontsize=7)
@@ -164,22 +233,37 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg, out, quick = common.parse_settings("ruq_over_training", __doc__ or "", QUICK, FULL, argv)
     start = time.perf_counter()
     runs = []
-    scratch = tempfile.TemporaryDirectory(prefix="ruq_over_training_")  # Lightning's logs: every number is in results.json
+    scratch = tempfile.TemporaryDirectory(
+        prefix="ruq_over_training_"
+    )  # Lightning's logs: every number is in results.json
     for seed in cfg["seeds"]:
         for d in cfg["dropouts"]:
             run = run_one(cfg, d, seed, Path(scratch.name) / f"dropout{d}_seed{seed}")
             last = run["epochs"][-1]
-            print(f"dropout={d} seed={seed}: train/ruq {last['train/ruq']:.1f} val/ruq {last['val/ruq']:.1f} "
-                  f"train/ruq_margin {last['train/ruq_margin']:.3f} val/loss {last['val/loss']:.3f} "
-                  f"({run['wall_s']:.0f} s)", flush=True)
+            print(
+                f"dropout={d} seed={seed}: train/ruq {last['train/ruq']:.1f} val/ruq {last['val/ruq']:.1f} "
+                f"train/ruq_margin {last['train/ruq_margin']:.3f} val/loss {last['val/loss']:.3f} "
+                f"({run['wall_s']:.0f} s)",
+                flush=True,
+            )
             runs.append(run)
     scratch.cleanup()
     summary = summarise(runs, cfg["dropouts"])
     figures = plot_curves(runs, cfg["dropouts"], out)
     fig, chosen = plot_positions(runs, summary, out)
-    results = {"experiment": "ruq_over_training", "quick": quick, "settings": cfg, "idk_responses": list(IDK),
-               "reference": "lowest", "machine": common.machine(), "summary": summary, **chosen,
-               "runs": runs, "figures": [*figures, fig], "wall_s": time.perf_counter() - start}
+    results = {
+        "experiment": "ruq_over_training",
+        "quick": quick,
+        "settings": cfg,
+        "idk_responses": list(IDK),
+        "reference": "lowest",
+        "machine": common.machine(),
+        "summary": summary,
+        **chosen,
+        "runs": runs,
+        "figures": [*figures, fig],
+        "wall_s": time.perf_counter() - start,
+    }
     path = common.write_results(out, results)
     print(f"wrote {path} and {', '.join(results['figures'])} in {results['wall_s']:.0f} s")
     return results

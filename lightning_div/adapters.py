@@ -57,16 +57,27 @@ class DialogueModelAdapter(Protocol):
 class _HFAdapter:
     is_seq2seq: bool = False
 
-    def __init__(self, model: Any, tokenizer: Any, format: DialogueFormat | None = None, batch_size: int = 16,
-                 max_new_tokens: int = 40, show_progress: bool = True, seed: int | None = 0) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        format: DialogueFormat | None = None,
+        batch_size: int = 16,
+        max_new_tokens: int = 40,
+        show_progress: bool = True,
+        seed: int | None = 0,
+    ) -> None:
         name = type(self).__name__
         if not callable(getattr(model, "generate", None)):
-            raise TypeError(f"{name} needs a Hugging Face generation model (with .generate), "
-                            f"got {type(model).__name__}")
+            raise TypeError(
+                f"{name} needs a Hugging Face generation model (with .generate), got {type(model).__name__}"
+            )
         if is_seq2seq(model) != self.is_seq2seq:
             other = "Seq2SeqAdapter" if is_seq2seq(model) else "CausalLMAdapter"
-            raise TypeError(f"{name} got {type(model).__name__} (config.is_encoder_decoder={is_seq2seq(model)}); "
-                            f"use {other}, or resolve_adapter() to choose automatically")
+            raise TypeError(
+                f"{name} got {type(model).__name__} (config.is_encoder_decoder={is_seq2seq(model)}); "
+                f"use {other}, or resolve_adapter() to choose automatically"
+            )
         if getattr(tokenizer, "eos_token_id", None) is None:
             raise ValueError(f"{name} needs a tokenizer with an EOS token (responses are scored up to EOS)")
         if batch_size < 1 or max_new_tokens < 1:
@@ -84,8 +95,14 @@ class _HFAdapter:
         """The model's current device; inputs are built there."""
         return model_device(self.model)
 
-    def generate(self, contexts: Sequence[Context], num_return_sequences: int = 1, show_progress: bool | None = None,
-                 seed: int | None = None, **generation_kwargs: Any) -> list[str]:
+    def generate(
+        self,
+        contexts: Sequence[Context],
+        num_return_sequences: int = 1,
+        show_progress: bool | None = None,
+        seed: int | None = None,
+        **generation_kwargs: Any,
+    ) -> list[str]:
         """Batched responses, greedy with 3-gram blocking unless keywords say otherwise.
 
         See :func:`lightning_div.generation.generate_batched`; ``seed`` defaults to the
@@ -103,12 +120,25 @@ class _HFAdapter:
         """
         generation_kwargs.setdefault("max_new_tokens", self.max_new_tokens)
         return generate_batched(
-            self.model, self.tokenizer, contexts, format=self.format, batch_size=self.batch_size, num_return_sequences=num_return_sequences,
+            self.model,
+            self.tokenizer,
+            contexts,
+            format=self.format,
+            batch_size=self.batch_size,
+            num_return_sequences=num_return_sequences,
             show_progress=self.show_progress if show_progress is None else show_progress,
-            seed=self.seed if seed is None else seed, **generation_kwargs)
+            seed=self.seed if seed is None else seed,
+            **generation_kwargs,
+        )
 
-    def token_logprobs(self, contexts: Sequence[Context], responses: Sequence[str], *,
-                       show_progress: bool | None = None, padding_side: str | None = None) -> list[torch.Tensor]:
+    def token_logprobs(
+        self,
+        contexts: Sequence[Context],
+        responses: Sequence[str],
+        *,
+        show_progress: bool | None = None,
+        padding_side: str | None = None,
+    ) -> list[torch.Tensor]:
         """log p of each response token (EOS included); see :func:`lightning_div.scoring.token_logprobs_batched`.
 
         Args:
@@ -121,12 +151,24 @@ class _HFAdapter:
             One 1-D CPU tensor per pair.
         """
         return token_logprobs_batched(
-            self.model, self.tokenizer, contexts, responses, format=self.format, batch_size=self.batch_size,
-            show_progress=self.show_progress if show_progress is None else show_progress, padding_side=padding_side)
+            self.model,
+            self.tokenizer,
+            contexts,
+            responses,
+            format=self.format,
+            batch_size=self.batch_size,
+            show_progress=self.show_progress if show_progress is None else show_progress,
+            padding_side=padding_side,
+        )
 
-    def candidate_logprobs(self, contexts: Sequence[Context], candidates: Sequence[Sequence[str]], *,
-                           show_progress: bool | None = None,
-                           padding_side: str | None = None) -> list[list[torch.Tensor]]:
+    def candidate_logprobs(
+        self,
+        contexts: Sequence[Context],
+        candidates: Sequence[Sequence[str]],
+        *,
+        show_progress: bool | None = None,
+        padding_side: str | None = None,
+    ) -> list[list[torch.Tensor]]:
         """Several responses per context, each context encoded once; see :func:`lightning_div.scoring.candidate_logprobs_batched`.
 
         Args:
@@ -139,8 +181,15 @@ class _HFAdapter:
             For each context, one 1-D CPU tensor per candidate.
         """
         return candidate_logprobs_batched(
-            self.model, self.tokenizer, contexts, candidates, format=self.format, batch_size=self.batch_size,
-            show_progress=self.show_progress if show_progress is None else show_progress, padding_side=padding_side)
+            self.model,
+            self.tokenizer,
+            contexts,
+            candidates,
+            format=self.format,
+            batch_size=self.batch_size,
+            show_progress=self.show_progress if show_progress is None else show_progress,
+            padding_side=padding_side,
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__}, batch_size={self.batch_size})"
@@ -186,8 +235,13 @@ class Seq2SeqAdapter(_HFAdapter):
     is_seq2seq = True
 
 
-def resolve_adapter(pl_module: Any, model_attr: str = "model", tokenizer_attr: str = "tokenizer",
-                    format: DialogueFormat | None = None, **adapter_kwargs: Any) -> DialogueModelAdapter:
+def resolve_adapter(
+    pl_module: Any,
+    model_attr: str = "model",
+    tokenizer_attr: str = "tokenizer",
+    format: DialogueFormat | None = None,
+    **adapter_kwargs: Any,
+) -> DialogueModelAdapter:
     """The adapter for a LightningModule.
 
     The module itself when it implements :class:`DialogueModelAdapter`; otherwise
@@ -218,8 +272,10 @@ def resolve_adapter(pl_module: Any, model_attr: str = "model", tokenizer_attr: s
     if model is None:
         problems.append(f"it has no attribute {model_attr!r} holding the Hugging Face model")
     elif not callable(getattr(model, "generate", None)):
-        problems.append(f"{name}.{model_attr} is a {type(model).__name__}, which has no .generate() "
-                        "(a Hugging Face *ForCausalLM / *ForConditionalGeneration model is needed)")
+        problems.append(
+            f"{name}.{model_attr} is a {type(model).__name__}, which has no .generate() "
+            "(a Hugging Face *ForCausalLM / *ForConditionalGeneration model is needed)"
+        )
     if tokenizer is None:
         problems.append(f"it has no attribute {tokenizer_attr!r} holding the tokenizer")
     if problems:
@@ -230,7 +286,8 @@ def resolve_adapter(pl_module: Any, model_attr: str = "model", tokenizer_attr: s
             "AutoTokenizer.from_pretrained(...) — or pass model_attr=/tokenizer_attr= naming your attributes; or\n"
             "  2. implement the DialogueModelAdapter protocol on the module: "
             "generate(contexts, **generation_kwargs) -> list[str] and "
-            "token_logprobs(contexts, responses) -> list[torch.Tensor].")
+            "token_logprobs(contexts, responses) -> list[torch.Tensor]."
+        )
     cls = Seq2SeqAdapter if is_seq2seq(model) else CausalLMAdapter
     return cls(model, tokenizer, format=format, **adapter_kwargs)
 

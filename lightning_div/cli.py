@@ -1,10 +1,10 @@
 """``lightning-div``: LightningCLI for fit / validate / test, plus ``score`` and ``meta-eval``.
 
-    lightning-div fit --config configs/demo.yaml
-    lightning-div fit --config configs/demo.yaml --print_config
-    lightning-div score generated.txt --gold gold.txt --output scores.json
-    lightning-div clusters fit --data train.jsonl --encoder minilm --out clusters.npz
-    lightning-div report runs/demo --out report.html
+lightning-div fit --config configs/demo.yaml
+lightning-div fit --config configs/demo.yaml --print_config
+lightning-div score generated.txt --gold gold.txt --output scores.json
+lightning-div clusters fit --data train.jsonl --encoder minilm --out clusters.npz
+lightning-div report runs/demo --out report.html
 """
 
 from __future__ import annotations
@@ -34,29 +34,53 @@ def run_tool(prog: str, fn: Any, argv: list[str]) -> int:
     """Run a subcommand; a failure is one line in our words on stderr and exit code 1, not a traceback."""
     try:
         return int(fn(argv) or 0)
-    except Exception as err:  # noqa: BLE001 - every failure of a command-line tool is reported the same way
+    except Exception as err:
         what = str(err) or type(err).__name__
         if not isinstance(err, (ValueError, OSError)):
             what = f"{type(err).__name__}: {what}"
         print(f"{prog}: error: {' '.join(what.split())}", file=sys.stderr)
         return 1
 
-SUMMARY_KEYS = ("val/loss", "val/sem_ent", "val/sem_ent_gold", "val/distinct_1", "val/distinct_2", "val/distinct_3",
-                "val/avg_distinct", "val/ent_4", "val/ead", "val/cluster_js", "val/top_cluster_share",
-                "train/ruq", "val/ruq", "train/ruq_margin", "val/ruq_margin", "val/ruq_alert",
-                "val/nli_div_baseline", "dress/head_clusters", "dress/head_share", "dress/weight_mean",
-                "dress/effective_sample_size")
+
+SUMMARY_KEYS = (
+    "val/loss",
+    "val/sem_ent",
+    "val/sem_ent_gold",
+    "val/distinct_1",
+    "val/distinct_2",
+    "val/distinct_3",
+    "val/avg_distinct",
+    "val/ent_4",
+    "val/ead",
+    "val/cluster_js",
+    "val/top_cluster_share",
+    "train/ruq",
+    "val/ruq",
+    "train/ruq_margin",
+    "val/ruq_margin",
+    "val/ruq_alert",
+    "val/nli_div_baseline",
+    "dress/head_clusters",
+    "dress/head_share",
+    "dress/weight_mean",
+    "dress/effective_sample_size",
+)
 
 
 def run_summary(trainer: Any) -> str:
     """The last epoch's diversity, RUQ and DRESS figures, and where the logs and plots are."""
     sections = ("val", "train", "dress", "timing")
     # a callback with a name logs "<name>/val/ruq": shown under its full key, after the unnamed ones
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if not k.endswith("_step") and (
-        k.split("/")[0] in sections or (k.count("/") >= 2 and k.split("/")[1] in sections))}
+    metrics = {
+        k: float(v)
+        for k, v in trainer.callback_metrics.items()
+        if not k.endswith("_step")
+        and (k.split("/")[0] in sections or (k.count("/") >= 2 and k.split("/")[1] in sections))
+    }
     named = sorted({k.split("/", 1)[0] for k in metrics if k.split("/")[0] not in sections})
-    keys = [k for k in SUMMARY_KEYS if k in metrics] + [f"{n}/{k}" for n in named for k in SUMMARY_KEYS
-                                                        if f"{n}/{k}" in metrics]
+    keys = [k for k in SUMMARY_KEYS if k in metrics] + [
+        f"{n}/{k}" for n in named for k in SUMMARY_KEYS if f"{n}/{k}" in metrics
+    ]
     keys += sorted(k for k in metrics if k.startswith("timing/") or "/timing/" in k)
     lines = [f"lightning-div: fit finished after {trainer.current_epoch} epoch(s), {trainer.global_step} steps"]
     if keys:
@@ -155,16 +179,27 @@ def score_main(argv: list[str]) -> int:
     p.add_argument("--gold", help="gold responses: EAD's vocabulary, the 'gold' column, and clusters to fit on")
     p.add_argument("--clusters", help="a saved SemanticClusters file (.npz) for Sem-Ent")
     p.add_argument("--fit-clusters", type=int, metavar="K", help="fit K clusters on --gold for Sem-Ent")
-    p.add_argument("--encoder", help="encoder model name/path for Sem-Ent (default: microsoft/DialoGPT-large; "
-                   "'minilm' = the offline all-MiniLM-L6-v2 weights)")
+    p.add_argument(
+        "--encoder",
+        help="encoder model name/path for Sem-Ent (default: microsoft/DialoGPT-large; "
+        "'minilm' = the offline all-MiniLM-L6-v2 weights)",
+    )
     p.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
-    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_LEXICAL),
-                   help=f"lexical metrics by name: {LEXICAL_NAMES} (default: %(default)s)")
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        default=list(DEFAULT_LEXICAL),
+        help=f"lexical metrics by name: {LEXICAL_NAMES} (default: %(default)s)",
+    )
     p.add_argument("--vocab-size", type=int, help="V for EAD (default: counted from --gold)")
     add_tokenizer_arguments(p)
     p.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
-    p.add_argument("--names", nargs="+", metavar="NAME",
-                   help="one label per response file (default: the file names, or the paths when two are equal)")
+    p.add_argument(
+        "--names",
+        nargs="+",
+        metavar="NAME",
+        help="one label per response file (default: the file names, or the paths when two are equal)",
+    )
     p.add_argument("--output", help="write the scores as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
@@ -196,8 +231,11 @@ def _score(args: argparse.Namespace) -> int:
     from lightning_div.datamodules.formats import read_responses
     from lightning_div.evaluate import format_table, score_files, write_json
 
-    missing = [f for f in [*args.responses, *([args.gold] if args.gold else []),
-                           *([args.clusters] if args.clusters else [])] if not Path(f).exists()]
+    missing = [
+        f
+        for f in [*args.responses, *([args.gold] if args.gold else []), *([args.clusters] if args.clusters else [])]
+        if not Path(f).exists()
+    ]
     if missing:
         raise FileNotFoundError(f"no such file: {', '.join(missing)}")
     labels = system_labels(args.responses, args.names, bool(args.gold))
@@ -207,20 +245,33 @@ def _score(args: argparse.Namespace) -> int:
     if args.clusters or args.fit_clusters:
         from lightning_div.embedding import ResponseEncoder
 
-
-        encoder = ResponseEncoder(args.encoder or "microsoft/DialoGPT-large", pooling=args.pooling,
-                                  show_progress=not args.quiet)
+        encoder = ResponseEncoder(
+            args.encoder or "microsoft/DialoGPT-large", pooling=args.pooling, show_progress=not args.quiet
+        )
         if args.clusters:
             from lightning_div.clustering import SemanticClusters
 
             clusters = SemanticClusters.load(args.clusters)
             clusters.check_encoder(encoder, f"--clusters {args.clusters}")
     else:
-        print("lightning-div score: Sem-Ent left out (it needs clusters: --clusters FILE, or --fit-clusters K with "
-              "--gold FILE)", file=sys.stderr)
-    scores = score_files(files, gold, args.metrics, args.vocab_size, clusters, encoder, args.fit_clusters,
-                         show_progress=not args.quiet, tokenizer=args.tokenizer, lowercase=args.lowercase,
-                         base=args.ent_base)
+        print(
+            "lightning-div score: Sem-Ent left out (it needs clusters: --clusters FILE, or --fit-clusters K with "
+            "--gold FILE)",
+            file=sys.stderr,
+        )
+    scores = score_files(
+        files,
+        gold,
+        args.metrics,
+        args.vocab_size,
+        clusters,
+        encoder,
+        args.fit_clusters,
+        show_progress=not args.quiet,
+        tokenizer=args.tokenizer,
+        lowercase=args.lowercase,
+        base=args.ent_base,
+    )
     print(format_table(scores))
     if args.output:
         write_json(scores, args.output)
@@ -250,8 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
         DiversityCLI(
-            LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-            seed_everything_default=0, save_config_kwargs={"overwrite": True}, args=argv if given else None,
+            LightningModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+            args=argv if given else None,
             parser_kwargs={"description": f"lightning-div (LightningCLI). Also: {extra}."},
         )
     except _fit_user_errors() as err:

@@ -60,21 +60,33 @@ class ClusterCard:
 
     def row(self) -> list[Any]:
         """The card as a table row in the order of :data:`CARD_COLUMNS`."""
-        return [self.cluster, round(self.share, 4), self.size, ", ".join(self.words), ", ".join(self.bigrams),
-                " | ".join(self.examples)]
+        return [
+            self.cluster,
+            round(self.share, 4),
+            self.size,
+            ", ".join(self.words),
+            ", ".join(self.bigrams),
+            " | ".join(self.examples),
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterCard:
-        return cls(cluster=int(data["cluster"]), share=float(data["share"]), size=int(data["size"]),
-                   words=list(data.get("words", [])), bigrams=list(data.get("bigrams", [])),
-                   examples=list(data.get("examples", [])))
+        return cls(
+            cluster=int(data["cluster"]),
+            share=float(data["share"]),
+            size=int(data["size"]),
+            words=list(data.get("words", [])),
+            bigrams=list(data.get("bigrams", [])),
+            examples=list(data.get("examples", [])),
+        )
 
 
-def distinctive_terms(texts: Sequence[str], ids: np.ndarray, num_clusters: int, ngram: int, top_n: int,
-                      min_count: int = 2) -> list[list[str]]:
+def distinctive_terms(
+    texts: Sequence[str], ids: np.ndarray, num_clusters: int, ngram: int, top_n: int, min_count: int = 2
+) -> list[list[str]]:
     """The ``top_n`` most distinctive ``ngram``-grams of each cluster (weighted log-odds, see the module doc).
 
     A term must occur at least ``min_count`` times in the cluster and have a positive
@@ -97,8 +109,9 @@ def distinctive_terms(texts: Sequence[str], ids: np.ndarray, num_clusters: int, 
     prior = PRIOR_STRENGTH * corpus / corpus.sum()
     n = y.sum(axis=1, keepdims=True)
     rest, n_rest = corpus[None, :] - y, n.sum() - n
-    delta = (np.log((y + prior) / (n + PRIOR_STRENGTH - y - prior))
-             - np.log((rest + prior) / (n_rest + PRIOR_STRENGTH - rest - prior)))
+    delta = np.log((y + prior) / (n + PRIOR_STRENGTH - y - prior)) - np.log(
+        (rest + prior) / (n_rest + PRIOR_STRENGTH - rest - prior)
+    )
     z = delta / np.sqrt(1.0 / (y + prior) + 1.0 / (rest + prior))
     out = []
     for j in range(num_clusters):
@@ -107,8 +120,9 @@ def distinctive_terms(texts: Sequence[str], ids: np.ndarray, num_clusters: int, 
     return out
 
 
-def nearest_examples(texts: Sequence[str], ids: np.ndarray, distances: np.ndarray, num_clusters: int,
-                     num_examples: int) -> list[list[str]]:
+def nearest_examples(
+    texts: Sequence[str], ids: np.ndarray, distances: np.ndarray, num_clusters: int, num_examples: int
+) -> list[list[str]]:
     """Per cluster, the ``num_examples`` distinct texts nearest its centroid (ties by text)."""
     out: list[list[str]] = [[] for _ in range(num_clusters)]
     for i in np.lexsort((np.asarray(texts, dtype=object).astype(str), distances)):
@@ -118,9 +132,14 @@ def nearest_examples(texts: Sequence[str], ids: np.ndarray, distances: np.ndarra
     return out
 
 
-def cluster_cards(texts: Sequence[str], ids: Sequence[int] | np.ndarray, num_clusters: int,
-                  distances: Sequence[float] | np.ndarray | None = None, top_n: int = 8,
-                  num_examples: int = 5) -> list[ClusterCard]:
+def cluster_cards(
+    texts: Sequence[str],
+    ids: Sequence[int] | np.ndarray,
+    num_clusters: int,
+    distances: Sequence[float] | np.ndarray | None = None,
+    top_n: int = 8,
+    num_examples: int = 5,
+) -> list[ClusterCard]:
     """Describe each of ``num_clusters`` clusters from the texts assigned to them.
 
     Args:
@@ -146,8 +165,17 @@ def cluster_cards(texts: Sequence[str], ids: Sequence[int] | np.ndarray, num_clu
     bigrams = distinctive_terms(texts, ids, num_clusters, 2, top_n)
     examples = nearest_examples(texts, ids, dist, num_clusters, num_examples)
     total = max(len(texts), 1)
-    return [ClusterCard(cluster=j, share=float(sizes[j] / total), size=int(sizes[j]), words=words[j],
-                        bigrams=bigrams[j], examples=examples[j]) for j in range(num_clusters)]
+    return [
+        ClusterCard(
+            cluster=j,
+            share=float(sizes[j] / total),
+            size=int(sizes[j]),
+            words=words[j],
+            bigrams=bigrams[j],
+            examples=examples[j],
+        )
+        for j in range(num_clusters)
+    ]
 
 
 def describe_clusters(clusters: Any, texts: Sequence[str], embeddings: Any, **kwargs: Any) -> list[ClusterCard]:
@@ -190,5 +218,5 @@ def format_cards(cards: Sequence[ClusterCard], width: int = 100) -> str:
         lines.append(f"  words:   {', '.join(c.words) or '-'}")
         lines.append(f"  2-grams: {', '.join(c.bigrams) or '-'}")
         for e in c.examples:
-            lines.append(f"  - {e if len(e) <= width else e[:width - 3] + '...'}")
+            lines.append(f"  - {e if len(e) <= width else e[: width - 3] + '...'}")
     return "\n".join(lines)

@@ -38,10 +38,17 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lightning-div clusters", description=DESCRIPTION)
     sub = p.add_subparsers(dest="action", required=True)
     fit = sub.add_parser("fit", help="fit clusters on gold responses and save them with their cards")
-    fit.add_argument("--data", required=True, help="gold responses: .txt (one a line), JSONL, CSV/TSV, DailyDialog, "
-                     "ParlAI, a datasets directory, or 'chitchat'")
-    fit.add_argument("--encoder", default="microsoft/DialoGPT-large",
-                     help="encoder name/path ('minilm' = the offline all-MiniLM-L6-v2 weights)")
+    fit.add_argument(
+        "--data",
+        required=True,
+        help="gold responses: .txt (one a line), JSONL, CSV/TSV, DailyDialog, "
+        "ParlAI, a datasets directory, or 'chitchat'",
+    )
+    fit.add_argument(
+        "--encoder",
+        default="microsoft/DialoGPT-large",
+        help="encoder name/path ('minilm' = the offline all-MiniLM-L6-v2 weights)",
+    )
     fit.add_argument("--out", required=True, help="where to save the clusters (.npz)")
     fit.add_argument("--num-clusters", type=int, default=20, help="k (default 20, as the paper)")
     fit.add_argument("--variance-kept", type=float, default=0.9, help="PCA variance kept (default 0.9)")
@@ -65,8 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _describe_file(clusters: Any, path: str) -> str:
-    return (f"{path}: {clusters.num_clusters} clusters of encoder {clusters.encoder_name!r}, "
-            f"{clusters.n_components} PCA components ({100 * (clusters.explained_variance or 0):.1f} % variance)")
+    return (
+        f"{path}: {clusters.num_clusters} clusters of encoder {clusters.encoder_name!r}, "
+        f"{clusters.n_components} PCA components ({100 * (clusters.explained_variance or 0):.1f} % variance)"
+    )
 
 
 def fit_command(args: argparse.Namespace) -> int:
@@ -78,8 +87,9 @@ def fit_command(args: argparse.Namespace) -> int:
     if not texts:
         raise ValueError(f"{args.data}: no responses to fit clusters on")
     encoder = build_encoder(args.encoder, args.pooling, args.quiet, args.batch_size)
-    clusters = SemanticClusters(num_clusters=args.num_clusters, variance_kept=args.variance_kept, seed=args.seed,
-                                show_progress=not args.quiet)
+    clusters = SemanticClusters(
+        num_clusters=args.num_clusters, variance_kept=args.variance_kept, seed=args.seed, show_progress=not args.quiet
+    )
     clusters.fit_texts(texts, encoder)
     path = clusters.save(args.out)
     print(format_cards(clusters.cards or []))
@@ -94,8 +104,10 @@ def show_command(args: argparse.Namespace) -> int:
 
     clusters = SemanticClusters.load(args.file)
     if clusters.cards is None:
-        raise ValueError(f"{args.file} has no cluster cards (saved before cards existed); a training run that uses "
-                         "it describes it from its gold responses, or fit it again with 'lightning-div clusters fit'")
+        raise ValueError(
+            f"{args.file} has no cluster cards (saved before cards existed); a training run that uses "
+            "it describes it from its gold responses, or fit it again with 'lightning-div clusters fit'"
+        )
     print(format_cards(clusters.cards))
     print(_describe_file(clusters, args.file))
     return 0
@@ -122,20 +134,32 @@ def assign_command(args: argparse.Namespace) -> int:
     labels = cluster_labels(clusters.cards, clusters.num_clusters)
     gold = np.array([c.share for c in clusters.cards]) if clusters.cards else None
     result: dict[str, Any] = {
-        "responses": len(responses), "sem_ent": semantic_entropy(ids, clusters.num_clusters),
+        "responses": len(responses),
+        "sem_ent": semantic_entropy(ids, clusters.num_clusters),
         "sem_ent_max": math.log(clusters.num_clusters),
         "top_cluster_share": top_cluster_share(ids, clusters.num_clusters),
         "cluster_js": None if gold is None else cluster_js_divergence(counts, gold),
-        "clusters": [{"cluster": j, "label": labels[j], "count": int(counts[j]), "share": float(shares[j]),
-                      "gold_share": None if gold is None else float(gold[j])} for j in range(clusters.num_clusters)]}
+        "clusters": [
+            {
+                "cluster": j,
+                "label": labels[j],
+                "count": int(counts[j]),
+                "share": float(shares[j]),
+                "gold_share": None if gold is None else float(gold[j]),
+            }
+            for j in range(clusters.num_clusters)
+        ],
+    }
     width = max(len(s) for s in labels)
     print(f"{'cluster'.ljust(width)}  {'count':>6}  {'share':>6}  {'gold':>6}")
     for row in sorted(result["clusters"], key=lambda r: (-r["count"], r["cluster"])):
         gold_col = "" if row["gold_share"] is None else f"{100 * row['gold_share']:5.1f}%"
         print(f"{row['label'].ljust(width)}  {row['count']:>6}  {100 * row['share']:5.1f}%  {gold_col:>6}")
-    print(f"Sem-Ent {result['sem_ent']:.4f} nats (max ln {clusters.num_clusters} = {result['sem_ent_max']:.4f}) "
-          f"over {len(responses)} responses; top cluster share {result['top_cluster_share']:.3f}"
-          + ("" if gold is None else f"; JS divergence from the gold shares {result['cluster_js']:.4f} bits"))
+    print(
+        f"Sem-Ent {result['sem_ent']:.4f} nats (max ln {clusters.num_clusters} = {result['sem_ent_max']:.4f}) "
+        f"over {len(responses)} responses; top cluster share {result['top_cluster_share']:.3f}"
+        + ("" if gold is None else f"; JS divergence from the gold shares {result['cluster_js']:.4f} bits")
+    )
     if args.output:
         from lightning_div.tracking import write_atomic
 

@@ -36,8 +36,13 @@ def share_histogram(generated: Sequence[float], gold: Sequence[float], labels: S
     return fig
 
 
-def collapse_heatmap(epochs: Sequence[int], shares: np.ndarray, gold: Sequence[float], labels: Sequence[str],
-                     title: str = "Generated share per semantic cluster") -> Any:
+def collapse_heatmap(
+    epochs: Sequence[int],
+    shares: np.ndarray,
+    gold: Sequence[float],
+    labels: Sequence[str],
+    title: str = "Generated share per semantic cluster",
+) -> Any:
     """Clusters (rows, labelled by card) x epochs (columns) of generated shares, with the gold share first.
 
     ``shares`` is [epochs, clusters]. A model collapsing onto a mode shows as one row
@@ -54,16 +59,28 @@ def collapse_heatmap(epochs: Sequence[int], shares: np.ndarray, gold: Sequence[f
     ax.set_xlabel("epoch")
     if cols * k <= 400:  # the numbers stay readable
         for (i, j), v in np.ndenumerate(grid):
-            ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=6,
-                    color="white" if v > 0.6 * grid.max() else "black")
+            ax.text(
+                j,
+                i,
+                f"{100 * v:.0f}",
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="white" if v > 0.6 * grid.max() else "black",
+            )
     fig.colorbar(image, ax=ax, label="share of responses")
     ax.set_title(title)
     fig.tight_layout()
     return fig
 
 
-def dress_round(gold_weight: Sequence[float] | np.ndarray, negatives: Sequence[int] | np.ndarray, heads: Sequence[int],
-                labels: Sequence[str], title: str) -> Any:
+def dress_round(
+    gold_weight: Sequence[float] | np.ndarray,
+    negatives: Sequence[int] | np.ndarray,
+    heads: Sequence[int],
+    labels: Sequence[str],
+    title: str,
+) -> Any:
     """Two panels per cluster: the DRESS gold weight, and the negatives each head cluster gave."""
     k = len(labels)
     head_set = {int(h) for h in heads}

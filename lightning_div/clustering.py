@@ -38,8 +38,17 @@ from lightning_div.metrics import cluster_histogram
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-CONFIG_FIELDS = ("encoder_name", "encoder_fingerprint", "num_clusters", "seed", "variance_kept", "niter", "nredo",
-                 "max_points_per_centroid", "data_fingerprint")
+CONFIG_FIELDS = (
+    "encoder_name",
+    "encoder_fingerprint",
+    "num_clusters",
+    "seed",
+    "variance_kept",
+    "niter",
+    "nredo",
+    "max_points_per_centroid",
+    "data_fingerprint",
+)
 # faiss's own advice: fewer than this many points per centroid gives unreliable centroids
 MIN_POINTS_PER_CENTROID = 39
 
@@ -104,23 +113,38 @@ class SemanticClusters:
             and the authors); None trains on every point.
     """
 
-    def __init__(self, num_clusters: int = 20, variance_kept: float = 0.9, niter: int = 500, nredo: int = 5,
-                 seed: int = 27, use_gpu: bool | str = "auto", encoder_name: str | None = None,
-                 show_progress: bool = True, max_points_per_centroid: int | None = 256) -> None:
-        for field, value, low in (("num_clusters", num_clusters, 1), ("niter", niter, 1), ("nredo", nredo, 1),
-                                  ("seed", seed, 0)):
+    def __init__(
+        self,
+        num_clusters: int = 20,
+        variance_kept: float = 0.9,
+        niter: int = 500,
+        nredo: int = 5,
+        seed: int = 27,
+        use_gpu: bool | str = "auto",
+        encoder_name: str | None = None,
+        show_progress: bool = True,
+        max_points_per_centroid: int | None = 256,
+    ) -> None:
+        for field, value, low in (
+            ("num_clusters", num_clusters, 1),
+            ("niter", niter, 1),
+            ("nredo", nredo, 1),
+            ("seed", seed, 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"{field} must be an integer >= {low}, got {value!r}")
-        if isinstance(variance_kept, bool) or not isinstance(variance_kept, (int, float)) \
-                or not 0 < variance_kept <= 1:
+        if isinstance(variance_kept, bool) or not isinstance(variance_kept, (int, float)) or not 0 < variance_kept <= 1:
             raise ValueError(f"variance_kept must be in (0, 1], got {variance_kept!r}")
         if use_gpu not in (True, False, "auto"):
             raise ValueError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}")
         if max_points_per_centroid is not None and (
-                isinstance(max_points_per_centroid, bool) or not isinstance(max_points_per_centroid, int)
-                or max_points_per_centroid < 1):
-            raise ValueError("max_points_per_centroid must be an integer >= 1 or None, "
-                             f"got {max_points_per_centroid!r}")
+            isinstance(max_points_per_centroid, bool)
+            or not isinstance(max_points_per_centroid, int)
+            or max_points_per_centroid < 1
+        ):
+            raise ValueError(
+                f"max_points_per_centroid must be an integer >= 1 or None, got {max_points_per_centroid!r}"
+            )
         self.num_clusters = int(num_clusters)
         self.variance_kept = float(variance_kept)
         self.niter, self.nredo, self.seed = int(niter), int(nredo), int(seed)
@@ -143,10 +167,17 @@ class SemanticClusters:
     @property
     def config(self) -> dict[str, Any]:
         """Everything that decides the clusters; equal configs on equal data give equal clusters."""
-        return {"encoder_name": self.encoder_name, "encoder_fingerprint": self.encoder_fingerprint,
-                "num_clusters": self.num_clusters, "seed": self.seed,
-                "variance_kept": self.variance_kept, "niter": self.niter, "nredo": self.nredo,
-                "max_points_per_centroid": self.max_points_per_centroid, "data_fingerprint": self.data_fingerprint}
+        return {
+            "encoder_name": self.encoder_name,
+            "encoder_fingerprint": self.encoder_fingerprint,
+            "num_clusters": self.num_clusters,
+            "seed": self.seed,
+            "variance_kept": self.variance_kept,
+            "niter": self.niter,
+            "nredo": self.nredo,
+            "max_points_per_centroid": self.max_points_per_centroid,
+            "data_fingerprint": self.data_fingerprint,
+        }
 
     @property
     def config_hash(self) -> str:
@@ -168,10 +199,13 @@ class SemanticClusters:
     # --------------------------------------------------------------------- fit
     def _faiss_gpu(self) -> int:
         import faiss
+
         available = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
         if self.use_gpu is True and available == 0:
-            raise RuntimeError("use_gpu=True but faiss sees no GPU: install faiss-gpu "
-                               "(lightning-div[gpu]) on a CUDA machine, or use use_gpu='auto'")
+            raise RuntimeError(
+                "use_gpu=True but faiss sees no GPU: install faiss-gpu "
+                "(lightning-div[gpu]) on a CUDA machine, or use use_gpu='auto'"
+            )
         return 1 if self.use_gpu is True or (self.use_gpu == "auto" and available > 0) else 0
 
     def fit(self, embeddings: Any, data_fingerprint: str | None = None) -> SemanticClusters:
@@ -198,15 +232,22 @@ class SemanticClusters:
             raise ValueError(f"num_clusters={k} needs at least {k} embeddings, got {n}")
         distinct = _count_distinct(x)
         if distinct == 1:
-            raise ValueError(f"all {n} embeddings point in the same direction (identical after L2 normalisation): "
-                             "there is nothing to cluster")
+            raise ValueError(
+                f"all {n} embeddings point in the same direction (identical after L2 normalisation): "
+                "there is nothing to cluster"
+            )
         if distinct < k:
-            raise ValueError(f"only {distinct} distinct embeddings (after L2 normalisation) for num_clusters={k}; "
-                             f"use num_clusters <= {distinct} or more varied data")
+            raise ValueError(
+                f"only {distinct} distinct embeddings (after L2 normalisation) for num_clusters={k}; "
+                f"use num_clusters <= {distinct} or more varied data"
+            )
         if n < MIN_POINTS_PER_CENTROID * k:
-            warnings.warn(f"SemanticClusters: clustering {n} points into {k} clusters; faiss recommends at least "
-                          f"{MIN_POINTS_PER_CENTROID * k} ({MIN_POINTS_PER_CENTROID} per cluster) for stable "
-                          "centroids", stacklevel=2)
+            warnings.warn(
+                f"SemanticClusters: clustering {n} points into {k} clusters; faiss recommends at least "
+                f"{MIN_POINTS_PER_CENTROID * k} ({MIN_POINTS_PER_CENTROID} per cluster) for stable "
+                "centroids",
+                stacklevel=2,
+            )
 
         clock = time.perf_counter()
         stages = tqdm(total=3, desc="Fitting semantic clusters", disable=not self.show_progress, unit="stage")
@@ -216,8 +257,10 @@ class SemanticClusters:
         reached = np.flatnonzero(cumulative >= self.variance_kept)
         m = int(reached[0]) + 1 if reached.size else len(cumulative)  # 1.0 may be missed by rounding
         if m == 1:
-            log.info("SemanticClusters: one PCA component explains %.1f%% of the variance; clustering on a line",
-                     100 * cumulative[0])
+            log.info(
+                "SemanticClusters: one PCA component explains %.1f%% of the variance; clustering on a line",
+                100 * cumulative[0],
+            )
         mean = mean64.astype(np.float32)
         components = np.ascontiguousarray(all_components[:m], dtype=np.float32)
         times = {"pca": time.perf_counter() - clock}
@@ -225,10 +268,17 @@ class SemanticClusters:
 
         stages.set_postfix_str(f"k-means (d={m}, {'GPU' if gpus else 'CPU'})")
         reduced = _project(x, mean, components)
-        kmeans = faiss.Kmeans(m, k, niter=self.niter, nredo=self.nredo, seed=self.seed, gpu=gpus,
-                              max_points_per_centroid=self.max_points_per_centroid or max(n // k + 1, 1),
-                              min_points_per_centroid=1,  # the < 39*k warning is ours, as a Python warning
-                              verbose=False)
+        kmeans = faiss.Kmeans(
+            m,
+            k,
+            niter=self.niter,
+            nredo=self.nredo,
+            seed=self.seed,
+            gpu=gpus,
+            max_points_per_centroid=self.max_points_per_centroid or max(n // k + 1, 1),
+            min_points_per_centroid=1,  # the < 39*k warning is ours, as a Python warning
+            verbose=False,
+        )
         kmeans.train(reduced)
         times["kmeans"] = time.perf_counter() - clock - times["pca"]
         stages.update()
@@ -247,11 +297,19 @@ class SemanticClusters:
         stages.close()
         empty = int((np.bincount(ids, minlength=k) == 0).sum())
         if empty:
-            warnings.warn(f"SemanticClusters: {empty} of {k} clusters received no training point (duplicate "
-                          "centroids from heavily repeated embeddings); fewer clusters would describe this data",
-                          stacklevel=2)
-        log.info("SemanticClusters: fitted k=%d on %d points, %d PCA components (%.1f%% variance), inertia %.4g",
-                 k, n, m, 100 * self.explained_variance, self.inertia)
+            warnings.warn(
+                f"SemanticClusters: {empty} of {k} clusters received no training point (duplicate "
+                "centroids from heavily repeated embeddings); fewer clusters would describe this data",
+                stacklevel=2,
+            )
+        log.info(
+            "SemanticClusters: fitted k=%d on %d points, %d PCA components (%.1f%% variance), inertia %.4g",
+            k,
+            n,
+            m,
+            100 * self.explained_variance,
+            self.inertia,
+        )
         return self
 
     def fit_texts(self, texts: Sequence[str], encoder: Any) -> SemanticClusters:
@@ -278,6 +336,7 @@ class SemanticClusters:
     # ------------------------------------------------------------------ assign
     def _search(self, reduced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import faiss
+
         # k centroids: an exact CPU search is instant, and the same on every machine
         index = faiss.IndexFlatL2(self.centroids.shape[1])
         index.add(self.centroids)
@@ -299,8 +358,10 @@ class SemanticClusters:
         self._require_fitted()
         x = _check_rows(embeddings)
         if x.shape[1] != self.input_dim:
-            raise ValueError(f"embeddings have dimension {x.shape[1]}, but the clusters were fitted on "
-                             f"dimension {self.input_dim} (encoder {self.encoder_name!r})")
+            raise ValueError(
+                f"embeddings have dimension {x.shape[1]}, but the clusters were fitted on "
+                f"dimension {self.input_dim} (encoder {self.encoder_name!r})"
+            )
         return _project(x, self.pca_mean, self.pca_components)
 
     def assign(self, embeddings: Any) -> np.ndarray:
@@ -338,13 +399,18 @@ class SemanticClusters:
         dim = np.asarray(encoder.encode(["hello"])).shape[-1]
         name = getattr(encoder, "name", None)
         if dim != self.input_dim:
-            raise ValueError(f"{source} were fitted on {self.input_dim}-dimensional embeddings of encoder "
-                             f"{self.encoder_name!r}, but encoder {name!r} gives {dim}-dimensional ones: use the "
-                             "encoder the clusters were fitted with, or fit new clusters")
+            raise ValueError(
+                f"{source} were fitted on {self.input_dim}-dimensional embeddings of encoder "
+                f"{self.encoder_name!r}, but encoder {name!r} gives {dim}-dimensional ones: use the "
+                "encoder the clusters were fitted with, or fit new clusters"
+            )
         if name and self.encoder_name and name != self.encoder_name:
-            warnings.warn(f"{source} were fitted with encoder {self.encoder_name!r} but are used with {name!r} "
-                          "(same dimension): Sem-Ent is only comparable under the encoder the clusters were "
-                          "fitted with", stacklevel=2)
+            warnings.warn(
+                f"{source} were fitted with encoder {self.encoder_name!r} but are used with {name!r} "
+                "(same dimension): Sem-Ent is only comparable under the encoder the clusters were "
+                "fitted with",
+                stacklevel=2,
+            )
 
     def describe(self, texts: Sequence[str], embeddings: Any, **kwargs: Any) -> list[Any]:
         """Compute (and keep in ``cards``, saved with the clusters) a ClusterCard per cluster from the gold texts.
@@ -389,13 +455,23 @@ class SemanticClusters:
         # a file object: np.savez would otherwise append ".npz"; atomic: a kill mid-write leaves no partial file
         try:
             with atomic_write(path, "wb") as f:
-                np.savez(f, format_version=np.int64(FORMAT_VERSION), config=np.array(json.dumps(self.config)),
-                         config_hash=np.array(self.config_hash), pca_mean=self.pca_mean,
-                         pca_components=self.pca_components, centroids=self.centroids,
-                         explained_variance=np.float64(self.explained_variance),
-                         inertia=np.float64(np.nan if self.inertia is None else self.inertia),
-                         **({} if self.cards is None else  # optional: files without cards still load
-                            {"cards": np.array(json.dumps([c.to_dict() for c in self.cards]))}))
+                np.savez(
+                    f,
+                    format_version=np.int64(FORMAT_VERSION),
+                    config=np.array(json.dumps(self.config)),
+                    config_hash=np.array(self.config_hash),
+                    pca_mean=self.pca_mean,
+                    pca_components=self.pca_components,
+                    centroids=self.centroids,
+                    explained_variance=np.float64(self.explained_variance),
+                    inertia=np.float64(np.nan if self.inertia is None else self.inertia),
+                    **(
+                        {}
+                        if self.cards is None
+                        # optional: files without cards still load
+                        else {"cards": np.array(json.dumps([c.to_dict() for c in self.cards]))}
+                    ),
+                )
         except OSError as e:
             message = f"cannot save SemanticClusters to {str(path)!r}: {e.strerror or e}"
             raise (type(e)(e.errno, message) if e.errno is not None else type(e)(message)) from e
@@ -436,13 +512,22 @@ class SemanticClusters:
             unknown = sorted(set(expected) - set(CONFIG_FIELDS))
             if unknown:
                 raise ValueError(f"unknown config fields {unknown}; known: {list(CONFIG_FIELDS)}")
-            diffs = [f"{name}: file has {config.get(name)!r}, requested {value!r}"
-                     for name, value in expected.items() if not _same(config.get(name), value)]
+            diffs = [
+                f"{name}: file has {config.get(name)!r}, requested {value!r}"
+                for name, value in expected.items()
+                if not _same(config.get(name), value)
+            ]
             if diffs:
                 raise ValueError(f"{str(path)!r} was fitted with a different config — " + "; ".join(diffs))
-        out = cls(num_clusters=config["num_clusters"], variance_kept=config["variance_kept"], niter=config["niter"],
-                  nredo=config["nredo"], seed=config["seed"], encoder_name=config["encoder_name"],
-                  max_points_per_centroid=config["max_points_per_centroid"])
+        out = cls(
+            num_clusters=config["num_clusters"],
+            variance_kept=config["variance_kept"],
+            niter=config["niter"],
+            nredo=config["nredo"],
+            seed=config["seed"],
+            encoder_name=config["encoder_name"],
+            max_points_per_centroid=config["max_points_per_centroid"],
+        )
         out.data_fingerprint = config["data_fingerprint"]
         out.encoder_fingerprint = config.get("encoder_fingerprint")  # absent in files written before it existed
         out.pca_mean, out.pca_components = arrays["pca_mean"], arrays["pca_components"]
@@ -458,13 +543,16 @@ class SemanticClusters:
             if len(out.cards) != out.num_clusters:
                 raise ValueError(f"{str(path)!r}: {len(out.cards)} cluster cards for {out.num_clusters} clusters")
         if out.centroids.shape != (out.num_clusters, out.n_components):
-            raise ValueError(f"{str(path)!r}: centroids have shape {out.centroids.shape}, expected "
-                             f"({out.num_clusters}, {out.n_components})")
+            raise ValueError(
+                f"{str(path)!r}: centroids have shape {out.centroids.shape}, expected "
+                f"({out.num_clusters}, {out.n_components})"
+            )
         return out
 
     @classmethod
-    def load_or_fit(cls, path: str | os.PathLike, texts: Sequence[str], encoder: Any,
-                    with_assignments: bool = False, **config: Any) -> Any:
+    def load_or_fit(
+        cls, path: str | os.PathLike, texts: Sequence[str], encoder: Any, with_assignments: bool = False, **config: Any
+    ) -> Any:
         """Load the clusters saved at ``path`` if there are any, else embed ``texts``, fit and save.
 
         ``config`` holds constructor arguments. A directory ``path`` stores
@@ -574,9 +662,15 @@ class SemanticClusters:
         return self
 
     def _state(self) -> dict[str, Any]:
-        return {"data_fingerprint": self.data_fingerprint, "pca_mean": self.pca_mean,
-                "pca_components": self.pca_components, "centroids": self.centroids,
-                "explained_variance": self.explained_variance, "inertia": self.inertia, "cards": self.cards}
+        return {
+            "data_fingerprint": self.data_fingerprint,
+            "pca_mean": self.pca_mean,
+            "pca_components": self.pca_components,
+            "centroids": self.centroids,
+            "explained_variance": self.explained_variance,
+            "inertia": self.inertia,
+            "cards": self.cards,
+        }
 
     def _set_state(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
@@ -590,8 +684,9 @@ def assignments_path(clusters_path: str | os.PathLike) -> Path:
     return path.with_name(f"assignments-{path.stem}.npz")
 
 
-def _read_cache(path: Path, ids_path: Path, wanted: SemanticClusters, n_texts: int, cache: bool,
-                with_assignments: bool) -> tuple[str, Any]:
+def _read_cache(
+    path: Path, ids_path: Path, wanted: SemanticClusters, n_texts: int, cache: bool, with_assignments: bool
+) -> tuple[str, Any]:
     """What :meth:`SemanticClusters.load_or_fit` can reuse: ("hit", ids), ("clusters", None) or ("miss", None).
 
     A cache entry (``cache=True``: a file named by its config hash in the cache directory)
@@ -606,16 +701,22 @@ def _read_cache(path: Path, ids_path: Path, wanted: SemanticClusters, n_texts: i
     except ValueError as e:
         if not cache:
             raise
-        warnings.warn(f"SemanticClusters: the cached clusters {str(path)!r} cannot be used ({e}); fitting them "
-                      "again and replacing the file", stacklevel=3)
+        warnings.warn(
+            f"SemanticClusters: the cached clusters {str(path)!r} cannot be used ({e}); fitting them "
+            "again and replacing the file",
+            stacklevel=3,
+        )
         return "miss", None
     if not with_assignments or not ids_path.is_file():
         return "clusters", None
     try:
         return "hit", load_assignments(ids_path, file_digest(path), loaded.num_clusters, n_texts)
     except StaleCacheError as e:
-        warnings.warn(f"SemanticClusters: the cached assignments cannot be used ({e}); assigning the texts again "
-                      "and replacing the file", stacklevel=3)
+        warnings.warn(
+            f"SemanticClusters: the cached assignments cannot be used ({e}); assigning the texts again "
+            "and replacing the file",
+            stacklevel=3,
+        )
         return "clusters", None
 
 
@@ -643,13 +744,14 @@ def _pca(x: np.ndarray, seed: int, chunk: int = 4096) -> tuple[np.ndarray, np.nd
     n, d = x.shape
     if n < d:
         from sklearn.decomposition import PCA
+
         pca = PCA(n_components=None, svd_solver="full", random_state=seed).fit(x.astype(np.float64))
         return pca.mean_, np.nan_to_num(pca.explained_variance_ratio_, nan=0.0), pca.components_
     mean = x.mean(axis=0, dtype=np.float64)
     shift = mean.astype(np.float32)
     scatter = np.zeros((d, d))
     for start in range(0, n, chunk):
-        block = x[start:start + chunk] - shift
+        block = x[start : start + chunk] - shift
         scatter += block.T @ block
     # the rows were centred on the float32-rounded mean: remove that offset's n * delta delta^T
     delta = mean - shift

@@ -49,7 +49,6 @@ def _str_list(value: Any, where: str, name: str, allow_str: bool = False) -> lis
     return list(value)
 
 
-
 def as_pair(item: Any, where: str = "pair") -> DialoguePair:
     """One DialoguePair from a DialoguePair, ``(context, response)``, ``(context, [references])`` or
     ``(context, response, [references])``; the context is a list of turns or one string.
@@ -73,9 +72,12 @@ def as_pair(item: Any, where: str = "pair") -> DialoguePair:
     if isinstance(item, DialoguePair):
         return item
     if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
-        raise DataFormatError(where, "expected a DialoguePair, (context, response), (context, [references]) or "
-                                     f"(context, response, [references]); got {type(item).__name__}"
-                                     + (f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""))
+        raise DataFormatError(
+            where,
+            "expected a DialoguePair, (context, response), (context, [references]) or "
+            f"(context, response, [references]); got {type(item).__name__}"
+            + (f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""),
+        )
     context = tuple(_str_list(item[0], where, "context", allow_str=True))
     if len(item) == 3:
         if not isinstance(item[1], str):

@@ -60,12 +60,17 @@ def batch_plan(n_items: int, batch_size: int, sort_key: Sequence[Any] | None = N
     order = list(range(n_items))
     if sort_key is not None:
         order.sort(key=lambda i: sort_key[i], reverse=True)
-    return [order[i:i + batch_size] for i in range(0, n_items, batch_size)]
+    return [order[i : i + batch_size] for i in range(0, n_items, batch_size)]
 
 
-def distributed_map(fn: Callable[[list[T]], list[R]], items: Sequence[T], batch_size: int,
-                    sort_key: Sequence[Any] | None = None, show_progress: bool = True,
-                    desc: str = "lightning-div") -> list[R]:
+def distributed_map(
+    fn: Callable[[list[T]], list[R]],
+    items: Sequence[T],
+    batch_size: int,
+    sort_key: Sequence[Any] | None = None,
+    show_progress: bool = True,
+    desc: str = "lightning-div",
+) -> list[R]:
     """``fn`` over batches of ``items``, split across ranks, gathered back in the original order.
 
     ``fn`` maps a list of items to a list of results of the same length. Every rank

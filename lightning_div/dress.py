@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from lightning_div.metrics.semantic import cluster_histogram
 
 
-def dress_weights(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int, lam: float = 30.0,
-                  normalize: bool = False) -> np.ndarray:
+def dress_weights(
+    cluster_ids: Sequence[int] | np.ndarray, num_clusters: int, lam: float = 30.0, normalize: bool = False
+) -> np.ndarray:
     """w_i = (1 - p_train(c_i))^lam over the gold training responses' cluster ids (float64).
 
     ``normalize=True`` rescales to mean 1. Off by default, as in the paper: the raw
@@ -89,8 +90,9 @@ def head_clusters(generated_ids: Sequence[int] | np.ndarray, num_clusters: int, 
     return np.flatnonzero(hist / hist.sum() > threshold).astype(np.int64)
 
 
-def negative_weights(generated_ids: Sequence[int] | np.ndarray, heads: Sequence[int] | np.ndarray,
-                     negative_weight: float = -1.0) -> np.ndarray:
+def negative_weights(
+    generated_ids: Sequence[int] | np.ndarray, heads: Sequence[int] | np.ndarray, negative_weight: float = -1.0
+) -> np.ndarray:
     """Weight of each generated response: ``negative_weight`` in a head cluster, else 0 (not trained on).
 
     Args:
@@ -125,15 +127,21 @@ def effective_sample_size(weights: Sequence[float] | np.ndarray) -> float:
         1.0
     """
     w = np.abs(np.asarray(weights, dtype=np.float64))
-    denom = float((w ** 2).sum())
+    denom = float((w**2).sum())
     return float(w.sum() ** 2 / denom) if denom > 0 else 0.0
 
 
 NEGATIVE_LOSSES = ("nll", "unlikelihood")
 
 
-def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, sample_weight: torch.Tensor | None = None,
-                     ignore_index: int = -100, causal: bool = True, negative_loss: str = "nll") -> torch.Tensor:
+def weighted_lm_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    sample_weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    causal: bool = True,
+    negative_loss: str = "nll",
+) -> torch.Tensor:
     """sum_i w_i sum_t loss_it / (number of non-ignored target tokens in the batch).
 
     For an example with weight w_i >= 0, loss_it is the token cross-entropy -log p(y_t).
@@ -174,8 +182,9 @@ def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, sample_weight: 
         logits, labels = logits[:, :-1, :], labels[:, 1:]
     if logits.shape[:2] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not line up")
-    token_ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1),
-                               ignore_index=ignore_index, reduction="none").view(labels.shape)
+    token_ce = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=ignore_index, reduction="none"
+    ).view(labels.shape)
     per_example = token_ce.sum(dim=1)
     if sample_weight is not None:
         sample_weight = torch.as_tensor(sample_weight, dtype=per_example.dtype, device=per_example.device)
@@ -183,16 +192,20 @@ def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, sample_weight: 
             raise ValueError(f"sample_weight has shape {tuple(sample_weight.shape)}, expected ({labels.size(0)},)")
         negative = sample_weight < 0
         if negative_loss == "unlikelihood" and bool(negative.any()):
-            per_example = torch.where(negative, -sample_weight * unlikelihood_per_example(token_ce, labels, ignore_index),
-                                      sample_weight * per_example)
+            per_example = torch.where(
+                negative,
+                -sample_weight * unlikelihood_per_example(token_ce, labels, ignore_index),
+                sample_weight * per_example,
+            )
         else:
             per_example = per_example * sample_weight
     num_tokens = (labels != ignore_index).sum().clamp(min=1)
     return per_example.sum() / num_tokens
 
 
-def unlikelihood_per_example(token_ce: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
-                             min_complement: float = 1e-5) -> torch.Tensor:
+def unlikelihood_per_example(
+    token_ce: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100, min_complement: float = 1e-5
+) -> torch.Tensor:
     """sum_t -log(1 - p(y_t)) per example, from the token cross-entropies -log p(y_t) (0 where ignored).
 
     ``1 - p`` is computed as ``-expm1(log p)`` (exact for small p) and clamped at

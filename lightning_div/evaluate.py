@@ -8,15 +8,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_div.metrics import DEFAULT_LEXICAL, count_vocab, lexical_scores, semantic_entropy
 from lightning_div.io import atomic_write_text
+from lightning_div.metrics import DEFAULT_LEXICAL, count_vocab, lexical_scores, semantic_entropy
 from lightning_div.text import TokenizerSpec
 
 
-def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_LEXICAL,
-                    vocab_size: int | None = None, clusters: Any = None, encoder: Any = None,
-                    tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                    base: float = math.e) -> dict[str, float]:
+def score_responses(
+    responses: Sequence[str],
+    lexical: Sequence[str] = DEFAULT_LEXICAL,
+    vocab_size: int | None = None,
+    clusters: Any = None,
+    encoder: Any = None,
+    tokenizer: TokenizerSpec = "13a",
+    lowercase: bool | None = None,
+    base: float = math.e,
+) -> dict[str, float]:
     """Lexical metrics of a response set, plus Sem-Ent when ``clusters`` and ``encoder`` are given.
 
     Args:
@@ -42,11 +48,19 @@ def score_responses(responses: Sequence[str], lexical: Sequence[str] = DEFAULT_L
     return out
 
 
-def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None = None,
-                lexical: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None, clusters: Any = None,
-                encoder: Any = None, fit_clusters: int | None = None, show_progress: bool = True,
-                tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                base: float = math.e) -> dict[str, dict]:
+def score_files(
+    files: Mapping[str, Sequence[str]],
+    gold: Sequence[str] | None = None,
+    lexical: Sequence[str] = DEFAULT_LEXICAL,
+    vocab_size: int | None = None,
+    clusters: Any = None,
+    encoder: Any = None,
+    fit_clusters: int | None = None,
+    show_progress: bool = True,
+    tokenizer: TokenizerSpec = "13a",
+    lowercase: bool | None = None,
+    base: float = math.e,
+) -> dict[str, dict]:
     """Scores of several systems' responses (and of the gold responses, labelled ``gold``).
 
     EAD's V defaults to the vocabulary of ``gold`` (else of all responses together), counted
@@ -75,20 +89,22 @@ def score_files(files: Mapping[str, Sequence[str]], gold: Sequence[str] | None =
             than clusters.
     """
     if vocab_size is None and "ead" in lexical:
-        vocab_size = count_vocab(list(gold) if gold else [r for rs in files.values() for r in rs], tokenizer,
-                                 lowercase)
+        vocab_size = count_vocab(list(gold) if gold else [r for rs in files.values() for r in rs], tokenizer, lowercase)
     if clusters is None and fit_clusters:
         if not gold or encoder is None:
             raise ValueError("fitting clusters needs gold responses (--gold) and an encoder (--encoder)")
         from lightning_div.clustering import SemanticClusters
 
-        clusters = SemanticClusters(num_clusters=fit_clusters, encoder_name=encoder.name,
-                                    show_progress=show_progress).fit_texts(list(gold), encoder)
+        clusters = SemanticClusters(
+            num_clusters=fit_clusters, encoder_name=encoder.name, show_progress=show_progress
+        ).fit_texts(list(gold), encoder)
     systems = dict(files)
     if gold:
         systems["gold"] = list(gold)
-    return {name: score_responses(rs, lexical, vocab_size, clusters, encoder, tokenizer, lowercase, base)
-            for name, rs in systems.items()}
+    return {
+        name: score_responses(rs, lexical, vocab_size, clusters, encoder, tokenizer, lowercase, base)
+        for name, rs in systems.items()
+    }
 
 
 def format_table(scores: Mapping[str, Mapping[str, float]]) -> str:

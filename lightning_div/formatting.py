@@ -47,8 +47,8 @@ def special_tokens_around(tokenizer: Any) -> tuple[list[int], list[int]]:
     bare = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
     full = list(tokenizer(probe, add_special_tokens=True)["input_ids"])
     for start in range(len(full) - len(bare) + 1):
-        if full[start:start + len(bare)] == bare:
-            return full[:start], full[start + len(bare):]
+        if full[start : start + len(bare)] == bare:
+            return full[:start], full[start + len(bare) :]
     raise ValueError(f"cannot tell which special tokens {type(tokenizer).__name__} adds around a text")
 
 
@@ -63,7 +63,7 @@ def target_prefix(tokenizer: Any) -> list[int]:
     bare = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
     full = list(tokenizer(text_target=probe)["input_ids"])
     for start in range(len(full) - len(bare) + 1):
-        if full[start:start + len(bare)] == bare:
+        if full[start : start + len(bare)] == bare:
             return full[:start]
     raise ValueError(f"cannot tell which special tokens {type(tokenizer).__name__} puts before a target text")
 
@@ -97,8 +97,14 @@ class MemoTokenizer:
             self.__dict__[name] = value
         return value
 
-    def warm(self, texts: Sequence[str], target: bool = False, batch_size: int = 4096, keep: int | None = None,
-             side: str = "left") -> None:
+    def warm(
+        self,
+        texts: Sequence[str],
+        target: bool = False,
+        batch_size: int = 4096,
+        keep: int | None = None,
+        side: str = "left",
+    ) -> None:
         """Encode ``texts`` in batches (no-op for slow tokenizers, whose batch call is no faster).
 
         ``keep``: only this many tokens of each text can matter to the caller (its last ones
@@ -110,15 +116,16 @@ class MemoTokenizer:
             return
         todo = [t for t in dict.fromkeys(texts) if self._key(t, target) not in self._cache]
         for start in range(0, len(todo), batch_size):
-            chunk = todo[start:start + batch_size]
+            chunk = todo[start : start + batch_size]
             if target:
                 ids = self._tokenizer(text_target=chunk)["input_ids"]
             elif keep is None:
                 ids = self._tokenizer(chunk, add_special_tokens=False)["input_ids"]
             else:
                 with _truncation_side(self._tokenizer, side):
-                    ids = self._tokenizer(chunk, add_special_tokens=False, truncation=True,
-                                          max_length=max(keep, 1))["input_ids"]
+                    ids = self._tokenizer(chunk, add_special_tokens=False, truncation=True, max_length=max(keep, 1))[
+                        "input_ids"
+                    ]
             for text, row in zip(chunk, ids):
                 self._cache[self._key(text, target)] = list(row)
 
@@ -127,16 +134,18 @@ class MemoTokenizer:
         # warm() encodes texts as encode_pair asks for them: contexts without special tokens, seq2seq targets with
         return ("target", text, True) if target else ("text", text, False)
 
-    def __call__(self, text: Any = None, text_target: Any = None, add_special_tokens: bool = True,
-                 **kwargs: Any) -> Any:
+    def __call__(
+        self, text: Any = None, text_target: Any = None, add_special_tokens: bool = True, **kwargs: Any
+    ) -> Any:
         single = text if text_target is None else text_target
         if kwargs or (text is None) == (text_target is None) or not isinstance(single, str):
             return self._tokenizer(text, text_target=text_target, add_special_tokens=add_special_tokens, **kwargs)
         kind = "text" if text_target is None else "target"
         key = (kind, single, add_special_tokens)
         if key not in self._cache:
-            ids = self._tokenizer(**{"text" if kind == "text" else "text_target": single},
-                                  add_special_tokens=add_special_tokens)["input_ids"]
+            ids = self._tokenizer(
+                **{"text" if kind == "text" else "text_target": single}, add_special_tokens=add_special_tokens
+            )["input_ids"]
             self._cache[key] = list(ids)
         return {"input_ids": self._cache[key]}
 
@@ -185,7 +194,7 @@ class DialogueFormat:
 
     def _turns(self, context: Context) -> list[str]:
         turns = as_turns(context)
-        return turns[-self.max_turns:] if self.max_turns else turns
+        return turns[-self.max_turns :] if self.max_turns else turns
 
     def context_budget(self, model: Any, reserve: int = 0) -> int | None:
         """How many context tokens fit: ``max_context_tokens`` and the window minus ``reserve``.
@@ -228,7 +237,7 @@ class DialogueFormat:
                 content.extend(tokenizer(turn, add_special_tokens=False)["input_ids"])
             prefix, suffix = special_tokens_around(tokenizer)
             if budget is not None:
-                content = content[max(0, len(content) - max(budget - len(prefix) - len(suffix), 1)):]
+                content = content[max(0, len(content) - max(budget - len(prefix) - len(suffix), 1)) :]
             return prefix + content + suffix
 
         if self.turn_separator is None:
@@ -242,7 +251,7 @@ class DialogueFormat:
             ids.extend(tokenizer(turn, add_special_tokens=False)["input_ids"])
             ids.extend(sep_ids)
         if budget is not None:
-            ids = ids[max(0, len(ids) - budget):]
+            ids = ids[max(0, len(ids) - budget) :]
         if not ids:  # an empty context still needs one position to condition on
             start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
             ids = [start]
@@ -266,8 +275,9 @@ class DialogueFormat:
         memo.warm(turns, keep=budget, side="left")
         return memo
 
-    def encode_contexts(self, contexts: Sequence[Context], tokenizer: Any, seq2seq: bool,
-                        budget: int | None = None) -> list[list[int]]:
+    def encode_contexts(
+        self, contexts: Sequence[Context], tokenizer: Any, seq2seq: bool, budget: int | None = None
+    ) -> list[list[int]]:
         """:meth:`encode_context` of many contexts, every distinct turn tokenised once, in batches.
 
         Args:
@@ -305,8 +315,9 @@ class DialogueFormat:
             raise ValueError("the tokenizer has no EOS token, so the end of a response cannot be scored")
         return list(tokenizer(response, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
 
-    def encode_pair(self, context: Context, response: str, tokenizer: Any, model: Any,
-                    max_response_tokens: int | None = None) -> tuple[list[int], list[int]]:
+    def encode_pair(
+        self, context: Context, response: str, tokenizer: Any, model: Any, max_response_tokens: int | None = None
+    ) -> tuple[list[int], list[int]]:
         """(context ids, response ids) for training or scoring, both fitted to the model window.
 
         Responses longer than ``max_response_tokens`` (default: what leaves one context
@@ -331,8 +342,15 @@ class DialogueFormat:
             return window if is_seq2seq(model) else window - 1
         return max_response_tokens
 
-    def _encode_pair(self, context: Context, response: str, context_tokenizer: Any, response_tokenizer: Any,
-                     model: Any, max_response_tokens: int | None) -> tuple[list[int], list[int]]:
+    def _encode_pair(
+        self,
+        context: Context,
+        response: str,
+        context_tokenizer: Any,
+        response_tokenizer: Any,
+        model: Any,
+        max_response_tokens: int | None,
+    ) -> tuple[list[int], list[int]]:
         seq2seq = is_seq2seq(model)
         response_ids = self.encode_response(response, response_tokenizer, seq2seq)
         limit = self._response_limit(model, max_response_tokens)
@@ -341,9 +359,16 @@ class DialogueFormat:
         budget = self.context_budget(model, reserve=len(response_ids))
         return self.encode_context(context, context_tokenizer, seq2seq, budget), response_ids
 
-    def encode_pairs(self, contexts: Sequence[Context], responses: Sequence[str], tokenizer: Any, model: Any,
-                     max_response_tokens: int | None = None, show_progress: bool = False,
-                     desc: str = "tokenising") -> Iterator[tuple[list[int], list[int]]]:
+    def encode_pairs(
+        self,
+        contexts: Sequence[Context],
+        responses: Sequence[str],
+        tokenizer: Any,
+        model: Any,
+        max_response_tokens: int | None = None,
+        show_progress: bool = False,
+        desc: str = "tokenising",
+    ) -> Iterator[tuple[list[int], list[int]]]:
         """:meth:`encode_pair` of many pairs, equal to it pair by pair, with every distinct text tokenised once, in batches.
 
         Args:
@@ -366,8 +391,13 @@ class DialogueFormat:
         memo = self._memo(contexts, tokenizer, self.context_budget(layout, reserve=0))
         responses_memo = MemoTokenizer(tokenizer)
         limit = self._response_limit(layout, max_response_tokens)
-        responses_memo.warm([r for r in responses if isinstance(r, str)], target=seq2seq,  # encode_pair names bad ones
-                            keep=None if seq2seq or limit is None else limit, side="right")
-        for context, response in tqdm(zip(contexts, responses), total=len(contexts), desc=desc,
-                                      disable=not show_progress, leave=False):
+        responses_memo.warm(
+            [r for r in responses if isinstance(r, str)],
+            target=seq2seq,  # encode_pair names bad ones
+            keep=None if seq2seq or limit is None else limit,
+            side="right",
+        )
+        for context, response in tqdm(
+            zip(contexts, responses), total=len(contexts), desc=desc, disable=not show_progress, leave=False
+        ):
             yield self._encode_pair(context, response, memo, responses_memo, layout, max_response_tokens)

@@ -115,11 +115,12 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
-def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, side: str,
-              device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def pad_batch(
+    sequences: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids, attention_mask) of equal-length rows, padded on ``side`` ("left" or "right").
 
     Built here rather than with ``tokenizer.pad`` so that a tokenizer without a pad token
@@ -165,10 +166,19 @@ def _decode(tokenizer: Any, rows: torch.Tensor, eos_ids: set[int]) -> list[str]:
     return texts
 
 
-def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
-                     format: DialogueFormat | None = None, batch_size: int = 16, max_new_tokens: int = 40,
-                     num_return_sequences: int = 1, show_progress: bool = True, seed: int | None = 0,
-                     **generation_kwargs: Any) -> list[str]:
+def generate_batched(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Context],
+    *,
+    format: DialogueFormat | None = None,
+    batch_size: int = 16,
+    max_new_tokens: int = 40,
+    num_return_sequences: int = 1,
+    show_progress: bool = True,
+    seed: int | None = 0,
+    **generation_kwargs: Any,
+) -> list[str]:
     """Responses of a Hugging Face model to ``contexts``, ``num_return_sequences`` per context.
 
     Decoding defaults to :data:`GREEDY_DEFAULTS` (plus ``encoder_no_repeat_ngram_size=3`` for
@@ -202,13 +212,18 @@ def generate_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], *,
     with evaluation_mode(model, seed):
         for batch in tqdm(batches, desc="generating", unit="batch", disable=not show_progress):
             ids, mask = pad_batch([encoded[i] for i in batch], pad_id, "right" if seq2seq else "left", device)
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
-                                 num_return_sequences=num_return_sequences, **kwargs)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new,
+                num_return_sequences=num_return_sequences,
+                **kwargs,
+            )
             # decoder-only output repeats the prompt; seq2seq output starts with the decoder start token
-            new = out[:, 1:] if seq2seq else out[:, ids.shape[1]:]
+            new = out[:, 1:] if seq2seq else out[:, ids.shape[1] :]
             texts = _decode(tokenizer, new.cpu(), eos_ids)
             for k, i in enumerate(batch):
-                results[i] = texts[k * num_return_sequences:(k + 1) * num_return_sequences]
+                results[i] = texts[k * num_return_sequences : (k + 1) * num_return_sequences]
     return [text for group in results for text in group]
 
 
@@ -236,6 +251,8 @@ def generate_sets(adapter: Any, contexts: Sequence[Context], n: int, **generatio
     kwargs = {**SAMPLING_DEFAULTS, **generation_kwargs}
     flat = adapter.generate(contexts, num_return_sequences=n, **kwargs)
     if len(flat) != len(contexts) * n:
-        raise ValueError(f"{type(adapter).__name__}.generate returned {len(flat)} responses for "
-                         f"{len(contexts)} contexts x {n}; expected {len(contexts) * n}")
-    return [list(flat[i * n:(i + 1) * n]) for i in range(len(contexts))]
+        raise ValueError(
+            f"{type(adapter).__name__}.generate returned {len(flat)} responses for "
+            f"{len(contexts)} contexts x {n}; expected {len(contexts) * n}"
+        )
+    return [list(flat[i * n : (i + 1) * n]) for i in range(len(contexts))]

@@ -26,8 +26,16 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["StaleCacheError", "atomic_directory", "atomic_write", "atomic_write_bytes", "atomic_write_text",
-           "file_digest", "load_assignments", "save_assignments"]
+__all__ = [
+    "StaleCacheError",
+    "atomic_directory",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "file_digest",
+    "load_assignments",
+    "save_assignments",
+]
 
 
 class StaleCacheError(ValueError):
@@ -60,8 +68,13 @@ def _fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None = None,
-                 newline: str | None = None, make_parents: bool = False) -> Iterator[IO[Any]]:
+def atomic_write(
+    path: str | os.PathLike,
+    mode: str = "wb",
+    encoding: str | None = None,
+    newline: str | None = None,
+    make_parents: bool = False,
+) -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; on a clean exit it replaces ``path`` atomically.
 
     Args:
@@ -146,12 +159,18 @@ def atomic_directory(path: str | os.PathLike, fill: Callable[[Path], Any]) -> Pa
 
 # ------------------------------------------------------------------------------------ assignments
 
+
 def save_assignments(path: str | os.PathLike, ids: np.ndarray, clusters_hash: str, num_clusters: int) -> Path:
     """Cluster ids of the gold texts, with the clusters file's hash (:func:`file_digest`) and k, written atomically."""
     ids = np.asarray(ids, dtype=np.int64)
     buffer = io.BytesIO()
-    np.savez(buffer, ids=ids, clusters_hash=np.array(clusters_hash), num_clusters=np.int64(num_clusters),
-             length=np.int64(len(ids)))
+    np.savez(
+        buffer,
+        ids=ids,
+        clusters_hash=np.array(clusters_hash),
+        num_clusters=np.int64(num_clusters),
+        length=np.int64(len(ids)),
+    )
     return atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -172,8 +191,9 @@ def load_assignments(path: str | os.PathLike, clusters_hash: str, num_clusters: 
         # TypeError/AttributeError: a bare .npy array where the archive should be
         raise StaleCacheError(f"{where!r} is not a complete assignments file ({type(e).__name__}: {e})") from e
     if stored_hash != clusters_hash or stored_k != num_clusters:
-        raise StaleCacheError(f"{where!r} belongs to clusters {stored_hash} (k={stored_k}), not to "
-                              f"{clusters_hash} (k={num_clusters})")
+        raise StaleCacheError(
+            f"{where!r} belongs to clusters {stored_hash} (k={stored_k}), not to {clusters_hash} (k={num_clusters})"
+        )
     if ids.ndim != 1 or len(ids) != stored_len or stored_len != length:
         raise StaleCacheError(f"{where!r} holds {len(ids)} ids (header: {stored_len}) for {length} texts")
     if not np.issubdtype(ids.dtype, np.integer):

@@ -70,8 +70,11 @@ def build_model(model_name_or_path: str | None, from_scratch: dict[str, Any] | N
     if from_scratch is not None:
         spec = dict(from_scratch)
         model_type = spec.pop("model_type", "gpt2")
-        special = {name: getattr(tokenizer, name) for name in ("bos_token_id", "eos_token_id", "pad_token_id")
-                   if getattr(tokenizer, name, None) is not None}
+        special = {
+            name: getattr(tokenizer, name)
+            for name in ("bos_token_id", "eos_token_id", "pad_token_id")
+            if getattr(tokenizer, name, None) is not None
+        }
         config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **{**special, **spec})
         if getattr(config, "is_encoder_decoder", False):
             config.decoder_start_token_id = spec.get("decoder_start_token_id", tokenizer.eos_token_id)
@@ -100,13 +103,27 @@ class DialogueLM(pl.LightningModule):
         warmup_steps: steps of linear learning-rate warm-up.
     """
 
-    def __init__(self, model_name_or_path: str | None = "microsoft/DialoGPT-small", tokenizer: str | None = None,
-                 tokenizer_vocab_size: int = 4000, from_scratch: Options | None = None,
-                 learning_rate: float = 5e-5, weight_decay: float = 0.0, warmup_steps: int = 0) -> None:
+    def __init__(
+        self,
+        model_name_or_path: str | None = "microsoft/DialoGPT-small",
+        tokenizer: str | None = None,
+        tokenizer_vocab_size: int = 4000,
+        from_scratch: Options | None = None,
+        learning_rate: float = 5e-5,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         seq2seq_scratch = from_scratch is not None and from_scratch.get("model_type", "gpt2") in (
-            "bart", "t5", "blenderbot", "blenderbot-small", "mbart", "pegasus", "marian")
+            "bart",
+            "t5",
+            "blenderbot",
+            "blenderbot-small",
+            "mbart",
+            "pegasus",
+            "marian",
+        )
         tok_spec = tokenizer or model_name_or_path
         if tok_spec is None:
             raise ValueError("DialogueLM needs a tokenizer (name/path or 'local:chitchat')")
@@ -119,8 +136,11 @@ class DialogueLM(pl.LightningModule):
         if self.seq2seq:
             # HF's shift-right turns the -100 label padding into pad ids itself.
             decoder_input_ids = self.model.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
-            return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                              decoder_input_ids=decoder_input_ids).logits
+            return self.model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=decoder_input_ids,
+            ).logits
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
     def _loss(self, batch: dict[str, torch.Tensor], weighted: bool) -> torch.Tensor:
@@ -128,8 +148,9 @@ class DialogueLM(pl.LightningModule):
         # DRESS's choice of loss for negative weights lives on the datamodule the callback configured.
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         negative_loss = getattr(datamodule, "negative_loss", "nll")
-        return weighted_lm_loss(self(batch), batch["labels"], weights, causal=not self.seq2seq,
-                                negative_loss=negative_loss)
+        return weighted_lm_loss(
+            self(batch), batch["labels"], weights, causal=not self.seq2seq, negative_loss=negative_loss
+        )
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch, weighted=True)
@@ -149,8 +170,10 @@ class DialogueLM(pl.LightningModule):
         decay, no_decay = [], []
         for name, p in self.model.named_parameters():
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=hp.learning_rate)
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.learning_rate,
+        )
         if hp.warmup_steps <= 0:
             return opt
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / hp.warmup_steps))

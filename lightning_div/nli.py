@@ -22,15 +22,22 @@ from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity, normalise
 DEFAULT_MODEL = "roberta-large-mnli"
 # Names of the per-set values SetResult.stats() returns (and mean_set_stats averages):
 # what a monitor logs, e.g. as ``val/nli_div_baseline``.
-STAT_KEYS = ("nli_div_baseline", "nli_div_neutral", "nli_div_confidence",
-             "nli_pairs_entailment", "nli_pairs_neutral", "nli_pairs_contradiction")
+STAT_KEYS = (
+    "nli_div_baseline",
+    "nli_div_neutral",
+    "nli_div_confidence",
+    "nli_pairs_entailment",
+    "nli_pairs_neutral",
+    "nli_pairs_contradiction",
+)
 
 
 class PairScorer(Protocol):
     """What Diversity Threshold Generation needs from an NLI scorer."""
 
-    def score_pairs(self, premises: Sequence[str], hypotheses: Sequence[str],
-                    show_progress: bool | None = None) -> tuple[list[str], np.ndarray]:
+    def score_pairs(
+        self, premises: Sequence[str], hypotheses: Sequence[str], show_progress: bool | None = None
+    ) -> tuple[list[str], np.ndarray]:
         """Predicted label per pair and class probabilities ``[n, 3]`` in :data:`LABELS` order."""
         ...
 
@@ -66,8 +73,11 @@ class SetResult:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SetResult):
             return NotImplemented
-        return (self.responses == other.responses and self.labels == other.labels
-                and np.array_equal(self.probs, other.probs))
+        return (
+            self.responses == other.responses
+            and self.labels == other.labels
+            and np.array_equal(self.probs, other.probs)
+        )
 
     __hash__ = object.__hash__
 
@@ -125,8 +135,10 @@ def _label_order(id2label: Mapping[Any, Any], label_map: Mapping[int, str] | Non
     """Model output index of each canonical class (entailment, neutral, contradiction)."""
     source = "label_map" if label_map is not None else "config.id2label"
     mapping = dict(label_map if label_map is not None else id2label)
-    fix = ("pass label_map={0: 'contradiction', 1: 'neutral', 2: 'entailment'} (with the model's real order, "
-           "see its model card) to NLIScorer / NLIScorer.from_model")
+    fix = (
+        "pass label_map={0: 'contradiction', 1: 'neutral', 2: 'entailment'} (with the model's real order, "
+        "see its model card) to NLIScorer / NLIScorer.from_model"
+    )
     names: dict[int, str] = {}
     try:
         for key, value in mapping.items():
@@ -134,8 +146,10 @@ def _label_order(id2label: Mapping[Any, Any], label_map: Mapping[int, str] | Non
     except (TypeError, ValueError) as err:
         raise ValueError(f"cannot map {source} = {mapping!r} onto {LABELS}: {err}; {fix}") from None
     if sorted(names) != list(range(num_labels)) or num_labels != 3 or sorted(names.values()) != sorted(LABELS):
-        raise ValueError(f"{source} = {mapping!r} (model with {num_labels} outputs) does not map one-to-one onto "
-                         f"the three NLI classes {LABELS}; {fix}")
+        raise ValueError(
+            f"{source} = {mapping!r} (model with {num_labels} outputs) does not map one-to-one onto "
+            f"the three NLI classes {LABELS}; {fix}"
+        )
     by_name = {name: idx for idx, name in names.items()}
     return np.array([by_name[name] for name in LABELS], dtype=np.int64)
 
@@ -159,9 +173,15 @@ class NLIScorer:
         ValueError: a label order that cannot be read (shown in the message) and no ``label_map``.
     """
 
-    def __init__(self, model_name_or_path: str = DEFAULT_MODEL, batch_size: int = 32,
-                 device: str | torch.device | None = None, max_length: int = 256, show_progress: bool = True,
-                 label_map: Mapping[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        model_name_or_path: str = DEFAULT_MODEL,
+        batch_size: int = 32,
+        device: str | torch.device | None = None,
+        max_length: int = 256,
+        show_progress: bool = True,
+        label_map: Mapping[int, str] | None = None,
+    ) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
@@ -171,9 +191,16 @@ class NLIScorer:
         self._setup(model.eval(), tokenizer, batch_size, device, max_length, show_progress, label_map)
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, batch_size: int = 32, device: str | torch.device | None = None,
-                   max_length: int = 256, show_progress: bool = True,
-                   label_map: Mapping[int, str] | None = None) -> "NLIScorer":
+    def from_model(
+        cls,
+        model: Any,
+        tokenizer: Any,
+        batch_size: int = 32,
+        device: str | torch.device | None = None,
+        max_length: int = 256,
+        show_progress: bool = True,
+        label_map: Mapping[int, str] | None = None,
+    ) -> NLIScorer:
         """A scorer around a model already in memory (``device=None`` leaves it where it is).
 
         Args:
@@ -192,16 +219,29 @@ class NLIScorer:
         scorer._setup(model, tokenizer, batch_size, device, max_length, show_progress, label_map)
         return scorer
 
-    def _setup(self, model: Any, tokenizer: Any, batch_size: int, device: str | torch.device | None,
-               max_length: int, show_progress: bool, label_map: Mapping[int, str] | None) -> None:
+    def _setup(
+        self,
+        model: Any,
+        tokenizer: Any,
+        batch_size: int,
+        device: str | torch.device | None,
+        max_length: int,
+        show_progress: bool,
+        label_map: Mapping[int, str] | None,
+    ) -> None:
         if batch_size < 1 or max_length < 1:
             raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size} and {max_length}")
         if getattr(tokenizer, "pad_token_id", None) is None:
-            raise ValueError(f"NLIScorer needs a tokenizer with a pad token to batch pairs; "
-                             f"{type(tokenizer).__name__} has none (set tokenizer.pad_token)")
+            raise ValueError(
+                f"NLIScorer needs a tokenizer with a pad token to batch pairs; "
+                f"{type(tokenizer).__name__} has none (set tokenizer.pad_token)"
+            )
         config = model.config
-        self._order = _label_order(getattr(config, "id2label", {}) or {}, label_map,
-                                   int(getattr(config, "num_labels", len(getattr(config, "id2label", {}) or {}))))
+        self._order = _label_order(
+            getattr(config, "id2label", {}) or {},
+            label_map,
+            int(getattr(config, "num_labels", len(getattr(config, "id2label", {}) or {}))),
+        )
         if device is not None:
             model = model.to(device)
         self.model = model
@@ -214,8 +254,9 @@ class NLIScorer:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def score_pairs(self, premises: Sequence[str], hypotheses: Sequence[str],
-                    show_progress: bool | None = None) -> tuple[list[str], np.ndarray]:
+    def score_pairs(
+        self, premises: Sequence[str], hypotheses: Sequence[str], show_progress: bool | None = None
+    ) -> tuple[list[str], np.ndarray]:
         """Predicted label (argmax) and probabilities ``[n, 3]`` (entailment, neutral, contradiction) per pair.
 
         Pairs are tokenised once, sorted by length and batched; identical (premise,
@@ -249,8 +290,9 @@ class NLIScorer:
     def _predict(self, pairs: list[tuple[str, str]], show_progress: bool) -> np.ndarray:
         if not pairs:
             return np.zeros((0, 3))
-        encoded = self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True,
-                                 max_length=self.max_length)
+        encoded = self.tokenizer(
+            [p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length
+        )
         ids = encoded["input_ids"]
         # Longest first: similar lengths share a batch (little padding) and memory peaks early.
         order = sorted(range(len(ids)), key=lambda k: -len(ids[k]))
@@ -262,9 +304,10 @@ class NLIScorer:
             with torch.inference_mode():
                 starts = range(0, len(order), self.batch_size)
                 for start in tqdm(starts, desc="NLI pairs", unit="batch", disable=not show_progress, leave=False):
-                    batch = order[start:start + self.batch_size]
-                    features = self.tokenizer.pad({key: [encoded[key][k] for k in batch] for key in encoded.keys()},
-                                                  return_tensors="pt")
+                    batch = order[start : start + self.batch_size]
+                    features = self.tokenizer.pad(
+                        {key: [encoded[key][k] for k in batch] for key in encoded.keys()}, return_tensors="pt"
+                    )
                     features = {key: value.to(self.device) for key, value in features.items()}
                     logits = model(**features).logits.float()
                     out[batch] = logits.softmax(-1)[:, columns].cpu().numpy()
@@ -308,13 +351,16 @@ class NLIScorer:
                 hypotheses.append(responses[j])
         if small:
             shown = ", ".join(map(str, small[:10])) + (", ..." if len(small) > 10 else "")
-            warnings.warn(f"{len(small)} response set(s) have fewer than 2 responses (sets {shown}); "
-                          f"they have no pairs and NLI Diversity 0.0", stacklevel=2)
+            warnings.warn(
+                f"{len(small)} response set(s) have fewer than 2 responses (sets {shown}); "
+                f"they have no pairs and NLI Diversity 0.0",
+                stacklevel=2,
+            )
         labels, probs = self.score_pairs(premises, hypotheses, show_progress)
         results, start = [], 0
         for responses in sets:
             m = len(responses) * (len(responses) - 1)
-            results.append(SetResult(tuple(responses), tuple(labels[start:start + m]), probs[start:start + m]))
+            results.append(SetResult(tuple(responses), tuple(labels[start : start + m]), probs[start : start + m]))
             start += m
         return results
 

@@ -31,9 +31,23 @@ from typing import Any
 
 ARTIFACTS = "lightning_div"
 ARTIFACT_NAME = re.compile(r"^(?P<key>.+)_epoch(?P<epoch>\d+)\.(?P<ext>png|csv)$")
-HEADLINE = ("val/loss", "val/sem_ent", "val/sem_ent_gold", "val/cluster_js", "val/top_cluster_share",
-            "val/distinct_1", "val/distinct_2", "val/avg_distinct", "val/ent_4", "val/ead", "train/ruq", "val/ruq",
-            "val/nli_div_baseline", "dress/head_clusters", "dress/effective_sample_size")
+HEADLINE = (
+    "val/loss",
+    "val/sem_ent",
+    "val/sem_ent_gold",
+    "val/cluster_js",
+    "val/top_cluster_share",
+    "val/distinct_1",
+    "val/distinct_2",
+    "val/avg_distinct",
+    "val/ent_4",
+    "val/ead",
+    "train/ruq",
+    "val/ruq",
+    "val/nli_div_baseline",
+    "dress/head_clusters",
+    "dress/effective_sample_size",
+)
 MAX_TABLE_ROWS = 200
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#1f2933;
@@ -78,8 +92,10 @@ def find_run(run_dir: str | Path) -> RunFiles:
     else:
         found = [d for d in root.rglob("*") if d.is_dir() and d.name != ARTIFACTS and _is_version(d)]
         if not found:
-            raise ValueError(f"{root}: no run below it (no metrics.csv from a CSVLogger and no {ARTIFACTS}/ folder "
-                             "of lightning-div figures); give a run's default_root_dir or one logger version folder")
+            raise ValueError(
+                f"{root}: no run below it (no metrics.csv from a CSVLogger and no {ARTIFACTS}/ folder "
+                "of lightning-div figures); give a run's default_root_dir or one logger version folder"
+            )
         version = max(found, key=lambda d: (_written_at(d), str(d)))
     configs = []
     top = root.resolve()
@@ -87,9 +103,13 @@ def find_run(run_dir: str | Path) -> RunFiles:
         configs += [p for p in (d / "config.yaml", d / "hparams.yaml") if p.is_file()]
         if d == top:
             break
-    return RunFiles(root=root, version=version,
-                    metrics_csv=version / "metrics.csv" if (version / "metrics.csv").is_file() else None,
-                    artifacts=version / ARTIFACTS if (version / ARTIFACTS).is_dir() else None, configs=configs)
+    return RunFiles(
+        root=root,
+        version=version,
+        metrics_csv=version / "metrics.csv" if (version / "metrics.csv").is_file() else None,
+        artifacts=version / ARTIFACTS if (version / ARTIFACTS).is_dir() else None,
+        configs=configs,
+    )
 
 
 def read_metrics(path: Path, notes: list[str]) -> dict[str, list[tuple[float, float, float]]]:
@@ -103,8 +123,10 @@ def read_metrics(path: Path, notes: list[str]) -> dict[str, list[tuple[float, fl
     header = rows[0]
     for number, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
-            notes.append(f"{path.name} line {number} has {len(row)} of {len(header)} fields (a run stopped while "
-                         "writing it?) and was left out")
+            notes.append(
+                f"{path.name} line {number} has {len(row)} of {len(header)} fields (a run stopped while "
+                "writing it?) and was left out"
+            )
             continue
         record = dict(zip(header, row))
         try:
@@ -158,7 +180,7 @@ def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[
             ax.tick_params(labelsize=7)
             if per_epoch:
                 ax.xaxis.get_major_locator().set_params(integer=True)
-        for ax in list(axes.flat)[len(names):]:
+        for ax in list(axes.flat)[len(names) :]:
             ax.axis("off")
         fig.tight_layout()
         out.append((group, _png(fig)))
@@ -230,7 +252,7 @@ def _figure(key: str, epoch: int, path: Path, notes: list[str]) -> str:
     if not data.startswith(b"\x89PNG"):
         notes.append(f"{path.name} is not a PNG image (torn write?); left out")
         return ""
-    return f"<h3>{html.escape(key)} <span class=\"note\">(epoch {epoch})</span></h3>\n{_img(data, key)}"
+    return f'<h3>{html.escape(key)} <span class="note">(epoch {epoch})</span></h3>\n{_img(data, key)}'
 
 
 def build_report(run_dir: str | Path) -> str:
@@ -256,59 +278,87 @@ def build_report(run_dir: str | Path) -> str:
             if kind == "png":
                 out.append(_figure(key.replace("_", "/", 1), epoch, path, notes))
             else:
-                out.append(f"<h3>{html.escape(key.replace('_', '/', 1))} <span class=\"note\">(epoch {epoch})"
-                           f"</span></h3>\n" + _table(path, notes))
+                out.append(
+                    f'<h3>{html.escape(key.replace("_", "/", 1))} <span class="note">(epoch {epoch})'
+                    f"</span></h3>\n" + _table(path, notes)
+                )
         return out
 
     summary = []
     last = {name: points[-1] for name, points in series.items()}
     keys = [k for k in HEADLINE if k in last]
     if keys:
-        rows = "".join(f'<tr><td>{html.escape(k)}</td><td class="num">{last[k][2]:.4f}</td>'
-                       f'<td class="num">{last[k][0]:g}</td></tr>' for k in keys)
+        rows = "".join(
+            f'<tr><td>{html.escape(k)}</td><td class="num">{last[k][2]:.4f}</td>'
+            f'<td class="num">{last[k][0]:g}</td></tr>'
+            for k in keys
+        )
         summary.append(f'<table id="summary"><tr><th>metric</th><th>last value</th><th>epoch</th></tr>{rows}</table>')
     epochs = sorted({int(e) for pts in series.values() for e, _, _ in pts if not math.isnan(e)})
     cards = run.artifacts / "cluster_cards.csv" if run.artifacts else None
     shares = run.artifacts / "cluster_shares.csv" if run.artifacts else None
     sections = [
         _section("Summary", "summary-section", summary),
-        _section("Scalars over training", "scalars",
-                 [f"<h3>{html.escape(g)}/*</h3>\n{_img(png, g)}" for g, png in scalar_figures(series)]),
-        _section("Semantic clusters", "clusters",
-                 ['<p>Each cluster described by the gold responses it holds: share, most distinctive words and '
-                  '2-grams, the responses nearest its centroid.</p>' if cards and cards.is_file() else "",
-                  _table(cards, notes, "cluster cards") if cards and cards.is_file() else "",
-                  *take(["val_cluster_shares", "val_cluster_histogram"], "png"),
-                  ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
-                  if shares and shares.is_file() else ""]),
-        _section("RUQ: does the model prefer \"I don't know\"?", "ruq",
-                 take(["val_ruq", "train_ruq"], "png") + take(["val_ruq", "train_ruq"], "csv")),
+        _section(
+            "Scalars over training",
+            "scalars",
+            [f"<h3>{html.escape(g)}/*</h3>\n{_img(png, g)}" for g, png in scalar_figures(series)],
+        ),
+        _section(
+            "Semantic clusters",
+            "clusters",
+            [
+                "<p>Each cluster described by the gold responses it holds: share, most distinctive words and "
+                "2-grams, the responses nearest its centroid.</p>"
+                if cards and cards.is_file()
+                else "",
+                _table(cards, notes, "cluster cards") if cards and cards.is_file() else "",
+                *take(["val_cluster_shares", "val_cluster_histogram"], "png"),
+                ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
+                if shares and shares.is_file()
+                else "",
+            ],
+        ),
+        _section(
+            'RUQ: does the model prefer "I don\'t know"?',
+            "ruq",
+            take(["val_ruq", "train_ruq"], "png") + take(["val_ruq", "train_ruq"], "csv"),
+        ),
         _section("Sample responses", "samples", take(["val_samples", "train_samples"], "csv")),
         _section("DRESS", "dress", take(["dress"], "png") + take(["dress"], "csv")),
         _section("Other figures and tables", "other", take([""], "png") + take([""], "csv")),
-        _section("Configuration", "config",
-                 [f"<h3>{html.escape(p.name)}</h3><pre>{html.escape(p.read_text(errors='replace'))}</pre>"
-                  for p in run.configs]),
-        _section("Notes", "notes", [f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"]
-                 if notes else []),
+        _section(
+            "Configuration",
+            "config",
+            [
+                f"<h3>{html.escape(p.name)}</h3><pre>{html.escape(p.read_text(errors='replace'))}</pre>"
+                for p in run.configs
+            ],
+        ),
+        _section(
+            "Notes", "notes", [f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"] if notes else []
+        ),
     ]
     present = [s for s in sections if s]
     headings = re.findall(r'<section id="([^"]+)"><h2>([^<]+)', "".join(present))
     nav = " ".join(f'<a href="#{m}">{t}</a>' for m, t in headings)  # t is escaped already, in its heading
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     span = f"epochs {epochs[0]}-{epochs[-1]}" if epochs else "no epoch measured"
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>lightning-div report: {html.escape(str(run.version))}</title><style>{STYLE}</style></head><body>"
-            f"<h1>lightning-div report</h1><p class=\"note\">{html.escape(str(run.version))} · {span} · "
-            f"generated {generated}</p><nav>{nav}</nav>\n" + "\n".join(present) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>lightning-div report: {html.escape(str(run.version))}</title><style>{STYLE}</style></head><body>"
+        f'<h1>lightning-div report</h1><p class="note">{html.escape(str(run.version))} · {span} · '
+        f"generated {generated}</p><nav>{nav}</nav>\n" + "\n".join(present) + "\n</body></html>\n"
+    )
 
 
 def report_main(argv: list[str]) -> int:
     """Entry point of ``lightning-div report``."""
     from lightning_div.tracking import write_atomic
 
-    p = argparse.ArgumentParser(prog="lightning-div report",
-                                description="one self-contained HTML page of a run, from what it wrote to disk")
+    p = argparse.ArgumentParser(
+        prog="lightning-div report", description="one self-contained HTML page of a run, from what it wrote to disk"
+    )
     p.add_argument("run_dir", help="a run's default_root_dir (its latest logger version is used) or a version folder")
     p.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
     args = p.parse_args(argv)

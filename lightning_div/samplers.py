@@ -44,7 +44,7 @@ class ResumableSampler(DistributedSampler):
 
     def _resumed(self, indices: list[int]) -> Iterator[int]:
         if self._skip is not None and self._skip[0] == self.epoch:
-            indices = indices[self._skip[1]:]
+            indices = indices[self._skip[1] :]
         return iter(indices)
 
 
@@ -59,8 +59,14 @@ class ExactDistributedSampler(ResumableSampler):
     same on every rank; rank ``r`` takes positions ``r, r + R, r + 2R, ...``.
     """
 
-    def __init__(self, dataset: Sized, num_replicas: int | None = None, rank: int | None = None,
-                 shuffle: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self,
+        dataset: Sized,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+    ) -> None:
         num_replicas, rank = _replicas(num_replicas, rank)
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)
 
@@ -73,7 +79,7 @@ class ExactDistributedSampler(ResumableSampler):
         else:
             order = list(range(n))
         order += [n + order[k % n] for k in range(self.total_size - n)] if n else []
-        return self._resumed(order[self.rank:self.total_size:self.num_replicas])
+        return self._resumed(order[self.rank : self.total_size : self.num_replicas])
 
 
 class SeparateBatchSampler(ResumableSampler):
@@ -97,8 +103,15 @@ class SeparateBatchSampler(ResumableSampler):
         seed: the shuffling seed (offset by the epoch).
     """
 
-    def __init__(self, dataset: Sized, groups: Sequence[int], batch_size: int, num_replicas: int | None = None,
-                 rank: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        dataset: Sized,
+        groups: Sequence[int],
+        batch_size: int,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        seed: int = 0,
+    ) -> None:
         num_replicas, rank = _replicas(num_replicas, rank)
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
         self.groups = [int(g) for g in groups]
@@ -121,7 +134,7 @@ class SeparateBatchSampler(ResumableSampler):
         for size in self.groups:
             order = (start + torch.randperm(size, generator=g)).tolist()
             for b in range(0, size, global_batch):
-                batch = order[b:b + global_batch]
+                batch = order[b : b + global_batch]
                 batch += [2 * n + batch[k % len(batch)] for k in range(global_batch - len(batch))]
                 batches.append(batch)
             start += size
@@ -129,7 +142,7 @@ class SeparateBatchSampler(ResumableSampler):
 
     def __iter__(self) -> Iterator[int]:
         flat = [i for batch in self.batches() for i in batch]
-        return self._resumed(flat[self.rank:self.total_size:self.num_replicas])
+        return self._resumed(flat[self.rank : self.total_size : self.num_replicas])
 
 
 def check_sampling_weights(weights: np.ndarray | Sequence[float], what: str = "weights") -> np.ndarray:
@@ -140,9 +153,11 @@ def check_sampling_weights(weights: np.ndarray | Sequence[float], what: str = "w
         raise ValueError(f"{what}[{bad}] = {w[bad]} is not finite")
     if np.any(w < 0):
         bad = int(np.flatnonzero(w < 0)[0])
-        raise ValueError(f"{what}[{bad}] = {w[bad]} is negative: a sampler draws examples with probability "
-                         "proportional to their weight, which cannot be negative. Negative weights (DRESS's "
-                         "negatives, -1) only work when the loss multiplies by them: use mode='loss'")
+        raise ValueError(
+            f"{what}[{bad}] = {w[bad]} is negative: a sampler draws examples with probability "
+            "proportional to their weight, which cannot be negative. Negative weights (DRESS's "
+            "negatives, -1) only work when the loss multiplies by them: use mode='loss'"
+        )
     if w.size and w.sum() <= 0:
         raise ValueError(f"all {what} are 0, so there is nothing to draw")
     return w
@@ -157,8 +172,15 @@ class WeightedDistributedSampler(ResumableSampler):
     so the ranks share one weighted sample instead of drawing overlapping ones.
     """
 
-    def __init__(self, dataset: Sized, weights: np.ndarray | Sequence[float], num_samples: int | None = None,
-                 num_replicas: int | None = None, rank: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        dataset: Sized,
+        weights: np.ndarray | Sequence[float],
+        num_samples: int | None = None,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        seed: int = 0,
+    ) -> None:
         num_replicas, rank = _replicas(num_replicas, rank)
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
         w = check_sampling_weights(weights)
@@ -177,7 +199,7 @@ class WeightedDistributedSampler(ResumableSampler):
         g = torch.Generator()
         g.manual_seed(self.seed + self.epoch)
         draws = torch.multinomial(self.weights, self.total_size, replacement=True, generator=g)
-        return self._resumed(draws[self.rank::self.num_replicas].tolist())
+        return self._resumed(draws[self.rank :: self.num_replicas].tolist())
 
 
 class ResumableDataLoader(DataLoader):
@@ -207,8 +229,10 @@ class ResumableDataLoader(DataLoader):
 
     def state_dict(self) -> dict[str, int]:
         """``{"epoch": sampler epoch, "batches": batches of it trained on}``."""
-        return {"epoch": int(getattr(self.sampler, "epoch", 0)),
-                "batches": int(self.progress()) if self.progress is not None else 0}
+        return {
+            "epoch": int(getattr(self.sampler, "epoch", 0)),
+            "batches": int(self.progress()) if self.progress is not None else 0,
+        }
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         """Make the next iteration over ``state_dict["epoch"]`` skip its first ``state_dict["batches"]`` batches."""
@@ -216,6 +240,8 @@ class ResumableDataLoader(DataLoader):
         if not batches:
             return
         if not isinstance(self.sampler, ResumableSampler) or self.batch_size is None:
-            raise ValueError(f"ResumableDataLoader can resume mid-epoch only with a ResumableSampler and a batch_size, "
-                             f"got sampler {type(self.sampler).__name__} and batch_size {self.batch_size}")
+            raise ValueError(
+                f"ResumableDataLoader can resume mid-epoch only with a ResumableSampler and a batch_size, "
+                f"got sampler {type(self.sampler).__name__} and batch_size {self.batch_size}"
+            )
         self.sampler.skip_at_start(int(state_dict["epoch"]), batches * self.batch_size)

@@ -24,8 +24,7 @@ from tqdm.auto import tqdm
 from transformers.modeling_outputs import BaseModelOutput
 
 from lightning_div.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
-from lightning_div.generation import (check_contexts, evaluation_mode, length_batches, model_device, pad_batch,
-                                      pad_id_of)
+from lightning_div.generation import check_contexts, evaluation_mode, length_batches, model_device, pad_batch, pad_id_of
 
 
 def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[list[str]]:
@@ -46,8 +45,9 @@ def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[l
     if isinstance(responses, (str, bytes)):
         raise TypeError("responses must be a list of strings, got one string")
     if len(contexts) != len(responses):
-        raise ValueError(f"contexts has {len(contexts)} entries but responses has {len(responses)}; "
-                         "they must pair up one to one")
+        raise ValueError(
+            f"contexts has {len(contexts)} entries but responses has {len(responses)}; they must pair up one to one"
+        )
     for i, r in enumerate(responses):
         if not isinstance(r, str):
             raise TypeError(f"responses[{i}] is {type(r).__name__}, expected str")
@@ -105,8 +105,8 @@ class _CausalScorer:
         tmask = torch.zeros((len(pairs), width), dtype=torch.bool)
         for row, ((_, resp), seq) in enumerate(zip(pairs, inputs)):
             end = width if self.side == "left" else len(seq)
-            targets[row, end - len(resp):end] = torch.as_tensor(resp)
-            tmask[row, end - len(resp):end] = True
+            targets[row, end - len(resp) : end] = torch.as_tensor(resp)
+            tmask[row, end - len(resp) : end] = True
         targets, tmask = targets.to(device), tmask.to(device)
 
         if self.head is not None:
@@ -132,8 +132,14 @@ def _unscored(response: list[int], prefix: list[int]) -> int:
     return n if n and response[:n] == prefix and len(response) > n else 0
 
 
-def _seq2seq_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id: int, start: int,
-                   prefix: list[int], device: torch.device) -> torch.Tensor:
+def _seq2seq_batch(
+    model: Any,
+    pairs: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    start: int,
+    prefix: list[int],
+    device: torch.device,
+) -> torch.Tensor:
     # Right padding on both sides: BART-style learned positions cannot be shifted.
     ids, mask = pad_batch([c for c, _ in pairs], pad_id, "right", device)
     dec, dmask = pad_batch([[start] + r[:-1] for _, r in pairs], pad_id, "right", device)
@@ -142,13 +148,21 @@ def _seq2seq_batch(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id:
     scored = dmask.bool()
     # The decoder reads the target's BOS (as in training); its prediction is not part of the score.
     for row, (_, r) in enumerate(pairs):
-        scored[row, :_unscored(r, prefix)] = False
+        scored[row, : _unscored(r, prefix)] = False
     return _target_logprobs(logits[scored], targets[scored])
 
 
-def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Context], responses: Sequence[str], *,
-                           format: DialogueFormat | None = None, batch_size: int = 16, show_progress: bool = True,
-                           padding_side: str | None = None) -> list[torch.Tensor]:
+def token_logprobs_batched(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Context],
+    responses: Sequence[str],
+    *,
+    format: DialogueFormat | None = None,
+    batch_size: int = 16,
+    show_progress: bool = True,
+    padding_side: str | None = None,
+) -> list[torch.Tensor]:
     """log p(y_t | x, y_<t) of every response token (EOS included), one 1-D CPU tensor per pair.
 
     For seq2seq models the tokens are the response's and EOS: a BOS the tokenizer puts
@@ -187,11 +201,15 @@ def token_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Contex
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
     if seq2seq and padding_side == "left":
-        raise ValueError("seq2seq models are scored with right padding only (their learned positions "
-                         "cannot be shifted); use padding_side='right' or None")
+        raise ValueError(
+            "seq2seq models are scored with right padding only (their learned positions "
+            "cannot be shifted); use padding_side='right' or None"
+        )
     if padding_side == "left" and "position_ids" not in params:
-        raise ValueError(f"{type(model).__name__}.forward takes no position_ids, so left padding would shift "
-                         "its positions; use padding_side='right' or None")
+        raise ValueError(
+            f"{type(model).__name__}.forward takes no position_ids, so left padding would shift "
+            "its positions; use padding_side='right' or None"
+        )
     pairs = list(fmt.encode_pairs(turns, responses, tokenizer, model))
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0
@@ -240,13 +258,21 @@ class _SharedCausalScorer(_CausalScorer):
     which would break the 1-vs-N-process equality of RUQ).
     """
 
-    def __call__(self, groups: list[tuple[list[int], list[list[int]]]], pad_id: int,  # type: ignore[override]
-                 device: torch.device) -> list[torch.Tensor]:
+    def __call__(
+        self,
+        groups: list[tuple[list[int], list[list[int]]]],
+        pad_id: int,  # type: ignore[override]
+        device: torch.device,
+    ) -> list[torch.Tensor]:
         ctx_ids, ctx_mask = pad_batch([c for c, _ in groups], pad_id, "left", device)
         cands = [r for _, rs in groups for r in rs]
         index = torch.tensor([g for g, (_, rs) in enumerate(groups) for _ in rs], device=device)
-        kwargs: dict[str, Any] = {"input_ids": ctx_ids, "attention_mask": ctx_mask, "use_cache": True,
-                                  "position_ids": (ctx_mask.cumsum(-1) - 1).clamp(min=0)}
+        kwargs: dict[str, Any] = {
+            "input_ids": ctx_ids,
+            "attention_mask": ctx_mask,
+            "use_cache": True,
+            "position_ids": (ctx_mask.cumsum(-1) - 1).clamp(min=0),
+        }
         if self.keep:
             kwargs["logits_to_keep"] = 1
         if self.head is not None:
@@ -256,8 +282,11 @@ class _SharedCausalScorer(_CausalScorer):
         first_hidden = None
         if self.head is not None:
             hidden = out.hidden_states[-1] if out.hidden_states else None
-            if hidden is not None and hidden.shape[:2] == ctx_ids.shape and torch.allclose(
-                    self.head(hidden[:, -1]).float(), out.logits[:, -1].float(), rtol=1e-3, atol=1e-3):
+            if (
+                hidden is not None
+                and hidden.shape[:2] == ctx_ids.shape
+                and torch.allclose(self.head(hidden[:, -1]).float(), out.logits[:, -1].float(), rtol=1e-3, atol=1e-3)
+            ):
                 first_hidden = hidden[:, -1].index_select(0, index)
             else:
                 self.head = None  # not a plain projection: score from logits for the rest of the call
@@ -267,14 +296,20 @@ class _SharedCausalScorer(_CausalScorer):
         if max(lengths) > 1:  # otherwise every candidate is its EOS alone, predicted by pass 1
             ids, mask = pad_batch([r[:-1] or [pad_id] for r in cands], pad_id, "right", device)
             for row, n in enumerate(lengths):
-                mask[row, n - 1:] = 0  # a one-token candidate's stand-in column is masked too
+                mask[row, n - 1 :] = 0  # a one-token candidate's stand-in column is masked too
             # Positions continue each context's own; padding columns get 0 (they may lie past the window).
-            pos = (ctx_mask.sum(-1).index_select(0, index).unsqueeze(1) + torch.arange(ids.shape[1], device=device)) * mask
+            pos = (
+                ctx_mask.sum(-1).index_select(0, index).unsqueeze(1) + torch.arange(ids.shape[1], device=device)
+            ) * mask
             targets, _ = pad_batch([r[1:] or [pad_id] for r in cands], pad_id, "right", device)
             tmask = mask.bool()
-            step: dict[str, Any] = {"input_ids": ids, "position_ids": pos, "use_cache": False,
-                                    "attention_mask": torch.cat([ctx_mask.index_select(0, index), mask], dim=1),
-                                    "past_key_values": _expand_cache(out.past_key_values, index)}
+            step: dict[str, Any] = {
+                "input_ids": ids,
+                "position_ids": pos,
+                "use_cache": False,
+                "attention_mask": torch.cat([ctx_mask.index_select(0, index), mask], dim=1),
+                "past_key_values": _expand_cache(out.past_key_values, index),
+            }
             if first_hidden is not None:
                 rest_rows = self.model(**step, logits_to_keep=1, output_hidden_states=True).hidden_states[-1][tmask]
             else:
@@ -298,8 +333,14 @@ class _SharedCausalScorer(_CausalScorer):
         return list(flat.split(lengths))
 
 
-def _seq2seq_shared(model: Any, groups: list[tuple[list[int], list[list[int]]]], pad_id: int, start: int,
-                    prefix: list[int], device: torch.device) -> list[torch.Tensor]:
+def _seq2seq_shared(
+    model: Any,
+    groups: list[tuple[list[int], list[list[int]]]],
+    pad_id: int,
+    start: int,
+    prefix: list[int],
+    device: torch.device,
+) -> list[torch.Tensor]:
     """The encoder once per distinct context, its output repeated for each candidate's decoder pass."""
     ids, mask = pad_batch([c for c, _ in groups], pad_id, "right", device)
     hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
@@ -308,11 +349,15 @@ def _seq2seq_shared(model: Any, groups: list[tuple[list[int], list[list[int]]]],
     encoded = BaseModelOutput(last_hidden_state=hidden.index_select(0, owner))
     dec, dmask = pad_batch([[start] + r[:-1] for r in cands], pad_id, "right", device)
     targets, _ = pad_batch(cands, pad_id, "right", device)
-    logits = model(encoder_outputs=encoded, attention_mask=mask.index_select(0, owner), decoder_input_ids=dec,
-                   decoder_attention_mask=dmask).logits
+    logits = model(
+        encoder_outputs=encoded,
+        attention_mask=mask.index_select(0, owner),
+        decoder_input_ids=dec,
+        decoder_attention_mask=dmask,
+    ).logits
     scored = dmask.bool()
     for row, r in enumerate(cands):
-        scored[row, :_unscored(r, prefix)] = False
+        scored[row, : _unscored(r, prefix)] = False
     flat = _target_logprobs(logits[scored], targets[scored])
     return list(flat.split([len(r) - _unscored(r, prefix) for r in cands]))
 
@@ -333,10 +378,17 @@ def _group_batches(groups: list[tuple[list[int], list[list[int]]]], batch_size: 
     return batches
 
 
-def candidate_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Context],
-                               candidates: Sequence[Sequence[str]], *, format: DialogueFormat | None = None,
-                               batch_size: int = 16, show_progress: bool = True,
-                               padding_side: str | None = None) -> list[list[torch.Tensor]]:
+def candidate_logprobs_batched(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Context],
+    candidates: Sequence[Sequence[str]],
+    *,
+    format: DialogueFormat | None = None,
+    batch_size: int = 16,
+    show_progress: bool = True,
+    padding_side: str | None = None,
+) -> list[list[torch.Tensor]]:
     """:func:`token_logprobs_batched` of several responses to each context, the context encoded once.
 
     ``candidates[i]`` are the responses to score after ``contexts[i]`` (RUQ: the references
@@ -375,18 +427,31 @@ def candidate_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Co
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     seq2seq = is_seq2seq(model)
     params = _forward_params(model)
-    shared = ("past_key_values" in params and "position_ids" in params and padding_side != "right") if not seq2seq \
+    shared = (
+        ("past_key_values" in params and "position_ids" in params and padding_side != "right")
+        if not seq2seq
         else "encoder_outputs" in params and callable(getattr(model, "get_encoder", None))
+    )
     if not shared or not flat_resp:
-        flat = token_logprobs_batched(model, tokenizer, flat_ctx, flat_resp, format=format, batch_size=batch_size,
-                                      show_progress=show_progress, padding_side=padding_side)
+        flat = token_logprobs_batched(
+            model,
+            tokenizer,
+            flat_ctx,
+            flat_resp,
+            format=format,
+            batch_size=batch_size,
+            show_progress=show_progress,
+            padding_side=padding_side,
+        )
         return _unflatten(flat, sizes)
     turns = check_pairs(flat_ctx, flat_resp)
     if padding_side not in (None, "left", "right"):
         raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
     if seq2seq and padding_side == "left":
-        raise ValueError("seq2seq models are scored with right padding only (their learned positions "
-                         "cannot be shifted); use padding_side='right' or None")
+        raise ValueError(
+            "seq2seq models are scored with right padding only (their learned positions "
+            "cannot be shifted); use padding_side='right' or None"
+        )
     fmt = format or DialogueFormat()
     pairs = list(fmt.encode_pairs(turns, flat_resp, tokenizer, model))
     # Group by the context ids actually fed (a long candidate can shorten its context), keeping order.
@@ -404,8 +469,8 @@ def candidate_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Co
     cut_groups, cut_members = [], []
     for (ctx, rs), ms in zip(groups, members):
         for s in range(0, len(rs), batch_size):
-            cut_groups.append((ctx, rs[s:s + batch_size]))
-            cut_members.append(ms[s:s + batch_size])
+            cut_groups.append((ctx, rs[s : s + batch_size]))
+            cut_members.append(ms[s : s + batch_size])
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0
     prefix = target_prefix(tokenizer) if seq2seq else []
@@ -413,8 +478,12 @@ def candidate_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Co
     device = model_device(model)
     out: list[torch.Tensor | None] = [None] * len(pairs)
     with evaluation_mode(model):
-        for batch in tqdm(_group_batches(cut_groups, batch_size), desc="scoring (shared contexts)", unit="batch",
-                          disable=not show_progress):
+        for batch in tqdm(
+            _group_batches(cut_groups, batch_size),
+            desc="scoring (shared contexts)",
+            unit="batch",
+            disable=not show_progress,
+        ):
             chunk = [cut_groups[g] for g in batch]
             if seq2seq:
                 pieces = _seq2seq_shared(model, chunk, pad_id, start, prefix, device)
@@ -425,13 +494,15 @@ def candidate_logprobs_batched(model: Any, tokenizer: Any, contexts: Sequence[Co
     return _unflatten([t.clone() for t in out], sizes)  # type: ignore[union-attr]
 
 
-def _flatten_candidates(contexts: Sequence[Context],
-                        candidates: Sequence[Sequence[str]]) -> tuple[list[Context], list[str], list[int]]:
+def _flatten_candidates(
+    contexts: Sequence[Context], candidates: Sequence[Sequence[str]]
+) -> tuple[list[Context], list[str], list[int]]:
     if isinstance(candidates, (str, bytes)):
         raise TypeError("candidates must be a list of lists of strings (one list per context), got one string")
     if len(contexts) != len(candidates):
-        raise ValueError(f"contexts has {len(contexts)} entries but candidates has {len(candidates)}; "
-                         "they must pair up one to one")
+        raise ValueError(
+            f"contexts has {len(contexts)} entries but candidates has {len(candidates)}; they must pair up one to one"
+        )
     flat_ctx: list[Context] = []
     flat_resp: list[str] = []
     sizes = []
@@ -450,13 +521,14 @@ def _flatten_candidates(contexts: Sequence[Context],
 def _unflatten(flat: Sequence[Any], sizes: Sequence[int]) -> list[list[Any]]:
     out, at = [], 0
     for n in sizes:
-        out.append(list(flat[at:at + n]))
+        out.append(list(flat[at : at + n]))
         at += n
     return out
 
 
-def candidate_logprobs(adapter: Any, contexts: Sequence[Context],
-                       candidates: Sequence[Sequence[str]]) -> list[list[torch.Tensor]]:
+def candidate_logprobs(
+    adapter: Any, contexts: Sequence[Context], candidates: Sequence[Sequence[str]]
+) -> list[list[torch.Tensor]]:
     """Token log-probs of several responses per context through any adapter, contexts shared when it can.
 
     Adapters with a ``candidate_logprobs`` method (:class:`~lightning_div.adapters.CausalLMAdapter`,
@@ -485,16 +557,19 @@ def candidate_logprobs(adapter: Any, contexts: Sequence[Context],
     if callable(getattr(adapter, "candidate_logprobs", None)):
         nested = adapter.candidate_logprobs(contexts, candidates)
         if len(nested) != len(sizes) or any(len(n) != k for n, k in zip(nested, sizes)):
-            raise ValueError(f"{who}.candidate_logprobs returned {[len(n) for n in nested]} tensors per context "
-                             f"for {sizes} candidates")
+            raise ValueError(
+                f"{who}.candidate_logprobs returned {[len(n) for n in nested]} tensors per context "
+                f"for {sizes} candidates"
+            )
         flat = _checked([t for n in nested for t in n], len(flat_resp), who)
     else:
         flat = _checked(adapter.token_logprobs(flat_ctx, flat_resp), len(flat_resp), who)
     return _unflatten(flat, sizes)
 
 
-def candidate_scores(adapter: Any, contexts: Sequence[Context],
-                     candidates: Sequence[Sequence[str]]) -> list[list[float]]:
+def candidate_scores(
+    adapter: Any, contexts: Sequence[Context], candidates: Sequence[Sequence[str]]
+) -> list[list[float]]:
     """:func:`response_scores` of several responses per context, each context encoded once.
 
     Equal (to 1e-5) to ``response_scores`` of the flattened pairs; see :func:`candidate_logprobs`.
@@ -516,9 +591,11 @@ def candidate_scores(adapter: Any, contexts: Sequence[Context],
 
 def _check_adapter(adapter: Any) -> None:
     if not callable(getattr(adapter, "token_logprobs", None)):
-        raise TypeError(f"expected a DialogueModelAdapter (with .token_logprobs), got {type(adapter).__name__}; "
-                        "wrap a Hugging Face model with lightning_div.adapters.CausalLMAdapter / Seq2SeqAdapter, "
-                        "or a LightningModule with resolve_adapter(pl_module)")
+        raise TypeError(
+            f"expected a DialogueModelAdapter (with .token_logprobs), got {type(adapter).__name__}; "
+            "wrap a Hugging Face model with lightning_div.adapters.CausalLMAdapter / Seq2SeqAdapter, "
+            "or a LightningModule with resolve_adapter(pl_module)"
+        )
 
 
 def _checked(logprobs: Sequence[torch.Tensor], n: int, who: str) -> list[torch.Tensor]:
@@ -581,8 +658,9 @@ def scores_from_logprobs(logprobs: Sequence[torch.Tensor]) -> list[float]:
     return [float(t.sum() / t.numel()) for t in _checked(logprobs, len(logprobs), "")]
 
 
-def position_profile(adapter: Any, contexts: Sequence[Context], responses: Sequence[str],
-                     max_positions: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def position_profile(
+    adapter: Any, contexts: Sequence[Context], responses: Sequence[str], max_positions: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(mean log-prob at each token position, number of responses reaching that position).
 
     Position 0 is a response's first token; a response contributes to the positions it has
@@ -608,8 +686,9 @@ def position_profile(adapter: Any, contexts: Sequence[Context], responses: Seque
     return profile_from_logprobs(logprobs, max_positions)
 
 
-def profile_from_logprobs(logprobs: Sequence[torch.Tensor],
-                          max_positions: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def profile_from_logprobs(
+    logprobs: Sequence[torch.Tensor], max_positions: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`position_profile` from token log-probs already computed (e.g. by the RUQ scoring pass).
 
     Args:
@@ -637,12 +716,22 @@ def profile_from_logprobs(logprobs: Sequence[torch.Tensor],
     if max_positions is not None:
         width = min(width, max_positions)
     padded = torch.nn.utils.rnn.pad_sequence([t[:width] for t in logprobs], batch_first=True)
-    present = torch.nn.utils.rnn.pad_sequence([torch.ones(min(t.numel(), width)) for t in logprobs],
-                                              batch_first=True).bool()
+    present = torch.nn.utils.rnn.pad_sequence(
+        [torch.ones(min(t.numel(), width)) for t in logprobs], batch_first=True
+    ).bool()
     counts = present.sum(0)
     sums = padded.masked_fill(~present, 0.0).sum(0)
     return (sums / counts).numpy(), counts.numpy().astype(np.int64)
 
 
-__all__ = ["response_scores", "position_profile", "profile_from_logprobs", "scores_from_logprobs", "token_logprobs_batched",
-           "check_pairs", "candidate_logprobs_batched", "candidate_logprobs", "candidate_scores"]
+__all__ = [
+    "response_scores",
+    "position_profile",
+    "profile_from_logprobs",
+    "scores_from_logprobs",
+    "token_logprobs_batched",
+    "check_pairs",
+    "candidate_logprobs_batched",
+    "candidate_logprobs",
+    "candidate_scores",
+]

@@ -59,8 +59,13 @@ _BUILTIN: dict[str, Callable[[str], list[str]]] = {
     "13a_cased": _split_13a,
 }
 #: Whether each named tokeniser lowercases when ``lowercase=None``: the authors' own settings keep case.
-LOWERCASE_BY_DEFAULT: dict[str, bool] = {"13a": True, "whitespace": True, "casual": False,
-                                         "diversity_eval": False, "13a_cased": False}
+LOWERCASE_BY_DEFAULT: dict[str, bool] = {
+    "13a": True,
+    "whitespace": True,
+    "casual": False,
+    "diversity_eval": False,
+    "13a_cased": False,
+}
 TOKENIZER_NAMES = tuple(_BUILTIN)
 
 
@@ -96,8 +101,9 @@ def get_tokenizer(spec: TokenizerSpec = "13a", lowercase: bool | None = None) ->
     split: Callable[[str], Sequence[str]]
     if isinstance(spec, str):
         if spec not in _BUILTIN:
-            raise ValueError(f"tokenizer={spec!r} is unknown; use one of {sorted(_BUILTIN)}, a callable, "
-                             "or a Hugging Face tokenizer")
+            raise ValueError(
+                f"tokenizer={spec!r} is unknown; use one of {sorted(_BUILTIN)}, a callable, or a Hugging Face tokenizer"
+            )
         split = _BUILTIN[spec]
     elif hasattr(spec, "tokenize"):
         split = spec.tokenize
@@ -133,8 +139,9 @@ def check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
     return out
 
 
-def tokenize_all(texts: Sequence[str], tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                 name: str = "texts") -> list[list[str]]:
+def tokenize_all(
+    texts: Sequence[str], tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None, name: str = "texts"
+) -> list[list[str]]:
     """Tokenise every text with :func:`get_tokenizer` after validating the input.
 
     Args:

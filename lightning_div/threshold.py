@@ -33,8 +33,14 @@ Metric = Union[str, SetMetric]
 NLI_METRICS = ("contradictions",) + VARIANTS
 # Keys of threshold_stats(): what a monitor logs after running the procedure.
 # ``*_diversity``: the diversity metric (Baseline NLI Diversity by default); ``*_criterion``: the threshold metric.
-THRESHOLD_STAT_KEYS = ("threshold_start_diversity", "threshold_end_diversity", "threshold_start_criterion",
-                       "threshold_end_criterion", "threshold_samples_drawn", "threshold_reached")
+THRESHOLD_STAT_KEYS = (
+    "threshold_start_diversity",
+    "threshold_end_diversity",
+    "threshold_start_criterion",
+    "threshold_end_criterion",
+    "threshold_samples_drawn",
+    "threshold_reached",
+)
 RANK_BY = ("diversity", "threshold")
 
 
@@ -85,8 +91,14 @@ class ThresholdResult:
 
     def stats(self) -> dict[str, float]:
         """The values :func:`threshold_stats` averages, keyed by :data:`THRESHOLD_STAT_KEYS`."""
-        values = (self.start_diversity, self.end_diversity, self.start_criterion, self.end_criterion,
-                  float(self.samples_drawn), float(self.reached))
+        values = (
+            self.start_diversity,
+            self.end_diversity,
+            self.start_criterion,
+            self.end_criterion,
+            float(self.samples_drawn),
+            float(self.reached),
+        )
         return dict(zip(THRESHOLD_STAT_KEYS, values))
 
 
@@ -100,8 +112,11 @@ def threshold_stats(results: Sequence[ThresholdResult | Mapping[str, float]]) ->
 
 def fewer_than_two(n: int, what: str) -> float:
     """NaN, with a warning: a pairwise diversity of a set of ``n`` < 2 responses has no pairs, so is undefined."""
-    warnings.warn(f"{what} of a set of {n} response(s) is undefined (it needs at least 2 responses to form a "
-                  "pair): NaN", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"{what} of a set of {n} response(s) is undefined (it needs at least 2 responses to form a pair): NaN",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     return math.nan
 
 
@@ -128,8 +143,7 @@ class NegativeMeanCosine:
         if new:
             vectors = np.asarray(self.encode(new), dtype=np.float64)
             if vectors.ndim != 2 or vectors.shape[0] != len(new):
-                raise ValueError(f"encode({len(new)} texts) returned shape {vectors.shape}, "
-                                 f"expected ({len(new)}, dim)")
+                raise ValueError(f"encode({len(new)} texts) returned shape {vectors.shape}, expected ({len(new)}, dim)")
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             if not np.all(np.isfinite(vectors)) or np.any(norms == 0):
                 raise ValueError("encode returned a zero or non-finite embedding; cosine similarity is undefined")
@@ -168,8 +182,10 @@ class _PairCache:
         labels, probs = self.scorer.score_pairs([p for p, _ in pairs], [h for _, h in pairs], show_progress=False)
         probs = np.asarray(probs, dtype=np.float64)
         if len(labels) != len(pairs) or probs.shape != (len(pairs), 3):
-            raise ValueError(f"scorer.score_pairs returned {len(labels)} labels and probs of shape {probs.shape} "
-                             f"for {len(pairs)} pairs; expected {len(pairs)} and ({len(pairs)}, 3)")
+            raise ValueError(
+                f"scorer.score_pairs returned {len(labels)} labels and probs of shape {probs.shape} "
+                f"for {len(pairs)} pairs; expected {len(pairs)} and ({len(pairs)}, 3)"
+            )
         self.preds.update(zip(pairs, zip(labels, probs)))
 
     def set_result(self, responses: Sequence[str]) -> SetResult:
@@ -191,8 +207,10 @@ def _check_metric(metric: Metric, scorer: PairScorer | None, arg: str = "metric"
     if metric not in NLI_METRICS:
         raise ValueError(f"{arg}={metric!r} is unknown; use one of {NLI_METRICS} or a callable list[str] -> float")
     if scorer is None or not callable(getattr(scorer, "score_pairs", None)):
-        raise ValueError(f"{arg}={metric!r} needs an NLI scorer: pass scorer=NLIScorer() "
-                         f"(roberta-large-mnli) or any object with score_pairs(premises, hypotheses, show_progress)")
+        raise ValueError(
+            f"{arg}={metric!r} needs an NLI scorer: pass scorer=NLIScorer() "
+            f"(roberta-large-mnli) or any object with score_pairs(premises, hypotheses, show_progress)"
+        )
 
 
 def default_diversity_metric(metric: Metric) -> Metric:
@@ -200,17 +218,20 @@ def default_diversity_metric(metric: Metric) -> Metric:
     return "baseline" if isinstance(metric, str) else metric
 
 
-def _sample(adapter: ResponseGenerator, contexts: list[Context], k: int, seed: int,
-            generation_kwargs: Mapping[str, Any]) -> list[list[str]]:
+def _sample(
+    adapter: ResponseGenerator, contexts: list[Context], k: int, seed: int, generation_kwargs: Mapping[str, Any]
+) -> list[list[str]]:
     out = adapter.generate(contexts, num_return_sequences=k, seed=seed, **generation_kwargs)
     out = list(out)
     if len(out) != len(contexts) * k:
-        raise ValueError(f"adapter.generate returned {len(out)} responses for {len(contexts)} context(s) x "
-                         f"num_return_sequences={k}; expected {len(contexts) * k}")
+        raise ValueError(
+            f"adapter.generate returned {len(out)} responses for {len(contexts)} context(s) x "
+            f"num_return_sequences={k}; expected {len(contexts) * k}"
+        )
     for i, r in enumerate(out):
         if not isinstance(r, str):
             raise TypeError(f"adapter.generate returned {type(r).__name__} at position {i}, expected str")
-    return [out[c * k:(c + 1) * k] for c in range(len(contexts))]
+    return [out[c * k : (c + 1) * k] for c in range(len(contexts))]
 
 
 def _drop_index(subset_scores: Sequence[float]) -> int:
@@ -221,10 +242,20 @@ def _drop_index(subset_scores: Sequence[float]) -> int:
 
 
 def diversity_threshold_generate_many(
-        adapter: ResponseGenerator, contexts: Sequence[Context], scorer: PairScorer | None = None, n: int = 5,
-        threshold: float = 10, max_samples: int = 20, top_p: float = 0.9, metric: Metric = "contradictions",
-        seed: int = 0, show_progress: bool = True, diversity_metric: Metric | None = None,
-        rank_by: str = "diversity", **generation_kwargs: Any) -> list[ThresholdResult]:
+    adapter: ResponseGenerator,
+    contexts: Sequence[Context],
+    scorer: PairScorer | None = None,
+    n: int = 5,
+    threshold: float = 10,
+    max_samples: int = 20,
+    top_p: float = 0.9,
+    metric: Metric = "contradictions",
+    seed: int = 0,
+    show_progress: bool = True,
+    diversity_metric: Metric | None = None,
+    rank_by: str = "diversity",
+    **generation_kwargs: Any,
+) -> list[ThresholdResult]:
     """Diversity Threshold Generation for many contexts at once (see :func:`diversity_threshold_generate`).
 
     Each sampling round is one ``adapter.generate`` call for all contexts still below the
@@ -257,16 +288,20 @@ def diversity_threshold_generate_many(
     report = default_diversity_metric(metric) if diversity_metric is None else diversity_metric
     _check_metric(report, scorer, "diversity_metric")
     if rank_by not in RANK_BY:
-        raise ValueError(f"rank_by={rank_by!r} is unknown; use 'diversity' (rank the subsets by the diversity "
-                         f"metric, the paper's procedure) or 'threshold' (by the threshold metric)")
+        raise ValueError(
+            f"rank_by={rank_by!r} is unknown; use 'diversity' (rank the subsets by the diversity "
+            f"metric, the paper's procedure) or 'threshold' (by the threshold metric)"
+        )
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (subsets of n-1 responses are compared), got {n!r}")
     if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < n:
-        raise ValueError(f"max_samples must be an integer >= n={n} (it counts the initial n samples), "
-                         f"got {max_samples!r}")
+        raise ValueError(
+            f"max_samples must be an integer >= n={n} (it counts the initial n samples), got {max_samples!r}"
+        )
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer (each round samples with a seed derived "
-                         f"from it), got {seed!r}")
+        raise ValueError(
+            f"seed must be a non-negative integer (each round samples with a seed derived from it), got {seed!r}"
+        )
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be a finite number, got {threshold!r}")
     if not contexts:
@@ -307,12 +342,12 @@ def diversity_threshold_generate_many(
         rounds += 1
         drops = []
         for c in active:
-            subsets = [value(sets[c][:k] + sets[c][k + 1:], ranking) for k in range(n)]
+            subsets = [value(sets[c][:k] + sets[c][k + 1 :], ranking) for k in range(n)]
             k = _drop_index(subsets)
             drops.append((k, subsets[k], sets[c][k]))
         new = _sample(adapter, [contexts[c] for c in active], 1, derive_seed(seed, rounds), generation_kwargs)
         for c, (k, _, _), (response,) in zip(active, drops, new):
-            sets[c] = sets[c][:k] + [response] + sets[c][k + 1:]
+            sets[c] = sets[c][:k] + [response] + sets[c][k + 1 :]
             drawn[c] += 1
         if cache is not None:
             cache.add_sets([sets[c] for c in active], only=[k for k, _, _ in drops])
@@ -323,12 +358,22 @@ def diversity_threshold_generate_many(
         bar.update(len(active) - len(still))
         active = still
     bar.close()
-    return [ThresholdResult(
-        responses=sets[c], start_diversity=start_values[c][0], end_diversity=values[c][0], samples_drawn=drawn[c],
-        reached=values[c][1] > threshold, start_responses=starts[c], steps=steps[c],
-        start_set=cache.set_result(starts[c]) if cache is not None else None,
-        end_set=cache.set_result(sets[c]) if cache is not None else None,
-        start_criterion=start_values[c][1], end_criterion=values[c][1]) for c in range(len(contexts))]
+    return [
+        ThresholdResult(
+            responses=sets[c],
+            start_diversity=start_values[c][0],
+            end_diversity=values[c][0],
+            samples_drawn=drawn[c],
+            reached=values[c][1] > threshold,
+            start_responses=starts[c],
+            steps=steps[c],
+            start_set=cache.set_result(starts[c]) if cache is not None else None,
+            end_set=cache.set_result(sets[c]) if cache is not None else None,
+            start_criterion=start_values[c][1],
+            end_criterion=values[c][1],
+        )
+        for c in range(len(contexts))
+    ]
 
 
 def metric_label(metric: Metric) -> str:
@@ -339,10 +384,20 @@ def metric_label(metric: Metric) -> str:
 
 
 def diversity_threshold_generate(
-        adapter: ResponseGenerator, context: Context, scorer: PairScorer | None = None, n: int = 5,
-        threshold: float = 10, max_samples: int = 20, top_p: float = 0.9, metric: Metric = "contradictions",
-        seed: int = 0, show_progress: bool = False, diversity_metric: Metric | None = None,
-        rank_by: str = "diversity", **generation_kwargs: Any) -> ThresholdResult:
+    adapter: ResponseGenerator,
+    context: Context,
+    scorer: PairScorer | None = None,
+    n: int = 5,
+    threshold: float = 10,
+    max_samples: int = 20,
+    top_p: float = 0.9,
+    metric: Metric = "contradictions",
+    seed: int = 0,
+    show_progress: bool = False,
+    diversity_metric: Metric | None = None,
+    rank_by: str = "diversity",
+    **generation_kwargs: Any,
+) -> ThresholdResult:
     """Sample n responses to ``context`` and resample until the set's threshold metric exceeds ``threshold``.
 
     ``metric`` is the threshold metric: "contradictions" (number of contradiction pairs
@@ -387,6 +442,17 @@ def diversity_threshold_generate(
             the wrong number of responses.
     """
     return diversity_threshold_generate_many(
-        adapter, [context], scorer=scorer, n=n, threshold=threshold, max_samples=max_samples, top_p=top_p,
-        metric=metric, seed=seed, show_progress=show_progress, diversity_metric=diversity_metric,
-        rank_by=rank_by, **generation_kwargs)[0]
+        adapter,
+        [context],
+        scorer=scorer,
+        n=n,
+        threshold=threshold,
+        max_samples=max_samples,
+        top_p=top_p,
+        metric=metric,
+        seed=seed,
+        show_progress=show_progress,
+        diversity_metric=diversity_metric,
+        rank_by=rank_by,
+        **generation_kwargs,
+    )[0]

@@ -9,11 +9,9 @@ that raises only costs a warning: a diversity plot is never worth a crashed run.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import logging
 import math
-import os
 import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -152,8 +150,13 @@ def write_atomic(target: Path, write: Any, mode: str = "w") -> None:
     A thin form of :func:`lightning_div.io.atomic_write` for callers that hold a writer function.
     """
     text = "b" not in mode
-    with atomic_write(target, "w" if text else "wb", encoding="utf-8" if text else None,
-                      newline="" if text else None, make_parents=True) as f:
+    with atomic_write(
+        target,
+        "w" if text else "wb",
+        encoding="utf-8" if text else None,
+        newline="" if text else None,
+        make_parents=True,
+    ) as f:
         write(f)
 
 
@@ -222,21 +225,31 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
         if kind == "TensorBoardLogger":
             import numpy as np
 
-            _try(where, key, lambda: lg.experiment.add_image(key, np.asarray(image), global_step=step,
-                                                             dataformats="HWC"))
+            _try(
+                where, key, lambda: lg.experiment.add_image(key, np.asarray(image), global_step=step, dataformats="HWC")
+            )
         elif kind == "WandbLogger":
             _try(where, key, lambda: lg.log_image(key=key, images=[image], step=None))
         elif kind == "MLFlowLogger":
-            _try(where, key, lambda: lg.experiment.log_image(lg.run_id, image,
-                                                             artifact_file=f"{_safe_name(key)}/epoch_{epoch}.png"))
+            _try(
+                where,
+                key,
+                lambda: lg.experiment.log_image(lg.run_id, image, artifact_file=f"{_safe_name(key)}/epoch_{epoch}.png"),
+            )
     target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
     if _try(str(target), key, lambda: write_atomic(target, lambda f: f.write(data), "wb")):
         png = target
     return png
 
 
-def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], out_dir: Path,
-              filename: str | None = None) -> Path | None:
+def log_table(
+    trainer: Any,
+    key: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    out_dir: Path,
+    filename: str | None = None,
+) -> Path | None:
     """Send a table to W&B / TensorBoard (as markdown text) / MLflow and save it as CSV.
 
     The CSV is ``<key>_epoch<N>.csv`` in ``out_dir``, or ``filename`` there (a table logged
@@ -250,14 +263,21 @@ def log_table(trainer: Any, key: str, columns: Sequence[str], rows: Sequence[Seq
         if kind == "WandbLogger":
             _try(where, key, lambda: lg.log_table(key=key, columns=list(columns), data=rows))
         elif kind == "TensorBoardLogger":
+
             def md() -> str:
                 head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
                 return head + "\n".join("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows)
+
             _try(where, key, lambda: lg.experiment.add_text(key, md(), global_step=step))
         elif kind == "MLFlowLogger":
             data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
-            _try(where, key, lambda: lg.experiment.log_table(lg.run_id, data=data,
-                                                            artifact_file=f"{_safe_name(key)}/epoch_{epoch}.json"))
+            _try(
+                where,
+                key,
+                lambda: lg.experiment.log_table(
+                    lg.run_id, data=data, artifact_file=f"{_safe_name(key)}/epoch_{epoch}.json"
+                ),
+            )
     target = Path(out_dir) / (filename or f"{_safe_name(key)}_epoch{epoch}.csv")
 
     def write(f: Any) -> None:  # cells neutralised for spreadsheets; the trackers above get the raw text

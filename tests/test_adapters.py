@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from pytorch_lightning import LightningModule
 from transformers import GPT2LMHeadModel
 
-from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from lightning_div.adapters import CausalLMAdapter, DialogueModelAdapter, Seq2SeqAdapter, resolve_adapter
 from lightning_div.formatting import DialogueFormat
 
@@ -16,12 +16,14 @@ def reference_logprobs(model, tok, context, response, fmt=DialogueFormat()):
     with torch.no_grad():
         if model.config.is_encoder_decoder:
             start = model.generation_config.decoder_start_token_id
-            logits = model(input_ids=torch.tensor([ctx]), decoder_input_ids=torch.tensor([[start] + resp[:-1]])).logits[0]
+            logits = model(input_ids=torch.tensor([ctx]), decoder_input_ids=torch.tensor([[start] + resp[:-1]])).logits[
+                0
+            ]
             if resp[0] == tok.bos_token_id:  # BART's target <s>: read by the decoder, not scored (issue 24.4)
                 return logits.log_softmax(-1)[torch.arange(1, len(resp)), torch.tensor(resp[1:])]
         else:
             # logits at position t predict token t+1, so the response is predicted from len(ctx)-1 on
-            logits = model(input_ids=torch.tensor([ctx + resp])).logits[0, len(ctx) - 1:-1]
+            logits = model(input_ids=torch.tensor([ctx + resp])).logits[0, len(ctx) - 1 : -1]
     return logits.log_softmax(-1)[torch.arange(len(resp)), torch.tensor(resp)]
 
 
@@ -72,8 +74,13 @@ class ScaledLogitsGPT2(GPT2LMHeadModel):
     must notice the output layer alone is not the model's answer and score from the logits."""
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, logits_to_keep=0, **kw):
-        out = super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                              logits_to_keep=logits_to_keep, **kw)
+        out = super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=logits_to_keep,
+            **kw,
+        )
         out.logits = 0.5 * out.logits + 1.0
         return out
 
@@ -198,8 +205,9 @@ def test_adapter_sees_current_weights():
         module.net.transformer.wte.weight.mul_(3.0)  # e.g. an optimizer step
     after = adapter.token_logprobs(["hi"], ["hello there"])[0]
     assert not torch.allclose(before, after)
-    torch.testing.assert_close(after, reference_logprobs(module.net, module.tok, ["hi"], "hello there"),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        after, reference_logprobs(module.net, module.tok, ["hi"], "hello there"), atol=1e-5, rtol=0
+    )
 
 
 def test_bad_input_names_the_field():

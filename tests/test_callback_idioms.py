@@ -12,11 +12,11 @@ import inspect
 
 import pytest
 import torch
+from monitor_setup import TinyChat, trainer
 
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
 from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.guards import optional_part
-from monitor_setup import TinyChat, trainer
 
 
 class Failing(DiversityCallback):
@@ -45,24 +45,42 @@ def fit(tmp_path, callback: Failing) -> None:
     trainer(tmp_path, [callback], max_epochs=2, limit_train_batches=1, limit_val_batches=0).fit(TinyChat())
 
 
-@pytest.mark.parametrize("error", [RuntimeError("CUDA error: device-side assert"), ValueError("bad data"),
-                                   OSError("disk full"), torch.cuda.OutOfMemoryError("CUDA out of memory"),
-                                   ModuleNotFoundError("No module named 'faiss'")],
-                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("CUDA error: device-side assert"),
+        ValueError("bad data"),
+        OSError("disk full"),
+        torch.cuda.OutOfMemoryError("CUDA out of memory"),
+        ModuleNotFoundError("No module named 'faiss'"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 def test_a_failure_of_the_model_or_data_is_reported_and_training_continues(tmp_path, error):
     cb = Failing(error, at=0)
-    with pytest.warns(RuntimeWarning, match=rf"Failing skipped the failing measurement at epoch 0: "
-                                         rf"{type(error).__name__}\(.*training continues"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=rf"Failing skipped the failing measurement at epoch 0: "
+        rf"{type(error).__name__}\(.*training continues",
+    ):
         fit(tmp_path, cb)
     assert cb.epochs_ended == [0, 1]  # the second epoch ran
     assert "failing/value" not in cb.history[0] and "timing/failing_s" in cb.history[0]  # skipped, timed
     assert cb.history[1]["failing/value"] == 1.0  # the next epoch measures again
 
 
-@pytest.mark.parametrize("error", [TypeError("f() takes 2 positional arguments"), AttributeError("no .encode"),
-                                   NameError("name 'x' is not defined"), KeyError("val"), AssertionError(),
-                                   ImportError("cannot import name 'new_figure' from 'lightning_div.tracking'")],
-                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "error",
+    [
+        TypeError("f() takes 2 positional arguments"),
+        AttributeError("no .encode"),
+        NameError("name 'x' is not defined"),
+        KeyError("val"),
+        AssertionError(),
+        ImportError("cannot import name 'new_figure' from 'lightning_div.tracking'"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 @pytest.mark.parametrize("optional", [False, True], ids=["measuring", "optional_part"])
 def test_a_programming_error_in_a_measurement_propagates(tmp_path, error, optional):
     cb = Failing(error, at=0, optional=optional)
@@ -87,9 +105,12 @@ def test_on_error_raise_lets_a_runtime_error_through(tmp_path):
 
 @pytest.mark.parametrize("cls", [SemanticDiversityMonitor, RUQMonitor, NLIDiversityMonitor, DRESSReweighting])
 def test_every_hook_a_callback_defines_is_marked_override(cls):
-    hooks = [name for name, fn in inspect.getmembers(cls, inspect.isfunction)
-             if (name.startswith("on_") or name in ("setup", "teardown", "state_dict", "load_state_dict"))
-             and fn.__qualname__.split(".")[0] != "Callback"]
+    hooks = [
+        name
+        for name, fn in inspect.getmembers(cls, inspect.isfunction)
+        if (name.startswith("on_") or name in ("setup", "teardown", "state_dict", "load_state_dict"))
+        and fn.__qualname__.split(".")[0] != "Callback"
+    ]
     assert hooks, cls
     missing = [name for name in hooks if not getattr(getattr(cls, name), "__override__", False)]
     assert not missing, f"{cls.__name__}: hooks without @override: {missing}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lightning_div.cli import main
-from lightning_div.metrics import distinct_n, expectation_adjusted_distinct, count_vocab
+from lightning_div.metrics import count_vocab, distinct_n, expectation_adjusted_distinct
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -17,8 +17,13 @@ OVERLAYS = {"ddp.yaml"}  # applied on top of demo.yaml
 
 
 def test_there_are_configs():
-    assert {p.name for p in CONFIGS} >= {"demo.yaml", "dialogpt-dailydialog.yaml", "blenderbot.yaml", "ddp.yaml",
-                                         "gpu.yaml"}
+    assert {p.name for p in CONFIGS} >= {
+        "demo.yaml",
+        "dialogpt-dailydialog.yaml",
+        "blenderbot.yaml",
+        "ddp.yaml",
+        "gpu.yaml",
+    }
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
@@ -37,12 +42,29 @@ def test_every_config_parses(config, capsys):
 PAPER_CONFIGS = sorted((ROOT / "configs" / "paper").glob("*.yaml"))
 # what each paper config must keep: the authors' settings the docs' "Paper settings" page promises
 PAPER_SETTINGS = {
-    "sem-ent-dailydialog.yaml": ["num_clusters: 20", "kmeans_seed: 27", "tokenizer: casual", "base: 2.0",
-                                 "no_repeat_ngram_size: 3", "lam: 30.0", "num_negative_contexts: 5000"],
-    "nli-diversity-dailydialog.yaml": ["n: 5", "top_p: 0.9", "threshold: 10", "max_samples: 20",
-                                       "threshold_metric: contradictions", "threshold_rank_by: diversity"],
-    "ruq-dailydialog.yaml": ["- I don't know.", "- I don't know what to do.", "num_train_prompts: null",
-                             "max_history: 1"],
+    "sem-ent-dailydialog.yaml": [
+        "num_clusters: 20",
+        "kmeans_seed: 27",
+        "tokenizer: casual",
+        "base: 2.0",
+        "no_repeat_ngram_size: 3",
+        "lam: 30.0",
+        "num_negative_contexts: 5000",
+    ],
+    "nli-diversity-dailydialog.yaml": [
+        "n: 5",
+        "top_p: 0.9",
+        "threshold: 10",
+        "max_samples: 20",
+        "threshold_metric: contradictions",
+        "threshold_rank_by: diversity",
+    ],
+    "ruq-dailydialog.yaml": [
+        "- I don't know.",
+        "- I don't know what to do.",
+        "num_train_prompts: null",
+        "max_history: 1",
+    ],
 }
 
 
@@ -53,8 +75,7 @@ def test_there_is_a_config_per_paper():
 @pytest.mark.parametrize("config", PAPER_CONFIGS, ids=lambda p: p.name)
 def test_every_paper_config_parses(config, capsys):
     # each config names the subcommand it is for in its header: "#   lightning-div <command> --config ..."
-    (command,) = [line.split()[2] for line in config.read_text().splitlines()
-                  if line.startswith("#   lightning-div ")]
+    (command,) = [line.split()[2] for line in config.read_text().splitlines() if line.startswith("#   lightning-div ")]
     with pytest.raises(SystemExit) as done:
         main([command, "--config", str(config), "--print_config"])
     assert done.value.code in (0, None)
@@ -67,24 +88,43 @@ def test_every_paper_config_parses(config, capsys):
 @pytest.mark.slow
 def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the demo writes runs/demo relative to the working directory
-    main(["fit", "--config", str(ROOT / "configs" / "demo.yaml"), "--trainer.max_epochs=2",
-          "--trainer.limit_train_batches=8", "--trainer.limit_val_batches=2", "--trainer.enable_progress_bar=false",
-          "--data.init_args.max_train_examples=400", "--data.init_args.max_val_examples=64",
-          "--data.init_args.show_progress=false"])
+    main(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / "demo.yaml"),
+            "--trainer.max_epochs=2",
+            "--trainer.limit_train_batches=8",
+            "--trainer.limit_val_batches=2",
+            "--trainer.enable_progress_bar=false",
+            "--data.init_args.max_train_examples=400",
+            "--data.init_args.max_val_examples=64",
+            "--data.init_args.show_progress=false",
+        ]
+    )
     out = capsys.readouterr().out
     assert "lightning-div: fit finished after 2 epoch(s)" in out and "tensorboard --logdir runs/demo" in out
     assert "one-page report: lightning-div report runs/demo --out report.html" in out
     rows = list(csv.DictReader(open(tmp_path / "runs/demo/csv/version_0/metrics.csv")))
+
     def values(key):
         return [float(r[key]) for r in rows if r.get(key)]
+
     assert len(values("val/sem_ent")) == 2 and all(0 <= v <= math.log(20) for v in values("val/sem_ent"))
     assert len(values("val/ruq")) == 2 and len(values("train/ruq")) == 2
     assert len(values("dress/head_clusters")) == 2 and values("dress/weight_min")
     assert values("val/sem_ent_gold")[0] > 1.0  # 64 real responses spread over 20 real-semantics clusters
     plots = {p.name for p in (tmp_path / "runs/demo/csv/version_0/lightning_div").iterdir()}
-    assert {"val_cluster_histogram_epoch1.png", "val_ruq_plot_epoch1.png", "dress_weight_histogram_epoch1.png",
-            "val_samples_epoch1.csv", "cluster_cards.csv", "cluster_shares.csv", "val_cluster_shares_epoch1.png",
-            "dress_clusters_epoch1.png"} <= plots
+    assert {
+        "val_cluster_histogram_epoch1.png",
+        "val_ruq_plot_epoch1.png",
+        "dress_weight_histogram_epoch1.png",
+        "val_samples_epoch1.csv",
+        "cluster_cards.csv",
+        "cluster_shares.csv",
+        "val_cluster_shares_epoch1.png",
+        "dress_clusters_epoch1.png",
+    } <= plots
     assert len(values("val/cluster_js")) == 2 and len(values("val/top_cluster_share")) == 2
     assert main(["report", "runs/demo", "--out", "report.html"]) == 0  # the command the summary names
     page = (tmp_path / "report.html").read_text()
@@ -100,9 +140,18 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_validate_runs_the_monitors_on_an_untrained_model(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    main(["validate", "--config", str(ROOT / "configs" / "demo.yaml"), "--trainer.limit_val_batches=2",
-          "--trainer.enable_progress_bar=false", "--data.init_args.max_train_examples=300",
-          "--data.init_args.max_val_examples=64", "--data.init_args.show_progress=false"])
+    main(
+        [
+            "validate",
+            "--config",
+            str(ROOT / "configs" / "demo.yaml"),
+            "--trainer.limit_val_batches=2",
+            "--trainer.enable_progress_bar=false",
+            "--data.init_args.max_train_examples=300",
+            "--data.init_args.max_val_examples=64",
+            "--data.init_args.show_progress=false",
+        ]
+    )
     rows = list(csv.DictReader(open(tmp_path / "runs/demo/csv/version_0/metrics.csv")))
     logged = {k: float(v) for r in rows for k, v in r.items() if v}
     # no fit: the monitors prepare themselves at the first validation end
@@ -118,8 +167,25 @@ def test_score_command(tmp_path, capsys):
     gold = tmp_path / "gold.txt"
     gold.write_text("I love pizza\nno idea, sorry\nwhere are you from?\nyes\n", encoding="utf-8")
     out = tmp_path / "scores.json"
-    assert main(["score", str(a), str(b), "--gold", str(gold), "--metrics", "distinct_1", "distinct_2", "ead",
-                 "--output", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(a),
+                str(b),
+                "--gold",
+                str(gold),
+                "--metrics",
+                "distinct_1",
+                "distinct_2",
+                "ead",
+                "--output",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     assert "system_a.txt" in table and "system_b.jsonl" in table and "gold" in table
     scores = json.loads(out.read_text())
@@ -140,13 +206,33 @@ def test_score_with_semantic_clusters(tmp_path):
     gen = tmp_path / "gen.txt"
     gen.write_text("i don't know .\n" * 5 + "what is your favourite food?\n")
     out = tmp_path / "s.json"
-    assert main(["score", str(gen), "--gold", str(gold), "--fit-clusters", "5", "--encoder", "minilm",
-                 "--metrics", "distinct_1", "--output", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(gen),
+                "--gold",
+                str(gold),
+                "--fit-clusters",
+                "5",
+                "--encoder",
+                "minilm",
+                "--metrics",
+                "distinct_1",
+                "--output",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     scores = json.loads(out.read_text())
     # 5 identical responses share a cluster; the sixth is either with them or alone
     p = 5 / 6
-    assert scores["gen.txt"]["sem_ent"] in (pytest.approx(0.0, abs=1e-12),
-                                            pytest.approx(-(p * math.log(p) + (1 - p) * math.log(1 - p))))
+    assert scores["gen.txt"]["sem_ent"] in (
+        pytest.approx(0.0, abs=1e-12),
+        pytest.approx(-(p * math.log(p) + (1 - p) * math.log(1 - p))),
+    )
     assert 0 < scores["gold"]["sem_ent"] <= math.log(5)
 
 

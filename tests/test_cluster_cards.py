@@ -59,7 +59,7 @@ def test_fitted_clusters_describe_themselves_and_examples_are_nearest_the_centro
         assert len(card.examples) == 5
         members = [i for i in np.flatnonzero(ids == card.cluster)]
         d = clusters.transform(x[members]) - clusters.centroids[card.cluster]
-        dist = dict(zip([texts[i] for i in members], (d ** 2).sum(1)))
+        dist = dict(zip([texts[i] for i in members], (d**2).sum(1)))
         nearest = sorted(set(dist), key=lambda t: dist[t])[:5]
         assert card.examples == nearest
 

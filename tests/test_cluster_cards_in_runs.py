@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+from test_cluster_cards import TOPICS, toy_corpus
 
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.clustering import SemanticClusters
-from test_cluster_cards import TOPICS, toy_corpus
 
 
 class TopicEncoder:

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-
 from monitor_setup import GOLD, minilm
+
 from lightning_div.cli import main
 from lightning_div.clustering import SemanticClusters
 from lightning_div.metrics import cluster_js_divergence, semantic_entropy
@@ -19,8 +19,24 @@ def fitted(tmp_path_factory):
     d = tmp_path_factory.mktemp("clusters")
     (d / "gold.txt").write_text("\n".join(GOLD[:200]) + "\n", encoding="utf-8")
     out = d / "clusters.npz"
-    assert main(["clusters", "fit", "--data", str(d / "gold.txt"), "--encoder", "minilm", "--out", str(out),
-                 "--num-clusters", "4", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "clusters",
+                "fit",
+                "--data",
+                str(d / "gold.txt"),
+                "--encoder",
+                "minilm",
+                "--out",
+                str(out),
+                "--num-clusters",
+                "4",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return d, out
 
 
@@ -53,8 +69,21 @@ def test_assign_gives_shares_sem_ent_and_js(fitted, capsys):
     responses = ["i don't know", "i don't know.", "lol", "that sounds great!", "I love pizza"]
     (d / "gen.txt").write_text("\n".join(responses) + "\n", encoding="utf-8")
     capsys.readouterr()
-    assert main(["clusters", "assign", str(out), "--responses", str(d / "gen.txt"), "--quiet",
-                 "--output", str(d / "gen.json")]) == 0
+    assert (
+        main(
+            [
+                "clusters",
+                "assign",
+                str(out),
+                "--responses",
+                str(d / "gen.txt"),
+                "--quiet",
+                "--output",
+                str(d / "gen.json"),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     result = json.loads((d / "gen.json").read_text())
     clusters = SemanticClusters.load(out)
@@ -67,11 +96,14 @@ def test_assign_gives_shares_sem_ent_and_js(fitted, capsys):
     assert f"Sem-Ent {result['sem_ent']:.4f} nats" in printed
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["clusters", "show", "missing.npz"], "no SemanticClusters file at 'missing.npz'"),
-    (["clusters", "assign", "missing.npz", "--responses", "x.txt"], "no SemanticClusters file"),
-    (["clusters", "fit", "--data", "missing.txt", "--out", "c.npz"], "missing.txt"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["clusters", "show", "missing.npz"], "no SemanticClusters file at 'missing.npz'"),
+        (["clusters", "assign", "missing.npz", "--responses", "x.txt"], "no SemanticClusters file"),
+        (["clusters", "fit", "--data", "missing.txt", "--out", "c.npz"], "missing.txt"),
+    ],
+)
 def test_errors_are_one_line_without_traceback(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 1

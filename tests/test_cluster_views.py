@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from monitor_setup import TinyChat, datamodule, dress, monitors, tiny_lm, trainer
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
-from monitor_setup import TinyChat, datamodule, dress, monitors, tiny_lm, trainer
 from lightning_div.callbacks.cluster_views import dress_cluster_view
 from lightning_div.cluster_cards import ClusterCard
 from lightning_div.cluster_plots import collapse_heatmap, share_histogram
@@ -53,7 +53,7 @@ def test_dress_view_per_cluster_by_hand():
         num_clusters = 3
         cards = [ClusterCard(0, 0.5, 2), ClusterCard(1, 0.25, 1), ClusterCard(2, 0.25, 1)]
 
-    raw = np.array([0.5 ** 2, 0.75 ** 2, 0.75 ** 2])  # (1 - p)^lam, lam = 2
+    raw = np.array([0.5**2, 0.75**2, 0.75**2])  # (1 - p)^lam, lam = 2
     gold_weights = raw[[0, 0, 1, 2]]  # the four gold responses
     weight, negatives = dress_cluster_view(Clusters(), gold_weights, 2.0, [0], [0, 0, 2])
     np.testing.assert_allclose(weight, raw)
@@ -114,8 +114,14 @@ def test_monitor_logs_cards_collapse_and_aligned_steps(tmp_path):
 @pytest.mark.slow
 def test_dress_logs_its_clusters_each_round(tmp_path):
     cb = dress(tmp_path)
-    tr = trainer(tmp_path, [cb], loggers=[CSVLogger(tmp_path, name="csv")], max_epochs=1, limit_train_batches=2,
-                 limit_val_batches=0)
+    tr = trainer(
+        tmp_path,
+        [cb],
+        loggers=[CSVLogger(tmp_path, name="csv")],
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=0,
+    )
     tr.fit(tiny_lm(), datamodule=datamodule())
     out = Path(tr.loggers[0].log_dir) / "lightning_div"
     assert (out / "dress_clusters_epoch0.png").stat().st_size > 0

@@ -7,12 +7,12 @@ import warnings
 import faiss
 import numpy as np
 import pytest
+from helpers import causal_model, chitchat_pairs, tokenizer
 from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
-from helpers import causal_model, chitchat_pairs, tokenizer
 from lightning_div.clustering import SemanticClusters, _pca, fingerprint_texts
 from lightning_div.embedding import ResponseEncoder
 
@@ -202,8 +202,15 @@ def test_load_names_every_field_that_differs(tmp_path):
 def test_config_hash_follows_every_field():
     base = quiet(encoder_name="e")
     hashes = {base.config_hash}
-    for change in (dict(num_clusters=10), dict(seed=1), dict(variance_kept=0.8), dict(niter=20), dict(nredo=1),
-                   dict(encoder_name="other"), dict(max_points_per_centroid=None)):
+    for change in (
+        dict(num_clusters=10),
+        dict(seed=1),
+        dict(variance_kept=0.8),
+        dict(niter=20),
+        dict(nredo=1),
+        dict(encoder_name="other"),
+        dict(max_points_per_centroid=None),
+    ):
         hashes.add(quiet(**{"encoder_name": "e", **change}).config_hash)
     other_data = quiet(encoder_name="e")
     other_data.data_fingerprint = "x"
@@ -328,8 +335,9 @@ def test_load_or_fit_fits_once_then_loads(tmp_path, caplog):
     assert direct.config == first.config and np.array_equal(direct.centroids, first.centroids)
     # an explicit file path fitted on other texts is refused, naming the field
     with pytest.raises(ValueError, match="data_fingerprint: file has"):
-        SemanticClusters.load_or_fit(tmp_path / f"clusters-{first.config_hash}.npz", texts[:-1], enc,
-                                     num_clusters=4, show_progress=False)
+        SemanticClusters.load_or_fit(
+            tmp_path / f"clusters-{first.config_hash}.npz", texts[:-1], enc, num_clusters=4, show_progress=False
+        )
 
 
 def test_load_or_fit_caches_the_training_assignments(tmp_path):
@@ -337,11 +345,13 @@ def test_load_or_fit_caches_the_training_assignments(tmp_path):
     enc = CountingEncoder.from_model(causal_model(), tokenizer(), show_progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 120 points < 39*4
-        clusters, ids = SemanticClusters.load_or_fit(tmp_path, texts, enc, with_assignments=True, num_clusters=4,
-                                                     show_progress=False)
+        clusters, ids = SemanticClusters.load_or_fit(
+            tmp_path, texts, enc, with_assignments=True, num_clusters=4, show_progress=False
+        )
         assert enc.calls == 1  # fit and assignments share one embedding pass
-        again, ids_again = SemanticClusters.load_or_fit(tmp_path, texts, enc, with_assignments=True,
-                                                        num_clusters=4, show_progress=False)
+        again, ids_again = SemanticClusters.load_or_fit(
+            tmp_path, texts, enc, with_assignments=True, num_clusters=4, show_progress=False
+        )
     assert enc.calls == 1  # both come from disk
     assert ids.shape == (120,) and np.array_equal(ids, ids_again)
     assert np.array_equal(ids, clusters.assign(enc.encode(texts)))

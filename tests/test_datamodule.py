@@ -7,21 +7,29 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from scipy.stats import chisquare
 
-from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from lightning_div.datamodules import DialogueDataModule, DialoguePair, encode_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues
 from lightning_div.formatting import DialogueFormat
 from lightning_div.samplers import ExactDistributedSampler, WeightedDistributedSampler
 
-PAIRS = [(["Hi there", "How are you?"], "Fine"),
-         ("Tell me about your weekend plans please", "I will go hiking with my sister and her dog")]
+PAIRS = [
+    (["Hi there", "How are you?"], "Fine"),
+    ("Tell me about your weekend plans please", "I will go hiking with my sister and her dog"),
+]
 
 
 def quiet_trainer(**kwargs):
-    defaults = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                    enable_model_summary=False, num_sanity_val_steps=0)
+    defaults = dict(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     return pl.Trainer(**{**defaults, **kwargs})
 
 
@@ -38,8 +46,9 @@ class TinyLM(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         self.seen.append((self.current_epoch, batch["index"].tolist(), batch["sample_weight"].tolist()))
-        loss = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                          labels=batch["labels"]).loss
+        loss = self.model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+        ).loss
         self.losses.append(loss.item())
         return loss
 
@@ -69,6 +78,7 @@ def all_batches(loader):
 
 # ---------------------------------------------------------------------------------------------- batch layout
 
+
 def test_causal_batch_layout_token_by_token():
     tok = tokenizer()
     eos = tok.eos_token_id
@@ -76,8 +86,10 @@ def test_causal_batch_layout_token_by_token():
     batch = next(iter(dm.train_dataloader()))
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     # DialoGPT layout: every context turn followed by EOS, then the response and EOS
-    expected = {0: (ids("Hi there") + [eos] + ids("How are you?") + [eos], ids("Fine") + [eos]),
-                1: (ids(PAIRS[1][0]) + [eos], ids(PAIRS[1][1]) + [eos])}
+    expected = {
+        0: (ids("Hi there") + [eos] + ids("How are you?") + [eos], ids("Fine") + [eos]),
+        1: (ids(PAIRS[1][0]) + [eos], ids(PAIRS[1][1]) + [eos]),
+    }
     width = max(len(c) + len(r) for c, r in expected.values())
     assert batch["input_ids"].shape == (2, width)
     for row in range(2):
@@ -100,8 +112,10 @@ def test_seq2seq_batch_layout_token_by_token():
     batch = next(iter(dm.train_dataloader()))
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     # encoder: <s> turn1 \n turn2 </s>; decoder target: <s> response </s>
-    expected = {0: ([bos] + ids("Hi there") + ids("\n") + ids("How are you?") + [eos], [bos] + ids("Fine") + [eos]),
-                1: ([bos] + ids(PAIRS[1][0]) + [eos], [bos] + ids(PAIRS[1][1]) + [eos])}
+    expected = {
+        0: ([bos] + ids("Hi there") + ids("\n") + ids("How are you?") + [eos], [bos] + ids("Fine") + [eos]),
+        1: ([bos] + ids(PAIRS[1][0]) + [eos], [bos] + ids(PAIRS[1][1]) + [eos]),
+    }
     enc_width = max(len(c) for c, _ in expected.values())
     dec_width = max(len(r) for _, r in expected.values())
     for row in range(2):
@@ -125,10 +139,17 @@ def test_batch_tokenisation_equals_encode_pair():
 
 # ---------------------------------------------------------------------------------------------- data choices
 
+
 def test_subset_is_deterministic_and_stats_logged_once(caplog):
     pairs = list(chitchat_pairs("train", 20))
-    make = lambda seed: DialogueDataModule(train=pairs, val=pairs[:5], tokenizer=tokenizer(),  # noqa: E731
-                                           max_train_examples=10, seed=seed, show_progress=False)
+    make = lambda seed: DialogueDataModule(
+        train=pairs,
+        val=pairs[:5],
+        tokenizer=tokenizer(),
+        max_train_examples=10,
+        seed=seed,
+        show_progress=False,
+    )
     a, b, c = make(0), make(0), make(1)
     with caplog.at_level(logging.INFO, logger="lightning_div"):
         a.setup("fit")
@@ -158,6 +179,7 @@ def test_missing_tokenizer_and_data_are_explained():
 
 
 # ---------------------------------------------------------------------------------------------- DRESS hooks
+
 
 def test_sample_weights_negatives_and_state():
     pairs = list(chitchat_pairs("train", 5))[:9]
@@ -192,8 +214,10 @@ def test_sample_weights_negatives_and_state():
     restored = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), show_progress=False)
     restored.load_state_dict(torch.load(buffer, weights_only=True))
     assert restored.sample_weights.tolist() == w.tolist()
-    assert restored.negatives == [DialoguePair(pairs[0].context, "i don't know"),
-                                  DialoguePair(pairs[1].context, "i don't know either")]
+    assert restored.negatives == [
+        DialoguePair(pairs[0].context, "i don't know"),
+        DialoguePair(pairs[1].context, "i don't know either"),
+    ]
     assert restored.negative_weights.tolist() == [-1.0, -0.5]
 
     dm.set_negatives([(pairs[2].context, "new")], np.array([-1.0]))  # replaces, not appends
@@ -230,6 +254,7 @@ def test_sampler_mode():
 
 # ---------------------------------------------------------------------------------------------- samplers
 
+
 def test_exact_sampler_every_index_once_with_marked_padding():
     n, world = 11, 3  # 11 examples on 3 ranks: 4 + 4 + 3, so one virtual padding index
     dataset = EncodedDialogues([([i], [i]) for i in range(n)])
@@ -265,8 +290,7 @@ def test_weighted_sampler_frequencies_match_weights():
     for epoch in range(4):
         streams = []
         for rank in range(2):
-            sampler = WeightedDistributedSampler(dataset, weights, num_samples=3000, num_replicas=2, rank=rank,
-                                                 seed=11)
+            sampler = WeightedDistributedSampler(dataset, weights, num_samples=3000, num_replicas=2, rank=rank, seed=11)
             sampler.set_epoch(epoch)
             draws = list(sampler)
             assert len(draws) == 1500  # each rank draws its share of the epoch's 3000
@@ -289,18 +313,34 @@ def test_weighted_sampler_frequencies_match_weights():
 
 # ---------------------------------------------------------------------------------------------- real Trainer
 
+
 @pytest.mark.parametrize("seq2seq", [False, True])
 def test_trainer_fits_tiny_model(seq2seq):
     pairs = list(chitchat_pairs("train", 5))[:16]
     model = TinyLM(seq2seq=seq2seq)
     if seq2seq:  # used on its own first (no model: causal layout), then the Trainer's seq2seq model decides
-        dm = DialogueDataModule(train=pairs, val=pairs[:4], batch_size=8, max_history=2, show_progress=False,
-                                tokenizer=model.tokenizer, max_context_tokens=32, max_response_tokens=32)
+        dm = DialogueDataModule(
+            train=pairs,
+            val=pairs[:4],
+            batch_size=8,
+            max_history=2,
+            show_progress=False,
+            tokenizer=model.tokenizer,
+            max_context_tokens=32,
+            max_response_tokens=32,
+        )
         dm.setup("fit")
         assert not dm.seq2seq
     else:  # the tokenizer comes from the LightningModule
-        dm = DialogueDataModule(train=pairs, val=pairs[:4], batch_size=8, max_history=2, show_progress=False,
-                                max_context_tokens=32, max_response_tokens=32)
+        dm = DialogueDataModule(
+            train=pairs,
+            val=pairs[:4],
+            batch_size=8,
+            max_history=2,
+            show_progress=False,
+            max_context_tokens=32,
+            max_response_tokens=32,
+        )
     quiet_trainer(max_epochs=8, num_sanity_val_steps=0, limit_val_batches=0).fit(model, dm)
     assert dm.seq2seq == seq2seq and dm.tokenizer is model.tokenizer
     batch = next(iter(dm.train_dataloader()))
@@ -317,8 +357,12 @@ def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
     dm = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, max_context_tokens=32)
     dm_weights = np.arange(1, n + 1) / n
     model = TinyLM(lr=1e-3)
-    trainer = quiet_trainer(max_epochs=2, callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])],
-                            enable_checkpointing=True, default_root_dir=str(tmp_path))
+    trainer = quiet_trainer(
+        max_epochs=2,
+        callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])],
+        enable_checkpointing=True,
+        default_root_dir=str(tmp_path),
+    )
     dm.set_sample_weights(dm_weights)
     trainer.fit(model, dm)
     assert trainer.reload_dataloaders_every_n_epochs == 1  # set because the training data changed
@@ -334,7 +378,8 @@ def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
     fresh = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, max_context_tokens=32)
     resumed = TinyLM(lr=1e-3)
     quiet_trainer(max_epochs=3, enable_checkpointing=True, default_root_dir=str(tmp_path / "r")).fit(
-        resumed, fresh, ckpt_path=str(ckpt))
+        resumed, fresh, ckpt_path=str(ckpt)
+    )
     assert fresh.sample_weights.tolist() == dm_weights.tolist()
     assert [p.response for p in fresh.negatives] == ["generated one", "generated two"]
     assert sorted(i for e, idx, _ in resumed.seen for i in idx) == list(range(n + 2))  # epoch 2 only
@@ -358,8 +403,9 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     dm = DialogueDataModule(train=pairs, val=None, batch_size=3, show_progress=False, max_context_tokens=32)
     dm.set_sample_weights(gold_weights)
     model = TinyLM(record_dir=str(tmp_path), lr=1e-3)
-    trainer = quiet_trainer(strategy="ddp_spawn", devices=2, max_epochs=2,
-                            callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])])
+    trainer = quiet_trainer(
+        strategy="ddp_spawn", devices=2, max_epochs=2, callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])]
+    )
     trainer.fit(model, dm)
     seen = _seen_by_epoch(tmp_path)
     for epoch, size in ((0, n), (1, n + 2)):
@@ -380,9 +426,25 @@ def test_lightning_cli_builds_the_datamodule(tmp_path, monkeypatch):
 
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps({"context": ["hi"], "response": "hello"}) + "\n")
-    cli = LightningCLI(TinyLM, DialogueDataModule, run=False,
-                       args=["--data.train", str(data), "--data.val", "null", "--data.max_history", "2",
-                             "--data.batch_size", "4", "--data.dedupe", "true", "--trainer.logger", "false"])
+    cli = LightningCLI(
+        TinyLM,
+        DialogueDataModule,
+        run=False,
+        args=[
+            "--data.train",
+            str(data),
+            "--data.val",
+            "null",
+            "--data.max_history",
+            "2",
+            "--data.batch_size",
+            "4",
+            "--data.dedupe",
+            "true",
+            "--trainer.logger",
+            "false",
+        ],
+    )
     dm = cli.datamodule
     assert (dm.batch_size, dm.max_history, dm.dedupe) == (4, 2, True)
     assert dm.train_pairs() == [DialoguePair(("hi",), "hello")]

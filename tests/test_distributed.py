@@ -1,8 +1,8 @@
 """Batch-level sharding: identical batches and results on 1 and 2 processes, no hang on a failing rank."""
 
 import pytest
-
 from ddp_utils import run_distributed
+
 from lightning_div.distributed import batch_plan, distributed_map
 
 ITEMS = ["a", "bbbb", "cc", "dddddd", "e", "fff", "gggggggg", "hh", "iiiii"]
@@ -31,6 +31,7 @@ def _fail_on_rank_1(rank, world):
         if rank == 1:
             raise ValueError("boom")
         return batch
+
     try:
         distributed_map(fn, ITEMS, 2, show_progress=False)
     except RuntimeError as err:

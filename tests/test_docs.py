@@ -29,15 +29,27 @@ pytest.importorskip("mkdocstrings_handlers.python", reason="the docs extra is no
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
     return out
 
 
 def test_site_builds_strictly(site):
-    for page in ("index.html", "getting-started/index.html", "metrics/index.html", "bad-input/index.html",
-                 "api/metrics/index.html"):
+    for page in (
+        "index.html",
+        "getting-started/index.html",
+        "metrics/index.html",
+        "bad-input/index.html",
+        "api/metrics/index.html",
+    ):
         assert (site / page).is_file(), page
 
 
@@ -70,8 +82,9 @@ def test_public_name_is_in_the_api_reference(site, module, name):
     if defined_in is not None and hasattr(obj, "__qualname__"):
         assert f"{defined_in}.{obj.__qualname__}" in ids, f"{module}.{name} ({defined_in}) is not in docs/api/"
     else:
-        assert any(i.startswith(module + ".") and i.endswith("." + name) for i in ids), \
+        assert any(i.startswith(module + ".") and i.endswith("." + name) for i in ids), (
             f"{module}.{name} is not in docs/api/"
+        )
 
 
 def test_the_api_reference_is_generated_not_written():

@@ -7,8 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_div.dress import (dress_weights, effective_sample_size, head_clusters, negative_weights,
-                                 weighted_lm_loss)
+from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights, weighted_lm_loss
 
 
 def test_dress_weights_hand_computed():
@@ -20,7 +19,7 @@ def test_dress_weights_hand_computed():
     np.testing.assert_allclose(dress_weights([0, 0, 0, 1], 3, lam=2.0, normalize=True), [1 / 3, 1 / 3, 1 / 3, 3])
     # paper default lam = 30 on a cluster with 10 % of the data: 0.9^30
     w = dress_weights([0] * 1 + [1] * 9, 2)
-    assert w[0] == pytest.approx(0.9 ** 30) and w[1] == pytest.approx(0.1 ** 30)
+    assert w[0] == pytest.approx(0.9**30) and w[1] == pytest.approx(0.1**30)
     # lam = 0 switches reweighting off
     np.testing.assert_array_equal(dress_weights([0, 1, 1], 2, lam=0.0), [1.0, 1.0, 1.0])
 

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 import torch
+from monitor_setup import datamodule, dress, tiny_lm, trainer
 from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
-from monitor_setup import datamodule, dress, tiny_lm, trainer
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.dress import dress_weights
 
@@ -26,8 +26,9 @@ class BatchSpy(Callback):
 @pytest.mark.slow
 def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(tmp_path):
     cb, spy, dm = dress(tmp_path), BatchSpy(), datamodule()
-    tr = trainer(tmp_path, [cb, spy], loggers=[CSVLogger(tmp_path)], max_epochs=2, limit_train_batches=None,
-                 limit_val_batches=1)
+    tr = trainer(
+        tmp_path, [cb, spy], loggers=[CSVLogger(tmp_path)], max_epochs=2, limit_train_batches=None, limit_val_batches=1
+    )
     tr.fit(tiny_lm(), datamodule=dm)
     n = len(dm.train_pairs())
     # the gold weights are DRESS weights of the cached gold cluster ids
@@ -44,7 +45,7 @@ def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(tmp_path):
     assert neg1 and all(w == -1.0 for _, w in neg1)
     assert cb.history[0]["dress/head_clusters"] >= 1
     assert cb.history[0]["dress/weight_min"] == -1.0
-    assert (tr.log_dir and (tmp_path / "lightning_logs").exists())
+    assert tr.log_dir and (tmp_path / "lightning_logs").exists()
     assert list((tmp_path / "lightning_logs").rglob("dress_weight_histogram_epoch1.png"))
 
 
@@ -55,14 +56,22 @@ def test_resumed_run_ends_bit_identical(tmp_path):
         if checkpoint:
             callbacks.append(ModelCheckpoint(dirpath=root / "ckpt", save_last=True, every_n_epochs=1))
         model, dm = tiny_lm(), datamodule()
-        tr = trainer(root, callbacks, max_epochs=max_epochs, limit_train_batches=None, limit_val_batches=1,
-                     enable_checkpointing=checkpoint)
+        tr = trainer(
+            root,
+            callbacks,
+            max_epochs=max_epochs,
+            limit_train_batches=None,
+            limit_val_batches=1,
+            enable_checkpointing=checkpoint,
+        )
         tr.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         return callbacks[0], model, dm
 
     full_cb, full_model, full_dm = run(tmp_path / "full", 2)
     run(tmp_path / "part", 1, checkpoint=True)
-    resumed_cb, resumed_model, resumed_dm = run(tmp_path / "part", 2, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt")
+    resumed_cb, resumed_model, resumed_dm = run(
+        tmp_path / "part", 2, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt"
+    )
     np.testing.assert_array_equal(resumed_cb.weights, full_cb.weights)
     np.testing.assert_array_equal(resumed_cb.negative_weights, full_cb.negative_weights)
     assert resumed_cb.negative_pairs == full_cb.negative_pairs

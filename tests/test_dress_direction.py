@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytorch_lightning as pl
-
 from helpers import chitchat_pairs
 from monitor_setup import minilm
+
 from lightning_div.adapters import resolve_adapter
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.clustering import SemanticClusters
@@ -25,8 +25,10 @@ from lightning_div.samplers import WeightedDistributedSampler
 
 IDK = "i don't know ."
 K = 4
-TRAIN = [DialoguePair(p.context, IDK if i % 5 < 3 else p.response)
-         for i, p in enumerate(list(chitchat_pairs("train", 200))[:400])]
+TRAIN = [
+    DialoguePair(p.context, IDK if i % 5 < 3 else p.response)
+    for i, p in enumerate(list(chitchat_pairs("train", 200))[:400])
+]
 HELD_OUT = list(chitchat_pairs("validation", 60))[:64]
 
 
@@ -37,23 +39,46 @@ class Measure(pl.Callback):
         self.sampler = trainer.train_dataloader.sampler
 
     def on_fit_end(self, trainer, pl_module):
-        self.generated = resolve_adapter(pl_module).generate([p.context for p in HELD_OUT], max_new_tokens=16,
-                                                             no_repeat_ngram_size=3, show_progress=False)
+        self.generated = resolve_adapter(pl_module).generate(
+            [p.context for p in HELD_OUT], max_new_tokens=16, no_repeat_ngram_size=3, show_progress=False
+        )
 
 
 def train(tmp_path: Path, mode: str | None) -> Measure:
     pl.seed_everything(0)
-    lm = DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", tokenizer_vocab_size=1000,
-                    from_scratch={"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
-                    learning_rate=3e-3)
+    lm = DialogueLM(
+        model_name_or_path=None,
+        tokenizer="local:chitchat",
+        tokenizer_vocab_size=1000,
+        from_scratch={"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
+        learning_rate=3e-3,
+    )
     dm = DialogueDataModule(train=TRAIN, val=HELD_OUT[:16], batch_size=16, max_history=2, show_progress=False)
     measure = Measure()
     callbacks = [measure]
     if mode is not None:
-        callbacks.append(DRESSReweighting(encoder=minilm(), num_clusters=K, lam=3.0, normalize=True, negatives=False,
-                                          mode=mode, show_progress=False, dirpath=str(tmp_path / "clusters")))
-    pl.Trainer(max_epochs=8, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, limit_val_batches=0, callbacks=callbacks).fit(lm, datamodule=dm)
+        callbacks.append(
+            DRESSReweighting(
+                encoder=minilm(),
+                num_clusters=K,
+                lam=3.0,
+                normalize=True,
+                negatives=False,
+                mode=mode,
+                show_progress=False,
+                dirpath=str(tmp_path / "clusters"),
+            )
+        )
+    pl.Trainer(
+        max_epochs=8,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=callbacks,
+    ).fit(lm, datamodule=dm)
     return measure
 
 

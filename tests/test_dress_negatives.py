@@ -32,8 +32,11 @@ def two_class_logits(p_targets):
 def test_nll_and_unlikelihood_on_hand_computed_logits():
     # A gold example (w=1, p=0.75), a negative (w=-1, p=0.8) and a zero-weight generation (p=0.5);
     # every one has one target token, so the denominator is 3 tokens.
-    logits, labels, w = two_class_logits([0.75, 0.8, 0.5]), torch.zeros(3, 1, dtype=torch.long), torch.tensor(
-        [1.0, -1.0, 0.0])
+    logits, labels, w = (
+        two_class_logits([0.75, 0.8, 0.5]),
+        torch.zeros(3, 1, dtype=torch.long),
+        torch.tensor([1.0, -1.0, 0.0]),
+    )
     nll = weighted_lm_loss(logits, labels, w, causal=False, negative_loss="nll")
     assert nll.item() == pytest.approx((-math.log(0.75) + math.log(0.8)) / 3, rel=1e-6)
     nll.backward()
@@ -65,17 +68,21 @@ def test_negative_nll_pushes_at_full_strength_on_an_already_unlikely_token_unlik
     # a token the model is sure of costs at most -log(1e-5) under unlikelihood
     logits = two_class_logits([1 - 1e-9])
     assert weighted_lm_loss(logits, labels, w, causal=False, negative_loss="unlikelihood").item() == pytest.approx(
-        -math.log(1e-5), rel=1e-4)
+        -math.log(1e-5), rel=1e-4
+    )
 
 
 def test_unlikelihood_leaves_positive_weights_and_padding_alone_causal_layout():
     torch.manual_seed(0)
     logits = torch.randn(3, 5, 7)
-    labels = torch.tensor([[IGNORE, 2, 3, IGNORE, IGNORE], [IGNORE, IGNORE, 1, 4, 5], [IGNORE, 6, IGNORE, IGNORE,
-                                                                                     IGNORE]])
+    labels = torch.tensor(
+        [[IGNORE, 2, 3, IGNORE, IGNORE], [IGNORE, IGNORE, 1, 4, 5], [IGNORE, 6, IGNORE, IGNORE, IGNORE]]
+    )
     w = torch.tensor([0.5, 2.0, 1.0])  # no negative weight: both losses are the weighted NLL
-    assert torch.equal(weighted_lm_loss(logits, labels, w, negative_loss="unlikelihood"),
-                       weighted_lm_loss(logits, labels, w, negative_loss="nll"))
+    assert torch.equal(
+        weighted_lm_loss(logits, labels, w, negative_loss="unlikelihood"),
+        weighted_lm_loss(logits, labels, w, negative_loss="nll"),
+    )
     w = torch.tensor([0.5, -1.0, 0.0])
     logp = torch.log_softmax(logits[:, :-1], -1)
     tgt = labels[:, 1:]
@@ -90,9 +97,12 @@ def test_unlikelihood_leaves_positive_weights_and_padding_alone_causal_layout():
 
 def test_dialogue_lm_trains_negatives_with_the_datamodules_loss():
     lm, dm = tiny_lm(), datamodule()
-    batch = {"input_ids": torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]), "attention_mask": torch.ones(2, 4, dtype=torch.long),
-             "labels": torch.tensor([[IGNORE, IGNORE, 7, 8], [IGNORE, 10, 11, 12]]),
-             "sample_weight": torch.tensor([1.0, -1.0])}
+    batch = {
+        "input_ids": torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]),
+        "attention_mask": torch.ones(2, 4, dtype=torch.long),
+        "labels": torch.tensor([[IGNORE, IGNORE, 7, 8], [IGNORE, 10, 11, 12]]),
+        "sample_weight": torch.tensor([1.0, -1.0]),
+    }
     lm._trainer = SimpleNamespace(datamodule=dm)
     logits = lm(batch)
     for name in ("nll", "unlikelihood"):
@@ -112,8 +122,9 @@ def test_dialogue_lm_trains_negatives_with_the_datamodules_loss():
 def test_separate_batches_never_mix_groups_and_see_every_example_once(replicas):
     n_gold, n_neg, bs = 7, 3, 2
     data = list(range(n_gold + n_neg))
-    samplers = [SeparateBatchSampler(data, [n_gold, n_neg], bs, num_replicas=replicas, rank=r, seed=3)
-                for r in range(replicas)]
+    samplers = [
+        SeparateBatchSampler(data, [n_gold, n_neg], bs, num_replicas=replicas, rank=r, seed=3) for r in range(replicas)
+    ]
     seen = []
     for epoch in (0, 1):
         streams = []
@@ -124,7 +135,7 @@ def test_separate_batches_never_mix_groups_and_see_every_example_once(replicas):
         # global batch b = batch b of every rank: one group only (padding 2n + i belongs to example i's group)
         group = [(lambda i: (i % len(data)) >= n_gold)]
         for b in range(len(streams[0]) // bs):
-            members = [i for st in streams for i in st[b * bs:(b + 1) * bs]]
+            members = [i for st in streams for i in st[b * bs : (b + 1) * bs]]
             kinds = {group[0](i) for i in members}
             assert len(kinds) == 1, members
         real = sorted(i for st in streams for i in st if i < len(data))
@@ -159,8 +170,14 @@ class BatchSpy(Callback):
         self.batches = []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.batches.append((trainer.current_epoch, batch["index"].tolist(), batch["sample_weight"].tolist(),
-                             int((batch["labels"] != IGNORE).sum())))
+        self.batches.append(
+            (
+                trainer.current_epoch,
+                batch["index"].tolist(),
+                batch["sample_weight"].tolist(),
+                int((batch["labels"] != IGNORE).sum()),
+            )
+        )
 
 
 def count_mining(cb):
@@ -191,8 +208,9 @@ def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(tmp_pat
     tr.fit(tiny_lm(), datamodule=dm)
     # rounds start at epochs 0, 1, 2: epoch 0's at fit start (current epoch 0), the others at the end of the previous
     assert calls == [(0, 0), (0, 1), (1, 2)]
-    assert generated_with and all(k["no_repeat_ngram_size"] == 0 and k["do_sample"] is False and k["num_beams"] == 1
-                                  for k in generated_with)
+    assert generated_with and all(
+        k["no_repeat_ngram_size"] == 0 and k["do_sample"] is False and k["num_beams"] == 1 for k in generated_with
+    )
     n = len(dm.train_pairs())
     # separate: all 20 generations kept (weights 0 outside the head clusters, -1 inside)
     assert len(cb.negative_pairs) == 20 and set(cb.negative_weights.tolist()) <= {0.0, -1.0}
@@ -213,8 +231,7 @@ def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(tmp_pat
         assert sorted(i - n for b in neg for i in b[1] if i >= n) == list(range(20))  # every generation once
     # the logged summary: what each epoch trained with
     # the logged summary describes what each epoch trained with: negatives from epoch 0 on
-    assert len(cb.history) == 3 and all(r["dress/negatives"] > 0 and r["dress/weight_min"] == -1.0
-                                        for r in cb.history)
+    assert len(cb.history) == 3 and all(r["dress/negatives"] > 0 and r["dress/weight_min"] == -1.0 for r in cb.history)
     assert cb.history[-1]["dress/negatives"] == float((cb.negative_weights == -1).sum())
 
 
@@ -222,8 +239,9 @@ def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(tmp_pat
 def test_every_n_epochs_mines_at_round_starts_only(tmp_path):
     cb = dress(tmp_path, mine_at="start", every_n_epochs=2, num_negative_contexts=12)
     calls = count_mining(cb)
-    trainer(tmp_path, [cb], max_epochs=4, limit_train_batches=2, limit_val_batches=1).fit(tiny_lm(),
-                                                                                            datamodule=datamodule())
+    trainer(tmp_path, [cb], max_epochs=4, limit_train_batches=2, limit_val_batches=1).fit(
+        tiny_lm(), datamodule=datamodule()
+    )
     assert calls == [(0, 0), (1, 2)]  # no round starts at epoch 4 (never trained)
 
 
@@ -231,8 +249,9 @@ def test_every_n_epochs_mines_at_round_starts_only(tmp_path):
 def test_end_schedule_is_todays(tmp_path):
     cb = dress(tmp_path, mine_at="end", negative_batches="mixed", num_negative_contexts=12)
     calls, spy, dm = count_mining(cb), BatchSpy(), datamodule()
-    trainer(tmp_path, [cb, spy], max_epochs=2, limit_train_batches=None, limit_val_batches=1).fit(tiny_lm(),
-                                                                                                    datamodule=dm)
+    trainer(tmp_path, [cb, spy], max_epochs=2, limit_train_batches=None, limit_val_batches=1).fit(
+        tiny_lm(), datamodule=dm
+    )
     assert calls == [(0, 1), (1, 2)]
     n = len(dm.train_pairs())
     assert not any(i >= n for e, idx, _, _ in spy.batches if e == 0 for i in idx)
@@ -242,15 +261,22 @@ def test_end_schedule_is_todays(tmp_path):
 @pytest.mark.slow
 def test_resume_mines_each_round_once_and_ends_bit_identical(tmp_path):
     def run(root, max_epochs, ckpt_path=None, checkpoint=False):
-        cb = dress(root, mine_at="start", negative_batches="separate", negative_loss="unlikelihood",
-                   num_negative_contexts=16)
+        cb = dress(
+            root, mine_at="start", negative_batches="separate", negative_loss="unlikelihood", num_negative_contexts=16
+        )
         calls = count_mining(cb)
         callbacks = [cb]
         if checkpoint:
             callbacks.append(ModelCheckpoint(dirpath=root / "ckpt", save_last=True, every_n_epochs=1))
         model, dm = tiny_lm(), datamodule()
-        trainer(root, callbacks, max_epochs=max_epochs, limit_train_batches=None, limit_val_batches=1,
-                enable_checkpointing=checkpoint).fit(model, datamodule=dm, ckpt_path=ckpt_path)
+        trainer(
+            root,
+            callbacks,
+            max_epochs=max_epochs,
+            limit_train_batches=None,
+            limit_val_batches=1,
+            enable_checkpointing=checkpoint,
+        ).fit(model, datamodule=dm, ckpt_path=ckpt_path)
         return cb, calls, model, dm
 
     full_cb, full_calls, full_model, full_dm = run(tmp_path / "full", 3)

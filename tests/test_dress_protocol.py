@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from monitor_setup import TRAIN, TinyChat, collate, datamodule, dress, tiny_lm, trainer
 
 from lightning_div import ReweightableDataModule as TopLevelProtocol
 from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negatives, ReweightableDataModule
 from lightning_div.dress import weighted_lm_loss
-from monitor_setup import TRAIN, TinyChat, collate, datamodule, dress, tiny_lm, trainer
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "callbacks" / "dress.md"
 
@@ -51,8 +51,12 @@ class WeightedChat(TinyChat):
         self.seen.append((self.current_epoch, pairs, weights))
         enc = collate(pairs, self.tokenizer, self.model)
         logits = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
-        return weighted_lm_loss(logits, enc["labels"], torch.tensor(weights, dtype=torch.float32),
-                                negative_loss=self.trainer.datamodule.negatives.loss)
+        return weighted_lm_loss(
+            logits,
+            enc["labels"],
+            torch.tensor(weights, dtype=torch.float32),
+            negative_loss=self.trainer.datamodule.negatives.loss,
+        )
 
 
 def test_the_docs_datamodule_is_reweighted_by_dress(tmp_path):
@@ -61,8 +65,9 @@ def test_the_docs_datamodule_is_reweighted_by_dress(tmp_path):
     pairs = TRAIN[:48]
     dm = MyDialogueData(pairs, batch_size=8)
     assert isinstance(dm, ReweightableDataModule) and isinstance(dm, TopLevelProtocol)
-    cb = dress(tmp_path, mine_at="start", num_negative_contexts=16, negative_loss="unlikelihood",
-               negative_batches="separate")  # every generation kept (zero weights too): 16 rows a round
+    cb = dress(
+        tmp_path, mine_at="start", num_negative_contexts=16, negative_loss="unlikelihood", negative_batches="separate"
+    )  # every generation kept (zero weights too): 16 rows a round
     model = WeightedChat()
     tr = trainer(tmp_path, [cb], max_epochs=2, limit_train_batches=None, limit_val_batches=0)
     assert tr.reload_dataloaders_every_n_epochs == 1  # what DRESS with negatives asks for (checked in setup)
@@ -78,8 +83,10 @@ def test_the_docs_datamodule_is_reweighted_by_dress(tmp_path):
         assert len(rows) == len(pairs) + 16  # mined at the start of every round: 16 generations each
     # the last epoch trained on what the callback mined at the end of epoch 0 for it, with its weights
     last = sorted((p.response, w) for e, ps, ws in model.seen if e == 1 for p, w in zip(ps, ws))
-    expected = sorted([(p.response, w) for p, w in zip(pairs, cb.weights.tolist())]
-                      + list(zip((p.response for p in cb.negative_pairs), cb.negative_weights.tolist())))
+    expected = sorted(
+        [(p.response, w) for p, w in zip(pairs, cb.weights.tolist())]
+        + list(zip((p.response for p in cb.negative_pairs), cb.negative_weights.tolist()))
+    )
     assert [r for r, _ in last] == [r for r, _ in expected]
     assert [w for _, w in last] == pytest.approx([w for _, w in expected])
     assert dm.negatives.loss == "unlikelihood" and dm.negatives.batches == "separate"
@@ -89,8 +96,11 @@ def test_the_docs_datamodule_is_reweighted_by_dress(tmp_path):
 def test_setup_refuses_a_trainer_that_never_rebuilds_the_train_dataloader(tmp_path):
     cb = dress(tmp_path, mine_at="start", num_negative_contexts=8)
     tr = trainer(tmp_path, [cb], max_epochs=1, reload_dataloaders_every_n_epochs=0)
-    with pytest.raises(ValueError, match=r"reload_dataloaders_every_n_epochs=0: create the Trainer with "
-                                         r"reload_dataloaders_every_n_epochs=1 \(or use negatives=False\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"reload_dataloaders_every_n_epochs=0: create the Trainer with "
+        r"reload_dataloaders_every_n_epochs=1 \(or use negatives=False\)",
+    ):
         tr.fit(tiny_lm(), datamodule=datamodule())
     assert cb.weights is None and not (tmp_path / "cache").exists()  # refused before any work
     # not even a divisor of every_n_epochs: a resumed run counts Lightning's reloads from its first epoch
@@ -107,8 +117,11 @@ def test_setup_refuses_a_datamodule_without_the_protocol(tmp_path):
             return [p.response for p in TRAIN]
 
     cb = dress(tmp_path, negatives=False)
-    with pytest.raises(ValueError, match=r"needs a datamodule that implements lightning_div.datamodules."
-                                         r"ReweightableDataModule .*got NoProtocol"):
+    with pytest.raises(
+        ValueError,
+        match=r"needs a datamodule that implements lightning_div.datamodules."
+        r"ReweightableDataModule .*got NoProtocol",
+    ):
         trainer(tmp_path, [cb], max_epochs=1).fit(TinyChat(), datamodule=NoProtocol())
     with pytest.raises(ValueError, match="got none"):  # the module's own dataloaders: nothing to reweight
         trainer(tmp_path, [dress(tmp_path, negatives=False)], max_epochs=1).fit(TinyChat())
@@ -118,8 +131,9 @@ def test_dress_is_the_single_owner_of_weights_and_negatives(tmp_path):
     dm = datamodule()
     cb = dress(tmp_path, mine_at="start", num_negative_contexts=8)
     ckpt = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    tr = trainer(tmp_path, [cb, ckpt], max_epochs=1, limit_train_batches=2, limit_val_batches=0,
-                 enable_checkpointing=True)
+    tr = trainer(
+        tmp_path, [cb, ckpt], max_epochs=1, limit_train_batches=2, limit_val_batches=0, enable_checkpointing=True
+    )
     tr.fit(tiny_lm(), datamodule=dm)
     assert dm.state_dict() == {}  # applied, not owned
     assert dm.sample_weights.tolist() == cb.weights.tolist() and dm.negatives == cb.negative_pairs

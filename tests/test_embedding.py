@@ -5,11 +5,11 @@ import warnings
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 import torch
-
 from ddp_utils import run_distributed
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
+from threadpoolctl import threadpool_limits
+
 from lightning_div.embedding import ResponseEncoder, is_decoder_only
 
 TOL = 1e-5
@@ -52,8 +52,9 @@ def test_gpt2_feature_is_last_hidden_state_of_the_bare_response():
     np.testing.assert_allclose(batched, manual, atol=TOL)
     # order: a permuted input gives the permuted rows
     perm = np.random.default_rng(0).permutation(40)
-    np.testing.assert_allclose(gpt2_encoder(model, batch_size=8).encode([texts[i] for i in perm]), batched[perm],
-                               atol=TOL)
+    np.testing.assert_allclose(
+        gpt2_encoder(model, batch_size=8).encode([texts[i] for i in perm]), batched[perm], atol=TOL
+    )
 
 
 def test_mean_pooling_averages_real_tokens_only():
@@ -84,8 +85,10 @@ def test_long_texts_lose_their_first_tokens_with_one_warning():
     with pytest.warns(UserWarning) as record:
         out = gpt2_encoder(model, max_length=16, batch_size=4).encode(texts)
     messages = [str(w.message) for w in record if "truncated" in str(w.message)]
-    assert messages == ["ResponseEncoder: 2 of 4 texts were longer than 16 tokens and were truncated from the left "
-                        "(first tokens dropped)"]
+    assert messages == [
+        "ResponseEncoder: 2 of 4 texts were longer than 16 tokens and were truncated from the left "
+        "(first tokens dropped)"
+    ]
     for row, i in zip(out, ids):
         np.testing.assert_allclose(row, manual_last_token(model, i[-16:]), atol=TOL)
 
@@ -178,13 +181,15 @@ def test_minilm_mean_pooling_equals_sentence_transformers(minilm_path):
     ours = enc.encode(texts)
     assert ours.shape == (32, 384)
     assert not is_decoder_only(enc.model)
-    reference = SentenceTransformer(minilm_path, device="cpu").encode(texts, normalize_embeddings=False,
-                                                                       batch_size=8)
+    reference = SentenceTransformer(minilm_path, device="cpu").encode(texts, normalize_embeddings=False, batch_size=8)
     # sentence-transformers' pipeline ends with a Normalize module: compare directions
     np.testing.assert_allclose(_unit(ours), _unit(reference), atol=TOL)
     # and the batching invariance holds for an encoder model too
-    np.testing.assert_allclose(ours, ResponseEncoder(minilm_path, pooling="mean", batch_size=1, show_progress=False,
-                                                     device="cpu").encode(texts), atol=TOL)
+    np.testing.assert_allclose(
+        ours,
+        ResponseEncoder(minilm_path, pooling="mean", batch_size=1, show_progress=False, device="cpu").encode(texts),
+        atol=TOL,
+    )
 
     # left truncation keeps [CLS] ... [SEP] and drops the oldest words
     text = "one two three four five six seven eight nine ten eleven"

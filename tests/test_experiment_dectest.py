@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_experiment_ruq import finite_numbers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,14 +16,25 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_dectest_temperature_quick(tmp_path):
     out = tmp_path / "dec"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, str(ROOT / "experiments" / "dectest_temperature.py"), "--quick", "--out", str(out)],
-                   check=True, cwd=tmp_path, env=env, timeout=600)
+    subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "dectest_temperature.py"), "--quick", "--out", str(out)],
+        check=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
     res = json.loads((out / "results.json").read_text())
     finite_numbers(res)
     assert res["experiment"] == "dectest_temperature" and res["quick"] is True
     settings, metrics = res["settings"], res["metrics"]
-    assert settings["temperatures"] >= 8 and {"distinct_1", "avg_distinct", "ent_2", "ead", "sem_ent",
-                                              "sent_bert"} <= set(metrics)
+    assert settings["temperatures"] >= 8 and {
+        "distinct_1",
+        "avg_distinct",
+        "ent_2",
+        "ead",
+        "sem_ent",
+        "sent_bert",
+    } <= set(metrics)
     (run,) = res["runs"]
     temps = run["temperatures"]
     assert len(temps) == settings["temperatures"] and temps[0] == 0.2 and temps[-1] == 1.2

@@ -8,8 +8,19 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "dress_vs_baseline.py"
-FINITE_PER_EPOCH = ["val_loss", "perplexity", "val_sem_ent", "val_distinct_1", "val_distinct_2", "val_ent_4", "val_ead",
-                    "head_share", "val_ruq", "train_loss", "gold_batch_loss"]
+FINITE_PER_EPOCH = [
+    "val_loss",
+    "perplexity",
+    "val_sem_ent",
+    "val_distinct_1",
+    "val_distinct_2",
+    "val_ent_4",
+    "val_ead",
+    "head_share",
+    "val_ruq",
+    "train_loss",
+    "gold_batch_loss",
+]
 
 
 def load_script():

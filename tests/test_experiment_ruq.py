@@ -29,8 +29,21 @@ def finite_numbers(obj, where="results"):
 def test_ruq_over_training_quick(tmp_path):
     out = tmp_path / "ruq"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, str(ROOT / "experiments" / "ruq_over_training.py"), "--quick", "--out", str(out),
-                    "--seeds", "3"], check=True, cwd=tmp_path, env=env, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "experiments" / "ruq_over_training.py"),
+            "--quick",
+            "--out",
+            str(out),
+            "--seeds",
+            "3",
+        ],
+        check=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
     res = json.loads((out / "results.json").read_text())
     finite_numbers(res)
     assert res["experiment"] == "ruq_over_training" and res["quick"] is True

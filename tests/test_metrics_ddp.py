@@ -3,16 +3,32 @@
 import math
 
 import pytest
-import torch
-
 from ddp_utils import run_distributed
-from lightning_div.metrics import (RUQ, AveragedDistinct, DistinctN, ExpectationAdjustedDistinct, NGramEntropy,
-                                   SemanticEntropy)
+
+from lightning_div.metrics import (
+    RUQ,
+    AveragedDistinct,
+    DistinctN,
+    ExpectationAdjustedDistinct,
+    NGramEntropy,
+    SemanticEntropy,
+)
 
 TEXTS = [
-    "Hello there, how are you?", "I'm fine. You?", "I don't know.", "I don't know.", "I don't know what to do.",
-    "What a lovely day it is today", "yes", "", "I love going to the beach on sunny days!", "me too, me too",
-    "do you like pizza?", "I do not know.", "pizza is great", "Hello there!",
+    "Hello there, how are you?",
+    "I'm fine. You?",
+    "I don't know.",
+    "I don't know.",
+    "I don't know what to do.",
+    "What a lovely day it is today",
+    "yes",
+    "",
+    "I love going to the beach on sunny days!",
+    "me too, me too",
+    "do you like pizza?",
+    "I do not know.",
+    "pizza is great",
+    "Hello there!",
 ]
 CLUSTERS = [0, 1, 1, 1, 2, 3, 3, 3, 3, 4, 0, 1, 2, 3]
 REFS = [-1.0, [-2.0, -0.5], -3.0, -0.1, [-1.0, -1.2], -2.2, -0.4]
@@ -21,9 +37,12 @@ IDK = [-1.5, -1.0, -2.0, -0.2, -1.1, -3.0, -0.4]
 
 def _metrics():
     return {
-        "distinct_1": (DistinctN(1), "texts"), "distinct_2": (DistinctN(2), "texts"),
-        "avg_distinct": (AveragedDistinct(5), "texts"), "ent_4": (NGramEntropy(4), "texts"),
-        "ead": (ExpectationAdjustedDistinct(500), "texts"), "sem_ent": (SemanticEntropy(6), "clusters"),
+        "distinct_1": (DistinctN(1), "texts"),
+        "distinct_2": (DistinctN(2), "texts"),
+        "avg_distinct": (AveragedDistinct(5), "texts"),
+        "ent_4": (NGramEntropy(4), "texts"),
+        "ead": (ExpectationAdjustedDistinct(500), "texts"),
+        "sem_ent": (SemanticEntropy(6), "clusters"),
         "ruq": (RUQ(), "ruq"),
     }
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from monitor_setup import TRAIN, TinyChat, collate, monitors, trainer
 from pytorch_lightning.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
-
 from torch.utils.data import DataLoader
 
-from monitor_setup import TRAIN, TinyChat, collate, monitors, trainer
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 
@@ -31,9 +30,12 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow-skinny has no SQL store; the file store suffices
     sem, ruq = monitors(tmp_path)
     mlflow_uri = f"file:{tmp_path / 'mlruns'}"
-    loggers = [CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb"),
-               WandbLogger(save_dir=str(tmp_path), offline=True, project="lightning-div-test"),
-               MLFlowLogger(experiment_name="lightning-div-test", tracking_uri=mlflow_uri)]
+    loggers = [
+        CSVLogger(tmp_path, name="csv"),
+        TensorBoardLogger(tmp_path, name="tb"),
+        WandbLogger(save_dir=str(tmp_path), offline=True, project="lightning-div-test"),
+        MLFlowLogger(experiment_name="lightning-div-test", tracking_uri=mlflow_uri),
+    ]
     tr = trainer(tmp_path, [sem, ruq], loggers)
     tr.fit(TinyChat())
     loggers[2].experiment.finish()
@@ -90,15 +92,25 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
     def artifacts(path=None):
         for item in client.list_artifacts(run_id, path):
             yield from artifacts(item.path) if item.is_dir else [item.path]
+
     stored = set(artifacts())
-    assert {"val_cluster_histogram/epoch_0.png", "val_cluster_histogram/epoch_1.png", "val_ruq_plot/epoch_1.png",
-            "val_samples/epoch_1.json", "clusters_cards/epoch_0.json",
-            "val_cluster_shares/epoch_1.png"} <= stored, stored
+    assert {
+        "val_cluster_histogram/epoch_0.png",
+        "val_cluster_histogram/epoch_1.png",
+        "val_ruq_plot/epoch_1.png",
+        "val_samples/epoch_1.json",
+        "clusters_cards/epoch_0.json",
+        "val_cluster_shares/epoch_1.png",
+    } <= stored, stored
 
     # PNG / CSV copies beside the first logger's files (CSV-only users get them too)
     out = Path(tr.log_dir) / "lightning_div"
-    for name in ("val_cluster_histogram_epoch0.png", "val_cluster_histogram_epoch1.png", "val_ruq_plot_epoch1.png",
-                 "val_samples_epoch1.csv"):
+    for name in (
+        "val_cluster_histogram_epoch0.png",
+        "val_cluster_histogram_epoch1.png",
+        "val_ruq_plot_epoch1.png",
+        "val_samples_epoch1.csv",
+    ):
         assert (out / name).stat().st_size > 0, name
     table = _csv_rows(out / "val_samples_epoch1.csv")
     assert len(table) == 4 and all(0 <= int(r["cluster"]) < k for r in table)
@@ -107,6 +119,7 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_monitors_leave_training_bit_identical(tmp_path):
     """Generation, scoring and embedding at epoch ends must not touch weights, optimiser or RNG stream."""
+
     def train(callbacks, root):
         torch.manual_seed(123)
         model = TinyChat()
@@ -142,15 +155,26 @@ def test_idk_and_metric_arguments_are_checked():
 @pytest.mark.slow
 def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
     from helpers import tiny_nli_model, tokenizer
+    from monitor_setup import VAL
+
     from lightning_div.callbacks.nli_diversity import NLIDiversityMonitor
     from lightning_div.nli import NLIScorer
-    from monitor_setup import VAL
 
     scorer = NLIScorer.from_model(tiny_nli_model(), tokenizer(True), show_progress=False)
     n = 3
-    cb = NLIDiversityMonitor(scorer=scorer, num_contexts=5, n=n, val_pairs=VAL, threshold_generation=True,
-                             threshold=2, max_samples=5, show_progress=False, batch_size=6, max_new_tokens=8,
-                             on_error="raise")
+    cb = NLIDiversityMonitor(
+        scorer=scorer,
+        num_contexts=5,
+        n=n,
+        val_pairs=VAL,
+        threshold_generation=True,
+        threshold=2,
+        max_samples=5,
+        show_progress=False,
+        batch_size=6,
+        max_new_tokens=8,
+        on_error="raise",
+    )
     tr = trainer(tmp_path, [cb], loggers=[CSVLogger(tmp_path, name="csv")], max_epochs=1)
     tr.fit(TinyChat())
     (row,) = [h for h in cb.history if "val/nli_div_baseline" in h]
@@ -164,8 +188,10 @@ def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
     assert n <= row["val/threshold_samples_drawn"] <= 5
     assert 0.0 <= row["val/threshold_reached"] <= 1.0
     # the stopping rule reads the criterion (#contradictions); the diversity is Baseline NLI Diversity
-    assert row["val/threshold_end_criterion"] >= row["val/threshold_start_criterion"] or \
-        row["val/threshold_samples_drawn"] == 5
+    assert (
+        row["val/threshold_end_criterion"] >= row["val/threshold_start_criterion"]
+        or row["val/threshold_samples_drawn"] == 5
+    )
     assert 0 <= row["val/threshold_start_criterion"] <= pairs
     assert -pairs <= row["val/threshold_start_diversity"] <= pairs and -pairs <= row["val/threshold_end_diversity"]
 
@@ -194,11 +220,19 @@ def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):
     with pytest.raises(TypeError, match=r"(?s)it has no attribute 'model'.*1\. keep the model.*2\. implement"):
         trainer(tmp_path, [ruq], max_epochs=1).fit(NoModel())
     # naming the attribute fixes it
-    ok = RUQMonitor(model_attr="net", num_train_prompts=4, num_val_prompts=4, plot=False, show_progress=False,
-                    train_pairs=ruq.train_pairs_arg, val_pairs=ruq.val_pairs_arg, max_new_tokens=4, on_error="raise")
+    ok = RUQMonitor(
+        model_attr="net",
+        num_train_prompts=4,
+        num_val_prompts=4,
+        plot=False,
+        show_progress=False,
+        train_pairs=ruq.train_pairs_arg,
+        val_pairs=ruq.val_pairs_arg,
+        max_new_tokens=4,
+        on_error="raise",
+    )
     trainer(tmp_path, [ok], max_epochs=1, limit_train_batches=1, limit_val_batches=1).fit(NoModel())
     assert "val/ruq" in ok.history[0] or "val/ruq" in ok.history[1]
-
 
 
 def test_the_validated_epoch_is_checkpointed(tmp_path):
@@ -206,8 +240,13 @@ def test_the_validated_epoch_is_checkpointed(tmp_path):
     sem, ruq = monitors(tmp_path)
     for cb in (sem, ruq):
         cb._validated_epoch = 3
-        fresh = type(cb)(**({"encoder": "unused", "val_pairs": [("a", "b")], "gold_responses": ["b"]}
-                            if cb is sem else {"train_pairs": [("a", "b")], "val_pairs": [("a", "b")]}))
+        fresh = type(cb)(
+            **(
+                {"encoder": "unused", "val_pairs": [("a", "b")], "gold_responses": ["b"]}
+                if cb is sem
+                else {"train_pairs": [("a", "b")], "val_pairs": [("a", "b")]}
+            )
+        )
         fresh.load_state_dict(cb.state_dict())
         assert fresh._validated_epoch == 3
         state = cb.state_dict()
@@ -221,7 +260,8 @@ def test_lexical_options_are_checked_and_reach_the_metrics():
 
     with pytest.raises(ValueError, match=r"lexical_options \['unit'\] are unknown"):
         SemanticDiversityMonitor(lexical_options={"unit": "bits"})
-    mon = SemanticDiversityMonitor(lexical_metrics=["distinct_1", "distinct_2_utt", "ent_1"],
-                                   lexical_options={"tokenizer": "casual", "base": 2})
+    mon = SemanticDiversityMonitor(
+        lexical_metrics=["distinct_1", "distinct_2_utt", "ent_1"], lexical_options={"tokenizer": "casual", "base": 2}
+    )
     assert mon.lexical_metrics == ["distinct_1", "distinct_2_utt", "ent_1"]
     assert mon.lexical_options == {"tokenizer": "casual", "base": 2}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import chitchat_pairs, tiny_nli_model, tokenizer
 
 from lightning_div.nli import NLIScorer, SetResult, mean_set_stats, ordered_pairs
-from helpers import ID2LABEL, chitchat_pairs, tiny_nli_model, tokenizer
 
 # Shuffled on purpose: the scorer must read the order, not assume MNLI's.
 # Model output column of each canonical class (entailment, neutral, contradiction), by hand from ID2LABEL.
@@ -58,8 +58,9 @@ def test_score_sets_orders_pairs_i_major_over_all_sets_in_one_pass(model, texts)
     sets = [texts[:3], texts[3:7], [texts[7]], texts[7:9] + [texts[7]]]
     scorer = NLIScorer.from_model(model, tokenizer(True), batch_size=4, show_progress=False)
     rows = []
-    hook = model.register_forward_hook(lambda m, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]),
-                                       with_kwargs=True)
+    hook = model.register_forward_hook(
+        lambda m, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
     try:
         with pytest.warns(UserWarning, match=r"1 response set\(s\) have fewer than 2 responses \(sets 2\)"):
             results = scorer.score_sets(sets)
@@ -96,8 +97,9 @@ def test_score_is_nli_diversity_of_the_set(model, texts):
 def test_figure_1_example_through_set_result():
     # Stasaski & Hearst, Figure 1: 3 responses, 6 pairs: 2 contradictions, 3 neutral, 1 entailment.
     labels = ("contradiction", "neutral", "contradiction", "neutral", "entailment", "neutral")
-    probs = np.array([[0.1, 0.1, 0.8], [0.2, 0.7, 0.1], [0.0, 0.4, 0.6],
-                      [0.3, 0.5, 0.2], [0.9, 0.1, 0.0], [0.2, 0.6, 0.2]])
+    probs = np.array(
+        [[0.1, 0.1, 0.8], [0.2, 0.7, 0.1], [0.0, 0.4, 0.6], [0.3, 0.5, 0.2], [0.9, 0.1, 0.0], [0.2, 0.6, 0.2]]
+    )
     result = SetResult(("a", "b", "c"), labels, probs)
     assert result.counts == {"entailment": 1, "neutral": 3, "contradiction": 2}
     assert result.diversity() == 1.0  # 2*1 + 3*0 + 1*(-1)
@@ -105,9 +107,16 @@ def test_figure_1_example_through_set_result():
     assert result.diversity("confidence") == pytest.approx(0.5)  # 0.8 + 0.6 - 0.9
     np.testing.assert_allclose(result.confidences, [0.8, 0.7, 0.6, 0.5, 0.9, 0.6])
     stats = result.stats()
-    assert stats == pytest.approx({"nli_div_baseline": 1.0, "nli_div_neutral": 4.0, "nli_div_confidence": 0.5,
-                                   "nli_pairs_entailment": 1.0, "nli_pairs_neutral": 3.0,
-                                   "nli_pairs_contradiction": 2.0})
+    assert stats == pytest.approx(
+        {
+            "nli_div_baseline": 1.0,
+            "nli_div_neutral": 4.0,
+            "nli_div_confidence": 0.5,
+            "nli_pairs_entailment": 1.0,
+            "nli_pairs_neutral": 3.0,
+            "nli_pairs_contradiction": 2.0,
+        }
+    )
     empty = SetResult(("x",), (), np.zeros((0, 3)))
     mean = mean_set_stats([result, empty.stats()])
     assert mean["nli_div_baseline"] == 0.5 and mean["nli_pairs_neutral"] == 1.5  # (1 + 0) / 2, (3 + 0) / 2
@@ -136,12 +145,15 @@ def test_mode_and_rng_are_restored(model, texts):
     np.testing.assert_array_equal(got, expected)  # dropout was off while scoring
 
 
-@pytest.mark.parametrize("id2label, num_labels, match", [
-    ({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, 3, r"config.id2label.*LABEL_0.*label_map=\{0: 'contradiction'"),
-    ({0: "entailment", 1: "ENTAILMENT", 2: "neutral"}, 3, "does not map one-to-one"),
-    ({0: "entailment", 1: "not_entailment"}, 2, "not_entailment"),
-    ({0: "entailment", 1: "contradiction"}, 2, "2 outputs"),
-])
+@pytest.mark.parametrize(
+    "id2label, num_labels, match",
+    [
+        ({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, 3, r"config.id2label.*LABEL_0.*label_map=\{0: 'contradiction'"),
+        ({0: "entailment", 1: "ENTAILMENT", 2: "neutral"}, 3, "does not map one-to-one"),
+        ({0: "entailment", 1: "not_entailment"}, 2, "not_entailment"),
+        ({0: "entailment", 1: "contradiction"}, 2, "2 outputs"),
+    ],
+)
 def test_unmappable_labels_are_an_error(id2label, num_labels, match):
     model = tiny_nli_model(id2label, num_labels)
     with pytest.raises(ValueError, match=match):
@@ -150,8 +162,9 @@ def test_unmappable_labels_are_an_error(id2label, num_labels, match):
 
 def test_label_map_overrides_a_generic_id2label(model, texts):
     generic = tiny_nli_model({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"})  # same seed: same weights as `model`
-    scorer = NLIScorer.from_model(generic, tokenizer(True), label_map={0: "Neutral", 1: "contradiction",
-                                                                       2: "ENTAILMENT"}, show_progress=False)
+    scorer = NLIScorer.from_model(
+        generic, tokenizer(True), label_map={0: "Neutral", 1: "contradiction", 2: "ENTAILMENT"}, show_progress=False
+    )
     shuffled = NLIScorer.from_model(model, tokenizer(True), show_progress=False)
     a, b = scorer.score_pairs(texts[:4], texts[4:8]), shuffled.score_pairs(texts[:4], texts[4:8])
     assert a[0] == b[0]

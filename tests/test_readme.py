@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-
 from helpers import causal_model, chitchat_pairs, tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +29,9 @@ class MyChatbot(pl.LightningModule):
         self.model = causal_model().train()
 
     def training_step(self, batch, batch_idx):
-        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                          labels=batch["labels"]).loss
+        return self.model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+        ).loss
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
@@ -50,8 +50,10 @@ def python_block(title: str) -> str:
 
 
 def write_jsonl(path: Path, pairs) -> None:
-    path.write_text("".join(json.dumps({"context": list(p.context), "response": p.response}) + "\n"
-                            for p in pairs), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({"context": list(p.context), "response": p.response}) + "\n" for p in pairs),
+        encoding="utf-8",
+    )
 
 
 def finite_metrics(trainer: pl.Trainer) -> dict[str, float]:

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
 from pytorch_lightning.loggers import CSVLogger
 
-from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.cli import main
@@ -23,11 +23,14 @@ def run_dir(tmp_path_factory) -> Path:
     """A real two-epoch run with the three callbacks and a CSVLogger, as `lightning-div fit` leaves it."""
     root = tmp_path_factory.mktemp("run")
     common = dict(show_progress=False, batch_size=8, max_new_tokens=8, dirpath=str(root / "cache"))
-    callbacks = [SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=12, log_samples=3, **common),
-                 RUQMonitor(num_train_prompts=6, num_val_prompts=6, num_plot_prompts=3, num_beams=2, **common),
-                 dress(root)]
-    tr = trainer(root, callbacks, loggers=[CSVLogger(root, name="csv")], max_epochs=2, limit_train_batches=2,
-                 limit_val_batches=1)
+    callbacks = [
+        SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=12, log_samples=3, **common),
+        RUQMonitor(num_train_prompts=6, num_val_prompts=6, num_plot_prompts=3, num_beams=2, **common),
+        dress(root),
+    ]
+    tr = trainer(
+        root, callbacks, loggers=[CSVLogger(root, name="csv")], max_epochs=2, limit_train_batches=2, limit_val_batches=1
+    )
     tr.fit(tiny_lm(), datamodule=datamodule())
     (Path(tr.loggers[0].log_dir) / "config.yaml").write_text("trainer:\n  max_epochs: 2\n")  # as LightningCLI does
     return root
@@ -80,8 +83,10 @@ def test_report_errors_are_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_report_opens_in_a_real_browser(run_dir, tmp_path):
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
-        pytest.skip("Debian's chromium and chromium-driver are not installed (/usr/bin/chromium, "
-                    "/usr/bin/chromedriver); .ci/run installs them when run as root")
+        pytest.skip(
+            "Debian's chromium and chromium-driver are not installed (/usr/bin/chromium, "
+            "/usr/bin/chromedriver); .ci/run installs them when run as root"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -89,19 +94,29 @@ def test_report_opens_in_a_real_browser(run_dir, tmp_path):
     assert main(["report", str(run_dir), "--out", str(out)]) == 0
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1200,4000",
-                 f"--user-data-dir={tmp_path / 'profile'}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1200,4000",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     try:
         driver.get(out.as_uri())
         images = driver.execute_script(
-            "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth]);")
+            "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth]);"
+        )
         assert len(images) >= 6
         assert all(complete and width > 0 for _, complete, width in images), images
-        tables = driver.execute_script("return Array.from(document.querySelectorAll('table'))"
-                                       ".map(t => [t.dataset.source || t.id, t.rows.length]);")
+        tables = driver.execute_script(
+            "return Array.from(document.querySelectorAll('table')).map(t => [t.dataset.source || t.id, t.rows.length]);"
+        )
         sources = dict(tables)
         assert sources["summary"] > 1 and sources["cluster_cards.csv"] == 5  # header + 4 clusters
         assert sources["val_samples_epoch1.csv"] == 4  # header + 3 samples

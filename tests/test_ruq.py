@@ -18,9 +18,17 @@ IDK1, IDK2 = "idk", "idk two"
 # Prompt a: references r1 (-1), r2 (-3); prompt b: one reference s1 (-1.5);
 # prompt c: references t1 (-4), t2 (-0.5), t3 (-2.5).
 LOGPROBS = {
-    ("a", "r1"): [-1.0, -1.0], ("a", "r2"): [-2.0, -4.0], ("a", IDK1): [-2.0], ("a", IDK2): [0.0, -1.0],
-    ("b", "s1"): [-1.0, -2.0], ("b", IDK1): [-0.5, -1.5], ("b", IDK2): [-2.0],
-    ("c", "t1"): [-4.0], ("c", "t2"): [-0.5], ("c", "t3"): [-2.0, -3.0], ("c", IDK1): [-3.0, -3.0, -3.0],
+    ("a", "r1"): [-1.0, -1.0],
+    ("a", "r2"): [-2.0, -4.0],
+    ("a", IDK1): [-2.0],
+    ("a", IDK2): [0.0, -1.0],
+    ("b", "s1"): [-1.0, -2.0],
+    ("b", IDK1): [-0.5, -1.5],
+    ("b", IDK2): [-2.0],
+    ("c", "t1"): [-4.0],
+    ("c", "t2"): [-0.5],
+    ("c", "t3"): [-2.0, -3.0],
+    ("c", IDK1): [-3.0, -3.0, -3.0],
     ("c", IDK2): [-0.25],
 }
 PAIRS = [DialoguePair(("a",), "r1", ("r2",)), DialoguePair(("b",), "s1"), DialoguePair(("c",), "t1", ("t2", "t3"))]
@@ -49,10 +57,12 @@ class FixedModel(pl.LightningModule):
         return ["x"] * len(contexts)
 
     def token_logprobs(self, contexts, responses):
-        return [torch.tensor(LOGPROBS[(c[-1] if not isinstance(c, str) else c, r)]) for c, r in zip(contexts, responses)]
+        return [
+            torch.tensor(LOGPROBS[(c[-1] if not isinstance(c, str) else c, r)]) for c, r in zip(contexts, responses)
+        ]
 
     def training_step(self, batch, batch_idx):
-        return (self.w ** 2).sum() + batch.sum() * 0
+        return (self.w**2).sum() + batch.sum() * 0
 
     def train_dataloader(self):
         return DataLoader(torch.zeros(2, 1), batch_size=1)
@@ -109,11 +119,28 @@ def test_monitor_compute_by_hand(reference):
 
 
 def test_monitor_logs_margins_every_epoch(tmp_path):
-    monitor = RUQMonitor(idk_responses=[IDK1, IDK2], reference="first", train_pairs=PAIRS, val_pairs=PAIRS[::-1],
-                         num_train_prompts=None, num_val_prompts=None, plot=False, show_progress=False,
-                         on_error="raise", dirpath=str(tmp_path))
-    trainer = pl.Trainer(callbacks=[monitor], max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    monitor = RUQMonitor(
+        idk_responses=[IDK1, IDK2],
+        reference="first",
+        train_pairs=PAIRS,
+        val_pairs=PAIRS[::-1],
+        num_train_prompts=None,
+        num_val_prompts=None,
+        plot=False,
+        show_progress=False,
+        on_error="raise",
+        dirpath=str(tmp_path),
+    )
+    trainer = pl.Trainer(
+        callbacks=[monitor],
+        max_epochs=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(FixedModel())
     want = EXPECTED["first"]
     for split in ("train", "val"):
@@ -123,5 +150,6 @@ def test_monitor_logs_margins_every_epoch(tmp_path):
             assert h[f"{split}/ruq_margin"] == pytest.approx(want["ruq_margin_idk1"], abs=1e-9)
             assert h[f"{split}/ruq_margin_idk2"] == pytest.approx(want["ruq_margin_idk2"], abs=1e-9)
             assert h[f"{split}/ruq"] == pytest.approx(want["ruq_idk1"])
-        assert trainer.callback_metrics[f"{split}/ruq_margin"].item() == pytest.approx(want["ruq_margin_idk1"],
-                                                                                       abs=1e-6)
+        assert trainer.callback_metrics[f"{split}/ruq_margin"].item() == pytest.approx(
+            want["ruq_margin_idk1"], abs=1e-6
+        )

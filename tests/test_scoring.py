@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
+
 from lightning_div.adapters import CausalLMAdapter, Seq2SeqAdapter
 from lightning_div.formatting import DialogueFormat
 from lightning_div.metrics import ruq_score
@@ -144,8 +144,11 @@ def test_ruq_sanity_idk_model_and_reference_model():
     tok = tokenizer(False)
     fmt = DialogueFormat(max_turns=1)  # short sequences keep the training cheap
     train = chitchat_pairs("train", 60)[:16]
-    evals = [p for p in chitchat_pairs("validation", 60)
-             if 4 <= len(p.response.split()) <= 12 and "know" not in p.response.lower()][:8]
+    evals = [
+        p
+        for p in chitchat_pairs("validation", 60)
+        if 4 <= len(p.response.split()) <= 12 and "know" not in p.response.lower()
+    ][:8]
     assert len(evals) == 8
     ctx, refs = [list(p.context) for p in evals], [p.response for p in evals]
 
@@ -207,8 +210,9 @@ def test_candidate_scores_equal_response_scores(kind, batch_size):
     np.testing.assert_allclose([x for g in got for x in g], want, atol=1e-5, rtol=0)
     # token by token too (EOS last; seq2seq: never BART's <s>), and one batch composition vs another
     lps = candidate_logprobs(adapter, contexts, candidates)
-    flat = adapter.token_logprobs([c for c, cs in zip(contexts, candidates) for _ in cs],
-                                  [r for cs in candidates for r in cs])
+    flat = adapter.token_logprobs(
+        [c for c, cs in zip(contexts, candidates) for _ in cs], [r for cs in candidates for r in cs]
+    )
     for a, b in zip([t for g in lps for t in g], flat):
         assert a.shape == b.shape
         np.testing.assert_allclose(a.numpy(), b.double().numpy(), atol=1e-5, rtol=0)
@@ -247,8 +251,11 @@ def test_each_context_runs_through_the_model_once(kind):
     if kind == "causal":
         # one context pass (7 rows, padded to the longest context), then candidate passes of candidate tokens only
         assert seen[0] == (len(contexts), longest)
-        longest_candidate = max(len(fmt.encode_pair(c, r, adapter.tokenizer, adapter.model)[1])
-                                for c, cs in zip(contexts, candidates) for r in cs)
+        longest_candidate = max(
+            len(fmt.encode_pair(c, r, adapter.tokenizer, adapter.model)[1])
+            for c, cs in zip(contexts, candidates)
+            for r in cs
+        )
         assert all(rows == 18 and width == longest_candidate - 1 for rows, width in seen[1:])
     else:
         assert seen == [(len(contexts), longest)]
@@ -273,11 +280,25 @@ class ScaledLogits(torch.nn.Module):
         super().__init__()
         self.inner, self.config, self.generation_config = inner, inner.config, inner.generation_config
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
-                logits_to_keep=0, output_hidden_states=None):
-        out = self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, use_cache=use_cache, logits_to_keep=logits_to_keep,
-                         output_hidden_states=output_hidden_states)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        use_cache=None,
+        logits_to_keep=0,
+        output_hidden_states=None,
+    ):
+        out = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+            output_hidden_states=output_hidden_states,
+        )
         out.logits = out.logits * 0.5
         return out
 
@@ -294,8 +315,9 @@ def test_post_processed_logits_are_scored_from_the_logits():
     adapter = CausalLMAdapter(model, tokenizer(False), show_progress=False, batch_size=64)
     contexts, candidates = mixed_candidates()
     got = candidate_scores(adapter, contexts, candidates)
-    np.testing.assert_allclose([x for g in got for x in g], flat_scores(adapter, contexts, candidates),
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        [x for g in got for x in g], flat_scores(adapter, contexts, candidates), atol=1e-5, rtol=0
+    )
     plain = flat_scores(make_adapter("causal", 64), contexts, candidates)
     assert max(abs(a - b) for a, b in zip([x for g in got for x in g], plain)) > 0.1  # the scaling mattered
 

@@ -8,13 +8,18 @@ import random
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_nli_model, tokenizer
 
 from lightning_div.metrics import averaged_distinct
 from lightning_div.nli import NLIScorer
-from lightning_div.threshold import (NegativeMeanCosine, ThresholdStep, derive_seed, diversity_threshold_generate,
-                                     diversity_threshold_generate_many, threshold_stats)
-from helpers import tokenizer
-from helpers import tiny_nli_model
+from lightning_div.threshold import (
+    NegativeMeanCosine,
+    ThresholdStep,
+    derive_seed,
+    diversity_threshold_generate,
+    diversity_threshold_generate_many,
+    threshold_stats,
+)
 
 
 class ScriptedGenerator:
@@ -49,16 +54,23 @@ def test_drops_known_by_hand_until_the_threshold_is_passed():
     # [v5, y2, w3] = 10, still <= 10.  Subsets: 5, 8, 7 -> drop position 1 (y:2).
     # [v5, u4, w3] = 12 > 10: done after 3 + 3 samples.
     # a callable threshold metric is also the diversity metric (the paper's distinct-n / Sent-BERT runs)
-    assert result.steps == [ThresholdStep(2, "z:1", "w:3", 3.0, 6.0, 6.0), ThresholdStep(0, "x:1", "v:5", 5.0, 10.0, 10.0),
-                            ThresholdStep(1, "y:2", "u:4", 8.0, 12.0, 12.0)]
+    assert result.steps == [
+        ThresholdStep(2, "z:1", "w:3", 3.0, 6.0, 6.0),
+        ThresholdStep(0, "x:1", "v:5", 5.0, 10.0, 10.0),
+        ThresholdStep(1, "y:2", "u:4", 8.0, 12.0, 12.0),
+    ]
     assert (result.start_criterion, result.end_criterion) == (4.0, 12.0)
     assert result.responses == ["v:5", "u:4", "w:3"]
     assert result.start_responses == ["x:1", "y:2", "z:1"]
     assert (result.start_diversity, result.end_diversity, result.samples_drawn, result.reached) == (4.0, 12.0, 6, True)
     assert result.start_set is None and result.end_set is None
     # one call for the initial n, then one response per round, each with its own derived seed
-    assert [(c["k"], c["seed"]) for c in gen.calls] == [(3, derive_seed(7, 0)), (1, derive_seed(7, 1)),
-                                                        (1, derive_seed(7, 2)), (1, derive_seed(7, 3))]
+    assert [(c["k"], c["seed"]) for c in gen.calls] == [
+        (3, derive_seed(7, 0)),
+        (1, derive_seed(7, 1)),
+        (1, derive_seed(7, 2)),
+        (1, derive_seed(7, 3)),
+    ]
     assert len({c["seed"] for c in gen.calls}) == 4
     assert all(c["do_sample"] is True and c["top_p"] == 0.9 for c in gen.calls)
 
@@ -78,26 +90,37 @@ def test_max_samples_caps_the_number_drawn():
 def test_a_set_already_above_the_threshold_is_kept():
     gen = ScriptedGenerator({"ctx": ["a:5", "b:6", "c:7"]})
     result = diversity_threshold_generate(gen, "ctx", n=3, threshold=10, metric=value_sum)
-    assert (result.responses, result.samples_drawn, result.reached, result.steps) == (["a:5", "b:6", "c:7"], 3,
-                                                                                      True, [])
+    assert (result.responses, result.samples_drawn, result.reached, result.steps) == (
+        ["a:5", "b:6", "c:7"],
+        3,
+        True,
+        [],
+    )
     assert len(gen.calls) == 1
 
 
 def test_many_contexts_share_rounds_and_match_one_at_a_time():
     scripts = {"c1": SCRIPT, "c2": ["a:5", "b:6", "c:7"], "c3": ["p:0", "q:0", "r:0", "s:11"]}
     gen = ScriptedGenerator(scripts)
-    results = diversity_threshold_generate_many(gen, list(scripts), n=3, threshold=10, metric=value_sum,
-                                                show_progress=False)
+    results = diversity_threshold_generate_many(
+        gen, list(scripts), n=3, threshold=10, metric=value_sum, show_progress=False
+    )
     # c2 starts above; c3: [0, 0, 0] all subsets tie -> drop position 2, s:11 -> 11 > 10 after one round
     assert [c["contexts"] for c in gen.calls] == [["c1", "c2", "c3"], ["c1", "c3"], ["c1"], ["c1"]]
     assert results[2].responses == ["p:0", "q:0", "s:11"] and results[2].samples_drawn == 4
     for context, result in zip(scripts, results):
         alone = diversity_threshold_generate(ScriptedGenerator(scripts), context, n=3, threshold=10, metric=value_sum)
         assert alone == result
-    assert threshold_stats(results) == pytest.approx({
-        "threshold_start_diversity": (4 + 18 + 0) / 3, "threshold_end_diversity": (12 + 18 + 11) / 3,
-        "threshold_start_criterion": (4 + 18 + 0) / 3, "threshold_end_criterion": (12 + 18 + 11) / 3,
-        "threshold_samples_drawn": (6 + 3 + 4) / 3, "threshold_reached": 1.0})
+    assert threshold_stats(results) == pytest.approx(
+        {
+            "threshold_start_diversity": (4 + 18 + 0) / 3,
+            "threshold_end_diversity": (12 + 18 + 11) / 3,
+            "threshold_start_criterion": (4 + 18 + 0) / 3,
+            "threshold_end_criterion": (12 + 18 + 11) / 3,
+            "threshold_samples_drawn": (6 + 3 + 4) / 3,
+            "threshold_reached": 1.0,
+        }
+    )
 
 
 class SeededGenerator:
@@ -115,8 +138,12 @@ class SeededGenerator:
 
 def test_deterministic_for_a_seed_and_global_rng_untouched():
     state, py_state, np_state = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
-    runs = [diversity_threshold_generate(SeededGenerator(), "hello", n=4, threshold=0.99, max_samples=12,
-                                         metric=averaged_distinct, seed=s) for s in (3, 3, 4)]
+    runs = [
+        diversity_threshold_generate(
+            SeededGenerator(), "hello", n=4, threshold=0.99, max_samples=12, metric=averaged_distinct, seed=s
+        )
+        for s in (3, 3, 4)
+    ]
     assert runs[0] == runs[1]
     assert runs[0].responses != runs[2].responses or runs[0].samples_drawn != runs[2].samples_drawn
     assert 4 < runs[0].samples_drawn <= 12
@@ -151,7 +178,9 @@ def test_nli_metric_scores_only_pairs_with_the_new_response():
     # A1 A2 A3 A5 B1: again 8, same tie -> drop A5 (position 3).
     # A1 A2 A3 C1 B1: 20 pairs - 3*2 same-topic pairs = 14 > 10.
     assert [(s.index, s.dropped, s.replacement, s.diversity) for s in result.steps] == [
-        (3, "A4", "A5", 8.0), (3, "A5", "C1", 14.0)]
+        (3, "A4", "A5", 8.0),
+        (3, "A5", "C1", 14.0),
+    ]
     assert (result.start_diversity, result.end_diversity, result.samples_drawn, result.reached) == (8.0, 14.0, 7, True)
     assert [len(c) for c in scorer.calls] == [20, 8, 8]
     for new, call in zip(["A5", "C1"], scorer.calls[1:]):
@@ -183,11 +212,13 @@ def test_nli_path_with_a_real_model_reuses_consistent_predictions():
     model = tiny_nli_model()
     scorer = NLIScorer.from_model(model, tokenizer(True), batch_size=8, show_progress=False)
     rows = []
-    hook = model.register_forward_hook(lambda m, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]),
-                                       with_kwargs=True)
+    hook = model.register_forward_hook(
+        lambda m, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
     try:
-        result = diversity_threshold_generate(SeededGenerator(), "hello", scorer=scorer, n=4, threshold=6,
-                                              max_samples=10, seed=2)
+        result = diversity_threshold_generate(
+            SeededGenerator(), "hello", scorer=scorer, n=4, threshold=6, max_samples=10, seed=2
+        )
     finally:
         hook.remove()
     assert result.steps and result.reached == (result.end_diversity > 6)
@@ -238,15 +269,18 @@ def test_embedding_metric_drives_the_loop():
     assert result.responses == ["a", "c", "b"] and result.steps[0].dropped == "a2" and result.reached
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(metric="contradictions"), ValueError, "needs an NLI scorer"),
-    (dict(metric="entropy", scorer=TopicScorer()), ValueError, "metric='entropy' is unknown"),
-    (dict(metric=value_sum, n=1), ValueError, "n must be an integer >= 2"),
-    (dict(metric=value_sum, n=5, max_samples=4), ValueError, "max_samples must be an integer >= n=5"),
-    (dict(metric=value_sum, seed=-1), ValueError, "seed must be a non-negative integer"),
-    (dict(metric=value_sum, threshold=float("nan")), ValueError, "threshold must be a finite"),
-    (dict(metric=lambda t: float("nan")), ValueError, "metric returned nan"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(metric="contradictions"), ValueError, "needs an NLI scorer"),
+        (dict(metric="entropy", scorer=TopicScorer()), ValueError, "metric='entropy' is unknown"),
+        (dict(metric=value_sum, n=1), ValueError, "n must be an integer >= 2"),
+        (dict(metric=value_sum, n=5, max_samples=4), ValueError, "max_samples must be an integer >= n=5"),
+        (dict(metric=value_sum, seed=-1), ValueError, "seed must be a non-negative integer"),
+        (dict(metric=value_sum, threshold=float("nan")), ValueError, "threshold must be a finite"),
+        (dict(metric=lambda t: float("nan")), ValueError, "metric returned nan"),
+    ],
+)
 def test_bad_arguments(kwargs, error, match):
     gen = ScriptedGenerator({"ctx": SCRIPT})
     with pytest.raises(error, match=match):
@@ -261,14 +295,16 @@ def test_adapter_returning_the_wrong_number_is_an_error():
 
 def test_nli_results_compare_equal_across_batched_and_single_runs():
     scripts = {"c1": ["A1", "A2", "A3", "B1"], "c2": ["B1", "B2", "C1"]}
-    many = diversity_threshold_generate_many(ScriptedGenerator(scripts), list(scripts), scorer=TopicScorer(), n=3,
-                                             threshold=3, show_progress=False)
+    many = diversity_threshold_generate_many(
+        ScriptedGenerator(scripts), list(scripts), scorer=TopicScorer(), n=3, threshold=3, show_progress=False
+    )
     # c1: [A1, A2, A3] 0 contradictions, every subset 0 -> drop A3 (last), B1: 2 x 2 = 4 > 3.
     # c2: [B1, B2, C1]: B1<->C1, B2<->C1 = 4 > 3 at the start.
     assert [(r.start_diversity, r.end_diversity, r.samples_drawn) for r in many] == [(0.0, 4.0, 4), (4.0, 4.0, 3)]
     for context, result in zip(scripts, many):
-        alone = diversity_threshold_generate(ScriptedGenerator(scripts), context, scorer=TopicScorer(), n=3,
-                                             threshold=3)
+        alone = diversity_threshold_generate(
+            ScriptedGenerator(scripts), context, scorer=TopicScorer(), n=3, threshold=3
+        )
         assert alone == result and alone.end_set == result.end_set
     assert many[0].end_set != many[1].end_set
 
@@ -292,20 +328,29 @@ def test_paper_procedure_ranks_and_reports_with_baseline_and_stops_on_contradict
     assert (paper.start_diversity, paper.end_diversity) == (-2.0, 4.0)  # Baseline NLI Diversity, can be < 0
     assert (paper.start_criterion, paper.end_criterion, paper.reached, paper.samples_drawn) == (0.0, 4.0, True, 4)
 
-    old = diversity_threshold_generate(ScriptedGenerator(script), "ctx", scorer=TopicScorer(), n=3, threshold=2,
-                                       rank_by="threshold")
+    old = diversity_threshold_generate(
+        ScriptedGenerator(script), "ctx", scorer=TopicScorer(), n=3, threshold=2, rank_by="threshold"
+    )
     assert old.responses == ["A2", "A2", "B1"]
     assert old.steps == [ThresholdStep(2, "A1", "B1", 0.0, 2.0, 4.0)]
     assert (old.start_diversity, old.end_diversity, old.start_criterion, old.end_criterion) == (-2.0, 2.0, 0.0, 4.0)
 
     stats = threshold_stats([paper, old])  # what the monitor logs: both metrics
-    assert stats == pytest.approx({"threshold_start_diversity": -2.0, "threshold_end_diversity": 3.0,
-                                   "threshold_start_criterion": 0.0, "threshold_end_criterion": 4.0,
-                                   "threshold_samples_drawn": 4.0, "threshold_reached": 1.0})
+    assert stats == pytest.approx(
+        {
+            "threshold_start_diversity": -2.0,
+            "threshold_end_diversity": 3.0,
+            "threshold_start_criterion": 0.0,
+            "threshold_end_criterion": 4.0,
+            "threshold_samples_drawn": 4.0,
+            "threshold_reached": 1.0,
+        }
+    )
 
     # any other diversity metric: here the neutral variant ranks (A2-A1 neutral +1) and reports
-    neutral = diversity_threshold_generate(ScriptedGenerator(script), "ctx", scorer=TopicScorer(), n=3, threshold=2,
-                                           diversity_metric="neutral")
+    neutral = diversity_threshold_generate(
+        ScriptedGenerator(script), "ctx", scorer=TopicScorer(), n=3, threshold=2, diversity_metric="neutral"
+    )
     assert (neutral.start_diversity, neutral.end_diversity) == (-2.0 + 4.0, 4.0 + 2.0)
     with pytest.raises(ValueError, match="rank_by='best' is unknown"):
         diversity_threshold_generate(ScriptedGenerator(script), "ctx", scorer=TopicScorer(), rank_by="best")

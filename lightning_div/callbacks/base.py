@@ -80,17 +80,29 @@ class DiversityCallback(Callback):
     #: What the callback is, for ``timing/<kind>_s`` and warnings; set by each subclass.
     kind = "diversity"
 
-    def __init__(self, every_n_epochs: int = 1, seed: int = 0, model_attr: str = "model",
-                 tokenizer_attr: str = "tokenizer", format: DialogueFormat | None = None, batch_size: int = 32,
-                 max_new_tokens: int = 32, dirpath: str | None = None, show_progress: bool = True,
-                 on_error: str = "warn", name: str | None = None) -> None:
+    def __init__(
+        self,
+        every_n_epochs: int = 1,
+        seed: int = 0,
+        model_attr: str = "model",
+        tokenizer_attr: str = "tokenizer",
+        format: DialogueFormat | None = None,
+        batch_size: int = 32,
+        max_new_tokens: int = 32,
+        dirpath: str | None = None,
+        show_progress: bool = True,
+        on_error: str = "warn",
+        name: str | None = None,
+    ) -> None:
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         if on_error not in ("warn", "raise"):
             raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
         if name is not None and (not isinstance(name, str) or not name.strip() or name != name.strip()):
-            raise ValueError(f"name must be None or a non-empty string without surrounding spaces (it prefixes "
-                             f"the logged keys), got {name!r}")
+            raise ValueError(
+                f"name must be None or a non-empty string without surrounding spaces (it prefixes "
+                f"the logged keys), got {name!r}"
+            )
         self.name = name
         self.every_n_epochs = every_n_epochs
         self.seed = seed
@@ -137,8 +149,9 @@ class DiversityCallback(Callback):
         return self._generate_state_key(**self.state_key_args())
 
     @override
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         # Checkpoints written before the state key had arguments keep the state under the bare class
         # name: hand it to this instance when it is the only one of its class (otherwise whose is it?).
         states = checkpoint.get("callbacks")
@@ -148,16 +161,21 @@ class DiversityCallback(Callback):
         if sum(type(cb) is type(self) for cb in trainer.callbacks) == 1:
             states[self.state_key] = states[legacy]
         else:
-            warn_once(f"legacy-state:{legacy}", f"the checkpoint holds one {legacy} state under the old key "
-                      f"{legacy!r} but this Trainer has several {legacy}s: none of them restores it")
+            warn_once(
+                f"legacy-state:{legacy}",
+                f"the checkpoint holds one {legacy} state under the old key "
+                f"{legacy!r} but this Trainer has several {legacy}s: none of them restores it",
+            )
 
     def check_unique_keys(self, trainer: pl.Trainer) -> None:
         """Two instances of one class without distinct names would log over each other's keys: an error."""
         same = [cb for cb in trainer.callbacks if type(cb) is type(self) and cb.name == self.name]
         if len(same) > 1:
-            raise ValueError(f"{len(same)} {type(self).__name__}s in this Trainer have name={self.name!r}, so they "
-                             f"would log the same keys (and one would overwrite the other's): give each its own "
-                             f"name=... (it prefixes the keys: '<name>/val/...')")
+            raise ValueError(
+                f"{len(same)} {type(self).__name__}s in this Trainer have name={self.name!r}, so they "
+                f"would log the same keys (and one would overwrite the other's): give each its own "
+                f"name=... (it prefixes the keys: '<name>/val/...')"
+            )
 
     # -- where things are --------------------------------------------------------------------------
 
@@ -172,11 +190,20 @@ class DiversityCallback(Callback):
         """The user's model as a :class:`~lightning_div.adapters.DialogueModelAdapter` (built fresh: no stale weights)."""
         from lightning_div.adapters import resolve_adapter
 
-        return resolve_adapter(pl_module, model_attr=self.model_attr, tokenizer_attr=self.tokenizer_attr,
-                               format=self.format, batch_size=self.batch_size, max_new_tokens=self.max_new_tokens,
-                               show_progress=False, seed=self.seed)
+        return resolve_adapter(
+            pl_module,
+            model_attr=self.model_attr,
+            tokenizer_attr=self.tokenizer_attr,
+            format=self.format,
+            batch_size=self.batch_size,
+            max_new_tokens=self.max_new_tokens,
+            show_progress=False,
+            seed=self.seed,
+        )
 
-    def resolve_pairs(self, trainer: pl.Trainer, explicit: Any, name: str, arg: str | None = None) -> list[DialoguePair]:
+    def resolve_pairs(
+        self, trainer: pl.Trainer, explicit: Any, name: str, arg: str | None = None
+    ) -> list[DialoguePair]:
         """Explicit pairs/path if given, else ``trainer.datamodule.<name>()``, else a helpful error.
 
         Args:
@@ -189,8 +216,12 @@ class DiversityCallback(Callback):
         from lightning_div.datamodules.formats import pairs_from_items, read_pairs
 
         if arg is not None and arg != name:
-            warnings.warn("resolve_pairs(trainer, explicit, method, arg): the argument and the datamodule method now "
-                          "have one name: resolve_pairs(trainer, explicit, name)", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "resolve_pairs(trainer, explicit, method, arg): the argument and the datamodule method now "
+                "have one name: resolve_pairs(trainer, explicit, name)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         method, arg = name, arg or name
         if isinstance(explicit, (list, tuple)):
             pairs = pairs_from_items(explicit, name=arg)
@@ -205,8 +236,9 @@ class DiversityCallback(Callback):
             raise ValueError(f"{type(self).__name__}: {arg} is empty")
         return pairs
 
-    def fixed_sample(self, trainer: pl.Trainer, key: str, explicit: Any, name: str, size: int | None,
-                     seed: int) -> list[DialoguePair]:
+    def fixed_sample(
+        self, trainer: pl.Trainer, key: str, explicit: Any, name: str, size: int | None, seed: int
+    ) -> list[DialoguePair]:
         """A fixed random sample of the pairs (:meth:`resolve_pairs`), drawn once and kept across epochs.
 
         Indices restored from a checkpoint win, so a resumed run measures the very same
@@ -250,8 +282,13 @@ class DiversityCallback(Callback):
         else:
             self._sample_indices = {} if indices is None else {"val": [int(i) for i in indices]}
 
-    def generate(self, adapter: Any, contexts: Sequence[Sequence[str]], generation_kwargs: dict[str, Any],
-                 desc: str = "generating") -> list[str]:
+    def generate(
+        self,
+        adapter: Any,
+        contexts: Sequence[Sequence[str]],
+        generation_kwargs: dict[str, Any],
+        desc: str = "generating",
+    ) -> list[str]:
         """One response per context, batches sharded across processes and gathered in order."""
         from lightning_div.distributed import distributed_map
 
@@ -259,8 +296,14 @@ class DiversityCallback(Callback):
             return adapter.generate(batch, **generation_kwargs)
 
         contexts = [list(c) for c in contexts]
-        return distributed_map(gen, contexts, self.batch_size, sort_key=[sum(map(len, c)) for c in contexts],
-                               show_progress=self.show_progress, desc=f"{desc} ({len(contexts)} contexts)")
+        return distributed_map(
+            gen,
+            contexts,
+            self.batch_size,
+            sort_key=[sum(map(len, c)) for c in contexts],
+            show_progress=self.show_progress,
+            desc=f"{desc} ({len(contexts)} contexts)",
+        )
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -280,8 +323,9 @@ class DiversityCallback(Callback):
         return (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     @contextmanager
-    def measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str,
-                  timing_key: str | None = None) -> Iterator[dict[str, float]]:
+    def measuring(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str, timing_key: str | None = None
+    ) -> Iterator[dict[str, float]]:
         """Times the block, logs what it put in the yielded dict plus ``timing_key``; isolates failures.
 
         A failure the model, the data or a tracker can cause (:data:`~lightning_div.callbacks.guards.MEASUREMENT_ERRORS`:
@@ -296,8 +340,9 @@ class DiversityCallback(Callback):
         with warnings_of_run(self._warned):
             yield from self._measuring(trainer, pl_module, what, timing_key)
 
-    def _measuring(self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str,
-                   timing_key: str | None = None) -> Iterator[dict[str, float]]:
+    def _measuring(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str, timing_key: str | None = None
+    ) -> Iterator[dict[str, float]]:
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         try:
@@ -306,9 +351,11 @@ class DiversityCallback(Callback):
             if self.on_error == "raise":
                 raise
             label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
-            warn_once(f"{self.kind}:{self.name}:{what}:{type(err).__name__}",
-                      f"{label} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
-                      f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}")
+            warn_once(
+                f"{self.kind}:{self.name}:{what}:{type(err).__name__}",
+                f"{label} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
+                f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
+            )
             metrics.clear()
         metrics[timing_key or f"timing/{self.kind}_s"] = time.perf_counter() - start
         logged = log_scalars(pl_module, {self.log_key(k): v for k, v in metrics.items()}, type(self).__name__)

@@ -44,9 +44,15 @@ def labels_of(clusters: Any) -> list[str]:
     return cluster_labels(getattr(clusters, "cards", None), clusters.num_clusters)
 
 
-def log_collapse(trainer: Any, clusters: Any, history: Sequence[tuple[int, Sequence[float]]],
-                 gold_share: Sequence[float], out_dir: Path, heatmap: bool = True,
-                 log_key: Callable[[str], str] = str) -> None:
+def log_collapse(
+    trainer: Any,
+    clusters: Any,
+    history: Sequence[tuple[int, Sequence[float]]],
+    gold_share: Sequence[float],
+    out_dir: Path,
+    heatmap: bool = True,
+    log_key: Callable[[str], str] = str,
+) -> None:
     """This epoch's labelled share histogram (``val/cluster_histogram``); with ``heatmap``, the epochs x
     clusters heatmap of generated shares (``val/cluster_shares``) and ``cluster_shares.csv`` (every
     measured epoch). ``log_key`` names the keys as the calling callback logs them (its ``name`` prefix)."""
@@ -54,8 +60,12 @@ def log_collapse(trainer: Any, clusters: Any, history: Sequence[tuple[int, Seque
 
     labels = labels_of(clusters)
     epoch, generated = history[-1]
-    log_figure(trainer, log_key("val/cluster_histogram"),
-               share_histogram(generated, gold_share, labels, f"Semantic clusters, epoch {epoch}"), out_dir)
+    log_figure(
+        trainer,
+        log_key("val/cluster_histogram"),
+        share_histogram(generated, gold_share, labels, f"Semantic clusters, epoch {epoch}"),
+        out_dir,
+    )
     if not heatmap:
         return
     epochs = [e for e, _ in history]
@@ -66,8 +76,9 @@ def log_collapse(trainer: Any, clusters: Any, history: Sequence[tuple[int, Seque
         w = csv.writer(f)
         w.writerow(["epoch", "cluster", "label", "generated_share", "gold_share"])
         for e, s in history:
-            w.writerows([e, j, labels[j], round(float(s[j]), 6), round(float(gold_share[j]), 6)]
-                        for j in range(len(labels)))
+            w.writerows(
+                [e, j, labels[j], round(float(s[j]), 6), round(float(gold_share[j]), 6)] for j in range(len(labels))
+            )
 
     try:
         write_atomic(Path(out_dir) / SHARES_FILE, write)
@@ -75,8 +86,9 @@ def log_collapse(trainer: Any, clusters: Any, history: Sequence[tuple[int, Seque
         pass
 
 
-def dress_cluster_view(clusters: Any, weights: np.ndarray | None, lam: float, heads: Sequence[int],
-                       negative_clusters: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def dress_cluster_view(
+    clusters: Any, weights: np.ndarray | None, lam: float, heads: Sequence[int], negative_clusters: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """(gold weight per cluster, negatives per cluster) of a DRESS round.
 
     The gold weight of cluster c is DRESS's (1 - p_train(c))^lam with p_train the cards' gold
@@ -106,16 +118,34 @@ def log_dress_round(trainer: Any, callback: Any, out_dir: Path) -> None:
         return
     log_cards_once(trainer, clusters, out_dir)  # when no SemanticDiversityMonitor logged them
     heads = [int(h) for h in callback.heads]
-    gold_weight, negatives = dress_cluster_view(clusters, callback.weights, callback.lam, heads,
-                                                getattr(callback, "negative_clusters", []))
+    gold_weight, negatives = dress_cluster_view(
+        clusters, callback.weights, callback.lam, heads, getattr(callback, "negative_clusters", [])
+    )
     all_w = np.concatenate([callback.weights, callback.negative_weights])
     labels = labels_of(clusters)
     epoch = int(getattr(trainer, "current_epoch", 0))
-    title = (f"DRESS, epoch {epoch} (lambda={callback.lam:g}, "
-             f"effective sample size {effective_sample_size(all_w):.0f} of {all_w.size})")
-    log_figure(trainer, callback.log_key("dress/clusters"), dress_round(gold_weight, negatives, heads, labels, title), out_dir)
+    title = (
+        f"DRESS, epoch {epoch} (lambda={callback.lam:g}, "
+        f"effective sample size {effective_sample_size(all_w):.0f} of {all_w.size})"
+    )
+    log_figure(
+        trainer, callback.log_key("dress/clusters"), dress_round(gold_weight, negatives, heads, labels, title), out_dir
+    )
     cards = getattr(clusters, "cards", None) or []
-    rows = [[j, labels[j], int(negatives[j]), round(float(gold_weight[j]), 6),
-             " | ".join(cards[j].examples[:3]) if j < len(cards) else ""] for j in heads]
-    log_table(trainer, callback.log_key("dress/head_clusters"), ["cluster", "label", "negatives", "gold weight", "nearest gold"],
-              rows, out_dir)
+    rows = [
+        [
+            j,
+            labels[j],
+            int(negatives[j]),
+            round(float(gold_weight[j]), 6),
+            " | ".join(cards[j].examples[:3]) if j < len(cards) else "",
+        ]
+        for j in heads
+    ]
+    log_table(
+        trainer,
+        callback.log_key("dress/head_clusters"),
+        ["cluster", "label", "negatives", "gold weight", "nearest gold"],
+        rows,
+        out_dir,
+    )

@@ -77,8 +77,11 @@ class ClusterSpec:
             try:  # the cache file a checkpoint points at: a damaged one is refitted like any cache entry
                 return SemanticClusters.load(self.clusters_path)
             except ValueError as e:
-                warnings.warn(f"the cached clusters {self.clusters_path!r} the checkpoint points at cannot be used "
-                              f"({e}); fitting them again", stacklevel=2)
+                warnings.warn(
+                    f"the cached clusters {self.clusters_path!r} the checkpoint points at cannot be used "
+                    f"({e}); fitting them again",
+                    stacklevel=2,
+                )
                 self.clusters_path = None
                 return None
         if given is None or isinstance(given, SemanticClusters):
@@ -94,8 +97,14 @@ class ClusterSpec:
             given.check_encoder(self.get_encoder(pl_module, batch_size, show_progress), source)
         return given
 
-    def get_clusters(self, pl_module: pl.LightningModule, gold_texts: list[str] | None, cache_dir: Path,
-                     batch_size: int, show_progress: bool) -> Any:
+    def get_clusters(
+        self,
+        pl_module: pl.LightningModule,
+        gold_texts: list[str] | None,
+        cache_dir: Path,
+        batch_size: int,
+        show_progress: bool,
+    ) -> Any:
         """The fitted clusters: given object or file, cache hit, or fitted now on ``gold_texts``."""
         if self._clusters is None:
             self._clusters = self._given_checked(pl_module, batch_size, show_progress)
@@ -103,8 +112,14 @@ class ClusterSpec:
             self._clusters, _ = self.gold_assignments(pl_module, gold_texts, cache_dir, batch_size, show_progress)
         return self._clusters
 
-    def gold_assignments(self, pl_module: pl.LightningModule, gold_texts: list[str] | None, cache_dir: Path,
-                         batch_size: int, show_progress: bool) -> tuple[Any, np.ndarray]:
+    def gold_assignments(
+        self,
+        pl_module: pl.LightningModule,
+        gold_texts: list[str] | None,
+        cache_dir: Path,
+        batch_size: int,
+        show_progress: bool,
+    ) -> tuple[Any, np.ndarray]:
         """(clusters, cluster id of every gold text); fitted clusters and ids are cached on disk."""
         from lightning_div.clustering import SemanticClusters
 
@@ -112,8 +127,9 @@ class ClusterSpec:
             raise ValueError("no gold training responses to fit the semantic clusters on")
         encoder = self.get_encoder(pl_module, batch_size, show_progress)
         # self._clusters, when set, was checked on entry or fitted with this very encoder
-        given = self._clusters if self._clusters is not None else self._given_checked(pl_module, batch_size,
-                                                                                       show_progress)
+        given = (
+            self._clusters if self._clusters is not None else self._given_checked(pl_module, batch_size, show_progress)
+        )
         if given is not None:
             self._clusters = given
             embeddings = encoder.encode(gold_texts)
@@ -122,15 +138,28 @@ class ClusterSpec:
             return given, given.assign(embeddings)
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         clusters, ids = SemanticClusters.load_or_fit(
-            cache_dir, gold_texts, encoder, with_assignments=True, num_clusters=self.num_clusters,
-            variance_kept=self.variance_kept, seed=self.kmeans_seed, show_progress=show_progress)
+            cache_dir,
+            gold_texts,
+            encoder,
+            with_assignments=True,
+            num_clusters=self.num_clusters,
+            variance_kept=self.variance_kept,
+            seed=self.kmeans_seed,
+            show_progress=show_progress,
+        )
         self.clusters_path = str(Path(cache_dir) / f"clusters-{clusters.config_hash}.npz")
         self._clusters = clusters
         self.ensure_cards(pl_module, gold_texts, batch_size, show_progress, save=True)
         return clusters, ids
 
-    def ensure_cards(self, pl_module: pl.LightningModule, gold_texts: list[str] | None, batch_size: int,
-                     show_progress: bool, save: bool = False) -> list[Any] | None:
+    def ensure_cards(
+        self,
+        pl_module: pl.LightningModule,
+        gold_texts: list[str] | None,
+        batch_size: int,
+        show_progress: bool,
+        save: bool = False,
+    ) -> list[Any] | None:
         """The clusters' cards; computed from ``gold_texts`` when the clusters have none (a file saved
         before cards existed, or clusters given without them). Every rank must call it (embedding is
         sharded); ``save=True`` writes them into our own cache file (rank 0), never into a user's file.

@@ -13,8 +13,14 @@ from lightning_div.callbacks.cluster_views import log_dress_round
 from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
-from lightning_div.datamodules.protocol import (MODES, NEGATIVE_BATCHES, NEGATIVE_LOSSES, Negatives,
-                                                ReweightableDataModule, check_choice)
+from lightning_div.datamodules.protocol import (
+    MODES,
+    NEGATIVE_BATCHES,
+    NEGATIVE_LOSSES,
+    Negatives,
+    ReweightableDataModule,
+    check_choice,
+)
 from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
 from lightning_div.formatting import is_seq2seq
 from lightning_div.loop_state import starting_epoch
@@ -100,23 +106,45 @@ class DRESSReweighting(DiversityCallback):
 
     kind = "dress"
 
-    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None,
-                 num_clusters: int = 20,
-                 variance_kept: float = 0.9, kmeans_seed: int = 27, lam: float = 30.0, normalize: bool = False,
-                 negatives: bool = True, num_negative_contexts: int = 5000, head_threshold: float = 0.1,
-                 negative_weight: float = -1.0, mode: str = "loss", generation_kwargs: Options | None = None,
-                 encoder_kwargs: Options | None = None, mine_at: str = "start", negative_loss: str = "nll",
-                 negative_batches: str = "separate", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        encoder: EncoderSource = "microsoft/DialoGPT-large",
+        clusters: ClustersSource | None = None,
+        num_clusters: int = 20,
+        variance_kept: float = 0.9,
+        kmeans_seed: int = 27,
+        lam: float = 30.0,
+        normalize: bool = False,
+        negatives: bool = True,
+        num_negative_contexts: int = 5000,
+        head_threshold: float = 0.1,
+        negative_weight: float = -1.0,
+        mode: str = "loss",
+        generation_kwargs: Options | None = None,
+        encoder_kwargs: Options | None = None,
+        mine_at: str = "start",
+        negative_loss: str = "nll",
+        negative_batches: str = "separate",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         check_choice("mode", mode, MODES)
         check_choice("mine_at", mine_at, MINE_AT)
         check_choice("negative_loss", negative_loss, NEGATIVE_LOSSES)
         check_choice("negative_batches", negative_batches, NEGATIVE_BATCHES)
         if mode == "sampler" and negatives:
-            raise ValueError("DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
-                             "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss.")
-        self.spec = ClusterSpec(encoder=encoder, clusters=clusters, num_clusters=num_clusters,
-                                variance_kept=variance_kept, kmeans_seed=kmeans_seed, encoder_kwargs=encoder_kwargs)
+            raise ValueError(
+                "DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
+                "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss."
+            )
+        self.spec = ClusterSpec(
+            encoder=encoder,
+            clusters=clusters,
+            num_clusters=num_clusters,
+            variance_kept=variance_kept,
+            kmeans_seed=kmeans_seed,
+            encoder_kwargs=encoder_kwargs,
+        )
         self.lam = lam
         self.normalize = normalize
         self.negatives = negatives
@@ -140,11 +168,13 @@ class DRESSReweighting(DiversityCallback):
     def _datamodule(self, trainer: pl.Trainer) -> ReweightableDataModule:
         dm = getattr(trainer, "datamodule", None)
         if not isinstance(dm, ReweightableDataModule):
-            raise ValueError(f"DRESSReweighting needs a datamodule that implements "
-                             f"lightning_div.datamodules.ReweightableDataModule (gold_train_responses, train_contexts, "
-                             f"apply_weights), got {'none' if dm is None else type(dm).__name__}: it must change which "
-                             "examples and weights the training dataloader yields. Pass one to Trainer.fit(datamodule="
-                             "...): lightning_div.datamodules.DialogueDataModule, or your own (docs: callbacks/dress)")
+            raise ValueError(
+                f"DRESSReweighting needs a datamodule that implements "
+                f"lightning_div.datamodules.ReweightableDataModule (gold_train_responses, train_contexts, "
+                f"apply_weights), got {'none' if dm is None else type(dm).__name__}: it must change which "
+                "examples and weights the training dataloader yields. Pass one to Trainer.fit(datamodule="
+                "...): lightning_div.datamodules.DialogueDataModule, or your own (docs: callbacks/dress)"
+            )
         return dm
 
     def check_trainer(self, trainer: pl.Trainer) -> None:
@@ -160,10 +190,12 @@ class DRESSReweighting(DiversityCallback):
             return
         every = trainer.reload_dataloaders_every_n_epochs
         if every != 1:
-            raise ValueError(f"DRESSReweighting(negatives=True) trains on new negatives every {self.every_n_epochs} "
-                             f"epoch(s), which reach training only through a rebuilt train dataloader, but this "
-                             f"Trainer has reload_dataloaders_every_n_epochs={every}: create the Trainer with "
-                             f"reload_dataloaders_every_n_epochs=1 (or use negatives=False)")
+            raise ValueError(
+                f"DRESSReweighting(negatives=True) trains on new negatives every {self.every_n_epochs} "
+                f"epoch(s), which reach training only through a rebuilt train dataloader, but this "
+                f"Trainer has reload_dataloaders_every_n_epochs={every}: create the Trainer with "
+                f"reload_dataloaders_every_n_epochs=1 (or use negatives=False)"
+            )
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -177,9 +209,9 @@ class DRESSReweighting(DiversityCallback):
         super().on_fit_start(trainer, pl_module)
         dm = self._datamodule(trainer)
         if self.weights is None:  # a resumed run restored them already
-            clusters, gold_ids = self.spec.gold_assignments(pl_module, list(dm.gold_train_responses()),
-                                                            self.cache_dir(trainer), self.batch_size,
-                                                            self.show_progress)
+            clusters, gold_ids = self.spec.gold_assignments(
+                pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer), self.batch_size, self.show_progress
+            )
             self.weights = dress_weights(gold_ids, clusters.num_clusters, self.lam, self.normalize)
         epoch = starting_epoch(trainer)
         if self.negatives and self.mine_at == "start" and self.mined_for != epoch and self._round_starts(epoch):
@@ -239,12 +271,15 @@ class DRESSReweighting(DiversityCallback):
 
     def _summary(self) -> dict[str, float]:
         all_w = self._all_weights()
-        return {"dress/head_clusters": float(len(self.heads)), "dress/head_share": float(self.head_share),
-                "dress/negatives": float(np.count_nonzero(self.negative_weights)),
-                "dress/weight_mean": float(all_w.mean()) if all_w.size else 0.0,
-                "dress/weight_min": float(all_w.min()) if all_w.size else 0.0,
-                "dress/weight_max": float(all_w.max()) if all_w.size else 0.0,
-                "dress/effective_sample_size": effective_sample_size(all_w)}
+        return {
+            "dress/head_clusters": float(len(self.heads)),
+            "dress/head_share": float(self.head_share),
+            "dress/negatives": float(np.count_nonzero(self.negative_weights)),
+            "dress/weight_mean": float(all_w.mean()) if all_w.size else 0.0,
+            "dress/weight_min": float(all_w.min()) if all_w.size else 0.0,
+            "dress/weight_max": float(all_w.max()) if all_w.size else 0.0,
+            "dress/effective_sample_size": effective_sample_size(all_w),
+        }
 
     def mining_generation_kwargs(self, pl_module: pl.LightningModule) -> dict[str, Any]:
         """What ``generate`` gets when mining: ``mine_at="start"`` turns the n-gram blocking off."""
@@ -264,11 +299,13 @@ class DRESSReweighting(DiversityCallback):
         key = for_epoch - 1 if self.mine_at == "end" else for_epoch
         idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * key)
         chosen = [list(contexts[i]) for i in idx]
-        generated = self.generate(self.adapter(pl_module), chosen, self.mining_generation_kwargs(pl_module),
-                                  "DRESS negatives")
+        generated = self.generate(
+            self.adapter(pl_module), chosen, self.mining_generation_kwargs(pl_module), "DRESS negatives"
+        )
         warn_if_all_empty(generated, type(self).__name__, "the negatives")
-        clusters = self.spec.get_clusters(pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer),
-                                          self.batch_size, self.show_progress)
+        clusters = self.spec.get_clusters(
+            pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer), self.batch_size, self.show_progress
+        )
         encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
         ids = clusters.assign(encoder.encode(generated))
         self.heads = head_clusters(ids, clusters.num_clusters, self.head_threshold)
@@ -295,32 +332,48 @@ class DRESSReweighting(DiversityCallback):
 
     def settings(self) -> dict[str, Any]:
         """What the checkpointed weights and negatives depend on: a change makes them stale on resume."""
-        return {"encoder": encoder_label(self.spec.encoder), "num_clusters": self.spec.num_clusters,
-                "variance_kept": self.spec.variance_kept, "kmeans_seed": self.spec.kmeans_seed, "lam": self.lam,
-                "normalize": self.normalize, "head_threshold": self.head_threshold,
-                "negative_weight": self.negative_weight, "mode": self.mode}
+        return {
+            "encoder": encoder_label(self.spec.encoder),
+            "num_clusters": self.spec.num_clusters,
+            "variance_kept": self.spec.variance_kept,
+            "kmeans_seed": self.spec.kmeans_seed,
+            "lam": self.lam,
+            "normalize": self.normalize,
+            "head_threshold": self.head_threshold,
+            "negative_weight": self.negative_weight,
+            "mode": self.mode,
+        }
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "settings": self.settings(),
-                "weights": None if self.weights is None else self.weights.tolist(),
-                "heads": self.heads.tolist(),
-                "negative_pairs": [(list(p.context), p.response) for p in self.negative_pairs],
-                "negative_weights": self.negative_weights.tolist(),
-                "head_share": self.head_share, "mined_for": self.mined_for,
-                "clusters_path": self.spec.clusters_path}
+        return {
+            **super().state_dict(),
+            "settings": self.settings(),
+            "weights": None if self.weights is None else self.weights.tolist(),
+            "heads": self.heads.tolist(),
+            "negative_pairs": [(list(p.context), p.response) for p in self.negative_pairs],
+            "negative_weights": self.negative_weights.tolist(),
+            "head_share": self.head_share,
+            "mined_for": self.mined_for,
+            "clusters_path": self.spec.clusters_path,
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        if settings_changed(self, state_dict.get("settings"), self.settings(),
-                            "the weights are recomputed and the negatives mined again under the new settings"):
+        if settings_changed(
+            self,
+            state_dict.get("settings"),
+            self.settings(),
+            "the weights are recomputed and the negatives mined again under the new settings",
+        ):
             return  # weights None: on_fit_start computes them; no negatives until the next mining
         w = state_dict.get("weights")
         self.weights = None if w is None else np.asarray(w, dtype=np.float64)
         self.heads = np.asarray(state_dict.get("heads", []), dtype=np.int64)
-        self.negative_pairs = [DialoguePair(tuple(c), r, source="dress-negative")
-                               for c, r in state_dict.get("negative_pairs", [])]
+        self.negative_pairs = [
+            DialoguePair(tuple(c), r, source="dress-negative") for c, r in state_dict.get("negative_pairs", [])
+        ]
         self.negative_weights = np.asarray(state_dict.get("negative_weights", []), dtype=np.float64)
         self.head_share = float(state_dict.get("head_share", 0.0))
         mined_for = state_dict.get("mined_for")

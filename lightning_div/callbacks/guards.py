@@ -23,7 +23,6 @@ from typing import Any
 
 from lightning_div.tracking import warn_once
 
-
 #: What a measurement (or an optional part of one) can meet and survive, so training goes on:
 #: the model and torch (RuntimeError, which torch's out-of-memory and CUDA errors are; MemoryError;
 #: ArithmeticError), bad or missing data (ValueError, which DataFormatError, UnicodeDecodeError
@@ -31,8 +30,14 @@ from lightning_div.tracking import warn_once
 #: optional package that is not installed (ModuleNotFoundError). Anything else (TypeError,
 #: AttributeError, NameError, KeyError, IndexError, AssertionError, an ImportError of a name that
 #: is not there ...) is a programming error and propagates, so that tests see it.
-MEASUREMENT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, OSError, MemoryError,
-                                                       ArithmeticError, ModuleNotFoundError)
+MEASUREMENT_ERRORS: tuple[type[BaseException], ...] = (
+    RuntimeError,
+    ValueError,
+    OSError,
+    MemoryError,
+    ArithmeticError,
+    ModuleNotFoundError,
+)
 
 
 class MissingInputsError(ValueError):
@@ -52,15 +57,22 @@ def require_inputs(callback: Any, trainer: Any, needs: Sequence[tuple[str, Any, 
         needs: ``(argument name, value given, datamodule method)`` for each input the callback needs.
     """
     dm = getattr(trainer, "datamodule", None)
-    missing = [(arg, method) for arg, value, method in needs
-               if value is None and not (dm is not None and callable(getattr(dm, method, None)))]
+    missing = [
+        (arg, method)
+        for arg, value, method in needs
+        if value is None and not (dm is not None and callable(getattr(dm, method, None)))
+    ]
     if not missing:
         return
     listed = "; ".join(
         f"{arg}=[{'response' if arg == 'gold_responses' else '(context, reference)'}, ...] or a path any "
-        f"lightning_div reader understands, or use a datamodule with a `{method}()` method" for arg, method in missing)
-    raise MissingInputsError(f"{type(callback).__name__} is missing {len(missing)} input(s): {listed} "
-                             "(lightning_div.datamodules.DialogueDataModule has all of these methods)")
+        f"lightning_div reader understands, or use a datamodule with a `{method}()` method"
+        for arg, method in missing
+    )
+    raise MissingInputsError(
+        f"{type(callback).__name__} is missing {len(missing)} input(s): {listed} "
+        "(lightning_div.datamodules.DialogueDataModule has all of these methods)"
+    )
 
 
 def check_finite_model(pl_module: Any, who: str) -> None:
@@ -75,17 +87,22 @@ def check_finite_model(pl_module: Any, who: str) -> None:
                 if len(bad) == 3:
                     break
     if bad:
-        raise ModelDivergedError(f"{who}: the model has diverged: its weights hold NaN or inf ({', '.join(bad)}"
-                                 f"{', ...' if len(bad) == 3 else ''}); nothing it generates is measured. Lower the "
-                                 "learning rate, clip gradients, or resume from an earlier checkpoint")
+        raise ModelDivergedError(
+            f"{who}: the model has diverged: its weights hold NaN or inf ({', '.join(bad)}"
+            f"{', ...' if len(bad) == 3 else ''}); nothing it generates is measured. Lower the "
+            "learning rate, clip gradients, or resume from an earlier checkpoint"
+        )
 
 
 def warn_if_all_empty(responses: Sequence[str], who: str, what: str) -> None:
     """Warn when every generated response is empty or whitespace (the values are still logged)."""
     if responses and not any(r.strip() for r in responses):
-        warn_once(f"{who}:empty:{what}", f"{who}: all {len(responses)} responses generated for {what} are empty: "
-                                         "the model only produces its end token (diverged, or not trained yet); "
-                                         "the diversity logged for them is that of empty text")
+        warn_once(
+            f"{who}:empty:{what}",
+            f"{who}: all {len(responses)} responses generated for {what} are empty: "
+            "the model only produces its end token (diverged, or not trained yet); "
+            "the diversity logged for them is that of empty text",
+        )
 
 
 @contextmanager
@@ -100,9 +117,11 @@ def optional_part(callback: Any, trainer: Any, what: str) -> Iterator[None]:
     except MEASUREMENT_ERRORS as err:
         if getattr(callback, "on_error", "warn") == "raise":
             raise
-        warn_once(f"{callback.kind}:{callback.name}:{what}:{type(err).__name__}",
-                  f"{type(callback).__name__}: {what} failed at epoch {trainer.current_epoch}: {err!r}; the values "
-                  f"measured before it are logged (on_error='raise' to stop)\n{traceback.format_exc(limit=3)}")
+        warn_once(
+            f"{callback.kind}:{callback.name}:{what}:{type(err).__name__}",
+            f"{type(callback).__name__}: {what} failed at epoch {trainer.current_epoch}: {err!r}; the values "
+            f"measured before it are logged (on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
+        )
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -116,8 +135,9 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def settings_changed(callback: Any, saved: Mapping[str, Any] | None, current: Mapping[str, Any],
-                     consequence: str) -> bool:
+def settings_changed(
+    callback: Any, saved: Mapping[str, Any] | None, current: Mapping[str, Any], consequence: str
+) -> bool:
     """Compare the settings a checkpoint was made with to the current ones; warn naming each change.
 
     Returns True when a setting changed (the caller then discards the restored state and
@@ -126,12 +146,19 @@ def settings_changed(callback: Any, saved: Mapping[str, Any] | None, current: Ma
     """
     if saved is None:
         return False
-    changes = [f"{name} {saved.get(name)!r} -> {value!r}" for name, value in current.items()
-               if name in saved and not _same(saved.get(name), value)]
+    changes = [
+        f"{name} {saved.get(name)!r} -> {value!r}"
+        for name, value in current.items()
+        if name in saved and not _same(saved.get(name), value)
+    ]
     if changes:
         # not warn_once: a resume happens once per run, and each one must say it
-        warnings.warn(f"{type(callback).__name__}: the checkpoint was made with other settings "
-                      f"({'; '.join(changes)}): {consequence}", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"{type(callback).__name__}: the checkpoint was made with other settings "
+            f"({'; '.join(changes)}): {consequence}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return bool(changes)
 
 

@@ -49,19 +49,32 @@ class NLIDiversityMonitor(ValidationMonitor):
 
     kind = "nli_diversity"
 
-    def __init__(self, scorer: ScorerSource = "roberta-large-mnli", num_contexts: int | None = 64, n: int = 5,
-                 top_p: float = 0.9, generation_kwargs: Options | None = None,
-                 threshold_generation: bool = False, threshold: float = 10, max_samples: int = 20,
-                 threshold_metric: str = "contradictions", threshold_diversity_metric: str | None = None,
-                 threshold_rank_by: str = "diversity", val_pairs: PairsSource | None = None,
-                 scorer_kwargs: Options | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        scorer: ScorerSource = "roberta-large-mnli",
+        num_contexts: int | None = 64,
+        n: int = 5,
+        top_p: float = 0.9,
+        generation_kwargs: Options | None = None,
+        threshold_generation: bool = False,
+        threshold: float = 10,
+        max_samples: int = 20,
+        threshold_metric: str = "contradictions",
+        threshold_diversity_metric: str | None = None,
+        threshold_rank_by: str = "diversity",
+        val_pairs: PairsSource | None = None,
+        scorer_kwargs: Options | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if n < 2:
             raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")
         from lightning_div.threshold import NLI_METRICS, RANK_BY
 
-        for arg, value in (("threshold_metric", threshold_metric), ("threshold_diversity_metric",
-                                                                  threshold_diversity_metric)):
+        for arg, value in (
+            ("threshold_metric", threshold_metric),
+            ("threshold_diversity_metric", threshold_diversity_metric),
+        ):
             if value is not None and value not in NLI_METRICS:
                 raise ValueError(f"{arg}={value!r} is unknown; use one of {NLI_METRICS}")
         if threshold_rank_by not in RANK_BY:
@@ -121,27 +134,57 @@ class NLIDiversityMonitor(ValidationMonitor):
                 sets = generate_sets(adapter, batch, self.n, **sampling)
                 return [r.stats() for r in scorer.score_sets(sets, show_progress=False)]
 
-            rows = distributed_map(score, contexts, per_batch, sort_key=key, show_progress=self.show_progress,
-                                   desc=f"NLI diversity ({len(contexts)} contexts x {self.n})")
+            rows = distributed_map(
+                score,
+                contexts,
+                per_batch,
+                sort_key=key,
+                show_progress=self.show_progress,
+                desc=f"NLI diversity ({len(contexts)} contexts x {self.n})",
+            )
             m.update({f"val/{k}": v for k, v in mean_set_stats(rows).items()})
             if self.threshold_generation:
                 with optional_part(self, trainer, "Diversity Threshold Generation"):  # NLI values are kept
                     self._threshold_generation(m, adapter, scorer, contexts, key, per_batch, sampling)
 
-    def _threshold_generation(self, m: dict[str, float], adapter: Any, scorer: Any, contexts: list[list[str]],
-                              key: list[int], per_batch: int, sampling: dict[str, Any]) -> None:
+    def _threshold_generation(
+        self,
+        m: dict[str, float],
+        adapter: Any,
+        scorer: Any,
+        contexts: list[list[str]],
+        key: list[int],
+        per_batch: int,
+        sampling: dict[str, Any],
+    ) -> None:
         from lightning_div.threshold import diversity_threshold_generate_many, threshold_stats
 
         def dtg(batch: list[list[str]]) -> list[dict[str, float]]:
             results = diversity_threshold_generate_many(
-                adapter, batch, scorer, n=self.n, threshold=self.threshold, max_samples=self.max_samples,
-                top_p=self.top_p, metric=self.threshold_metric, seed=self.seed, show_progress=False,
-                diversity_metric=self.threshold_diversity_metric, rank_by=self.threshold_rank_by,
-                **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")})
+                adapter,
+                batch,
+                scorer,
+                n=self.n,
+                threshold=self.threshold,
+                max_samples=self.max_samples,
+                top_p=self.top_p,
+                metric=self.threshold_metric,
+                seed=self.seed,
+                show_progress=False,
+                diversity_metric=self.threshold_diversity_metric,
+                rank_by=self.threshold_rank_by,
+                **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")},
+            )
             return [r.stats() for r in results]
 
-        rows = distributed_map(dtg, contexts, per_batch, sort_key=key, show_progress=self.show_progress,
-                               desc="Diversity Threshold Generation")
+        rows = distributed_map(
+            dtg,
+            contexts,
+            per_batch,
+            sort_key=key,
+            show_progress=self.show_progress,
+            desc="Diversity Threshold Generation",
+        )
         m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
 
     def state_key_args(self) -> dict[str, Any]:
@@ -151,8 +194,11 @@ class NLIDiversityMonitor(ValidationMonitor):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": self._sample_indices.get("val"),
-                "settings": {"num_contexts": self.num_contexts, "seed": self.seed}}
+        return {
+            **super().state_dict(),
+            "indices": self._sample_indices.get("val"),
+            "settings": {"num_contexts": self.num_contexts, "seed": self.seed},
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -53,11 +53,21 @@ class RUQMonitor(ValidationMonitor):
 
     kind = "ruq"
 
-    def __init__(self, idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
-                 num_train_prompts: int | None = 256, num_val_prompts: int | None = 256,
-                 train_pairs: PairsSource | None = None, val_pairs: PairsSource | None = None, plot: bool = True, num_plot_prompts: int = 64,
-                 num_beams: int = 5, warn_below: float | None = None, warn_drop: float | None = 10.0,
-                 reference: ReferenceChoice = "lowest", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
+        num_train_prompts: int | None = 256,
+        num_val_prompts: int | None = 256,
+        train_pairs: PairsSource | None = None,
+        val_pairs: PairsSource | None = None,
+        plot: bool = True,
+        num_plot_prompts: int = 64,
+        num_beams: int = 5,
+        warn_below: float | None = None,
+        warn_drop: float | None = 10.0,
+        reference: ReferenceChoice = "lowest",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         idk = list(idk_responses)
         if not idk or not all(isinstance(s, str) and s.strip() for s in idk):
@@ -79,8 +89,9 @@ class RUQMonitor(ValidationMonitor):
 
     def _sample(self, trainer: pl.Trainer, split: str) -> list[DialoguePair]:
         if split == "train":
-            return self.fixed_sample(trainer, "train", self.train_pairs_arg, "train_pairs", self.num_train_prompts,
-                                     self.seed)
+            return self.fixed_sample(
+                trainer, "train", self.train_pairs_arg, "train_pairs", self.num_train_prompts, self.seed
+            )
         return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_val_prompts, self.seed + 1)
 
     @property
@@ -96,14 +107,20 @@ class RUQMonitor(ValidationMonitor):
         Whole prompts go to one rank (their candidates share the context's cache); the batch plan is
         the same on any number of processes, so 1 and N processes compute the same batches.
         """
+
         def score(batch: list[tuple[tuple[str, ...], list[str]]]) -> list[Any]:
             return candidate_logprobs(adapter, [list(c) for c, _ in batch], [rs for _, rs in batch])
 
         key = [sum(len(t) for t in c) + max(map(len, rs), default=0) for c, rs in items]
         per_prompt = max(len(rs) for _, rs in items) if items else 1
-        return distributed_map(score, items, max(1, self.batch_size // per_prompt), sort_key=key,
-                               show_progress=self.show_progress,
-                               desc=f"RUQ scoring ({sum(len(rs) for _, rs in items)} pairs)")
+        return distributed_map(
+            score,
+            items,
+            max(1, self.batch_size // per_prompt),
+            sort_key=key,
+            show_progress=self.show_progress,
+            desc=f"RUQ scoring ({sum(len(rs) for _, rs in items)} pairs)",
+        )
 
     def compute(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
         """RUQ and its margin for every IDK string over ``pairs`` (one batched, sharded scoring pass).
@@ -129,8 +146,12 @@ class RUQMonitor(ValidationMonitor):
 
     def _plot(self, trainer: pl.Trainer, adapter: Any, pairs: Sequence[DialoguePair]) -> None:
         pairs = list(pairs[: self.num_plot_prompts])
-        beams = self.generate(adapter, [p.context for p in pairs], {"num_beams": self.num_beams, "do_sample": False},
-                              "RUQ plot: beam search")
+        beams = self.generate(
+            adapter,
+            [p.context for p in pairs],
+            {"num_beams": self.num_beams, "do_sample": False},
+            "RUQ plot: beam search",
+        )
         lines = {"reference": [p.response for p in pairs], f"beam ({self.num_beams})": beams}
         for j, s in enumerate(self.idk_responses):
             lines[f"IDK {j + 1}: {s}"] = [s] * len(pairs)
@@ -157,11 +178,12 @@ class RUQMonitor(ValidationMonitor):
         if self.warn_below is not None and value < self.warn_below:
             reasons.append(f"val/ruq = {value:.1f} is below warn_below = {self.warn_below}")
         if self.warn_drop is not None and self.last_val_ruq is not None and self.last_val_ruq - value > self.warn_drop:
-            reasons.append(f"val/ruq dropped from {self.last_val_ruq:.1f} to {value:.1f} "
-                           f"(more than warn_drop = {self.warn_drop})")
+            reasons.append(
+                f"val/ruq dropped from {self.last_val_ruq:.1f} to {value:.1f} (more than warn_drop = {self.warn_drop})"
+            )
         self.last_val_ruq = value
         for r in reasons:
-            rank_zero_warn(f"RUQMonitor: {r}: the model increasingly prefers \"{self.idk_responses[0]}\"")
+            rank_zero_warn(f'RUQMonitor: {r}: the model increasingly prefers "{self.idk_responses[0]}"')
         return 1.0 if reasons else 0.0
 
     # -- hooks --------------------------------------------------------------------------------------
@@ -196,23 +218,35 @@ class RUQMonitor(ValidationMonitor):
 
     def settings(self) -> dict[str, Any]:
         """What the checkpointed samples and last value depend on: a change makes them stale on resume."""
-        return {"idk_responses": list(self.idk_responses), "num_train_prompts": self.num_train_prompts,
-                "num_val_prompts": self.num_val_prompts, "seed": self.seed}
+        return {
+            "idk_responses": list(self.idk_responses),
+            "num_train_prompts": self.num_train_prompts,
+            "num_val_prompts": self.num_val_prompts,
+            "seed": self.seed,
+        }
 
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), "idk_responses": tuple(self.idk_responses)}
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": dict(self._sample_indices), "last_val_ruq": self.last_val_ruq,
-                "settings": self.settings()}
+        return {
+            **super().state_dict(),
+            "indices": dict(self._sample_indices),
+            "last_val_ruq": self.last_val_ruq,
+            "settings": self.settings(),
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.forget_samples()
-        if settings_changed(self, state_dict.get("settings"), self.settings(),
-                            "the prompt samples are drawn again and warn_drop starts afresh"):
+        if settings_changed(
+            self,
+            state_dict.get("settings"),
+            self.settings(),
+            "the prompt samples are drawn again and warn_drop starts afresh",
+        ):
             return
         self._restore_sample_indices(state_dict.get("indices", {}))
         self.last_val_ruq = state_dict.get("last_val_ruq")

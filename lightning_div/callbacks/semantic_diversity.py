@@ -11,11 +11,23 @@ import pytorch_lightning as pl
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
 from lightning_div.callbacks.clusters import ClusterSpec
-from lightning_div.callbacks.guards import (check_finite_model, encoder_label, require_inputs, settings_changed,
-                                            warn_if_all_empty)
+from lightning_div.callbacks.guards import (
+    check_finite_model,
+    encoder_label,
+    require_inputs,
+    settings_changed,
+    warn_if_all_empty,
+)
 from lightning_div.core import DialoguePair
-from lightning_div.metrics import (DEFAULT_LEXICAL, check_lexical_names, cluster_js_divergence, count_vocab,
-                                   lexical_scores, semantic_entropy, top_cluster_share)
+from lightning_div.metrics import (
+    DEFAULT_LEXICAL,
+    check_lexical_names,
+    cluster_js_divergence,
+    count_vocab,
+    lexical_scores,
+    semantic_entropy,
+    top_cluster_share,
+)
 from lightning_div.tracking import log_table
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
 
@@ -66,21 +78,38 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     kind = "semantic_diversity"
 
-    def __init__(self, encoder: EncoderSource = "microsoft/DialoGPT-large", clusters: ClustersSource | None = None, num_clusters: int = 20,
-                 variance_kept: float = 0.9, kmeans_seed: int = 27, num_contexts: int | None = 256,
-                 generation_kwargs: Options | None = None,
-                 lexical_metrics: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None,
-                 log_samples: int = 8, val_pairs: PairsSource | None = None,
-                 gold_responses: ResponsesSource | None = None,
-                 encoder_kwargs: Options | None = None, lexical_options: Options | None = None,
-                 cluster_views: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        encoder: EncoderSource = "microsoft/DialoGPT-large",
+        clusters: ClustersSource | None = None,
+        num_clusters: int = 20,
+        variance_kept: float = 0.9,
+        kmeans_seed: int = 27,
+        num_contexts: int | None = 256,
+        generation_kwargs: Options | None = None,
+        lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
+        vocab_size: int | None = None,
+        log_samples: int = 8,
+        val_pairs: PairsSource | None = None,
+        gold_responses: ResponsesSource | None = None,
+        encoder_kwargs: Options | None = None,
+        lexical_options: Options | None = None,
+        cluster_views: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.lexical_options = dict(lexical_options or {})
         bad = sorted(set(self.lexical_options) - {"tokenizer", "lowercase", "base"})
         if bad:
             raise ValueError(f"lexical_options {bad} are unknown; use tokenizer, lowercase, base")
-        self.spec = ClusterSpec(encoder=encoder, clusters=clusters, num_clusters=num_clusters,
-                                variance_kept=variance_kept, kmeans_seed=kmeans_seed, encoder_kwargs=encoder_kwargs)
+        self.spec = ClusterSpec(
+            encoder=encoder,
+            clusters=clusters,
+            num_clusters=num_clusters,
+            variance_kept=variance_kept,
+            kmeans_seed=kmeans_seed,
+            encoder_kwargs=encoder_kwargs,
+        )
         self.num_contexts = num_contexts
         self.generation_kwargs = dict(generation_kwargs or {})
         self.lexical_metrics = check_lexical_names(lexical_metrics)
@@ -108,7 +137,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
         return None
 
     def required_inputs(self) -> list[tuple[str, Any, str]]:
-        gold = [("gold_responses", self.gold_responses_arg, "gold_train_responses")] if self.spec.clusters is None else []
+        gold = (
+            [("gold_responses", self.gold_responses_arg, "gold_train_responses")] if self.spec.clusters is None else []
+        )
         return [("val_pairs", self.val_pairs_arg, "val_pairs"), *gold]
 
     def sample(self, trainer: pl.Trainer) -> list[DialoguePair]:
@@ -128,17 +159,25 @@ class SemanticDiversityMonitor(ValidationMonitor):
                     raise ValueError(
                         f"{type(self).__name__} needs gold training responses to fit its semantic clusters: pass "
                         "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or use a "
-                        "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)")
-            self.clusters = self.spec.get_clusters(pl_module, gold, self.cache_dir(trainer),
-                                                   self.batch_size, self.show_progress)
+                        "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)"
+                    )
+            self.clusters = self.spec.get_clusters(
+                pl_module, gold, self.cache_dir(trainer), self.batch_size, self.show_progress
+            )
             if self.clusters.cards is None:  # clusters given (or saved) without cards: describe the gold data
-                self.spec.ensure_cards(pl_module, gold if gold is not None else self.gold_responses(trainer),
-                                       self.batch_size, self.show_progress)
+                self.spec.ensure_cards(
+                    pl_module,
+                    gold if gold is not None else self.gold_responses(trainer),
+                    self.batch_size,
+                    self.show_progress,
+                )
         if self.vocab_size is None and "ead" in self.lexical_metrics:
             gold = self.gold_responses(trainer)
-            self.vocab_size = count_vocab(gold if gold else [p.response for p in sample],
-                                          self.lexical_options.get("tokenizer", "13a"),
-                                          self.lexical_options.get("lowercase"))
+            self.vocab_size = count_vocab(
+                gold if gold else [p.response for p in sample],
+                self.lexical_options.get("tokenizer", "13a"),
+                self.lexical_options.get("lowercase"),
+            )
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -165,9 +204,14 @@ class SemanticDiversityMonitor(ValidationMonitor):
             m["val/sem_ent"] = semantic_entropy(ids, k)
             m["val/cluster_js"] = cluster_js_divergence(self.clusters.histogram(ids), self.clusters.histogram(gold_ids))
             m["val/top_cluster_share"] = top_cluster_share(ids, k)
-            m.update({f"val/{name}": v for name, v in
-                      lexical_scores(responses, self.lexical_metrics, self.vocab_size,
-                                     **self.lexical_options).items()})
+            m.update(
+                {
+                    f"val/{name}": v
+                    for name, v in lexical_scores(
+                        responses, self.lexical_metrics, self.vocab_size, **self.lexical_options
+                    ).items()
+                }
+            )
             if not self._gold_logged:
                 m["val/sem_ent_gold"] = semantic_entropy(gold_ids, k)
                 self._gold_logged = True
@@ -178,45 +222,79 @@ class SemanticDiversityMonitor(ValidationMonitor):
             if trainer.is_global_zero:
                 self._log_artifacts(trainer, sample, responses, ids, gold_ids)
 
-    def _log_artifacts(self, trainer: pl.Trainer, sample: Sequence[DialoguePair], responses: Sequence[str],
-                       ids: np.ndarray, gold_ids: np.ndarray) -> None:
+    def _log_artifacts(
+        self,
+        trainer: pl.Trainer,
+        sample: Sequence[DialoguePair],
+        responses: Sequence[str],
+        ids: np.ndarray,
+        gold_ids: np.ndarray,
+    ) -> None:
         out = self.output_dir(trainer)
         gold_share = self.clusters.histogram(gold_ids) / max(len(gold_ids), 1)
         if self.cluster_views:
             log_cards_once(trainer, self.clusters, out)  # validate()/test() without a fit start
-        log_collapse(trainer, self.clusters, self.share_history, gold_share, out, heatmap=self.cluster_views,
-                     log_key=self.log_key)
+        log_collapse(
+            trainer,
+            self.clusters,
+            self.share_history,
+            gold_share,
+            out,
+            heatmap=self.cluster_views,
+            log_key=self.log_key,
+        )
         if self.log_samples > 0:
-            rows = [[p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
-                    for p, r, c, g in list(zip(sample, responses, ids, gold_ids))[: self.log_samples]]
-            log_table(trainer, self.log_key("val/samples"), ["context (last turn)", "generated", "cluster", "gold", "gold cluster"],
-                      rows, out)
+            rows = [
+                [p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
+                for p, r, c, g in list(zip(sample, responses, ids, gold_ids))[: self.log_samples]
+            ]
+            log_table(
+                trainer,
+                self.log_key("val/samples"),
+                ["context (last turn)", "generated", "cluster", "gold", "gold cluster"],
+                rows,
+                out,
+            )
 
     # -- checkpointing --------------------------------------------------------------------------
 
     def settings(self) -> dict[str, Any]:
         """What the checkpointed state depends on (clusters, sample): a change makes it stale on resume."""
-        return {"encoder": encoder_label(self.spec.encoder), "num_clusters": self.spec.num_clusters,
-                "variance_kept": self.spec.variance_kept, "kmeans_seed": self.spec.kmeans_seed,
-                "num_contexts": self.num_contexts, "seed": self.seed}
+        return {
+            "encoder": encoder_label(self.spec.encoder),
+            "num_clusters": self.spec.num_clusters,
+            "variance_kept": self.spec.variance_kept,
+            "kmeans_seed": self.spec.kmeans_seed,
+            "num_contexts": self.num_contexts,
+            "seed": self.seed,
+        }
 
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), **self.spec.identity()}
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "indices": self._sample_indices.get("val"),
-                "clusters_path": self.spec.clusters_path,
-                "gold_logged": self._gold_logged, "vocab_size": self.vocab_size, "settings": self.settings(),
-                "share_history": [[e, list(s)] for e, s in self.share_history]}
+        return {
+            **super().state_dict(),
+            "indices": self._sample_indices.get("val"),
+            "clusters_path": self.spec.clusters_path,
+            "gold_logged": self._gold_logged,
+            "vocab_size": self.vocab_size,
+            "settings": self.settings(),
+            "share_history": [[e, list(s)] for e, s in self.share_history],
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.forget_samples()
         self.clusters = None
-        if settings_changed(self, state_dict.get("settings"), self.settings(),
-                            "the clusters and the validation sample are made again under the new settings"):
+        if settings_changed(
+            self,
+            state_dict.get("settings"),
+            self.settings(),
+            "the clusters and the validation sample are made again under the new settings",
+        ):
             return  # history is kept; clusters, sample and the gold Sem-Ent come from the new settings
         self._restore_sample_indices(state_dict.get("indices"))
         self.spec.clusters_path = state_dict.get("clusters_path")

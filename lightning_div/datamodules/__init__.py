@@ -2,15 +2,40 @@
 
 from typing import Any
 
-from lightning_div.datamodules.formats import (DataFormatError, DialoguePair, Fields, ReadResult, ReadStats, as_pair,
-                                               read_chitchat, read_pairs, read_responses)
+from lightning_div.datamodules.formats import (
+    DataFormatError,
+    DialoguePair,
+    Fields,
+    ReadResult,
+    ReadStats,
+    as_pair,
+    read_chitchat,
+    read_pairs,
+    read_responses,
+)
 from lightning_div.datamodules.protocol import Negatives, ReweightableDataModule
 
-_LAZY = {"DialogueDataModule": "dialogue", "DialogueCollator": "encoding", "EncodedDialogues": "encoding",
-         "encode_pairs": "encoding"}
+_LAZY = {
+    "DialogueDataModule": "dialogue",
+    "DialogueCollator": "encoding",
+    "EncodedDialogues": "encoding",
+    "encode_pairs": "encoding",
+}
 
-__all__ = ["DataFormatError", "DialoguePair", "Fields", "Negatives", "ReadResult", "ReadStats",
-           "ReweightableDataModule", "as_pair", "read_chitchat", "read_pairs", "read_responses", *_LAZY]
+__all__ = [
+    "DataFormatError",
+    "DialoguePair",
+    "Fields",
+    "Negatives",
+    "ReadResult",
+    "ReadStats",
+    "ReweightableDataModule",
+    "as_pair",
+    "read_chitchat",
+    "read_pairs",
+    "read_responses",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:

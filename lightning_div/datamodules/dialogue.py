@@ -14,7 +14,7 @@ import logging
 import os
 import warnings
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
@@ -22,17 +22,35 @@ import torch
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, Sampler
 
-from lightning_div.datamodules.encoding import (ConcatPairs, DialogueCollator, EncodedDialogues, EncodedPairs,
-                                                encode_pairs)
-from lightning_div.datamodules.formats import (CONTEXT_SEPARATOR, REFERENCES_SEPARATOR, DialoguePair, Fields,
-                                               ReadResult, ReadStats, as_pair, read_pairs)
+from lightning_div.datamodules.encoding import (
+    ConcatPairs,
+    DialogueCollator,
+    EncodedDialogues,
+    EncodedPairs,
+    encode_pairs,
+)
+from lightning_div.datamodules.formats import (
+    CONTEXT_SEPARATOR,
+    REFERENCES_SEPARATOR,
+    DialoguePair,
+    Fields,
+    ReadResult,
+    ReadStats,
+    as_pair,
+    read_pairs,
+)
+from lightning_div.datamodules.protocol import MODES, NEGATIVE_BATCHES, Mode, Negatives, check_choice
+from lightning_div.distributed import rank_and_world
 from lightning_div.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
 from lightning_div.generation import pad_id_of
-from lightning_div.distributed import rank_and_world
-from lightning_div.datamodules.protocol import MODES, NEGATIVE_BATCHES, Mode, Negatives, check_choice
 from lightning_div.loop_state import batches_trained_this_epoch
-from lightning_div.samplers import (ExactDistributedSampler, ResumableDataLoader, SeparateBatchSampler,
-                                   WeightedDistributedSampler, check_sampling_weights)
+from lightning_div.samplers import (
+    ExactDistributedSampler,
+    ResumableDataLoader,
+    SeparateBatchSampler,
+    WeightedDistributedSampler,
+    check_sampling_weights,
+)
 from lightning_div.types import PairsSource, TokenizerSource
 
 log = logging.getLogger(__name__)
@@ -86,34 +104,58 @@ class DialogueDataModule(pl.LightningDataModule):
         show_progress: progress bar while tokenising.
     """
 
-    def __init__(self, train: Optional[PairsSource] = "chitchat", val: Optional[PairsSource] = "chitchat",
-                 test: Optional[PairsSource] = None, format: str = "auto",
-                 tokenizer: Optional[TokenizerSource] = None, max_history: Optional[int] = 3,
-                 max_context_tokens: Optional[int] = None,
-                 max_response_tokens: Optional[int] = None, turn_separator: Optional[str] = None,
-                 max_train_examples: Optional[int] = None, max_val_examples: Optional[int] = None,
-                 max_test_examples: Optional[int] = None, batch_size: int = 16,
-                 eval_batch_size: Optional[int] = None, num_workers: int = 0, dedupe: bool = False, seed: int = 0,
-                 seq2seq: Optional[bool] = None, context_field: str = "context", response_field: str = "response",
-                 references_field: str = "references", positive_responses_field: str = "positive_responses",
-                 dialog_field: str = "dialog", context_separator: str = CONTEXT_SEPARATOR,
-                 references_separator: str = REFERENCES_SEPARATOR, delimiter: Optional[str] = None,
-                 show_progress: bool = True) -> None:
+    def __init__(
+        self,
+        train: PairsSource | None = "chitchat",
+        val: PairsSource | None = "chitchat",
+        test: PairsSource | None = None,
+        format: str = "auto",
+        tokenizer: TokenizerSource | None = None,
+        max_history: int | None = 3,
+        max_context_tokens: int | None = None,
+        max_response_tokens: int | None = None,
+        turn_separator: str | None = None,
+        max_train_examples: int | None = None,
+        max_val_examples: int | None = None,
+        max_test_examples: int | None = None,
+        batch_size: int = 16,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        dedupe: bool = False,
+        seed: int = 0,
+        seq2seq: bool | None = None,
+        context_field: str = "context",
+        response_field: str = "response",
+        references_field: str = "references",
+        positive_responses_field: str = "positive_responses",
+        dialog_field: str = "dialog",
+        context_separator: str = CONTEXT_SEPARATOR,
+        references_separator: str = REFERENCES_SEPARATOR,
+        delimiter: str | None = None,
+        show_progress: bool = True,
+    ) -> None:
         super().__init__()
         # `tokenizer` is left out: DialogueLM logs its own, and Lightning refuses two different values of one key.
-        self.save_hyperparameters(ignore=["tokenizer"] + [name for name, value in (("train", train), ("val", val),
-                                                                                   ("test", test)) if not _plain(value)])
-        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
-                            ("max_train_examples", max_train_examples), ("max_val_examples", max_val_examples),
-                            ("max_test_examples", max_test_examples)):
+        self.save_hyperparameters(
+            ignore=["tokenizer"]
+            + [name for name, value in (("train", train), ("val", val), ("test", test)) if not _plain(value)]
+        )
+        for name, value in (
+            ("batch_size", batch_size),
+            ("eval_batch_size", eval_batch_size),
+            ("max_train_examples", max_train_examples),
+            ("max_val_examples", max_val_examples),
+            ("max_test_examples", max_test_examples),
+        ):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 (or None), got {value}")
         self._sources = {"train": train, "val": val, "test": test}
         self._limits = {"train": max_train_examples, "val": max_val_examples, "test": max_test_examples}
         self.format = format
         self.max_history = max_history
-        self.dialogue_format = DialogueFormat(turn_separator=turn_separator, max_turns=max_history,
-                                              max_context_tokens=max_context_tokens)
+        self.dialogue_format = DialogueFormat(
+            turn_separator=turn_separator, max_turns=max_history, max_context_tokens=max_context_tokens
+        )
         self.max_response_tokens = max_response_tokens
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -123,10 +165,16 @@ class DialogueDataModule(pl.LightningDataModule):
         self.show_progress = show_progress
         self._tokenizer_arg = tokenizer
         self._seq2seq_arg = seq2seq
-        self._fields = Fields(context=context_field, response=response_field, references=references_field,
-                              positive_responses=positive_responses_field, dialog=dialog_field)
-        self._csv = dict(context_separator=context_separator, references_separator=references_separator,
-                         delimiter=delimiter)
+        self._fields = Fields(
+            context=context_field,
+            response=response_field,
+            references=references_field,
+            positive_responses=positive_responses_field,
+            dialog=dialog_field,
+        )
+        self._csv = dict(
+            context_separator=context_separator, references_separator=references_separator, delimiter=delimiter
+        )
         self._pairs: dict[str, list[DialoguePair]] = {}
         self._stats: dict[str, ReadStats] = {}
         self._encoded: dict[str, EncodedPairs] = {}
@@ -149,8 +197,15 @@ class DialogueDataModule(pl.LightningDataModule):
             source = self._sources[name]
             if source is None:
                 raise ValueError(f"no {name} data: pass {name}= (a path, 'chitchat', a datasets.Dataset or pairs)")
-            pairs = read_pairs(source, self.format, split=_SPLIT_OF[name], max_history=self.max_history,
-                               dedupe=self.dedupe, fields=self._fields, **self._csv)
+            pairs = read_pairs(
+                source,
+                self.format,
+                split=_SPLIT_OF[name],
+                max_history=self.max_history,
+                dedupe=self.dedupe,
+                fields=self._fields,
+                **self._csv,
+            )
             stats = pairs.stats
             limit, note = self._limits[name], ""
             if limit is not None and len(pairs) > limit:
@@ -207,19 +262,25 @@ class DialogueDataModule(pl.LightningDataModule):
         elif tokenizer is None:
             tokenizer = getattr(module, "tokenizer", None)
             if tokenizer is None:
-                raise ValueError("DialogueDataModule needs a tokenizer: pass tokenizer= (a name, a path or a "
-                                 "tokenizer) or give the LightningModule a `tokenizer` attribute")
+                raise ValueError(
+                    "DialogueDataModule needs a tokenizer: pass tokenizer= (a name, a path or a "
+                    "tokenizer) or give the LightningModule a `tokenizer` attribute"
+                )
         model = getattr(module, "model", None)
         if getattr(model, "config", None) is None:
             model = module if getattr(module, "config", None) is not None else None
         if model is None:
             if self._seq2seq_arg is None:
-                _info("DialogueDataModule: no model with a config found; using the causal (decoder-only) layout "
-                      "(pass seq2seq=True for encoder-decoder models)")
+                _info(
+                    "DialogueDataModule: no model with a config found; using the causal (decoder-only) layout "
+                    "(pass seq2seq=True for encoder-decoder models)"
+                )
             model = model_layout(bool(self._seq2seq_arg))
         elif self._seq2seq_arg is not None and is_seq2seq(model) != self._seq2seq_arg:
-            raise ValueError(f"seq2seq={self._seq2seq_arg} but the model is "
-                             f"{'an encoder-decoder' if is_seq2seq(model) else 'decoder-only'}")
+            raise ValueError(
+                f"seq2seq={self._seq2seq_arg} but the model is "
+                f"{'an encoder-decoder' if is_seq2seq(model) else 'decoder-only'}"
+            )
         self._tokenizer, self._model = tokenizer, model
 
     def _layout(self) -> tuple:
@@ -251,8 +312,15 @@ class DialogueDataModule(pl.LightningDataModule):
     def _encode(self, pairs: list[DialoguePair], desc: str) -> EncodedPairs:
         self._ensure_model()
         show = self.show_progress and self._rank() == 0
-        return encode_pairs(pairs, self._tokenizer, self._model, self.dialogue_format,
-                            max_response_tokens=self.max_response_tokens, show_progress=show, desc=desc)
+        return encode_pairs(
+            pairs,
+            self._tokenizer,
+            self._model,
+            self.dialogue_format,
+            max_response_tokens=self.max_response_tokens,
+            show_progress=show,
+            desc=desc,
+        )
 
     def _encoded_split(self, name: str) -> EncodedPairs:
         self._ensure_model()
@@ -260,7 +328,7 @@ class DialogueDataModule(pl.LightningDataModule):
             self._encoded[name] = self._encode(self._read(name), f"tokenising {name}")
         return self._encoded[name]
 
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         """Read and tokenise the data the stage needs (once; later calls reuse it)."""
         names = _STAGE_NAMES.get(stage, NAMES) if stage is not None else NAMES
         required = _REQUIRED.get(stage)
@@ -328,8 +396,10 @@ class DialogueDataModule(pl.LightningDataModule):
         check_choice("mode", mode, MODES)
         w = None if weights is None else self._finite(weights, len(self._read("train")), what)
         if mode == "sampler":
-            check_sampling_weights(np.concatenate([self.sample_weights if w is None else w, negatives.weights]),
-                                   "sampling weights" if what == "sample weights" else what)
+            check_sampling_weights(
+                np.concatenate([self.sample_weights if w is None else w, negatives.weights]),
+                "sampling weights" if what == "sample weights" else what,
+            )
         if negatives.pairs != self._negatives.pairs:
             self._negatives_encoded = None
         self._sample_weights = w if weights is not None else self._sample_weights
@@ -360,13 +430,17 @@ class DialogueDataModule(pl.LightningDataModule):
         """
         negatives = Negatives() if negatives is None else negatives
         if not isinstance(negatives, Negatives):
-            raise ValueError(f"negatives must be a lightning_div.datamodules.protocol.Negatives (or None), "
-                             f"got {type(negatives).__name__}")
+            raise ValueError(
+                f"negatives must be a lightning_div.datamodules.protocol.Negatives (or None), "
+                f"got {type(negatives).__name__}"
+            )
         trainer = self._trainer_or_none()
         if self._train_loader_built and trainer is not None and not trainer.reload_dataloaders_every_n_epochs:
-            raise ValueError("DialogueDataModule.apply_weights: the train dataloader is already built and this "
-                             "Trainer never rebuilds it, so the new weights would not be used: create the Trainer "
-                             "with reload_dataloaders_every_n_epochs=1")
+            raise ValueError(
+                "DialogueDataModule.apply_weights: the train dataloader is already built and this "
+                "Trainer never rebuilds it, so the new weights would not be used: create the Trainer "
+                "with reload_dataloaders_every_n_epochs=1"
+            )
         self._set(weights, negatives, mode, "sample weights")
         self._checkpoint_weights = False
 
@@ -374,8 +448,12 @@ class DialogueDataModule(pl.LightningDataModule):
     # datamodule (nobody else owns it) and makes the datamodule switch dataloader reloading on.
 
     def _legacy(self, name: str) -> None:
-        warnings.warn(f"DialogueDataModule.{name} is deprecated: use apply_weights(weights, Negatives(...), mode) "
-                      "(lightning_div.datamodules.protocol)", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"DialogueDataModule.{name} is deprecated: use apply_weights(weights, Negatives(...), mode) "
+            "(lightning_div.datamodules.protocol)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
     def set_negative_loss(self, negative_loss: str) -> None:
         """Deprecated: pass ``Negatives(loss=...)`` to :meth:`apply_weights`. Sets :attr:`negative_loss`."""
@@ -445,11 +523,15 @@ class DialogueDataModule(pl.LightningDataModule):
         every = trainer.reload_dataloaders_every_n_epochs
         if not every:
             trainer.reload_dataloaders_every_n_epochs = 1
-            _info("DialogueDataModule: the training data changed, so the train dataloader is now rebuilt every "
-                  "epoch (Trainer.reload_dataloaders_every_n_epochs = 1)")
+            _info(
+                "DialogueDataModule: the training data changed, so the train dataloader is now rebuilt every "
+                "epoch (Trainer.reload_dataloaders_every_n_epochs = 1)"
+            )
         elif every > 1:
-            _info(f"DialogueDataModule: the training data changed; the change is used when the train dataloader "
-                  f"is next rebuilt (reload_dataloaders_every_n_epochs = {every})")
+            _info(
+                f"DialogueDataModule: the training data changed; the change is used when the train dataloader "
+                f"is next rebuilt (reload_dataloaders_every_n_epochs = {every})"
+            )
 
     # ------------------------------------------------------------------------------------------
     # Dataloaders
@@ -465,11 +547,11 @@ class DialogueDataModule(pl.LightningDataModule):
         rank, size = rank_and_world()
         return size, rank
 
-    def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int,
-                progress: Any = None) -> DataLoader:
+    def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int, progress: Any = None) -> DataLoader:
         collate = DialogueCollator(pad_id_of(self.tokenizer), seq2seq=self.seq2seq)
-        kwargs = dict(batch_size=batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers,
-                      drop_last=False)
+        kwargs = dict(
+            batch_size=batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers, drop_last=False
+        )
         if progress is not None:
             return ResumableDataLoader(dataset, progress=progress, **kwargs)
         return DataLoader(dataset, **kwargs)
@@ -491,18 +573,25 @@ class DialogueDataModule(pl.LightningDataModule):
         dataset = self.train_dataset()
         num_replicas, rank = self._world()
         if self._mode == "loss" and self._negatives.batches == "separate" and len(self._negatives):
-            sampler: Any = SeparateBatchSampler(dataset, [len(dataset) - len(self._negatives), len(self._negatives)],
-                                                self.batch_size, num_replicas, rank, seed=self.seed)
+            sampler: Any = SeparateBatchSampler(
+                dataset,
+                [len(dataset) - len(self._negatives), len(self._negatives)],
+                self.batch_size,
+                num_replicas,
+                rank,
+                seed=self.seed,
+            )
         elif self._mode == "loss":
             sampler = ExactDistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=self.seed)
         else:
             weights = np.concatenate([self.sample_weights, self._negatives.weights])
-            sampler = WeightedDistributedSampler(dataset, weights, num_replicas=num_replicas, rank=rank,
-                                                 seed=self.seed)
+            sampler = WeightedDistributedSampler(dataset, weights, num_replicas=num_replicas, rank=rank, seed=self.seed)
         trainer = self._trainer_or_none()
         sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
         self._train_loader_built = True
-        return self._loader(dataset, sampler, self.batch_size, progress=lambda: batches_trained_this_epoch(self._trainer_or_none()))
+        return self._loader(
+            dataset, sampler, self.batch_size, progress=lambda: batches_trained_this_epoch(self._trainer_or_none())
+        )
 
     def _eval_loader(self, name: str) -> DataLoader:
         dataset = EncodedDialogues(self._encoded_split(name))
@@ -529,11 +618,17 @@ class DialogueDataModule(pl.LightningDataModule):
         if not self._checkpoint_weights:
             return {}
         weights, negatives = self._sample_weights, self._negatives
-        return {"sample_weights": None if weights is None else torch.from_numpy(weights.copy()),
-                "negatives": [{"context": list(p.context), "response": p.response, "references": list(p.references)}
-                              for p in negatives.pairs],
-                "negative_weights": torch.from_numpy(np.array(negatives.weights)),
-                "negative_batches": negatives.batches, "negative_loss": negatives.loss, "sampling_mode": self._mode}
+        return {
+            "sample_weights": None if weights is None else torch.from_numpy(weights.copy()),
+            "negatives": [
+                {"context": list(p.context), "response": p.response, "references": list(p.references)}
+                for p in negatives.pairs
+            ],
+            "negative_weights": torch.from_numpy(np.array(negatives.weights)),
+            "negative_batches": negatives.batches,
+            "negative_loss": negatives.loss,
+            "sampling_mode": self._mode,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (validated against the current training data).
@@ -544,11 +639,20 @@ class DialogueDataModule(pl.LightningDataModule):
         if not state_dict:
             return
         weights = state_dict.get("sample_weights")
-        negatives = Negatives(tuple(DialoguePair(tuple(d["context"]), d["response"], tuple(d["references"]))
-                                    for d in state_dict.get("negatives", [])),
-                              torch.as_tensor(state_dict.get("negative_weights", [])).numpy(),
-                              state_dict.get("negative_batches", "mixed"), state_dict.get("negative_loss", "nll"))
+        negatives = Negatives(
+            tuple(
+                DialoguePair(tuple(d["context"]), d["response"], tuple(d["references"]))
+                for d in state_dict.get("negatives", [])
+            ),
+            torch.as_tensor(state_dict.get("negative_weights", [])).numpy(),
+            state_dict.get("negative_batches", "mixed"),
+            state_dict.get("negative_loss", "nll"),
+        )
         self._sample_weights = None
-        self._set(None if weights is None else torch.as_tensor(weights).numpy(), negatives,
-                  state_dict.get("sampling_mode", "loss"), "sample weights")
+        self._set(
+            None if weights is None else torch.as_tensor(weights).numpy(),
+            negatives,
+            state_dict.get("sampling_mode", "loss"),
+            "sample weights",
+        )
         self._checkpoint_weights = True

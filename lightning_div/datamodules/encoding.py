@@ -10,8 +10,8 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -54,7 +54,7 @@ class EncodedPairs(Sequence):
             raise IndexError(f"index {i} out of range for {len(self)} examples")
         i %= len(self)
         c, r = self._context_ends, self._response_ends
-        return self._context[c[i]:c[i + 1]].tolist(), self._response[r[i]:r[i + 1]].tolist()
+        return self._context[c[i] : c[i + 1]].tolist(), self._response[r[i] : r[i + 1]].tolist()
 
 
 class ConcatPairs(Sequence):
@@ -74,9 +74,15 @@ class ConcatPairs(Sequence):
         return self.parts[k][i - self._starts[k]]
 
 
-def encode_pairs(pairs: Sequence[DialoguePair], tokenizer: Any, model: Any, fmt: DialogueFormat | None = None,
-                 max_response_tokens: int | None = None, show_progress: bool = True,
-                 desc: str = "tokenising") -> EncodedPairs:
+def encode_pairs(
+    pairs: Sequence[DialoguePair],
+    tokenizer: Any,
+    model: Any,
+    fmt: DialogueFormat | None = None,
+    max_response_tokens: int | None = None,
+    show_progress: bool = True,
+    desc: str = "tokenising",
+) -> EncodedPairs:
     """``fmt.encode_pair`` of every pair: (context ids, response ids), fitted to the model window.
 
     Args:
@@ -92,9 +98,17 @@ def encode_pairs(pairs: Sequence[DialoguePair], tokenizer: Any, model: Any, fmt:
         The token ids of every pair, in flat int32 buffers.
     """
     fmt = fmt or DialogueFormat()
-    return EncodedPairs(fmt.encode_pairs([p.context for p in pairs], [p.response for p in pairs], tokenizer, model,
-                                         max_response_tokens=max_response_tokens, show_progress=show_progress,
-                                         desc=desc))
+    return EncodedPairs(
+        fmt.encode_pairs(
+            [p.context for p in pairs],
+            [p.response for p in pairs],
+            tokenizer,
+            model,
+            max_response_tokens=max_response_tokens,
+            show_progress=show_progress,
+            desc=desc,
+        )
+    )
 
 
 class EncodedDialogues(Dataset):
@@ -108,8 +122,9 @@ class EncodedDialogues(Dataset):
     it fills a short batch without adding tokens to the loss's denominator.
     """
 
-    def __init__(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
-                 weights: np.ndarray | None = None) -> None:
+    def __init__(
+        self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]], weights: np.ndarray | None = None
+    ) -> None:
         self.encoded = encoded
         n = len(encoded)
         self.weights = np.ones(n, dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
@@ -128,9 +143,12 @@ class EncodedDialogues(Dataset):
         context_ids, response_ids = self.encoded[j]
         if i >= 2 * n:
             response_ids = []
-        return {"context_ids": context_ids, "response_ids": response_ids,
-                "index": PADDING_INDEX if padding else j,
-                "sample_weight": 0.0 if padding else float(self.weights[j])}
+        return {
+            "context_ids": context_ids,
+            "response_ids": response_ids,
+            "index": PADDING_INDEX if padding else j,
+            "sample_weight": 0.0 if padding else float(self.weights[j]),
+        }
 
 
 @dataclass
@@ -156,6 +174,10 @@ class DialogueCollator:
             targets = [[IGNORE_INDEX] * len(it["context_ids"]) + it["response_ids"] for it in items]
         input_ids, attention_mask = pad_batch(inputs, self.pad_token_id, "right")
         labels, _ = pad_batch(targets, IGNORE_INDEX, "right")
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
-                "sample_weight": torch.tensor([it["sample_weight"] for it in items], dtype=torch.float32),
-                "index": torch.tensor([it["index"] for it in items], dtype=torch.long)}
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "sample_weight": torch.tensor([it["sample_weight"] for it in items], dtype=torch.float32),
+            "index": torch.tensor([it["index"] for it in items], dtype=torch.long),
+        }

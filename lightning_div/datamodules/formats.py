@@ -55,8 +55,10 @@ class ReadStats:
     def summary(self) -> str:
         """One line for the log."""
         dropped = ", ".join(f"{n:,} {reason}" for reason, n in sorted(self.dropped.items())) or "none"
-        return (f"{self.source}: {self.examples:,} examples from {self.records:,} records; dropped: {dropped}; "
-                f"contexts truncated: {self.truncated:,}; duplicates removed: {self.duplicates:,}")
+        return (
+            f"{self.source}: {self.examples:,} examples from {self.records:,} records; dropped: {dropped}; "
+            f"contexts truncated: {self.truncated:,}; duplicates removed: {self.duplicates:,}"
+        )
 
 
 class ReadResult(list):
@@ -79,7 +81,7 @@ def conversation_to_pairs(turns: Sequence[str], max_history: int | None = None, 
 
 def split_of(key: str, fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)) -> str:
     """Deterministic split of a conversation by a hash of its id (independent of file order)."""
-    u = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little") / 2.0 ** 64
+    u = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little") / 2.0**64
     if u < fractions[0]:
         return "train"
     return "validation" if u < fractions[0] + fractions[1] else "test"
@@ -98,8 +100,10 @@ def _check_max_history(max_history: int | None) -> None:
 
 def missing_extra(package: str, what: str) -> ImportError:
     """The error for an optional package of the ``demo`` extra that is not installed."""
-    return ImportError(f"{what} needs the package {package!r}, which comes with the demo extra: "
-                       f'pip install "lightning-div[demo]" (or pip install {package})')
+    return ImportError(
+        f"{what} needs the package {package!r}, which comes with the demo extra: "
+        f'pip install "lightning-div[demo]" (or pip install {package})'
+    )
 
 
 @lru_cache(maxsize=1)
@@ -121,8 +125,9 @@ def chitchat_conversations(split: str = "train", max_conversations: int | None =
     (about 90/5/5 %), so the split does not depend on file order.
     """
     _check_split(split)
-    if max_conversations is not None and (isinstance(max_conversations, bool) or not isinstance(max_conversations, int)
-                                          or max_conversations < 1):
+    if max_conversations is not None and (
+        isinstance(max_conversations, bool) or not isinstance(max_conversations, int) or max_conversations < 1
+    ):
         # checked up front: 0 used to return one conversation (the limit was tested after appending)
         raise ValueError(f"max_conversations must be an int >= 1 or None, got {max_conversations!r}")
     data = _chitchat_corpus()
@@ -130,8 +135,9 @@ def chitchat_conversations(split: str = "train", max_conversations: int | None =
     for conv_id in sorted(data):
         if split_of(conv_id) != split:
             continue
-        turns = [" ".join(u["text"].strip() for u in message if u["text"].strip())
-                 for message in data[conv_id]["messages"]]
+        turns = [
+            " ".join(u["text"].strip() for u in message if u["text"].strip()) for message in data[conv_id]["messages"]
+        ]
         turns = [t for t in turns if t]
         if len(turns) >= 2:
             out.append((conv_id, turns))
@@ -140,8 +146,9 @@ def chitchat_conversations(split: str = "train", max_conversations: int | None =
     return out
 
 
-def read_chitchat(split: str = "train", max_history: int | None = 3,
-                  max_conversations: int | None = None) -> list[DialoguePair]:
+def read_chitchat(
+    split: str = "train", max_history: int | None = 3, max_conversations: int | None = None
+) -> list[DialoguePair]:
     """The embedded corpus as pairs (see :func:`chitchat_conversations`).
 
     With ``max_history=3``: 118,529 / 6,025 / 7,003 train / validation / test examples.
@@ -184,10 +191,13 @@ def check_text(text: str, where: str, name: str = "text") -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise DataFormatError(where, f"{name} contains a lone surrogate (U+{ord(text[e.start]):04X} at character "
-                                     f"{e.start + 1}), which is not a character: a JSON escape such as \\ud83d must "
-                                     "be followed by its second half (e.g. \\ude00), or write the character "
-                                     "itself") from None
+        raise DataFormatError(
+            where,
+            f"{name} contains a lone surrogate (U+{ord(text[e.start]):04X} at character "
+            f"{e.start + 1}), which is not a character: a JSON escape such as \\ud83d must "
+            "be followed by its second half (e.g. \\ude00), or write the character "
+            "itself",
+        ) from None
     return text
 
 
@@ -211,7 +221,7 @@ class _Collector:
             return
         context = tuple(context)
         if self.max_history is not None and len(context) > self.max_history:
-            context = context[-self.max_history:]
+            context = context[-self.max_history :]
             self.stats.truncated += 1
         self.pairs.append(DialoguePair(context, response, tuple(references), source=where))
 
@@ -274,8 +284,9 @@ def _add_record(out: _Collector, record: Any, where: str, fields: Fields) -> Non
         if fields.response in record:
             response = record[fields.response]
             if not isinstance(response, str):
-                raise DataFormatError(where, f"field '{fields.response}' must be a string, "
-                                             f"got {type(response).__name__}")
+                raise DataFormatError(
+                    where, f"field '{fields.response}' must be a string, got {type(response).__name__}"
+                )
             refs = record.get(fields.references)
             references = [] if refs is None else _str_list(refs, where, fields.references)
         else:
@@ -288,8 +299,11 @@ def _add_record(out: _Collector, record: Any, where: str, fields: Fields) -> Non
         out.conversation(_str_list(record[fields.dialog], where, fields.dialog), where)
     else:
         present = ", ".join(map(repr, list(record)[:8])) or "none"
-        raise DataFormatError(where, f"missing field '{fields.response}' (or '{fields.positive_responses}', "
-                                     f"or a '{fields.dialog}' list of turns); fields present: {present}")
+        raise DataFormatError(
+            where,
+            f"missing field '{fields.response}' (or '{fields.positive_responses}', "
+            f"or a '{fields.dialog}' list of turns); fields present: {present}",
+        )
     out.stats.records += 1
 
 
@@ -311,8 +325,10 @@ def _read_text(path: str | os.PathLike) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise DataFormatError(f"{path}:{line}", f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
-                                                "re-encode the file as UTF-8") from None
+        raise DataFormatError(
+            f"{path}:{line}",
+            f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column}); re-encode the file as UTF-8",
+        ) from None
 
 
 def _lines(text: str) -> Iterator[tuple[int, str]]:
@@ -323,8 +339,9 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
-def read_dailydialog(path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False,
-                     eou: str = EOU) -> ReadResult:
+def read_dailydialog(
+    path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False, eou: str = EOU
+) -> ReadResult:
     """DailyDialog text (``dialogues_text.txt``): one dialogue a line, each turn ended by ``__eou__``."""
     text = _read_text(path)
     out = _Collector(str(path), max_history)
@@ -370,13 +387,14 @@ def _json_records(path: str | os.PathLike, text: str) -> Iterator[tuple[int, Any
         if pos < len(text) and text[pos] == ",":
             pos = skip(pos + 1)
             continue
-        if pos < len(text) and text[pos] == "]" and not text[pos + 1:].strip():
+        if pos < len(text) and text[pos] == "]" and not text[pos + 1 :].strip():
             return
         raise DataFormatError(f"{path}:{line_of(pos)}", "invalid JSON (expected ',' or the closing ']' of the list)")
 
 
-def read_json(path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False,
-              fields: Fields = Fields()) -> ReadResult:
+def read_json(
+    path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False, fields: Fields = Fields()
+) -> ReadResult:
     """JSON Lines or a JSON list of records (see :class:`Fields`); DailyDialog++ files included."""
     text = _read_text(path)
     out = _Collector(str(path), max_history)
@@ -385,9 +403,15 @@ def read_json(path: str | os.PathLike, max_history: int | None = None, dedupe: b
     return out.result(dedupe)
 
 
-def read_csv(path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False,
-             fields: Fields = Fields(), delimiter: str | None = None, context_separator: str = CONTEXT_SEPARATOR,
-             references_separator: str = REFERENCES_SEPARATOR) -> ReadResult:
+def read_csv(
+    path: str | os.PathLike,
+    max_history: int | None = None,
+    dedupe: bool = False,
+    fields: Fields = Fields(),
+    delimiter: str | None = None,
+    context_separator: str = CONTEXT_SEPARATOR,
+    references_separator: str = REFERENCES_SEPARATOR,
+) -> ReadResult:
     """CSV / TSV with a header row.
 
     The context cell holds the turns joined by ``context_separator`` (default ``" __eou__ "``),
@@ -413,8 +437,9 @@ def read_csv(path: str | os.PathLike, max_history: int | None = None, dedupe: bo
                 if fields.dialog not in header:
                     for name in (fields.context, fields.response):
                         if name not in header:
-                            raise DataFormatError(f"{path}:{line}", f"no '{name}' column in the header "
-                                                                    f"(columns: {', '.join(header)})")
+                            raise DataFormatError(
+                                f"{path}:{line}", f"no '{name}' column in the header (columns: {', '.join(header)})"
+                            )
                 continue
             where = f"{path}:{line}"
             if len(row) != len(header):
@@ -491,8 +516,14 @@ def _is_hf_dataset(obj: Any) -> bool:
     return type(obj).__module__.startswith("datasets.") and hasattr(obj, "column_names")
 
 
-def read_hf(data: Any, split: str | None = None, max_history: int | None = None, dedupe: bool = False,
-            fields: Fields = Fields(), name: str | None = None) -> ReadResult:
+def read_hf(
+    data: Any,
+    split: str | None = None,
+    max_history: int | None = None,
+    dedupe: bool = False,
+    fields: Fields = Fields(),
+    name: str | None = None,
+) -> ReadResult:
     """A ``datasets.Dataset``, a ``DatasetDict`` (pick ``split``) or a ``save_to_disk`` directory.
 
     Rows are read as records (see :class:`Fields`); errors name the dataset and row.
@@ -518,8 +549,11 @@ def read_hf(data: Any, split: str | None = None, max_history: int | None = None,
         raise TypeError(f"{name}: expected a datasets.Dataset or DatasetDict, got {type(data).__name__}")
     columns = set(data.column_names)
     if not ({fields.response, fields.positive_responses, fields.dialog} & columns):
-        raise DataFormatError(name, f"no '{fields.response}', '{fields.positive_responses}' or '{fields.dialog}' "
-                                    f"column (columns: {', '.join(data.column_names)}); set the column names")
+        raise DataFormatError(
+            name,
+            f"no '{fields.response}', '{fields.positive_responses}' or '{fields.dialog}' "
+            f"column (columns: {', '.join(data.column_names)}); set the column names",
+        )
     if len(data) == 0:
         raise DataFormatError(name, "the dataset has no rows")
     out = _Collector(name, max_history)
@@ -532,8 +566,13 @@ def read_hf(data: Any, split: str | None = None, max_history: int | None = None,
 # Pairs given in memory and the dispatcher
 
 
-def pairs_from_items(items: Iterable[Any], max_history: int | None = None, dedupe: bool = False,
-                     fields: Fields = Fields(), name: str = "pairs") -> ReadResult:
+def pairs_from_items(
+    items: Iterable[Any],
+    max_history: int | None = None,
+    dedupe: bool = False,
+    fields: Fields = Fields(),
+    name: str = "pairs",
+) -> ReadResult:
     """Normalise DialoguePairs, (context, response) / (context, [references]) tuples or record dicts.
 
     Errors name the index of the bad item, e.g. ``pairs[3]: response must be a string``.
@@ -552,8 +591,9 @@ def pairs_from_items(items: Iterable[Any], max_history: int | None = None, dedup
     return out.result(dedupe)
 
 
-def read_chitchat_pairs(split: str = "train", max_history: int | None = None, dedupe: bool = False,
-                        max_conversations: int | None = None) -> ReadResult:
+def read_chitchat_pairs(
+    split: str = "train", max_history: int | None = None, dedupe: bool = False, max_conversations: int | None = None
+) -> ReadResult:
     """The embedded corpus (see :func:`chitchat_conversations`) with statistics."""
     out = _Collector(f"chitchat:{split}", max_history)
     for conv_id, turns in chitchat_conversations(split, max_conversations):
@@ -572,8 +612,7 @@ def detect_format(path: str | os.PathLike) -> str:
         return "hf"
     suffix = p.suffix.lower()
     if suffix not in _EXTENSIONS:
-        raise ValueError(f"{path}: cannot tell the format from the extension {suffix!r}; "
-                         f"pass format= one of {FORMATS}")
+        raise ValueError(f"{path}: cannot tell the format from the extension {suffix!r}; pass format= one of {FORMATS}")
     if _EXTENSIONS[suffix] is not None:
         return _EXTENSIONS[suffix]
     first = next((line for _, line in _lines(_read_text(p))), "")
@@ -581,14 +620,25 @@ def detect_format(path: str | os.PathLike) -> str:
         return "parlai"
     if EOU in first:
         return "dailydialog"
-    raise ValueError(f"{path}:1: a .txt file that is neither ParlAI ('text:...') nor DailyDialog ('... __eou__'); "
-                     "pass format=")
+    raise ValueError(
+        f"{path}:1: a .txt file that is neither ParlAI ('text:...') nor DailyDialog ('... __eou__'); pass format="
+    )
 
 
-def read_pairs(source: Any, format: str = "auto", *, split: str = "train", max_history: int | None = None,
-               dedupe: bool = False, fields: Fields | None = None, delimiter: str | None = None,
-               context_separator: str = CONTEXT_SEPARATOR, references_separator: str = REFERENCES_SEPARATOR,
-               max_conversations: int | None = None, **field_names: str) -> ReadResult:
+def read_pairs(
+    source: Any,
+    format: str = "auto",
+    *,
+    split: str = "train",
+    max_history: int | None = None,
+    dedupe: bool = False,
+    fields: Fields | None = None,
+    delimiter: str | None = None,
+    context_separator: str = CONTEXT_SEPARATOR,
+    references_separator: str = REFERENCES_SEPARATOR,
+    max_conversations: int | None = None,
+    **field_names: str,
+) -> ReadResult:
     """Read dialogue pairs from anything the project accepts.
 
     ``source`` is a file path (format from the extension or ``format``), a saved
@@ -648,13 +698,21 @@ def read_pairs(source: Any, format: str = "auto", *, split: str = "train", max_h
         if kind in ("csv", "tsv"):
             if delimiter is None:
                 delimiter = "\t" if kind == "tsv" else ","
-            return read_csv(source, fields=fields, delimiter=delimiter, context_separator=context_separator,
-                            references_separator=references_separator, **common)
+            return read_csv(
+                source,
+                fields=fields,
+                delimiter=delimiter,
+                context_separator=context_separator,
+                references_separator=references_separator,
+                **common,
+            )
         return read_json(source, fields=fields, **common)  # json, jsonl, dailydialog++
     if isinstance(source, Iterable) and not isinstance(source, (bytes, dict)):
         return pairs_from_items(source, fields=fields, **common)
-    raise TypeError(f"cannot read dialogue pairs from {type(source).__name__}; give a path, 'chitchat', "
-                    "a datasets.Dataset or a list of pairs")
+    raise TypeError(
+        f"cannot read dialogue pairs from {type(source).__name__}; give a path, 'chitchat', "
+        "a datasets.Dataset or a list of pairs"
+    )
 
 
 def _fields(fields: Fields | None, names: dict[str, str]) -> Fields:
@@ -711,16 +769,18 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
     if suffix in (".json", ".jsonl"):
         out = []
         for number, record in _json_records(path, _read_text(path)):
-            out.append(check_text(_response_of(record, field, f"{path}:{number}"), f"{path}:{number}",
-                                  "the response"))
+            out.append(check_text(_response_of(record, field, f"{path}:{number}"), f"{path}:{number}", "the response"))
         return out
     if suffix in (".csv", ".tsv"):
-        rows = csv.DictReader(io.StringIO(_read_text(path), newline=""),
-                              delimiter=delimiter or ("\t" if suffix == ".tsv" else ","))
+        rows = csv.DictReader(
+            io.StringIO(_read_text(path), newline=""), delimiter=delimiter or ("\t" if suffix == ".tsv" else ",")
+        )
         name = field or "response"
         if rows.fieldnames is None or name not in rows.fieldnames:
-            raise DataFormatError(f"{path}:1", f"no {name!r} column in the header "
-                                               f"(columns: {', '.join(rows.fieldnames or [])}); pass field=")
+            raise DataFormatError(
+                f"{path}:1",
+                f"no {name!r} column in the header (columns: {', '.join(rows.fieldnames or [])}); pass field=",
+            )
         try:
             return [row[name] or "" for row in rows]
         except csv.Error as e:
@@ -741,5 +801,4 @@ def _response_of(record: Any, field: str | None, where: str) -> str:
     if isinstance(record, dict) and field:
         raise DataFormatError(where, f"missing field {field!r}")
     wanted = repr(field) if field else " / ".join(RESPONSE_FIELDS)
-    raise DataFormatError(where, f"expected a string or a record with a {wanted} field, "
-                                 f"got {type(record).__name__}")
+    raise DataFormatError(where, f"expected a string or a record with a {wanted} field, got {type(record).__name__}")

@@ -23,8 +23,17 @@ import numpy as np
 
 from lightning_div.core import DialoguePair, as_pair
 
-__all__ = ["MODES", "NEGATIVE_BATCHES", "NEGATIVE_LOSSES", "Mode", "NegativeBatches", "NegativeLoss", "Negatives",
-           "ReweightableDataModule", "check_choice"]
+__all__ = [
+    "MODES",
+    "NEGATIVE_BATCHES",
+    "NEGATIVE_LOSSES",
+    "Mode",
+    "NegativeBatches",
+    "NegativeLoss",
+    "Negatives",
+    "ReweightableDataModule",
+    "check_choice",
+]
 
 #: How the gold weights are used: in the loss (batches carry ``sample_weight``) or as draw probabilities.
 Mode = Literal["loss", "sampler"]

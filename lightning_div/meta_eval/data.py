@@ -86,11 +86,15 @@ def _check_header(fields: list[str] | None, path: Path) -> list[str]:
         raise ValueError(f"{path}:1: no response columns; expected resp_0, resp_1, ... (columns: {fields})")
     missing = sorted(set(range(indices[-1] + 1)) - set(indices))
     if missing:
-        raise ValueError(f"{path}:1: response columns must be resp_0 .. resp_{indices[-1]} without gaps; "
-                         f"resp_{missing[0]} is missing")
+        raise ValueError(
+            f"{path}:1: response columns must be resp_0 .. resp_{indices[-1]} without gaps; "
+            f"resp_{missing[0]} is missing"
+        )
     if "label_value" not in fields:
-        raise ValueError(f"{path}:1: no label_value column (the diversity parameter: the temperature for "
-                         "decTest, 0 = low / 1 = high content diversity for conTest)")
+        raise ValueError(
+            f"{path}:1: no label_value column (the diversity parameter: the temperature for "
+            "decTest, 0 = low / 1 = high content diversity for conTest)"
+        )
     return [f"resp_{i}" for i in range(len(indices))]
 
 
@@ -132,15 +136,21 @@ def read_released_csv(path: str | Path) -> MetaEvalData:
                     raise ValueError(f"{where}: the row has {count} fields but the header has {len(row)}")
                 if "label_name" in row:
                     if label_name is not None and row["label_name"] != label_name:
-                        raise ValueError(f"{where}: label_name {row['label_name']!r} differs from {label_name!r} "
-                                         "on the rows above; one file holds one test")
+                        raise ValueError(
+                            f"{where}: label_name {row['label_name']!r} differs from {label_name!r} "
+                            "on the rows above; one file holds one test"
+                        )
                     label_name = row["label_name"]
                 for c in metric_fields:
                     precomputed[c].append(_number(row[c], f"{where}: {c}"))
-                sets.append(ResponseSet(context=row.get("context", ""),
-                                        parameter=_number(row["label_value"], f"{where}: label_value"),
-                                        responses=tuple(row[c] for c in resp_fields),
-                                        sample_id=row.get("sample_id", "") or str(len(sets))))
+                sets.append(
+                    ResponseSet(
+                        context=row.get("context", ""),
+                        parameter=_number(row["label_value"], f"{where}: label_value"),
+                        responses=tuple(row[c] for c in resp_fields),
+                        sample_id=row.get("sample_id", "") or str(len(sets)),
+                    )
+                )
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 after line {line} ({err.reason} at byte {err.start} of a chunk)") from None
     except csv.Error as err:
@@ -218,8 +228,18 @@ def write_sets_jsonl(sets: Sequence[ResponseSet], path: str | Path) -> Path:
     with atomic_write(path, "w", encoding="utf-8") as f:
         for s in sets:
             context = s.context if isinstance(s.context, str) else list(s.context)
-            f.write(json.dumps({"sample_id": s.sample_id, "context": context, "parameter": s.parameter,
-                                "responses": list(s.responses)}, ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "sample_id": s.sample_id,
+                        "context": context,
+                        "parameter": s.parameter,
+                        "responses": list(s.responses),
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     return path
 
 
@@ -247,9 +267,16 @@ def read_sets(path: str | Path) -> MetaEvalData:
     raise ValueError(f"{path}: unknown format {suffix!r}; use a released .csv or a .jsonl of response sets")
 
 
-def build_dec_test(adapter: ResponseGenerator, contexts: Sequence[Context], temperatures: Sequence[float],
-                   n: int = 10, seed: int = 0, pairing: str = "grid", show_progress: bool = True,
-                   **generation_kwargs: Any) -> list[ResponseSet]:
+def build_dec_test(
+    adapter: ResponseGenerator,
+    contexts: Sequence[Context],
+    temperatures: Sequence[float],
+    n: int = 10,
+    seed: int = 0,
+    pairing: str = "grid",
+    show_progress: bool = True,
+    **generation_kwargs: Any,
+) -> list[ResponseSet]:
     """A fresh decTest from any model: ``n`` sampled responses per (context, temperature).
 
     ``adapter`` is anything with ``generate(contexts, num_return_sequences=, do_sample=,
@@ -290,16 +317,19 @@ def build_dec_test(adapter: ResponseGenerator, contexts: Sequence[Context], temp
     if pairing not in ("grid", "round_robin"):
         raise ValueError(f"pairing={pairing!r} is unknown; use 'grid' or 'round_robin'")
     if pairing == "round_robin" and len(contexts) < len(set(temps)):
-        raise ValueError(f"round_robin pairing with {len(contexts)} contexts leaves some of the "
-                         f"{len(set(temps))} temperatures without a set; give more contexts or use 'grid'")
+        raise ValueError(
+            f"round_robin pairing with {len(contexts)} contexts leaves some of the "
+            f"{len(set(temps))} temperatures without a set; give more contexts or use 'grid'"
+        )
     kwargs = {**DEC_TEST_SAMPLING, **generation_kwargs}
     out: dict[tuple[int, int], ResponseSet] = {}
     for ti, t in enumerate(tqdm(temps, desc="decTest temperatures", unit="temp", disable=not show_progress)):
         chosen = [ci for ci in range(len(contexts)) if pairing == "grid" or ci % len(temps) == ti]
         if not chosen:
             continue
-        groups = generate_sets(adapter, [contexts[ci] for ci in chosen], n, temperature=t,
-                               seed=derive_seed(seed, ti), **kwargs)
+        groups = generate_sets(
+            adapter, [contexts[ci] for ci in chosen], n, temperature=t, seed=derive_seed(seed, ti), **kwargs
+        )
         for ci, responses in zip(chosen, groups):
             out[ci, ti] = ResponseSet(contexts[ci], t, tuple(responses), f"c{ci}-t{ti}")
     return [out[key] for key in sorted(out)]

@@ -46,8 +46,9 @@ def plot_result(result: Mapping[str, Any], path: str | Path, label_name: str = "
     return path
 
 
-def plot_results(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path,
-                 label_name: str = "parameter") -> list[Path]:
+def plot_results(
+    results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, label_name: str = "parameter"
+) -> list[Path]:
     """One ``<metric>.png`` per result in ``out_dir`` (created if needed)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

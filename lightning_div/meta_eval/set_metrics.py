@@ -90,8 +90,14 @@ class LexicalMetric:
     ``tokenizer="diversity_eval"``); ``base`` of Ent-n (e: nats, 2: bits).
     """
 
-    def __init__(self, name: str, vocab_size: int | None = None, tokenizer: TokenizerSpec = "13a",
-                 lowercase: bool | None = None, base: float = math.e) -> None:
+    def __init__(
+        self,
+        name: str,
+        vocab_size: int | None = None,
+        tokenizer: TokenizerSpec = "13a",
+        lowercase: bool | None = None,
+        base: float = math.e,
+    ) -> None:
         check_lexical_names([name])
         if name == "ead" and vocab_size is None:
             raise ValueError("the ead metric needs vocab_size (e.g. count_vocab(all responses))")
@@ -103,8 +109,7 @@ class LexicalMetric:
         self.base = base
 
     def __call__(self, texts: Sequence[str]) -> float:
-        return lexical_scores(texts, [self.name], self.vocab_size, self.tokenizer, self.lowercase,
-                              self.base)[self.name]
+        return lexical_scores(texts, [self.name], self.vocab_size, self.tokenizer, self.lowercase, self.base)[self.name]
 
     def __repr__(self) -> str:
         return f"LexicalMetric({self.name!r})"
@@ -159,8 +164,9 @@ def similarity_to_diversity(similarity: Similarity, name: str | None = None) -> 
     return SimilarityDiversity(similarity, name)
 
 
-def ngram_cosine_similarity(a: str, b: str, max_n: int = 5, tokenizer: TokenizerSpec = "13a",
-                            lowercase: bool | None = None) -> float:
+def ngram_cosine_similarity(
+    a: str, b: str, max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None
+) -> float:
     """Cosine of the two texts' n-gram count vectors, averaged over n = 1..max_n (the paper's cos-sim).
 
     An order n at which either text has no n-gram contributes similarity 0 (no shared
@@ -204,8 +210,10 @@ class SemEntMetric:
 
     def __init__(self, clusters: Any, encoder: Any) -> None:
         if not getattr(clusters, "fitted", False):
-            raise ValueError("sem_ent needs fitted clusters: SemanticClusters(...).fit_texts(texts, encoder) "
-                             "or SemanticClusters.load(path)")
+            raise ValueError(
+                "sem_ent needs fitted clusters: SemanticClusters(...).fit_texts(texts, encoder) "
+                "or SemanticClusters.load(path)"
+            )
         self.clusters = clusters
         self.encode: Encode = getattr(encoder, "encode", encoder)
 
@@ -261,8 +269,9 @@ class SentBertMetric:
         if unique:
             vectors = np.asarray(self.encode(unique))
             if vectors.ndim != 2 or vectors.shape[0] != len(unique):
-                raise ValueError(f"encode({len(unique)} texts) returned shape {vectors.shape}, "
-                                 f"expected ({len(unique)}, dim)")
+                raise ValueError(
+                    f"encode({len(unique)} texts) returned shape {vectors.shape}, expected ({len(unique)}, dim)"
+                )
             self._batch = dict(zip(unique, vectors))
         try:
             return [self._cosine(s) for s in sets]
@@ -284,8 +293,9 @@ class NLIMetric:
         if variant not in VARIANTS_NLI:
             raise ValueError(f"variant={variant!r} is unknown; use one of {VARIANTS_NLI}")
         if not callable(getattr(scorer, "score_sets", None)):
-            raise TypeError(f"nli_{variant} needs an NLIScorer (an object with score_sets), "
-                            f"got {type(scorer).__name__}")
+            raise TypeError(
+                f"nli_{variant} needs an NLIScorer (an object with score_sets), got {type(scorer).__name__}"
+            )
         self.scorer = scorer
         self.variant = variant
         self.name = f"nli_{variant}"
@@ -342,9 +352,17 @@ def check_metric_names(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
-def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder: Any = None, clusters: Any = None,
-                 nli_scorer: Any = None, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                 base: float = math.e) -> dict[str, SetMetric]:
+def make_metrics(
+    names: Sequence[str],
+    *,
+    vocab_size: int | None = None,
+    encoder: Any = None,
+    clusters: Any = None,
+    nli_scorer: Any = None,
+    tokenizer: TokenizerSpec = "13a",
+    lowercase: bool | None = None,
+    base: float = math.e,
+) -> dict[str, SetMetric]:
     """Set metrics by name (see :data:`METRIC_NAMES`), keyed by name.
 
     ``ead`` needs ``vocab_size``; ``sem_ent`` fitted ``clusters`` and an ``encoder``;
@@ -379,7 +397,7 @@ def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder
         missing.append("nli_* need nli_scorer= (an NLIScorer)")
     if missing:
         raise ValueError("; ".join(missing))
-    variants = [n[len("nli_"):] for n in names if n.startswith("nli_")]
+    variants = [n[len("nli_") :] for n in names if n.startswith("nli_")]
     nli = {m.name: m for m in nli_metrics(nli_scorer, variants)} if variants else {}
     out: dict[str, SetMetric] = {}
     for name in names:
@@ -390,6 +408,7 @@ def make_metrics(names: Sequence[str], *, vocab_size: int | None = None, encoder
         elif name == "sent_bert":
             out[name] = SentBertMetric(encoder)
         elif name == "cos_sim":
+
             def cos_sim(a: str, b: str) -> float:
                 return ngram_cosine_similarity(a, b, tokenizer=tokenizer, lowercase=lowercase)
 

@@ -63,8 +63,11 @@ def spearman(x: Sequence[float], y: Sequence[float], name: str = "metric") -> tu
     x, y = _paired(x, y, "x", "y")
     for values, which in ((x, name), (y, "the diversity parameter")):
         if np.ptp(values) == 0:
-            warnings.warn(f"{which} is constant over all {len(x)} sets: Spearman's rho is undefined, "
-                          "reported as NaN (p-value and bootstrap CI too)", stacklevel=2)
+            warnings.warn(
+                f"{which} is constant over all {len(x)} sets: Spearman's rho is undefined, "
+                "reported as NaN (p-value and bootstrap CI too)",
+                stacklevel=2,
+            )
             return math.nan, math.nan
     result = spearmanr(x, y)
     return float(result.statistic), float(result.pvalue)
@@ -80,8 +83,9 @@ def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def bootstrap_spearman_ci(x: Sequence[float], y: Sequence[float], n_boot: int = 1000, seed: int = 0,
-                          confidence: float = 0.95) -> tuple[float, float]:
+def bootstrap_spearman_ci(
+    x: Sequence[float], y: Sequence[float], n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap CI of Spearman's ρ: sets resampled with replacement ``n_boot`` times (seeded).
 
     (NaN, NaN) when x or y is constant (ρ is undefined; :func:`spearman` warns). A resample
@@ -108,11 +112,14 @@ def bootstrap_spearman_ci(x: Sequence[float], y: Sequence[float], n_boot: int = 
     step = max(1, _CHUNK_VALUES // n)
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan
-    rhos = np.concatenate([_spearman_rows(x[idx[i:i + step]], y[idx[i:i + step]]) for i in range(0, n_boot, step)])
+    rhos = np.concatenate([_spearman_rows(x[idx[i : i + step]], y[idx[i : i + step]]) for i in range(0, n_boot, step)])
     defined = rhos[np.isfinite(rhos)]
     if len(defined) < len(rhos):
-        warnings.warn(f"{len(rhos) - len(defined)} of {n_boot} bootstrap resamples have a constant side (rho "
-                      "undefined) and are left out of the CI", stacklevel=2)
+        warnings.warn(
+            f"{len(rhos) - len(defined)} of {n_boot} bootstrap resamples have a constant side (rho "
+            "undefined) and are left out of the CI",
+            stacklevel=2,
+        )
     if not len(defined):
         return math.nan, math.nan
     alpha = (1.0 - confidence) / 2.0
@@ -125,8 +132,9 @@ def check_binary_labels(labels: Sequence[Any], name: str = "labels") -> np.ndarr
     y = _as_values(labels, name)
     bad = np.flatnonzero((y != 0) & (y != 1))
     if bad.size:
-        raise ValueError(f"{name}[{bad[0]}] = {labels[bad[0]]!r}: conTest labels must be 0 (low content diversity) "
-                         "or 1 (high)")
+        raise ValueError(
+            f"{name}[{bad[0]}] = {labels[bad[0]]!r}: conTest labels must be 0 (low content diversity) or 1 (high)"
+        )
     if y.min() == y.max():
         raise ValueError(f"all {len(y)} {name} are {int(y[0])}: conTest needs sets of both classes")
     return y.astype(np.int64)
@@ -183,16 +191,33 @@ def optimal_classification_accuracy(scores: Sequence[float], labels: Sequence[An
     return {"oca": float(candidates[cut, flipped]), "threshold": float(threshold), "flipped": bool(flipped)}
 
 
-def _correlation(scores: np.ndarray, parameter: np.ndarray, name: str, n_boot: int, seed: int,
-                 confidence: float) -> dict[str, Any]:
+def _correlation(
+    scores: np.ndarray, parameter: np.ndarray, name: str, n_boot: int, seed: int, confidence: float
+) -> dict[str, Any]:
     rho, p = spearman(scores, parameter, name)
     low, high = bootstrap_spearman_ci(scores, parameter, n_boot, seed, confidence)
-    return {"metric": name, "n_sets": len(scores), "spearman": rho, "p_value": p, "ci_low": low, "ci_high": high,
-            "confidence": confidence, "n_boot": n_boot, "seed": seed, "scores": scores.tolist()}
+    return {
+        "metric": name,
+        "n_sets": len(scores),
+        "spearman": rho,
+        "p_value": p,
+        "ci_low": low,
+        "ci_high": high,
+        "confidence": confidence,
+        "n_boot": n_boot,
+        "seed": seed,
+        "scores": scores.tolist(),
+    }
 
 
-def dec_test_from_scores(scores: Sequence[float], parameters: Sequence[float], name: str = "metric",
-                         n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+def dec_test_from_scores(
+    scores: Sequence[float],
+    parameters: Sequence[float],
+    name: str = "metric",
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
     """decTest on metric values already computed: Spearman's ρ with the diversity parameter, p, bootstrap CI.
 
     Args:
@@ -211,13 +236,20 @@ def dec_test_from_scores(scores: Sequence[float], parameters: Sequence[float], n
     """
     x, d = _paired(scores, parameters, "scores", "parameters")
     if np.ptp(d) == 0:
-        raise ValueError(f"all {len(d)} parameters are {d[0]}: decTest needs at least 2 distinct values "
-                         "(e.g. a temperature sweep)")
+        raise ValueError(
+            f"all {len(d)} parameters are {d[0]}: decTest needs at least 2 distinct values (e.g. a temperature sweep)"
+        )
     return {"test": "dec", **_correlation(x, d, name, n_boot, seed, confidence), "parameters": d.tolist()}
 
 
-def con_test_from_scores(scores: Sequence[float], labels: Sequence[Any], name: str = "metric", n_boot: int = 1000,
-                         seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+def con_test_from_scores(
+    scores: Sequence[float],
+    labels: Sequence[Any],
+    name: str = "metric",
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
     """conTest on metric values already computed: OCA, and Spearman's ρ with the labels (with CI).
 
     Args:
@@ -242,8 +274,15 @@ def con_test_from_scores(scores: Sequence[float], labels: Sequence[Any], name: s
     return result
 
 
-def dec_test(metric: SetMetric, sets: Sequence[Sequence[str]], parameters: Sequence[float], n_boot: int = 1000,
-             seed: int = 0, confidence: float = 0.95, show_progress: bool = True) -> dict[str, Any]:
+def dec_test(
+    metric: SetMetric,
+    sets: Sequence[Sequence[str]],
+    parameters: Sequence[float],
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    show_progress: bool = True,
+) -> dict[str, Any]:
     """decTest: Spearman's ρ between ``metric`` of each set and its diversity parameter (e.g. temperature).
 
     Returns ``spearman``, ``p_value``, ``ci_low`` / ``ci_high`` (percentile bootstrap over sets,
@@ -271,8 +310,15 @@ def dec_test(metric: SetMetric, sets: Sequence[Sequence[str]], parameters: Seque
     return dec_test_from_scores(scores, parameters, metric_name(metric), n_boot, seed, confidence)
 
 
-def con_test(metric: SetMetric, sets: Sequence[Sequence[str]], labels: Sequence[Any], n_boot: int = 1000,
-             seed: int = 0, confidence: float = 0.95, show_progress: bool = True) -> dict[str, Any]:
+def con_test(
+    metric: SetMetric,
+    sets: Sequence[Sequence[str]],
+    labels: Sequence[Any],
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    show_progress: bool = True,
+) -> dict[str, Any]:
     """conTest: OCA (see :func:`optimal_classification_accuracy`) and Spearman's ρ with the 0/1 labels.
 
     Args:
@@ -315,9 +361,16 @@ def infer_test(parameters: Sequence[float]) -> str:
     return "con" if set(np.asarray(parameters, dtype=np.float64).tolist()) <= {0.0, 1.0} else "dec"
 
 
-def meta_evaluate(metrics: SetMetric | Sequence[SetMetric] | Mapping[str, SetMetric], sets: Sequence[Sequence[str]],
-                  parameters: Sequence[float], test: str = "auto", n_boot: int = 1000, seed: int = 0,
-                  confidence: float = 0.95, show_progress: bool = True) -> dict[str, dict[str, Any]]:
+def meta_evaluate(
+    metrics: SetMetric | Sequence[SetMetric] | Mapping[str, SetMetric],
+    sets: Sequence[Sequence[str]],
+    parameters: Sequence[float],
+    test: str = "auto",
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    show_progress: bool = True,
+) -> dict[str, dict[str, Any]]:
     """:func:`dec_test` or :func:`con_test` (``test="auto"``: :func:`infer_test`) of several metrics, by name.
 
     Args:
@@ -338,5 +391,7 @@ def meta_evaluate(metrics: SetMetric | Sequence[SetMetric] | Mapping[str, SetMet
     if test not in ("dec", "con"):
         raise ValueError(f"test={test!r} is unknown; use 'dec', 'con' or 'auto'")
     run = dec_test if test == "dec" else con_test
-    return {name: {**run(m, sets, parameters, n_boot, seed, confidence, show_progress), "metric": name}
-            for name, m in mapping_of(metrics).items()}
+    return {
+        name: {**run(m, sets, parameters, n_boot, seed, confidence, show_progress), "metric": name}
+        for name, m in mapping_of(metrics).items()
+    }

@@ -1,19 +1,51 @@
 """Diversity metrics as pure functions (no Lightning) and DDP-exact torchmetrics states."""
 
-from lightning_div.metrics.lexical import (DEFAULT_LEXICAL, LEXICAL_NAMES, averaged_distinct, check_lexical_names,
-                                           count_vocab, distinct_n, distinct_n_utterance,
-                                           expectation_adjusted_distinct, lexical_scores, ngram_entropy)
+from lightning_div.metrics.lexical import (
+    DEFAULT_LEXICAL,
+    LEXICAL_NAMES,
+    averaged_distinct,
+    check_lexical_names,
+    count_vocab,
+    distinct_n,
+    distinct_n_utterance,
+    expectation_adjusted_distinct,
+    lexical_scores,
+    ngram_entropy,
+)
 from lightning_div.metrics.nli import nli_diversity
 from lightning_div.metrics.ruq import ruq_margin, ruq_score
-from lightning_div.metrics.semantic import (cluster_histogram, cluster_js_divergence, semantic_entropy,
-                                            top_cluster_share)
-from lightning_div.metrics.states import (RUQ, AveragedDistinct, DistinctN, ExpectationAdjustedDistinct,
-                                          NGramEntropy, SemanticEntropy)
+from lightning_div.metrics.semantic import cluster_histogram, cluster_js_divergence, semantic_entropy, top_cluster_share
+from lightning_div.metrics.states import (
+    RUQ,
+    AveragedDistinct,
+    DistinctN,
+    ExpectationAdjustedDistinct,
+    NGramEntropy,
+    SemanticEntropy,
+)
 
 __all__ = [
-    "distinct_n", "distinct_n_utterance", "averaged_distinct", "ngram_entropy", "expectation_adjusted_distinct",
-    "count_vocab", "lexical_scores", "check_lexical_names", "DEFAULT_LEXICAL", "LEXICAL_NAMES",
-    "semantic_entropy", "cluster_histogram", "cluster_js_divergence", "top_cluster_share", "ruq_score",
-    "ruq_margin", "nli_diversity",
-    "DistinctN", "AveragedDistinct", "NGramEntropy", "ExpectationAdjustedDistinct", "SemanticEntropy", "RUQ",
+    "distinct_n",
+    "distinct_n_utterance",
+    "averaged_distinct",
+    "ngram_entropy",
+    "expectation_adjusted_distinct",
+    "count_vocab",
+    "lexical_scores",
+    "check_lexical_names",
+    "DEFAULT_LEXICAL",
+    "LEXICAL_NAMES",
+    "semantic_entropy",
+    "cluster_histogram",
+    "cluster_js_divergence",
+    "top_cluster_share",
+    "ruq_score",
+    "ruq_margin",
+    "nli_diversity",
+    "DistinctN",
+    "AveragedDistinct",
+    "NGramEntropy",
+    "ExpectationAdjustedDistinct",
+    "SemanticEntropy",
+    "RUQ",
 ]

@@ -55,6 +55,7 @@ def ngram_counts(token_lists: Iterable[Sequence[str]], n: int) -> Counter:
 
 # Formulas on counts: shared by the functions below and the DDP-mergeable states.
 
+
 def distinct_from_counts(num_unique: int, num_total: int) -> float:
     """unique / total; 0.0 when there is nothing to count (a defined value, as in the authors' code)."""
     return float(num_unique) / float(num_total) if num_total > 0 else 0.0
@@ -83,12 +84,12 @@ def ead_from_counts(num_unique: int, num_tokens: int, vocab_size: int) -> float:
     if num_tokens <= 0:
         return 0.0
     # ((V-1)/V)^C computed as exp(C * log1p(-1/V)) so large C and V stay accurate.
-    expected_unique = vocab_size * -math.expm1(num_tokens * math.log1p(-1.0 / vocab_size)) \
-        if vocab_size > 1 else 1.0
+    expected_unique = vocab_size * -math.expm1(num_tokens * math.log1p(-1.0 / vocab_size)) if vocab_size > 1 else 1.0
     return float(num_unique) / expected_unique
 
 
 # Functional API.
+
 
 def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None) -> float:
     """Corpus-level distinct-n: #unique n-grams / #n-grams over the whole set (Li et al., 2016).
@@ -124,8 +125,9 @@ def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", l
     return distinct_from_counts(len(counts), sum(counts.values()))
 
 
-def distinct_n_utterance(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a",
-                         lowercase: bool | None = None) -> float:
+def distinct_n_utterance(
+    texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None
+) -> float:
     """Utterance-level distinct-n: the mean over responses of #unique n-grams / #tokens of that response.
 
     The neural-dialogue-metrics/Distinct-N definition (``distinct_n_sentence_level`` averaged
@@ -157,8 +159,9 @@ def distinct_n_utterance(texts: Sequence[str], n: int, tokenizer: TokenizerSpec 
     return float(np.mean([len(set(iter_ngrams(t, n))) / len(t) if t else 0.0 for t in tokens]))
 
 
-def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: TokenizerSpec = "13a",
-                      lowercase: bool | None = None) -> float:
+def averaged_distinct(
+    texts: Sequence[str], max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None
+) -> float:
     """Averaged distinct: the mean of corpus-level distinct-n for n = 1..max_n (Tevet & Berant, 2021).
 
     Their own split is ``tokenizer="diversity_eval"``.
@@ -189,8 +192,9 @@ def averaged_distinct(texts: Sequence[str], max_n: int = 5, tokenizer: Tokenizer
     return float(np.mean(values))
 
 
-def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer: TokenizerSpec = "13a",
-                  lowercase: bool | None = None) -> float:
+def ngram_entropy(
+    texts: Sequence[str], n: int, base: float = math.e, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None
+) -> float:
     """Ent-n: the entropy of the n-gram frequency distribution (Zhang et al., 2018).
 
     Args:
@@ -219,8 +223,9 @@ def ngram_entropy(texts: Sequence[str], n: int, base: float = math.e, tokenizer:
     return entropy_from_counts(counts.values(), base)
 
 
-def expectation_adjusted_distinct(texts: Sequence[str], vocab_size: int, tokenizer: TokenizerSpec = "13a",
-                                  lowercase: bool | None = None) -> float:
+def expectation_adjusted_distinct(
+    texts: Sequence[str], vocab_size: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None
+) -> float:
     """EAD, expectation-adjusted distinct unigrams (Liu et al., 2022).
 
     EAD = N / (V * (1 - ((V-1)/V)^C)): the N distinct unigrams over the number expected
@@ -311,9 +316,14 @@ def check_lexical_names(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
-def lexical_scores(texts: Sequence[str], names: Sequence[str] = DEFAULT_LEXICAL, vocab_size: int | None = None,
-                   tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                   base: float = math.e) -> dict[str, float]:
+def lexical_scores(
+    texts: Sequence[str],
+    names: Sequence[str] = DEFAULT_LEXICAL,
+    vocab_size: int | None = None,
+    tokenizer: TokenizerSpec = "13a",
+    lowercase: bool | None = None,
+    base: float = math.e,
+) -> dict[str, float]:
     """The named lexical metrics of one set of responses.
 
     Args:

@@ -41,8 +41,9 @@ def normalise_label(label: object, where: str = "label") -> str:
     raise ValueError(f"{where} = {label!r} is not one of {LABELS}")
 
 
-def nli_diversity(labels: Sequence[str], variant: str = "baseline",
-                  confidences: Sequence[float] | None = None) -> float:
+def nli_diversity(
+    labels: Sequence[str], variant: str = "baseline", confidences: Sequence[float] | None = None
+) -> float:
     """NLI Diversity of one response set (Stasaski & Hearst, 2022).
 
     The sum over the n(n-1) ordered pairs of each pair's value. ``baseline``: contradiction

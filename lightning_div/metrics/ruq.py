@@ -33,8 +33,10 @@ def check_reference(reference: str) -> str:
         ValueError: any other value.
     """
     if reference not in REFERENCE_CHOICES:
-        raise ValueError(f"reference must be 'lowest' (the paper's recommendation) or 'first' (the single "
-                         f"original reference of the paper's tables), got {reference!r}")
+        raise ValueError(
+            f"reference must be 'lowest' (the paper's recommendation) or 'first' (the single "
+            f"original reference of the paper's tables), got {reference!r}"
+        )
     return reference
 
 
@@ -99,8 +101,9 @@ def lowest_reference_scores(reference_scores: Scores) -> list[float]:
     return reference_scores_of(reference_scores, "lowest")
 
 
-def _paired(reference_scores: Scores, idk_scores: Sequence[float],
-            reference: ReferenceChoice) -> tuple[list[float], list[float]]:
+def _paired(
+    reference_scores: Scores, idk_scores: Sequence[float], reference: ReferenceChoice
+) -> tuple[list[float], list[float]]:
     refs = reference_scores_of(reference_scores, reference)
     idk = [_finite(v, f"idk_scores[{i}]") for i, v in enumerate(idk_scores)]
     if len(refs) != len(idk):
@@ -108,8 +111,9 @@ def _paired(reference_scores: Scores, idk_scores: Sequence[float],
     return refs, idk
 
 
-def preferred_count(reference_scores: Scores, idk_scores: Sequence[float],
-                    reference: ReferenceChoice = "lowest") -> tuple[int, int]:
+def preferred_count(
+    reference_scores: Scores, idk_scores: Sequence[float], reference: ReferenceChoice = "lowest"
+) -> tuple[int, int]:
     """How many prompts prefer their reference over the IDK response, and of how many.
 
     Args:

@@ -82,8 +82,9 @@ def _distribution(counts: Sequence[float] | np.ndarray, name: str) -> np.ndarray
     return p / p.sum()
 
 
-def cluster_js_divergence(counts: Sequence[float] | np.ndarray, reference_counts: Sequence[float] | np.ndarray,
-                          base: float = 2.0) -> float:
+def cluster_js_divergence(
+    counts: Sequence[float] | np.ndarray, reference_counts: Sequence[float] | np.ndarray, base: float = 2.0
+) -> float:
     """Jensen-Shannon divergence between two cluster histograms: how far generated responses are from gold.
 
     JS(P, Q) = (KL(P || M) + KL(Q || M)) / 2 with M = (P + Q) / 2, computed as the square

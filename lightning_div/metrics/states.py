@@ -19,8 +19,13 @@ import numpy as np
 import torch
 from torchmetrics import Metric
 
-from lightning_div.metrics.lexical import (_check_n, distinct_from_counts, ead_from_counts,
-                                           entropy_from_counts, iter_ngrams)
+from lightning_div.metrics.lexical import (
+    _check_n,
+    distinct_from_counts,
+    ead_from_counts,
+    entropy_from_counts,
+    iter_ngrams,
+)
 from lightning_div.metrics.ruq import ReferenceChoice, Scores, check_reference, preferred_count
 from lightning_div.metrics.semantic import cluster_histogram
 from lightning_div.text import TokenizerSpec, tokenize_all
@@ -54,8 +59,9 @@ class _NGramState(Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(self, orders: Sequence[int], tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, orders: Sequence[int], tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.orders = tuple(_check_n(n) for n in orders)
         self.tokenizer = tokenizer
@@ -96,7 +102,9 @@ class DistinctN(_NGramState):
         tensor(0.7500, dtype=torch.float64)
     """
 
-    def __init__(self, n: int = 1, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, n: int = 1, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None, **kwargs: Any
+    ) -> None:
         super().__init__((n,), tokenizer, lowercase, **kwargs)
         self.n = self.orders[0]
 
@@ -120,8 +128,9 @@ class AveragedDistinct(_NGramState):
         tensor(0.8750, dtype=torch.float64)
     """
 
-    def __init__(self, max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, max_n: int = 5, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(range(1, _check_n(max_n) + 1), tokenizer, lowercase, **kwargs)
 
     def compute(self) -> torch.Tensor:
@@ -145,8 +154,14 @@ class NGramEntropy(_NGramState):
         tensor(1.5000, dtype=torch.float64)
     """
 
-    def __init__(self, n: int = 4, base: float = math.e, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        n: int = 4,
+        base: float = math.e,
+        tokenizer: TokenizerSpec = "13a",
+        lowercase: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__((n,), tokenizer, lowercase, **kwargs)
         self.n = self.orders[0]
         self.base = base
@@ -172,8 +187,9 @@ class ExpectationAdjustedDistinct(_NGramState):
         tensor(1.3333, dtype=torch.float64)
     """
 
-    def __init__(self, vocab_size: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, vocab_size: int, tokenizer: TokenizerSpec = "13a", lowercase: bool | None = None, **kwargs: Any
+    ) -> None:
         ead_from_counts(0, 0, vocab_size)  # validates vocab_size now, not at the first compute
         super().__init__((1,), tokenizer, lowercase, **kwargs)
         self.vocab_size = int(vocab_size)
