@@ -191,7 +191,7 @@ def run_embedding(sizes: dict[str, Any], repeats: int) -> dict[str, Any]:
                 )
             )
 
-        def plain() -> None:
+        def plain(batches: list = batches) -> None:
             with torch.inference_mode():
                 for input_ids, mask in batches:
                     model(input_ids=input_ids, attention_mask=mask)
@@ -267,7 +267,7 @@ def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
             responses = adapter.generate([p.context for p in sample])
             ids = clusters.assign(encoder.encode(responses))
             semantic_entropy(ids, clusters.num_clusters)
-            lexical_scores(responses)
+            lexical_scores(responses, vocab_size=len(tok))  # the monitor counts V from the gold responses once
             sem_s = time.perf_counter() - start
             start = time.perf_counter()
             ruq.compute(adapter, sample)
