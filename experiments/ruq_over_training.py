@@ -28,7 +28,7 @@ import numpy as np
 
 from lightning_div.adapters import resolve_adapter
 from lightning_div.callbacks import RUQMonitor
-from lightning_div.scoring import position_profile
+from lightning_div.scoring import candidate_logprobs, profile_from_logprobs
 
 IDK = ("I don't know.", "I don't know what to do.")
 
@@ -71,9 +71,11 @@ def profiles(module: Any, pairs: list[Any], num_beams: int) -> dict[str, dict[st
     beams = adapter.generate(contexts, num_beams=num_beams, do_sample=False)
     lines = {"reference": [p.response for p in pairs], f"beam ({num_beams})": beams}
     lines.update({f"IDK: {s}": [s] * len(pairs) for s in IDK})
+    # every line's response to a prompt scored after one encoding of its context
+    logprobs = candidate_logprobs(adapter, contexts, [[rs[i] for rs in lines.values()] for i in range(len(pairs))])
     out = {}
-    for name, responses in lines.items():
-        mean, count = position_profile(adapter, contexts, responses)
+    for k, name in enumerate(lines):
+        mean, count = profile_from_logprobs([per_prompt[k] for per_prompt in logprobs])
         out[name] = {"mean_logprob": mean.tolist(), "count": count.tolist()}
     out["beam_examples"] = {"responses": beams[:5]}  # type: ignore[assignment]
     return out

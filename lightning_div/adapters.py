@@ -18,7 +18,7 @@ import torch
 
 from lightning_div.formatting import Context, DialogueFormat, is_seq2seq
 from lightning_div.generation import generate_batched, model_device
-from lightning_div.scoring import token_logprobs_batched
+from lightning_div.scoring import candidate_logprobs_batched, token_logprobs_batched
 
 
 @runtime_checkable
@@ -155,6 +155,36 @@ class _HFAdapter:
             self.tokenizer,
             contexts,
             responses,
+            format=self.format,
+            batch_size=self.batch_size,
+            show_progress=self.show_progress if show_progress is None else show_progress,
+            padding_side=padding_side,
+        )
+
+    def candidate_logprobs(
+        self,
+        contexts: Sequence[Context],
+        candidates: Sequence[Sequence[str]],
+        *,
+        show_progress: bool | None = None,
+        padding_side: str | None = None,
+    ) -> list[list[torch.Tensor]]:
+        """Several responses per context, each context encoded once; see :func:`lightning_div.scoring.candidate_logprobs_batched`.
+
+        Args:
+            contexts: strings or lists of turns (oldest first).
+            candidates: one list of responses per context.
+            show_progress: a tqdm bar (None = the adapter's setting).
+            padding_side: ``"left"`` / ``"right"`` (None = the model's best).
+
+        Returns:
+            For each context, one 1-D CPU tensor per candidate.
+        """
+        return candidate_logprobs_batched(
+            self.model,
+            self.tokenizer,
+            contexts,
+            candidates,
             format=self.format,
             batch_size=self.batch_size,
             show_progress=self.show_progress if show_progress is None else show_progress,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from transformers.modeling_outputs import BaseModelOutput
 
 from lightning_div.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
 from lightning_div.generation import check_contexts, evaluation_mode, length_batches, model_device, pad_batch, pad_id_of
@@ -231,6 +232,363 @@ def token_logprobs_batched(
     return [t.clone() for t in out]  # type: ignore[union-attr]
 
 
+def _expand_cache(cache: Any, index: torch.Tensor) -> Any:
+    """The context cache with row ``index[i]`` as row i (a context repeated once per candidate)."""
+    if callable(getattr(cache, "batch_select_indices", None)):  # transformers' Cache (DynamicCache, ...)
+        cache.batch_select_indices(index)
+        return cache
+    return tuple(tuple(t.index_select(0, index) for t in layer) for layer in cache)  # legacy tuples
+
+
+class _SharedCausalScorer(_CausalScorer):
+    """Each distinct context through the model once; its cached keys/values serve all its candidates.
+
+    Pass 1 runs the left-padded contexts with ``use_cache=True``: the last column holds every
+    context's last token, which predicts each candidate's first token. Pass 2 runs the
+    candidates without their last token, right-padded, after the context cache expanded to one
+    row per candidate, with the attention mask [context mask | candidate mask] and position ids
+    that continue each context's own; column t of a candidate predicts its token t + 1. Left
+    padding of the contexts with explicit positions is what makes one shared cache possible.
+
+    With a plain output layer (checked on pass 1 as :class:`_CausalScorer` checks it), the
+    final hidden states of all target positions of the batch, in pair order, go through the
+    output layer in one product, as :class:`_CausalScorer` projects them: the same rows in
+    the same order, so a score does not depend on how the work is split into passes (a
+    product over a handful of rows can round differently with the number of CPU threads,
+    which would break the 1-vs-N-process equality of RUQ).
+    """
+
+    def __call__(
+        self,
+        groups: list[tuple[list[int], list[list[int]]]],
+        pad_id: int,  # type: ignore[override]
+        device: torch.device,
+    ) -> list[torch.Tensor]:
+        ctx_ids, ctx_mask = pad_batch([c for c, _ in groups], pad_id, "left", device)
+        cands = [r for _, rs in groups for r in rs]
+        index = torch.tensor([g for g, (_, rs) in enumerate(groups) for _ in rs], device=device)
+        kwargs: dict[str, Any] = {
+            "input_ids": ctx_ids,
+            "attention_mask": ctx_mask,
+            "use_cache": True,
+            "position_ids": (ctx_mask.cumsum(-1) - 1).clamp(min=0),
+        }
+        if self.keep:
+            kwargs["logits_to_keep"] = 1
+        if self.head is not None:
+            kwargs["output_hidden_states"] = True
+        out = self.model(**kwargs)
+        first_targets = torch.tensor([r[0] for r in cands], device=device)
+        first_hidden = None
+        if self.head is not None:
+            hidden = out.hidden_states[-1] if out.hidden_states else None
+            if (
+                hidden is not None
+                and hidden.shape[:2] == ctx_ids.shape
+                and torch.allclose(self.head(hidden[:, -1]).float(), out.logits[:, -1].float(), rtol=1e-3, atol=1e-3)
+            ):
+                first_hidden = hidden[:, -1].index_select(0, index)
+            else:
+                self.head = None  # not a plain projection: score from logits for the rest of the call
+        lengths = [len(r) for r in cands]
+        rest_rows: torch.Tensor | None = None
+        rest_targets = first_targets.new_zeros(0)
+        if max(lengths) > 1:  # otherwise every candidate is its EOS alone, predicted by pass 1
+            ids, mask = pad_batch([r[:-1] or [pad_id] for r in cands], pad_id, "right", device)
+            for row, n in enumerate(lengths):
+                mask[row, n - 1 :] = 0  # a one-token candidate's stand-in column is masked too
+            # Positions continue each context's own; padding columns get 0 (they may lie past the window).
+            pos = (
+                ctx_mask.sum(-1).index_select(0, index).unsqueeze(1) + torch.arange(ids.shape[1], device=device)
+            ) * mask
+            targets, _ = pad_batch([r[1:] or [pad_id] for r in cands], pad_id, "right", device)
+            tmask = mask.bool()
+            step: dict[str, Any] = {
+                "input_ids": ids,
+                "position_ids": pos,
+                "use_cache": False,
+                "attention_mask": torch.cat([ctx_mask.index_select(0, index), mask], dim=1),
+                "past_key_values": _expand_cache(out.past_key_values, index),
+            }
+            if first_hidden is not None:
+                rest_rows = self.model(**step, logits_to_keep=1, output_hidden_states=True).hidden_states[-1][tmask]
+            else:
+                rest_rows = self.model(**step).logits[tmask]
+            rest_targets = targets[tmask]
+        # Row order of the pairs: candidate by candidate, its first token (pass 1) then the rest (pass 2).
+        order, at = [], len(cands)
+        for row, n in enumerate(lengths):
+            order.append(row)
+            order.extend(range(at, at + n - 1))
+            at += n - 1
+        perm = torch.tensor(order, device=device)
+        all_targets = torch.cat([first_targets, rest_targets]).index_select(0, perm)
+        if first_hidden is not None:
+            rows = first_hidden if rest_rows is None else torch.cat([first_hidden, rest_rows])
+            flat = _target_logprobs(self.head(rows.index_select(0, perm)), all_targets)  # type: ignore[misc]
+        else:
+            first = out.logits[:, -1].index_select(0, index)
+            rows = first if rest_rows is None else torch.cat([first.to(rest_rows.dtype), rest_rows])
+            flat = _target_logprobs(rows.index_select(0, perm), all_targets)
+        return list(flat.split(lengths))
+
+
+def _seq2seq_shared(
+    model: Any,
+    groups: list[tuple[list[int], list[list[int]]]],
+    pad_id: int,
+    start: int,
+    prefix: list[int],
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """The encoder once per distinct context, its output repeated for each candidate's decoder pass."""
+    ids, mask = pad_batch([c for c, _ in groups], pad_id, "right", device)
+    hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
+    owner = torch.tensor([g for g, (_, rs) in enumerate(groups) for _ in rs], device=device)
+    cands = [r for _, rs in groups for r in rs]
+    encoded = BaseModelOutput(last_hidden_state=hidden.index_select(0, owner))
+    dec, dmask = pad_batch([[start] + r[:-1] for r in cands], pad_id, "right", device)
+    targets, _ = pad_batch(cands, pad_id, "right", device)
+    logits = model(
+        encoder_outputs=encoded,
+        attention_mask=mask.index_select(0, owner),
+        decoder_input_ids=dec,
+        decoder_attention_mask=dmask,
+    ).logits
+    scored = dmask.bool()
+    for row, r in enumerate(cands):
+        scored[row, : _unscored(r, prefix)] = False
+    flat = _target_logprobs(logits[scored], targets[scored])
+    return list(flat.split([len(r) - _unscored(r, prefix) for r in cands]))
+
+
+def _group_batches(groups: list[tuple[list[int], list[list[int]]]], batch_size: int) -> list[list[int]]:
+    """Groups packed into batches of at most ``batch_size`` candidates (one larger group alone), longest first."""
+    order = sorted(range(len(groups)), key=lambda g: (-len(groups[g][0]), -max(map(len, groups[g][1])), g))
+    batches: list[list[int]] = []
+    size = 0
+    for g in order:
+        k = len(groups[g][1])
+        if batches and size + k <= batch_size:
+            batches[-1].append(g)
+            size += k
+        else:
+            batches.append([g])
+            size = k
+    return batches
+
+
+def candidate_logprobs_batched(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Context],
+    candidates: Sequence[Sequence[str]],
+    *,
+    format: DialogueFormat | None = None,
+    batch_size: int = 16,
+    show_progress: bool = True,
+    padding_side: str | None = None,
+) -> list[list[torch.Tensor]]:
+    """:func:`token_logprobs_batched` of several responses to each context, the context encoded once.
+
+    ``candidates[i]`` are the responses to score after ``contexts[i]`` (RUQ: the references
+    and every IDK string). The values equal :func:`token_logprobs_batched` of the flattened
+    pairs (to float rounding, 1e-5): a causal model runs each context once and its cached
+    keys/values (``past_key_values``, expanded over the candidates) serve every candidate;
+    a seq2seq model runs its encoder once per context and reuses its output. Pairs are
+    grouped by their context *ids*, so a context cut differently to fit a long candidate into
+    the window gets its own group. ``batch_size`` counts candidates per forward pass (a
+    context with more candidates gets a pass of its own).
+
+    Decoder-only models whose forward takes no ``position_ids``, models that return no
+    cache, and ``padding_side="right"`` are scored pair by pair as
+    :func:`token_logprobs_batched` does (the same values, without the saving).
+
+    Args:
+        model: a Hugging Face causal or seq2seq LM.
+        tokenizer: its tokenizer (never modified).
+        contexts: strings or lists of turns (oldest first).
+        candidates: one list of responses per context (may be empty).
+        format: the token layout (default ``DialogueFormat()``).
+        batch_size: candidates per forward pass.
+        show_progress: a tqdm bar.
+        padding_side: as for :func:`token_logprobs_batched`.
+
+    Returns:
+        For each context, one 1-D CPU tensor per candidate.
+
+    Raises:
+        TypeError: a context or candidate of the wrong type (named by index), or a string
+            where a list of candidates belongs.
+        ValueError: different lengths, an invalid ``padding_side``, or ``batch_size`` < 1.
+    """
+    flat_ctx, flat_resp, sizes = _flatten_candidates(contexts, candidates)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    seq2seq = is_seq2seq(model)
+    params = _forward_params(model)
+    shared = (
+        ("past_key_values" in params and "position_ids" in params and padding_side != "right")
+        if not seq2seq
+        else "encoder_outputs" in params and callable(getattr(model, "get_encoder", None))
+    )
+    if not shared or not flat_resp:
+        flat = token_logprobs_batched(
+            model,
+            tokenizer,
+            flat_ctx,
+            flat_resp,
+            format=format,
+            batch_size=batch_size,
+            show_progress=show_progress,
+            padding_side=padding_side,
+        )
+        return _unflatten(flat, sizes)
+    turns = check_pairs(flat_ctx, flat_resp)
+    if padding_side not in (None, "left", "right"):
+        raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
+    if seq2seq and padding_side == "left":
+        raise ValueError(
+            "seq2seq models are scored with right padding only (their learned positions "
+            "cannot be shifted); use padding_side='right' or None"
+        )
+    fmt = format or DialogueFormat()
+    pairs = list(fmt.encode_pairs(turns, flat_resp, tokenizer, model))
+    # Group by the context ids actually fed (a long candidate can shorten its context), keeping order.
+    where: dict[tuple[int, ...], int] = {}
+    groups: list[tuple[list[int], list[list[int]]]] = []
+    members: list[list[int]] = []
+    for i, (ctx, resp) in enumerate(pairs):
+        g = where.setdefault(tuple(ctx), len(groups))
+        if g == len(groups):
+            groups.append((ctx, []))
+            members.append([])
+        groups[g][1].append(resp)
+        members[g].append(i)
+    # A group larger than a batch is cut into batch-sized groups of the same context.
+    cut_groups, cut_members = [], []
+    for (ctx, rs), ms in zip(groups, members):
+        for s in range(0, len(rs), batch_size):
+            cut_groups.append((ctx, rs[s : s + batch_size]))
+            cut_members.append(ms[s : s + batch_size])
+    pad_id = pad_id_of(tokenizer)
+    start = _decoder_start(model) if seq2seq else 0
+    prefix = target_prefix(tokenizer) if seq2seq else []
+    causal = None if seq2seq else _SharedCausalScorer(model, "left", params)
+    device = model_device(model)
+    out: list[torch.Tensor | None] = [None] * len(pairs)
+    with evaluation_mode(model):
+        for batch in tqdm(
+            _group_batches(cut_groups, batch_size),
+            desc="scoring (shared contexts)",
+            unit="batch",
+            disable=not show_progress,
+        ):
+            chunk = [cut_groups[g] for g in batch]
+            if seq2seq:
+                pieces = _seq2seq_shared(model, chunk, pad_id, start, prefix, device)
+            else:
+                pieces = causal(chunk, pad_id, device)
+            for i, piece in zip((i for g in batch for i in cut_members[g]), pieces):
+                out[i] = piece.cpu()
+    return _unflatten([t.clone() for t in out], sizes)  # type: ignore[union-attr]
+
+
+def _flatten_candidates(
+    contexts: Sequence[Context], candidates: Sequence[Sequence[str]]
+) -> tuple[list[Context], list[str], list[int]]:
+    if isinstance(candidates, (str, bytes)):
+        raise TypeError("candidates must be a list of lists of strings (one list per context), got one string")
+    if len(contexts) != len(candidates):
+        raise ValueError(
+            f"contexts has {len(contexts)} entries but candidates has {len(candidates)}; they must pair up one to one"
+        )
+    flat_ctx: list[Context] = []
+    flat_resp: list[str] = []
+    sizes = []
+    for i, (c, rs) in enumerate(zip(contexts, candidates)):
+        if isinstance(rs, (str, bytes)) or not isinstance(rs, Sequence):
+            raise TypeError(f"candidates[{i}] is {type(rs).__name__}, expected a list of response strings")
+        for j, r in enumerate(rs):
+            if not isinstance(r, str):
+                raise TypeError(f"candidates[{i}][{j}] is {type(r).__name__}, expected str")
+        flat_ctx.extend([c] * len(rs))
+        flat_resp.extend(rs)
+        sizes.append(len(rs))
+    return flat_ctx, flat_resp, sizes
+
+
+def _unflatten(flat: Sequence[Any], sizes: Sequence[int]) -> list[list[Any]]:
+    out, at = [], 0
+    for n in sizes:
+        out.append(list(flat[at : at + n]))
+        at += n
+    return out
+
+
+def candidate_logprobs(
+    adapter: Any, contexts: Sequence[Context], candidates: Sequence[Sequence[str]]
+) -> list[list[torch.Tensor]]:
+    """Token log-probs of several responses per context through any adapter, contexts shared when it can.
+
+    Adapters with a ``candidate_logprobs`` method (:class:`~lightning_div.adapters.CausalLMAdapter`,
+    :class:`~lightning_div.adapters.Seq2SeqAdapter`) encode each context once; any other
+    :class:`~lightning_div.adapters.DialogueModelAdapter` is asked for the flattened pairs
+    with ``token_logprobs``. Either way the result is checked as :func:`response_scores` checks it.
+
+    Args:
+        adapter: reaches the model.
+        contexts: strings or lists of turns (oldest first).
+        candidates: one list of responses per context.
+
+    Returns:
+        For each context, one 1-D float64 CPU tensor per candidate.
+
+    Raises:
+        TypeError: not an adapter, or an input of the wrong type (named by index).
+        ValueError: different lengths, or an adapter that returns an empty or NaN tensor.
+    """
+    _check_adapter(adapter)
+    flat_ctx, flat_resp, sizes = _flatten_candidates(contexts, candidates)
+    check_pairs(flat_ctx, flat_resp)
+    who = type(adapter).__name__
+    if not flat_resp:  # nothing to score: the model is not run
+        return [[] for _ in sizes]
+    if callable(getattr(adapter, "candidate_logprobs", None)):
+        nested = adapter.candidate_logprobs(contexts, candidates)
+        if len(nested) != len(sizes) or any(len(n) != k for n, k in zip(nested, sizes)):
+            raise ValueError(
+                f"{who}.candidate_logprobs returned {[len(n) for n in nested]} tensors per context "
+                f"for {sizes} candidates"
+            )
+        flat = _checked([t for n in nested for t in n], len(flat_resp), who)
+    else:
+        flat = _checked(adapter.token_logprobs(flat_ctx, flat_resp), len(flat_resp), who)
+    return _unflatten(flat, sizes)
+
+
+def candidate_scores(
+    adapter: Any, contexts: Sequence[Context], candidates: Sequence[Sequence[str]]
+) -> list[list[float]]:
+    """:func:`response_scores` of several responses per context, each context encoded once.
+
+    Equal (to 1e-5) to ``response_scores`` of the flattened pairs; see :func:`candidate_logprobs`.
+
+    Args:
+        adapter: reaches the model.
+        contexts: strings or lists of turns (oldest first).
+        candidates: one list of responses per context (RUQ: the references and IDK strings).
+
+    Returns:
+        For each context, one mean log-probability per candidate.
+
+    Raises:
+        TypeError: as :func:`candidate_logprobs`.
+        ValueError: as :func:`candidate_logprobs`.
+    """
+    return [scores_from_logprobs(ts) for ts in candidate_logprobs(adapter, contexts, candidates)]
+
+
 def _check_adapter(adapter: Any) -> None:
     if not callable(getattr(adapter, "token_logprobs", None)):
         raise TypeError(
@@ -373,4 +731,7 @@ __all__ = [
     "scores_from_logprobs",
     "token_logprobs_batched",
     "check_pairs",
+    "candidate_logprobs_batched",
+    "candidate_logprobs",
+    "candidate_scores",
 ]

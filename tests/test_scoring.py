@@ -10,7 +10,7 @@ from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from lightning_div.adapters import CausalLMAdapter, Seq2SeqAdapter
 from lightning_div.formatting import DialogueFormat
 from lightning_div.metrics import ruq_score
-from lightning_div.scoring import position_profile, response_scores
+from lightning_div.scoring import candidate_logprobs, candidate_scores, position_profile, response_scores
 
 IDK = "i don't know ."
 
@@ -171,3 +171,169 @@ def test_ruq_sanity_idk_model_and_reference_model():
     # the per-position profile of the memorised references stays near log 1 = 0
     mean, count = position_profile(ref_adapter, ctx, refs)
     assert count[0] == 8 and (mean > -0.5).all()
+
+
+# --------------------------------------------------------------------------- shared-context scoring
+
+IDKS = ["i don't know .", "i don't know what to do ."]
+
+
+def mixed_candidates():
+    """Contexts of 1-3 turns with 1-4 candidates each: references, IDK strings, an empty one, a long one."""
+    pairs = chitchat_pairs("validation", 60)[:7]
+    contexts = [list(p.context) for p in pairs]
+    long = "well , " * 12 + "that is what i think about it ."
+    candidates = [[p.response, *IDKS, "", long][: 1 + i % 5] for i, p in enumerate(pairs)]
+    return contexts, candidates
+
+
+def flat_scores(adapter, contexts, candidates, **kw):
+    fc = [c for c, cs in zip(contexts, candidates) for _ in cs]
+    return response_scores(adapter, fc, [r for cs in candidates for r in cs])
+
+
+def make_adapter(kind, batch_size, model=None):
+    if kind == "causal":
+        return CausalLMAdapter(model or causal_model(), tokenizer(False), show_progress=False, batch_size=batch_size)
+    return Seq2SeqAdapter(model or seq2seq_model(), tokenizer(True), show_progress=False, batch_size=batch_size)
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_candidate_scores_equal_response_scores(kind, batch_size):
+    """Each context once, its candidates from the cache / encoder output: the same scores as pair by pair."""
+    contexts, candidates = mixed_candidates()
+    adapter = make_adapter(kind, batch_size)
+    got = candidate_scores(adapter, contexts, candidates)
+    assert [len(g) for g in got] == [len(c) for c in candidates] == [1, 2, 3, 4, 5, 1, 2]
+    want = flat_scores(adapter, contexts, candidates)
+    np.testing.assert_allclose([x for g in got for x in g], want, atol=1e-5, rtol=0)
+    # token by token too (EOS last; seq2seq: never BART's <s>), and one batch composition vs another
+    lps = candidate_logprobs(adapter, contexts, candidates)
+    flat = adapter.token_logprobs(
+        [c for c, cs in zip(contexts, candidates) for _ in cs], [r for cs in candidates for r in cs]
+    )
+    for a, b in zip([t for g in lps for t in g], flat):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a.numpy(), b.double().numpy(), atol=1e-5, rtol=0)
+    other = candidate_scores(make_adapter(kind, 2), contexts, candidates)
+    np.testing.assert_allclose([x for g in other for x in g], want, atol=1e-5, rtol=0)
+
+
+def test_causal_candidates_right_padding_falls_back_to_the_same_values():
+    contexts, candidates = mixed_candidates()
+    adapter = make_adapter("causal", 4)
+    got = adapter.candidate_logprobs(contexts, candidates, padding_side="right")
+    want = flat_scores(adapter, contexts, candidates)
+    np.testing.assert_allclose([float(t.mean()) for g in got for t in g], want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_each_context_runs_through_the_model_once(kind):
+    """Counted on the model: causal contexts' tokens once (pass 1), seq2seq one encoder row per context."""
+    contexts, candidates = mixed_candidates()
+    adapter = make_adapter(kind, 64)
+    fmt = DialogueFormat()
+    seen = []
+
+    def record(module, args, kwargs):
+        seen.append(tuple((args[0] if args else kwargs["input_ids"]).shape))
+
+    if kind == "causal":
+        hook = adapter.model.transformer.register_forward_pre_hook(record, with_kwargs=True)
+    else:
+        hook = adapter.model.get_encoder().register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        candidate_scores(adapter, contexts, candidates)
+    finally:
+        hook.remove()
+    longest = max(len(fmt.encode_pair(c, "x", adapter.tokenizer, adapter.model)[0]) for c in contexts)
+    if kind == "causal":
+        # one context pass (7 rows, padded to the longest context), then candidate passes of candidate tokens only
+        assert seen[0] == (len(contexts), longest)
+        longest_candidate = max(
+            len(fmt.encode_pair(c, r, adapter.tokenizer, adapter.model)[1])
+            for c, cs in zip(contexts, candidates)
+            for r in cs
+        )
+        assert all(rows == 18 and width == longest_candidate - 1 for rows, width in seen[1:])
+    else:
+        assert seen == [(len(contexts), longest)]
+
+
+def test_a_context_cut_for_a_long_candidate_gets_its_own_group():
+    """Near the window a longer candidate keeps less context: grouped by the ids fed, values still equal."""
+    adapter = CausalLMAdapter(causal_model(n_positions=48), tokenizer(False), show_progress=False, batch_size=8)
+    context = [("so what do you think about the weather today ? " * 3).strip()]
+    cands = [["ok", "well , " * 8 + "i do not know", "i think it is going to rain all day long , sadly ."]]
+    fmt = DialogueFormat()
+    ids = {tuple(fmt.encode_pair(context, r, adapter.tokenizer, adapter.model)[0]) for r in cands[0]}
+    assert len(ids) == 3  # three different cuts of the one context
+    got = candidate_scores(adapter, [context], cands)[0]
+    np.testing.assert_allclose(got, flat_scores(adapter, [context], cands), atol=1e-5, rtol=0)
+
+
+class ScaledLogits(torch.nn.Module):
+    """A model whose forward post-processes its logits: the output layer alone is not its score."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config, self.generation_config = inner, inner.config, inner.generation_config
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        use_cache=None,
+        logits_to_keep=0,
+        output_hidden_states=None,
+    ):
+        out = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+            output_hidden_states=output_hidden_states,
+        )
+        out.logits = out.logits * 0.5
+        return out
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def generate(self, *a, **kw):
+        return self.inner.generate(*a, **kw)
+
+
+def test_post_processed_logits_are_scored_from_the_logits():
+    """The projection check fails on the first candidate pass; the cache is cropped back and the logits used."""
+    model = ScaledLogits(causal_model())
+    adapter = CausalLMAdapter(model, tokenizer(False), show_progress=False, batch_size=64)
+    contexts, candidates = mixed_candidates()
+    got = candidate_scores(adapter, contexts, candidates)
+    np.testing.assert_allclose(
+        [x for g in got for x in g], flat_scores(adapter, contexts, candidates), atol=1e-5, rtol=0
+    )
+    plain = flat_scores(make_adapter("causal", 64), contexts, candidates)
+    assert max(abs(a - b) for a, b in zip([x for g in got for x in g], plain)) > 0.1  # the scaling mattered
+
+
+def test_candidate_scores_of_any_adapter_and_bad_input():
+    """Adapters without candidate_logprobs get the flattened pairs; by hand: means of the fixed log-probs."""
+    adapter = FixedAdapter([[-1.0, -3.0], [-2.0], [-4.0, -4.0, -1.0]])
+    assert candidate_scores(adapter, ["a", "b"], [["x", "y"], ["z"]]) == [[-2.0, -2.0], [-3.0]]
+    assert candidate_scores(adapter, [], []) == []
+    with pytest.raises(TypeError, match="one string"):
+        candidate_scores(adapter, ["a"], "x")
+    with pytest.raises(TypeError, match=r"candidates\[0\] is str"):
+        candidate_scores(adapter, ["a"], ["x"])
+    with pytest.raises(TypeError, match=r"candidates\[1\]\[0\] is int"):
+        candidate_scores(adapter, ["a", "b"], [["x"], [3]])
+    with pytest.raises(ValueError, match="contexts has 1 entries but candidates has 2"):
+        candidate_scores(adapter, ["a"], [["x"], ["y"]])
+    with pytest.raises(ValueError, match="returned 3 tensors for 2 pairs"):
+        candidate_scores(adapter, ["a"], [["x", "y"]])

@@ -15,7 +15,7 @@ from lightning_div.core import DialoguePair
 from lightning_div.distributed import distributed_map
 from lightning_div.metrics import ruq_margin, ruq_score
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference
-from lightning_div.scoring import profile_from_logprobs, scores_from_logprobs
+from lightning_div.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
 from lightning_div.tracking import log_figure, new_figure
 from lightning_div.types import PairsSource
 
@@ -101,35 +101,41 @@ class RUQMonitor(ValidationMonitor):
 
     # -- work ---------------------------------------------------------------------------------------
 
-    def _token_logprobs(self, adapter: Any, items: list[tuple[tuple[str, ...], str]]) -> list[Any]:
-        def score(batch: list[tuple[tuple[str, ...], str]]) -> list[Any]:
-            return adapter.token_logprobs([list(c) for c, _ in batch], [r for _, r in batch])
+    def _candidate_logprobs(self, adapter: Any, items: list[tuple[tuple[str, ...], list[str]]]) -> list[Any]:
+        """Token log-probs of every (context, candidates) item: each context encoded once, prompts sharded over ranks.
 
-        key = [sum(len(t) for t in c) + len(r) for c, r in items]
+        Whole prompts go to one rank (their candidates share the context's cache); the batch plan is
+        the same on any number of processes, so 1 and N processes compute the same batches.
+        """
+
+        def score(batch: list[tuple[tuple[str, ...], list[str]]]) -> list[Any]:
+            return candidate_logprobs(adapter, [list(c) for c, _ in batch], [rs for _, rs in batch])
+
+        key = [sum(len(t) for t in c) + max(map(len, rs), default=0) for c, rs in items]
+        per_prompt = max(len(rs) for _, rs in items) if items else 1
         return distributed_map(
             score,
             items,
-            self.batch_size,
+            max(1, self.batch_size // per_prompt),
             sort_key=key,
             show_progress=self.show_progress,
-            desc=f"RUQ scoring ({len(items)} pairs)",
+            desc=f"RUQ scoring ({sum(len(rs) for _, rs in items)} pairs)",
         )
 
     def compute(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
-        """RUQ and its margin for every IDK string over ``pairs`` (one batched, sharded scoring pass)."""
-        items: list[tuple[tuple[str, ...], str]] = []
-        for p in pairs:
-            items.extend((p.context, r) for r in p.all_references)
-            items.extend((p.context, s) for s in self.idk_responses)
-        scores = scores_from_logprobs(self._token_logprobs(adapter, items))
-        refs, idks, pos = [], [[] for _ in self.idk_responses], 0
-        for p in pairs:
+        """RUQ and its margin for every IDK string over ``pairs`` (one batched, sharded scoring pass).
+
+        Each context is encoded once for its references and IDK strings
+        (:func:`lightning_div.scoring.candidate_logprobs`).
+        """
+        items = [(p.context, [*p.all_references, *self.idk_responses]) for p in pairs]
+        refs, idks = [], [[] for _ in self.idk_responses]
+        for p, logprobs in zip(pairs, self._candidate_logprobs(adapter, items)):
+            scores = scores_from_logprobs(logprobs)
             k = len(p.all_references)
-            refs.append(scores[pos : pos + k])
-            pos += k
+            refs.append(scores[:k])
             for j in range(len(self.idk_responses)):
-                idks[j].append(scores[pos + j])
-            pos += len(self.idk_responses)
+                idks[j].append(scores[k + j])
         out: dict[str, float] = {}
         for j, idk in enumerate(idks):
             out[f"ruq_idk{j + 1}"] = ruq_score(refs, idk, self.reference)
@@ -149,13 +155,14 @@ class RUQMonitor(ValidationMonitor):
         lines = {"reference": [p.response for p in pairs], f"beam ({self.num_beams})": beams}
         for j, s in enumerate(self.idk_responses):
             lines[f"IDK {j + 1}: {s}"] = [s] * len(pairs)
-        items = [(p.context, r) for rs in lines.values() for p, r in zip(pairs, rs)]
-        logprobs = self._token_logprobs(adapter, items)
+        # one item per prompt: its context is encoded once for all the lines
+        items = [(p.context, [rs[i] for rs in lines.values()]) for i, p in enumerate(pairs)]
+        logprobs = self._candidate_logprobs(adapter, items)
         if not trainer.is_global_zero:
             return
         fig, ax = new_figure(figsize=(7, 4))
         for k, name in enumerate(lines):
-            means, counts = profile_from_logprobs(logprobs[k * len(pairs) : (k + 1) * len(pairs)])
+            means, counts = profile_from_logprobs([per_prompt[k] for per_prompt in logprobs])
             # A position only a handful of long responses reach is noise, not a profile.
             keep = counts >= max(1, int(0.1 * len(pairs)))
             ax.plot(np.arange(1, len(means) + 1)[keep], means[keep], marker="o", markersize=3, label=name)
