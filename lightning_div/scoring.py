@@ -75,7 +75,17 @@ def _target_logprobs(rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return rows.gather(1, targets.unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
 
 
-class _CausalScorer:
+class _CausalModel:
+    """A decoder-only model, its padding side, and its output layer where logits can be kept to a few positions."""
+
+    def __init__(self, model: Any, side: str, params: set[str]) -> None:
+        self.model, self.side = model, side
+        self.keep = "logits_to_keep" in params
+        head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
+        self.head = head if self.keep else None
+
+
+class _CausalScorer(_CausalModel):
     """One forward per batch; the vocabulary projection only where a response token is predicted.
 
     Fast path (models with ``logits_to_keep`` and a plain output layer, e.g. GPT-2/DialoGPT):
@@ -85,12 +95,6 @@ class _CausalScorer:
     post-processes its logits (bias, soft-capping, scaling) fails the check and is scored
     from its logits, restricted to the last max|y| positions when left-padded.
     """
-
-    def __init__(self, model: Any, side: str, params: set[str]) -> None:
-        self.model, self.side = model, side
-        self.keep = "logits_to_keep" in params
-        head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
-        self.head = head if self.keep else None
 
     def __call__(self, pairs: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device) -> torch.Tensor:
         # The input is context + response without its last token; the last len(response)
@@ -221,7 +225,7 @@ def token_logprobs_batched(
     with evaluation_mode(model):
         for batch in tqdm(batches, desc="scoring", unit="batch", disable=not show_progress):
             chunk = [pairs[i] for i in batch]
-            if seq2seq:
+            if causal is None:
                 flat = _seq2seq_batch(model, chunk, pad_id, start, prefix, device)
             else:
                 flat = causal(chunk, pad_id, device)
@@ -240,7 +244,7 @@ def _expand_cache(cache: Any, index: torch.Tensor) -> Any:
     return tuple(tuple(t.index_select(0, index) for t in layer) for layer in cache)  # legacy tuples
 
 
-class _SharedCausalScorer(_CausalScorer):
+class _SharedCausalScorer(_CausalModel):
     """Each distinct context through the model once; its cached keys/values serve all its candidates.
 
     Pass 1 runs the left-padded contexts with ``use_cache=True``: the last column holds every
@@ -261,7 +265,7 @@ class _SharedCausalScorer(_CausalScorer):
     def __call__(
         self,
         groups: list[tuple[list[int], list[list[int]]]],
-        pad_id: int,  # type: ignore[override]
+        pad_id: int,
         device: torch.device,
     ) -> list[torch.Tensor]:
         ctx_ids, ctx_mask = pad_batch([c for c, _ in groups], pad_id, "left", device)
@@ -485,7 +489,7 @@ def candidate_logprobs_batched(
             disable=not show_progress,
         ):
             chunk = [cut_groups[g] for g in batch]
-            if seq2seq:
+            if causal is None:
                 pieces = _seq2seq_shared(model, chunk, pad_id, start, prefix, device)
             else:
                 pieces = causal(chunk, pad_id, device)

@@ -94,8 +94,8 @@ class RUQMonitor(ValidationMonitor):
             )
         return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_val_prompts, self.seed + 1)
 
-    @property
-    def _indices(self) -> dict[str, list[int]]:
+    @property  # type: ignore[misc]  # RUQ samples two splits: its checkpoint holds indices by split
+    def _indices(self) -> dict[str, list[int]]:  # type: ignore[override]
         """The prompt samples' indices by split (what the checkpoint holds as ``"indices"``)."""
         return self._sample_indices
 
@@ -129,7 +129,8 @@ class RUQMonitor(ValidationMonitor):
         (:func:`lightning_div.scoring.candidate_logprobs`).
         """
         items = [(p.context, [*p.all_references, *self.idk_responses]) for p in pairs]
-        refs, idks = [], [[] for _ in self.idk_responses]
+        refs: list[list[float]] = []
+        idks: list[list[float]] = [[] for _ in self.idk_responses]
         for p, logprobs in zip(pairs, self._candidate_logprobs(adapter, items)):
             scores = scores_from_logprobs(logprobs)
             k = len(p.all_references)
