@@ -17,7 +17,7 @@ import numpy as np
 from scipy.stats import rankdata, spearmanr
 
 from lightning_div.meta_eval.set_metrics import mapping_of, metric_name, score_sets
-from lightning_div.threshold import SetMetric
+from lightning_div.metrics.sets import SetMetric
 
 # Bootstrap resamples are ranked in chunks of at most this many values (bounded memory for big tests).
 _CHUNK_VALUES = 4_000_000
