@@ -14,6 +14,11 @@ A fitted object is saved with its PCA, centroids and a config (encoder name and 
 fingerprint, k, seed, variance kept, niter, nredo, sampling, data fingerprint), so a resumed or later run
 reuses identical clusters; ``load(path, expected=...)`` refuses a file fitted under a
 different config and names each differing field.
+
+This module is the algorithm (``fit`` / ``assign`` / ``save`` / ``load``). Whether to fit
+(a cache file named by content hash, fitted on rank 0 and broadcast) is decided in
+:mod:`lightning_div.cluster_cache`; which clusters a callback uses, shared with callbacks that
+name the same, in :mod:`lightning_div.semantic_space`.
 """
 
 from __future__ import annotations
