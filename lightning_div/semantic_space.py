@@ -85,10 +85,24 @@ def shared_encoder(name: str | Path, device: Any, **kwargs: Any) -> Any:
 def shared_clusters(key: Hashable, make: Callable[[], Any]) -> Any:
     """The cached value for ``key`` (e.g. a :class:`~lightning_div.cluster_cache.CachedClusters`), or ``make()``.
 
-    Every rank of a DDP run reaches the same decision (each process caches the same keys in the
-    same order), so a ``make`` that holds collectives stays in step across ranks.
+    Under DDP every rank must call it with the same keys in the same order (the callbacks do):
+    the ranks agree whether all of them hold the value, and otherwise all of them call ``make``,
+    so a ``make`` that holds collectives stays in step across ranks.
+
+    Args:
+        key: what identifies the value.
+        make: builds it on a miss.
+
+    Returns:
+        The shared value.
     """
+    from lightning_div.distributed import gather_objects, is_distributed
+
     value = _CLUSTERS.get(key)
+    # make() holds collectives: every rank must take the same branch, whatever its garbage collector has
+    # freed so far (a weak entry of an earlier run may be gone on one rank and not yet on another)
+    if is_distributed() and not all(gather_objects(value is not None)):
+        value = None
     if value is None:
         value = make()
         _CLUSTERS[key] = value

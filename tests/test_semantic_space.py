@@ -125,3 +125,18 @@ def test_the_disk_cache_returns_one_type_whatever_it_found(tmp_path):
     old_clusters, old_ids = SemanticClusters.load_or_fit(tmp_path, texts, enc, with_assignments=True, **config)
     assert isinstance(old, SemanticClusters) and old.config == old_clusters.config == fitted.clusters.config
     np.testing.assert_array_equal(old_ids, cached_ids.assignments)
+
+
+def test_ranks_agree_on_a_hit_before_skipping_the_collectives(monkeypatch):
+    from lightning_div import distributed
+
+    made = []
+    first = semantic_space.shared_clusters("key", lambda: made.append(1) or CachedClusters(None, None))
+    assert semantic_space.shared_clusters("key", lambda: made.append(2)) is first and made == [1]
+    # under DDP another rank's garbage collector may have freed its entry: then every rank makes it again
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(distributed, "gather_objects", lambda held: [held, False])
+    again = semantic_space.shared_clusters("key", lambda: made.append(3) or CachedClusters(None, None))
+    assert made == [1, 3] and again is not first
+    monkeypatch.setattr(distributed, "gather_objects", lambda held: [held, True])
+    assert semantic_space.shared_clusters("key", lambda: made.append(4)) is again and made == [1, 3]
