@@ -35,7 +35,7 @@ log = logging.getLogger("lightning_div.clustering")
 _WHAT = "SemanticClusters.load_or_fit"
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a field-wise == would compare the assignments' arrays
 class CachedClusters:
     """What :func:`load_or_fit_clusters` returns, whatever the cache held.
 
