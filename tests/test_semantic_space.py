@@ -140,3 +140,41 @@ def test_ranks_agree_on_a_hit_before_skipping_the_collectives(monkeypatch):
     assert made == [1, 3] and again is not first
     monkeypatch.setattr(distributed, "gather_objects", lambda held: [held, True])
     assert semantic_space.shared_clusters("key", lambda: made.append(4)) is again and made == [1, 3]
+
+
+def _two_callbacks_on_ranks(rank, world, texts, cache_dir):
+    import faiss
+
+    from lightning_div import cluster_cache
+
+    if world > 1:  # two processes on a 2-core runner: one thread each
+        torch.set_num_threads(1)
+        faiss.omp_set_num_threads(1)
+    calls = []
+    real = cluster_cache.load_or_fit_clusters
+    cluster_cache.load_or_fit_clusters = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        monitor, dress = ClusterSpec(encoder="minilm", num_clusters=3), ClusterSpec(encoder="minilm", num_clusters=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # few points per cluster
+            clusters = monitor.get_clusters(Module(), texts, cache_dir, 16, False)
+            same, ids = dress.gold_assignments(Module(), texts, cache_dir, 16, False)
+    finally:
+        cluster_cache.load_or_fit_clusters = real
+    return same is clusters, len(calls), clusters.centroids, np.asarray(ids)
+
+
+@pytest.mark.slow
+def test_two_processes_share_within_each_and_agree_with_one(tmp_path):
+    from ddp_utils import run_distributed
+
+    texts = gold_texts()
+    (tmp_path / "single").mkdir()
+    (tmp_path / "ddp").mkdir()
+    shared, calls, centroids, ids = _two_callbacks_on_ranks(0, 1, texts, tmp_path / "single")
+    assert shared and calls == 1
+    for shared, calls, rank_centroids, rank_ids in run_distributed(_two_callbacks_on_ranks, 2, texts, tmp_path / "ddp"):
+        assert shared and calls == 1  # each process fits (rank 0) or receives (rank 1) once, for both callbacks
+        np.testing.assert_allclose(rank_centroids, centroids, atol=1e-5)
+        np.testing.assert_array_equal(rank_ids, ids)
+    assert len(list((tmp_path / "ddp").glob("clusters-*.npz"))) == 1
