@@ -14,6 +14,11 @@ A fitted object is saved with its PCA, centroids and a config (encoder name and 
 fingerprint, k, seed, variance kept, niter, nredo, sampling, data fingerprint), so a resumed or later run
 reuses identical clusters; ``load(path, expected=...)`` refuses a file fitted under a
 different config and names each differing field.
+
+This module is the algorithm (``fit`` / ``assign`` / ``save`` / ``load``). Whether to fit
+(a cache file named by content hash, fitted on rank 0 and broadcast) is decided in
+:mod:`lightning_div.cluster_cache`; which clusters a callback uses, shared with callbacks that
+name the same, in :mod:`lightning_div.semantic_space`.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from lightning_div.io import StaleCacheError, atomic_write, file_digest, load_assignments, save_assignments
+from lightning_div.io import atomic_write
 from lightning_div.metrics import cluster_histogram
 
 log = logging.getLogger(__name__)
@@ -553,22 +558,10 @@ class SemanticClusters:
     def load_or_fit(
         cls, path: str | os.PathLike, texts: Sequence[str], encoder: Any, with_assignments: bool = False, **config: Any
     ) -> Any:
-        """Load the clusters saved at ``path`` if there are any, else embed ``texts``, fit and save.
+        """The cache's :func:`~lightning_div.cluster_cache.load_or_fit_clusters`, in its old two return types.
 
-        ``config`` holds constructor arguments. A directory ``path`` stores
-        ``clusters-<config_hash>.npz`` inside it. A file fitted under another config
-        (encoder, k, seed, ..., or different texts) is an error naming the fields.
-        Under DDP every rank must call this: all ranks embed (sharded), rank 0 fits and
-        saves, and the others receive rank 0's clusters.
-
-        ``with_assignments=True`` returns ``(clusters, ids)``, the cluster id of every
-        text, cached beside the clusters (``assignments-<name>.npz``, holding the clusters
-        file's sha256, the number of texts and the ids, all checked on read) so that a later
-        run needs neither the embedding nor the fit.
-
-        Both files are written atomically (:mod:`lightning_div.io`). When ``path`` is a
-        directory the files in it are a cache: an entry that is truncated, corrupted or
-        stale is refitted (or reassigned) with one warning naming the file, never a crash.
+        Kept for existing code; new code calls ``load_or_fit_clusters`` (the algorithm lives in
+        this class, the cache in :mod:`lightning_div.cluster_cache`), which returns one type.
 
         Args:
             path: a directory (the cache) or an ``.npz`` file.
@@ -579,87 +572,11 @@ class SemanticClusters:
 
         Returns:
             The clusters, or ``(clusters, ids)`` with ``with_assignments=True``.
-
-        Raises:
-            ValueError: a file fitted under another config (each differing field named), or a fit
-                that fails (as :meth:`fit`).
         """
-        import torch.distributed as dist
+        from lightning_div.cluster_cache import load_or_fit_clusters
 
-        texts = list(texts)
-        wanted = cls(encoder_name=encoder.name, **config)
-        wanted.encoder_fingerprint = getattr(encoder, "fingerprint", None)
-        wanted.data_fingerprint = fingerprint_texts(texts)
-        path = Path(path)
-        cache = path.is_dir()  # a file named by its config hash: ours to refit when it is unusable
-        if cache:
-            path = path / f"clusters-{wanted.config_hash}.npz"
-        ids_path = assignments_path(path)
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        rank = dist.get_rank() if world > 1 else 0
-        # one decision for all ranks (encode() below is a collective): rank 0 reads, the others follow
-        decision: list[Any] = [None]
-        error: Exception | None = None
-        if rank == 0:
-            try:
-                decision = [_read_cache(path, ids_path, wanted, len(texts), cache, with_assignments)]
-            except Exception as e:  # re-raised below, after the other ranks are told
-                error, decision = e, [("error", f"{type(e).__name__}: {e}")]
-        if world > 1:
-            dist.broadcast_object_list(decision, src=0)
-        if error is not None:
-            raise error
-        status, payload = decision[0]
-        if status == "error":
-            raise RuntimeError(f"SemanticClusters.load_or_fit failed on rank 0: {payload}")
-        if status in ("hit", "clusters"):
-            loaded = cls.load(path, expected=wanted.config)
-            loaded.use_gpu, loaded.show_progress = wanted.use_gpu, wanted.show_progress
-            log.info("SemanticClusters: loaded %s", path)
-            if not with_assignments:
-                return loaded
-            if status == "hit":
-                return loaded, np.asarray(payload, dtype=np.int64)
-            ids = loaded.assign(encoder.encode(texts))
-            if rank == 0:
-                save_assignments(ids_path, ids, file_digest(path), loaded.num_clusters)
-            return loaded, ids
-
-        embeddings = encoder.encode(texts)
-        if world == 1:
-            fitted = wanted._fit_and_save(embeddings, path, texts)
-        else:
-            # rank 0 fits; the others receive its clusters (or its error, rather than waiting forever)
-            outcome: list[Any] = [None]
-            error: Exception | None = None
-            if rank == 0:
-                try:
-                    outcome = [("ok", wanted._fit_and_save(embeddings, path, texts)._state())]
-                except Exception as e:  # re-raised below, after the other ranks are told
-                    error, outcome = e, [("error", f"{type(e).__name__}: {e}")]
-            dist.broadcast_object_list(outcome, src=0)
-            if error is not None:
-                raise error
-            status, payload = outcome[0]
-            if status == "error":
-                raise RuntimeError(f"SemanticClusters.load_or_fit failed on rank 0: {payload}")
-            if rank != 0:
-                wanted._set_state(payload)
-            fitted = wanted
-        if not with_assignments:
-            return fitted
-        ids = fitted.assign(embeddings)  # every rank holds all embeddings (encode gathers)
-        if rank == 0:
-            save_assignments(ids_path, ids, file_digest(path), fitted.num_clusters)
-        return fitted, ids
-
-    def _fit_and_save(self, embeddings: np.ndarray, path: Path, texts: Sequence[str] | None = None) -> SemanticClusters:
-        self.fit(embeddings, data_fingerprint=self.data_fingerprint)
-        if texts is not None:  # the file carries its cards: describing needs the texts and embeddings at hand now
-            self.describe(texts, embeddings)
-        self.save(path)
-        log.info("SemanticClusters: fitted on %d texts and saved %s", len(embeddings), path)
-        return self
+        cached = load_or_fit_clusters(path, texts, encoder, with_assignments=with_assignments, **config)
+        return (cached.clusters, cached.assignments) if with_assignments else cached.clusters
 
     def _state(self) -> dict[str, Any]:
         return {
@@ -678,46 +595,10 @@ class SemanticClusters:
 
 
 def assignments_path(clusters_path: str | os.PathLike) -> Path:
-    """Where :meth:`SemanticClusters.load_or_fit` caches the gold texts' cluster ids beside a clusters file."""
-    path = Path(clusters_path)
-    # not "<stem>.assignments.npz": a glob for the clusters files (clusters-*.npz) must not match it
-    return path.with_name(f"assignments-{path.stem}.npz")
+    """Where the gold texts' cluster ids are cached beside a clusters file (:mod:`lightning_div.cluster_cache`)."""
+    from lightning_div.cluster_cache import assignments_path as cached_ids_path
 
-
-def _read_cache(
-    path: Path, ids_path: Path, wanted: SemanticClusters, n_texts: int, cache: bool, with_assignments: bool
-) -> tuple[str, Any]:
-    """What :meth:`SemanticClusters.load_or_fit` can reuse: ("hit", ids), ("clusters", None) or ("miss", None).
-
-    A cache entry (``cache=True``: a file named by its config hash in the cache directory)
-    that is truncated, corrupted or written for other inputs is a miss, with one warning
-    naming the file: it is refitted and rewritten, never a crash. A file the user named
-    that was fitted under another config is an error (it is theirs, not a cache).
-    """
-    if not path.is_file():
-        return "miss", None
-    try:
-        loaded = SemanticClusters.load(path, expected=wanted.config)
-    except ValueError as e:
-        if not cache:
-            raise
-        warnings.warn(
-            f"SemanticClusters: the cached clusters {str(path)!r} cannot be used ({e}); fitting them "
-            "again and replacing the file",
-            stacklevel=3,
-        )
-        return "miss", None
-    if not with_assignments or not ids_path.is_file():
-        return "clusters", None
-    try:
-        return "hit", load_assignments(ids_path, file_digest(path), loaded.num_clusters, n_texts)
-    except StaleCacheError as e:
-        warnings.warn(
-            f"SemanticClusters: the cached assignments cannot be used ({e}); assigning the texts again "
-            "and replacing the file",
-            stacklevel=3,
-        )
-        return "clusters", None
+    return cached_ids_path(clusters_path)
 
 
 def _count_distinct(x: np.ndarray) -> int:

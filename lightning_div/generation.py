@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from lightning_div.distributed import length_batches
 from lightning_div.formatting import Context, DialogueFormat, as_turns, is_seq2seq
 
 #: Evaluation decoding (the Sem-Ent authors'; docs/paper-settings.md): greedy with 3-gram blocking.
@@ -108,14 +109,6 @@ def check_contexts(contexts: Sequence[Context], name: str = "contexts") -> list[
             raise TypeError(f"{name}[{i}] is {type(context).__name__}, expected str or a list of str")
         out.append(as_turns(context, where=f"{name}[{i}]"))
     return out
-
-
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length, longest first (an OOM shows up at once)."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 def pad_batch(

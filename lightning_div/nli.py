@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from lightning_div.distributed import length_batches
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity, normalise_label
 
 DEFAULT_MODEL = "roberta-large-mnli"
@@ -295,16 +296,14 @@ class NLIScorer:
         )
         ids = encoded["input_ids"]
         # Longest first: similar lengths share a batch (little padding) and memory peaks early.
-        order = sorted(range(len(ids)), key=lambda k: -len(ids[k]))
+        batches = length_batches([len(row) for row in ids], self.batch_size)
         out = np.zeros((len(pairs), 3))
         columns = torch.from_numpy(self._order).to(self.device)
         model, was_training = self.model, self.model.training
         model.eval()
         try:
             with torch.inference_mode():
-                starts = range(0, len(order), self.batch_size)
-                for start in tqdm(starts, desc="NLI pairs", unit="batch", disable=not show_progress, leave=False):
-                    batch = order[start : start + self.batch_size]
+                for batch in tqdm(batches, desc="NLI pairs", unit="batch", disable=not show_progress, leave=False):
                     features = self.tokenizer.pad(
                         {key: [encoded[key][k] for k in batch] for key in encoded.keys()}, return_tensors="pt"
                     )

@@ -15,8 +15,7 @@ metric instead; both metrics are always reported.
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
 
@@ -26,9 +25,9 @@ from tqdm.auto import tqdm
 from lightning_div.formatting import Context
 from lightning_div.generation import SAMPLING_DEFAULTS
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity
+from lightning_div.metrics.sets import NegativeMeanCosine, SetMetric, fewer_than_two  # noqa: F401  (old home: aliases)
 from lightning_div.nli import PairScorer, SetResult, ordered_pairs
 
-SetMetric = Callable[[list[str]], float]
 Metric = Union[str, SetMetric]
 NLI_METRICS = ("contradictions",) + VARIANTS
 # Keys of threshold_stats(): what a monitor logs after running the procedure.
@@ -108,50 +107,6 @@ def threshold_stats(results: Sequence[ThresholdResult | Mapping[str, float]]) ->
         raise ValueError("threshold_stats needs at least one result")
     rows = [r.stats() if isinstance(r, ThresholdResult) else r for r in results]
     return {key: float(np.mean([row[key] for row in rows])) for key in THRESHOLD_STAT_KEYS}
-
-
-def fewer_than_two(n: int, what: str) -> float:
-    """NaN, with a warning: a pairwise diversity of a set of ``n`` < 2 responses has no pairs, so is undefined."""
-    warnings.warn(
-        f"{what} of a set of {n} response(s) is undefined (it needs at least 2 responses to form a pair): NaN",
-        RuntimeWarning,
-        stacklevel=3,
-    )
-    return math.nan
-
-
-class NegativeMeanCosine:
-    """Sent-BERT diversity of a set: minus the mean cosine similarity over its response pairs.
-
-    ``encode(texts) -> array [len(texts), d]`` is any sentence encoder (e.g.
-    ``lightning_div.embedding.ResponseEncoder`` or a sentence-transformers model's
-    ``encode``). Embeddings are cached by text, so threshold generation encodes each
-    response once. A set of fewer than 2 responses has no pairs: its diversity is
-    undefined, NaN with a warning (Diversity Threshold Generation then stops with an error
-    naming the set; use n >= 3 so that its (n-1)-subsets have pairs).
-    """
-
-    def __init__(self, encode: Callable[[list[str]], Any]) -> None:
-        self.encode = encode
-        self._cache: dict[str, np.ndarray] = {}
-
-    def __call__(self, texts: Sequence[str]) -> float:
-        texts = list(texts)
-        if len(texts) < 2:
-            return fewer_than_two(len(texts), "the negative mean cosine similarity")
-        new = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if new:
-            vectors = np.asarray(self.encode(new), dtype=np.float64)
-            if vectors.ndim != 2 or vectors.shape[0] != len(new):
-                raise ValueError(f"encode({len(new)} texts) returned shape {vectors.shape}, expected ({len(new)}, dim)")
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            if not np.all(np.isfinite(vectors)) or np.any(norms == 0):
-                raise ValueError("encode returned a zero or non-finite embedding; cosine similarity is undefined")
-            self._cache.update(zip(new, vectors / norms))
-        unit = np.stack([self._cache[t] for t in texts])
-        sims = unit @ unit.T
-        n = len(texts)
-        return -float((sims.sum() - np.trace(sims)) / (n * (n - 1)))
 
 
 def derive_seed(seed: int, step: int) -> int:

@@ -13,27 +13,33 @@ import csv
 import logging
 import math
 import re
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from lightning_utilities.core.rank_zero import WarningCache
+
 from lightning_div.io import atomic_write
 
 log = logging.getLogger("lightning_div")
 
-_warned: set[str] = set()  # outside any run (a function called directly): once per process
+# Lightning's de-duplication cache. Outside any run (a function called directly) a key warns once per process;
+# inside a run, once per run (warnings_of_run): each callback holds its own WarningCache, emptied at setup.
+_warned: set[str] = WarningCache()
 _run_warned: ContextVar[set[str] | None] = ContextVar("lightning_div_run_warnings", default=None)
 
 
 @contextmanager
 def warnings_of_run(seen: set[str]) -> Iterator[None]:
-    """Within the block, :func:`warn_once` deduplicates in ``seen`` (a callback's per-run set).
+    """Within the block, :func:`warn_once` deduplicates in ``seen`` (a callback's per-run ``WarningCache``).
 
     So a second run in the same process (a notebook, an in-process sweep) warns again about
     its own skipped measurements instead of being silent.
+
+    Args:
+        seen: the run's cache of warned keys (a ``WarningCache`` or any set).
     """
     token = _run_warned.set(seen)
     try:
@@ -43,13 +49,27 @@ def warnings_of_run(seen: set[str]) -> Iterator[None]:
 
 
 def warn_once(key: str, message: str) -> None:
-    """A warning shown once per run (inside :func:`warnings_of_run`) or else once per process, for a key."""
+    """A RuntimeWarning shown once per run (inside :func:`warnings_of_run`) or else once per process, for a key.
+
+    Deduplicated by ``key``, not by the message as ``WarningCache.warn`` does: a message carries
+    details (the epoch, the error) that change while it is still the same warning. Shown on
+    global rank 0 only (Lightning's ``rank_zero_warn``): N processes do not repeat it N times.
+
+    Args:
+        key: what makes two warnings the same one.
+        message: the text shown.
+    """
     seen = _run_warned.get()
     if seen is None:
         seen = _warned
     if key not in seen:
         seen.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        # lightning_fabric sets rank_zero_only.rank when imported; a heavy import, so only when a warning is due
+        from lightning_fabric.utilities.rank_zero import rank_zero_warn
+
+        # 6 frames up: past rank_zero_warn's own three (warn, _warn, its rank-zero wrapper) and this function,
+        # to the code that called warn_once's caller, as warnings.warn(stacklevel=3) pointed before
+        rank_zero_warn(message, stacklevel=6, category=RuntimeWarning)
 
 
 # OWASP's CSV-injection rule: a cell starting with one of these is read as a formula by spreadsheets

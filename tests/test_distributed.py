@@ -47,3 +47,68 @@ def test_two_processes_give_the_single_process_result():
         assert result == single
     messages = run_distributed(_fail_on_rank_1, 2)
     assert all("failed on 1 of 2 processes" in m and "boom" in m for m in messages)
+
+
+def test_one_length_batching_helper_for_generation_nli_and_embedding():
+    from lightning_div import generation, nli
+    from lightning_div.distributed import length_batches
+
+    # generation's helper (which scoring imports) and NLI's are the distributed one
+    assert generation.length_batches is length_batches and nli.length_batches is length_batches
+    # longest first, ties in input order, as each of the three former helpers did
+    assert length_batches([1, 3, 3, 2, 5], 2) == [[4, 1], [2, 3], [0]]
+    assert length_batches([], 4) == []
+    with pytest.raises(ValueError, match="sort_key has 2 keys for 3 items"):
+        batch_plan(3, 2, [1, 2])
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got True"):
+        length_batches([1], True)
+
+
+def _collectives(rank, world):
+    import torch
+
+    from lightning_div.distributed import all_gather_rows, check_same_on_all_ranks, on_rank_zero
+
+    rows = all_gather_rows(torch.full((rank + 1, 2), float(rank)))  # 1 row on rank 0, 2 on rank 1
+    fitted = on_rank_zero(lambda: {"fitted_on": rank}, "fitting")
+    broadcasts = []
+
+    def strategy_broadcast(obj, src):  # what trainer.strategy.broadcast would be given
+        from lightning_div.distributed import broadcast_object
+
+        broadcasts.append(src)
+        return broadcast_object(obj, src)
+
+    via_strategy = on_rank_zero(lambda: "rank 0's", "work", broadcast=strategy_broadcast)
+
+    def fail():
+        raise ValueError("no points")
+
+    try:
+        on_rank_zero(fail, "fitting the clusters")
+        failure = "no error"
+    except Exception as err:  # rank 0: its own error; the others: a RuntimeError naming it
+        failure = f"{type(err).__name__}: {err}"
+    try:
+        check_same_on_all_ranks(10 + rank, "the number of texts")
+        mismatch = "no error"
+    except ValueError as err:
+        mismatch = str(err)
+    return [r.tolist() for r in rows], fitted, via_strategy, broadcasts, failure, mismatch
+
+
+@pytest.mark.slow
+def test_rank_zero_work_and_uneven_gathers_on_two_processes():
+    from lightning_div.distributed import on_rank_zero
+
+    assert on_rank_zero(lambda: 7, "alone") == 7  # one process: just the call
+    for rank, (rows, fitted, via_strategy, broadcasts, failure, mismatch) in enumerate(
+        run_distributed(_collectives, 2)
+    ):
+        assert rows == [[[0.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]]]  # every rank's own count of rows, in rank order
+        assert fitted == {"fitted_on": 0} and via_strategy == "rank 0's" and broadcasts == [0]
+        if rank == 0:
+            assert failure == "ValueError: no points"
+        else:
+            assert failure == "RuntimeError: fitting the clusters failed on rank 0: ValueError: no points"
+        assert mismatch == "the number of texts must be the same on every rank; got [10, 11] per rank"

@@ -26,6 +26,8 @@ try:  # Python 3.12+
 except ImportError:  # pragma: no cover - depends on the Python version
     from typing_extensions import override
 
+from lightning_utilities.core.rank_zero import WarningCache
+
 from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
 from lightning_div.core import DialoguePair
 from lightning_div.formatting import DialogueFormat
@@ -118,11 +120,11 @@ class DiversityCallback(Callback):
         # The fixed evaluation samples (fixed_sample), by name, and their indices (checkpointed).
         self._samples: dict[str, list[DialoguePair]] = {}
         self._sample_indices: dict[str, list[int]] = {}
-        self._warned: set[str] = set()  # this run's warnings (emptied at each setup): see warnings_of_run
+        self._warned: set[str] = WarningCache()  # this run's warnings (emptied at each setup): see warnings_of_run
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._warned = set()  # a new fit/validate call is a new run: its warnings are shown again
+        self._warned = WarningCache()  # a new fit/validate call is a new run: its warnings are shown again
         # Two instances logging over each other's keys, or missing data, is a configuration error: say so
         # before any work (the data is looked at here, the model at fit start: see on_fit_start).
         self.check_unique_keys(trainer)

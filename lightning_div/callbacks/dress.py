@@ -10,7 +10,6 @@ from pytorch_lightning.trainer.states import TrainerFn
 
 from lightning_div.callbacks.base import DiversityCallback, override, sample_indices
 from lightning_div.callbacks.cluster_views import log_dress_round
-from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
 from lightning_div.datamodules.protocol import (
@@ -24,6 +23,7 @@ from lightning_div.datamodules.protocol import (
 from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
 from lightning_div.formatting import is_seq2seq
 from lightning_div.loop_state import starting_epoch
+from lightning_div.semantic_space import ClusterSpec
 from lightning_div.tracking import log_figure, new_figure
 from lightning_div.types import ClustersSource, EncoderSource, Options
 

@@ -188,7 +188,7 @@ class NLIDiversityMonitor(ValidationMonitor):
         m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
 
     def state_key_args(self) -> dict[str, Any]:
-        from lightning_div.callbacks.clusters import describe
+        from lightning_div.semantic_space import describe
 
         return {**super().state_key_args(), "scorer": describe(self.scorer_arg)}
 

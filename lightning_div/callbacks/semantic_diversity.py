@@ -10,7 +10,6 @@ import pytorch_lightning as pl
 
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
-from lightning_div.callbacks.clusters import ClusterSpec
 from lightning_div.callbacks.guards import (
     check_finite_model,
     encoder_label,
@@ -28,6 +27,7 @@ from lightning_div.metrics import (
     semantic_entropy,
     top_cluster_share,
 )
+from lightning_div.semantic_space import ClusterSpec
 from lightning_div.tracking import log_table
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
 

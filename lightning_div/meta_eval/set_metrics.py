@@ -19,8 +19,8 @@ from tqdm.auto import tqdm
 from lightning_div.metrics import check_lexical_names, lexical_scores, semantic_entropy
 from lightning_div.metrics.lexical import LEXICAL_PATTERN, iter_ngrams
 from lightning_div.metrics.nli import VARIANTS as VARIANTS_NLI
+from lightning_div.metrics.sets import NegativeMeanCosine, SetMetric, fewer_than_two
 from lightning_div.text import TokenizerSpec, check_texts, get_tokenizer
-from lightning_div.threshold import NegativeMeanCosine, SetMetric, fewer_than_two
 
 Similarity = Callable[[str, str], float]
 Encode = Callable[[list[str]], Any]

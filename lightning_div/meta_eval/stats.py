@@ -17,7 +17,7 @@ import numpy as np
 from scipy.stats import rankdata, spearmanr
 
 from lightning_div.meta_eval.set_metrics import mapping_of, metric_name, score_sets
-from lightning_div.threshold import SetMetric
+from lightning_div.metrics.sets import SetMetric
 
 #: Numbers as a list or an array (scores, parameters, labels).
 Values = Sequence[Any] | np.ndarray

@@ -15,6 +15,7 @@ from lightning_div.metrics.lexical import (
 from lightning_div.metrics.nli import nli_diversity
 from lightning_div.metrics.ruq import ruq_margin, ruq_score
 from lightning_div.metrics.semantic import cluster_histogram, cluster_js_divergence, semantic_entropy, top_cluster_share
+from lightning_div.metrics.sets import NegativeMeanCosine
 from lightning_div.metrics.states import (
     RUQ,
     AveragedDistinct,
@@ -42,6 +43,7 @@ __all__ = [
     "ruq_score",
     "ruq_margin",
     "nli_diversity",
+    "NegativeMeanCosine",
     "DistinctN",
     "AveragedDistinct",
     "NGramEntropy",
