@@ -142,13 +142,21 @@ class BatchLog(Callback):
         self.batches.append((trainer.current_epoch, batch["index"].tolist()))
 
 
-def resume_run(root: Path, crash: bool = False, ckpt_path: Path | None = None):
+def resume_run(root: Path, crash: bool = False, ckpt_path: Path | None = None, stream_dir: Path | None = None):
     sem, ruq = monitors(root / "cache")
     dr, batches = dress(root), BatchLog()
     callbacks = [sem, ruq, dr, batches]
     if crash:
         callbacks += [CrashAt(CRASH_STEP), ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=CRASH_STEP)]
-    model, dm = tiny_lm(), datamodule()
+    if stream_dir is None:
+        model, dm = tiny_lm(), datamodule()
+    else:  # the training split in LitData chunks, read by index (tests/test_streaming.py)
+        from lightning_div.datamodules.streaming import StreamingDialogueDataModule
+
+        model = tiny_lm()
+        dm = StreamingDialogueDataModule(
+            max_train_examples=160, max_val_examples=16, batch_size=16, show_progress=False, stream_dir=stream_dir
+        )
     tr = trainer(
         root, callbacks, max_epochs=2, limit_train_batches=None, limit_val_batches=1, enable_checkpointing=crash
     )
@@ -161,14 +169,18 @@ def resume_run(root: Path, crash: bool = False, ckpt_path: Path | None = None):
 
 
 @pytest.mark.slow
-def test_mid_epoch_resume_matches_the_uninterrupted_run(tmp_path):
-    full_cbs, full_model, full_dm, full_batches = resume_run(tmp_path / "full")
-    resume_run(tmp_path / "part", crash=True)
+@pytest.mark.parametrize("data", ["memory", "stream"])
+def test_mid_epoch_resume_matches_the_uninterrupted_run(tmp_path, data):
+    if data == "stream":
+        pytest.importorskip("litdata")
+    stream = tmp_path / "stream" if data == "stream" else None
+    full_cbs, full_model, full_dm, full_batches = resume_run(tmp_path / "full", stream_dir=stream)
+    resume_run(tmp_path / "part", crash=True, stream_dir=stream)
     ckpt = tmp_path / "part" / "ckpt" / f"epoch=1-step={CRASH_STEP}.ckpt"
     assert ckpt.is_file()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cbs, model, dm, batches = resume_run(tmp_path / "part", ckpt_path=ckpt)
+        cbs, model, dm, batches = resume_run(tmp_path / "part", ckpt_path=ckpt, stream_dir=stream)
     # Lightning recognises the train dataloader as resumable (it warns about any other)
     assert not [w for w in caught if "not resumable" in str(w.message)]
 

@@ -20,6 +20,8 @@ _LAZY = {
     "DialogueCollator": "encoding",
     "EncodedDialogues": "encoding",
     "encode_pairs": "encoding",
+    "StreamingDialogueDataModule": "streaming",  # needs the `stream` extra (LitData) when built
+    "ChunkedPairs": "streaming",
 }
 
 __all__ = [

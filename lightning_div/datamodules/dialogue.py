@@ -229,6 +229,10 @@ class DialogueDataModule(pl.LightningDataModule):
             self._pairs[name], self._stats[name] = pairs, stats
         return self._pairs[name]
 
+    def _num_train(self) -> int:
+        """How many gold training examples there are (a subclass may know without reading them)."""
+        return len(self._read("train"))
+
     def train_pairs(self) -> list[DialoguePair]:
         """The gold training examples (after truncation, dedupe and subset), in index order."""
         return list(self._read("train"))
@@ -359,7 +363,7 @@ class DialogueDataModule(pl.LightningDataModule):
     def sample_weights(self) -> np.ndarray:
         """One weight per gold training example (ones until weights are applied)."""
         if self._sample_weights is None:
-            return np.ones(len(self._read("train")), dtype=np.float64)
+            return np.ones(self._num_train(), dtype=np.float64)
         return self._sample_weights.copy()
 
     @property
@@ -407,7 +411,7 @@ class DialogueDataModule(pl.LightningDataModule):
     def _set(self, weights: np.ndarray | None, negatives: Negatives, mode: str, what: str) -> None:
         """Validate all of it first, then replace: a refused change leaves the previous state whole."""
         check_choice("mode", mode, MODES)
-        w = None if weights is None else self._finite(weights, len(self._read("train")), what)
+        w = None if weights is None else self._finite(weights, self._num_train(), what)
         if mode == "sampler":
             check_sampling_weights(
                 np.concatenate([self.sample_weights if w is None else w, negatives.weights]),
