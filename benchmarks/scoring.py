@@ -40,8 +40,9 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lightning_div.adapters import CausalLMAdapter
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
+from lightning_div.distributed import length_batches
 from lightning_div.formatting import DialogueFormat
-from lightning_div.generation import length_batches, pad_batch, pad_id_of
+from lightning_div.generation import pad_batch, pad_id_of
 from lightning_div.scoring import candidate_scores, response_scores
 from lightning_div.tiny import train_tokenizer
 

@@ -343,8 +343,9 @@ class SemanticClusters:
         import faiss
 
         # k centroids: an exact CPU search is instant, and the same on every machine
-        index = faiss.IndexFlatL2(self.centroids.shape[1])
-        index.add(self.centroids)
+        centroids = self._arrays()[2]
+        index = faiss.IndexFlatL2(centroids.shape[1])
+        index.add(centroids)
         distances, ids = index.search(np.ascontiguousarray(reduced, dtype=np.float32), 1)
         return distances.ravel(), ids.ravel().astype(np.int64)
 
@@ -367,7 +368,8 @@ class SemanticClusters:
                 f"embeddings have dimension {x.shape[1]}, but the clusters were fitted on "
                 f"dimension {self.input_dim} (encoder {self.encoder_name!r})"
             )
-        return _project(x, self.pca_mean, self.pca_components)
+        mean, components, _ = self._arrays()
+        return _project(x, mean, components)
 
     def assign(self, embeddings: Any) -> np.ndarray:
         """Nearest-centroid cluster id (int64, in [0, num_clusters)) of each embedding.
@@ -442,6 +444,14 @@ class SemanticClusters:
         if not self.fitted:
             raise RuntimeError("SemanticClusters is not fitted: call fit(), fit_texts() or load() first")
 
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(PCA mean, PCA components, centroids) of fitted clusters; RuntimeError before a fit."""
+        self._require_fitted()
+        mean, components, centroids = self.pca_mean, self.pca_components, self.centroids
+        if mean is None or components is None or centroids is None:  # fitted means all three are set
+            raise RuntimeError("SemanticClusters is fitted but misses its PCA or centroids")
+        return mean, components, centroids
+
     # --------------------------------------------------------------- persist
     def save(self, path: str | os.PathLike) -> Path:
         """Write PCA, centroids and config to ``path`` (.npz, written atomically); returns the path.
@@ -458,6 +468,12 @@ class SemanticClusters:
         self._require_fitted()
         path = Path(path)
         # a file object: np.savez would otherwise append ".npz"; atomic: a kill mid-write leaves no partial file
+        mean, components, centroids = self._arrays()
+        extra: dict[str, Any] = (
+            {}
+            if self.cards is None  # optional: files without cards still load
+            else {"cards": np.array(json.dumps([c.to_dict() for c in self.cards]))}
+        )
         try:
             with atomic_write(path, "wb") as f:
                 np.savez(
@@ -465,17 +481,12 @@ class SemanticClusters:
                     format_version=np.int64(FORMAT_VERSION),
                     config=np.array(json.dumps(self.config)),
                     config_hash=np.array(self.config_hash),
-                    pca_mean=self.pca_mean,
-                    pca_components=self.pca_components,
-                    centroids=self.centroids,
+                    pca_mean=mean,
+                    pca_components=components,
+                    centroids=centroids,
                     explained_variance=np.float64(self.explained_variance),
                     inertia=np.float64(np.nan if self.inertia is None else self.inertia),
-                    **(
-                        {}
-                        if self.cards is None
-                        # optional: files without cards still load
-                        else {"cards": np.array(json.dumps([c.to_dict() for c in self.cards]))}
-                    ),
+                    **extra,
                 )
         except OSError as e:
             message = f"cannot save SemanticClusters to {str(path)!r}: {e.strerror or e}"
@@ -542,11 +553,12 @@ class SemanticClusters:
             from lightning_div.cluster_cards import cards_from_dicts
 
             try:
-                out.cards = cards_from_dicts(cards)
+                loaded = cards_from_dicts(cards) or []
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"{str(path)!r}: its cluster cards are malformed ({e!r})") from e
-            if len(out.cards) != out.num_clusters:
-                raise ValueError(f"{str(path)!r}: {len(out.cards)} cluster cards for {out.num_clusters} clusters")
+            if len(loaded) != out.num_clusters:
+                raise ValueError(f"{str(path)!r}: {len(loaded)} cluster cards for {out.num_clusters} clusters")
+            out.cards = loaded
         if out.centroids.shape != (out.num_clusters, out.n_components):
             raise ValueError(
                 f"{str(path)!r}: centroids have shape {out.centroids.shape}, expected "

@@ -23,8 +23,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers.modeling_outputs import BaseModelOutput
 
+from lightning_div.distributed import length_batches
 from lightning_div.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
-from lightning_div.generation import check_contexts, evaluation_mode, length_batches, model_device, pad_batch, pad_id_of
+from lightning_div.generation import check_contexts, evaluation_mode, model_device, pad_batch, pad_id_of
 
 
 def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[list[str]]:

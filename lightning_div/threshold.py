@@ -264,10 +264,12 @@ def diversity_threshold_generate_many(
     # Plain nucleus sampling, no n-gram blocking (the paper's setting), unless the caller asks.
     generation_kwargs = {**SAMPLING_DEFAULTS, "top_p": top_p, **generation_kwargs}
     nli = not (callable(metric) and callable(report))
-    cache = _PairCache(scorer) if nli else None
+    cache = _PairCache(scorer) if nli and scorer is not None else None
 
     def value(responses: Sequence[str], which: Metric) -> float:
         if not callable(which):
+            if cache is None:  # an NLI metric needs a scorer; the checks above make sure there is one
+                raise ValueError("an NLI metric needs a scorer")
             return _nli_value(cache.set_result(responses), which)
         v = float(which(list(responses)))
         if not math.isfinite(v):

@@ -8,6 +8,7 @@ across processes (:mod:`lightning_div.distributed`), and log (:mod:`lightning_di
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import traceback
 import warnings
@@ -21,9 +22,9 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.trainer.states import TrainerFn
 
-try:  # Python 3.12+
+if sys.version_info >= (3, 12):
     from typing import override
-except ImportError:  # pragma: no cover - depends on the Python version
+else:  # pragma: no cover - depends on the Python version
     from typing_extensions import override
 
 from lightning_utilities.core.rank_zero import WarningCache
@@ -50,6 +51,11 @@ def sample_indices(n_total: int, n: int | None, seed: int) -> np.ndarray:
     if n < 1:
         raise ValueError(f"the sample size must be >= 1 or None, got {n}")
     return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))
+
+
+def _callbacks(trainer: Any) -> list[Any]:
+    """``trainer.callbacks`` (set in ``Trainer.__init__``, not declared on the class)."""
+    return list(getattr(trainer, "callbacks", []))
 
 
 class DiversityCallback(Callback):
@@ -160,7 +166,7 @@ class DiversityCallback(Callback):
         legacy = type(self).__qualname__
         if not isinstance(states, dict) or self.state_key in states or legacy not in states:
             return
-        if sum(type(cb) is type(self) for cb in trainer.callbacks) == 1:
+        if sum(type(cb) is type(self) for cb in _callbacks(trainer)) == 1:
             states[self.state_key] = states[legacy]
         else:
             warn_once(
@@ -171,7 +177,7 @@ class DiversityCallback(Callback):
 
     def check_unique_keys(self, trainer: pl.Trainer) -> None:
         """Two instances of one class without distinct names would log over each other's keys: an error."""
-        same = [cb for cb in trainer.callbacks if type(cb) is type(self) and cb.name == self.name]
+        same = [cb for cb in _callbacks(trainer) if type(cb) is type(self) and cb.name == self.name]
         if len(same) > 1:
             raise ValueError(
                 f"{len(same)} {type(self).__name__}s in this Trainer have name={self.name!r}, so they "
@@ -205,7 +211,7 @@ class DiversityCallback(Callback):
 
     def resolve_pairs(
         self, trainer: pl.Trainer, explicit: Any, name: str, arg: str | None = None
-    ) -> list[DialoguePair]:
+    ) -> Sequence[DialoguePair]:
         """Explicit pairs/path if given, else ``trainer.datamodule.<name>()``, else a helpful error.
 
         Args:
@@ -225,6 +231,7 @@ class DiversityCallback(Callback):
                 stacklevel=2,
             )
         method, arg = name, arg or name
+        pairs: Sequence[DialoguePair]
         if isinstance(explicit, (list, tuple)):
             pairs = pairs_from_items(explicit, name=arg)
         elif explicit is not None:
@@ -233,7 +240,9 @@ class DiversityCallback(Callback):
             dm = getattr(trainer, "datamodule", None)
             if dm is None or not callable(getattr(dm, method, None)):
                 raise ValueError(f"{type(self).__name__} has no data: {DATA_HELP.format(arg=arg, method=method)}")
-            pairs = list(getattr(dm, method)())
+            got = getattr(dm, method)()
+            # A sequence is kept as it is: a streaming datamodule reads the few sampled pairs from disk on demand.
+            pairs = got if isinstance(got, Sequence) else list(got)
         if not pairs:
             raise ValueError(f"{type(self).__name__}: {arg} is empty")
         return pairs
@@ -294,7 +303,7 @@ class DiversityCallback(Callback):
         """One response per context, batches sharded across processes and gathered in order."""
         from lightning_div.distributed import distributed_map
 
-        def gen(batch: list[list[str]]) -> list[str]:
+        def gen(batch: list[Sequence[str]]) -> list[str]:
             return adapter.generate(batch, **generation_kwargs)
 
         contexts = [list(c) for c in contexts]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytorch_lightning as pl
@@ -16,6 +16,9 @@ from lightning_div.datamodules.protocol import (
     MODES,
     NEGATIVE_BATCHES,
     NEGATIVE_LOSSES,
+    Mode,
+    NegativeBatches,
+    NegativeLoss,
     Negatives,
     ReweightableDataModule,
     check_choice,
@@ -151,11 +154,12 @@ class DRESSReweighting(DiversityCallback):
         self.num_negative_contexts = num_negative_contexts
         self.head_threshold = head_threshold
         self.negative_weight = negative_weight
-        self.mode = mode
+        # checked against MODES / NEGATIVE_LOSSES / NEGATIVE_BATCHES above (check_choice), hence the casts
+        self.mode = cast(Mode, mode)
         self.generation_kwargs = dict(generation_kwargs or {})
         self.mine_at = mine_at
-        self.negative_loss = negative_loss
-        self.negative_batches = negative_batches
+        self.negative_loss = cast(NegativeLoss, negative_loss)
+        self.negative_batches = cast(NegativeBatches, negative_batches)
         self.weights: np.ndarray | None = None
         self.heads: np.ndarray = np.zeros(0, dtype=np.int64)
         self.head_share = 0.0
@@ -188,7 +192,7 @@ class DRESSReweighting(DiversityCallback):
         """
         if not self.negatives:
             return
-        every = trainer.reload_dataloaders_every_n_epochs
+        every = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)  # set in Trainer.__init__, not declared
         if every != 1:
             raise ValueError(
                 f"DRESSReweighting(negatives=True) trains on new negatives every {self.every_n_epochs} "

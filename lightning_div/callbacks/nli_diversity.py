@@ -82,7 +82,7 @@ class NLIDiversityMonitor(ValidationMonitor):
         if threshold_generation and max_samples < n:
             raise ValueError(f"max_samples ({max_samples}) must be >= n ({n}): it counts the first n samples")
         self.scorer_arg = scorer
-        self.scorer_kwargs = dict(scorer_kwargs or {})
+        self.scorer_kwargs: dict[str, Any] = dict(scorer_kwargs or {})  # NLIScorer checks them
         self.num_contexts = num_contexts
         self.n = n
         self.top_p = top_p

@@ -98,7 +98,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.lexical_options = dict(lexical_options or {})
+        # Options types the CLI's JSON values; here they are keyword arguments checked by the metric functions
+        self.lexical_options: dict[str, Any] = dict(lexical_options or {})
         bad = sorted(set(self.lexical_options) - {"tokenizer", "lowercase", "base"})
         if bad:
             raise ValueError(f"lexical_options {bad} are unknown; use tokenizer, lowercase, base")
