@@ -153,3 +153,33 @@ def test_monitor_logs_margins_every_epoch(tmp_path):
         assert trainer.callback_metrics[f"{split}/ruq_margin"].item() == pytest.approx(
             want["ruq_margin_idk1"], abs=1e-6
         )
+
+
+def _ruq_values(rank, world_size, shared):
+    """RUQMonitor.compute on 16 chitchat prompts, on whatever number of processes runs it."""
+    from helpers import causal_model, chitchat_pairs, tokenizer
+
+    from lightning_div.adapters import CausalLMAdapter
+
+    adapter = CausalLMAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
+    monitor = RUQMonitor(show_progress=False, batch_size=8, shared_contexts=shared)
+    return monitor.compute(adapter, list(chitchat_pairs("validation", 60))[:16])
+
+
+@pytest.mark.slow
+def test_shared_contexts_on_two_processes():
+    """Shared-context RUQ on 2 processes: the same RUQ, margins to float32 rounding; pair by pair: bit for bit."""
+    from ddp_utils import run_distributed
+
+    single = {shared: _ruq_values(0, 1, shared) for shared in (True, False)}
+    for shared in (True, False):
+        rank0, rank1 = run_distributed(_ruq_values, 2, shared)
+        assert rank0 == rank1  # every rank gets the gathered values
+        for key, value in single[shared].items():
+            if key.startswith("ruq_margin") and shared:
+                assert rank0[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+            else:
+                assert rank0[key] == value, key  # RUQ itself, and every value of pair-by-pair scoring
+    # the two ways of scoring agree to float32 rounding too
+    for key, value in single[False].items():
+        assert single[True][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key

@@ -48,6 +48,11 @@ class RUQMonitor(ValidationMonitor):
         reference: with several references per prompt, ``"lowest"`` (the lowest-scoring
             one, the paper's recommendation) or ``"first"`` (the original reference, as the
             paper's tables use). Single-reference data gives the same value either way.
+        shared_contexts: score each prompt's references and IDK strings after one pass over its
+            context (:func:`lightning_div.scoring.candidate_logprobs`; 1.8x faster on a
+            DialoGPT-small-shaped model). Its values agree with pair-by-pair scoring, and across
+            process counts, to float32 rounding (1e-6 relative), not bit for bit; ``False``
+            scores pair by pair, bit-identical on any number of processes.
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
     """
 
@@ -66,6 +71,7 @@ class RUQMonitor(ValidationMonitor):
         warn_below: float | None = None,
         warn_drop: float | None = 10.0,
         reference: ReferenceChoice = "lowest",
+        shared_contexts: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -74,6 +80,7 @@ class RUQMonitor(ValidationMonitor):
             raise ValueError(f"idk_responses must be non-empty strings, got {idk_responses!r}")
         self.idk_responses = idk
         self.reference = check_reference(reference)
+        self.shared_contexts = shared_contexts
         self.num_train_prompts = num_train_prompts
         self.num_val_prompts = num_val_prompts
         self.train_pairs_arg = train_pairs
@@ -102,14 +109,24 @@ class RUQMonitor(ValidationMonitor):
     # -- work ---------------------------------------------------------------------------------------
 
     def _candidate_logprobs(self, adapter: Any, items: list[tuple[tuple[str, ...], list[str]]]) -> list[Any]:
-        """Token log-probs of every (context, candidates) item: each context encoded once, prompts sharded over ranks.
+        """Token log-probs of every (context, candidates) item, whole prompts sharded over ranks.
 
-        Whole prompts go to one rank (their candidates share the context's cache); the batch plan is
-        the same on any number of processes, so 1 and N processes compute the same batches.
+        With ``shared_contexts`` each context is encoded once for its candidates (they share its
+        cache); otherwise pair by pair. The batch plan is the same on any number of processes.
         """
 
         def score(batch: list[tuple[tuple[str, ...], list[str]]]) -> list[Any]:
-            return candidate_logprobs(adapter, [list(c) for c, _ in batch], [rs for _, rs in batch])
+            contexts = [list(c) for c, _ in batch]
+            if self.shared_contexts:
+                return candidate_logprobs(adapter, contexts, [rs for _, rs in batch])
+            flat = adapter.token_logprobs(
+                [c for c, (_, rs) in zip(contexts, batch) for _ in rs], [r for _, rs in batch for r in rs]
+            )
+            out, at = [], 0
+            for _, rs in batch:
+                out.append(flat[at : at + len(rs)])
+                at += len(rs)
+            return out
 
         key = [sum(len(t) for t in c) + max(map(len, rs), default=0) for c, rs in items]
         per_prompt = max(len(rs) for _, rs in items) if items else 1
