@@ -237,6 +237,25 @@ def token_logprobs_batched(
     return [t.clone() for t in out]  # type: ignore[union-attr]
 
 
+def _cache_argument(params: set[str]) -> str | None:
+    """The forward argument that takes a key/value cache: ``cache`` (transformers >= 5.24), else ``past_key_values``."""
+    # transformers 5.24 renamed past_key_values to cache (the old name is deprecated, removed in 5.40);
+    # both are read so that a model written against either release shares its contexts.
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None
+
+
+def _returned_cache(out: Any) -> Any:
+    """The key/value cache a forward returned, under either name (see :func:`_cache_argument`)."""
+    for name in ("cache", "past_key_values"):
+        found = getattr(out, name, None)
+        if found is not None:
+            return found
+    raise ValueError(f"{type(out).__name__} returned no key/value cache (use_cache=True): cannot share contexts")
+
+
 def _expand_cache(cache: Any, index: torch.Tensor) -> Any:
     """The context cache with row ``index[i]`` as row i (a context repeated once per candidate)."""
     if callable(getattr(cache, "batch_select_indices", None)):  # transformers' Cache (DynamicCache, ...)
@@ -262,6 +281,10 @@ class _SharedCausalScorer(_CausalModel):
     product over a handful of rows can round differently with the number of CPU threads,
     which would break the 1-vs-N-process equality of RUQ).
     """
+
+    def __init__(self, model: Any, side: str, params: set[str]) -> None:
+        super().__init__(model, side, params)
+        self.cache_arg = _cache_argument(params) or "past_key_values"
 
     def __call__(
         self,
@@ -313,7 +336,7 @@ class _SharedCausalScorer(_CausalModel):
                 "position_ids": pos,
                 "use_cache": False,
                 "attention_mask": torch.cat([ctx_mask.index_select(0, index), mask], dim=1),
-                "past_key_values": _expand_cache(out.past_key_values, index),
+                self.cache_arg: _expand_cache(_returned_cache(out), index),
             }
             if first_hidden is not None:
                 rest_rows = self.model(**step, logits_to_keep=1, output_hidden_states=True).hidden_states[-1][tmask]
@@ -399,7 +422,7 @@ def candidate_logprobs_batched(
     ``candidates[i]`` are the responses to score after ``contexts[i]`` (RUQ: the references
     and every IDK string). The values equal :func:`token_logprobs_batched` of the flattened
     pairs (to float rounding, 1e-5): a causal model runs each context once and its cached
-    keys/values (``past_key_values``, expanded over the candidates) serve every candidate;
+    keys/values (``cache`` / ``past_key_values``, expanded over the candidates) serve every candidate;
     a seq2seq model runs its encoder once per context and reuses its output. Pairs are
     grouped by their context *ids*, so a context cut differently to fit a long candidate into
     the window gets its own group. ``batch_size`` counts candidates per forward pass (a
@@ -433,7 +456,7 @@ def candidate_logprobs_batched(
     seq2seq = is_seq2seq(model)
     params = _forward_params(model)
     shared = (
-        ("past_key_values" in params and "position_ids" in params and padding_side != "right")
+        (_cache_argument(params) is not None and "position_ids" in params and padding_side != "right")
         if not seq2seq
         else "encoder_outputs" in params and callable(getattr(model, "get_encoder", None))
     )

@@ -1,5 +1,6 @@
 """Response scores and position profiles; RUQ sanity with tiny models trained to opposite habits."""
 
+import inspect
 import math
 
 import numpy as np
@@ -290,11 +291,14 @@ class ScaledLogits(torch.nn.Module):
         logits_to_keep=0,
         output_hidden_states=None,
     ):
+        # it keeps the old argument name (as a user's model written for transformers < 5.24 would)
+        # and hands the cache on under whichever name the inner model takes
+        cache_name = "cache" if "cache" in inspect.signature(self.inner.forward).parameters else "past_key_values"
         out = self.inner(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            **{cache_name: past_key_values},
             use_cache=use_cache,
             logits_to_keep=logits_to_keep,
             output_hidden_states=output_hidden_states,
