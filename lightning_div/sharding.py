@@ -52,9 +52,9 @@ def _deepspeed_zero_stage(strategy: Any) -> int | None:
 
 def _tensor_parallel_size(strategy: Any) -> int:
     """Processes per tensor-parallel group of a ModelParallelStrategy (1 for any other strategy)."""
-    mesh = getattr(strategy, "_device_mesh", None)  # set in setup_environment, before the callbacks' setup
+    mesh: Any = getattr(strategy, "_device_mesh", None)  # set in setup_environment, before the callbacks' setup
     names = getattr(mesh, "mesh_dim_names", None) or ()
-    if "tensor_parallel" in names:
+    if mesh is not None and "tensor_parallel" in names:
         return int(mesh["tensor_parallel"].size())
     if not hasattr(strategy, "_tensor_parallel_size"):
         return 1

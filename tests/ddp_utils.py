@@ -34,7 +34,9 @@ def _worker(
         pickle.dump(result, f)
 
 
-def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout_s: float | None = None) -> list[Any]:
+def run_distributed(
+    fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout_s: float | None = None
+) -> list[Any]:
     """fn(rank, world_size, *args) on every rank; returns the per-rank results in rank order.
 
     ``timeout_s``: a collective that waits longer raises (gloo's timeout), so a hang fails the test.

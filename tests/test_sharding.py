@@ -89,6 +89,7 @@ def test_tensor_parallelism_is_refused():
     auto.parallel_devices = [torch.device("cpu")] * 4  # what the Trainer's accelerator connector sets
     with pytest.raises(ValueError, match="ModelParallelStrategy with tensor_parallel_size=4"):
         check_strategy(on(auto))
+
     # once set up (setup_environment runs before the callbacks' setup), the device mesh decides
     class Mesh:
         mesh_dim_names = ("data_parallel", "tensor_parallel")
@@ -259,7 +260,10 @@ def _fsdp2(rank, world):
             with torch.no_grad():
                 model(input_ids=IDS)  # the root stays unsharded: FSDP2 does not reshard the root after forward
         before = state()
-        local = {n: p.to_local().clone() if isinstance(p, DTensor) else p.detach().clone() for n, p in model.named_parameters()}
+        local = {
+            n: p.to_local().clone() if isinstance(p, DTensor) else p.detach().clone()
+            for n, p in model.named_parameters()
+        }
         with full_parameters(model):
             inside = {
                 "plain": not any(isinstance(p, DTensor) for p in model.parameters()),
