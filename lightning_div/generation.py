@@ -193,6 +193,17 @@ def generate_batched(
     seq2seq = is_seq2seq(model)
     kwargs = decoding_defaults(generation_kwargs, seq2seq)
     max_new = int(kwargs.pop("max_new_tokens", max_new_tokens))
+    if kwargs.get("synced_gpus"):
+        raise ValueError(
+            "synced_gpus=True is not supported: lightning-div generates each process's own batches "
+            "independently (a process may have one batch more than another), and synced steps would wait "
+            "forever for a process that has finished"
+        )
+    # Explicitly off: Hugging Face turns it on by itself for an FSDP-managed model on several processes,
+    # which would make each decoding step a collective. Each rank has the full parameters here (the callbacks
+    # generate inside lightning_div.sharding.full_parameters), and no forward communicates, so a rank can
+    # run a different number of batches and steps than the others without anyone waiting: no hang.
+    kwargs["synced_gpus"] = False
     pad_id = pad_id_of(tokenizer)
     kwargs.setdefault("pad_token_id", pad_id)
     budget = fmt.context_budget(model, reserve=max_new)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import pickle
 import socket
@@ -19,9 +20,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, out_dir: str, fn: Callable, args: tuple) -> None:
+def _worker(
+    rank: int, world_size: int, port: int, out_dir: str, fn: Callable, args: tuple, timeout_s: float | None = None
+) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    timeout = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, **timeout)
     try:
         result = fn(rank, world_size, *args)
     finally:
@@ -30,10 +34,15 @@ def _worker(rank: int, world_size: int, port: int, out_dir: str, fn: Callable, a
         pickle.dump(result, f)
 
 
-def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any) -> list[Any]:
-    """fn(rank, world_size, *args) on every rank; returns the per-rank results in rank order."""
+def run_distributed(
+    fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout_s: float | None = None
+) -> list[Any]:
+    """fn(rank, world_size, *args) on every rank; returns the per-rank results in rank order.
+
+    ``timeout_s``: a collective that waits longer raises (gloo's timeout), so a hang fails the test.
+    """
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(world_size, free_port(), out_dir, fn, args), nprocs=world_size, join=True)
+        mp.spawn(_worker, args=(world_size, free_port(), out_dir, fn, args, timeout_s), nprocs=world_size, join=True)
         results = []
         for rank in range(world_size):
             with open(os.path.join(out_dir, f"{rank}.pkl"), "rb") as f:

@@ -13,7 +13,7 @@ from lightning_div.metrics import count_vocab, distinct_n, expectation_adjusted_
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-OVERLAYS = {"ddp.yaml"}  # applied on top of demo.yaml
+OVERLAYS = {"ddp.yaml", "fsdp.yaml"}  # applied on top of demo.yaml
 
 
 def test_there_are_configs():
@@ -22,6 +22,7 @@ def test_there_are_configs():
         "dialogpt-dailydialog.yaml",
         "blenderbot.yaml",
         "ddp.yaml",
+        "fsdp.yaml",
         "gpu.yaml",
     }
 
@@ -37,6 +38,9 @@ def test_every_config_parses(config, capsys):
     assert "lightning_div.callbacks" in printed
     if config.name == "ddp.yaml":
         assert "devices: 2" in printed and "strategy: ddp" in printed
+    if config.name == "fsdp.yaml":
+        assert "devices: 2" in printed and "class_path: pytorch_lightning.strategies.FSDPStrategy" in printed
+        assert "- transformers.models.gpt2.modeling_gpt2.GPT2Block" in printed
 
 
 PAPER_CONFIGS = sorted((ROOT / "configs" / "paper").glob("*.yaml"))

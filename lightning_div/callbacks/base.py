@@ -7,6 +7,7 @@ across processes (:mod:`lightning_div.distributed`), and log (:mod:`lightning_di
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -32,6 +33,7 @@ from lightning_utilities.core.rank_zero import WarningCache
 from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
 from lightning_div.core import DialoguePair
 from lightning_div.formatting import DialogueFormat
+from lightning_div.sharding import check_strategy, full_parameters
 from lightning_div.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
 
 log = logging.getLogger("lightning_div")
@@ -134,6 +136,9 @@ class DiversityCallback(Callback):
         # Two instances logging over each other's keys, or missing data, is a configuration error: say so
         # before any work (the data is looked at here, the model at fit start: see on_fit_start).
         self.check_unique_keys(trainer)
+        # A strategy whose sharded parameters the measurements cannot gather (DeepSpeed ZeRO-3, tensor
+        # parallelism) is refused now, naming it, rather than hanging at the first epoch's end.
+        check_strategy(trainer)
         if stage == TrainerFn.FITTING:
             require_inputs(self, trainer, self.required_inputs())
 
@@ -335,7 +340,12 @@ class DiversityCallback(Callback):
 
     @contextmanager
     def measuring(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str, timing_key: str | None = None
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        what: str,
+        timing_key: str | None = None,
+        needs_model: bool = True,
     ) -> Iterator[dict[str, float]]:
         """Times the block, logs what it put in the yielded dict plus ``timing_key``; isolates failures.
 
@@ -347,17 +357,31 @@ class DiversityCallback(Callback):
         ``timing_key`` defaults to ``timing/<kind>_s``; a callback that measures twice an epoch
         names each measurement, or the one key's chart zig-zags between them. Keys are prefixed
         by :meth:`log_key` when the instance has a ``name``.
+
+        Under FSDP the block runs with the model's full parameters
+        (:func:`lightning_div.sharding.full_parameters`), gathered on entry on every rank; a block
+        that does not call the model passes ``needs_model=False`` and gathers nothing. Either way
+        every rank must enter the block (every callback measures on every rank).
         """
         with warnings_of_run(self._warned):
-            yield from self._measuring(trainer, pl_module, what, timing_key)
+            yield from self._measuring(trainer, pl_module, what, timing_key, needs_model)
 
     def _measuring(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, what: str, timing_key: str | None = None
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        what: str,
+        timing_key: str | None = None,
+        needs_model: bool = True,
     ) -> Iterator[dict[str, float]]:
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         try:
-            yield metrics
+            # Under FSDP the model's parameters are gathered once, on every rank (every measurement runs on
+            # every rank), and held for the whole measurement: no model call inside communicates, so ranks
+            # may generate and score different numbers of batches (lightning_div.sharding).
+            with full_parameters(pl_module) if needs_model else contextlib.nullcontext():
+                yield metrics
         except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError, ...) propagates
             if self.on_error == "raise":
                 raise

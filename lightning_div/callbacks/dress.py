@@ -27,6 +27,7 @@ from lightning_div.dress import dress_weights, effective_sample_size, head_clust
 from lightning_div.formatting import is_seq2seq
 from lightning_div.loop_state import starting_epoch
 from lightning_div.semantic_space import ClusterSpec
+from lightning_div.sharding import full_parameters
 from lightning_div.tracking import log_figure, new_figure
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
@@ -219,8 +220,10 @@ class DRESSReweighting(DiversityCallback):
             self.weights = dress_weights(gold_ids, clusters.num_clusters, self.lam, self.normalize)
         epoch = starting_epoch(trainer)
         if self.negatives and self.mine_at == "start" and self.mined_for != epoch and self._round_starts(epoch):
-            # The first round's negatives come from the model as it is before any training step.
-            self._mine_negatives(trainer, pl_module, epoch)
+            # The first round's negatives come from the model as it is before any training step. Outside
+            # measuring(), so the full parameters are gathered here (every rank runs on_fit_start).
+            with full_parameters(pl_module):
+                self._mine_negatives(trainer, pl_module, epoch)
         self._apply(dm)
 
     def _round_starts(self, epoch: int) -> bool:
@@ -253,8 +256,9 @@ class DRESSReweighting(DiversityCallback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        with self.measuring(trainer, pl_module, "DRESS negatives") as m:
-            target = self._mine_now(trainer)
+        target = self._mine_now(trainer)  # the same on every rank: epoch, schedule and should_stop are global
+        # The full parameters (FSDP) are gathered only for a round that mines; a summary needs no model.
+        with self.measuring(trainer, pl_module, "DRESS negatives", needs_model=target is not None) as m:
             if self.mine_at == "start":
                 # Logged before mining: the negatives this epoch was trained with.
                 m.update(self._summary())

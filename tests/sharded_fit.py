@@ -1,0 +1,123 @@
+"""Train the tiny demo model for 2 epochs on 2 CPU processes (gloo) with Sem-Ent, RUQ and DRESS attached.
+
+    python tests/sharded_fit.py {ddp,fsdp,fsdp2} OUT_DIR [LEARNING_RATE]
+
+``fsdp``: Lightning's FSDPStrategy wraps the LightningModule from outside with the GPT-2 blocks as
+nested FSDP units (FSDP1), as on GPUs. Lightning passes FSDP ``device_id=None`` on CPU, which torch
+refuses ("FSDP needs a non-CPU accelerator device"), so the strategy here passes the CPU device;
+nothing else changes. ``fsdp2``: ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
+with ``fully_shard`` on every block and on the model in ``configure_model``. ``ddp``: the reference.
+Each rank writes its callbacks' histories (timings left out) to ``OUT_DIR/rank<r>.json``.
+tests/test_sharding.py runs it in a subprocess with a timeout, so a hang is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
+from pytorch_lightning import Callback
+from pytorch_lightning.strategies import FSDPStrategy, ModelParallelStrategy
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+from lightning_div.callbacks.base import DiversityCallback
+from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+from lightning_div.module import DialogueLM
+
+
+class CPUFSDPStrategy(FSDPStrategy):
+    """Lightning's FSDPStrategy, with the CPU as FSDP's device (Lightning gives None there, which torch refuses)."""
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel(
+            module=model,
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=torch.device("cpu"),
+            **self.kwargs,
+        )
+
+
+class FullyShardedLM(DialogueLM):
+    """DialogueLM sharded with FSDP2 in configure_model, as ModelParallelStrategy requires."""
+
+    def configure_model(self) -> None:
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        if isinstance(self.model, FSDPModule):
+            return
+        mesh = self.device_mesh["data_parallel"]
+        for block in self.model.transformer.h:
+            fully_shard(block, mesh=mesh)
+        fully_shard(self.model, mesh=mesh)
+
+
+class SaveHistories(Callback):
+    """Each rank's diversity-callback histories, without wall-clock timings, to ``<out>/rank<r>.json``."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_fit_end(self, trainer, pl_module):
+        histories = [
+            [{k: v for k, v in row.items() if not k.startswith("timing/")} for row in cb.history]
+            for cb in trainer.callbacks
+            if isinstance(cb, DiversityCallback)
+        ]
+        (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(histories))
+
+
+def main(kind: str, out: Path, learning_rate: float = 1e-3) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    common = dict(show_progress=False, batch_size=4, max_new_tokens=6, dirpath=str(out / "cache"))
+    callbacks = [
+        # 10 contexts / batches of 4 and 6 prompts / 4: 3 and 2 batches, so the ranks make different
+        # numbers of generate and forward calls (a collective in any of them would hang)
+        SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=10, log_samples=2, **common),
+        # pair-by-pair scoring: bit-identical however the batches fall (tests/test_invariants.py)
+        RUQMonitor(
+            num_train_prompts=6, num_val_prompts=6, num_plot_prompts=3, num_beams=2, shared_contexts=False, **common
+        ),
+        # mined at fit start (outside the measurements) and at the end of epoch 0 for epoch 1
+        dress(out, mine_at="start", num_negative_contexts=10, batch_size=4, max_new_tokens=6),
+        SaveHistories(out),
+    ]
+    module: DialogueLM
+    if kind == "ddp":
+        strategy, module = "ddp", tiny_lm(learning_rate)
+    elif kind == "fsdp":
+        strategy, module = CPUFSDPStrategy(auto_wrap_policy={GPT2Block}), tiny_lm(learning_rate)
+    elif kind == "fsdp2":
+        strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
+        reference = tiny_lm(learning_rate)
+        module = FullyShardedLM(**reference.hparams)
+        module.load_state_dict(reference.state_dict())  # the very weights the other runs start from
+    else:
+        raise SystemExit(f"unknown strategy {kind!r}: ddp, fsdp or fsdp2")
+    tr = trainer(
+        out,
+        callbacks,
+        max_epochs=2,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        devices=2,
+        strategy=strategy,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tr.fit(module, datamodule=datamodule())
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main(sys.argv[1], Path(sys.argv[2]), *(float(a) for a in sys.argv[3:4]))
