@@ -16,7 +16,11 @@ own process (so that ``ru_maxrss`` is that run's peak), it trains the demo's mod
   training run as every later run of the same data sees it.
 
 Reported per run: setup seconds (from ``Trainer.fit`` to the first training batch), peak RSS,
-and training steps per second after the first 10 steps. The goals (issue 22): the streaming
+training steps per second after the first 10 steps, and the data alone: milliseconds per
+batch of the training DataLoader iterated without the model, after the run (so the data's own
+cost is seen apart from the model's, whose time moves with the machine's load).
+``--paths`` picks runs (``memory``, ``first``, ``stream``), e.g. to re-time the two training
+paths on chunks written before. The goals (issue 22): the streaming
 run's peak RSS grows by < 100 MB from 100,000 to 2,000,000 pairs, and its throughput is within
 10 % of the in-memory path's.
 """
@@ -120,12 +124,26 @@ def child(path: str, kind: str, steps: int, stream_dir: str) -> dict[str, Any]:
     trainer.fit(model, dm)
     measured = timing.steps - timing.warmup
     assert timing.first is not None and timing.end is not None, "no training step ran"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the training run's, before the loader pass
     return {
         "setup_s": timing.first - start,
         "steps_per_s": measured / (timing.end - timing.warm) if measured > 0 and timing.warm else float("nan"),
         "steps": timing.steps,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak,
+        "loader_ms_per_batch": loader_ms(dm.train_dataloader(), steps),
     }
+
+
+def loader_ms(loader: Any, batches: int) -> float:
+    """Milliseconds per batch of ``loader`` alone (its first ``batches`` batches, no model)."""
+    it = iter(loader)
+    next(it)  # the first batch pays the DataLoader's start-up, as the first training step does
+    start, n = time.perf_counter(), 0
+    for _ in range(batches - 1):
+        if next(it, None) is None:
+            break
+        n += 1
+    return (time.perf_counter() - start) / max(n, 1) * 1e3
 
 
 def run(path: Path, kind: str, steps: int, stream_dir: Path) -> dict[str, Any]:
@@ -144,6 +162,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--work-dir", default="runs/large_corpus", help="corpora and LitData chunks go here")
     parser.add_argument("--quick", action="store_true", help="2,000 pairs and 15 steps: the structure only")
     parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument(
+        "--paths",
+        nargs="+",
+        choices=["memory", "first", "stream"],
+        default=["memory", "first", "stream"],
+        help="the runs per size: in memory, streaming's first (writing) run, streaming on written chunks",
+    )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -155,16 +180,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for n in sizes:
         corpus = build_corpus(n, work)
         stream_dir = work / f"stream_{n}"
-        for kind, label in (("memory", "memory"), ("stream", "stream (first)"), ("stream", "stream")):
+        runs = {"memory": ("memory", "memory"), "first": ("stream", "stream (first)"), "stream": ("stream", "stream")}
+        for key in ("memory", "first", "stream"):
+            if key not in args.paths:
+                continue
+            kind, label = runs[key]
             row = {"pairs": n, "path": label, **run(corpus, kind, steps, stream_dir)}
             rows.append(row)
             print(
                 f"{n:>10,} pairs  {label:<15} setup {row['setup_s']:8.1f} s  peak RSS {row['peak_rss_mb']:7.0f} MB  "
-                f"{row['steps_per_s']:6.2f} steps/s",
+                f"{row['steps_per_s']:6.2f} steps/s  data alone {row['loader_ms_per_batch']:6.2f} ms/batch",
                 flush=True,
             )
-        memory, stream = rows[-3], rows[-1]
-        print(f"{'':>17}stream / memory throughput: {stream['steps_per_s'] / memory['steps_per_s']:.2f}", flush=True)
+        mine = {r["path"]: r for r in rows if r["pairs"] == n}
+        if "memory" in mine and "stream" in mine:
+            memory, stream = mine["memory"], mine["stream"]
+            print(
+                f"{'':>17}stream / memory throughput: {stream['steps_per_s'] / memory['steps_per_s']:.2f}"
+                f" (data alone: {stream['loader_ms_per_batch']:.2f} vs {memory['loader_ms_per_batch']:.2f} ms/batch)",
+                flush=True,
+            )
     streams = [r for r in rows if r["path"] == "stream"]
     if len(streams) >= 2:
         growth = streams[-1]["peak_rss_mb"] - streams[0]["peak_rss_mb"]
