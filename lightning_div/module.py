@@ -87,6 +87,43 @@ def build_model(model_name_or_path: str | None, from_scratch: dict[str, Any] | N
     return cls.from_pretrained(model_name_or_path)
 
 
+def decay_groups(
+    model: torch.nn.Module, weight_decay: float = 0.0
+) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    """(decayed, not decayed) parameters of ``model``: biases and normalisation weights are not decayed.
+
+    Decided by what a parameter is (a ``*bias``, or owned by a module whose class or name says
+    norm), not by its shape: under FSDP1 with ``use_orig_params=True`` (Lightning's default)
+    every parameter is a flattened 1-D shard when the optimizer is built, so a rule on
+    ``ndim`` would put them all in the undecayed group. Any other 1-D parameter of an
+    unsharded model is not decayed either, as before.
+
+    Raises:
+        ValueError: ``weight_decay`` > 0 on FSDP's flat parameters (``use_orig_params=False``),
+            where weights, biases and norms share one tensor and cannot be told apart.
+    """
+    norm_owned = {
+        id(p)
+        for module_name, module in model.named_modules()
+        if "norm" in type(module).__name__.lower() or "norm" in module_name.rsplit(".", 1)[-1].lower()
+        for p in module.parameters(recurse=False)
+    }
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    for name, p in model.named_parameters():
+        if getattr(p, "_is_flat_param", False) and weight_decay > 0:
+            raise ValueError(
+                f"weight_decay={weight_decay} under FSDP with use_orig_params=False: parameter {name!r} "
+                "flattens weights, biases and norms into one tensor, so they cannot be decayed apart; "
+                "use FSDPStrategy(use_orig_params=True) (Lightning's default) or weight_decay=0"
+            )
+        undecayed = id(p) in norm_owned or name.endswith("bias") or "norm" in name.lower()
+        # FSDP1 marks the parameters it flattened (torch's _set_fsdp_flattened): their shape is not their own
+        flattened = getattr(p, "_fsdp_flattened", False)
+        (no_decay if undecayed or (p.ndim < 2 and not flattened) else decay).append(p)
+    return decay, no_decay
+
+
 class DialogueLM(pl.LightningModule):
     """Fine-tunes (or trains from scratch) a Hugging Face dialogue model with DRESS-ready weighted loss.
 
@@ -99,7 +136,8 @@ class DialogueLM(pl.LightningModule):
         from_scratch: a config dict for a random-init model, e.g.
             ``{"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256}``.
         learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay.
+        weight_decay: AdamW weight decay of the weight matrices and embeddings; biases and
+            normalisation weights are not decayed (:func:`decay_groups`, FSDP-safe).
         warmup_steps: steps of linear learning-rate warm-up.
     """
 
@@ -167,10 +205,7 @@ class DialogueLM(pl.LightningModule):
 
     def configure_optimizers(self) -> Any:
         hp: Any = self.hparams  # Lightning's AttributeDict of the constructor's arguments
-        decay: list[torch.nn.Parameter] = []
-        no_decay: list[torch.nn.Parameter] = []
-        for name, p in self.model.named_parameters():
-            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+        decay, no_decay = decay_groups(self.model, hp.weight_decay)
         opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=hp.learning_rate,

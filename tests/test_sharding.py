@@ -342,3 +342,47 @@ def test_sharded_fits_log_what_ddp_logs(tmp_path):
             assert fsdp1[key] == pytest.approx(value, rel=MARGIN_TOLERANCE, abs=0), key
         else:  # counts, shares and entropies of generated text, DRESS's weights and negatives: exact
             assert fsdp1[key] == value, key
+
+
+# ------------------------------------------------------------------------------- 4. DialogueLM's weight decay
+
+
+def _decay_names(model, weight_decay=0.1):
+    from lightning_div.module import decay_groups
+
+    names = {id(p): n.replace("_fsdp_wrapped_module.", "") for n, p in model.named_parameters()}
+    try:
+        decay, no_decay = decay_groups(model, weight_decay)
+    except ValueError as err:
+        return str(err)
+    return sorted(names[id(p)] for p in decay), sorted(names[id(p)] for p in no_decay)
+
+
+def _fsdp1_decay(rank, world):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    out = {"plain": _decay_names(causal_model())}
+    for nested in (False, True):
+        policy = {"auto_wrap_policy": ModuleWrapPolicy({GPT2Block})} if nested else {}
+        for use_orig_params in (True, False):
+            model = FSDP(causal_model(), device_id=torch.device("cpu"), use_orig_params=use_orig_params, **policy)
+            out[nested, use_orig_params] = _decay_names(model)
+            out[nested, use_orig_params, "ndim"] = sorted({p.ndim for p in model.parameters()})
+    return out
+
+
+@pytest.mark.slow
+def test_weight_decay_groups_under_fsdp1_are_the_unsharded_models():
+    """The demo module's AdamW groups: by what a parameter is, so FSDP's 1-D shards are grouped as unsharded."""
+    for out in run_distributed(_fsdp1_decay, 2, timeout_s=60):
+        decay, no_decay = out["plain"]
+        # GPT-2: matrices and embeddings decayed; biases and the ln_* LayerNorms not
+        assert decay and all(n.endswith("weight") and ".ln_" not in n for n in decay)
+        assert no_decay and all(n.endswith("bias") or ".ln_" in n for n in no_decay)
+        assert "transformer.ln_f.weight" in no_decay and "transformer.wte.weight" in decay
+        for nested in (False, True):
+            assert out[nested, True, "ndim"] == [1]  # every parameter a flattened shard: shape tells nothing
+            assert out[nested, True] == (decay, no_decay)
+            assert "use_orig_params=False" in out[nested, False] and "cannot be decayed apart" in out[nested, False]
