@@ -364,37 +364,27 @@ class DiversityCallback(Callback):
         every rank must enter the block (every callback measures on every rank).
         """
         with warnings_of_run(self._warned):
-            yield from self._measuring(trainer, pl_module, what, timing_key, needs_model)
-
-    def _measuring(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        what: str,
-        timing_key: str | None = None,
-        needs_model: bool = True,
-    ) -> Iterator[dict[str, float]]:
-        metrics: dict[str, float] = {}
-        start = time.perf_counter()
-        try:
-            # Under FSDP the model's parameters are gathered once, on every rank (every measurement runs on
-            # every rank), and held for the whole measurement: no model call inside communicates, so ranks
-            # may generate and score different numbers of batches (lightning_div.sharding).
-            with full_parameters(pl_module) if needs_model else contextlib.nullcontext():
-                yield metrics
-        except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError, ...) propagates
-            if self.on_error == "raise":
-                raise
-            label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
-            warn_once(
-                f"{self.kind}:{self.name}:{what}:{type(err).__name__}",
-                f"{label} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
-                f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
-            )
-            metrics.clear()
-        metrics[timing_key or f"timing/{self.kind}_s"] = time.perf_counter() - start
-        logged = log_scalars(pl_module, {self.log_key(k): v for k, v in metrics.items()}, type(self).__name__)
-        self.history.append({"epoch": float(trainer.current_epoch), **logged})
+            metrics: dict[str, float] = {}
+            start = time.perf_counter()
+            try:
+                # Under FSDP the model's parameters are gathered once, on every rank (every measurement runs on
+                # every rank), and held for the whole measurement: no model call inside communicates, so ranks
+                # may generate and score different numbers of batches (lightning_div.sharding).
+                with full_parameters(pl_module) if needs_model else contextlib.nullcontext():
+                    yield metrics
+            except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError, ...) propagates
+                if self.on_error == "raise":
+                    raise
+                label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
+                warn_once(
+                    f"{self.kind}:{self.name}:{what}:{type(err).__name__}",
+                    f"{label} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
+                    f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
+                )
+                metrics.clear()
+            metrics[timing_key or f"timing/{self.kind}_s"] = time.perf_counter() - start
+            logged = log_scalars(pl_module, {self.log_key(k): v for k, v in metrics.items()}, type(self).__name__)
+            self.history.append({"epoch": float(trainer.current_epoch), **logged})
 
     # -- checkpointing -------------------------------------------------------------------------------
 
