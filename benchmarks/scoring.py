@@ -38,13 +38,13 @@ import time
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lightning_div.adapters import CausalLMAdapter
+from lightning_div._internal.distributed import length_batches
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
-from lightning_div.distributed import length_batches
-from lightning_div.formatting import DialogueFormat
-from lightning_div.generation import pad_batch, pad_id_of
-from lightning_div.scoring import candidate_scores, response_scores
-from lightning_div.tiny import train_tokenizer
+from lightning_div.model.adapters import CausalLMAdapter
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.generation import pad_batch, pad_id_of
+from lightning_div.model.scoring import candidate_scores, response_scores
+from lightning_div.model.tiny import train_tokenizer
 
 
 def sync(device: torch.device) -> None:

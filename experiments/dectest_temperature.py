@@ -30,9 +30,7 @@ from typing import Any
 import _ruq_common as common
 import numpy as np
 
-from lightning_div.adapters import resolve_adapter
-from lightning_div.clustering import SemanticClusters
-from lightning_div.embedding import ResponseEncoder
+from lightning_div.cli.meta_eval import default_encoder_path
 from lightning_div.meta_eval import (
     CachedEncoder,
     build_dec_test,
@@ -41,8 +39,10 @@ from lightning_div.meta_eval import (
     optimal_classification_accuracy,
     score_sets,
 )
-from lightning_div.meta_eval.cli import default_encoder_path
 from lightning_div.metrics import count_vocab
+from lightning_div.model.adapters import resolve_adapter
+from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.semantic.encoder import ResponseEncoder
 
 METRICS = (
     "distinct_1",

@@ -35,14 +35,14 @@ import pytorch_lightning as pl
 import torch
 
 from lightning_div import DialogueDataModule, DialogueLM
+from lightning_div._internal.io import atomic_write_text
 from lightning_div.callbacks import (
     DRESSReweighting,
     RUQMonitor,
     SemanticDiversityMonitor,
 )
-from lightning_div.dress import head_clusters
-from lightning_div.embedding import ResponseEncoder
-from lightning_div.io import atomic_write_text
+from lightning_div.dress.weights import head_clusters
+from lightning_div.semantic.encoder import ResponseEncoder
 
 ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 LEXICAL = ("distinct_1", "distinct_2", "ent_4", "ead")

@@ -26,9 +26,9 @@ from typing import Any
 import _ruq_common as common
 import numpy as np
 
-from lightning_div.adapters import resolve_adapter
 from lightning_div.callbacks import RUQMonitor
-from lightning_div.scoring import candidate_logprobs, profile_from_logprobs
+from lightning_div.model.adapters import resolve_adapter
+from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs
 
 IDK = ("I don't know.", "I don't know what to do.")
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load on first use (below)
     from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
-    from lightning_div.clustering import SemanticClusters
     from lightning_div.datamodules.dialogue import DialogueDataModule
-    from lightning_div.datamodules.protocol import ReweightableDataModule
-    from lightning_div.dress import weighted_lm_loss
-    from lightning_div.embedding import ResponseEncoder
-    from lightning_div.module import DialogueLM
+    from lightning_div.dress.losses import weighted_lm_loss
+    from lightning_div.dress.protocol import ReweightableDataModule
+    from lightning_div.model.dialogue_lm import DialogueLM
+    from lightning_div.semantic.clusters import SemanticClusters
+    from lightning_div.semantic.encoder import ResponseEncoder
 
 _LAZY = {
     "SemanticDiversityMonitor": "lightning_div.callbacks",
@@ -21,11 +21,11 @@ _LAZY = {
     "DRESSReweighting": "lightning_div.callbacks",
     "NLIDiversityMonitor": "lightning_div.callbacks",
     "DialogueDataModule": "lightning_div.datamodules.dialogue",
-    "ReweightableDataModule": "lightning_div.datamodules.protocol",
-    "DialogueLM": "lightning_div.module",
-    "ResponseEncoder": "lightning_div.embedding",
-    "SemanticClusters": "lightning_div.clustering",
-    "weighted_lm_loss": "lightning_div.dress",
+    "ReweightableDataModule": "lightning_div.dress.protocol",
+    "DialogueLM": "lightning_div.model.dialogue_lm",
+    "ResponseEncoder": "lightning_div.semantic.encoder",
+    "SemanticClusters": "lightning_div.semantic.clusters",
+    "weighted_lm_loss": "lightning_div.dress.losses",
 }
 
 

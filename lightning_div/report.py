@@ -159,7 +159,7 @@ def _png(fig: Any) -> bytes:
 def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[tuple[str, bytes]]:
     """One PNG of small plots per metric group (val, train, dress, timing, ...): each metric over epochs
     (metrics logged once an epoch) or over steps (metrics logged more often)."""
-    from lightning_div.tracking import new_figure
+    from lightning_div._internal.tracking import new_figure
 
     groups: dict[str, list[str]] = defaultdict(list)
     for name in sorted(series):
@@ -354,7 +354,7 @@ def build_report(run_dir: str | Path) -> str:
 
 def report_main(argv: list[str]) -> int:
     """Entry point of ``lightning-div report``."""
-    from lightning_div.tracking import write_atomic
+    from lightning_div._internal.tracking import write_atomic
 
     p = argparse.ArgumentParser(
         prog="lightning-div report", description="one self-contained HTML page of a run, from what it wrote to disk"

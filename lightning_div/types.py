@@ -14,9 +14,9 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from lightning_div.clustering import SemanticClusters
-from lightning_div.embedding import ResponseEncoder
-from lightning_div.nli import NLIScorer
+from lightning_div.nli.scorer import NLIScorer
+from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.semantic.encoder import ResponseEncoder
 
 Scalar = None | bool | int | float | str
 PlainValue = Scalar | list[Scalar] | list[list[Scalar]] | dict[str, Scalar]

@@ -31,7 +31,7 @@ def _no_wandb_run_leaks_between_tests():
 @pytest.fixture(autouse=True)
 def _no_shared_semantic_space_between_tests():
     """Encoders and clusters shared by callbacks of one run live in a process-level cache; each test starts without."""
-    from lightning_div.semantic_space import clear_shared_cache
+    from lightning_div.semantic.space import clear_shared_cache
 
     clear_shared_cache()
     yield

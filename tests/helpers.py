@@ -8,7 +8,7 @@ import torch
 from transformers import RobertaConfig, RobertaForSequenceClassification
 
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
-from lightning_div.tiny import tiny_causal_lm, tiny_seq2seq_lm, train_tokenizer
+from lightning_div.model.tiny import tiny_causal_lm, tiny_seq2seq_lm, train_tokenizer
 
 
 @cache

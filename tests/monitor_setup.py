@@ -14,9 +14,9 @@ from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.datamodules.dialogue import DialogueDataModule
-from lightning_div.embedding import ResponseEncoder
-from lightning_div.formatting import DialogueFormat
-from lightning_div.module import DialogueLM
+from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.semantic.encoder import ResponseEncoder
 
 TRAIN = list(chitchat_pairs("train", 40))
 VAL = list(chitchat_pairs("validation", 30))

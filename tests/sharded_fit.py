@@ -28,7 +28,7 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
-from lightning_div.module import DialogueLM
+from lightning_div.model.dialogue_lm import DialogueLM
 
 
 class CPUFSDPStrategy(FSDPStrategy):

@@ -6,8 +6,8 @@ from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from pytorch_lightning import LightningModule
 from transformers import GPT2LMHeadModel
 
-from lightning_div.adapters import CausalLMAdapter, DialogueModelAdapter, Seq2SeqAdapter, resolve_adapter
-from lightning_div.formatting import DialogueFormat
+from lightning_div.model.adapters import CausalLMAdapter, DialogueModelAdapter, Seq2SeqAdapter, resolve_adapter
+from lightning_div.model.formatting import DialogueFormat
 
 
 def reference_logprobs(model, tok, context, response, fmt=DialogueFormat()):

@@ -32,13 +32,10 @@ import pytest
 import torch
 from helpers import causal_model, tokenizer
 
-from lightning_div.adapters import CausalLMAdapter
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
-from lightning_div.cli import main as cli
-from lightning_div.clustering import SemanticClusters
+from lightning_div.cli.main import main as cli
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
-from lightning_div.embedding import ResponseEncoder
 from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversity
 from lightning_div.metrics import (
     RUQ,
@@ -51,8 +48,11 @@ from lightning_div.metrics import (
     ruq_score,
     semantic_entropy,
 )
-from lightning_div.scoring import response_scores, token_logprobs_batched
-from lightning_div.threshold import NegativeMeanCosine
+from lightning_div.model.adapters import CausalLMAdapter
+from lightning_div.model.scoring import response_scores, token_logprobs_batched
+from lightning_div.nli.threshold import NegativeMeanCosine
+from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.semantic.encoder import ResponseEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "bad-input.md"
@@ -251,7 +251,7 @@ def res():
 @pytest.fixture(autouse=True)
 def _fresh_warn_once(monkeypatch):
     """Callbacks warn once per process and key; each row must see its own warning."""
-    from lightning_div import tracking
+    from lightning_div._internal import tracking
 
     monkeypatch.setattr(tracking, "_warned", set())
 
@@ -288,7 +288,7 @@ def damaged_cache(tmp: Path, which: str) -> None:
 
 
 def damaged_tokenizer(tmp: Path) -> None:
-    from lightning_div.tiny import train_tokenizer
+    from lightning_div.model.tiny import train_tokenizer
 
     texts = [f"hello there number {i % 7}" for i in range(40)]
     first = train_tokenizer(texts, vocab_size=300, cache_dir=tmp)
@@ -304,7 +304,7 @@ def evil_config(tmp: Path, where: str) -> None:
     import yaml
     from pytorch_lightning import LightningDataModule, LightningModule
 
-    from lightning_div.cli import DiversityCLI
+    from lightning_div.cli.main import DiversityCLI
 
     marker = tmp / "ran"
     command = {"class_path": "subprocess.run", "init_args": {"args": ["touch", str(marker)]}}
@@ -422,7 +422,7 @@ def dialogue_lm_and_data() -> tuple[Any, Any]:
     from monitor_setup import TRAIN, VAL
 
     from lightning_div.datamodules.dialogue import DialogueDataModule
-    from lightning_div.module import DialogueLM
+    from lightning_div.model.dialogue_lm import DialogueLM
 
     torch.manual_seed(0)
     lm = DialogueLM(
@@ -588,7 +588,7 @@ def with_gold(tmp: Path, text: str) -> str:
 M = "lightning_div.metrics"
 E = "ResponseEncoder.encode"
 S = "SemanticClusters"
-P = "lightning_div.scoring"
+P = "lightning_div.model.scoring"
 R = "lightning_div.datamodules.formats"
 SCORE = "lightning-div score"
 SDM, RUQM, DRESS, NLIM = "SemanticDiversityMonitor", "RUQMonitor", "DRESSReweighting", "NLIDiversityMonitor"
@@ -1405,7 +1405,7 @@ ROWS: list[Row] = [
         ),
     ),
     Row(
-        "lightning_div.tiny.train_tokenizer",
+        "lightning_div.model.tiny.train_tokenizer",
         CACHE,
         lambda res, tmp: damaged_tokenizer(tmp),
         Returns(

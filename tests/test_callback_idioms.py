@@ -77,7 +77,7 @@ def test_a_failure_of_the_model_or_data_is_reported_and_training_continues(tmp_p
         NameError("name 'x' is not defined"),
         KeyError("val"),
         AssertionError(),
-        ImportError("cannot import name 'new_figure' from 'lightning_div.tracking'"),
+        ImportError("cannot import name 'new_figure' from 'lightning_div._internal.tracking'"),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -149,10 +149,10 @@ def test_fixed_sample_is_drawn_once_and_restored_indices_win():
 
 
 def test_one_lexical_name_pattern_and_one_encoder_alias_table():
-    from lightning_div.cluster_cli import build_encoder
-    from lightning_div.embedding import ENCODER_ALIASES
+    from lightning_div.cli.clusters import build_encoder
     from lightning_div.meta_eval import set_metrics
     from lightning_div.metrics import lexical
+    from lightning_div.semantic.encoder import ENCODER_ALIASES
 
     assert set_metrics.LEXICAL_PATTERN is lexical.LEXICAL_PATTERN
     hub, pooling = ENCODER_ALIASES["minilm"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_div.cli import main
+from lightning_div.cli.main import main
 from lightning_div.metrics import count_vocab, distinct_n, expectation_adjusted_distinct
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,7 +262,7 @@ def test_the_cli_creates_the_wandb_directory_before_wandb_starts(tmp_path):
 
     from pytorch_lightning.loggers import WandbLogger
 
-    from lightning_div.cli import DiversityCLI
+    from lightning_div.cli.main import DiversityCLI
 
     logger = WandbLogger(save_dir=str(tmp_path / "runs" / "demo"), offline=True, project="x")
     DiversityCLI.before_fit(SimpleNamespace(trainer=SimpleNamespace(loggers=[logger])))

@@ -7,8 +7,8 @@ import csv
 import numpy as np
 import pytest
 
-from lightning_div.cluster_cards import ClusterCard, cluster_cards, format_cards, write_cards_csv
-from lightning_div.clustering import SemanticClusters
+from lightning_div.semantic.cards import ClusterCard, cluster_cards, format_cards, write_cards_csv
+from lightning_div.semantic.clusters import SemanticClusters
 
 # Three planted topics. Every response also carries the same filler words, which a
 # frequency ranking would put first everywhere and a distinctiveness ranking must not.

@@ -7,8 +7,8 @@ import hashlib
 import numpy as np
 from test_cluster_cards import TOPICS, toy_corpus
 
-from lightning_div.callbacks.clusters import ClusterSpec
-from lightning_div.clustering import SemanticClusters
+from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.semantic.space import ClusterSpec
 
 
 class TopicEncoder:

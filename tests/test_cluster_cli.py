@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from monitor_setup import GOLD, minilm
 
-from lightning_div.cli import main
-from lightning_div.clustering import SemanticClusters
+from lightning_div.cli.main import main
 from lightning_div.metrics import cluster_js_divergence, semantic_entropy
+from lightning_div.semantic.clusters import SemanticClusters
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from monitor_setup import TinyChat, datamodule, dress, monitors, tiny_lm, traine
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from lightning_div.callbacks.cluster_views import dress_cluster_view
-from lightning_div.cluster_cards import ClusterCard
-from lightning_div.cluster_plots import collapse_heatmap, share_histogram
 from lightning_div.metrics import cluster_js_divergence, top_cluster_share
+from lightning_div.semantic.cards import ClusterCard
+from lightning_div.semantic.plots import collapse_heatmap, share_histogram
 
 
 def test_js_divergence_against_a_hand_computation():

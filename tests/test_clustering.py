@@ -13,8 +13,8 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
-from lightning_div.clustering import SemanticClusters, _pca, fingerprint_texts
-from lightning_div.embedding import ResponseEncoder
+from lightning_div.semantic.clusters import SemanticClusters, _pca, fingerprint_texts
+from lightning_div.semantic.encoder import ResponseEncoder
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -318,7 +318,7 @@ class CountingEncoder(ResponseEncoder):
 def test_load_or_fit_fits_once_then_loads(tmp_path, caplog):
     texts = [p.response for p in chitchat_pairs("train", 60)][:120]
     enc = CountingEncoder.from_model(causal_model(), tokenizer(), show_progress=False)
-    with caplog.at_level(logging.INFO, logger="lightning_div.clustering"), warnings.catch_warnings():
+    with caplog.at_level(logging.INFO, logger="lightning_div.semantic.clusters"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 120 points < 39*4: the warning is tested above
         first = SemanticClusters.load_or_fit(tmp_path, texts, enc, num_clusters=4, show_progress=False)
         assert "fitted on 120 texts" in caplog.text and enc.calls == 1

@@ -12,8 +12,8 @@ from scipy.stats import chisquare
 
 from lightning_div.datamodules import DialogueDataModule, DialoguePair, encode_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues
-from lightning_div.formatting import DialogueFormat
-from lightning_div.samplers import ExactDistributedSampler, WeightedDistributedSampler
+from lightning_div.datamodules.samplers import ExactDistributedSampler, WeightedDistributedSampler
+from lightning_div.model.formatting import DialogueFormat
 
 PAIRS = [
     (["Hi there", "How are you?"], "Fine"),

@@ -3,7 +3,7 @@
 import pytest
 from ddp_utils import run_distributed
 
-from lightning_div.distributed import batch_plan, distributed_map
+from lightning_div._internal.distributed import batch_plan, distributed_map
 
 ITEMS = ["a", "bbbb", "cc", "dddddd", "e", "fff", "gggggggg", "hh", "iiiii"]
 
@@ -50,8 +50,9 @@ def test_two_processes_give_the_single_process_result():
 
 
 def test_one_length_batching_helper_for_generation_nli_and_embedding():
-    from lightning_div import generation, nli
-    from lightning_div.distributed import length_batches
+    from lightning_div._internal.distributed import length_batches
+    from lightning_div.model import generation
+    from lightning_div.nli import scorer as nli
 
     # generation's helper (which scoring imports) and NLI's are the distributed one
     assert generation.length_batches is length_batches and nli.length_batches is length_batches
@@ -67,14 +68,14 @@ def test_one_length_batching_helper_for_generation_nli_and_embedding():
 def _collectives(rank, world):
     import torch
 
-    from lightning_div.distributed import all_gather_rows, check_same_on_all_ranks, on_rank_zero
+    from lightning_div._internal.distributed import all_gather_rows, check_same_on_all_ranks, on_rank_zero
 
     rows = all_gather_rows(torch.full((rank + 1, 2), float(rank)))  # 1 row on rank 0, 2 on rank 1
     fitted = on_rank_zero(lambda: {"fitted_on": rank}, "fitting")
     broadcasts = []
 
     def strategy_broadcast(obj, src):  # what trainer.strategy.broadcast would be given
-        from lightning_div.distributed import broadcast_object
+        from lightning_div._internal.distributed import broadcast_object
 
         broadcasts.append(src)
         return broadcast_object(obj, src)
@@ -99,7 +100,7 @@ def _collectives(rank, world):
 
 @pytest.mark.slow
 def test_rank_zero_work_and_uneven_gathers_on_two_processes():
-    from lightning_div.distributed import on_rank_zero
+    from lightning_div._internal.distributed import on_rank_zero
 
     assert on_rank_zero(lambda: 7, "alone") == 7  # one process: just the call
     for rank, (rows, fitted, via_strategy, broadcasts, failure, mismatch) in enumerate(

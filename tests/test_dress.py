@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights, weighted_lm_loss
+from lightning_div.dress.losses import weighted_lm_loss
+from lightning_div.dress.weights import dress_weights, effective_sample_size, head_clusters, negative_weights
 
 
 def test_dress_weights_hand_computed():

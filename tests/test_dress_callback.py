@@ -9,7 +9,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div.callbacks.dress import DRESSReweighting
-from lightning_div.dress import dress_weights
+from lightning_div.dress.weights import dress_weights
 
 
 class BatchSpy(Callback):

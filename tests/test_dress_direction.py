@@ -14,14 +14,14 @@ import pytorch_lightning as pl
 from helpers import chitchat_pairs
 from monitor_setup import minilm
 
-from lightning_div.adapters import resolve_adapter
 from lightning_div.callbacks.dress import DRESSReweighting
-from lightning_div.clustering import SemanticClusters
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.datamodules.samplers import WeightedDistributedSampler
 from lightning_div.metrics import semantic_entropy
-from lightning_div.module import DialogueLM
-from lightning_div.samplers import WeightedDistributedSampler
+from lightning_div.model.adapters import resolve_adapter
+from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.semantic.clusters import SemanticClusters
 
 IDK = "i don't know ."
 K = 4

@@ -11,10 +11,11 @@ from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from lightning_div.callbacks.dress import DRESSReweighting
-from lightning_div.clustering import SemanticClusters
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues
-from lightning_div.dress import head_clusters, negative_weights, weighted_lm_loss
-from lightning_div.samplers import SeparateBatchSampler
+from lightning_div.datamodules.samplers import SeparateBatchSampler
+from lightning_div.dress.losses import weighted_lm_loss
+from lightning_div.dress.weights import head_clusters, negative_weights
+from lightning_div.semantic.clusters import SemanticClusters
 
 IGNORE = -100
 

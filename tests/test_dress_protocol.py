@@ -23,7 +23,7 @@ from monitor_setup import TRAIN, TinyChat, collate, datamodule, dress, tiny_lm, 
 
 from lightning_div import ReweightableDataModule as TopLevelProtocol
 from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negatives, ReweightableDataModule
-from lightning_div.dress import weighted_lm_loss
+from lightning_div.dress.losses import weighted_lm_loss
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "callbacks" / "dress.md"
 

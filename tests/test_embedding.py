@@ -10,7 +10,7 @@ from ddp_utils import run_distributed
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from threadpoolctl import threadpool_limits
 
-from lightning_div.embedding import ResponseEncoder, is_decoder_only
+from lightning_div.semantic.encoder import ResponseEncoder, is_decoder_only
 
 TOL = 1e-5
 
@@ -208,7 +208,7 @@ def test_minilm_mean_pooling_equals_sentence_transformers(minilm_path):
 def _encode_and_cluster_on_ranks(rank, world_size, texts, cluster_dir):
     import faiss
 
-    from lightning_div.clustering import SemanticClusters
+    from lightning_div.semantic.clusters import SemanticClusters
 
     if world_size > 1:  # two processes on a 2-core runner: one thread each, no OpenMP spinning
         torch.set_num_threads(1)

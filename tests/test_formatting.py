@@ -1,7 +1,7 @@
 import pytest
 from helpers import causal_model, seq2seq_model, tokenizer
 
-from lightning_div.formatting import DialogueFormat, model_window
+from lightning_div.model.formatting import DialogueFormat, model_window
 
 
 def test_causal_layout_is_dialogpt_style():

@@ -4,9 +4,9 @@ import pytest
 import torch
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 
-from lightning_div.adapters import CausalLMAdapter, Seq2SeqAdapter
-from lightning_div.formatting import DialogueFormat
-from lightning_div.generation import generate_sets
+from lightning_div.model.adapters import CausalLMAdapter, Seq2SeqAdapter
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.generation import generate_sets
 
 # A random tiny GPT-2 answers an EOS-terminated context with EOS at once (tied embeddings
 # echo the last token), so generation tests force a few tokens out of it.
@@ -145,7 +145,7 @@ def test_sampling_paths_reach_generate_without_ngram_blocking(kind):
     so a model config that blocks, like BlenderBot's, is overridden); greedy evaluation keeps its 3-gram
     blocking (and the context's, on seq2seq); a caller may still ask for blocking while sampling."""
     from lightning_div.meta_eval.data import build_dec_test
-    from lightning_div.threshold import diversity_threshold_generate_many
+    from lightning_div.nli.threshold import diversity_threshold_generate_many
 
     adapter = make(kind, batch_size=4)
     spy = GenerateSpy(adapter.model)

@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_div.cli import main
-from lightning_div.clustering import SemanticClusters, assignments_path
+from lightning_div._internal.io import load_assignments, save_assignments
+from lightning_div.cli.main import main
 from lightning_div.datamodules.formats import DataFormatError, read_pairs, read_responses
-from lightning_div.io import load_assignments, save_assignments
+from lightning_div.semantic.clusters import SemanticClusters, assignments_path
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "HF_HUB_OFFLINE": "1"}
@@ -80,7 +80,7 @@ def test_a_killed_writer_leaves_the_old_file_intact(tmp_path):
     child = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from lightning_div.io import atomic_write
+        from lightning_div._internal.io import atomic_write
         with atomic_write({str(target)!r}, "w") as f:
             f.write('{{"new": ' + "1" * 1_000_000)  # half a JSON document
             f.flush()
@@ -106,7 +106,7 @@ def test_assignments_killed_mid_write_are_recomputed_not_a_crash(tmp_path):
     child = textwrap.dedent(f"""
         import os, time
         from pathlib import Path
-        import lightning_div.io as io
+        import lightning_div._internal.io as io
         from test_hardening import fit_cached
 
         real_replace = os.replace
@@ -163,7 +163,7 @@ def test_assignments_of_other_clusters_are_detected(tmp_path):
 
 
 def load_hash(cache: Path, clusters: SemanticClusters) -> str:
-    from lightning_div.io import file_digest
+    from lightning_div._internal.io import file_digest
 
     return file_digest(cache / f"clusters-{clusters.config_hash}.npz")
 
@@ -188,7 +188,7 @@ def test_a_users_own_clusters_file_of_another_config_is_still_an_error(tmp_path)
 
 
 def test_a_damaged_tokenizer_cache_is_retrained_with_one_warning(tmp_path):
-    from lightning_div.tiny import train_tokenizer
+    from lightning_div.model.tiny import train_tokenizer
 
     texts = [f"hello there number {i % 7}" for i in range(50)]
     first = train_tokenizer(texts, vocab_size=300, cache_dir=tmp_path)
@@ -213,7 +213,7 @@ def test_a_full_disk_names_the_path_and_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(OSError, match=r"cannot save SemanticClusters to '.*c\.npz': No space left") as info:
         clusters.save(target)
     assert info.value.errno == errno.ENOSPC
-    from lightning_div.evaluate import write_json
+    from lightning_div.cli.score import write_json
 
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(OSError, match=r"cannot write '.*scores\.json': No space left"):
@@ -227,7 +227,7 @@ def test_figures_and_tables_are_written_whole(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lightning_div.tracking import log_figure, log_table
+    from lightning_div._internal.tracking import log_figure, log_table
 
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
@@ -257,7 +257,7 @@ def parse(tmp_path: Path, data: dict, callbacks: list) -> object:
     import yaml
     from pytorch_lightning import LightningDataModule, LightningModule
 
-    from lightning_div.cli import DiversityCLI
+    from lightning_div.cli.main import DiversityCLI
 
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -431,9 +431,9 @@ def test_failing_threshold_generation_keeps_nli_diversity(tmp_path, monkeypatch)
     from helpers import tiny_nli_model, tokenizer
     from monitor_setup import VAL
 
-    from lightning_div import threshold
     from lightning_div.callbacks import NLIDiversityMonitor
-    from lightning_div.nli import NLIScorer
+    from lightning_div.nli import threshold
+    from lightning_div.nli.scorer import NLIScorer
 
     def broken(*args, **kwargs):
         raise RuntimeError("no more samples")
@@ -537,7 +537,7 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
     from monitor_setup import datamodule, dress, tiny_lm, trainer
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from lightning_div.dress import dress_weights
+    from lightning_div.dress.weights import dress_weights
 
     first = dress(tmp_path, negatives=False, lam=2.0)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
@@ -655,7 +655,7 @@ class Trainer:
 
 
 def test_csv_cells_that_would_run_as_formulas_are_neutralised(tmp_path):
-    from lightning_div.tracking import log_table
+    from lightning_div._internal.tracking import log_table
 
     rows = [["=1+1", "+cmd", "-2", "@SUM(A1)", "\tx", "plain", 3, "a=b"]]
     trainer = Trainer()
@@ -673,7 +673,7 @@ def test_csv_cells_that_would_run_as_formulas_are_neutralised(tmp_path):
 def test_other_weights_at_the_same_path_get_their_own_clusters(tmp_path):
     from helpers import causal_model, tokenizer
 
-    from lightning_div.embedding import ResponseEncoder
+    from lightning_div.semantic.encoder import ResponseEncoder
 
     path = tmp_path / "encoder"
     tok = tokenizer()
@@ -705,7 +705,7 @@ def test_other_weights_at_the_same_path_get_their_own_clusters(tmp_path):
 def test_a_model_in_memory_is_fingerprinted_by_its_weights():
     from helpers import causal_model, tokenizer
 
-    from lightning_div.embedding import ResponseEncoder
+    from lightning_div.semantic.encoder import ResponseEncoder
 
     tok = tokenizer()
     a = ResponseEncoder.from_model(causal_model(seed=0), tok)
@@ -764,7 +764,7 @@ def test_score_says_what_is_missing_and_what_it_leaves_out(tmp_path, capsys):
 
 def test_the_console_script_exits_with_the_code(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "lightning_div.cli", "score", str(tmp_path / "nope.txt")],
+        [sys.executable, "-m", "lightning_div.cli.main", "score", str(tmp_path / "nope.txt")],
         env=ENV,
         capture_output=True,
         text=True,
@@ -805,7 +805,7 @@ def test_fit_says_a_missing_data_file_in_one_line(tmp_path, capsys):
 def test_the_minilm_alias_works_in_the_callbacks():
     from monitor_setup import minilm
 
-    from lightning_div.callbacks.clusters import ClusterSpec
+    from lightning_div.semantic.space import ClusterSpec
 
     class Module:
         device = torch.device("cpu")

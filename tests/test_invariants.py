@@ -36,8 +36,8 @@ from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.datamodules import DialogueDataModule
-from lightning_div.module import DialogueLM
-from lightning_div.samplers import ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler
+from lightning_div.datamodules.samplers import ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler
+from lightning_div.model.dialogue_lm import DialogueLM
 
 CORPUS_METRICS = [
     "val/sem_ent",

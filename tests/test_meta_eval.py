@@ -16,9 +16,8 @@ from helpers import causal_model, chitchat_pairs, tokenizer
 from scipy.stats import spearmanr
 from threadpoolctl import threadpool_limits
 
-from lightning_div.adapters import CausalLMAdapter
-from lightning_div.clustering import SemanticClusters
-from lightning_div.embedding import ResponseEncoder
+from lightning_div._internal.text import get_tokenizer
+from lightning_div.cli.meta_eval import meta_eval_main, write_results
 from lightning_div.meta_eval import (
     CachedEncoder,
     LexicalMetric,
@@ -30,7 +29,6 @@ from lightning_div.meta_eval import (
     dec_test,
     dec_test_from_scores,
     make_metrics,
-    meta_eval_main,
     meta_evaluate,
     ngram_cosine_similarity,
     nli_metrics,
@@ -43,12 +41,13 @@ from lightning_div.meta_eval import (
     spearman,
     write_sets_jsonl,
 )
-from lightning_div.meta_eval.cli import write_results
 from lightning_div.meta_eval.stats import _spearman_rows
 from lightning_div.metrics import averaged_distinct, distinct_n
-from lightning_div.nli import NLIScorer
-from lightning_div.text import get_tokenizer
-from lightning_div.threshold import NegativeMeanCosine, derive_seed
+from lightning_div.model.adapters import CausalLMAdapter
+from lightning_div.nli.scorer import NLIScorer
+from lightning_div.nli.threshold import NegativeMeanCosine, derive_seed
+from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.semantic.encoder import ResponseEncoder
 
 DATA = Path(__file__).parent / "data"
 DEC_CSV, CON_CSV = DATA / "dec_test_sample.csv", DATA / "con_test_sample.csv"

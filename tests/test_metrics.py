@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from lightning_div._internal.text import get_tokenizer
 from lightning_div.metrics import (
     RUQ,
     AveragedDistinct,
@@ -23,7 +24,6 @@ from lightning_div.metrics import (
     ruq_score,
     semantic_entropy,
 )
-from lightning_div.text import get_tokenizer
 
 TEXTS = ["I do not know.", "I do not care!"]
 # 13a + lowercase: ["i","do","not","know","."] and ["i","do","not","care","!"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import chitchat_pairs, tiny_nli_model, tokenizer
 
-from lightning_div.nli import NLIScorer, SetResult, mean_set_stats, ordered_pairs
+from lightning_div.nli.scorer import NLIScorer, SetResult, mean_set_stats, ordered_pairs
 
 # Shuffled on purpose: the scorer must read the order, not assume MNLI's.
 # Model output column of each canonical class (entailment, neutral, contradiction), by hand from ID2LABEL.

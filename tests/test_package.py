@@ -95,7 +95,14 @@ def test_the_layout_table_names_every_module_of_the_package():
     text = (INIT.parents[1] / "docs" / "development.md").read_text()
     layout = text[text.index("## Layout") : text.index("## CI")]
     root = INIT.parent
-    names = {p.name for p in root.glob("*.py") if p.name != "__init__.py"}
-    names |= {p.name + "/" for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    missing = sorted(n for n in names if f"`{n}`" not in layout and f"`{n.rstrip('/')}" not in layout)
-    assert not missing, f"docs/development.md's layout does not name {missing}"
+    rows = {line.split("|")[2].strip(): line for line in layout.splitlines() if line.startswith("| ")}
+    missing = []
+    for module in sorted(root.rglob("*.py")):
+        if module.name == "__init__.py":
+            continue
+        folder = "(root)" if module.parent == root else f"`{module.parent.relative_to(root).as_posix()}/`"
+        if f"`{module.name}`" not in rows.get(folder, ""):
+            missing.append(module.relative_to(root).as_posix())
+    assert not missing, f"docs/development.md's layout does not name {missing} in their folder's row"
+    # at most a handful of modules loose at the package root (issue 33)
+    assert len([p for p in root.glob("*.py") if p.name != "__init__.py"]) <= 8

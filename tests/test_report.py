@@ -12,7 +12,7 @@ from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
-from lightning_div.cli import main
+from lightning_div.cli.main import main
 from lightning_div.report import build_report, find_run
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

@@ -159,7 +159,7 @@ def _ruq_values(rank, world_size, shared):
     """RUQMonitor.compute on 16 chitchat prompts, on whatever number of processes runs it."""
     from helpers import causal_model, chitchat_pairs, tokenizer
 
-    from lightning_div.adapters import CausalLMAdapter
+    from lightning_div.model.adapters import CausalLMAdapter
 
     adapter = CausalLMAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
     monitor = RUQMonitor(show_progress=False, batch_size=8, shared_contexts=shared)

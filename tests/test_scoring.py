@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 
-from lightning_div.adapters import CausalLMAdapter, Seq2SeqAdapter
-from lightning_div.formatting import DialogueFormat
 from lightning_div.metrics import ruq_score
-from lightning_div.scoring import candidate_logprobs, candidate_scores, position_profile, response_scores
+from lightning_div.model.adapters import CausalLMAdapter, Seq2SeqAdapter
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.scoring import candidate_logprobs, candidate_scores, position_profile, response_scores
 
 IDK = "i don't know ."
 

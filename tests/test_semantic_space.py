@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import chitchat_pairs
 
-from lightning_div import semantic_space
-from lightning_div.cluster_cache import CachedClusters, cache_file, load_or_fit_clusters
-from lightning_div.clustering import SemanticClusters
-from lightning_div.semantic_space import ClusterSpec, clear_shared_cache, shared_cache_size, shared_encoder
+from lightning_div.semantic import space as semantic_space
+from lightning_div.semantic.cache import CachedClusters, cache_file, load_or_fit_clusters
+from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.semantic.space import ClusterSpec, clear_shared_cache, shared_cache_size, shared_encoder
 
 
 class Module:
@@ -23,13 +23,6 @@ class Module:
 
 def gold_texts(n=80):
     return [p.response for p in chitchat_pairs("train", 40)][:n]
-
-
-def test_cluster_spec_moved_out_of_callbacks_with_an_alias():
-    from lightning_div.callbacks import clusters as old
-
-    assert old.ClusterSpec is ClusterSpec and old.describe is semantic_space.describe
-    assert ClusterSpec.__module__ == "lightning_div.semantic_space"
 
 
 def test_same_name_arguments_and_device_share_one_encoder_others_do_not():
@@ -50,8 +43,8 @@ def test_same_name_arguments_and_device_share_one_encoder_others_do_not():
 
 
 def test_the_monitor_and_dress_with_one_spec_get_one_encoder_and_one_set_of_clusters(tmp_path, monkeypatch):
-    from lightning_div import cluster_cache
     from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
+    from lightning_div.semantic import cache as cluster_cache
 
     calls = []
     real = cluster_cache.load_or_fit_clusters
@@ -102,7 +95,7 @@ def test_the_cache_holds_nothing_nobody_uses_and_clear_forgets_at_once():
 
 
 def test_the_disk_cache_returns_one_type_whatever_it_found(tmp_path):
-    from lightning_div.embedding import ResponseEncoder
+    from lightning_div.semantic.encoder import ResponseEncoder
 
     enc = ResponseEncoder("minilm", batch_size=16, show_progress=False)
     texts = gold_texts()
@@ -128,7 +121,7 @@ def test_the_disk_cache_returns_one_type_whatever_it_found(tmp_path):
 
 
 def test_ranks_agree_on_a_hit_before_skipping_the_collectives(monkeypatch):
-    from lightning_div import distributed
+    from lightning_div._internal import distributed
 
     made = []
     first = semantic_space.shared_clusters("key", lambda: made.append(1) or CachedClusters(None, None))
@@ -145,7 +138,7 @@ def test_ranks_agree_on_a_hit_before_skipping_the_collectives(monkeypatch):
 def _two_callbacks_on_ranks(rank, world, texts, cache_dir):
     import faiss
 
-    from lightning_div import cluster_cache
+    from lightning_div.semantic import cache as cluster_cache
 
     if world > 1:  # two processes on a 2-core runner: one thread each
         torch.set_num_threads(1)

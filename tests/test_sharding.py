@@ -26,8 +26,8 @@ from helpers import causal_model, tokenizer
 
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.callbacks.ruq import RUQMonitor
-from lightning_div.generation import generate_batched
-from lightning_div.sharding import check_strategy, full_parameters
+from lightning_div.model.generation import generate_batched
+from lightning_div.model.sharding import check_strategy, full_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 IDS = torch.tensor([[5, 17, 33, 2, 40], [7, 7, 19, 60, 3]])
@@ -348,7 +348,7 @@ def test_sharded_fits_log_what_ddp_logs(tmp_path):
 
 
 def _decay_names(model, weight_decay=0.1):
-    from lightning_div.module import decay_groups
+    from lightning_div.model.dialogue_lm import decay_groups
 
     names = {id(p): n.replace("_fsdp_wrapped_module.", "") for n, p in model.named_parameters()}
     try:

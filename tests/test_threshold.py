@@ -11,8 +11,8 @@ import torch
 from helpers import tiny_nli_model, tokenizer
 
 from lightning_div.metrics import averaged_distinct
-from lightning_div.nli import NLIScorer
-from lightning_div.threshold import (
+from lightning_div.nli.scorer import NLIScorer
+from lightning_div.nli.threshold import (
     NegativeMeanCosine,
     ThresholdStep,
     derive_seed,
@@ -363,7 +363,7 @@ def test_set_metric_pieces_live_in_metrics_sets_with_aliases_at_their_old_homes(
     # the old import paths stay, and they are the same objects, not copies
     import lightning_div.meta_eval as meta_eval
     import lightning_div.metrics as metrics
-    import lightning_div.threshold as threshold
+    import lightning_div.nli.threshold as threshold
     from lightning_div.metrics import sets
 
     assert threshold.NegativeMeanCosine is sets.NegativeMeanCosine is metrics.NegativeMeanCosine

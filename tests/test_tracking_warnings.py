@@ -5,8 +5,8 @@ import warnings
 import pytest
 from lightning_utilities.core.rank_zero import WarningCache, rank_zero_only
 
-from lightning_div import tracking
-from lightning_div.tracking import warn_once, warnings_of_run
+from lightning_div._internal import tracking
+from lightning_div._internal.tracking import warn_once, warnings_of_run
 
 
 def shown(fn):

@@ -2,7 +2,7 @@
 
 Callbacks hold no maths. They resolve their evaluation data (explicit arguments or
 the datamodule), reach the user's model through an adapter, run their work sharded
-across processes (:mod:`lightning_div.distributed`), and log (:mod:`lightning_div.tracking`).
+across processes (:mod:`lightning_div._internal.distributed`), and log (:mod:`lightning_div._internal.tracking`).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ else:  # pragma: no cover - depends on the Python version
 
 from lightning_utilities.core.rank_zero import WarningCache
 
+from lightning_div._internal.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
 from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
 from lightning_div.core import DialoguePair
-from lightning_div.formatting import DialogueFormat
-from lightning_div.sharding import check_strategy, full_parameters
-from lightning_div.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.sharding import check_strategy, full_parameters
 
 log = logging.getLogger("lightning_div")
 
@@ -200,8 +200,8 @@ class DiversityCallback(Callback):
         return artifact_dir(trainer, self.cache_dir(trainer) / "plots")
 
     def adapter(self, pl_module: pl.LightningModule) -> Any:
-        """The user's model as a :class:`~lightning_div.adapters.DialogueModelAdapter` (built fresh: no stale weights)."""
-        from lightning_div.adapters import resolve_adapter
+        """The user's model as a :class:`~lightning_div.model.adapters.DialogueModelAdapter` (built fresh: no stale weights)."""
+        from lightning_div.model.adapters import resolve_adapter
 
         return resolve_adapter(
             pl_module,
@@ -306,7 +306,7 @@ class DiversityCallback(Callback):
         desc: str = "generating",
     ) -> list[str]:
         """One response per context, batches sharded across processes and gathered in order."""
-        from lightning_div.distributed import distributed_map
+        from lightning_div._internal.distributed import distributed_map
 
         def gen(batch: list[Sequence[str]]) -> list[str]:
             return adapter.generate(batch, **generation_kwargs)
@@ -359,7 +359,7 @@ class DiversityCallback(Callback):
         by :meth:`log_key` when the instance has a ``name``.
 
         Under FSDP the block runs with the model's full parameters
-        (:func:`lightning_div.sharding.full_parameters`), gathered on entry on every rank; a block
+        (:func:`lightning_div.model.sharding.full_parameters`), gathered on entry on every rank; a block
         that does not call the model passes ``needs_model=False`` and gathers nothing. Either way
         every rank must enter the block (every callback measures on every rank).
         """
@@ -369,7 +369,7 @@ class DiversityCallback(Callback):
             try:
                 # Under FSDP the model's parameters are gathered once, on every rank (every measurement runs on
                 # every rank), and held for the whole measurement: no model call inside communicates, so ranks
-                # may generate and score different numbers of batches (lightning_div.sharding).
+                # may generate and score different numbers of batches (lightning_div.model.sharding).
                 with full_parameters(pl_module) if needs_model else contextlib.nullcontext():
                     yield metrics
             except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError, ...) propagates

@@ -3,7 +3,7 @@
 Called by SemanticDiversityMonitor and DRESSReweighting on rank 0 only, after every
 number has been computed on all ranks: nothing here calls a collective (no
 ``trainer.log_dir``, no gathering), so rank 0 cannot wait here for ranks that are not.
-Figures come from :mod:`lightning_div.cluster_plots`, logging from :mod:`lightning_div.tracking`.
+Figures come from :mod:`lightning_div.semantic.plots`, logging from :mod:`lightning_div._internal.tracking`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div.cluster_cards import CARD_COLUMNS, cluster_labels
-from lightning_div.tracking import log_figure, log_table, write_atomic
+from lightning_div._internal.tracking import log_figure, log_table, write_atomic
+from lightning_div.semantic.cards import CARD_COLUMNS, cluster_labels
 
 CARDS_FILE = "cluster_cards.csv"
 SHARES_FILE = "cluster_shares.csv"
@@ -56,7 +56,7 @@ def log_collapse(
     """This epoch's labelled share histogram (``val/cluster_histogram``); with ``heatmap``, the epochs x
     clusters heatmap of generated shares (``val/cluster_shares``) and ``cluster_shares.csv`` (every
     measured epoch). ``log_key`` names the keys as the calling callback logs them (its ``name`` prefix)."""
-    from lightning_div.cluster_plots import collapse_heatmap, share_histogram
+    from lightning_div.semantic.plots import collapse_heatmap, share_histogram
 
     labels = labels_of(clusters)
     epoch, generated = history[-1]
@@ -110,8 +110,8 @@ def log_dress_round(trainer: Any, callback: Any, out_dir: Path) -> None:
     """DRESS this round: the figure ``dress/clusters`` (gold weight and negatives per cluster, head
     clusters in red, the effective sample size in the title) and the table ``dress/head_clusters``
     (each head cluster by its card, with its negatives) for a DRESSReweighting ``callback``."""
-    from lightning_div.cluster_plots import dress_round
-    from lightning_div.dress import effective_sample_size
+    from lightning_div.dress.weights import effective_sample_size
+    from lightning_div.semantic.plots import dress_round
 
     clusters = getattr(callback.spec, "_clusters", None)
     if clusters is None or callback.weights is None:

@@ -8,11 +8,13 @@ import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.trainer.states import TrainerFn
 
+from lightning_div._internal.loop_state import starting_epoch
+from lightning_div._internal.tracking import log_figure, new_figure
 from lightning_div.callbacks.base import DiversityCallback, override, sample_indices
 from lightning_div.callbacks.cluster_views import log_dress_round
 from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
-from lightning_div.datamodules.protocol import (
+from lightning_div.dress.protocol import (
     MODES,
     NEGATIVE_BATCHES,
     NEGATIVE_LOSSES,
@@ -23,12 +25,10 @@ from lightning_div.datamodules.protocol import (
     ReweightableDataModule,
     check_choice,
 )
-from lightning_div.dress import dress_weights, effective_sample_size, head_clusters, negative_weights
-from lightning_div.formatting import is_seq2seq
-from lightning_div.loop_state import starting_epoch
-from lightning_div.semantic_space import ClusterSpec
-from lightning_div.sharding import full_parameters
-from lightning_div.tracking import log_figure, new_figure
+from lightning_div.dress.weights import dress_weights, effective_sample_size, head_clusters, negative_weights
+from lightning_div.model.formatting import is_seq2seq
+from lightning_div.model.sharding import full_parameters
+from lightning_div.semantic.space import ClusterSpec
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
 MINE_AT = ("start", "end")
@@ -57,7 +57,7 @@ class DRESSReweighting(DiversityCallback):
       trains on gold responses only.
 
     ``negative_loss`` says how a negative weight is trained (through
-    :func:`lightning_div.dress.weighted_lm_loss`, which reads it from the datamodule in
+    :func:`lightning_div.dress.losses.weighted_lm_loss`, which reads it from the datamodule in
     DialogueLM): ``"nll"`` = weight x NLL, the paper's unbounded gradient ascent;
     ``"unlikelihood"`` = |weight| x -log(1 - p(y_t)) a token (Welleck et al., 2020), bounded.
     ``negative_batches="separate"`` (the authors): all generated responses, the
@@ -70,7 +70,7 @@ class DRESSReweighting(DiversityCallback):
     ``dress/effective_sample_size`` and a weight histogram at every epoch end.
 
     ``mode="loss"``: batches carry ``sample_weight``; the ``training_step`` calls
-    ``lightning_div.dress.weighted_lm_loss(logits, labels, batch["sample_weight"])``
+    ``lightning_div.dress.losses.weighted_lm_loss(logits, labels, batch["sample_weight"])``
     (DialogueLM does). ``mode="sampler"``: examples are drawn in proportion to their
     weights and the loss stays unweighted — for modules whose loss cannot change;
     negative weights cannot be expressed by sampling, so ``negatives`` must be False.
@@ -79,7 +79,7 @@ class DRESSReweighting(DiversityCallback):
     with bit-identical weights.
 
     Args:
-        encoder: model name/path for :class:`~lightning_div.embedding.ResponseEncoder`, or an encoder
+        encoder: model name/path for :class:`~lightning_div.semantic.encoder.ResponseEncoder`, or an encoder
             (use the monitor's, so both share one cluster file).
         clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on the gold responses).
         num_clusters: k of the k-means clusters (paper: 20).

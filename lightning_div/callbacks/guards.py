@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from lightning_div.tracking import warn_once
+from lightning_div._internal.tracking import warn_once
 
 #: What a measurement (or an optional part of one) can meet and survive, so training goes on:
 #: the model and torch (RuntimeError, which torch's out-of-memory and CUDA errors are; MemoryError;

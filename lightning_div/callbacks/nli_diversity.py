@@ -6,10 +6,10 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from lightning_div._internal.distributed import distributed_map
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import check_finite_model, optional_part, settings_changed
 from lightning_div.core import DialoguePair
-from lightning_div.distributed import distributed_map
 from lightning_div.types import Options, PairsSource, ScorerSource
 
 
@@ -28,7 +28,7 @@ class NLIDiversityMonitor(ValidationMonitor):
     processes, so values are identical on 1 and N processes.
 
     Args:
-        scorer: an :class:`~lightning_div.nli.NLIScorer` or a model name/path (default roberta-large-mnli).
+        scorer: an :class:`~lightning_div.nli.scorer.NLIScorer` or a model name/path (default roberta-large-mnli).
         num_contexts: size of the fixed validation sample (None = all).
         n: responses per context (the paper: 5, so 20 ordered pairs).
         top_p: nucleus sampling of the response sets (the paper: 0.9).
@@ -37,7 +37,7 @@ class NLIDiversityMonitor(ValidationMonitor):
         threshold: its threshold (the paper: more than 10 contradictions of 20 pairs).
         max_samples: its budget of sampled responses per context (the paper: 20).
         threshold_metric: the metric the threshold applies to, which decides when to stop (see
-            :func:`~lightning_div.threshold.diversity_threshold_generate`).
+            :func:`~lightning_div.nli.threshold.diversity_threshold_generate`).
         threshold_diversity_metric: the metric that ranks the (n-1)-subsets and reports start /
             end diversity; None = the paper's (Baseline NLI Diversity for an NLI threshold metric).
         threshold_rank_by: "diversity" (the paper) or "threshold" (rank the subsets by the
@@ -69,7 +69,7 @@ class NLIDiversityMonitor(ValidationMonitor):
         super().__init__(**kwargs)
         if n < 2:
             raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")
-        from lightning_div.threshold import NLI_METRICS, RANK_BY
+        from lightning_div.nli.threshold import NLI_METRICS, RANK_BY
 
         for arg, value in (
             ("threshold_metric", threshold_metric),
@@ -99,7 +99,7 @@ class NLIDiversityMonitor(ValidationMonitor):
     def scorer(self, pl_module: pl.LightningModule) -> Any:
         if self._scorer is None:
             if isinstance(self.scorer_arg, str):
-                from lightning_div.nli import NLIScorer
+                from lightning_div.nli.scorer import NLIScorer
 
                 kw = {"show_progress": False, "batch_size": self.batch_size, **self.scorer_kwargs}
                 self._scorer = NLIScorer(self.scorer_arg, device=pl_module.device, **kw)
@@ -119,8 +119,8 @@ class NLIDiversityMonitor(ValidationMonitor):
         self.sample(trainer)  # missing data is a configuration error: report it now
 
     def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from lightning_div.generation import generate_sets
-        from lightning_div.nli import mean_set_stats
+        from lightning_div.model.generation import generate_sets
+        from lightning_div.nli.scorer import mean_set_stats
 
         with self.measuring(trainer, pl_module, "NLI diversity") as m:
             check_finite_model(pl_module, type(self).__name__)
@@ -157,7 +157,7 @@ class NLIDiversityMonitor(ValidationMonitor):
         per_batch: int,
         sampling: dict[str, Any],
     ) -> None:
-        from lightning_div.threshold import diversity_threshold_generate_many, threshold_stats
+        from lightning_div.nli.threshold import diversity_threshold_generate_many, threshold_stats
 
         def dtg(batch: list[list[str]]) -> list[dict[str, float]]:
             results = diversity_threshold_generate_many(
@@ -188,7 +188,7 @@ class NLIDiversityMonitor(ValidationMonitor):
         m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
 
     def state_key_args(self) -> dict[str, Any]:
-        from lightning_div.semantic_space import describe
+        from lightning_div.semantic.space import describe
 
         return {**super().state_key_args(), "scorer": describe(self.scorer_arg)}
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_warn
 
+from lightning_div._internal.distributed import distributed_map
+from lightning_div._internal.tracking import log_figure, new_figure
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import optional_part, settings_changed
 from lightning_div.core import DialoguePair
-from lightning_div.distributed import distributed_map
 from lightning_div.metrics import ruq_margin, ruq_score
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference
-from lightning_div.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
-from lightning_div.tracking import log_figure, new_figure
+from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
 from lightning_div.types import PairsSource
 
 
@@ -49,7 +49,7 @@ class RUQMonitor(ValidationMonitor):
             one, the paper's recommendation) or ``"first"`` (the original reference, as the
             paper's tables use). Single-reference data gives the same value either way.
         shared_contexts: score each prompt's references and IDK strings after one pass over its
-            context (:func:`lightning_div.scoring.candidate_logprobs`; 1.8x faster on a
+            context (:func:`lightning_div.model.scoring.candidate_logprobs`; 1.8x faster on a
             DialoGPT-small-shaped model). Its values agree with pair-by-pair scoring, and across
             process counts, to float32 rounding (1e-6 relative), not bit for bit; ``False``
             scores pair by pair, bit-identical on any number of processes.
@@ -143,7 +143,7 @@ class RUQMonitor(ValidationMonitor):
         """RUQ and its margin for every IDK string over ``pairs`` (one batched, sharded scoring pass).
 
         Each context is encoded once for its references and IDK strings
-        (:func:`lightning_div.scoring.candidate_logprobs`).
+        (:func:`lightning_div.model.scoring.candidate_logprobs`).
         """
         items = [(p.context, [*p.all_references, *self.idk_responses]) for p in pairs]
         refs: list[list[float]] = []

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 
+from lightning_div._internal.tracking import log_table
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
 from lightning_div.callbacks.guards import (
@@ -27,8 +28,7 @@ from lightning_div.metrics import (
     semantic_entropy,
     top_cluster_share,
 )
-from lightning_div.semantic_space import ClusterSpec
-from lightning_div.tracking import log_table
+from lightning_div.semantic.space import ClusterSpec
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
 
 
@@ -49,11 +49,11 @@ class SemanticDiversityMonitor(ValidationMonitor):
     (``val/cluster_histogram``), a heatmap of the generated shares over the measured
     epochs (``val/cluster_shares``, also ``cluster_shares.csv``) and a table of
     ``log_samples`` example responses with their cluster ids. Once per run, the
-    cluster cards (:mod:`lightning_div.cluster_cards`) as the table ``clusters/cards``
+    cluster cards (:mod:`lightning_div.semantic.cards`) as the table ``clusters/cards``
     and ``cluster_cards.csv``.
 
     Args:
-        encoder: model name/path for :class:`~lightning_div.embedding.ResponseEncoder`, or an encoder.
+        encoder: model name/path for :class:`~lightning_div.semantic.encoder.ResponseEncoder`, or an encoder.
         clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on gold responses).
         num_clusters: k of the k-means clusters (paper: 20).
         variance_kept: explained variance the PCA keeps (paper: 0.9).

@@ -2,10 +2,10 @@
 
 Holds the train / validation / test pairs (any source :func:`read_pairs` accepts),
 tokenises them once at ``setup`` with the project's one token layout
-(:class:`lightning_div.formatting.DialogueFormat`), and yields batches with
+(:class:`lightning_div.model.formatting.DialogueFormat`), and yields batches with
 ``input_ids``, ``attention_mask``, ``labels``, ``sample_weight`` and ``index``. The
 DRESS callback reaches it through one method, :meth:`DialogueDataModule.apply_weights`
-(the :class:`~lightning_div.datamodules.protocol.ReweightableDataModule` protocol).
+(the :class:`~lightning_div.dress.protocol.ReweightableDataModule` protocol).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import torch
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, Sampler
 
+from lightning_div._internal.distributed import rank_and_world
+from lightning_div._internal.loop_state import batches_trained_this_epoch
 from lightning_div.datamodules.encoding import (
     ConcatPairs,
     DialogueCollator,
@@ -39,7 +41,14 @@ from lightning_div.datamodules.formats import (
     as_pair,
     read_pairs,
 )
-from lightning_div.datamodules.protocol import (
+from lightning_div.datamodules.samplers import (
+    ExactDistributedSampler,
+    ResumableDataLoader,
+    SeparateBatchSampler,
+    WeightedDistributedSampler,
+    check_sampling_weights,
+)
+from lightning_div.dress.protocol import (
     MODES,
     NEGATIVE_BATCHES,
     Mode,
@@ -48,17 +57,8 @@ from lightning_div.datamodules.protocol import (
     Negatives,
     check_choice,
 )
-from lightning_div.distributed import rank_and_world
-from lightning_div.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
-from lightning_div.generation import pad_id_of
-from lightning_div.loop_state import batches_trained_this_epoch
-from lightning_div.samplers import (
-    ExactDistributedSampler,
-    ResumableDataLoader,
-    SeparateBatchSampler,
-    WeightedDistributedSampler,
-    check_sampling_weights,
-)
+from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
+from lightning_div.model.generation import pad_id_of
 from lightning_div.types import PairsSource, TokenizerSource
 
 log = logging.getLogger(__name__)
@@ -92,10 +92,10 @@ class DialogueDataModule(pl.LightningDataModule):
         tokenizer: a name or path for ``AutoTokenizer``, a tokenizer object, or ``None`` =
             the LightningModule's ``tokenizer`` attribute at setup.
         max_history: context turns kept per example (None = all).
-        max_context_tokens: see :class:`~lightning_div.formatting.DialogueFormat`; contexts are
+        max_context_tokens: see :class:`~lightning_div.model.formatting.DialogueFormat`; contexts are
             also left-truncated to fit the model window.
-        max_response_tokens: see :class:`~lightning_div.formatting.DialogueFormat`.
-        turn_separator: see :class:`~lightning_div.formatting.DialogueFormat`.
+        max_response_tokens: see :class:`~lightning_div.model.formatting.DialogueFormat`.
+        turn_separator: see :class:`~lightning_div.model.formatting.DialogueFormat`.
         max_train_examples: keep a random training subset of this size (seeded by ``seed``),
             e.g. for demos.
         max_val_examples: the same for the validation data.
@@ -357,7 +357,7 @@ class DialogueDataModule(pl.LightningDataModule):
                 self._encoded_split(name)
 
     # ------------------------------------------------------------------------------------------
-    # Reweighting (lightning_div.datamodules.protocol.ReweightableDataModule)
+    # Reweighting (lightning_div.dress.protocol.ReweightableDataModule)
 
     @property
     def sample_weights(self) -> np.ndarray:
@@ -425,7 +425,7 @@ class DialogueDataModule(pl.LightningDataModule):
     def apply_weights(self, weights: np.ndarray, negatives: Negatives | None = None, mode: Mode = "loss") -> None:
         """Train on these weights and negatives from the next train dataloader on (the DRESS protocol).
 
-        Implements :class:`~lightning_div.datamodules.protocol.ReweightableDataModule`. In
+        Implements :class:`~lightning_div.dress.protocol.ReweightableDataModule`. In
         ``"loss"`` mode the weights ride in ``batch["sample_weight"]`` (negatives at index
         ``len(train_pairs()) + position``, in batches of their own with
         ``negatives.batches="separate"``); in ``"sampler"`` mode the train dataloader draws
@@ -448,8 +448,7 @@ class DialogueDataModule(pl.LightningDataModule):
         negatives = Negatives() if negatives is None else negatives
         if not isinstance(negatives, Negatives):
             raise ValueError(
-                f"negatives must be a lightning_div.datamodules.protocol.Negatives (or None), "
-                f"got {type(negatives).__name__}"
+                f"negatives must be a lightning_div.dress.protocol.Negatives (or None), got {type(negatives).__name__}"
             )
         trainer = self._trainer_or_none()
         if self._train_loader_built and trainer is not None and not _reload_every(trainer):
@@ -467,7 +466,7 @@ class DialogueDataModule(pl.LightningDataModule):
     def _legacy(self, name: str) -> None:
         warnings.warn(
             f"DialogueDataModule.{name} is deprecated: use apply_weights(weights, Negatives(...), mode) "
-            "(lightning_div.datamodules.protocol)",
+            "(lightning_div.dress.protocol)",
             DeprecationWarning,
             stacklevel=3,
         )
@@ -493,7 +492,7 @@ class DialogueDataModule(pl.LightningDataModule):
         self._changed()
 
     def set_negatives(self, pairs: list[DialoguePair], weights: np.ndarray, batches: NegativeBatches = "mixed") -> None:
-        """Deprecated: use :meth:`apply_weights` with :class:`~lightning_div.datamodules.protocol.Negatives`.
+        """Deprecated: use :meth:`apply_weights` with :class:`~lightning_div.dress.protocol.Negatives`.
 
         Replaces the extra (e.g. generated, weight -1) examples trained on from the next epoch;
         ``pairs`` are DialoguePairs or tuples (see :func:`formats.as_pair`), an empty list
@@ -584,7 +583,7 @@ class DialogueDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Shuffled; under DDP every example once per epoch (loss mode) or weighted draws (sampler mode).
 
-        A :class:`~lightning_div.samplers.ResumableDataLoader`: a run resumed from a
+        A :class:`~lightning_div.datamodules.samplers.ResumableDataLoader`: a run resumed from a
         mid-epoch checkpoint trains on exactly the batches of that epoch not yet trained on.
         """
         dataset = self.train_dataset()

@@ -1,6 +1,6 @@
 """Pairs -> token ids (once, up front) -> padded training batches.
 
-The token layout is :meth:`lightning_div.formatting.DialogueFormat.encode_pair`'s; this
+The token layout is :meth:`lightning_div.model.formatting.DialogueFormat.encode_pair`'s; this
 module only runs it over a whole dataset quickly, serves the ids with per-example
 weights, and pads them into batches.
 """
@@ -19,8 +19,8 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_div.datamodules.formats import DialoguePair
-from lightning_div.formatting import DialogueFormat
-from lightning_div.generation import pad_batch
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.generation import pad_batch
 
 IGNORE_INDEX = -100
 PADDING_INDEX = -1  # `index` of a row that only evens out the DDP shards
@@ -115,10 +115,10 @@ class EncodedDialogues(Dataset):
     """Token ids of examples with one weight each.
 
     Index ``i < len(self)`` is example ``i``. Index ``len(self) + i`` is a *padding* copy
-    of example ``i`` (from :class:`lightning_div.samplers.ExactDistributedSampler`): it
+    of example ``i`` (from :class:`lightning_div.datamodules.samplers.ExactDistributedSampler`): it
     comes with ``sample_weight`` 0 and ``index`` -1 so the weighted loss ignores it.
     Index ``2 * len(self) + i`` is a padding row *without targets* (example ``i``'s
-    context, no response tokens; from :class:`lightning_div.samplers.SeparateBatchSampler`):
+    context, no response tokens; from :class:`lightning_div.datamodules.samplers.SeparateBatchSampler`):
     it fills a short batch without adding tokens to the loss's denominator.
     """
 

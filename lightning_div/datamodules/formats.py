@@ -27,7 +27,11 @@ from typing import Any
 
 from lightning_div.core import DataFormatError, DialoguePair, _str_list, as_pair
 
-SPLITS = ("train", "validation", "test")
+SPLITS = ("train", "validation", "test", "pretrain", "finetune")
+# Chit-Chat's training split is cut in two: "pretrain", the conversations the shipped base model
+# (lightning_div.model.base) learned from, and "finetune", a held-out slice it never saw, on which
+# the demo and the experiments fine-tune it. "train" is still the whole training split.
+FINETUNE_FRACTION = 0.1
 EOU = "__eou__"
 CONTEXT_SEPARATOR = " __eou__ "
 REFERENCES_SEPARATOR = " ||| "
@@ -79,12 +83,28 @@ def conversation_to_pairs(turns: Sequence[str], max_history: int | None = None, 
     return pairs
 
 
+def _unit_hash(key: str) -> float:
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little") / 2.0**64
+
+
 def split_of(key: str, fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)) -> str:
     """Deterministic split of a conversation by a hash of its id (independent of file order)."""
-    u = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little") / 2.0**64
+    u = _unit_hash(key)
     if u < fractions[0]:
         return "train"
     return "validation" if u < fractions[0] + fractions[1] else "test"
+
+
+def in_split(key: str, split: str) -> bool:
+    """Whether conversation ``key`` belongs to ``split`` (``pretrain`` and ``finetune`` cut ``train`` apart).
+
+    ``finetune`` is a second, independent hash of the id below :data:`FINETUNE_FRACTION`, so the
+    three original splits are unchanged.
+    """
+    base = split_of(key)
+    if split in ("pretrain", "finetune"):
+        return base == "train" and (_unit_hash("finetune:" + key) < FINETUNE_FRACTION) == (split == "finetune")
+    return base == split
 
 
 def _check_split(split: str) -> str:
@@ -122,7 +142,9 @@ def chitchat_conversations(split: str = "train", max_conversations: int | None =
     7,168 real open-domain conversations (138,737 turns), of which 4,017 have at least two
     turns and are kept: 3,610 / 190 / 217 in train / validation / test. Consecutive
     messages of one speaker form one turn. Split by a hash of the conversation id
-    (about 90/5/5 %), so the split does not depend on file order.
+    (about 90/5/5 %), so the split does not depend on file order. The training split is
+    also cut into ``pretrain`` (about 90 %, what the shipped base model learned from) and
+    ``finetune`` (about 10 %, held out from it): see :func:`in_split`.
     """
     _check_split(split)
     if max_conversations is not None and (
@@ -133,7 +155,7 @@ def chitchat_conversations(split: str = "train", max_conversations: int | None =
     data = _chitchat_corpus()
     out = []
     for conv_id in sorted(data):
-        if split_of(conv_id) != split:
+        if not in_split(conv_id, split):
             continue
         turns = [
             " ".join(u["text"].strip() for u in message if u["text"].strip()) for message in data[conv_id]["messages"]

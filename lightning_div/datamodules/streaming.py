@@ -1,7 +1,7 @@
 """The training split as LitData chunks on disk, read by index: corpora larger than memory.
 
 :class:`StreamingDialogueDataModule` is a :class:`~lightning_div.datamodules.dialogue.DialogueDataModule`
-whose training examples are tokenised once, with the same :class:`~lightning_div.formatting.DialogueFormat`,
+whose training examples are tokenised once, with the same :class:`~lightning_div.model.formatting.DialogueFormat`,
 and written by :func:`litdata.optimize` into chunk files under ``stream_dir``, in a folder named by a
 content hash of everything the ids depend on (the data's bytes, the tokenizer, the layout and every
 reading and format setting). Later runs find the folder and skip the work; the folder appears whole
@@ -137,7 +137,7 @@ class StreamingDialogueDataModule(DialogueDataModule):
     Takes every argument of ``DialogueDataModule`` plus the three below. The training data is
     read, tokenised and written once (``prepare_data``, on one process per node); every
     process then reads examples by index from the chunks. It implements the DRESS protocol
-    (:class:`~lightning_div.datamodules.protocol.ReweightableDataModule`): weights stay one
+    (:class:`~lightning_div.dress.protocol.ReweightableDataModule`): weights stay one
     float per example in memory (8 bytes), negatives are tokenised in memory and appended.
 
     Args:

@@ -7,7 +7,6 @@ our metrics come by name (:func:`make_metrics`), and the paper's released CSV fi
 our JSONL or a freshly generated decTest (:func:`build_dec_test`) supply the sets.
 """
 
-from lightning_div.meta_eval.cli import meta_eval_main
 from lightning_div.meta_eval.data import (
     DEC_TEST_SAMPLING,
     MetaEvalData,
@@ -82,5 +81,4 @@ __all__ = [
     "read_sets",
     "build_dec_test",
     "DEC_TEST_SAMPLING",
-    "meta_eval_main",
 ]

@@ -19,11 +19,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from lightning_div.formatting import Context
-from lightning_div.generation import NO_BLOCKING, generate_sets
-from lightning_div.io import atomic_write
+from lightning_div._internal.io import atomic_write
 from lightning_div.meta_eval.stats import infer_test
-from lightning_div.threshold import ResponseGenerator, derive_seed
+from lightning_div.model.formatting import Context
+from lightning_div.model.generation import NO_BLOCKING, generate_sets
+from lightning_div.nli.threshold import ResponseGenerator, derive_seed
 
 # Pure temperature sampling, as in the paper's decTest: no nucleus / top-k truncation and no
 # n-gram blocking, so the temperature alone moves the diversity. Keywords override these.

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div.io import atomic_write
+from lightning_div._internal.io import atomic_write
 
 
 def _file_name(name: str) -> str:

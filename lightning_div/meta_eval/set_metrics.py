@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from lightning_div._internal.text import TokenizerSpec, check_texts, get_tokenizer
 from lightning_div.metrics import check_lexical_names, lexical_scores, semantic_entropy
 from lightning_div.metrics.lexical import LEXICAL_PATTERN, iter_ngrams
 from lightning_div.metrics.nli import VARIANTS as VARIANTS_NLI
 from lightning_div.metrics.sets import NegativeMeanCosine, SetMetric, fewer_than_two
-from lightning_div.text import TokenizerSpec, check_texts, get_tokenizer
 
 Similarity = Callable[[str, str], float]
 Encode = Callable[[list[str]], Any]
@@ -86,7 +86,7 @@ def score_sets(metric: SetMetric, sets: Sequence[Sequence[str]], show_progress: 
 class LexicalMetric:
     """``avg_distinct``, ``distinct_<n>`` (``_utt``: utterance level), ``ent_<n>`` or ``ead`` of one set.
 
-    ``tokenizer`` / ``lowercase`` as in :mod:`lightning_div.text` (Tevet & Berant's own split:
+    ``tokenizer`` / ``lowercase`` as in :mod:`lightning_div._internal.text` (Tevet & Berant's own split:
     ``tokenizer="diversity_eval"``); ``base`` of Ent-n (e: nats, 2: bits).
     """
 
@@ -171,13 +171,13 @@ def ngram_cosine_similarity(
 
     An order n at which either text has no n-gram contributes similarity 0 (no shared
     n-gram; a defined value), as in the authors' code. ``tokenizer`` / ``lowercase`` as in
-    :mod:`lightning_div.text`; the authors split with ``tokenizer="diversity_eval"`` (case kept).
+    :mod:`lightning_div._internal.text`; the authors split with ``tokenizer="diversity_eval"`` (case kept).
 
     Args:
         a: one text.
         b: the other text.
         max_n: the highest n-gram order.
-        tokenizer: the lexical tokeniser (see :func:`~lightning_div.text.get_tokenizer`).
+        tokenizer: the lexical tokeniser (see :func:`~lightning_div._internal.text.get_tokenizer`).
         lowercase: lowercase first; None = the tokeniser's own setting.
 
     Returns:
@@ -201,7 +201,7 @@ def ngram_cosine_similarity(
 class SemEntMetric:
     """Sem-Ent of one set: entropy (nats) of its responses' histogram over fitted semantic clusters.
 
-    ``clusters`` is a fitted :class:`lightning_div.clustering.SemanticClusters`; ``encoder`` a
+    ``clusters`` is a fitted :class:`lightning_div.semantic.clusters.SemanticClusters`; ``encoder`` a
     ``ResponseEncoder`` (or any ``encode(texts) -> [n, d]``) of the kind the clusters were
     fitted on. ``score_many`` embeds and assigns every distinct response of all sets at once.
     """
@@ -324,7 +324,7 @@ def nli_metrics(scorer: Any, variants: Sequence[str] = VARIANTS_NLI) -> list[NLI
     """One :class:`NLIMetric` per variant, sharing the scorer's predictions.
 
     Args:
-        scorer: an :class:`~lightning_div.nli.NLIScorer`.
+        scorer: an :class:`~lightning_div.nli.scorer.NLIScorer`.
         variants: the NLI Diversity variants wanted.
 
     Returns:
@@ -374,10 +374,10 @@ def make_metrics(
     Args:
         names: metric names (see :data:`METRIC_NAMES`; ``distinct_<n>`` and ``ent_<n>`` for any n).
         vocab_size: V for ``ead``.
-        encoder: a :class:`~lightning_div.embedding.ResponseEncoder` for ``sem_ent`` / ``sent_bert``.
-        clusters: fitted :class:`~lightning_div.clustering.SemanticClusters` for ``sem_ent``.
-        nli_scorer: an :class:`~lightning_div.nli.NLIScorer` for ``nli_*``.
-        tokenizer: the lexical tokeniser (see :func:`~lightning_div.text.get_tokenizer`).
+        encoder: a :class:`~lightning_div.semantic.encoder.ResponseEncoder` for ``sem_ent`` / ``sent_bert``.
+        clusters: fitted :class:`~lightning_div.semantic.clusters.SemanticClusters` for ``sem_ent``.
+        nli_scorer: an :class:`~lightning_div.nli.scorer.NLIScorer` for ``nli_*``.
+        tokenizer: the lexical tokeniser (see :func:`~lightning_div._internal.text.get_tokenizer`).
         lowercase: lowercase first; None = the tokeniser's own setting.
         base: the logarithm's base for Ent-n (2: bits, as the Sem-Ent paper reports).
 

@@ -10,7 +10,7 @@ Distinct-n exists at two levels in the literature, and both are here by name:
   ``distinct_n_corpus_level`` computes it): each response's #unique n-grams / #tokens,
   averaged over responses.
 
-Every other metric is corpus level. All share the tokenisers of :mod:`lightning_div.text`
+Every other metric is corpus level. All share the tokenisers of :mod:`lightning_div._internal.text`
 (``tokenizer=`` by name: "13a" lowercased by default; "casual", "diversity_eval",
 "13a_cased" are the authors' own). Where there is nothing to count (no n-grams at all:
 an empty set, or only empty / too-short responses) the value is a defined 0.0, as in the
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from lightning_div.text import TokenizerSpec, tokenize_all
+from lightning_div._internal.text import TokenizerSpec, tokenize_all
 
 
 def _check_n(n: int) -> int:
@@ -100,7 +100,7 @@ def distinct_n(texts: Sequence[str], n: int, tokenizer: TokenizerSpec = "13a", l
     Args:
         texts: the responses.
         n: the n-gram order, >= 1.
-        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+        tokenizer: a name of :mod:`lightning_div._internal.text` (``"13a"``, sacrebleu, the default; the
             authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
             ``str -> list[str]`` callable or a Hugging Face tokenizer.
         lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
@@ -169,7 +169,7 @@ def averaged_distinct(
     Args:
         texts: the responses.
         max_n: the highest n-gram order (the paper: 5).
-        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+        tokenizer: a name of :mod:`lightning_div._internal.text` (``"13a"``, sacrebleu, the default; the
             authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
             ``str -> list[str]`` callable or a Hugging Face tokenizer.
         lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
@@ -202,7 +202,7 @@ def ngram_entropy(
         n: the n-gram order, >= 1.
         base: the logarithm's base: e (nats, the default) or 2 (bits, as the Sem-Ent paper's tables;
             their code also tokenises with ``tokenizer="casual"``, case kept).
-        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+        tokenizer: a name of :mod:`lightning_div._internal.text` (``"13a"``, sacrebleu, the default; the
             authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
             ``str -> list[str]`` callable or a Hugging Face tokenizer.
         lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
@@ -235,7 +235,7 @@ def expectation_adjusted_distinct(
     Args:
         texts: the responses.
         vocab_size: V, e.g. ``count_vocab(gold_training_responses)``.
-        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+        tokenizer: a name of :mod:`lightning_div._internal.text` (``"13a"``, sacrebleu, the default; the
             authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
             ``str -> list[str]`` callable or a Hugging Face tokenizer.
         lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
@@ -264,7 +264,7 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
 
     Args:
         reference_texts: e.g. the gold training responses.
-        tokenizer: a name of :mod:`lightning_div.text` (``"13a"``, sacrebleu, the default; the
+        tokenizer: a name of :mod:`lightning_div._internal.text` (``"13a"``, sacrebleu, the default; the
             authors' ``"casual"``, ``"diversity_eval"``, ``"13a_cased"``; ``"whitespace"``), a
             ``str -> list[str]`` callable or a Hugging Face tokenizer.
         lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
@@ -330,7 +330,7 @@ def lexical_scores(
         texts: the responses.
         names: metric names (see :func:`check_lexical_names`).
         vocab_size: V for ``ead``; required when ``ead`` is asked for.
-        tokenizer: the tokenisation of every metric (see :mod:`lightning_div.text`).
+        tokenizer: the tokenisation of every metric (see :mod:`lightning_div._internal.text`).
         lowercase: lowercase before tokenising; None (default) = the tokenizer's own setting.
         base: logarithm base of Ent-n (2 for bits, as the Sem-Ent paper reports it).
 

@@ -139,7 +139,7 @@ def ruq_score(reference_scores: Scores, idk_scores: Sequence[float], reference: 
     """RUQ: the percentage of prompts whose reference beats "I don't know." (Khayrallah & Sedoc, 2021).
 
     RUQ = 100 * #(score(reference) > score(IDK)) / #prompts; a tie is not preferred. Scores
-    are length-normalised log-likelihoods (see :func:`lightning_div.scoring.response_scores`).
+    are length-normalised log-likelihoods (see :func:`lightning_div.model.scoring.response_scores`).
 
     Args:
         reference_scores: per prompt a score, or a list of its references' scores.

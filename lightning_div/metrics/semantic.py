@@ -55,7 +55,7 @@ def semantic_entropy(cluster_ids: Sequence[int] | np.ndarray, num_clusters: int)
 
     Args:
         cluster_ids: one cluster id per response, e.g. from
-            :meth:`lightning_div.clustering.SemanticClusters.assign`.
+            :meth:`lightning_div.semantic.clusters.SemanticClusters.assign`.
         num_clusters: k.
 
     Returns:

@@ -1,7 +1,7 @@
 """Diversity of one response set: the set-metric type and the Sent-BERT metric.
 
 These serve the meta-evaluation (:mod:`lightning_div.meta_eval`) and are also the criteria
-of Diversity Threshold Generation (:mod:`lightning_div.threshold`). They live here, below
+of Diversity Threshold Generation (:mod:`lightning_div.nli.threshold`). They live here, below
 both, because ``meta_eval.set_metrics`` already imports ``threshold`` (its Sent-BERT and
 decTest pieces): had they moved into ``meta_eval/``, ``threshold`` importing them back
 would close an import cycle through ``meta_eval/__init__``.
@@ -42,7 +42,7 @@ class NegativeMeanCosine:
     """Sent-BERT diversity of a set: minus the mean cosine similarity over its response pairs.
 
     ``encode(texts) -> array [len(texts), d]`` is any sentence encoder (e.g.
-    ``lightning_div.embedding.ResponseEncoder`` or a sentence-transformers model's
+    ``lightning_div.semantic.encoder.ResponseEncoder`` or a sentence-transformers model's
     ``encode``). Embeddings are cached by text, so threshold generation encodes each
     response once. A set of fewer than 2 responses has no pairs: its diversity is
     undefined, NaN with a warning (Diversity Threshold Generation then stops with an error

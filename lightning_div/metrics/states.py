@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torchmetrics import Metric
 
+from lightning_div._internal.text import TokenizerSpec, tokenize_all
 from lightning_div.metrics.lexical import (
     _check_n,
     distinct_from_counts,
@@ -28,7 +29,6 @@ from lightning_div.metrics.lexical import (
 )
 from lightning_div.metrics.ruq import ReferenceChoice, Scores, check_reference, preferred_count
 from lightning_div.metrics.semantic import cluster_histogram
-from lightning_div.text import TokenizerSpec, tokenize_all
 
 _SEP = "\x1f"  # unit separator: cannot appear inside a token produced by the tokenisers
 

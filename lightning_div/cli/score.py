@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_div.io import atomic_write_text
+from lightning_div._internal.io import atomic_write_text
+from lightning_div._internal.text import TokenizerSpec
 from lightning_div.metrics import DEFAULT_LEXICAL, count_vocab, lexical_scores, semantic_entropy
-from lightning_div.text import TokenizerSpec
 
 
 def score_responses(
@@ -73,8 +73,8 @@ def score_files(
         gold: the gold responses, scored as the system ``gold``.
         lexical: lexical metric names.
         vocab_size: EAD's V (default: counted as above).
-        clusters: fitted :class:`~lightning_div.clustering.SemanticClusters` for Sem-Ent.
-        encoder: the :class:`~lightning_div.embedding.ResponseEncoder` for Sem-Ent.
+        clusters: fitted :class:`~lightning_div.semantic.clusters.SemanticClusters` for Sem-Ent.
+        encoder: the :class:`~lightning_div.semantic.encoder.ResponseEncoder` for Sem-Ent.
         fit_clusters: fit this many clusters on ``gold`` instead of ``clusters``.
         show_progress: tqdm bars.
         tokenizer: the lexical tokeniser.
@@ -93,7 +93,7 @@ def score_files(
     if clusters is None and fit_clusters:
         if not gold or encoder is None:
             raise ValueError("fitting clusters needs gold responses (--gold) and an encoder (--encoder)")
-        from lightning_div.clustering import SemanticClusters
+        from lightning_div.semantic.clusters import SemanticClusters
 
         clusters = SemanticClusters(
             num_clusters=fit_clusters, encoder_name=encoder.name, show_progress=show_progress

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from transformers import BartConfig, BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from lightning_div.io import atomic_directory
+from lightning_div._internal.io import atomic_directory
 
 EOS = "<|endoftext|>"
 BOS, PAD, EOS_S2S, UNK = "<s>", "<pad>", "</s>", "<unk>"

@@ -64,7 +64,7 @@ class Negatives:
         batches: ``"separate"`` (batches of their own, so a batch's token denominator counts only
             negatives, zero-weight ones included) or ``"mixed"`` (shuffled in with the gold examples).
         loss: how a ``training_step`` trains a negative weight: ``"nll"`` or ``"unlikelihood"``
-            (pass it to :func:`lightning_div.dress.weighted_lm_loss`).
+            (pass it to :func:`lightning_div.dress.losses.weighted_lm_loss`).
 
     Raises:
         ValueError: ``pairs`` and ``weights`` differ in length, a weight is not finite, or

@@ -1,6 +1,6 @@
 """Batched response generation from a Hugging Face dialogue model, without disturbing training.
 
-Contexts are laid out by :class:`lightning_div.formatting.DialogueFormat`, sorted by
+Contexts are laid out by :class:`lightning_div.model.formatting.DialogueFormat`, sorted by
 length into batches (left padding for decoder-only models, right padding for the
 encoder of seq2seq models) and decoded with ``model.generate``. The model runs in eval
 mode under ``torch.inference_mode()`` inside a forked RNG, so the training loop's mode,
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from lightning_div.distributed import length_batches
-from lightning_div.formatting import Context, DialogueFormat, as_turns, is_seq2seq
+from lightning_div._internal.distributed import length_batches
+from lightning_div.model.formatting import Context, DialogueFormat, as_turns, is_seq2seq
 
 #: Evaluation decoding (the Sem-Ent authors'; docs/paper-settings.md): greedy with 3-gram blocking.
 #: Caller kwargs override these.
@@ -201,7 +201,7 @@ def generate_batched(
         )
     # Explicitly off: Hugging Face turns it on by itself for an FSDP-managed model on several processes,
     # which would make each decoding step a collective. Each rank has the full parameters here (the callbacks
-    # generate inside lightning_div.sharding.full_parameters), and no forward communicates, so a rank can
+    # generate inside lightning_div.model.sharding.full_parameters), and no forward communicates, so a rank can
     # run a different number of batches and steps than the others without anyone waiting: no hang.
     kwargs["synced_gpus"] = False
     pad_id = pad_id_of(tokenizer)

@@ -1,6 +1,6 @@
 """Cluster cards: what each semantic cluster holds, in words a person can read.
 
-A card describes one cluster of :class:`~lightning_div.clustering.SemanticClusters` from
+A card describes one cluster of :class:`~lightning_div.semantic.clusters.SemanticClusters` from
 the gold responses it was fitted on: the cluster's share of them, the gold responses
 nearest its centroid, and its most distinctive words and 2-grams against the other
 clusters. Distinctiveness is the weighted log-odds ratio with an informative Dirichlet
@@ -199,7 +199,7 @@ def cluster_labels(cards: Sequence[ClusterCard] | None, num_clusters: int) -> li
 
 def write_cards_csv(cards: Sequence[ClusterCard], path: str | os.PathLike) -> Path:
     """Write the cards as CSV (:data:`CARD_COLUMNS`) atomically: a temporary file renamed into place."""
-    from lightning_div.tracking import csv_safe, write_atomic
+    from lightning_div._internal.tracking import csv_safe, write_atomic
 
     def write(f: Any) -> None:  # gold text in a spreadsheet: formula-like cells neutralised
         writer = csv.writer(f)

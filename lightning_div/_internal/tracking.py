@@ -21,7 +21,7 @@ from typing import Any
 
 from lightning_utilities.core.rank_zero import WarningCache
 
-from lightning_div.io import atomic_write
+from lightning_div._internal.io import atomic_write
 
 log = logging.getLogger("lightning_div")
 
@@ -153,7 +153,7 @@ def log_step(trainer: Any) -> int:
     logging. Figures logged at ``global_step`` would sit one step to the right of their
     scalars in TensorBoard. Outside fitting, ``global_step``.
     """
-    from lightning_div.loop_state import batches_that_stepped
+    from lightning_div._internal.loop_state import batches_that_stepped
 
     step = int(getattr(trainer, "global_step", 0))
     stepped = batches_that_stepped(trainer)
@@ -167,7 +167,7 @@ def write_atomic(target: Path, write: Any, mode: str = "w") -> None:
     """``write(file)`` into a temporary file beside ``target``, then rename: never a half-written file.
 
     Text mode writes UTF-8 with ``newline=""`` (what :mod:`csv` wants); the parents are created.
-    A thin form of :func:`lightning_div.io.atomic_write` for callers that hold a writer function.
+    A thin form of :func:`lightning_div._internal.io.atomic_write` for callers that hold a writer function.
     """
     text = "b" not in mode
     with atomic_write(

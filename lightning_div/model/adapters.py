@@ -16,9 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from lightning_div.formatting import Context, DialogueFormat, is_seq2seq
-from lightning_div.generation import generate_batched, model_device
-from lightning_div.scoring import candidate_logprobs_batched, token_logprobs_batched
+from lightning_div.model.formatting import Context, DialogueFormat, is_seq2seq
+from lightning_div.model.generation import generate_batched, model_device
+from lightning_div.model.scoring import candidate_logprobs_batched, token_logprobs_batched
 
 
 @runtime_checkable
@@ -105,7 +105,7 @@ class _HFAdapter:
     ) -> list[str]:
         """Batched responses, greedy with 3-gram blocking unless keywords say otherwise.
 
-        See :func:`lightning_div.generation.generate_batched`; ``seed`` defaults to the
+        See :func:`lightning_div.model.generation.generate_batched`; ``seed`` defaults to the
         adapter's, so the same call gives the same samples.
 
         Args:
@@ -139,7 +139,7 @@ class _HFAdapter:
         show_progress: bool | None = None,
         padding_side: str | None = None,
     ) -> list[torch.Tensor]:
-        """log p of each response token (EOS included); see :func:`lightning_div.scoring.token_logprobs_batched`.
+        """log p of each response token (EOS included); see :func:`lightning_div.model.scoring.token_logprobs_batched`.
 
         Args:
             contexts: strings or lists of turns (oldest first).
@@ -169,7 +169,7 @@ class _HFAdapter:
         show_progress: bool | None = None,
         padding_side: str | None = None,
     ) -> list[list[torch.Tensor]]:
-        """Several responses per context, each context encoded once; see :func:`lightning_div.scoring.candidate_logprobs_batched`.
+        """Several responses per context, each context encoded once; see :func:`lightning_div.model.scoring.candidate_logprobs_batched`.
 
         Args:
             contexts: strings or lists of turns (oldest first).

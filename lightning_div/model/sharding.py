@@ -2,7 +2,7 @@
 
 Every lightning-div measurement generates and scores with the user's model through ordinary
 ``forward`` / ``generate`` calls, each rank on its own share of the batches
-(:func:`lightning_div.distributed.distributed_map`), so ranks make *different* numbers of model
+(:func:`lightning_div._internal.distributed.distributed_map`), so ranks make *different* numbers of model
 calls. Under a sharded strategy a module's forward would all-gather its parameters at every
 call: ranks calling it a different number of times would wait on each other forever. So a
 measurement runs inside :func:`full_parameters`, which gathers the full parameters once on

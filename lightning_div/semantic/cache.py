@@ -1,6 +1,6 @@
 """The clusters' disk cache: file naming by content hash, fit on rank 0, broadcast.
 
-:class:`~lightning_div.clustering.SemanticClusters` is the algorithm (``fit`` / ``assign`` /
+:class:`~lightning_div.semantic.clusters.SemanticClusters` is the algorithm (``fit`` / ``assign`` /
 ``save`` / ``load``); this module decides *whether* to fit. :func:`load_or_fit_clusters`
 names a cache file by the hash of everything that decides the clusters (encoder name and
 weights, k, seed, PCA variance, k-means settings, fingerprint of the gold texts), reads it
@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div.clustering import SemanticClusters, fingerprint_texts
-from lightning_div.distributed import on_rank_zero, rank_and_world
-from lightning_div.io import StaleCacheError, file_digest, load_assignments, save_assignments
+from lightning_div._internal.distributed import on_rank_zero, rank_and_world
+from lightning_div._internal.io import StaleCacheError, file_digest, load_assignments, save_assignments
+from lightning_div.semantic.clusters import SemanticClusters, fingerprint_texts
 
 # the clusters' logger: the messages kept the logger they had before the cache became a module of its own
-log = logging.getLogger("lightning_div.clustering")
+log = logging.getLogger("lightning_div.semantic.clusters")
 
 # names the other ranks' error (and stays the one the messages had before the split)
 _WHAT = "SemanticClusters.load_or_fit"
@@ -79,16 +79,16 @@ def load_or_fit_clusters(
     ``with_assignments=True`` also gives the cluster id of every text, cached beside the
     clusters (:func:`assignments_path`, holding the clusters file's sha256, the number of
     texts and the ids, all checked on read) so that a later run needs neither the embedding
-    nor the fit. Both files are written atomically (:mod:`lightning_div.io`).
+    nor the fit. Both files are written atomically (:mod:`lightning_div._internal.io`).
 
     Args:
         path: a directory (the cache) or an ``.npz`` file.
         texts: the gold responses the clusters are (or were) fitted on.
-        encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+        encoder: a :class:`~lightning_div.semantic.encoder.ResponseEncoder`.
         with_assignments: also compute (or read) the cluster id of every text.
         broadcast: ``(obj, src) -> obj`` collective, e.g. ``trainer.strategy.broadcast``;
-            None = :func:`lightning_div.distributed.broadcast_object`.
-        **config: :class:`~lightning_div.clustering.SemanticClusters` constructor arguments.
+            None = :func:`lightning_div._internal.distributed.broadcast_object`.
+        **config: :class:`~lightning_div.semantic.clusters.SemanticClusters` constructor arguments.
 
     Returns:
         A :class:`CachedClusters`.

@@ -17,8 +17,8 @@ different config and names each differing field.
 
 This module is the algorithm (``fit`` / ``assign`` / ``save`` / ``load``). Whether to fit
 (a cache file named by content hash, fitted on rank 0 and broadcast) is decided in
-:mod:`lightning_div.cluster_cache`; which clusters a callback uses, shared with callbacks that
-name the same, in :mod:`lightning_div.semantic_space`.
+:mod:`lightning_div.semantic.cache`; which clusters a callback uses, shared with callbacks that
+name the same, in :mod:`lightning_div.semantic.space`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from lightning_div.io import atomic_write
+from lightning_div._internal.io import atomic_write
 from lightning_div.metrics import cluster_histogram
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class SemanticClusters:
         self.centroids: np.ndarray | None = None  # [num_clusters, n_components]
         self.inertia: float | None = None  # sum of squared distances to the nearest centroid, fit data
         self.fit_seconds: dict[str, float] = {}  # wall time of the last fit: pca, kmeans, total
-        self.cards: list[Any] | None = None  # ClusterCards of the gold texts (lightning_div.cluster_cards)
+        self.cards: list[Any] | None = None  # ClusterCards of the gold texts (lightning_div.semantic.cards)
 
     # ------------------------------------------------------------------ config
     @property
@@ -324,7 +324,7 @@ class SemanticClusters:
 
         Args:
             texts: the gold responses.
-            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+            encoder: a :class:`~lightning_div.semantic.encoder.ResponseEncoder`.
 
         Returns:
             ``self``, fitted.
@@ -396,7 +396,7 @@ class SemanticClusters:
         the clusters in the message (e.g. the file they came from).
 
         Args:
-            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+            encoder: a :class:`~lightning_div.semantic.encoder.ResponseEncoder`.
             source: how the message names the clusters.
 
         Raises:
@@ -422,9 +422,9 @@ class SemanticClusters:
     def describe(self, texts: Sequence[str], embeddings: Any, **kwargs: Any) -> list[Any]:
         """Compute (and keep in ``cards``, saved with the clusters) a ClusterCard per cluster from the gold texts.
 
-        ``kwargs`` go to :func:`lightning_div.cluster_cards.cluster_cards` (top_n, num_examples).
+        ``kwargs`` go to :func:`lightning_div.semantic.cards.cluster_cards` (top_n, num_examples).
         """
-        from lightning_div.cluster_cards import describe_clusters
+        from lightning_div.semantic.cards import describe_clusters
 
         self.cards = describe_clusters(self, texts, embeddings, **kwargs)
         return self.cards
@@ -550,7 +550,7 @@ class SemanticClusters:
         out.centroids = arrays["centroids"]
         out.explained_variance, out.inertia = explained, (None if np.isnan(inertia) else inertia)
         if cards is not None:
-            from lightning_div.cluster_cards import cards_from_dicts
+            from lightning_div.semantic.cards import cards_from_dicts
 
             try:
                 loaded = cards_from_dicts(cards) or []
@@ -570,22 +570,22 @@ class SemanticClusters:
     def load_or_fit(
         cls, path: str | os.PathLike, texts: Sequence[str], encoder: Any, with_assignments: bool = False, **config: Any
     ) -> Any:
-        """The cache's :func:`~lightning_div.cluster_cache.load_or_fit_clusters`, in its old two return types.
+        """The cache's :func:`~lightning_div.semantic.cache.load_or_fit_clusters`, in its old two return types.
 
         Kept for existing code; new code calls ``load_or_fit_clusters`` (the algorithm lives in
-        this class, the cache in :mod:`lightning_div.cluster_cache`), which returns one type.
+        this class, the cache in :mod:`lightning_div.semantic.cache`), which returns one type.
 
         Args:
             path: a directory (the cache) or an ``.npz`` file.
             texts: the gold responses the clusters are (or were) fitted on.
-            encoder: a :class:`~lightning_div.embedding.ResponseEncoder`.
+            encoder: a :class:`~lightning_div.semantic.encoder.ResponseEncoder`.
             with_assignments: also return the cluster id of every text.
             **config: :class:`SemanticClusters` constructor arguments.
 
         Returns:
             The clusters, or ``(clusters, ids)`` with ``with_assignments=True``.
         """
-        from lightning_div.cluster_cache import load_or_fit_clusters
+        from lightning_div.semantic.cache import load_or_fit_clusters
 
         cached = load_or_fit_clusters(path, texts, encoder, with_assignments=with_assignments, **config)
         return (cached.clusters, cached.assignments) if with_assignments else cached.clusters
@@ -607,8 +607,8 @@ class SemanticClusters:
 
 
 def assignments_path(clusters_path: str | os.PathLike) -> Path:
-    """Where the gold texts' cluster ids are cached beside a clusters file (:mod:`lightning_div.cluster_cache`)."""
-    from lightning_div.cluster_cache import assignments_path as cached_ids_path
+    """Where the gold texts' cluster ids are cached beside a clusters file (:mod:`lightning_div.semantic.cache`)."""
+    from lightning_div.semantic.cache import assignments_path as cached_ids_path
 
     return cached_ids_path(clusters_path)
 

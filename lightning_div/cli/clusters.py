@@ -25,7 +25,7 @@ DESCRIPTION = "fit semantic clusters, print their cards, or assign responses to 
 def build_encoder(name: str, pooling: str | None, quiet: bool, batch_size: int = 32) -> Any:
     """A ResponseEncoder from a name: ``minilm`` is the offline all-MiniLM-L6-v2 (mean pooling);
     ``<model>@<pooling>`` (the form saved in a clusters file) sets the pooling too."""
-    from lightning_div.embedding import ENCODER_ALIASES, ResponseEncoder, resolve_encoder_name
+    from lightning_div.semantic.encoder import ENCODER_ALIASES, ResponseEncoder, resolve_encoder_name
 
     model, _, saved_pooling = name.partition("@")
     # an alias's model named in full (as a clusters file saves it) keeps the alias's pooling
@@ -79,9 +79,9 @@ def _describe_file(clusters: Any, path: str) -> str:
 
 
 def fit_command(args: argparse.Namespace) -> int:
-    from lightning_div.cluster_cards import format_cards
-    from lightning_div.clustering import SemanticClusters
     from lightning_div.datamodules.formats import read_responses
+    from lightning_div.semantic.cards import format_cards
+    from lightning_div.semantic.clusters import SemanticClusters
 
     texts = read_responses(args.data, field=args.field)
     if not texts:
@@ -99,8 +99,8 @@ def fit_command(args: argparse.Namespace) -> int:
 
 
 def show_command(args: argparse.Namespace) -> int:
-    from lightning_div.cluster_cards import format_cards
-    from lightning_div.clustering import SemanticClusters
+    from lightning_div.semantic.cards import format_cards
+    from lightning_div.semantic.clusters import SemanticClusters
 
     clusters = SemanticClusters.load(args.file)
     if clusters.cards is None:
@@ -114,10 +114,10 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def assign_command(args: argparse.Namespace) -> int:
-    from lightning_div.cluster_cards import cluster_labels
-    from lightning_div.clustering import SemanticClusters
     from lightning_div.datamodules.formats import read_responses
     from lightning_div.metrics import cluster_js_divergence, semantic_entropy, top_cluster_share
+    from lightning_div.semantic.cards import cluster_labels
+    from lightning_div.semantic.clusters import SemanticClusters
 
     clusters = SemanticClusters.load(args.file)
     responses = read_responses(args.responses, field=args.field)
@@ -161,7 +161,7 @@ def assign_command(args: argparse.Namespace) -> int:
         + ("" if gold is None else f"; JS divergence from the gold shares {result['cluster_js']:.4f} bits")
     )
     if args.output:
-        from lightning_div.tracking import write_atomic
+        from lightning_div._internal.tracking import write_atomic
 
         write_atomic(args.output, lambda f: json.dump(result, f, indent=2))
         print(f"written to {args.output}")

@@ -23,9 +23,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers.modeling_outputs import BaseModelOutput
 
-from lightning_div.distributed import length_batches
-from lightning_div.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
-from lightning_div.generation import check_contexts, evaluation_mode, model_device, pad_batch, pad_id_of
+from lightning_div._internal.distributed import length_batches
+from lightning_div.model.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
+from lightning_div.model.generation import check_contexts, evaluation_mode, model_device, pad_batch, pad_id_of
 
 
 def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[list[str]]:
@@ -559,9 +559,9 @@ def candidate_logprobs(
 ) -> list[list[torch.Tensor]]:
     """Token log-probs of several responses per context through any adapter, contexts shared when it can.
 
-    Adapters with a ``candidate_logprobs`` method (:class:`~lightning_div.adapters.CausalLMAdapter`,
-    :class:`~lightning_div.adapters.Seq2SeqAdapter`) encode each context once; any other
-    :class:`~lightning_div.adapters.DialogueModelAdapter` is asked for the flattened pairs
+    Adapters with a ``candidate_logprobs`` method (:class:`~lightning_div.model.adapters.CausalLMAdapter`,
+    :class:`~lightning_div.model.adapters.Seq2SeqAdapter`) encode each context once; any other
+    :class:`~lightning_div.model.adapters.DialogueModelAdapter` is asked for the flattened pairs
     with ``token_logprobs``. Either way the result is checked as :func:`response_scores` checks it.
 
     Args:
@@ -621,7 +621,7 @@ def _check_adapter(adapter: Any) -> None:
     if not callable(getattr(adapter, "token_logprobs", None)):
         raise TypeError(
             f"expected a DialogueModelAdapter (with .token_logprobs), got {type(adapter).__name__}; "
-            "wrap a Hugging Face model with lightning_div.adapters.CausalLMAdapter / Seq2SeqAdapter, "
+            "wrap a Hugging Face model with lightning_div.model.adapters.CausalLMAdapter / Seq2SeqAdapter, "
             "or a LightningModule with resolve_adapter(pl_module)"
         )
 
@@ -644,7 +644,7 @@ def _checked(logprobs: Sequence[torch.Tensor], n: int, who: str) -> list[torch.T
 def response_scores(adapter: Any, contexts: Sequence[Context], responses: Sequence[str]) -> list[float]:
     """RUQ score of each (context, response): mean log-probability of its tokens, EOS included.
 
-    ``adapter`` is any :class:`lightning_div.adapters.DialogueModelAdapter`. An empty
+    ``adapter`` is any :class:`lightning_div.model.adapters.DialogueModelAdapter`. An empty
     response is scored by its EOS token alone.
 
     Args:

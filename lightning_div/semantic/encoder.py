@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lightning_div.distributed import all_gather_rows, check_same_on_all_ranks, length_batches, rank_and_world
-from lightning_div.formatting import is_seq2seq, model_window, special_tokens_around
+from lightning_div._internal.distributed import all_gather_rows, check_same_on_all_ranks, length_batches, rank_and_world
+from lightning_div.model.formatting import is_seq2seq, model_window, special_tokens_around
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,11 @@ from typing import Any
 from pytorch_lightning import LightningDataModule, LightningModule
 from pytorch_lightning.cli import LightningCLI
 
+from lightning_div._internal.tracking import local_log_dir, tracker_kind
+
 # Imported so that `class_path: DialogueLM` / `DialogueDataModule` resolve by their short names.
 from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
-from lightning_div.module import DialogueLM  # noqa: F401
-from lightning_div.tracking import local_log_dir, tracker_kind
+from lightning_div.model.dialogue_lm import DialogueLM  # noqa: F401
 
 EXTRA_COMMANDS = {
     "score": "score files of generated responses with every metric (table + JSON)",
@@ -171,7 +172,7 @@ def system_labels(paths: list[str], names: list[str] | None, gold: bool) -> list
 
 def score_main(argv: list[str]) -> int:
     """``lightning-div score``: every metric of one or more response files (exit code 2 on bad input)."""
-    from lightning_div.meta_eval.cli import add_tokenizer_arguments
+    from lightning_div.cli.meta_eval import add_tokenizer_arguments
     from lightning_div.metrics import DEFAULT_LEXICAL, LEXICAL_NAMES, check_lexical_names
 
     p = argparse.ArgumentParser(prog="lightning-div score", description=EXTRA_COMMANDS["score"])
@@ -228,8 +229,8 @@ def score_main(argv: list[str]) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
+    from lightning_div.cli.score import format_table, score_files, write_json
     from lightning_div.datamodules.formats import read_responses
-    from lightning_div.evaluate import format_table, score_files, write_json
 
     missing = [
         f
@@ -243,13 +244,13 @@ def _score(args: argparse.Namespace) -> int:
     gold = read_responses(args.gold, field=args.field) if args.gold else None
     clusters = encoder = None
     if args.clusters or args.fit_clusters:
-        from lightning_div.embedding import ResponseEncoder
+        from lightning_div.semantic.encoder import ResponseEncoder
 
         encoder = ResponseEncoder(
             args.encoder or "microsoft/DialoGPT-large", pooling=args.pooling, show_progress=not args.quiet
         )
         if args.clusters:
-            from lightning_div.clustering import SemanticClusters
+            from lightning_div.semantic.clusters import SemanticClusters
 
             clusters = SemanticClusters.load(args.clusters)
             clusters.check_encoder(encoder, f"--clusters {args.clusters}")
@@ -286,11 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "score":
         return score_main(argv[1:])
     if argv and argv[0] == "meta-eval":
-        from lightning_div.meta_eval import meta_eval_main
+        from lightning_div.cli.meta_eval import meta_eval_main
 
         return meta_eval_main(argv[1:])
     if argv and argv[0] == "clusters":
-        from lightning_div.cluster_cli import clusters_main
+        from lightning_div.cli.clusters import clusters_main
 
         return run_tool("lightning-div clusters", clusters_main, argv[1:])
     if argv and argv[0] == "report":

@@ -22,11 +22,11 @@ from typing import Any, Protocol, Union
 import numpy as np
 from tqdm.auto import tqdm
 
-from lightning_div.formatting import Context
-from lightning_div.generation import SAMPLING_DEFAULTS
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity
 from lightning_div.metrics.sets import NegativeMeanCosine, SetMetric, fewer_than_two  # noqa: F401  (old home: aliases)
-from lightning_div.nli import PairScorer, SetResult, ordered_pairs
+from lightning_div.model.formatting import Context
+from lightning_div.model.generation import SAMPLING_DEFAULTS
+from lightning_div.nli.scorer import PairScorer, SetResult, ordered_pairs
 
 Metric = Union[str, SetMetric]
 NLI_METRICS = ("contradictions",) + VARIANTS
@@ -44,7 +44,7 @@ RANK_BY = ("diversity", "threshold")
 
 
 class ResponseGenerator(Protocol):
-    """The part of :class:`lightning_div.adapters.DialogueModelAdapter` this module uses."""
+    """The part of :class:`lightning_div.model.adapters.DialogueModelAdapter` this module uses."""
 
     def generate(self, contexts: Sequence[Context], **generation_kwargs: Any) -> list[str]:
         """``len(contexts) * num_return_sequences`` responses, grouped by context."""
@@ -220,7 +220,7 @@ def diversity_threshold_generate_many(
     Args:
         adapter: as :func:`diversity_threshold_generate`.
         contexts: strings or lists of turns.
-        scorer: an :class:`~lightning_div.nli.NLIScorer` (or any object with ``score_pairs``);
+        scorer: an :class:`~lightning_div.nli.scorer.NLIScorer` (or any object with ``score_pairs``);
             needed by the NLI metrics.
         n: the set size (the paper: 5).
         threshold: stop once the metric exceeds this (the paper: 10 contradictions of 20 pairs).
@@ -374,9 +374,9 @@ def diversity_threshold_generate(
 
     Args:
         adapter: any object with ``generate(contexts, num_return_sequences=, do_sample=, top_p=,
-            seed=, **kw)``, e.g. a :class:`~lightning_div.adapters.CausalLMAdapter`.
+            seed=, **kw)``, e.g. a :class:`~lightning_div.model.adapters.CausalLMAdapter`.
         context: a string or a list of turns.
-        scorer: an :class:`~lightning_div.nli.NLIScorer` (or any object with ``score_pairs``);
+        scorer: an :class:`~lightning_div.nli.scorer.NLIScorer` (or any object with ``score_pairs``);
             needed by the NLI metrics.
         n: the set size (the paper: 5).
         threshold: stop once the threshold metric exceeds this (the paper: 10 contradictions of 20 pairs).

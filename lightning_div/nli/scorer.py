@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lightning_div.distributed import length_batches
+from lightning_div._internal.distributed import length_batches
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity, normalise_label
 
 DEFAULT_MODEL = "roberta-large-mnli"

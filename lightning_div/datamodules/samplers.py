@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from lightning_div.distributed import rank_and_world
+from lightning_div._internal.distributed import rank_and_world
 
 
 def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """Figures of the semantic clusters: shares per cluster, collapse over epochs, what DRESS pushes away from.
 
 Pure matplotlib: each function takes numbers and labels and returns a figure; the
-callbacks decide when to draw and where to log (:mod:`lightning_div.tracking`).
+callbacks decide when to draw and where to log (:mod:`lightning_div._internal.tracking`).
 Clusters are named by their cards (``"7: lol, haha, lmao"``), so a reader sees which
 semantic mode a bar or a row is, not only its id.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div.tracking import new_figure
+from lightning_div._internal.tracking import new_figure
 
 
 def _short(label: str, width: int = 38) -> str:

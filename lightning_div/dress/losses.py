@@ -1,0 +1,91 @@
+"""The losses DRESS trains with: sample-weighted token cross-entropy, negatives as -1 x NLL or unlikelihood."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+NEGATIVE_LOSSES = ("nll", "unlikelihood")
+
+
+def weighted_lm_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    sample_weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    causal: bool = True,
+    negative_loss: str = "nll",
+) -> torch.Tensor:
+    """sum_i w_i sum_t loss_it / (number of non-ignored target tokens in the batch).
+
+    For an example with weight w_i >= 0, loss_it is the token cross-entropy -log p(y_t).
+    For w_i < 0 (DRESS negatives), ``negative_loss`` decides:
+
+    - ``"nll"`` (the DRESS paper): w_i * -log p(y_t), i.e. gradient *ascent* on the
+      likelihood. It has no bound: pushing p(y_t) towards 0 makes the loss go to -inf,
+      so a few negatives can outweigh the whole positive term.
+    - ``"unlikelihood"`` (Welleck et al., 2020): |w_i| * -log(1 - p(y_t)), which is >= 0,
+      is 0 when p(y_t) = 0 and so stops pushing once a token is unlikely. 1 - p is
+      clamped at 1e-5 as in the unlikelihood authors' code, which bounds it by 11.5 a token.
+
+    The denominator counts every target token in the batch, zero-weight examples
+    included (as the DRESS authors' loop does). ``causal=True``: Hugging Face causal
+    layout, labels aligned with the inputs, so logits at t predict labels at t+1.
+    ``causal=False``: seq2seq layout, logits and labels already aligned. With all
+    weights 1 this equals the usual mean token cross-entropy; a batch with no target
+    tokens gives 0 (with a graph), not NaN.
+
+    Args:
+        logits: (batch, time, vocab).
+        labels: (batch, time), ``ignore_index`` where there is no target.
+        sample_weight: (batch,) weights; None = all 1.
+        ignore_index: the label of positions that are not targets.
+        causal: the layout (see above).
+        negative_loss: ``"nll"`` or ``"unlikelihood"``, used for examples with weight < 0.
+
+    Returns:
+        The scalar loss.
+
+    Raises:
+        ValueError: logits and labels, or the weights and the batch, do not line up, or
+            ``negative_loss`` is unknown.
+    """
+    if negative_loss not in NEGATIVE_LOSSES:
+        raise ValueError(f"negative_loss must be one of {NEGATIVE_LOSSES}, got {negative_loss!r}")
+    if causal:
+        logits, labels = logits[:, :-1, :], labels[:, 1:]
+    if logits.shape[:2] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not line up")
+    token_ce = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=ignore_index, reduction="none"
+    ).view(labels.shape)
+    per_example = token_ce.sum(dim=1)
+    if sample_weight is not None:
+        sample_weight = torch.as_tensor(sample_weight, dtype=per_example.dtype, device=per_example.device)
+        if sample_weight.shape != per_example.shape:
+            raise ValueError(f"sample_weight has shape {tuple(sample_weight.shape)}, expected ({labels.size(0)},)")
+        negative = sample_weight < 0
+        if negative_loss == "unlikelihood" and bool(negative.any()):
+            per_example = torch.where(
+                negative,
+                -sample_weight * unlikelihood_per_example(token_ce, labels, ignore_index),
+                sample_weight * per_example,
+            )
+        else:
+            per_example = per_example * sample_weight
+    num_tokens = (labels != ignore_index).sum().clamp(min=1)
+    return per_example.sum() / num_tokens
+
+
+def unlikelihood_per_example(
+    token_ce: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100, min_complement: float = 1e-5
+) -> torch.Tensor:
+    """sum_t -log(1 - p(y_t)) per example, from the token cross-entropies -log p(y_t) (0 where ignored).
+
+    ``1 - p`` is computed as ``-expm1(log p)`` (exact for small p) and clamped at
+    ``min_complement`` so a token the model is sure of costs at most -log(1e-5) = 11.5.
+    """
+    log_p = -token_ce
+    complement = (-torch.expm1(log_p)).clamp(min=min_complement)
+    token_ul = torch.where(labels != ignore_index, -torch.log(complement), torch.zeros_like(token_ce))
+    return token_ul.sum(dim=1)

@@ -1,0 +1,99 @@
+"""Loading a dialogue model and its tokenizer by name: the Hub, a local folder, or the project's own names.
+
+``"local:chitchat"`` is a byte-level BPE trained on the embedded Chit-Chat corpus on first use
+(cached); ``"local:chitchat-gpt2"`` is the shipped base model (:mod:`lightning_div.model.base`).
+No Lightning here: the Hugging Face ``Trainer`` integration loads models the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lightning_div.model.base import BASE_MODEL, PAD, resolve_model_name
+
+LOCAL_TOKENIZER = "local:chitchat"
+
+
+def cache_root() -> Path:
+    """lightning-div's cache (tokenizers); ``$LIGHTNING_DIV_CACHE`` or ``~/.cache/lightning_div``."""
+    return Path(os.environ.get("LIGHTNING_DIV_CACHE", Path.home() / ".cache" / "lightning_div"))
+
+
+def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> Any:
+    """A tokenizer by Hub name / local path, or ``"local:chitchat"``: BPE trained on the embedded corpus (cached).
+
+    Args:
+        spec: a Hub name, a local path, ``"local:chitchat"``, or ``"local:chitchat-gpt2"`` (the
+            shipped base model's tokenizer: ``local:chitchat`` plus a ``<pad>`` token).
+        vocab_size: the vocabulary of the locally trained tokenizer.
+        seq2seq: train the local tokenizer BART-style (``<s> ... </s>`` with a pad token)
+            instead of GPT-2-style (``<|endoftext|>``, no pad token).
+
+    Returns:
+        A Hugging Face tokenizer. ``"local:chitchat"`` is trained on the Chit-Chat training
+        turns on first use and cached under ``$LIGHTNING_DIV_CACHE`` (default
+        ``~/.cache/lightning_div``); later calls load the cached one.
+    """
+    if spec == BASE_MODEL:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(resolve_model_name(spec))
+    if spec == LOCAL_TOKENIZER:
+        from lightning_div.datamodules.formats import chitchat_conversations
+        from lightning_div.model.tiny import train_tokenizer
+
+        texts = [turn for _, turns in chitchat_conversations("train") for turn in turns]
+        return train_tokenizer(texts, vocab_size=vocab_size, cache_dir=cache_root() / "tokenizers", seq2seq=seq2seq)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(spec)
+
+
+def build_model(model_name_or_path: str | None, from_scratch: dict[str, Any] | None, tokenizer: Any) -> Any:
+    """``from_pretrained(model_name_or_path)``, or a random-init model from a config dict (``model_type`` + sizes).
+
+    Args:
+        model_name_or_path: Hub name or local path (used when ``from_scratch`` is None).
+        from_scratch: a config dict, e.g. ``{"model_type": "gpt2", "n_layer": 2, "n_embd": 128}``.
+        tokenizer: sets the vocabulary size and the special-token ids of a model from scratch.
+
+    Returns:
+        A causal or seq2seq LM (by the config's ``is_encoder_decoder``).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    if from_scratch is not None:
+        spec = dict(from_scratch)
+        model_type = spec.pop("model_type", "gpt2")
+        special = {
+            name: getattr(tokenizer, name)
+            for name in ("bos_token_id", "eos_token_id", "pad_token_id")
+            if getattr(tokenizer, name, None) is not None
+        }
+        config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **{**special, **spec})
+        if getattr(config, "is_encoder_decoder", False):
+            config.decoder_start_token_id = spec.get("decoder_start_token_id", tokenizer.eos_token_id)
+            return AutoModelForSeq2SeqLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+    if model_name_or_path is None:
+        raise ValueError("DialogueLM needs model_name_or_path (Hub name or local path) or from_scratch (a config)")
+    location = resolve_model_name(model_name_or_path)
+    config = AutoConfig.from_pretrained(location)
+    cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+    # the shipped base model stores float16 to stay small; it trains and measures in float32
+    shipped = {"dtype": "float32"} if location != model_name_or_path else {}
+    return cls.from_pretrained(location, **shipped)
+
+
+def base_tokenizer() -> Any:
+    """The ``local:chitchat`` tokenizer (4,000 tokens) plus ``<pad>`` (id 4000), as the base model was trained with.
+
+    The shipped model folder carries the same tokenizer; this builds it from the corpus
+    (``experiments/pretrain_base.py`` uses it before there is a model folder).
+    """
+    tokenizer = load_tokenizer(LOCAL_TOKENIZER, vocab_size=4000)
+    if tokenizer.pad_token is None:
+        tokenizer.add_special_tokens({"pad_token": PAD})
+    return tokenizer
