@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--minutes", type=float, help="training budget: the schedule's length is set from it")
     parser.add_argument("--tokens-per-s", type=float, default=None, help="planned throughput (default: measured)")
     parser.add_argument("--epochs", type=float, default=None, help="train this many epochs instead of a budget")
+    parser.add_argument(
+        "--stop-after", type=int, default=None, help="stop after this many steps, the schedule unchanged (shape search)"
+    )
     parser.add_argument("--evals-per-epoch", type=int, default=2)
     parser.add_argument("--val-pairs", type=int, help="held-out pairs evaluated during training (default all)")
     parser.add_argument("--seed", type=int, default=0)
@@ -272,7 +275,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"loss {running / running_n:.4f}, lr {lr_at(step):.2e}, "
                     f"{step * args.batch_size * args.block / elapsed:,.0f} tokens/s, {elapsed / 60:.1f} min"
                 )
-            if step % eval_every == 0 or step == total_steps:
+            stopping = args.stop_after is not None and step >= args.stop_after
+            if step % eval_every == 0 or step == total_steps or stopping:
                 h = heldout_loss(model, encoded_val, tokenizer.pad_token_id)
                 history.append(
                     {
@@ -285,6 +289,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
                 running, running_n = 0.0, 0
                 log(f"pretrain_base: step {step:,}, held-out loss {h:.4f}")
+            if stopping:
+                break
+        if args.stop_after is not None and step >= args.stop_after:
+            break
         epoch += 1
     wall, cpu = time.time() - start, time.process_time() - cpu_start
 

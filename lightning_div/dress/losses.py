@@ -15,10 +15,15 @@ def weighted_lm_loss(
     ignore_index: int = -100,
     causal: bool = True,
     negative_loss: str = "nll",
+    label_smoothing: float = 0.0,
 ) -> torch.Tensor:
     """sum_i w_i sum_t loss_it / (number of non-ignored target tokens in the batch).
 
-    For an example with weight w_i >= 0, loss_it is the token cross-entropy -log p(y_t).
+    For an example with weight w_i >= 0, loss_it is the token cross-entropy -log p(y_t),
+    or with ``label_smoothing`` = e > 0 the cross-entropy against the smoothed target
+    (1 - e) * one-hot + e / V, i.e. (1 - e) * -log p(y_t) + e * mean_v -log p(v), as
+    ``torch.nn.functional.cross_entropy(label_smoothing=e)`` defines it (Khayrallah & Sedoc
+    sweep it as a regulariser).
     For w_i < 0 (DRESS negatives), ``negative_loss`` decides:
 
     - ``"nll"`` (the DRESS paper): w_i * -log p(y_t), i.e. gradient *ascent* on the
@@ -42,29 +47,39 @@ def weighted_lm_loss(
         ignore_index: the label of positions that are not targets.
         causal: the layout (see above).
         negative_loss: ``"nll"`` or ``"unlikelihood"``, used for examples with weight < 0.
+        label_smoothing: e in [0, 1); smooths the targets of examples with weight >= 0 only
+            (a negative's loss is about p(y_t) itself, so it stays unsmoothed).
 
     Returns:
         The scalar loss.
 
     Raises:
         ValueError: logits and labels, or the weights and the batch, do not line up, or
-            ``negative_loss`` is unknown.
+            ``negative_loss`` is unknown, or ``label_smoothing`` is outside [0, 1).
     """
     if negative_loss not in NEGATIVE_LOSSES:
         raise ValueError(f"negative_loss must be one of {NEGATIVE_LOSSES}, got {negative_loss!r}")
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
     if causal:
         logits, labels = logits[:, :-1, :], labels[:, 1:]
     if logits.shape[:2] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not line up")
-    token_ce = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=ignore_index, reduction="none"
-    ).view(labels.shape)
+    flat_logits, flat_labels = logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1)
+    token_ce = F.cross_entropy(flat_logits, flat_labels, ignore_index=ignore_index, reduction="none").view(labels.shape)
     per_example = token_ce.sum(dim=1)
     if sample_weight is not None:
         sample_weight = torch.as_tensor(sample_weight, dtype=per_example.dtype, device=per_example.device)
         if sample_weight.shape != per_example.shape:
             raise ValueError(f"sample_weight has shape {tuple(sample_weight.shape)}, expected ({labels.size(0)},)")
-        negative = sample_weight < 0
+    negative = sample_weight < 0 if sample_weight is not None else torch.zeros_like(per_example, dtype=torch.bool)
+    if label_smoothing > 0:
+        smoothed = F.cross_entropy(
+            flat_logits, flat_labels, ignore_index=ignore_index, reduction="none", label_smoothing=label_smoothing
+        ).view(labels.shape)
+        # a negative keeps the plain -log p(y_t): its loss is about the probability of those very tokens
+        per_example = torch.where(negative, per_example, smoothed.sum(dim=1))
+    if sample_weight is not None:
         if negative_loss == "unlikelihood" and bool(negative.any()):
             per_example = torch.where(
                 negative,

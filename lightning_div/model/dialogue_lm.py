@@ -70,6 +70,9 @@ class DialogueLM(pl.LightningModule):
         weight_decay: AdamW weight decay of the weight matrices and embeddings; biases and
             normalisation weights are not decayed (:func:`decay_groups`, FSDP-safe).
         warmup_steps: steps of linear learning-rate warm-up.
+        label_smoothing: smooth the training targets (see
+            :func:`~lightning_div.dress.losses.weighted_lm_loss`); ``val/loss`` and ``test/loss`` stay the
+            plain cross-entropy, so they remain comparable across settings.
     """
 
     def __init__(
@@ -81,8 +84,11 @@ class DialogueLM(pl.LightningModule):
         learning_rate: float = 5e-5,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
+        label_smoothing: float = 0.0,
     ) -> None:
         super().__init__()
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"DialogueLM: label_smoothing must be in [0, 1), got {label_smoothing!r}")
         self.save_hyperparameters()
         seq2seq_scratch = from_scratch is not None and from_scratch.get("model_type", "gpt2") in (
             "bart",
@@ -113,12 +119,19 @@ class DialogueLM(pl.LightningModule):
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
     def _loss(self, batch: dict[str, torch.Tensor], weighted: bool) -> torch.Tensor:
+        # training (weighted) smooths the targets if asked; evaluation always measures the plain NLL
         weights = batch.get("sample_weight") if weighted else None
+        smoothing = float(self.hparams["label_smoothing"]) if weighted else 0.0
         # DRESS's choice of loss for negative weights lives on the datamodule the callback configured.
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         negative_loss = getattr(datamodule, "negative_loss", "nll")
         return weighted_lm_loss(
-            self(batch), batch["labels"], weights, causal=not self.seq2seq, negative_loss=negative_loss
+            self(batch),
+            batch["labels"],
+            weights,
+            causal=not self.seq2seq,
+            negative_loss=negative_loss,
+            label_smoothing=smoothing,
         )
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
