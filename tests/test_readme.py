@@ -1,10 +1,11 @@
 """The README's code runs exactly as printed, offline, on a CPU.
 
-"Add it to your Trainer" is executed verbatim on a user's own LightningModule (``MyChatbot``, the
-"plain LightningModule" the README describes: a Hugging Face model and tokenizer as
-``self.model`` / ``self.tokenizer``, nothing else), with its ``train.jsonl`` / ``valid.jsonl`` in
-the working directory. "Your own script, offline" is a whole script and runs verbatim on its own.
-The metric example is a doctest. Nothing in the code is swapped or shortened.
+"Quick start" and "Your own module, offline" are whole scripts and run verbatim on their own;
+"Quick start" also runs with its first line changed to ``import lightning.pytorch as pl``, as the
+README says. "Add it to your Trainer" is marked a fragment in the README and is executed verbatim
+with what it says the user supplies: their own LightningModule (``MyChatbot``, a Hugging Face model
+and tokenizer as ``self.model`` / ``self.tokenizer``, nothing else), their ``train.jsonl`` /
+``valid.jsonl``, and the imports of the quick start. The metric example is a doctest.
 """
 
 import doctest
@@ -83,6 +84,55 @@ def test_metric_example_is_a_passing_doctest():
     assert runner.summarize(verbose=False).failed == 0
 
 
+def test_the_first_python_block_is_a_whole_script_and_fragments_say_so():
+    text = README.read_text(encoding="utf-8")
+    first = re.search(r"```python\n(.*?)```", text, re.DOTALL).group(1)
+    assert first == python_block("Quick start")
+    compile(first, "README.md: Quick start", "exec")
+    assert "*A fragment:*" in section("Add it to your Trainer")
+    # the DRESS line names what it needs and is marked too
+    assert "*a fragment*" in section("Add it to your Trainer")
+
+
+def _quick_start_metrics(tmp_path, monkeypatch, capsys, code):
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "__main__"}
+    exec(compile(code, "README.md: Quick start", "exec"), namespace)
+    trainer = namespace["trainer"]
+    assert trainer.current_epoch == trainer.max_epochs
+    assert "'val/sem_ent'" in capsys.readouterr().out  # the script's last line printed the metrics
+    return trainer, finite_metrics(trainer)
+
+
+def _assert_real_diversity(metrics, k):
+    # the fine-tuned base model answers in words: non-zero diversity, every value in its range
+    assert 0.0 < metrics["val/sem_ent"] <= math.log(k) + 1e-9
+    assert 0.0 < metrics["val/sem_ent_gold"] <= math.log(k) + 1e-9
+    for key in ("val/distinct_1", "val/distinct_2", "val/ead"):
+        assert 0.0 < metrics[key] <= 1.0 + 1e-9, key
+    for key in ("val/ruq", "train/ruq"):
+        assert 0.0 <= metrics[key] <= 100.0, key
+    assert math.isfinite(metrics["val/ruq_margin"])
+
+
+@pytest.mark.slow
+def test_quick_start_runs_as_printed(tmp_path, monkeypatch, capsys):
+    trainer, metrics = _quick_start_metrics(tmp_path, monkeypatch, capsys, python_block("Quick start"))
+    assert type(trainer).__module__.startswith("pytorch_lightning")
+    _assert_real_diversity(metrics, 10)
+    assert metrics["val/loss"] < 5.0  # the base model's start, not a model from scratch (5.45 after the old demo)
+
+
+@pytest.mark.slow
+def test_quick_start_runs_under_the_unified_lightning_package(tmp_path, monkeypatch, capsys):
+    code = python_block("Quick start")
+    assert code.startswith("import pytorch_lightning as pl\n")
+    code = "import lightning.pytorch as pl\n" + code.split("\n", 1)[1]  # the one change the README names
+    trainer, metrics = _quick_start_metrics(tmp_path, monkeypatch, capsys, code)
+    assert type(trainer).__module__.startswith("lightning.pytorch")
+    _assert_real_diversity(metrics, 10)
+
+
 @pytest.mark.slow
 def test_add_to_your_trainer_example_runs_as_printed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -90,7 +140,17 @@ def test_add_to_your_trainer_example_runs_as_printed(tmp_path, monkeypatch):
     write_jsonl(tmp_path / "train.jsonl", pairs[:400])
     write_jsonl(tmp_path / "valid.jsonl", pairs[400:440])
 
-    namespace = {"MyChatbot": MyChatbot}
+    # what the fragment says the user brings: their module and data, and the quick start's imports
+    from lightning_div import DialogueDataModule
+    from lightning_div.callbacks import RUQMonitor, SemanticDiversityMonitor
+
+    namespace = {
+        "MyChatbot": MyChatbot,
+        "pl": pl,
+        "DialogueDataModule": DialogueDataModule,
+        "SemanticDiversityMonitor": SemanticDiversityMonitor,
+        "RUQMonitor": RUQMonitor,
+    }
     exec(compile(python_block("Add it to your Trainer"), "README.md: Add it to your Trainer", "exec"), namespace)
 
     trainer = namespace["trainer"]
@@ -107,17 +167,14 @@ def test_add_to_your_trainer_example_runs_as_printed(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_your_own_script_offline_runs_as_printed(tmp_path, monkeypatch, capsys):
+def test_your_own_module_offline_runs_as_printed(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__"}
-    exec(compile(python_block("Your own script, offline"), "README.md: Your own script, offline", "exec"), namespace)
+    exec(compile(python_block("Your own module, offline"), "README.md: Your own module, offline", "exec"), namespace)
 
     trainer = namespace["trainer"]
     metrics = finite_metrics(trainer)
     assert trainer.current_epoch == trainer.max_epochs
     # no validation loop: the monitors measured at the training epochs' end, with the data they were given
-    assert 0.0 <= metrics["val/sem_ent"] <= math.log(8) + 1e-9
-    assert 0.0 < metrics["val/sem_ent_gold"] <= math.log(8) + 1e-9
-    for key in ("val/ruq", "train/ruq"):
-        assert 0.0 <= metrics[key] <= 100.0, key
+    _assert_real_diversity(metrics, 8)
     assert "'val/sem_ent'" in capsys.readouterr().out  # the script's last line printed the metrics
