@@ -1,6 +1,6 @@
 """Pretrain the project's base model: a small GPT-2 chit-chat model on Chit-Chat's pretraining conversations.
 
-    python experiments/pretrain_base.py [--quick] [--out DIR] [--minutes 55] [--n-layer 4 --n-embd 256 ...]
+    python experiments/pretrain_base.py [--quick] [--out DIR] [--epochs 3] [--n-layer 4 --n-embd 256 ...]
 
 The model the demo, the README's first script and the experiments fine-tune, as users
 fine-tune DialoGPT. It is trained on the Chit-Chat conversations of the ``pretrain`` split
@@ -42,8 +42,9 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 
-FULL = dict(n_layer=4, n_embd=256, n_head=4, block=128, batch_size=32, minutes=55.0, val_pairs=None)
-QUICK = dict(n_layer=1, n_embd=32, n_head=2, block=64, batch_size=16, minutes=0.5, val_pairs=64)
+# Chosen by a short-schedule comparison of shapes with equal throughput (docs/results/pretrain_base.md).
+FULL = dict(n_layer=4, n_embd=256, n_head=4, positions=128, block=128, batch_size=32, epochs=3.0, warmup=200)
+QUICK = dict(n_layer=1, n_embd=32, n_head=2, positions=64, block=64, batch_size=16, epochs=2.0, warmup=10, val_pairs=64)
 NUM_SAMPLES = 20  # fixed validation contexts shown before and after
 
 
@@ -176,16 +177,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--n-layer", type=int)
     parser.add_argument("--n-embd", type=int)
     parser.add_argument("--n-head", type=int)
-    parser.add_argument("--positions", type=int, default=256, help="the model window (n_positions)")
+    parser.add_argument("--positions", type=int, help="the model window (n_positions)")
     parser.add_argument("--block", type=int, help="tokens per training row")
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (cosine decay to 10 %%)")
-    parser.add_argument("--warmup", type=int, default=200, help="warm-up steps")
+    parser.add_argument("--warmup", type=int, help="warm-up steps")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--weight-decay", type=float, default=0.1)
-    parser.add_argument("--minutes", type=float, help="training budget: the schedule's length is set from it")
-    parser.add_argument("--tokens-per-s", type=float, default=None, help="planned throughput (default: measured)")
-    parser.add_argument("--epochs", type=float, default=None, help="train this many epochs instead of a budget")
+    parser.add_argument("--epochs", type=float, help="the schedule's length (3 epochs: ~55 minutes on 2 quiet cores)")
     parser.add_argument(
         "--stop-after", type=int, default=None, help="stop after this many steps, the schedule unchanged (shape search)"
     )
@@ -194,7 +193,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--log-every", type=int, default=50, help="a progress line every N steps")
+    parser.add_argument(
+        "--finalize",
+        action="store_true",
+        help="no training: measure OUT/model as shipped (float16), write its model card, and with --install copy it "
+        "into the package",
+    )
+    parser.add_argument("--install", action="store_true", help="copy OUT/model to lightning_div/model/chitchat-gpt2")
     args = parser.parse_args(argv)
+    if args.finalize:
+        return finalize(args.out, install=args.install)
     preset = QUICK if args.quick else FULL
     for key, value in preset.items():
         if getattr(args, key, None) is None:
@@ -219,16 +227,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rng = np.random.default_rng(1234)
     sample_contexts = [list(val[i].context) for i in sorted(rng.choice(len(val), NUM_SAMPLES, replace=False))]
 
-    # the schedule: planned steps from the budget and a short throughput measurement
+    # the schedule is a number of epochs (not a time budget), so that a seed gives one result on any machine
     rows_per_epoch = tokens_per_epoch // args.block
     steps_per_epoch = rows_per_epoch // args.batch_size
-    if args.epochs is not None:
-        total_steps = max(1, int(args.epochs * steps_per_epoch))
-    else:
-        rate = args.tokens_per_s
-        if rate is None:
-            rate = measure_rate(fresh_copy(model), args)
-        total_steps = max(1, int(args.minutes * 60 * rate / (args.block * args.batch_size)))
+    total_steps = max(1, int(args.epochs * steps_per_epoch))
     log(
         f"pretrain_base: {total_steps:,} steps of {args.batch_size} x {args.block} tokens "
         f"({total_steps / steps_per_epoch:.2f} epochs), lr {args.lr} cosine, warm-up {args.warmup}"
@@ -325,10 +327,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "samples_after": after,
         "weights_bytes": sum(f.stat().st_size for f in model_dir.glob("*.safetensors")),
     }
-    tmp = args.out / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=1))
-    os.replace(tmp, args.out / "results.json")
+    write_json(args.out / "results.json", results)
     plot(history, args.out / "loss.png")
+    results = finalize(args.out, install=args.install)
     log(
         f"pretrain_base: done in {wall / 60:.1f} min (CPU {cpu / 60:.1f} min); held-out loss {first:.3f} -> {final:.3f}"
     )
@@ -337,28 +338,108 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results
 
 
-def fresh_copy(model: Any) -> Any:
-    """A fresh copy of the model (same config) for the throughput probe, so the real one is untouched."""
-    from transformers import GPT2LMHeadModel
-
-    with torch.random.fork_rng(devices=[]):
-        return GPT2LMHeadModel(model.config)
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
 
 
-def measure_rate(model: Any, args: argparse.Namespace, steps: int = 6) -> float:
-    """Training tokens per second of this shape on this machine (a few steps after a warm-up step)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randint(0, model.config.vocab_size - 1, (args.batch_size, args.block))
-    model.train()
-    with torch.random.fork_rng(devices=[]):
-        for i in range(steps + 1):
-            if i == 1:
-                t0 = time.time()
-            loss = model(input_ids=x, labels=x).loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return steps * args.batch_size * args.block / (time.time() - t0)
+CHECK_PAIRS = 500  # the tests re-measure the shipped model on the first 500 held-out pairs
+
+
+def finalize(out: Path, install: bool = False) -> dict[str, Any]:
+    """Measure the weights as shipped (float16 on disk, float32 in use), write the model card, install if asked.
+
+    The held-out losses of ``results.json`` during training are of the float32 model; the
+    shipped figures (``heldout_loss_shipped`` on every held-out pair, ``heldout_loss_check`` on
+    the first 500, which ``tests/test_base_model.py`` reproduces) are of what users load.
+    """
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    from lightning_div.datamodules.encoding import encode_pairs
+    from lightning_div.datamodules.formats import read_pairs
+    from lightning_div.model.formatting import DialogueFormat
+
+    results = json.loads((out / "results.json").read_text())
+    model = GPT2LMHeadModel.from_pretrained(out / "model", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out / "model")
+    val = list(read_pairs("chitchat:validation", max_history=2))
+    encoded = encode_pairs(val, tokenizer, model, DialogueFormat(max_turns=2), show_progress=False)
+    results["heldout_loss_shipped"] = heldout_loss(model, encoded, tokenizer.pad_token_id)
+    check = encode_pairs(val[:CHECK_PAIRS], tokenizer, model, DialogueFormat(max_turns=2), show_progress=False)
+    results["check_pairs"] = CHECK_PAIRS
+    results["heldout_loss_check"] = heldout_loss(model, check, tokenizer.pad_token_id)
+    results["heldout_pairs_all"] = len(val)
+    write_json(out / "results.json", results)
+    (out / "model" / "README.md").write_text(model_card(results))
+    log(
+        f"pretrain_base: shipped (float16) held-out loss {results['heldout_loss_shipped']:.4f} on {len(val):,} pairs; "
+        f"model card written"
+    )
+    if install:
+        import shutil
+
+        target = HERE.parent / "lightning_div" / "model" / "chitchat-gpt2"
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(out / "model", tmp)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+        log(f"pretrain_base: installed into {target}")
+    return results
+
+
+def model_card(r: dict[str, Any]) -> str:
+    """The model card that ships beside the weights."""
+    c = r["config"]
+    per_epoch = "\n".join(
+        f"| {h['epoch']:.2f} | {h.get('train_loss', float('nan')):.3f} | {h['heldout_loss']:.3f} |"
+        for h in r["history"]
+    )
+    return f"""# chitchat-gpt2: lightning-div's base model
+
+A small GPT-2 chit-chat model, pretrained by lightning-div so that its demo, examples, tests and
+experiments fine-tune a pretrained dialogue model (as users fine-tune DialoGPT) without a download.
+Load it with `from lightning_div import load_base_model` or by the name `"local:chitchat-gpt2"`
+(`DialogueLM`, configs); `from_pretrained` works on this folder.
+
+**Intended use:** demos, tests and experiments of lightning-div. It is not a production chatbot: it
+is small, trained on 2.6 M tokens of casual conversation, and says what such data says.
+
+## Model
+- GPT-2 architecture (`GPT2LMHeadModel`): {c["n_layer"]} layers, width {c["n_embd"]}, {c["n_head"]} heads,
+  window {c["positions"]} tokens, {r["parameters"]:,} parameters; stored as float16 safetensors
+  ({r["weights_bytes"] / 1e6:.1f} MB), loaded as float32.
+- Tokenizer: lightning-div's 4,000-token byte-level BPE `local:chitchat` (trained on the Chit-Chat
+  training turns) plus `<pad>` (id 4000, never trained on; distinct from EOS so that collators do not
+  mask the EOS a dialogue model must learn). `<|endoftext|>` (id 0) is BOS, EOS and UNK.
+- Layout: DialoGPT's: every turn followed by EOS; a response ends with EOS.
+
+## Data and its license
+The Chit-Chat corpus of the BYU PCC lab (PyPI `chitchat-dataset` 0.9.0, MIT License), split by a hash
+of the conversation id: the `pretrain` split only ({r["conversations"]:,} conversations, {r["tokens_per_epoch"]:,}
+tokens), which is the training split minus the held-out `finetune` slice (about 10 % of it). The
+validation and test conversations and the `finetune` slice were never trained on.
+
+## Training
+- Command: `{r["command"]}`
+- Seed {c["seed"]}, {c["threads"]} CPU threads; {r["epochs"]:g} epochs ({r["steps"]:,} steps of {c["batch_size"]} x {c["block"]} tokens,
+  each token once per epoch); AdamW (betas 0.9, 0.95; weight decay {c["weight_decay"]}), peak learning rate {c["lr"]}
+  with {c["warmup"]} warm-up steps and cosine decay to 10 %; dropout {c["dropout"]}; gradient clipping 1.0.
+- Machine: {r["machine"]}; {r["wall_s"] / 60:.1f} minutes wall, {r["cpu_s"] / 60:.1f} minutes CPU.
+
+## Held-out loss
+Response loss in nats per token (EOS included, context not scored), on the {r["heldout_pairs_all"]:,}
+(context, response) pairs of Chit-Chat's validation conversations with two context turns:
+
+| epoch | training stream loss | held-out response loss |
+|---|---|---|
+{per_epoch}
+
+As shipped (float16 weights): **{r["heldout_loss_shipped"]:.4f}**. The from-scratch demo model of
+lightning-div 0.1 ended at 5.45 on (a subset of) the same pairs.
+Details, the loss curve and samples: `docs/results/pretrain_base.md` in the repository.
+"""
 
 
 def save(model: Any, tokenizer: Any, path: Path) -> None:

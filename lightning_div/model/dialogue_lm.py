@@ -60,12 +60,16 @@ class DialogueLM(pl.LightningModule):
 
     Args:
         model_name_or_path: Hub name or local path, e.g. ``microsoft/DialoGPT-small``,
-            ``facebook/blenderbot-400M-distill``; ignored for the weights when ``from_scratch`` is set.
+            ``facebook/blenderbot-400M-distill``, or ``"local:chitchat-gpt2"``: the shipped base model
+            (:func:`~lightning_div.model.base.load_base_model`); ignored for the weights when
+            ``from_scratch`` is set.
         tokenizer: Hub name / path (default: ``model_name_or_path``), or ``"local:chitchat"`` to train a
             byte-level BPE on the embedded corpus on first use (cached under ``$LIGHTNING_DIV_CACHE``).
         tokenizer_vocab_size: vocabulary of the locally trained tokenizer.
         from_scratch: a config dict for a random-init model, e.g.
             ``{"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256}``.
+        config_overrides: config attributes changed when loading a pretrained model, e.g. its
+            dropout ``{"resid_pdrop": 0.4, "embd_pdrop": 0.4, "attn_pdrop": 0.4}``.
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay of the weight matrices and embeddings; biases and
             normalisation weights are not decayed (:func:`decay_groups`, FSDP-safe).
@@ -81,6 +85,7 @@ class DialogueLM(pl.LightningModule):
         tokenizer: str | None = None,
         tokenizer_vocab_size: int = 4000,
         from_scratch: Options | None = None,
+        config_overrides: Options | None = None,
         learning_rate: float = 5e-5,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
@@ -103,7 +108,7 @@ class DialogueLM(pl.LightningModule):
         if tok_spec is None:
             raise ValueError("DialogueLM needs a tokenizer (name/path or 'local:chitchat')")
         self.tokenizer = load_tokenizer(tok_spec, tokenizer_vocab_size, seq2seq=seq2seq_scratch)
-        self.model = build_model(model_name_or_path, from_scratch, self.tokenizer)
+        self.model = build_model(model_name_or_path, from_scratch, self.tokenizer, config_overrides)
         self.seq2seq = is_seq2seq(self.model)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

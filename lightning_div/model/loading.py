@@ -51,13 +51,25 @@ def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> 
     return AutoTokenizer.from_pretrained(spec)
 
 
-def build_model(model_name_or_path: str | None, from_scratch: dict[str, Any] | None, tokenizer: Any) -> Any:
+def build_model(
+    model_name_or_path: str | None,
+    from_scratch: dict[str, Any] | None,
+    tokenizer: Any,
+    config_overrides: dict[str, Any] | None = None,
+) -> Any:
     """``from_pretrained(model_name_or_path)``, or a random-init model from a config dict (``model_type`` + sizes).
 
     Args:
-        model_name_or_path: Hub name or local path (used when ``from_scratch`` is None).
+        model_name_or_path: Hub name, local path or ``"local:chitchat-gpt2"`` (used when
+            ``from_scratch`` is None).
         from_scratch: a config dict, e.g. ``{"model_type": "gpt2", "n_layer": 2, "n_embd": 128}``.
         tokenizer: sets the vocabulary size and the special-token ids of a model from scratch.
+        config_overrides: config attributes to change when loading a pretrained model, e.g. its
+            dropout (``{"resid_pdrop": 0.4, "embd_pdrop": 0.4, "attn_pdrop": 0.4}`` for GPT-2).
+
+    Raises:
+        ValueError: neither a name nor ``from_scratch``; or an override that is not an attribute
+            of the model's config (a typo would otherwise be ignored silently).
 
     Returns:
         A causal or seq2seq LM (by the config's ``is_encoder_decoder``).
@@ -81,10 +93,15 @@ def build_model(model_name_or_path: str | None, from_scratch: dict[str, Any] | N
         raise ValueError("DialogueLM needs model_name_or_path (Hub name or local path) or from_scratch (a config)")
     location = resolve_model_name(model_name_or_path)
     config = AutoConfig.from_pretrained(location)
+    unknown = sorted(set(config_overrides or {}) - set(config.to_dict()))
+    if unknown:
+        raise ValueError(f"config_overrides: {unknown} are not attributes of {model_name_or_path!r}'s config")
+    for key, value in (config_overrides or {}).items():
+        setattr(config, key, value)
     cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
     # the shipped base model stores float16 to stay small; it trains and measures in float32
     shipped = {"dtype": "float32"} if location != model_name_or_path else {}
-    return cls.from_pretrained(location, **shipped)
+    return cls.from_pretrained(location, config=config, **shipped)
 
 
 def base_tokenizer() -> Any:
