@@ -1,10 +1,11 @@
-"""experiments/dress_vs_baseline.py --quick: the JSON has every setting, seed and epoch, with finite numbers."""
+"""experiments/dress_vs_baseline.py --quick: the JSON has every setting, seed and epoch, with finite numbers and statistics."""
 
 import importlib.util
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "dress_vs_baseline.py"
@@ -18,6 +19,7 @@ FINITE_PER_EPOCH = [
     "val_ead",
     "head_share",
     "val_ruq",
+    "val_ruq_margin",
     "train_loss",
     "gold_batch_loss",
 ]
@@ -30,21 +32,53 @@ def load_script():
     return module
 
 
-@pytest.mark.slow
-def test_quick_run_writes_results_and_figures(tmp_path):
+def test_welch_interval_and_detectable_difference_match_a_hand_computation():
     script = load_script()
-    script.main(["--quick", "--out", str(tmp_path), "--threads", "1"])
-    results = json.loads((tmp_path / "results.json").read_text())
+    runs = [
+        {"setting": name, "seed": i, "epochs": [{"val_sem_ent": v}]}
+        for name, values in (("baseline", [1.0, 1.2, 1.4]), ("dress_no_negatives", [1.5, 1.9, 2.3]))
+        for i, v in enumerate(values)
+    ]
+    out = script.compare(runs)["dress_no_negatives"]["val_sem_ent"]
+    # diff 0.7; variances 0.04 and 0.16 -> se = sqrt(0.04/3 + 0.16/3) = 0.2582; Welch df = 2.941
+    se = math.sqrt(0.04 / 3 + 0.16 / 3)
+    df = (0.04 / 3 + 0.16 / 3) ** 2 / ((0.04 / 3) ** 2 / 2 + (0.16 / 3) ** 2 / 2)
+    assert out["diff"] == pytest.approx(0.7) and out["df"] == pytest.approx(df)
+    from scipy import stats
+
+    t = stats.t.ppf(0.975, df)
+    assert out["ci95"] == pytest.approx([0.7 - t * se, 0.7 + t * se])
+    assert out["mdd80"] == pytest.approx((t + stats.t.ppf(0.8, df)) * se)
+    assert out["p"] == pytest.approx(stats.ttest_ind([1.5, 1.9, 2.3], [1.0, 1.2, 1.4], equal_var=False).pvalue)
+
+
+def test_bootstrap_of_sem_ent_is_centred_on_the_point_value():
+    script = load_script()
+    ids = [0] * 50 + [1] * 30 + [2] * 20
+    boot = script.bootstrap_sem_ent(ids, resamples=400)
+    p = np.array([0.5, 0.3, 0.2])
+    assert boot["point"] == pytest.approx(float(-(p * np.log(p)).sum()))
+    assert boot["ci95"][0] < boot["point"] < boot["ci95"][1] and 0 < boot["std"] < 0.2
+
+
+@pytest.mark.slow
+def test_quick_run_writes_results_and_figures_and_reruns_identically(tmp_path):
+    script = load_script()
+    script.main(["--quick", "--out", str(tmp_path / "a"), "--threads", "1"])
+    results = json.loads((tmp_path / "a" / "results.json").read_text())
     config = results["settings"]["config"]
     assert results["seeds"] == [0] and results["settings"]["quick"] is True
-    assert {r["setting"] for r in results["runs"]} == set(script.SETTINGS)
-    for run in results["runs"] + results["lambda_sweep"]:
+    assert config["model"] == {"base": "local:chitchat-gpt2"} and config["train_source"] == "chitchat:finetune"
+    assert {r["setting"] for r in results["runs"]} == set(script.QUICK["settings"])
+    for run in results["runs"]:
         assert [e["epoch"] for e in run["epochs"]] == list(range(config["epochs"]))
         for epoch in run["epochs"]:
             for key in FINITE_PER_EPOCH:
                 assert math.isfinite(epoch[key]), (run["setting"], key)
             assert 0.0 <= epoch["head_share"] <= 1.0 and 0.0 <= epoch["val_ruq"] <= 100.0
             assert epoch["perplexity"] == pytest.approx(math.exp(epoch["val_loss"]))
+        assert len(run["epochs"][-1]["cluster_ids"]) == config["num_contexts"]
+        assert run["seconds"] > 0 and run["cpu_seconds"] > 0
     # DRESS with negatives trains on negative batches from epoch 0 on (mine_at="start")
     for name in ("dress_nll", "dress_unlikelihood"):
         run = next(r for r in results["runs"] if r["setting"] == name)
@@ -52,9 +86,19 @@ def test_quick_run_writes_results_and_figures(tmp_path):
         assert all(e["dress_head_clusters"] >= 1 for e in run["epochs"])
     baseline = next(r for r in results["runs"] if r["setting"] == "baseline")
     assert all(e["negative_batches"] == 0 for e in baseline["epochs"])
-    assert [r["lam"] for r in results["lambda_sweep"]] == list(config["lambdas"])
-    summary = results["summary"]
-    assert set(summary) == set(script.SETTINGS)
-    assert len(summary["baseline"]["val_sem_ent"]["mean"]) == config["epochs"]
+    # lambda 0 makes every DRESS weight 1, and the callback never touches the training RNG: the baseline exactly
+    lam0 = next(r for r in results["runs"] if r["setting"] == "lambda_0")
+    for key in ("val_loss", "val_sem_ent", "val_distinct_2"):
+        assert [e[key] for e in lam0["epochs"]] == [e[key] for e in baseline["epochs"]], key
+    assert set(results["comparison"]) == set(script.QUICK["settings"]) - {"baseline"}
+    assert set(results["bootstrap_sem_ent"]) == {f"{r['setting']}/0" for r in results["runs"]}
     for name in results["figures"]:
-        assert (tmp_path / name).stat().st_size > 1000
+        assert (tmp_path / "a" / name).stat().st_size > 1000
+    # a re-run of one run (same seed) gives the same final validation loss and Sem-Ent
+    script.main(["--quick", "--settings", "baseline", "--out", str(tmp_path / "b"), "--threads", "1"])
+    again = json.loads((tmp_path / "b" / "results.json").read_text())["runs"][0]["epochs"][-1]
+    assert again["val_loss"] == baseline["epochs"][-1]["val_loss"]
+    assert again["val_sem_ent"] == baseline["epochs"][-1]["val_sem_ent"]
+    # --merge puts the parts together, the later part's run winning for a run done twice
+    merged = script.main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")])
+    assert len(merged["runs"]) == len(results["runs"])
