@@ -38,30 +38,33 @@ def one_thread() -> None:
 
 
 def parse_settings(
-    name: str, doc: str, quick: Mapping[str, Any], full: Mapping[str, Any], argv: list[str] | None
-) -> tuple[dict[str, Any], Path, bool]:
-    """The experiments' shared command line (``--quick``, ``--out``, ``--seeds``): settings, output dir, quick.
+    name: str, doc: str, quick: Mapping[str, Any], regimes: Mapping[str, Mapping[str, Any]], argv: list[str] | None
+) -> tuple[dict[str, Any], Path, bool, str]:
+    """The experiments' shared command line (``--quick``, ``--regime``, ``--out``, ``--seeds``).
 
-    Also fixes one CPU thread per process (:func:`one_thread`) and creates the output directory.
+    Returns the settings, the output dir, whether quick, and the regime (the first of ``regimes``
+    is the default). Also fixes one CPU thread per process (:func:`one_thread`) and creates the
+    output directory.
     """
     import argparse
 
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny settings for the tests (< 3 minutes)")
+    p.add_argument("--regime", choices=list(regimes), default=next(iter(regimes)))
     p.add_argument(
         "--out",
         default=None,
-        help=f"output directory (default: docs/results/{name}, quick: runs/experiments/{name}_quick)",
+        help=f"output directory (default: runs/experiments/{name}, quick: runs/experiments/{name}_quick)",
     )
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: 0 1; quick: 0)")
     args = p.parse_args(argv)
     one_thread()
-    cfg = dict(quick if args.quick else full)
+    cfg = dict(quick if args.quick else regimes[args.regime])
     if args.seeds:
         cfg["seeds"] = list(args.seeds)
-    out = Path(args.out or (f"runs/experiments/{name}_quick" if args.quick else f"docs/results/{name}"))
+    out = Path(args.out or (f"runs/experiments/{name}_quick" if args.quick else f"runs/experiments/{name}"))
     out.mkdir(parents=True, exist_ok=True)
-    return cfg, out, args.quick
+    return cfg, out, args.quick, "quick" if args.quick else args.regime
 
 
 def gpt2_config(n_layer: int, n_embd: int, n_head: int, dropout: float = 0.1, n_positions: int = 128) -> dict[str, Any]:
@@ -93,13 +96,32 @@ def chat_model(
     )
 
 
+def base_model(
+    name: str, dropout: float, label_smoothing: float, learning_rate: float, warmup_steps: int, seed: int
+) -> DialogueLM:
+    """The shipped base model to fine-tune, with the given dropout (residual, embedding, attention) and smoothing."""
+    pl.seed_everything(seed, workers=True, verbose=False)
+    return DialogueLM(
+        name,
+        config_overrides={"resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout},
+        label_smoothing=label_smoothing,
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
+    )
+
+
 def chat_data(
-    max_train_examples: int | None, max_val_examples: int | None, batch_size: int, seed: int, max_history: int = 2
+    max_train_examples: int | None,
+    max_val_examples: int | None,
+    batch_size: int,
+    seed: int,
+    max_history: int = 2,
+    train: str = "chitchat",
 ) -> DialogueDataModule:
-    """The embedded Chit-Chat corpus (train / validation split) as a user's datamodule."""
+    """The embedded Chit-Chat corpus (``train``, default its training split; validation) as a user's datamodule."""
     return DialogueDataModule(
-        train="chitchat",
-        val="chitchat",
+        train=train,
+        val="chitchat:validation",
         max_history=max_history,
         max_train_examples=max_train_examples,
         max_val_examples=max_val_examples,

@@ -1,12 +1,15 @@
-"""decTest (Tevet & Berant 2021, §5): do the diversity metrics rank response sets by sampling temperature?
+"""decTest (Tevet & Berant 2021, §5): do the diversity metrics rank response sets by sampling temperature or p?
 
-    python experiments/dectest_temperature.py [--quick] [--out DIR] [--seeds 0 1]
+    python experiments/dectest_temperature.py [--quick] [--regime base|scratch] [--out DIR] [--seeds 0 1]
 
-Per seed: a GPT-2-shaped model is trained from scratch on the embedded Chit-Chat corpus
-(``DialogueLM`` + ``DialogueDataModule`` + ``Trainer``); then, as in the paper, sets of 10
-responses are sampled (pure temperature sampling, no n-gram blocking) for validation
-contexts at temperatures ``linspace(0.2, 1.2, T)``, one set per context, the contexts dealt
-round-robin over the temperatures (``build_dec_test(pairing="round_robin")``). Every metric
+Regime ``base`` (the default): the shipped base model (``local:chitchat-gpt2``, a chit-chat model
+pretrained on Chit-Chat, as the paper's respGen model is a pretrained model fine-tuned on
+dialogue) samples the sets, for two sweeps: the temperature and, as the paper's Table 3,
+nucleus sampling's p (``linspace(0.1, 1.0, T)`` at temperature 1). Regime ``scratch`` (the
+earlier page): per seed a GPT-2-shaped model is trained from scratch on the embedded Chit-Chat
+corpus (``DialogueLM`` + ``DialogueDataModule`` + ``Trainer``), temperature only. As in the
+paper, sets of 10 responses are sampled (no n-gram blocking) for validation contexts, one set
+per context, the contexts dealt round-robin over the values (``build_dec_test(pairing="round_robin")``). Every metric
 is computed per set and correlated with the temperature: Spearman's ρ with a percentile
 bootstrap CI (``dec_test_from_scores``), and OCA, the best single-threshold accuracy
 separating the sets sampled above the median temperature from those below it
@@ -68,8 +71,23 @@ PAPER_RESPGEN = {
     "simHDS": (0.79, None),
 }
 
-FULL = dict(
+BASE = dict(
+    model={"base": "local:chitchat-gpt2"},
+    cluster_source="chitchat:pretrain",  # the base model's training responses (the Sem-Ent contract)
+    sweeps=["temperature", "top_p"],
+    max_val_examples=None,
+    temperatures=10,
+    sets=200,
+    set_size=10,
+    max_new_tokens=32,
+    num_clusters=20,
+    cluster_texts=4000,
+    n_boot=1000,
+    seeds=[0, 1],
+)
+SCRATCH = dict(
     model=dict(n_layer=2, n_embd=128, n_head=4),
+    sweeps=["temperature"],
     dropout=0.1,
     max_train_examples=8000,
     max_val_examples=None,
@@ -87,14 +105,8 @@ FULL = dict(
     seeds=[0, 1],
 )
 QUICK = dict(
-    model=dict(n_layer=1, n_embd=64, n_head=2),
-    dropout=0.1,
-    max_train_examples=192,
+    BASE,
     max_val_examples=200,
-    batch_size=32,
-    epochs=1,
-    learning_rate=3e-3,
-    warmup_steps=5,
     temperatures=8,
     sets=32,
     set_size=5,
@@ -104,6 +116,17 @@ QUICK = dict(
     n_boot=200,
     seeds=[0],
 )
+REGIMES = {"base": BASE, "scratch": SCRATCH}
+# Tevet & Berant, Table 3, decTest on promptGen with nucleus (top-p) sampling: Spearman's rho, mean (std),
+# as read from the paper's text (docs/results/dectest_temperature.md says how).
+PAPER_PROMPTGEN_TOP_P = {
+    "distinct-n": (0.84, 0.02),
+    "cos-sim": (0.78, 0.03),
+    "BERT-STS": (0.74, 0.03),
+    "sent-BERT": (0.63, 0.05),
+    "BERT-score": (0.77, 0.03),
+}
+SWEEP_RANGES = {"temperature": (0.2, 1.2), "top_p": (0.1, 1.0)}
 
 
 def minilm() -> CachedEncoder:
@@ -111,18 +134,34 @@ def minilm() -> CachedEncoder:
     return CachedEncoder(ResponseEncoder(default_encoder_path(), pooling="mean", batch_size=64, show_progress=False))
 
 
-def run_seed(cfg: dict[str, Any], seed: int, encoder: CachedEncoder, root: Path) -> dict[str, Any]:
-    start = time.perf_counter()
+def trained_model(cfg: dict[str, Any], seed: int, root: Path) -> tuple[Any, Any, list[dict[str, float]]]:
+    """(module, its data, training rows): the base model as shipped, or a model trained from scratch."""
+    if "base" in cfg["model"]:
+        from lightning_div import DialogueDataModule, DialogueLM
+
+        module = DialogueLM(cfg["model"]["base"])
+        data = DialogueDataModule(
+            train=cfg["cluster_source"],
+            val="chitchat:validation",
+            max_history=2,
+            seed=seed,
+            show_progress=False,
+            max_val_examples=cfg["max_val_examples"],
+        )
+        return module, data, []
     module = common.chat_model(
         common.gpt2_config(dropout=cfg["dropout"], **cfg["model"]), cfg["learning_rate"], cfg["warmup_steps"], seed
     )
     data = common.chat_data(cfg["max_train_examples"], cfg["max_val_examples"], cfg["batch_size"], seed)
     recorder = common.EpochRecorder()
     common.trainer(root, [recorder], cfg["epochs"]).fit(module, data)
-    train_s = time.perf_counter() - start
+    return module, data, recorder.rows
 
-    # decTest sets: one per validation context, contexts dealt round-robin over the temperatures
-    temps = np.linspace(0.2, 1.2, cfg["temperatures"]).round(4).tolist()
+
+def run_seed(cfg: dict[str, Any], seed: int, encoder: CachedEncoder, root: Path) -> dict[str, Any]:
+    start = time.perf_counter()
+    module, data, training = trained_model(cfg, seed, root)
+    train_s = time.perf_counter() - start
     rng = np.random.default_rng(seed)
     val = data.val_pairs()
     if len(val) < cfg["sets"]:
@@ -130,47 +169,63 @@ def run_seed(cfg: dict[str, Any], seed: int, encoder: CachedEncoder, root: Path)
     contexts = [list(val[i].context) for i in rng.choice(len(val), cfg["sets"], replace=False)]
     module.eval()
     adapter = resolve_adapter(module, batch_size=64, max_new_tokens=cfg["max_new_tokens"], show_progress=False)
-    sets = build_dec_test(
-        adapter, contexts, temps, n=cfg["set_size"], seed=seed, pairing="round_robin", show_progress=False
-    )
-    responses = [list(s.responses) for s in sets]
-    parameters = [s.parameter for s in sets]
-    gen_s = time.perf_counter() - start - train_s
 
     # Sem-Ent clusters on gold *training* responses (the Sem-Ent contract), EAD's V from them too
     gold = list(dict.fromkeys(data.gold_train_responses()))
     gold = [gold[i] for i in sorted(rng.choice(len(gold), min(cfg["cluster_texts"], len(gold)), replace=False))]
     clusters = SemanticClusters(num_clusters=cfg["num_clusters"], seed=27, show_progress=False).fit_texts(gold, encoder)
     metrics = make_metrics(METRICS, vocab_size=count_vocab(gold), encoder=encoder, clusters=clusters)
-    high = [int(p > float(np.median(temps))) for p in parameters]
-    results = {}
-    for name, metric in metrics.items():
-        scores = score_sets(metric, responses, show_progress=False)
-        r = dec_test_from_scores(scores, parameters, name, n_boot=cfg["n_boot"], seed=seed)
-        r.update({f"oca_{k}": v for k, v in optimal_classification_accuracy(scores, high).items()})
-        r["mean_by_temperature"] = [float(np.mean(scores[np.asarray(parameters) == t])) for t in temps]
-        results[name] = r
-    examples = {
-        str(t): next(list(s.responses)[:3] for s in sets if s.parameter == t) for t in temps[:: max(1, len(temps) // 4)]
-    }
+    sweeps = {}
+    for swept in cfg["sweeps"]:
+        sweep_start = time.perf_counter()
+        # decTest sets: one per validation context, contexts dealt round-robin over the values
+        low, high_end = SWEEP_RANGES[swept]
+        values = np.linspace(low, high_end, cfg["temperatures"]).round(4).tolist()
+        sets = build_dec_test(
+            adapter,
+            contexts,
+            values,
+            n=cfg["set_size"],
+            seed=seed,
+            pairing="round_robin",
+            show_progress=False,
+            swept=swept,
+        )
+        responses = [list(s.responses) for s in sets]
+        parameters = [s.parameter for s in sets]
+        high = [int(p > float(np.median(values))) for p in parameters]
+        results = {}
+        for name, metric in metrics.items():
+            scores = score_sets(metric, responses, show_progress=False)
+            r = dec_test_from_scores(scores, parameters, name, n_boot=cfg["n_boot"], seed=seed)
+            r.update({f"oca_{k}": v for k, v in optimal_classification_accuracy(scores, high).items()})
+            r["mean_by_value"] = [float(np.mean(scores[np.asarray(parameters) == t])) for t in values]
+            results[name] = r
+        examples = {
+            str(t): next(list(s.responses)[:3] for s in sets if s.parameter == t)
+            for t in values[:: max(1, len(values) // 4)]
+        }
+        sweeps[swept] = {
+            "values": values,
+            "n_sets": len(sets),
+            "metrics": results,
+            "examples": examples,
+            "seconds": time.perf_counter() - sweep_start,
+        }
     return {
         "seed": seed,
-        "temperatures": temps,
-        "n_sets": len(sets),
-        "metrics": results,
-        "training": recorder.rows,
-        "examples": examples,
+        "sweeps": sweeps,
+        "training": training,
         "vocab_size_ead": count_vocab(gold),
         "train_s": train_s,
-        "generate_s": gen_s,
         "wall_s": time.perf_counter() - start,
     }
 
 
-def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def summarise(runs: list[dict[str, Any]], swept: str) -> dict[str, dict[str, Any]]:
     out = {}
     for name in METRICS:
-        rows = [r["metrics"][name] for r in runs]
+        rows = [r["sweeps"][swept]["metrics"][name] for r in runs]
         out[name] = {
             key: {
                 "mean": float(np.mean([x[src] for x in rows])),
@@ -182,17 +237,21 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def plot(runs: list[dict[str, Any]], summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
+def plot(runs: list[dict[str, Any]], summary: dict[str, dict[str, Any]], out: Path, swept: str) -> list[str]:
     plt = common.plt()
+    suffix = "" if swept == "temperature" else f"_{swept}"
+    paper_values = PAPER_RESPGEN if swept == "temperature" else PAPER_PROMPTGEN_TOP_P
+    paper_label = "paper, respGen (Table 2)" if swept == "temperature" else "paper, promptGen top-p (Table 3)"
     # 1. rho with CI per metric (first seed's CI, every seed's rho), the paper's respGen values beside
     fig, ax = plt.subplots(figsize=(10, 4))
     x = np.arange(len(METRICS))
     means = [summary[m]["spearman"]["mean"] for m in METRICS]
     ax.bar(x, means, color="C0", alpha=0.6, label=f"ours, mean of {len(runs)} seed(s)")
     for j, run in enumerate(runs):
-        rho = [run["metrics"][m]["spearman"] for m in METRICS]
-        lo = [run["metrics"][m]["spearman"] - run["metrics"][m]["ci_low"] for m in METRICS]
-        hi = [run["metrics"][m]["ci_high"] - run["metrics"][m]["spearman"] for m in METRICS]
+        got = run["sweeps"][swept]["metrics"]
+        rho = [got[m]["spearman"] for m in METRICS]
+        lo = [got[m]["spearman"] - got[m]["ci_low"] for m in METRICS]
+        hi = [got[m]["ci_high"] - got[m]["spearman"] for m in METRICS]
         ax.errorbar(
             x + 0.12 * (j - (len(runs) - 1) / 2),
             rho,
@@ -208,61 +267,64 @@ def plot(runs: list[dict[str, Any]], summary: dict[str, dict[str, Any]], out: Pa
         if m in paper:
             ax.plot(
                 [i - 0.4, i + 0.4],
-                [PAPER_RESPGEN[paper[m]][0]] * 2,
+                [paper_values[paper[m]][0]] * 2,
                 color="C3",
                 lw=2,
-                label="paper, respGen (Table 2)" if m == "distinct_2" else None,
+                label=paper_label if m == "distinct_2" else None,
             )
     ax.set_xticks(x, METRICS, rotation=30, ha="right")
-    ax.set_ylabel("Spearman ρ with temperature")
+    ax.set_ylabel(f"Spearman ρ with {swept}")
     ax.set_ylim(min(-0.1, min(means) - 0.1), 1.0)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    fig.savefig(out / "dectest_spearman.png", dpi=120)
+    fig.savefig(out / f"dectest_spearman{suffix}.png", dpi=120)
     plt.close(fig)
-    # 2. the paper's Figure 3: metric vs temperature, one point per set (first seed)
-    run = runs[0]
+    # 2. the paper's Figure 3: metric vs the swept value, one point per set (first seed)
+    run = runs[0]["sweeps"][swept]
     shown = ("distinct_2", "cos_sim", "sent_bert", "sem_ent")
     fig, axes = plt.subplots(1, len(shown), figsize=(13, 3.3))
     for ax, m in zip(axes, shown):
         r = run["metrics"][m]
         ax.scatter(r["parameters"], r["scores"], s=8, alpha=0.5)
-        ax.plot(run["temperatures"], r["mean_by_temperature"], color="black", lw=1.5)
+        ax.plot(run["values"], r["mean_by_value"], color="black", lw=1.5)
         ax.set_title(f"{m}: ρ = {r['spearman']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]", fontsize=9)
-        ax.set_xlabel("temperature")
+        ax.set_xlabel(swept)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "dectest_scatter.png", dpi=120)
+    fig.savefig(out / f"dectest_scatter{suffix}.png", dpi=120)
     plt.close(fig)
-    return ["dectest_spearman.png", "dectest_scatter.png"]
+    return [f"dectest_spearman{suffix}.png", f"dectest_scatter{suffix}.png"]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg, out, quick = common.parse_settings("dectest_temperature", __doc__ or "", QUICK, FULL, argv)
+    cfg, out, quick, regime = common.parse_settings("dectest_temperature", __doc__ or "", QUICK, REGIMES, argv)
     start = time.perf_counter()
     encoder = minilm()
     runs = []
     with tempfile.TemporaryDirectory(prefix="dectest_") as scratch:  # Lightning's logs; the numbers go to results.json
         for seed in cfg["seeds"]:
             run = run_seed(cfg, seed, encoder, Path(scratch) / f"seed{seed}")
-            print(
-                f"seed {seed}: "
-                + ", ".join(f"{m} ρ={r['spearman']:.2f}" for m, r in run["metrics"].items())
-                + f" ({run['wall_s']:.0f} s)",
-                flush=True,
-            )
+            for swept, sweep in run["sweeps"].items():
+                print(
+                    f"seed {seed}, {swept}: "
+                    + ", ".join(f"{m} ρ={r['spearman']:.2f}" for m, r in sweep["metrics"].items())
+                    + f" ({sweep['seconds']:.0f} s)",
+                    flush=True,
+                )
             runs.append(run)
-    summary = summarise(runs)
-    figures = plot(runs, summary, out)
+    summary = {swept: summarise(runs, swept) for swept in cfg["sweeps"]}
+    figures = [name for swept in cfg["sweeps"] for name in plot(runs, summary[swept], out, swept)]
     results = {
         "experiment": "dectest_temperature",
         "quick": quick,
+        "regime": regime,
         "settings": cfg,
         "metrics": list(METRICS),
-        "oca_labels": "1 = sampled above the median temperature",
+        "oca_labels": "1 = sampled above the median value of the sweep",
         "machine": common.machine(),
         "paper_respgen_table2": {k: {"spearman": v[0], "std": v[1]} for k, v in PAPER_RESPGEN.items()},
+        "paper_promptgen_top_p_table3": {k: {"spearman": v[0], "std": v[1]} for k, v in PAPER_PROMPTGEN_TOP_P.items()},
         "summary": summary,
         "runs": runs,
         "figures": figures,

@@ -1,23 +1,29 @@
 """RUQ over training (Khayrallah & Sedoc 2021, §6): how often the reference beats "I don't know.", epoch by epoch.
 
-    python experiments/ruq_over_training.py [--quick] [--out DIR] [--seeds 0 1]
+    python experiments/ruq_over_training.py [--quick] [--regime base|scratch] [--out DIR] [--seeds 0 1]
+        [--corners 0.4,0.2 0.0,0.4] [--merge DIR1 DIR2 ...]
 
-A GPT-2-shaped model is trained from scratch on the embedded Chit-Chat corpus with
-``DialogueLM`` + ``DialogueDataModule`` and a ``RUQMonitor`` in the Trainer, once per setting
-of the paper's dropout sweep (0.0 = their BEST setting, 0.4 = their BASE setting) and seed.
-Per epoch it records what the monitor logged (``train/ruq``, ``val/ruq``, both IDK strings,
-the margins) and the losses; after training it draws the paper's Figure 1 (mean per-token
-log-probability by position of the reference, the beam output and each IDK string, on the
-training and the validation prompts) for the settings with the best and the worst final
-RUQ-train. Writes ``DIR/results.json`` and ``DIR/*.png``.
+Regime ``base`` (the default): the shipped base model (``local:chitchat-gpt2``) is fine-tuned on
+a slice of Chit-Chat's held-out ``finetune`` split, once per setting of the paper's two axes and
+seed: dropout (residual, embedding and attention) x label smoothing at the paper's corners, its
+BASE (dropout 0.4, smoothing 0.2), its BEST (dropout 0.0, smoothing 0.4) and the two mixed ones.
+Regime ``scratch`` (the earlier page): a 2-layer GPT-2 trained from scratch over dropout 0.0 /
+0.2 / 0.4 without label smoothing. Training uses ``DialogueLM`` + ``DialogueDataModule`` with a
+``RUQMonitor`` in the Trainer. Per epoch it records what the monitor logged (``train/ruq``,
+``val/ruq``, both IDK strings, the margins) and the losses; after training it draws the paper's
+Figure 1 (mean per-token log-probability by position of the reference, the beam output and
+each IDK string, on the training and the validation prompts) for the settings with the best and
+the worst final RUQ-train. Writes ``DIR/results.json`` and ``DIR/*.png``.
 
 The paper's claim: baseline (strongly regularised) models prefer "I don't know." to the
 reference most of the time, even on their training data (RUQ-train 28.5 %), and the tuned
-model much less (95.3 %); RUQ-test is lower than RUQ-train throughout.
+model much less (95.3 %); RUQ-test is lower than RUQ-train throughout (12.2 % and 35.7 %).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -32,9 +38,27 @@ from lightning_div.model.scoring import candidate_logprobs, profile_from_logprob
 
 IDK = ("I don't know.", "I don't know what to do.")
 
-FULL = dict(
+BASE = dict(
+    model={"base": "local:chitchat-gpt2"},
+    train_source="chitchat:finetune",
+    # (dropout, label smoothing): the paper's BASE, BEST and the two mixed corners
+    corners=[(0.4, 0.2), (0.0, 0.4), (0.0, 0.2), (0.4, 0.4)],
+    max_train_examples=600,
+    max_val_examples=300,
+    batch_size=16,
+    epochs=10,
+    learning_rate=5e-4,
+    warmup_steps=20,
+    num_train_prompts=150,
+    num_val_prompts=150,
+    profile_prompts=64,
+    num_beams=5,
+    seeds=[0, 1],
+)
+SCRATCH = dict(
     model=dict(n_layer=2, n_embd=128, n_head=4),
-    dropouts=[0.0, 0.2, 0.4],
+    train_source="chitchat",
+    corners=[(0.0, 0.0), (0.2, 0.0), (0.4, 0.0)],
     max_train_examples=600,
     max_val_examples=300,
     batch_size=16,
@@ -48,20 +72,23 @@ FULL = dict(
     seeds=[0, 1],
 )
 QUICK = dict(
-    model=dict(n_layer=1, n_embd=32, n_head=2),
-    dropouts=[0.0, 0.2, 0.4],
-    max_train_examples=64,
-    max_val_examples=32,
-    batch_size=16,
+    BASE,
+    corners=[(0.4, 0.2), (0.0, 0.4)],
+    max_train_examples=48,
+    max_val_examples=24,
     epochs=2,
-    learning_rate=3e-3,
-    warmup_steps=5,
-    num_train_prompts=16,
-    num_val_prompts=16,
+    warmup_steps=2,
+    num_train_prompts=12,
+    num_val_prompts=12,
     profile_prompts=6,
     num_beams=2,
     seeds=[0],
 )
+REGIMES = {"base": BASE, "scratch": SCRATCH}
+
+
+def corner_name(corner: tuple[float, float]) -> str:
+    return f"dropout {corner[0]:g}, smoothing {corner[1]:g}"
 
 
 def profiles(module: Any, pairs: list[Any], num_beams: int) -> dict[str, dict[str, list[float]]]:
@@ -81,12 +108,20 @@ def profiles(module: Any, pairs: list[Any], num_beams: int) -> dict[str, dict[st
     return out
 
 
-def run_one(cfg: dict[str, Any], dropout: float, seed: int, root: Path) -> dict[str, Any]:
-    start = time.perf_counter()
-    module = common.chat_model(
-        common.gpt2_config(dropout=dropout, **cfg["model"]), cfg["learning_rate"], cfg["warmup_steps"], seed
+def run_one(cfg: dict[str, Any], corner: tuple[float, float], seed: int, root: Path) -> dict[str, Any]:
+    start, cpu_start = time.perf_counter(), time.process_time()
+    dropout, smoothing = corner
+    if "base" in cfg["model"]:
+        module = common.base_model(
+            cfg["model"]["base"], dropout, smoothing, cfg["learning_rate"], cfg["warmup_steps"], seed
+        )
+    else:
+        module = common.chat_model(
+            common.gpt2_config(dropout=dropout, **cfg["model"]), cfg["learning_rate"], cfg["warmup_steps"], seed
+        )
+    data = common.chat_data(
+        cfg["max_train_examples"], cfg["max_val_examples"], cfg["batch_size"], seed, train=cfg["train_source"]
     )
-    data = common.chat_data(cfg["max_train_examples"], cfg["max_val_examples"], cfg["batch_size"], seed)
     ruq = RUQMonitor(
         idk_responses=IDK,
         reference="lowest",
@@ -118,7 +153,7 @@ def run_one(cfg: dict[str, Any], dropout: float, seed: int, root: Path) -> dict[
     epochs = [{"epoch": int(r["epoch"]), **{k: r[k] for k in keep if k in r}} for r in recorder.rows]
     missing = [k for k in keep if k not in epochs[-1]]
     if missing:
-        raise RuntimeError(f"dropout={dropout} seed={seed}: the last epoch has no {missing}")
+        raise RuntimeError(f"{corner_name(corner)} seed={seed}: the last epoch has no {missing}")
     module.eval()
     n = cfg["profile_prompts"]
     # the datamodule's subsets are already seeded random draws of the corpus: their first n prompts
@@ -128,21 +163,29 @@ def run_one(cfg: dict[str, Any], dropout: float, seed: int, root: Path) -> dict[
     }
     return {
         "dropout": dropout,
+        "label_smoothing": smoothing,
         "seed": seed,
         "epochs": epochs,
         "profiles": prof,
         "train_examples": len(data.train_pairs()),
         "val_examples": len(data.val_pairs()),
         "wall_s": time.perf_counter() - start,
+        "cpu_s": time.process_time() - cpu_start,
     }
 
 
-def summarise(runs: list[dict[str, Any]], dropouts: list[float]) -> list[dict[str, Any]]:
+def corner_of(run: dict[str, Any]) -> tuple[float, float]:
+    return (run["dropout"], run.get("label_smoothing", 0.0))
+
+
+def summarise(runs: list[dict[str, Any]], corners: list[tuple[float, float]]) -> list[dict[str, Any]]:
     rows = []
-    for d in dropouts:
-        mine = [r for r in runs if r["dropout"] == d]
+    for c in corners:
+        mine = [r for r in runs if corner_of(r) == tuple(c)]
+        if not mine:
+            continue
         last = [r["epochs"][-1] for r in mine]
-        row: dict[str, Any] = {"dropout": d, "seeds": [r["seed"] for r in mine]}
+        row: dict[str, Any] = {"dropout": c[0], "label_smoothing": c[1], "seeds": [r["seed"] for r in mine]}
         for key in (
             "train/ruq",
             "val/ruq",
@@ -161,7 +204,7 @@ def summarise(runs: list[dict[str, Any]], dropouts: list[float]) -> list[dict[st
     return rows
 
 
-def plot_curves(runs: list[dict[str, Any]], dropouts: list[float], out: Path) -> list[str]:
+def plot_curves(runs: list[dict[str, Any]], corners: list[tuple[float, float]], out: Path) -> list[str]:
     plt = common.plt()
     names = []
     for stem, keys, ylabel in (
@@ -170,9 +213,11 @@ def plot_curves(runs: list[dict[str, Any]], dropouts: list[float], out: Path) ->
     ):
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
         for ax, key in zip(axes, keys):
-            for i, d in enumerate(dropouts):
+            for i, c in enumerate(corners):
                 color = f"C{i}"
-                mine = [r for r in runs if r["dropout"] == d]
+                mine = [r for r in runs if corner_of(r) == tuple(c)]
+                if not mine:
+                    continue
                 for r in mine:
                     ax.plot(
                         [e["epoch"] + 1 for e in r["epochs"]],
@@ -183,7 +228,7 @@ def plot_curves(runs: list[dict[str, Any]], dropouts: list[float], out: Path) ->
                     )
                 ep = [e["epoch"] + 1 for e in mine[0]["epochs"]]
                 mean = np.mean([[e[key] for e in r["epochs"]] for r in mine], axis=0)
-                ax.plot(ep, mean, color=color, marker="o", markersize=3, label=f"dropout {d}")
+                ax.plot(ep, mean, color=color, marker="o", markersize=3, label=corner_name(c))
             ax.set_title(key.replace("val/", "validation ").replace("train/", "train "))
             ax.set_xlabel("epoch")
             ax.grid(alpha=0.3)
@@ -199,12 +244,13 @@ def plot_curves(runs: list[dict[str, Any]], dropouts: list[float], out: Path) ->
 def plot_positions(runs: list[dict[str, Any]], summary: list[dict[str, Any]], out: Path) -> tuple[str, dict]:
     """The paper's Figure 1 for the best and the worst setting (by final RUQ-train, first seed)."""
     plt = common.plt()
-    ranked = sorted(summary, key=lambda r: r["train/ruq"]["mean"])
-    worst, best = ranked[0]["dropout"], ranked[-1]["dropout"]
+    ranked = sorted(summary, key=lambda r: (r["train/ruq"]["mean"], r["train/ruq_margin"]["mean"]))
+    worst = (ranked[0]["dropout"], ranked[0]["label_smoothing"])
+    best = (ranked[-1]["dropout"], ranked[-1]["label_smoothing"])
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey=True)
     markers = {"reference": "*", "beam": "o", "IDK: I don't know.": "s", "IDK: I don't know what to do.": "^"}
-    for col, (label, d) in enumerate((("worst", worst), ("best", best))):
-        run = next(r for r in runs if r["dropout"] == d)
+    for col, (label, c) in enumerate((("worst", worst), ("best", best))):
+        run = next(r for r in runs if corner_of(r) == c)
         for row, split in enumerate(("train", "val")):
             ax = axes[row, col]
             for name, line in run["profiles"][split].items():
@@ -215,7 +261,7 @@ def plot_positions(runs: list[dict[str, Any]], summary: list[dict[str, Any]], ou
                 marker = next((m for k, m in markers.items() if name.startswith(k)), "o")
                 ax.plot(np.arange(1, len(mean) + 1)[keep], mean[keep], marker=marker, markersize=5, label=name)
             ax.set_title(
-                f"{label} (dropout {d}), {'train' if split == 'train' else 'validation'} prompts, seed {run['seed']}",
+                f"{label} ({corner_name(c)}), {'train' if split == 'train' else 'validation'} prompts, seed {run['seed']}",
                 fontsize=9,
             )
             ax.set_xlabel("token position (EOS included)")
@@ -226,47 +272,82 @@ def plot_positions(runs: list[dict[str, Any]], summary: list[dict[str, Any]], ou
     fig.tight_layout()
     fig.savefig(out / "ruq_positions_best_worst.png", dpi=120)
     plt.close(fig)
-    return "ruq_positions_best_worst.png", {"best_dropout": best, "worst_dropout": worst}
+    return "ruq_positions_best_worst.png", {"best": list(best), "worst": list(worst)}
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg, out, quick = common.parse_settings("ruq_over_training", __doc__ or "", QUICK, FULL, argv)
-    start = time.perf_counter()
-    runs = []
-    scratch = tempfile.TemporaryDirectory(
-        prefix="ruq_over_training_"
-    )  # Lightning's logs: every number is in results.json
-    for seed in cfg["seeds"]:
-        for d in cfg["dropouts"]:
-            run = run_one(cfg, d, seed, Path(scratch.name) / f"dropout{d}_seed{seed}")
-            last = run["epochs"][-1]
-            print(
-                f"dropout={d} seed={seed}: train/ruq {last['train/ruq']:.1f} val/ruq {last['val/ruq']:.1f} "
-                f"train/ruq_margin {last['train/ruq_margin']:.3f} val/loss {last['val/loss']:.3f} "
-                f"({run['wall_s']:.0f} s)",
-                flush=True,
-            )
-            runs.append(run)
-    scratch.cleanup()
-    summary = summarise(runs, cfg["dropouts"])
-    figures = plot_curves(runs, cfg["dropouts"], out)
+def finish(cfg: dict[str, Any], runs: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    corners = [tuple(c) for c in cfg["corners"]]
+    summary = summarise(runs, corners)
+    figures = plot_curves(runs, corners, out)
     fig, chosen = plot_positions(runs, summary, out)
     results = {
         "experiment": "ruq_over_training",
-        "quick": quick,
+        **meta,
         "settings": cfg,
         "idk_responses": list(IDK),
         "reference": "lowest",
         "machine": common.machine(),
         "summary": summary,
         **chosen,
-        "runs": runs,
+        "runs": sorted(runs, key=lambda r: (corners.index(corner_of(r)), r["seed"])),
         "figures": [*figures, fig],
-        "wall_s": time.perf_counter() - start,
     }
     path = common.write_results(out, results)
-    print(f"wrote {path} and {', '.join(results['figures'])} in {results['wall_s']:.0f} s")
+    print(f"wrote {path} and {', '.join(results['figures'])}")
     return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny settings for the tests (< 3 minutes)")
+    p.add_argument("--regime", choices=list(REGIMES), default="base")
+    p.add_argument("--out", default=None, help="output directory (default: runs/experiments/ruq_over_training)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the regime's)")
+    p.add_argument("--corners", nargs="+", default=None, metavar="DROPOUT,SMOOTHING", help="a subset of the corners")
+    p.add_argument("--merge", nargs="+", default=None, metavar="DIR", help="combine parts run in parallel into OUT")
+    args = p.parse_args(argv)
+    common.one_thread()
+    out = Path(args.out or "runs/experiments/ruq_over_training")
+    out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        parts = [json.loads((Path(d) / "results.json").read_text()) for d in args.merge]
+        runs = [r for part in parts for r in part["runs"]]
+        cfg = dict(parts[0]["settings"], corners=[c for part in parts for c in part["settings"]["corners"]])
+        meta = {"quick": parts[0]["quick"], "regime": parts[0]["regime"], "merged_from": args.merge}
+        meta["wall_s"] = sum(part["wall_s"] for part in parts)
+        return finish(cfg, runs, out, meta)
+    cfg = dict(QUICK if args.quick else REGIMES[args.regime])
+    if args.seeds:
+        cfg["seeds"] = list(args.seeds)
+    if args.corners:
+        chosen = [tuple(float(x) for x in c.split(",")) for c in args.corners]
+        unknown = [c for c in chosen if c not in cfg["corners"]]
+        if unknown:
+            p.error(f"--corners {unknown} are not corners of this regime: {cfg['corners']}")
+        cfg["corners"] = chosen
+    start = time.perf_counter()
+    runs = []
+    scratch = tempfile.TemporaryDirectory(
+        prefix="ruq_over_training_"
+    )  # Lightning's logs: every number is in results.json
+    for seed in cfg["seeds"]:
+        for c in cfg["corners"]:
+            run = run_one(cfg, c, seed, Path(scratch.name) / f"d{c[0]}_s{c[1]}_seed{seed}")
+            last = run["epochs"][-1]
+            print(
+                f"{corner_name(c)} seed={seed}: train/ruq {last['train/ruq']:.1f} val/ruq {last['val/ruq']:.1f} "
+                f"train/ruq_margin {last['train/ruq_margin']:.3f} val/loss {last['val/loss']:.3f} "
+                f"({run['wall_s']:.0f} s wall, {run['cpu_s']:.0f} s CPU)",
+                flush=True,
+            )
+            runs.append(run)
+    scratch.cleanup()
+    meta = {
+        "quick": args.quick,
+        "regime": "quick" if args.quick else args.regime,
+        "wall_s": time.perf_counter() - start,
+    }
+    return finish(cfg, runs, out, meta)
 
 
 if __name__ == "__main__":

@@ -35,16 +35,21 @@ def test_dectest_temperature_quick(tmp_path):
         "sem_ent",
         "sent_bert",
     } <= set(metrics)
+    assert res["regime"] == "quick" and settings["model"] == {"base": "local:chitchat-gpt2"}
+    assert settings["sweeps"] == ["temperature", "top_p"]
     (run,) = res["runs"]
-    temps = run["temperatures"]
-    assert len(temps) == settings["temperatures"] and temps[0] == 0.2 and temps[-1] == 1.2
-    assert run["n_sets"] == settings["sets"]
-    for name in metrics:
-        r = run["metrics"][name]
-        assert -1.0 <= r["ci_low"] <= r["ci_high"] <= 1.0 and -1.0 <= r["spearman"] <= 1.0
-        assert 0.5 <= r["oca_oca"] <= 1.0
-        assert len(r["scores"]) == len(r["parameters"]) == settings["sets"]
-        assert sorted(set(r["parameters"])) == temps and len(r["mean_by_temperature"]) == len(temps)
-        assert res["summary"][name]["spearman"]["per_seed"] == [r["spearman"]]
+    for swept, (low, high) in (("temperature", (0.2, 1.2)), ("top_p", (0.1, 1.0))):
+        sweep = run["sweeps"][swept]
+        values = sweep["values"]
+        assert len(values) == settings["temperatures"] and values[0] == low and values[-1] == high
+        assert sweep["n_sets"] == settings["sets"]
+        for name in metrics:
+            r = sweep["metrics"][name]
+            assert -1.0 <= r["ci_low"] <= r["ci_high"] <= 1.0 and -1.0 <= r["spearman"] <= 1.0
+            assert 0.5 <= r["oca_oca"] <= 1.0
+            assert len(r["scores"]) == len(r["parameters"]) == settings["sets"]
+            assert sorted(set(r["parameters"])) == values and len(r["mean_by_value"]) == len(values)
+            assert res["summary"][swept][name]["spearman"]["per_seed"] == [r["spearman"]]
+    assert {"dectest_spearman.png", "dectest_spearman_top_p.png"} <= set(res["figures"])
     for name in res["figures"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

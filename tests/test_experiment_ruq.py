@@ -48,8 +48,11 @@ def test_ruq_over_training_quick(tmp_path):
     finite_numbers(res)
     assert res["experiment"] == "ruq_over_training" and res["quick"] is True
     settings = res["settings"]
-    assert settings["seeds"] == [3] and len(settings["dropouts"]) >= 3
-    assert [(r["dropout"], r["seed"]) for r in res["runs"]] == [(d, 3) for d in settings["dropouts"]]
+    corners = [tuple(c) for c in settings["corners"]]
+    # the paper's BASE (dropout 0.4, smoothing 0.2) and BEST (0.0, 0.4) corners, fine-tuning the base model
+    assert settings["seeds"] == [3] and corners == [(0.4, 0.2), (0.0, 0.4)]
+    assert settings["model"] == {"base": "local:chitchat-gpt2"} and settings["train_source"] == "chitchat:finetune"
+    assert [(r["dropout"], r["label_smoothing"], r["seed"]) for r in res["runs"]] == [(*c, 3) for c in corners]
     for run in res["runs"]:
         assert [e["epoch"] for e in run["epochs"]] == list(range(settings["epochs"]))
         for e in run["epochs"]:
@@ -61,7 +64,7 @@ def test_ruq_over_training_quick(tmp_path):
             lines = run["profiles"][split]
             assert {"reference", "IDK: I don't know.", "IDK: I don't know what to do."} <= set(lines)
             assert len(lines["IDK: I don't know."]["mean_logprob"]) == len(lines["IDK: I don't know."]["count"]) >= 2
-    assert [row["dropout"] for row in res["summary"]] == settings["dropouts"]
-    assert res["best_dropout"] in settings["dropouts"] and res["worst_dropout"] in settings["dropouts"]
+    assert [(row["dropout"], row["label_smoothing"]) for row in res["summary"]] == corners
+    assert tuple(res["best"]) in corners and tuple(res["worst"]) in corners
     for name in res["figures"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -460,6 +460,31 @@ def test_build_dec_test_through_a_real_adapter(peaked_adapter):
     assert got["spearman"] > 0.8 and got["ci_low"] > 0.5
 
 
+def test_build_dec_test_sweeps_nucleus_p_at_temperature_one(peaked_adapter):
+    contexts = [list(p.context) for p in chitchat_pairs("validation", 60)[:6]]
+    ps = [0.1, 0.5, 1.0]
+    sets = build_dec_test(peaked_adapter, contexts, ps, n=5, seed=0, show_progress=False, swept="top_p", min_new_tokens=6)
+    assert [s.parameter for s in sets[:3]] == ps
+    # value i is one batched call: temperature 1, top_p = p, seed derive_seed(seed, i)
+    direct = peaked_adapter.generate(
+        contexts,
+        num_return_sequences=5,
+        do_sample=True,
+        temperature=1.0,
+        top_p=0.5,
+        top_k=0,
+        no_repeat_ngram_size=0,
+        seed=derive_seed(0, 1),
+        min_new_tokens=6,
+    )
+    assert [r for s in sets if s.parameter == 0.5 for r in s.responses] == direct
+    # p = 1.0 at temperature 1 is the temperature sweep's temperature-1 sets with the same seed index
+    at_one = build_dec_test(peaked_adapter, contexts, [0.1, 0.5, 1.0], n=5, seed=0, show_progress=False, min_new_tokens=6)
+    assert [s.responses for s in sets if s.parameter == 1.0] == [s.responses for s in at_one if s.parameter == 1.0]
+    got = dec_test(averaged_distinct, [s.responses for s in sets], [s.parameter for s in sets], show_progress=False)
+    assert got["spearman"] > 0.5  # a wider nucleus, more diverse sets
+
+
 def test_build_dec_test_round_robin_and_bad_input(peaked_adapter):
     contexts = ["hi", "how are you?", "what's up", "good morning", "hey there"]
     sets = build_dec_test(peaked_adapter, contexts, [0.5, 1.5], n=2, pairing="round_robin", show_progress=False)
@@ -470,8 +495,12 @@ def test_build_dec_test_round_robin_and_bad_input(peaked_adapter):
         ("good morning", 1.5),
         ("hey there", 0.5),
     ]
-    with pytest.raises(ValueError, match="temperatures must be finite and > 0"):
+    with pytest.raises(ValueError, match="temperature values must be finite and > 0"):
         build_dec_test(peaked_adapter, contexts, [0.0, 1.0], show_progress=False)
+    with pytest.raises(ValueError, match=r"top_p values must be in \(0, 1\]"):
+        build_dec_test(peaked_adapter, contexts, [0.5, 1.2], swept="top_p", show_progress=False)
+    with pytest.raises(ValueError, match="swept='top_k' is unknown"):
+        build_dec_test(peaked_adapter, contexts, [5.0], swept="top_k", show_progress=False)
     with pytest.raises(ValueError, match="n must be an integer >= 2"):
         build_dec_test(peaked_adapter, contexts, [1.0], n=1, show_progress=False)
     with pytest.raises(ValueError, match="round_robin pairing with 1 contexts"):

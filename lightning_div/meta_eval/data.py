@@ -277,9 +277,13 @@ def build_dec_test(
     seed: int = 0,
     pairing: str = "grid",
     show_progress: bool = True,
+    swept: str = "temperature",
     **generation_kwargs: Any,
 ) -> list[ResponseSet]:
     """A fresh decTest from any model: ``n`` sampled responses per (context, temperature).
+
+    With ``swept="top_p"`` the values are nucleus sampling's p instead (temperature 1): the
+    paper's Table 3 sweeps p linearly over [0.1, 1.0].
 
     ``adapter`` is anything with ``generate(contexts, num_return_sequences=, do_sample=,
     temperature=, seed=, **kw) -> list[str]`` grouped by context (e.g. ``CausalLMAdapter``).
@@ -298,22 +302,26 @@ def build_dec_test(
         seed: the base seed.
         pairing: ``"grid"`` or ``"round_robin"``.
         show_progress: a tqdm bar over temperatures.
+        swept: ``"temperature"`` or ``"top_p"``: which sampling argument ``temperatures`` holds.
         **generation_kwargs: override the sampling defaults (``top_p=0.9``, ``max_new_tokens=30``, ...).
 
     Returns:
-        One :class:`ResponseSet` per set, its ``parameter`` the temperature.
+        One :class:`ResponseSet` per set, its ``parameter`` the swept value.
 
     Raises:
-        ValueError: a temperature <= 0, n < 2, an unknown pairing, or an adapter that returns
-            the wrong number of responses.
+        ValueError: a temperature <= 0 (a p outside (0, 1] for top_p), n < 2, an unknown pairing
+            or ``swept``, or an adapter that returns the wrong number of responses.
     """
     contexts = [c if isinstance(c, str) else tuple(c) for c in contexts]
     if not contexts:
         raise ValueError("build_dec_test needs at least one context")
+    if swept not in ("temperature", "top_p"):
+        raise ValueError(f"swept={swept!r} is unknown; use 'temperature' or 'top_p'")
     temps = [float(t) for t in temperatures]
-    bad = [t for t in temps if not (math.isfinite(t) and t > 0)]
+    bad = [t for t in temps if not (math.isfinite(t) and t > 0 and (swept == "temperature" or t <= 1))]
     if not temps or bad:
-        raise ValueError(f"temperatures must be finite and > 0 (sampling), got {list(temperatures)!r}")
+        allowed = "finite and > 0" if swept == "temperature" else "in (0, 1]"
+        raise ValueError(f"the {swept} values must be {allowed} (sampling), got {list(temperatures)!r}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (a set needs pairs of responses), got {n!r}")
     if pairing not in ("grid", "round_robin"):
@@ -329,8 +337,9 @@ def build_dec_test(
         chosen = [ci for ci in range(len(contexts)) if pairing == "grid" or ci % len(temps) == ti]
         if not chosen:
             continue
+        value = {"temperature": t} if swept == "temperature" else {"temperature": 1.0, "top_p": t}
         groups = generate_sets(
-            adapter, [contexts[ci] for ci in chosen], n, temperature=t, seed=derive_seed(seed, ti), **kwargs
+            adapter, [contexts[ci] for ci in chosen], n, seed=derive_seed(seed, ti), **{**kwargs, **value}
         )
         for ci, responses in zip(chosen, groups):
             out[ci, ti] = ResponseSet(contexts[ci], t, tuple(responses), f"c{ci}-t{ti}")
