@@ -370,6 +370,7 @@ def finalize(out: Path, install: bool = False) -> dict[str, Any]:
     results["check_pairs"] = CHECK_PAIRS
     results["heldout_loss_check"] = heldout_loss(model, check, tokenizer.pad_token_id)
     results["heldout_pairs_all"] = len(val)
+    portable_tokenizer_config(out / "model" / "tokenizer_config.json")
     write_json(out / "results.json", results)
     (out / "model" / "README.md").write_text(model_card(results))
     log(
@@ -393,7 +394,9 @@ def model_card(r: dict[str, Any]) -> str:
     """The model card that ships beside the weights."""
     c = r["config"]
     per_epoch = "\n".join(
-        f"| {h['epoch']:.2f} | {h.get('train_loss', float('nan')):.3f} | {h['heldout_loss']:.3f} |"
+        f"| {h['epoch']:.2f} | {h['train_loss']:.3f} | {h['heldout_loss']:.3f} |"
+        if "train_loss" in h
+        else f"| {h['epoch']:.2f} | – | {h['heldout_loss']:.3f} |"
         for h in r["history"]
     )
     return f"""# chitchat-gpt2: lightning-div's base model
@@ -453,8 +456,23 @@ def save(model: Any, tokenizer: Any, path: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     half.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    portable_tokenizer_config(tmp / "tokenizer_config.json")
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
+
+
+def portable_tokenizer_config(path: Path) -> None:
+    """The saved tokenizer config as every transformers release reads it.
+
+    transformers 5 writes its own class name (``TokenizersBackend``, unknown to 4.x) and the
+    loading flags of this session (``local_files_only``, ``is_local``); the shipped file names
+    ``PreTrainedTokenizerFast`` and leaves the flags out.
+    """
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for key in ("local_files_only", "is_local", "backend"):
+        config.pop(key, None)
+    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from lightning_div.datamodules.dialogue import DialogueDataModule
     from lightning_div.dress.losses import weighted_lm_loss
     from lightning_div.dress.protocol import ReweightableDataModule
+    from lightning_div.model.base import load_base_model
     from lightning_div.model.dialogue_lm import DialogueLM
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
@@ -23,6 +24,7 @@ _LAZY = {
     "DialogueDataModule": "lightning_div.datamodules.dialogue",
     "ReweightableDataModule": "lightning_div.dress.protocol",
     "DialogueLM": "lightning_div.model.dialogue_lm",
+    "load_base_model": "lightning_div.model.base",
     "ResponseEncoder": "lightning_div.semantic.encoder",
     "SemanticClusters": "lightning_div.semantic.clusters",
     "weighted_lm_loss": "lightning_div.dress.losses",
