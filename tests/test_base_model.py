@@ -47,6 +47,9 @@ def test_one_name_everywhere_and_from_pretrained_on_its_folder():
     from lightning_div import DialogueLM
 
     module = DialogueLM(BASE_MODEL)
+    # in train mode like any LightningModule (from_pretrained returns eval mode, and Lightning does not switch
+    # it back: fine-tuning would run without its dropout)
+    assert module.model.training and all(m.training for m in module.model.modules())
     shipped, _ = load_base_model()
     direct = AutoModelForCausalLM.from_pretrained(base_model_path(), dtype=torch.float32)
     for a, b, c in zip(module.model.parameters(), shipped.parameters(), direct.parameters()):

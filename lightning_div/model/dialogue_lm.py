@@ -108,7 +108,9 @@ class DialogueLM(pl.LightningModule):
         if tok_spec is None:
             raise ValueError("DialogueLM needs a tokenizer (name/path or 'local:chitchat')")
         self.tokenizer = load_tokenizer(tok_spec, tokenizer_vocab_size, seq2seq=seq2seq_scratch)
-        self.model = build_model(model_name_or_path, from_scratch, self.tokenizer, config_overrides)
+        # from_pretrained returns a model in eval mode and Lightning (2.x) does not switch it back, so
+        # fine-tuning would run without dropout: a LightningModule starts in train mode, as Lightning's own do
+        self.model = build_model(model_name_or_path, from_scratch, self.tokenizer, config_overrides).train()
         self.seq2seq = is_seq2seq(self.model)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
