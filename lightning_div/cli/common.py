@@ -142,9 +142,10 @@ def run_command(
     Returns:
         ``work()``'s exit code, or 2 after a user mistake.
     """
+    mistakes: tuple[type[BaseException], ...] = (UsageError, *user_errors)
     try:
         return int(work() or 0)
-    except (UsageError, *user_errors) as err:
+    except mistakes as err:
         if traceback_wanted():
             traceback.print_exc()
         print(f"{prog}: error: {describe(err)}", file=sys.stderr)

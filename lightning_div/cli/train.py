@@ -147,6 +147,7 @@ def run_lightning(command: str, argv: list[str], from_sys_argv: bool = False) ->
     # dict per subcommand: LightningCLI writes each subcommand's description into its own.
     parser_kwargs: dict[str, Any] = {"prog": "lightning-div", "exit_on_error": False}
     parser_kwargs.update({name: {"exit_on_error": False} for name in LightningCLI.subcommands()})
+    check_config_files(argv)
     with third_party_notices_hidden():
         try:
             DiversityCLI(
@@ -162,6 +163,33 @@ def run_lightning(command: str, argv: list[str], from_sys_argv: bool = False) ->
         except argparse.ArgumentError as err:
             raise UsageError(f"{parse_error(str(err))} (see 'lightning-div {command} --help')") from err
     return 0
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Each ``--config`` / ``-c`` file that exists must be valid YAML; said with its name and line.
+
+    jsonargparse's own message names neither the file nor the option ("while parsing ... in
+    '<unicode string>'"). A missing file is left to jsonargparse (:func:`parse_error` words it).
+
+    Raises:
+        UsageError: ``--config <file>: not valid YAML (<problem>, line L, column C)``.
+    """
+    import yaml
+
+    paths = [b for a, b in zip(argv, argv[1:]) if a in ("--config", "-c")]
+    paths += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        try:
+            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(err, "problem", None) or type(err).__name__
+            raise UsageError(f"--config {path}: not valid YAML ({problem}{where})") from None
+        except UnicodeDecodeError as err:
+            raise UsageError(f"--config {path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
 
 
 _KEY = re.compile(r'^Parser key "(?P<key>[^"]+)":\s*')
