@@ -199,7 +199,7 @@ _NO_FILE = re.compile(r"^File does not exist: '(?P<path>.*)'$")
 def parse_error(message: str) -> str:
     """jsonargparse's error in our words: ``--config x.yaml: no such file``, ``--trainer.max_epochs: ...``.
 
-    >>> parse_error('Parser key "config": File does not exist: \'no.yaml\'')
+    >>> parse_error('Parser key "config": File does not exist: ' + repr("no.yaml"))
     '--config no.yaml: no such file'
     """
     message = " ".join(message.split())
