@@ -146,7 +146,22 @@ def run_command(
     try:
         return int(work() or 0)
     except mistakes as err:
-        if traceback_wanted():
-            traceback.print_exc()
-        print(f"{prog}: error: {describe(err)}", file=sys.stderr)
-        return 2
+        return mistake(prog, err)
+
+
+def mistake(prog: str, err: BaseException) -> int:
+    """Say a user mistake: its traceback if ``LIGHTNING_DIV_TRACEBACK`` asks, then ``<prog>: error: <message>``.
+
+    Call it inside the ``except`` block that caught ``err`` (the traceback is the one being handled).
+
+    Args:
+        prog: the command as the user typed it.
+        err: the exception.
+
+    Returns:
+        The exit code of a user mistake, 2.
+    """
+    if traceback_wanted():
+        traceback.print_exc()
+    print(f"{prog}: error: {describe(err)}", file=sys.stderr)
+    return 2

@@ -19,7 +19,7 @@ import importlib
 import sys
 from typing import NamedTuple
 
-from lightning_div.cli.common import Parser, UsageError, describe, run_command
+from lightning_div.cli.common import Parser, UsageError, mistake, run_command
 
 
 class Command(NamedTuple):
@@ -81,8 +81,7 @@ def dispatch(argv: list[str], from_sys_argv: bool = False) -> int:
     try:
         name = build_parser().parse_args(argv[:1]).command
     except UsageError as err:
-        print(f"lightning-div: error: {describe(err)}", file=sys.stderr)
-        return 2
+        return mistake("lightning-div", err)
     prog = f"lightning-div {name}"
     if name in TRAINING:
         from lightning_div.cli.train import run_lightning, training_user_errors
@@ -104,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments without the program name (None = ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0, 2 for a user mistake (one line on stderr), 1 for a bug (its traceback).
-        ``--help`` and ``--version`` return 0 instead of exiting.
+        The exit code: 0, or 2 for a user mistake (one line on stderr). ``--help`` and
+        ``--version`` return 0 instead of exiting. A bug raises: the console script prints its
+        traceback and exits with code 1.
     """
     try:
         return dispatch(list(sys.argv[1:] if argv is None else argv), from_sys_argv=argv is None)
