@@ -15,7 +15,6 @@ recently written logger version below it is taken, or one version folder.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import csv
 import datetime as _dt
@@ -350,19 +349,3 @@ def build_report(run_dir: str | Path) -> str:
         f'<h1>lightning-div report</h1><p class="note">{html.escape(str(run.version))} · {span} · '
         f"generated {generated}</p><nav>{nav}</nav>\n" + "\n".join(present) + "\n</body></html>\n"
     )
-
-
-def report_main(argv: list[str]) -> int:
-    """Entry point of ``lightning-div report``."""
-    from lightning_div._internal.tracking import write_atomic
-
-    p = argparse.ArgumentParser(
-        prog="lightning-div report", description="one self-contained HTML page of a run, from what it wrote to disk"
-    )
-    p.add_argument("run_dir", help="a run's default_root_dir (its latest logger version is used) or a version folder")
-    p.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
-    args = p.parse_args(argv)
-    page = build_report(args.run_dir)
-    write_atomic(Path(args.out), lambda f: f.write(page))
-    print(f"report of {find_run(args.run_dir).version} written to {args.out} ({len(page) // 1024} KiB)")
-    return 0

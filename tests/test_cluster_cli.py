@@ -99,17 +99,56 @@ def test_assign_gives_shares_sem_ent_and_js(fitted, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["clusters", "show", "missing.npz"], "no SemanticClusters file at 'missing.npz'"),
-        (["clusters", "assign", "missing.npz", "--responses", "x.txt"], "no SemanticClusters file"),
-        (["clusters", "fit", "--data", "missing.txt", "--out", "c.npz"], "missing.txt"),
+        (["clusters", "show", "missing.npz"], "missing.npz: no such file"),
+        (["clusters", "assign", "missing.npz", "--responses", "x.txt"], "missing.npz: no such file"),
+        (["clusters", "fit", "--data", "missing.txt", "--out", "c.npz"], "--data missing.txt: no such file"),
     ],
 )
 def test_errors_are_one_line_without_traceback(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(argv) == 1
+    assert main(argv) == 2  # a user mistake: exit code 2, as every subcommand (it was 1 here)
+    assert capsys.readouterr().err == f"lightning-div clusters: error: {message}\n"
+
+
+def test_the_traceback_switch_works_in_clusters(tmp_path, monkeypatch, capsys):
+    # LIGHTNING_DIV_TRACEBACK=1 printed nothing more in `clusters` (issue 31, R17)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LIGHTNING_DIV_TRACEBACK", "1")
+    assert main(["clusters", "show", "missing.npz"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "Traceback (most recent call last):" and "UsageError: missing.npz: no such file" in err[-2]
+    assert err[-1] == "lightning-div clusters: error: missing.npz: no such file"
+
+
+def test_show_of_a_file_that_is_not_clusters_is_said_in_our_words(tmp_path, capsys):
+    # numpy's message for a text file invited the reader to unpickle it (issue 31, C17)
+    gold = tmp_path / "gold.txt"
+    gold.write_text("hello there\nhow are you\n")
+    assert main(["clusters", "show", str(gold)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("lightning-div clusters: error: ") and message in err
-    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err == (
+        f"lightning-div clusters: error: {gold}: not a clusters file (the .npz that 'lightning-div clusters fit' "
+        "or SemanticClusters.save writes)\n"
+    )
+    assert "pickle" not in err
+    assert main(["score", str(gold), "--clusters", str(gold), "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith(f"lightning-div score: error: --clusters {gold}: not a clusters file")
+
+
+def test_show_escapes_control_characters_of_the_cards(fitted, tmp_path, capsys):
+    # a card quotes the data: an escape sequence in a gold response set the terminal's title and cleared
+    # the screen (issue 31, C16); printed as visible escapes, saved unchanged
+    _, out = fitted
+    clusters = SemanticClusters.load(out)
+    evil = "hi\x1b]0;pwned\x07\x1b[2J there\r\u202eoops"
+    clusters.cards[0].examples = [evil]
+    clusters.cards[0].words = ["x\x9bword"]
+    path = clusters.save(tmp_path / "evil.npz")
+    assert main(["clusters", "show", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert not any(c in printed for c in "\x1b\x07\r\x9b\u202e")
+    assert "hi\\x1b]0;pwned\\x07\\x1b[2J there\\r\\u202eoops" in printed and "x\\x9bword" in printed
+    assert SemanticClusters.load(path).cards[0].examples == [evil]  # the file keeps the data as it is
 
 
 def test_show_of_a_file_without_cards_says_what_to_do(fitted, tmp_path, capsys):
@@ -117,5 +156,5 @@ def test_show_of_a_file_without_cards_says_what_to_do(fitted, tmp_path, capsys):
     clusters = SemanticClusters.load(out)
     clusters.cards = None
     old = clusters.save(tmp_path / "old.npz")
-    assert main(["clusters", "show", str(old)]) == 1
+    assert main(["clusters", "show", str(old)]) == 2
     assert "has no cluster cards" in capsys.readouterr().err

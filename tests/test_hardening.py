@@ -257,7 +257,7 @@ def parse(tmp_path: Path, data: dict, callbacks: list) -> object:
     import yaml
     from pytorch_lightning import LightningDataModule, LightningModule
 
-    from lightning_div.cli.main import DiversityCLI
+    from lightning_div.cli.train import DiversityCLI
 
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -721,7 +721,7 @@ def test_a_model_in_memory_is_fingerprinted_by_its_weights():
 def test_score_says_a_missing_file_in_one_line(tmp_path, capsys):
     assert main(["score", str(tmp_path / "nope.txt"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err == f"lightning-div score: error: no such file: {tmp_path / 'nope.txt'}\n"
+    assert err == f"lightning-div score: error: {tmp_path / 'nope.txt'}: no such file\n"
 
 
 def test_score_names_the_offline_encoder(tmp_path, capsys, monkeypatch):
@@ -754,10 +754,10 @@ def test_score_names_the_offline_encoder(tmp_path, capsys, monkeypatch):
 def test_score_says_what_is_missing_and_what_it_leaves_out(tmp_path, capsys):
     gen = tmp_path / "gen.txt"
     gen.write_text("a b\n")
-    with pytest.raises(SystemExit) as info:
-        main(["score", str(gen), "--fit-clusters", "3"])
-    assert info.value.code == 2
-    assert "--fit-clusters K fits Sem-Ent's clusters on the gold responses: add --gold FILE" in capsys.readouterr().err
+    assert main(["score", str(gen), "--fit-clusters", "3"]) == 2
+    assert capsys.readouterr().err == (
+        "lightning-div score: error: --fit-clusters K fits Sem-Ent's clusters on the gold responses: add --gold FILE\n"
+    )
     assert main(["score", str(gen), "--quiet", "--metrics", "distinct_1"]) == 0
     assert "Sem-Ent left out (it needs clusters: --clusters FILE, or --fit-clusters K" in capsys.readouterr().err
 
@@ -771,7 +771,7 @@ def test_the_console_script_exits_with_the_code(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == f"lightning-div score: error: no such file: {tmp_path}/nope.txt"
+    assert proc.stderr == f"lightning-div score: error: {tmp_path}/nope.txt: no such file\n"
 
 
 def test_fit_says_a_missing_data_file_in_one_line(tmp_path, capsys):

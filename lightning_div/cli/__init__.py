@@ -1,5 +1,5 @@
-"""The ``lightning-div`` command: one dispatcher for ``fit`` / ``validate`` / ``test``, ``score``, ``clusters``,
-``report`` and ``meta-eval``."""
+"""The ``lightning-div`` command: one dispatcher (:mod:`lightning_div.cli.main`) for ``fit`` / ``validate`` /
+``test`` / ``predict`` (LightningCLI), ``score``, ``clusters``, ``report`` and ``meta-eval``."""
 
 from __future__ import annotations
 

