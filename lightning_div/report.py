@@ -29,25 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_div.keys import HEADLINE_KEYS
+
 ARTIFACTS = "lightning_div"
 ARTIFACT_NAME = re.compile(r"^(?P<key>.+)_epoch(?P<epoch>\d+)\.(?P<ext>png|csv)$")
-HEADLINE = (
-    "val/loss",
-    "val/sem_ent",
-    "val/sem_ent_gold",
-    "val/cluster_js",
-    "val/top_cluster_share",
-    "val/distinct_1",
-    "val/distinct_2",
-    "val/avg_distinct",
-    "val/ent_4",
-    "val/ead",
-    "train/ruq",
-    "val/ruq",
-    "val/nli_div_baseline",
-    "dress/head_clusters",
-    "dress/effective_sample_size",
-)
 MAX_TABLE_ROWS = 200
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#1f2933;
@@ -286,7 +271,7 @@ def build_report(run_dir: str | Path) -> str:
 
     summary = []
     last = {name: points[-1] for name, points in series.items()}
-    keys = [k for k in HEADLINE if k in last]
+    keys = [k for k in HEADLINE_KEYS if k in last]
     if keys:
         rows = "".join(
             f'<tr><td>{html.escape(k)}</td><td class="num">{last[k][2]:.4f}</td>'

@@ -48,7 +48,7 @@ from lightning_div.metrics import (
     ruq_score,
     semantic_entropy,
 )
-from lightning_div.model.adapters import CausalLMAdapter
+from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.scoring import response_scores, token_logprobs_batched
 from lightning_div.nli.threshold import NegativeMeanCosine
 from lightning_div.semantic.clusters import SemanticClusters
@@ -194,8 +194,8 @@ class Resources:
         return causal_model()
 
     @cached_property
-    def adapter(self) -> CausalLMAdapter:
-        return CausalLMAdapter(self.model, self.tok, show_progress=False, batch_size=4)
+    def adapter(self) -> HuggingFaceAdapter:
+        return HuggingFaceAdapter(self.model, self.tok, show_progress=False, batch_size=4)
 
     @cached_property
     def encoder(self) -> ResponseEncoder:

@@ -43,7 +43,7 @@ from lightning_div.meta_eval import (
 )
 from lightning_div.meta_eval.stats import _spearman_rows
 from lightning_div.metrics import averaged_distinct, distinct_n
-from lightning_div.model.adapters import CausalLMAdapter
+from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.nli.scorer import NLIScorer
 from lightning_div.nli.threshold import NegativeMeanCosine, derive_seed
 from lightning_div.semantic.clusters import SemanticClusters
@@ -430,7 +430,7 @@ def peaked_adapter():
     model = causal_model(seed=1, n_positions=64)
     with torch.no_grad():
         model.transformer.ln_f.weight.mul_(8.0)
-    return CausalLMAdapter(model, tokenizer(False), show_progress=False, max_new_tokens=8)
+    return HuggingFaceAdapter(model, tokenizer(False), show_progress=False, max_new_tokens=8)
 
 
 def test_build_dec_test_through_a_real_adapter(peaked_adapter):

@@ -159,9 +159,9 @@ def _ruq_values(rank, world_size, shared):
     """RUQMonitor.compute on 16 chitchat prompts, on whatever number of processes runs it."""
     from helpers import causal_model, chitchat_pairs, tokenizer
 
-    from lightning_div.model.adapters import CausalLMAdapter
+    from lightning_div.model.adapters import HuggingFaceAdapter
 
-    adapter = CausalLMAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
+    adapter = HuggingFaceAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
     monitor = RUQMonitor(show_progress=False, batch_size=8, shared_contexts=shared)
     return monitor.compute(adapter, list(chitchat_pairs("validation", 60))[:16])
 

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytorch_lightning as pl
@@ -35,6 +35,9 @@ from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
 from lightning_div.core import DialoguePair
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.sharding import check_strategy, full_parameters
+
+if TYPE_CHECKING:  # the adapters import the scoring and generation code: only when a callback asks for one
+    from lightning_div.model.adapters import DialogueModelAdapter
 
 log = logging.getLogger("lightning_div")
 
@@ -199,7 +202,7 @@ class DiversityCallback(Callback):
     def output_dir(self, trainer: pl.Trainer) -> Path:
         return artifact_dir(trainer, self.cache_dir(trainer) / "plots")
 
-    def adapter(self, pl_module: pl.LightningModule) -> Any:
+    def adapter(self, pl_module: pl.LightningModule) -> DialogueModelAdapter:
         """The user's model as a :class:`~lightning_div.model.adapters.DialogueModelAdapter` (built fresh: no stale weights)."""
         from lightning_div.model.adapters import resolve_adapter
 
@@ -300,7 +303,7 @@ class DiversityCallback(Callback):
 
     def generate(
         self,
-        adapter: Any,
+        adapter: DialogueModelAdapter,
         contexts: Sequence[Sequence[str]],
         generation_kwargs: dict[str, Any],
         desc: str = "generating",

@@ -26,7 +26,6 @@ from lightning_div.dress.protocol import (
     check_choice,
 )
 from lightning_div.dress.weights import dress_weights, effective_sample_size, head_clusters, negative_weights
-from lightning_div.model.formatting import is_seq2seq
 from lightning_div.model.sharding import full_parameters
 from lightning_div.semantic.space import ClusterSpec
 from lightning_div.types import ClustersSource, EncoderSource, Options
@@ -294,7 +293,8 @@ class DRESSReweighting(DiversityCallback):
         if self.mine_at == "end":
             return dict(self.generation_kwargs)
         plain: dict[str, Any] = {"do_sample": False, "num_beams": 1, "no_repeat_ngram_size": 0}
-        if is_seq2seq(self.adapter(pl_module).model):
+        # a module implementing the adapter protocol itself has no layout to read: the causal defaults
+        if getattr(self.adapter(pl_module), "is_seq2seq", False):
             plain["encoder_no_repeat_ngram_size"] = 0
         return {**plain, **self.generation_kwargs}
 

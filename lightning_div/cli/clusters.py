@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from lightning_div.keys import DEFAULT_ENCODER
+
 DESCRIPTION = "fit semantic clusters, print their cards, or assign responses to them"
 
 
@@ -46,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     fit.add_argument(
         "--encoder",
-        default="microsoft/DialoGPT-large",
+        default=DEFAULT_ENCODER,
         help="encoder name/path ('minilm' = the offline all-MiniLM-L6-v2 weights)",
     )
     fit.add_argument("--out", required=True, help="where to save the clusters (.npz)")

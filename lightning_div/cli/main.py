@@ -21,6 +21,7 @@ from lightning_div._internal.tracking import local_log_dir, tracker_kind
 
 # Imported so that `class_path: DialogueLM` / `DialogueDataModule` resolve by their short names.
 from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
+from lightning_div.keys import DEFAULT_ENCODER, SUMMARY_KEYS
 from lightning_div.model.dialogue_lm import DialogueLM  # noqa: F401
 
 EXTRA_COMMANDS = {
@@ -41,31 +42,6 @@ def run_tool(prog: str, fn: Any, argv: list[str]) -> int:
             what = f"{type(err).__name__}: {what}"
         print(f"{prog}: error: {' '.join(what.split())}", file=sys.stderr)
         return 1
-
-
-SUMMARY_KEYS = (
-    "val/loss",
-    "val/sem_ent",
-    "val/sem_ent_gold",
-    "val/distinct_1",
-    "val/distinct_2",
-    "val/distinct_3",
-    "val/avg_distinct",
-    "val/ent_4",
-    "val/ead",
-    "val/cluster_js",
-    "val/top_cluster_share",
-    "train/ruq",
-    "val/ruq",
-    "train/ruq_margin",
-    "val/ruq_margin",
-    "val/ruq_alert",
-    "val/nli_div_baseline",
-    "dress/head_clusters",
-    "dress/head_share",
-    "dress/weight_mean",
-    "dress/effective_sample_size",
-)
 
 
 def run_summary(trainer: Any) -> str:
@@ -182,7 +158,7 @@ def score_main(argv: list[str]) -> int:
     p.add_argument("--fit-clusters", type=int, metavar="K", help="fit K clusters on --gold for Sem-Ent")
     p.add_argument(
         "--encoder",
-        help="encoder model name/path for Sem-Ent (default: microsoft/DialoGPT-large; "
+        help=f"encoder model name/path for Sem-Ent (default: {DEFAULT_ENCODER}; "
         "'minilm' = the offline all-MiniLM-L6-v2 weights)",
     )
     p.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
@@ -246,9 +222,7 @@ def _score(args: argparse.Namespace) -> int:
     if args.clusters or args.fit_clusters:
         from lightning_div.semantic.encoder import ResponseEncoder
 
-        encoder = ResponseEncoder(
-            args.encoder or "microsoft/DialoGPT-large", pooling=args.pooling, show_progress=not args.quiet
-        )
+        encoder = ResponseEncoder(args.encoder or DEFAULT_ENCODER, pooling=args.pooling, show_progress=not args.quiet)
         if args.clusters:
             from lightning_div.semantic.clusters import SemanticClusters
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-NEGATIVE_LOSSES = ("nll", "unlikelihood")
+from lightning_div.keys import NEGATIVE_LOSSES
 
 
 def weighted_lm_loss(

@@ -22,6 +22,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 from lightning_div.core import DialoguePair, as_pair
+from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
 
 __all__ = [
     "MODES",
@@ -41,9 +42,6 @@ MODES: tuple[str, ...] = ("loss", "sampler")
 #: Where the negatives are trained: in batches of their own (the DRESS authors) or among the gold examples.
 NegativeBatches = Literal["separate", "mixed"]
 NEGATIVE_BATCHES: tuple[str, ...] = ("separate", "mixed")
-#: How a negative weight is trained: weight x NLL (the paper) or |weight| x unlikelihood (bounded).
-NegativeLoss = Literal["nll", "unlikelihood"]
-NEGATIVE_LOSSES: tuple[str, ...] = ("nll", "unlikelihood")
 
 
 def check_choice(arg: str, value: str, choices: Sequence[str]) -> str:

@@ -282,7 +282,7 @@ def build_dec_test(
     """A fresh decTest from any model: ``n`` sampled responses per (context, temperature).
 
     ``adapter`` is anything with ``generate(contexts, num_return_sequences=, do_sample=,
-    temperature=, seed=, **kw) -> list[str]`` grouped by context (e.g. ``CausalLMAdapter``).
+    temperature=, seed=, **kw) -> list[str]`` grouped by context (e.g. ``HuggingFaceAdapter``).
     ``pairing="grid"`` samples every context at every temperature (context-major order);
     ``"round_robin"`` gives context i the temperature ``temperatures[i % len(temperatures)]``,
     the paper's design (one set per context). Sampling is :data:`DEC_TEST_SAMPLING` (pure

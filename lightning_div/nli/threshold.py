@@ -374,7 +374,7 @@ def diversity_threshold_generate(
 
     Args:
         adapter: any object with ``generate(contexts, num_return_sequences=, do_sample=, top_p=,
-            seed=, **kw)``, e.g. a :class:`~lightning_div.model.adapters.CausalLMAdapter`.
+            seed=, **kw)``, e.g. a :class:`~lightning_div.model.adapters.HuggingFaceAdapter`.
         context: a string or a list of turns.
         scorer: an :class:`~lightning_div.nli.scorer.NLIScorer` (or any object with ``score_pairs``);
             needed by the NLI metrics.
