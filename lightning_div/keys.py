@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
+    "CLUSTER_CARDS_FILE",
     "CLUSTER_JS",
+    "CLUSTER_SHARES_FILE",
     "DEFAULT_ENCODER",
     "DRESS_EFFECTIVE_SAMPLE_SIZE",
     "DRESS_HEAD_CLUSTERS",
@@ -92,6 +94,10 @@ DRESS_WEIGHT_MEAN = "dress/weight_mean"
 DRESS_WEIGHT_MIN = "dress/weight_min"
 DRESS_WEIGHT_MAX = "dress/weight_max"
 DRESS_EFFECTIVE_SAMPLE_SIZE = "dress/effective_sample_size"
+
+# -- files written once per run beside the figures (``<name>_<file>`` for a callback with a ``name``) -----------
+CLUSTER_CARDS_FILE = "cluster_cards.csv"
+CLUSTER_SHARES_FILE = "cluster_shares.csv"
 
 #: What ``lightning-div fit`` prints after a run (those that were logged), in this order.
 SUMMARY_KEYS: tuple[str, ...] = (

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_div.keys import HEADLINE_KEYS
+from lightning_div.keys import CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE, HEADLINE_KEYS
 
 ARTIFACTS = "lightning_div"
 ARTIFACT_NAME = re.compile(r"^(?P<key>.+)_epoch(?P<epoch>\d+)\.(?P<ext>png|csv)$")
@@ -189,6 +189,20 @@ def latest_artifacts(folder: Path | None) -> tuple[dict[str, tuple[int, Path]], 
     return figures, tables
 
 
+def cluster_groups(folder: Path | None) -> list[str]:
+    """The file-name prefixes of the semantic monitors that wrote cluster files: ``""`` for an
+    unnamed one, ``"<name>_"`` for one with a ``name`` (its ``<name>_cluster_cards.csv`` and
+    ``<name>_cluster_shares.csv``, beside its ``<name>_val_cluster_*`` figures), sorted."""
+    if folder is None:
+        return []
+    prefixes = set()
+    for p in folder.iterdir():
+        for suffix in (CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE):
+            if p.is_file() and p.name.endswith(suffix) and (p.name == suffix or p.name.endswith("_" + suffix)):
+                prefixes.add(p.name[: -len(suffix)])
+    return sorted(prefixes)
+
+
 def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
 
@@ -280,8 +294,23 @@ def build_report(run_dir: str | Path) -> str:
         )
         summary.append(f'<table id="summary"><tr><th>metric</th><th>last value</th><th>epoch</th></tr>{rows}</table>')
     epochs = sorted({int(e) for pts in series.values() for e, _, _ in pts if not math.isnan(e)})
-    cards = run.artifacts / "cluster_cards.csv" if run.artifacts else None
-    shares = run.artifacts / "cluster_shares.csv" if run.artifacts else None
+
+    def clusters_of(folder: Path, prefix: str) -> list[str]:
+        """One monitor's cluster files and figures, paired by the name they carry."""
+        cards, shares = folder / f"{prefix}{CLUSTER_CARDS_FILE}", folder / f"{prefix}{CLUSTER_SHARES_FILE}"
+        return [
+            f"<h3>{html.escape(prefix[:-1])}/</h3>" if prefix else "",
+            _table(cards, notes, "cluster cards") if cards.is_file() else "",
+            *take([f"{prefix}val_cluster_shares", f"{prefix}val_cluster_histogram"], "png"),
+            ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
+            if shares.is_file()
+            else "",
+        ]
+
+    folder = run.artifacts
+    groups = cluster_groups(folder)
+    with_cards = folder is not None and any((folder / f"{p}{CLUSTER_CARDS_FILE}").is_file() for p in groups)
+    cluster_parts = [part for prefix in groups if folder is not None for part in clusters_of(folder, prefix)]
     sections = [
         _section("Summary", "summary-section", summary),
         _section(
@@ -295,13 +324,10 @@ def build_report(run_dir: str | Path) -> str:
             [
                 "<p>Each cluster described by the gold responses it holds: share, most distinctive words and "
                 "2-grams, the responses nearest its centroid.</p>"
-                if cards and cards.is_file()
+                if with_cards
                 else "",
-                _table(cards, notes, "cluster cards") if cards and cards.is_file() else "",
+                *cluster_parts,
                 *take(["val_cluster_shares", "val_cluster_histogram"], "png"),
-                ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
-                if shares and shares.is_file()
-                else "",
             ],
         ),
         _section(
