@@ -40,6 +40,7 @@ from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversit
 from lightning_div.metrics import (
     RUQ,
     DistinctN,
+    NegativeMeanCosine,
     averaged_distinct,
     distinct_n,
     expectation_adjusted_distinct,
@@ -50,7 +51,6 @@ from lightning_div.metrics import (
 )
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.scoring import response_scores, token_logprobs_batched
-from lightning_div.nli.threshold import NegativeMeanCosine
 from lightning_div.semantic.cache import load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
 from lightning_div.semantic.encoder import ResponseEncoder

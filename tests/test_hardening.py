@@ -296,6 +296,7 @@ DATA = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train":
         "SemanticDiversityMonitor.clusters",
         "SemanticDiversityMonitor.gold_responses",
         "DRESSReweighting.encoder",
+        "DRESSReweighting.space",
         "RUQMonitor.val_pairs",
         "NLIDiversityMonitor.scorer",
         "SemanticDiversityMonitor.generation_kwargs",

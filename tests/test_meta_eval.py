@@ -42,10 +42,10 @@ from lightning_div.meta_eval import (
     write_sets_jsonl,
 )
 from lightning_div.meta_eval.stats import _spearman_rows
-from lightning_div.metrics import averaged_distinct, distinct_n
+from lightning_div.metrics import NegativeMeanCosine, averaged_distinct, distinct_n
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.nli.scorer import NLIScorer
-from lightning_div.nli.threshold import NegativeMeanCosine, derive_seed
+from lightning_div.nli.threshold import derive_seed
 from lightning_div.semantic.clusters import SemanticClusters
 from lightning_div.semantic.encoder import ResponseEncoder
 

@@ -283,7 +283,8 @@ class DRESSReweighting(DiversityCallback):
         return {**plain, **self.generation_kwargs}
 
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule, for_epoch: int) -> None:
-        check_finite_model(pl_module, type(self).__name__)  # a diverged model's empty output is no negative
+        adapter = self.adapter(pl_module)
+        check_finite_model(pl_module, type(self).__name__, adapter)  # a diverged model's empty output is no negative
         dm = self._datamodule(trainer)
         contexts = list(dm.train_contexts())
         # A fresh sample each round, fixed by (seed, epoch) so resumed and uninterrupted runs agree;
@@ -291,9 +292,7 @@ class DRESSReweighting(DiversityCallback):
         key = for_epoch - 1 if self.mine_at == "end" else for_epoch
         idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * key)
         chosen = [list(contexts[i]) for i in idx]
-        generated = self.generate(
-            self.adapter(pl_module), chosen, self.mining_generation_kwargs(pl_module), "DRESS negatives"
-        )
+        generated = self.generate(adapter, chosen, self.mining_generation_kwargs(pl_module), "DRESS negatives")
         warn_if_all_empty(generated, type(self).__name__, "the negatives")
         ids = self.space.assign(generated, pl_module.device)  # fitted at fit start, on every rank
         heads = head_clusters(ids, self.space.clusters.num_clusters, self.head_threshold)

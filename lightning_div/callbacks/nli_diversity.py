@@ -125,8 +125,8 @@ class NLIDiversityMonitor(ValidationMonitor):
         from lightning_div.nli.scorer import mean_set_stats
 
         with self.measuring(trainer, pl_module, "NLI diversity") as m:
-            check_finite_model(pl_module, type(self).__name__)
             adapter, scorer = self.adapter(pl_module), self.scorer(pl_module)
+            check_finite_model(pl_module, type(self).__name__, adapter)
             contexts = [list(p.context) for p in self.sample(trainer)]
             key = [sum(map(len, c)) for c in contexts]
             per_batch = max(1, self.batch_size // self.n)  # the adapter batches contexts x n sequences

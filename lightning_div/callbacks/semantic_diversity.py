@@ -196,8 +196,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
         with self.measuring(trainer, pl_module, "semantic diversity") as m:
             self.prepare(trainer, pl_module)
             sample = self.sample(trainer)
-            check_finite_model(pl_module, type(self).__name__)
-            responses = self.generate(self.adapter(pl_module), [p.context for p in sample], self.generation_kwargs)
+            adapter = self.adapter(pl_module)
+            check_finite_model(pl_module, type(self).__name__, adapter)  # NaN weights or NaN logits: named
+            responses = self.generate(adapter, [p.context for p in sample], self.generation_kwargs)
             warn_if_all_empty(responses, type(self).__name__, "the validation sample")
             clusters, device = self.space.clusters, pl_module.device
             k = clusters.num_clusters

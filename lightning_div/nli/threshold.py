@@ -23,7 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity
-from lightning_div.metrics.sets import NegativeMeanCosine, SetMetric, fewer_than_two  # noqa: F401  (old home: aliases)
+from lightning_div.metrics.sets import SetMetric
 from lightning_div.model.formatting import Context
 from lightning_div.model.generation import SAMPLING_DEFAULTS
 from lightning_div.nli.scorer import PairScorer, SetResult, ordered_pairs
