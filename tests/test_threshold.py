@@ -10,10 +10,9 @@ import pytest
 import torch
 from helpers import tiny_nli_model, tokenizer
 
-from lightning_div.metrics import averaged_distinct
+from lightning_div.metrics import NegativeMeanCosine, averaged_distinct
 from lightning_div.nli.scorer import NLIScorer
 from lightning_div.nli.threshold import (
-    NegativeMeanCosine,
     ThresholdStep,
     derive_seed,
     diversity_threshold_generate,

@@ -87,7 +87,8 @@ class SemanticSpace:
         show_progress: progress bars while embedding and fitting.
 
     Raises:
-        ValueError: k < 2, or ``variance_kept`` outside (0, 1].
+        ValueError: a setting :class:`~lightning_div.semantic.clusters.SemanticClusters` refuses
+            (k < 1, ``variance_kept`` outside (0, 1], a negative seed).
     """
 
     def __init__(
@@ -102,10 +103,8 @@ class SemanticSpace:
         batch_size: int = 32,
         show_progress: bool = True,
     ) -> None:
-        if num_clusters < 2:
-            raise ValueError(f"num_clusters must be >= 2, got {num_clusters}")
-        if not 0.0 < variance_kept <= 1.0:
-            raise ValueError(f"variance_kept must be in (0, 1], got {variance_kept}")
+        # checked now, where the callback is built, by the class that uses them (one set of rules)
+        SemanticClusters(num_clusters=num_clusters, variance_kept=variance_kept, seed=kmeans_seed)
         self.encoder_source = encoder
         self.clusters_source = clusters
         self.num_clusters = num_clusters
