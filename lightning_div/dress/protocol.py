@@ -61,8 +61,9 @@ class Negatives:
         weights: one finite weight per pair (DRESS: ``negative_weight`` in a head cluster, 0 outside).
         batches: ``"separate"`` (batches of their own, so a batch's token denominator counts only
             negatives, zero-weight ones included) or ``"mixed"`` (shuffled in with the gold examples).
-        loss: how a ``training_step`` trains a negative weight: ``"nll"`` or ``"unlikelihood"``
-            (pass it to :func:`lightning_div.dress.losses.weighted_lm_loss`).
+        loss: how a ``training_step`` trains a negative weight: ``"nll"`` or ``"unlikelihood"``;
+            the datamodule puts it in every training batch (``batch["negative_loss"]``), where
+            :func:`lightning_div.dress.losses.dress_loss` reads it.
 
     Raises:
         ValueError: ``pairs`` and ``weights`` differ in length, a weight is not finite, or
@@ -104,7 +105,10 @@ class ReweightableDataModule(Protocol):
       (before the first train dataloader is built) and whenever DRESS mines new negatives
       (at an epoch's end; the Trainer rebuilds the train dataloader for the next epoch,
       which DRESS checks in ``setup``). The next train dataloader must yield the gold
-      examples with their weights and the negatives with theirs.
+      examples with their weights and the negatives with theirs; in ``"loss"`` mode its
+      batches carry what :func:`lightning_div.dress.losses.dress_loss` reads:
+      ``sample_weight``, ``negative`` (True for a negative) and ``negative_loss``
+      (``negatives.loss``), so a ``training_step`` never reads them back from the datamodule.
     * The datamodule does not checkpoint what it was given and does not change the Trainer:
       DRESS checkpoints the weights and applies them again on resume.
     """
