@@ -3,7 +3,10 @@
 Builds DialogueLM, DialogueDataModule and the three callbacks from ``configs/demo.yaml`` (their
 ``class_path`` + ``init_args``), then runs ``Trainer.fit`` with ``max_steps=0``: Lightning still
 runs every ``setup`` and ``on_fit_start`` hook (the monitor loads its encoder and fits or loads the
-semantic clusters, DRESS does the same and mines its first negatives), but trains no step.
+semantic clusters, DRESS does the same and mines its first negatives), but trains no step. The
+monitor and DRESS get one :class:`~lightning_div.semantic.space.SemanticSpace` built from the
+monitor's space arguments (``space=``, as a Python user shares it); ``--private-spaces`` gives each
+its own from its arguments instead, as a YAML config does.
 
 Each measurement runs in its own subprocess, so its peak RSS (``ru_maxrss``) is clean. Two runs
 share one cache directory: the first starts it empty (``cold``: the clusters are fitted), the
@@ -60,11 +63,31 @@ def current_rss_mib() -> float:
     return float("nan")
 
 
+SPACE_ARGUMENTS = ("encoder", "clusters", "num_clusters", "variance_kept", "kmeans_seed", "encoder_kwargs")
+SPACE_USERS = ("SemanticDiversityMonitor", "DRESSReweighting")
+
+
+def share_one_space(specs: list[dict[str, Any]], cache_dir: str | None) -> Any:
+    """One SemanticSpace from the first space user's arguments; its arguments leave every user's init_args."""
+    from lightning_div import SemanticSpace
+
+    users = [s for s in specs if s["class_path"].rpartition(".")[2] in SPACE_USERS]
+    found = []
+    for spec in users:
+        init = spec.setdefault("init_args", {})
+        found.append({k: init.pop(k) for k in SPACE_ARGUMENTS if k in init})
+    if any(f != found[0] for f in found):
+        sys.exit(f"the space users' arguments differ, so one space cannot serve them: {found}")
+    return SemanticSpace(**found[0], dirpath=cache_dir, show_progress=False) if users else None
+
+
 def run_child(args: argparse.Namespace) -> dict[str, Any]:
     import pytorch_lightning as pl
     import yaml
 
     config = yaml.safe_load(Path(args.config).read_text())
+    specs = config["trainer"].get("callbacks", [])
+    space = None if args.private_spaces else share_one_space(specs, args.cache_dir)
     pl.seed_everything(config.get("seed_everything", 0), verbose=False)
     model = instantiate(config["model"])
     data = instantiate(
@@ -75,9 +98,11 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     )
     callbacks = []
     hook_s: dict[str, float] = {}
-    for spec in config["trainer"].get("callbacks", []):
+    for spec in specs:
         name = spec["class_path"].rpartition(".")[2]
         over: dict[str, Any] = {"show_progress": False}
+        if space is not None and name in SPACE_USERS:
+            over["space"] = space
         if "dirpath" in (spec.get("init_args") or {}):
             over["dirpath"] = args.cache_dir
         if name == "DRESSReweighting":
@@ -109,17 +134,17 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     fit_start_s = time.perf_counter() - start
     peak_fit_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rss_fit_start = current_rss_mib()
-    specs = [cb.spec for cb in callbacks if hasattr(cb, "spec")]
+    spaces = {id(cb.space): cb.space for cb in callbacks if hasattr(cb, "space")}.values()
     # encoder objects: each loads its model at its first encode (the monitor's: at the first validation)
-    encoder_objects = {id(s._encoder) for s in specs if s._encoder is not None}
-    encoders = {id(s._encoder._model) for s in specs if s._encoder is not None and s._encoder._model is not None}
-    clusters = {id(s._clusters) for s in specs if s._clusters is not None}
+    encoder_objects = {id(s.get_encoder()) for s in spaces if s.fitted}
+    encoders = {id(s.get_encoder()._model) for s in spaces if s.fitted and s.get_encoder()._model is not None}
+    clusters = {id(s.clusters) for s in spaces if s.fitted}
     # What the first validation adds: every callback's encoder in use, one text each (a monitor's encoder loads at its
     # first encode, and only a forward pass touches all of the weights' pages: from_pretrained maps the file)
     start = time.perf_counter()
     for cb in callbacks:
-        if hasattr(cb, "spec"):
-            cb.spec.get_encoder(model, cb.batch_size, False).encode(["hello there"], show_progress=False)
+        if hasattr(cb, "space"):
+            cb.space.get_encoder(model.device).encode(["hello there"], show_progress=False)
     encoders_s = time.perf_counter() - start
     return {
         "fit_start_s": fit_start_s,
@@ -132,6 +157,7 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         "encoder_objects": len(encoder_objects),
         "encoder_models_loaded": len(encoders),
         "clusters_objects": len(clusters),
+        "spaces": len(spaces),
         "train_examples": len(data.train_pairs()),
     }
 
@@ -142,6 +168,11 @@ def main() -> None:
     p.add_argument("--max-train-examples", type=int, default=2000)
     p.add_argument("--max-val-examples", type=int, default=200)
     p.add_argument("--num-negative-contexts", type=int, default=32)
+    p.add_argument(
+        "--private-spaces",
+        action="store_true",
+        help="each callback builds its own semantic space from its arguments (as a YAML config does)",
+    )
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cache-dir", help=argparse.SUPPRESS)
@@ -159,6 +190,7 @@ def main() -> None:
             cmd += ["--config", args.config, "--max-train-examples", str(args.max_train_examples)]
             cmd += ["--max-val-examples", str(args.max_val_examples)]
             cmd += ["--num-negative-contexts", str(args.num_negative_contexts)]
+            cmd += ["--private-spaces"] if args.private_spaces else []
             done = subprocess.run(cmd, capture_output=True, text=True)
             lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
             if done.returncode or not lines:

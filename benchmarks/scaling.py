@@ -239,7 +239,7 @@ def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     from lightning_div.callbacks import RUQMonitor
     from lightning_div.datamodules.formats import iter_texts, read_chitchat
     from lightning_div.metrics import lexical_scores, semantic_entropy
-    from lightning_div.model.adapters import CausalLMAdapter
+    from lightning_div.model.adapters import HuggingFaceAdapter
     from lightning_div.model.tiny import tiny_causal_lm, train_tokenizer
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
@@ -259,7 +259,7 @@ def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     rows = []
     for width in sizes["widths"]:
         model = tiny_causal_lm(tok, n_layer=2, n_embd=width, n_head=2, seed=0)
-        adapter = CausalLMAdapter(model, tok, batch_size=32, max_new_tokens=max_new_tokens, show_progress=False)
+        adapter = HuggingFaceAdapter(model, tok, batch_size=32, max_new_tokens=max_new_tokens, show_progress=False)
         adapter.generate([pairs[0].context])  # warm-up
         for n in sizes["samples"]:
             sample = pairs[:n]

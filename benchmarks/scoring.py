@@ -40,7 +40,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lightning_div._internal.distributed import length_batches
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
-from lightning_div.model.adapters import CausalLMAdapter
+from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.generation import pad_batch, pad_id_of
 from lightning_div.model.scoring import candidate_scores, response_scores
@@ -168,7 +168,9 @@ def shared_context_comparison(tok, fmt, args, device: torch.device) -> None:
     )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).to(device).eval()
-    adapter = CausalLMAdapter(model, tok, format=fmt, batch_size=args.batch_size, show_progress=False, max_new_tokens=8)
+    adapter = HuggingFaceAdapter(
+        model, tok, format=fmt, batch_size=args.batch_size, show_progress=False, max_new_tokens=8
+    )
     contexts, candidates, ratio = shared_context_prompts(model, tok, fmt, args.shared_prompts)
     flat_c = [c for c, cs in zip(contexts, candidates) for _ in cs]
     flat_r = [r for cs in candidates for r in cs]
@@ -262,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"device: {name}; torch {torch.__version__}")
         shared_context_comparison(tok, fmt, args, device)
         return
-    adapter = CausalLMAdapter(model, tok, format=fmt, batch_size=args.batch_size, show_progress=False)
+    adapter = HuggingFaceAdapter(model, tok, format=fmt, batch_size=args.batch_size, show_progress=False)
 
     # warm-up (allocator, kernels, tokenizer caches)
     response_scores(adapter, contexts[:32], responses[:32])
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     n_naive = min(args.naive_pairs or len(pairs), len(pairs))
     subset = list(range(0, len(pairs), len(pairs) // n_naive))[:n_naive]
     sub_c, sub_r = [contexts[i] for i in subset], [responses[i] for i in subset]
-    single = CausalLMAdapter(model, tok, format=fmt, batch_size=1, show_progress=False)
+    single = HuggingFaceAdapter(model, tok, format=fmt, batch_size=1, show_progress=False)
     batches = padded_batches(model, tok, contexts, responses, fmt, args.batch_size, device)
     generator = torch.Generator().manual_seed(0)
     hidden = [torch.randn(len(t), args.dim, generator=generator).to(device) for *_, t in batches]

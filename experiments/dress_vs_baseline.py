@@ -164,8 +164,8 @@ class Recorder(pl.Callback):
         self._batches = {}
         responses = list(getattr(self.sem, "last_responses", []) or [])
         if responses:
-            ids = self.sem.clusters.assign(self.encoder.encode(responses))
-            heads = head_clusters(ids, self.sem.clusters.num_clusters, 0.1)
+            ids = self.sem.space.clusters.assign(self.encoder.encode(responses))
+            heads = head_clusters(ids, self.sem.space.clusters.num_clusters, 0.1)
             row["head_share"] = float(np.isin(ids, heads).mean())
             row["largest_cluster_share"] = float(np.bincount(ids).max() / len(ids))
             row["samples"] = responses[:6]

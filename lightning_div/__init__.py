@@ -9,12 +9,13 @@ __version__ = "0.2.0"
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load on first use (below)
     from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
     from lightning_div.datamodules.dialogue import DialogueDataModule
-    from lightning_div.dress.losses import weighted_lm_loss
+    from lightning_div.dress.losses import dress_loss, weighted_lm_loss
     from lightning_div.dress.protocol import ReweightableDataModule
     from lightning_div.model.base import load_base_model
     from lightning_div.model.dialogue_lm import DialogueLM
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
+    from lightning_div.semantic.space import SemanticSpace
 
 _LAZY = {
     "SemanticDiversityMonitor": "lightning_div.callbacks",
@@ -27,7 +28,9 @@ _LAZY = {
     "load_base_model": "lightning_div.model.base",
     "ResponseEncoder": "lightning_div.semantic.encoder",
     "SemanticClusters": "lightning_div.semantic.clusters",
+    "SemanticSpace": "lightning_div.semantic.space",
     "weighted_lm_loss": "lightning_div.dress.losses",
+    "dress_loss": "lightning_div.dress.losses",
 }
 
 

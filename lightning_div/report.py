@@ -28,25 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_div.keys import CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE, HEADLINE_KEYS
+
 ARTIFACTS = "lightning_div"
 ARTIFACT_NAME = re.compile(r"^(?P<key>.+)_epoch(?P<epoch>\d+)\.(?P<ext>png|csv)$")
-HEADLINE = (
-    "val/loss",
-    "val/sem_ent",
-    "val/sem_ent_gold",
-    "val/cluster_js",
-    "val/top_cluster_share",
-    "val/distinct_1",
-    "val/distinct_2",
-    "val/avg_distinct",
-    "val/ent_4",
-    "val/ead",
-    "train/ruq",
-    "val/ruq",
-    "val/nli_div_baseline",
-    "dress/head_clusters",
-    "dress/effective_sample_size",
-)
 MAX_TABLE_ROWS = 200
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#1f2933;
@@ -203,6 +188,20 @@ def latest_artifacts(folder: Path | None) -> tuple[dict[str, tuple[int, Path]], 
     return figures, tables
 
 
+def cluster_groups(folder: Path | None) -> list[str]:
+    """The file-name prefixes of the semantic monitors that wrote cluster files: ``""`` for an
+    unnamed one, ``"<name>_"`` for one with a ``name`` (its ``<name>_cluster_cards.csv`` and
+    ``<name>_cluster_shares.csv``, beside its ``<name>_val_cluster_*`` figures), sorted."""
+    if folder is None:
+        return []
+    prefixes = set()
+    for p in folder.iterdir():
+        for suffix in (CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE):
+            if p.is_file() and p.name.endswith(suffix) and (p.name == suffix or p.name.endswith("_" + suffix)):
+                prefixes.add(p.name[: -len(suffix)])
+    return sorted(prefixes)
+
+
 def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
 
@@ -285,7 +284,7 @@ def build_report(run_dir: str | Path) -> str:
 
     summary = []
     last = {name: points[-1] for name, points in series.items()}
-    keys = [k for k in HEADLINE if k in last]
+    keys = [k for k in HEADLINE_KEYS if k in last]
     if keys:
         rows = "".join(
             f'<tr><td>{html.escape(k)}</td><td class="num">{last[k][2]:.4f}</td>'
@@ -294,8 +293,23 @@ def build_report(run_dir: str | Path) -> str:
         )
         summary.append(f'<table id="summary"><tr><th>metric</th><th>last value</th><th>epoch</th></tr>{rows}</table>')
     epochs = sorted({int(e) for pts in series.values() for e, _, _ in pts if not math.isnan(e)})
-    cards = run.artifacts / "cluster_cards.csv" if run.artifacts else None
-    shares = run.artifacts / "cluster_shares.csv" if run.artifacts else None
+
+    def clusters_of(folder: Path, prefix: str) -> list[str]:
+        """One monitor's cluster files and figures, paired by the name they carry."""
+        cards, shares = folder / f"{prefix}{CLUSTER_CARDS_FILE}", folder / f"{prefix}{CLUSTER_SHARES_FILE}"
+        return [
+            f"<h3>{html.escape(prefix[:-1])}/</h3>" if prefix else "",
+            _table(cards, notes, "cluster cards") if cards.is_file() else "",
+            *take([f"{prefix}val_cluster_shares", f"{prefix}val_cluster_histogram"], "png"),
+            ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
+            if shares.is_file()
+            else "",
+        ]
+
+    folder = run.artifacts
+    groups = cluster_groups(folder)
+    with_cards = folder is not None and any((folder / f"{p}{CLUSTER_CARDS_FILE}").is_file() for p in groups)
+    cluster_parts = [part for prefix in groups if folder is not None for part in clusters_of(folder, prefix)]
     sections = [
         _section("Summary", "summary-section", summary),
         _section(
@@ -309,13 +323,10 @@ def build_report(run_dir: str | Path) -> str:
             [
                 "<p>Each cluster described by the gold responses it holds: share, most distinctive words and "
                 "2-grams, the responses nearest its centroid.</p>"
-                if cards and cards.is_file()
+                if with_cards
                 else "",
-                _table(cards, notes, "cluster cards") if cards and cards.is_file() else "",
+                *cluster_parts,
                 *take(["val_cluster_shares", "val_cluster_histogram"], "png"),
-                ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
-                if shares and shares.is_file()
-                else "",
             ],
         ),
         _section(

@@ -26,13 +26,3 @@ def _no_wandb_run_leaks_between_tests():
 
     if "wandb" in sys.modules and sys.modules["wandb"].run is not None:
         sys.modules["wandb"].finish()
-
-
-@pytest.fixture(autouse=True)
-def _no_shared_semantic_space_between_tests():
-    """Encoders and clusters shared by callbacks of one run live in a process-level cache; each test starts without."""
-    from lightning_div.semantic.space import clear_shared_cache
-
-    clear_shared_cache()
-    yield
-    clear_shared_cache()

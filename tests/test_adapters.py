@@ -6,7 +6,7 @@ from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from pytorch_lightning import LightningModule
 from transformers import GPT2LMHeadModel
 
-from lightning_div.model.adapters import CausalLMAdapter, DialogueModelAdapter, Seq2SeqAdapter, resolve_adapter
+from lightning_div.model.adapters import DialogueModelAdapter, HuggingFaceAdapter, resolve_adapter
 from lightning_div.model.formatting import DialogueFormat
 
 
@@ -39,8 +39,8 @@ def mixed_pairs():
 
 def make(kind, **kw):
     if kind == "causal":
-        return CausalLMAdapter(causal_model(n_positions=64), tokenizer(False), show_progress=False, **kw)
-    return Seq2SeqAdapter(seq2seq_model(max_position_embeddings=64), tokenizer(True), show_progress=False, **kw)
+        return HuggingFaceAdapter(causal_model(n_positions=64), tokenizer(False), show_progress=False, **kw)
+    return HuggingFaceAdapter(seq2seq_model(max_position_embeddings=64), tokenizer(True), show_progress=False, **kw)
 
 
 @pytest.mark.parametrize("kind,padding_side", [("causal", "left"), ("causal", "right"), ("seq2seq", None)])
@@ -97,7 +97,7 @@ def test_models_that_change_logits_or_hide_their_signature(cls):
     base = causal_model(n_positions=64)
     model = cls(base.config).eval()
     model.load_state_dict(base.state_dict())
-    adapter = CausalLMAdapter(model, tokenizer(False), show_progress=False, batch_size=4)
+    adapter = HuggingFaceAdapter(model, tokenizer(False), show_progress=False, batch_size=4)
     contexts, responses = mixed_pairs()
     got = adapter.token_logprobs(contexts, responses)
     for c, r, g in zip(contexts, responses, got):
@@ -106,7 +106,7 @@ def test_models_that_change_logits_or_hide_their_signature(cls):
         with pytest.raises(ValueError, match="takes no position_ids"):
             adapter.token_logprobs(["hi"], ["hello"], padding_side="left")
     if cls is ScaledLogitsGPT2:  # the scaling is visible: these are not the plain model's values
-        plain = CausalLMAdapter(base, tokenizer(False), show_progress=False).token_logprobs(contexts, responses)
+        plain = HuggingFaceAdapter(base, tokenizer(False), show_progress=False).token_logprobs(contexts, responses)
         assert (got[0] - plain[0]).abs().max() > 0.1
 
 
@@ -170,8 +170,8 @@ class ProtocolModule(LightningModule):
 def test_resolve_adapter_picks_the_right_wrapper():
     causal = resolve_adapter(HFModule(False), model_attr="net", tokenizer_attr="tok", batch_size=3)
     seq2seq = resolve_adapter(HFModule(True), model_attr="net", tokenizer_attr="tok")
-    assert type(causal) is CausalLMAdapter and not causal.is_seq2seq and causal.batch_size == 3
-    assert type(seq2seq) is Seq2SeqAdapter and seq2seq.is_seq2seq
+    assert type(causal) is HuggingFaceAdapter and not causal.is_seq2seq and causal.batch_size == 3
+    assert type(seq2seq) is HuggingFaceAdapter and seq2seq.is_seq2seq
     assert causal.device == torch.device("cpu")
     module = ProtocolModule()
     assert isinstance(module, DialogueModelAdapter) and resolve_adapter(module) is module
@@ -190,11 +190,12 @@ def test_resolve_adapter_error_shows_both_ways():
         resolve_adapter(module)
 
 
-def test_wrong_adapter_class_is_refused():
-    with pytest.raises(TypeError, match="use Seq2SeqAdapter"):
-        CausalLMAdapter(seq2seq_model(), tokenizer(True))
-    with pytest.raises(TypeError, match="use CausalLMAdapter"):
-        Seq2SeqAdapter(causal_model(), tokenizer(False))
+def test_one_adapter_class_reads_the_layout_from_the_model():
+    # one class for both layouts (formerly one per layout, each refusing the other family)
+    assert HuggingFaceAdapter(seq2seq_model(), tokenizer(True)).is_seq2seq
+    assert not HuggingFaceAdapter(causal_model(), tokenizer(False)).is_seq2seq
+    with pytest.raises(TypeError, match="HuggingFaceAdapter needs a Hugging Face generation model .*got Linear"):
+        HuggingFaceAdapter(torch.nn.Linear(2, 2), tokenizer(False))
 
 
 def test_adapter_sees_current_weights():

@@ -40,6 +40,7 @@ from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversit
 from lightning_div.metrics import (
     RUQ,
     DistinctN,
+    NegativeMeanCosine,
     averaged_distinct,
     distinct_n,
     expectation_adjusted_distinct,
@@ -48,9 +49,9 @@ from lightning_div.metrics import (
     ruq_score,
     semantic_entropy,
 )
-from lightning_div.model.adapters import CausalLMAdapter
+from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.scoring import response_scores, token_logprobs_batched
-from lightning_div.nli.threshold import NegativeMeanCosine
+from lightning_div.semantic.cache import load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
 from lightning_div.semantic.encoder import ResponseEncoder
 
@@ -194,8 +195,8 @@ class Resources:
         return causal_model()
 
     @cached_property
-    def adapter(self) -> CausalLMAdapter:
-        return CausalLMAdapter(self.model, self.tok, show_progress=False, batch_size=4)
+    def adapter(self) -> HuggingFaceAdapter:
+        return HuggingFaceAdapter(self.model, self.tok, show_progress=False, batch_size=4)
 
     @cached_property
     def encoder(self) -> ResponseEncoder:
@@ -271,9 +272,10 @@ def damaged_cache(tmp: Path, which: str) -> None:
             return np.stack([x[t] for t in batch])
 
     def load() -> tuple[Any, Any]:
-        return SemanticClusters.load_or_fit(
+        cached = load_or_fit_clusters(
             tmp, texts, Enc(), with_assignments=True, num_clusters=3, niter=10, nredo=1, show_progress=False
         )
+        return cached.clusters, cached.assignments
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -588,6 +590,7 @@ def with_gold(tmp: Path, text: str) -> str:
 M = "lightning_div.metrics"
 E = "ResponseEncoder.encode"
 S = "SemanticClusters"
+LOAD_OR_FIT = "lightning_div.semantic.cache.load_or_fit_clusters"
 P = "lightning_div.model.scoring"
 R = "lightning_div.datamodules.formats"
 SCORE = "lightning-div score"
@@ -1273,9 +1276,9 @@ ROWS: list[Row] = [
         ),
     ),
     Row(
-        f"{S}.load_or_fit",
+        LOAD_OR_FIT,
         OTHER,
-        lambda res, tmp: SemanticClusters.load_or_fit(res.small_clusters, ["a", "b"], res.encoder, num_clusters=4),
+        lambda res, tmp: load_or_fit_clusters(res.small_clusters, ["a", "b"], res.encoder, num_clusters=4),
         Raises(
             ValueError,
             r"small\.npz' was fitted with a different config — encoder_name: file has 'enc-a'",
@@ -1400,7 +1403,7 @@ ROWS: list[Row] = [
     ),
     # -- a truncated or stale cache file ------------------------------------------------------------
     Row(
-        f"{S}.load_or_fit",
+        LOAD_OR_FIT,
         CACHE,
         lambda res, tmp: damaged_cache(tmp, "clusters"),
         Returns(
@@ -1410,7 +1413,7 @@ ROWS: list[Row] = [
         ),
     ),
     Row(
-        f"{S}.load_or_fit",
+        LOAD_OR_FIT,
         CACHE,
         lambda res, tmp: damaged_cache(tmp, "assignments"),
         Returns(

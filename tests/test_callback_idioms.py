@@ -119,15 +119,14 @@ def test_every_hook_a_callback_defines_is_marked_override(cls):
 # ---------------------------------------------------------------------------------------------- one of each
 
 
-def test_resolve_pairs_takes_one_name_and_the_old_fourth_argument_is_deprecated():
+def test_resolve_pairs_takes_one_name():
     from monitor_setup import VAL
 
     cb = Failing(RuntimeError())
     pairs = cb.resolve_pairs(None, VAL[:3], "val_pairs")
     assert [p.response for p in pairs] == [p.response for p in VAL[:3]]
-    assert cb.resolve_pairs(None, VAL[:3], "val_pairs", "val_pairs") == pairs  # the old call, both equal
-    with pytest.warns(DeprecationWarning, match=r"resolve_pairs\(trainer, explicit, name\)"):
-        cb.resolve_pairs(None, VAL[:3], "val_pairs", "my_pairs")
+    with pytest.raises(TypeError):  # the fourth argument of 0.1 (it always equalled the name) is gone
+        cb.resolve_pairs(None, VAL[:3], "val_pairs", "val_pairs")  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="has no data: .*val_pairs="):
         cb.resolve_pairs(None, None, "val_pairs")
 

@@ -127,7 +127,83 @@ def test_dress_logs_its_clusters_each_round(tmp_path):
     assert (out / "dress_clusters_epoch0.png").stat().st_size > 0
     assert (out / "cluster_cards.csv").is_file()  # logged by DRESS when no monitor did
     heads = _rows(out / "dress_head_clusters_epoch0.csv")
-    assert [int(r["cluster"]) for r in heads] == [int(h) for h in cb.heads]
-    counts = np.bincount(cb.negative_clusters, minlength=4)
-    assert [int(r["negatives"]) for r in heads] == [int(counts[h]) for h in cb.heads]
-    assert sum(counts) == len(cb.negative_pairs)
+    assert [int(r["cluster"]) for r in heads] == [int(h) for h in cb.state.heads]
+    counts = np.bincount(cb.state.negative_clusters, minlength=4)
+    assert [int(r["negatives"]) for r in heads] == [int(counts[h]) for h in cb.state.heads]
+    assert sum(counts) == len(cb.state.negative_pairs)
+
+
+@pytest.mark.slow
+def test_the_per_cluster_figure_counts_the_negatives_after_a_mid_round_resume(tmp_path):
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    def run(root, max_epochs, ckpt_path=None):
+        # rounds of 2 epochs, mined at fit start: a run resumed at epoch 1 is in the middle of round 0
+        cb = dress(tmp_path, mine_at="start", every_n_epochs=2)
+        ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_last=True, every_n_epochs=1)
+        tr = trainer(
+            root,
+            [cb, ckpt],
+            loggers=[CSVLogger(root, name="csv")],
+            max_epochs=max_epochs,
+            limit_train_batches=2,
+            limit_val_batches=0,
+            enable_checkpointing=True,
+        )
+        tr.fit(tiny_lm(), datamodule=datamodule(), ckpt_path=ckpt_path)
+        return cb, Path(tr.loggers[0].log_dir) / "lightning_div"
+
+    full, full_out = run(tmp_path / "full", 2)
+    run(tmp_path / "part", 1)
+    resumed, resumed_out = run(tmp_path / "resumed", 2, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt")
+    assert resumed.state.mined_for == full.state.mined_for == 0  # nothing mined again: the same round
+    np.testing.assert_array_equal(resumed.state.negative_clusters, full.state.negative_clusters)
+    expected = _rows(full_out / "dress_head_clusters_epoch1.csv")
+    got = _rows(resumed_out / "dress_head_clusters_epoch1.csv")
+    assert got == expected and expected  # the same head clusters, with their negatives
+    assert sum(int(r["negatives"]) for r in got) == int(np.count_nonzero(full.state.negative_weights)) > 0
+
+
+@pytest.mark.slow
+def test_two_named_monitors_write_their_own_cluster_files_and_the_report_pairs_them(tmp_path):
+    from monitor_setup import GOLD, VAL, minilm
+
+    from lightning_div.callbacks import SemanticDiversityMonitor
+    from lightning_div.report import build_report
+
+    common = dict(
+        encoder=minilm(),
+        num_contexts=12,
+        val_pairs=VAL,
+        gold_responses=GOLD,
+        log_samples=0,
+        show_progress=False,
+        batch_size=8,
+        max_new_tokens=8,
+        dirpath=str(tmp_path / "cache"),
+    )
+    a = SemanticDiversityMonitor(num_clusters=4, name="a", **common)
+    b = SemanticDiversityMonitor(num_clusters=3, name="b", **common)
+    tr = trainer(tmp_path, [a, b], [CSVLogger(tmp_path, name="csv")], max_epochs=1)
+    tr.fit(TinyChat())
+    out = Path(tr.loggers[0].log_dir) / "lightning_div"
+    # each monitor's files carry its name, as its keys do: a's k=4, b's k=3 (issue 31, CB1)
+    assert [int(r["cluster"]) for r in _rows(out / "a_cluster_cards.csv")] == [0, 1, 2, 3]
+    assert [int(r["cluster"]) for r in _rows(out / "b_cluster_cards.csv")] == [0, 1, 2]
+    assert {int(r["cluster"]) for r in _rows(out / "a_cluster_shares.csv")} == {0, 1, 2, 3}
+    assert {int(r["cluster"]) for r in _rows(out / "b_cluster_shares.csv")} == {0, 1, 2}
+    assert not (out / "cluster_cards.csv").exists() and not (out / "cluster_shares.csv").exists()
+    # the report shows each monitor's cards with its own shares and figures, not one's with the other's
+    page = build_report(tmp_path)
+    order = [
+        "<h3>a/</h3>",
+        'data-source="a_cluster_cards.csv"',
+        'alt="a/val_cluster_shares"',  # the report names a file's key with its first _ as /
+        'data-source="a_cluster_shares.csv"',
+        "<h3>b/</h3>",
+        'data-source="b_cluster_cards.csv"',
+        'alt="b/val_cluster_shares"',
+        'data-source="b_cluster_shares.csv"',
+    ]
+    positions = [page.find(marker) for marker in order]
+    assert -1 not in positions and positions == sorted(positions), dict(zip(order, positions))

@@ -13,6 +13,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
+from lightning_div.semantic.cache import load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters, _pca, fingerprint_texts
 from lightning_div.semantic.encoder import ResponseEncoder
 
@@ -315,15 +316,15 @@ class CountingEncoder(ResponseEncoder):
         return super().encode(texts, show_progress)
 
 
-def test_load_or_fit_fits_once_then_loads(tmp_path, caplog):
+def test_load_or_fit_clusters_fits_once_then_loads(tmp_path, caplog):
     texts = [p.response for p in chitchat_pairs("train", 60)][:120]
     enc = CountingEncoder.from_model(causal_model(), tokenizer(), show_progress=False)
-    with caplog.at_level(logging.INFO, logger="lightning_div.semantic.clusters"), warnings.catch_warnings():
+    with caplog.at_level(logging.INFO, logger="lightning_div.semantic.cache"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 120 points < 39*4: the warning is tested above
-        first = SemanticClusters.load_or_fit(tmp_path, texts, enc, num_clusters=4, show_progress=False)
+        first = load_or_fit_clusters(tmp_path, texts, enc, num_clusters=4, show_progress=False).clusters
         assert "fitted on 120 texts" in caplog.text and enc.calls == 1
         caplog.clear()
-        second = SemanticClusters.load_or_fit(tmp_path, texts, enc, num_clusters=4, show_progress=False)
+        second = load_or_fit_clusters(tmp_path, texts, enc, num_clusters=4, show_progress=False).clusters
         assert "loaded" in caplog.text and enc.calls == 1  # a cache hit embeds nothing
         direct = quiet(num_clusters=4).fit_texts(texts, enc)
     assert first.config == second.config
@@ -335,23 +336,22 @@ def test_load_or_fit_fits_once_then_loads(tmp_path, caplog):
     assert direct.config == first.config and np.array_equal(direct.centroids, first.centroids)
     # an explicit file path fitted on other texts is refused, naming the field
     with pytest.raises(ValueError, match="data_fingerprint: file has"):
-        SemanticClusters.load_or_fit(
+        load_or_fit_clusters(
             tmp_path / f"clusters-{first.config_hash}.npz", texts[:-1], enc, num_clusters=4, show_progress=False
         )
 
 
-def test_load_or_fit_caches_the_training_assignments(tmp_path):
+def test_load_or_fit_clusters_caches_the_training_assignments(tmp_path):
     texts = [p.response for p in chitchat_pairs("train", 60)][:120]
     enc = CountingEncoder.from_model(causal_model(), tokenizer(), show_progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 120 points < 39*4
-        clusters, ids = SemanticClusters.load_or_fit(
-            tmp_path, texts, enc, with_assignments=True, num_clusters=4, show_progress=False
-        )
+        cached = load_or_fit_clusters(tmp_path, texts, enc, with_assignments=True, num_clusters=4, show_progress=False)
+        clusters, ids = cached.clusters, cached.assignments
         assert enc.calls == 1  # fit and assignments share one embedding pass
-        again, ids_again = SemanticClusters.load_or_fit(
+        ids_again = load_or_fit_clusters(
             tmp_path, texts, enc, with_assignments=True, num_clusters=4, show_progress=False
-        )
+        ).assignments
     assert enc.calls == 1  # both come from disk
     assert ids.shape == (120,) and np.array_equal(ids, ids_again)
     assert np.array_equal(ids, clusters.assign(enc.encode(texts)))

@@ -10,7 +10,7 @@ import torch
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from scipy.stats import chisquare
 
-from lightning_div.datamodules import DialogueDataModule, DialoguePair, encode_pairs
+from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negatives, as_pair, encode_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues
 from lightning_div.datamodules.samplers import ExactDistributedSampler, WeightedDistributedSampler
 from lightning_div.model.formatting import DialogueFormat
@@ -61,15 +61,41 @@ class TinyLM(pl.LightningModule):
                 json.dump(self.seen, f)
 
 
-class AddNegatives(pl.Callback):
-    """Hands the datamodule generated responses at the end of one epoch, as the DRESS callback does."""
+def negatives_of(pairs, weights, batches="mixed") -> Negatives:
+    return Negatives(tuple(as_pair(p, f"negatives[{i}]") for i, p in enumerate(pairs)), np.array(weights), batches)
 
-    def __init__(self, at_epoch: int, pairs, weights):
-        self.at_epoch, self.pairs, self.weights = at_epoch, pairs, weights
+
+class AddNegatives(pl.Callback):
+    """Owns gold weights and negatives as the DRESS callback does: applies them at fit start, adds the
+    negatives at the end of one epoch, checkpoints both and applies them again on resume."""
+
+    def __init__(self, at_epoch: int, pairs, weights, gold_weights=None):
+        self.at_epoch, self.pending = at_epoch, negatives_of(pairs, weights)
+        self.gold_weights, self.negatives = gold_weights, Negatives(batches="mixed")
+
+    def apply(self, trainer):
+        dm = trainer.datamodule
+        gold = dm.sample_weights if self.gold_weights is None else np.asarray(self.gold_weights, dtype=np.float64)
+        dm.apply_weights(gold, self.negatives, "loss")
+
+    def on_fit_start(self, trainer, pl_module):
+        self.apply(trainer)
 
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.current_epoch == self.at_epoch:
-            trainer.datamodule.set_negatives(self.pairs, np.array(self.weights))
+            self.negatives = self.pending
+            self.apply(trainer)
+
+    def state_dict(self):
+        return {
+            "gold_weights": None if self.gold_weights is None else list(map(float, self.gold_weights)),
+            "negatives": [(list(p.context), p.response) for p in self.negatives.pairs],
+            "negative_weights": self.negatives.weights.tolist(),
+        }
+
+    def load_state_dict(self, state):
+        self.gold_weights = state["gold_weights"]
+        self.negatives = negatives_of(state["negatives"], state["negative_weights"])
 
 
 def all_batches(loader):
@@ -187,57 +213,50 @@ def test_sample_weights_negatives_and_state():
     n = len(pairs)
     assert dm.sample_weights.tolist() == [1.0] * n
     w = np.linspace(0.5, 2.0, n)
-    dm.set_sample_weights(w)
+    dm.apply_weights(w)
     with pytest.raises(ValueError, match=r"need one weight per example \(9,\)"):
-        dm.set_sample_weights(np.ones(n - 1))
+        dm.apply_weights(np.ones(n - 1))
     with pytest.raises(ValueError, match=r"sample weights\[2\] = nan is not finite"):
-        dm.set_sample_weights(np.where(np.arange(n) == 2, np.nan, 1.0))
+        dm.apply_weights(np.where(np.arange(n) == 2, np.nan, 1.0))
     assert dm.sample_weights.tolist() == w.tolist()  # a refused call changes nothing
 
     negatives = [(pairs[0].context, "i don't know"), DialoguePair(pairs[1].context, "i don't know either")]
-    dm.set_negatives(negatives, np.array([-1.0, -0.5]))
+    dm.apply_weights(
+        w, Negatives(tuple(as_pair(p) for p in negatives), np.array([-1.0, -0.5]), "mixed", "unlikelihood")
+    )
     seen = {}
     for batch in all_batches(dm.train_dataloader()):
-        for i, weight, labels in zip(batch["index"].tolist(), batch["sample_weight"].tolist(), batch["labels"]):
-            seen[i] = (weight, [t for t in labels.tolist() if t != -100])
+        assert batch["negative_loss"] == "unlikelihood"  # how negatives are trained travels with the batch
+        for i, weight, negative, labels in zip(
+            batch["index"].tolist(), batch["sample_weight"].tolist(), batch["negative"].tolist(), batch["labels"]
+        ):
+            seen[i] = (weight, [t for t in labels.tolist() if t != -100], negative)
     assert sorted(seen) == list(range(n + 2))  # gold 0..8, then the negatives 9, 10
     assert [seen[i][0] for i in range(n)] == pytest.approx(w.astype(np.float32).tolist())
     assert (seen[n][0], seen[n + 1][0]) == (-1.0, -0.5)
+    assert [seen[i][2] for i in range(n + 2)] == [False] * n + [True, True]  # each row says whether it is a negative
     tok = tokenizer()
     assert seen[n][1] == tok("i don't know", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert dm.state_dict() == {}  # applied, not owned: its owner (DRESS) checkpoints it
 
-    # a checkpoint round trip (tensors and plain values: loadable with weights_only=True)
-    state = dm.state_dict()
-    buffer = __import__("io").BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    restored = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), show_progress=False)
-    restored.load_state_dict(torch.load(buffer, weights_only=True))
-    assert restored.sample_weights.tolist() == w.tolist()
-    assert restored.negatives == [
-        DialoguePair(pairs[0].context, "i don't know"),
-        DialoguePair(pairs[1].context, "i don't know either"),
-    ]
-    assert restored.negative_weights.tolist() == [-1.0, -0.5]
-
-    dm.set_negatives([(pairs[2].context, "new")], np.array([-1.0]))  # replaces, not appends
+    dm.apply_weights(w, negatives_of([(pairs[2].context, "new")], [-1.0]))  # replaces, not appends
     assert [p.response for p in dm.negatives] == ["new"] and len(dm.train_dataset()) == n + 1
-    dm.set_negatives([], np.zeros(0))
+    dm.apply_weights(w, Negatives())
     assert dm.negatives == [] and len(dm.train_dataset()) == n
-    with pytest.raises(ValueError, match=r"negative weights: got shape \(1,\)"):
-        dm.set_negatives([(("a",), "b"), (("c",), "d")], np.array([-1.0]))
+    with pytest.raises(ValueError, match=r"Negatives: 2 pairs but 1 weights"):
+        negatives_of([(("a",), "b"), (("c",), "d")], [-1.0])
 
 
 def test_sampler_mode():
     pairs = list(chitchat_pairs("train", 5))[:8]
     dm = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), batch_size=4, show_progress=False)
-    dm.set_negatives([(pairs[0].context, "x")], np.array([-1.0]))
+    one = negatives_of([(pairs[0].context, "x")], [-1.0])
+    dm.apply_weights(np.ones(8), one)
     with pytest.raises(ValueError, match="negative: a sampler draws .* use mode='loss'"):
-        dm.set_sampling("sampler")
+        dm.apply_weights(np.ones(8), one, "sampler")
     assert dm.sampling_mode == "loss"
-    dm.set_negatives([], np.zeros(0))
     weights = np.array([0, 0, 0, 1, 0, 0, 0, 3], dtype=float)
-    dm.set_sampling("sampler", weights)
+    dm.apply_weights(weights, Negatives(), "sampler")
     loader = dm.train_dataloader()
     assert isinstance(loader.sampler, WeightedDistributedSampler)
     batches = all_batches(loader)
@@ -245,11 +264,11 @@ def test_sampler_mode():
     assert len(drawn) == 8 and set(drawn) <= {3, 7}  # only examples with weight > 0 are drawn
     assert all(b["sample_weight"].tolist() == [1.0] * len(b["index"]) for b in batches)
     with pytest.raises(ValueError, match="use mode='loss'"):
-        dm.set_negatives([(pairs[0].context, "x")], np.array([-1.0]))
-    with pytest.raises(ValueError, match="mode='both' is unknown"):
-        dm.set_sampling("both")
+        dm.apply_weights(weights, one, "sampler")
+    with pytest.raises(ValueError, match=r"mode must be one of \('loss', 'sampler'\), got 'both'"):
+        dm.apply_weights(weights, Negatives(), "both")
     with pytest.raises(ValueError, match="all sampling weights are 0"):
-        dm.set_sampling("sampler", np.zeros(8))
+        dm.apply_weights(np.zeros(8), Negatives(), "sampler")
 
 
 # ---------------------------------------------------------------------------------------------- samplers
@@ -359,13 +378,12 @@ def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
     model = TinyLM(lr=1e-3)
     trainer = quiet_trainer(
         max_epochs=2,
-        callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])],
+        callbacks=[AddNegatives(0, negatives, [-1.0, -1.0], gold_weights=dm_weights)],
         enable_checkpointing=True,
         default_root_dir=str(tmp_path),
+        reload_dataloaders_every_n_epochs=1,  # the new negatives reach training through a rebuilt dataloader
     )
-    dm.set_sample_weights(dm_weights)
     trainer.fit(model, dm)
-    assert trainer.reload_dataloaders_every_n_epochs == 1  # set because the training data changed
     by_epoch = {0: {}, 1: {}}
     for epoch, indices, weights in model.seen:
         by_epoch[epoch].update(zip(indices, weights))
@@ -377,9 +395,13 @@ def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
     (ckpt,) = list(tmp_path.rglob("*.ckpt"))
     fresh = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, max_context_tokens=32)
     resumed = TinyLM(lr=1e-3)
-    quiet_trainer(max_epochs=3, enable_checkpointing=True, default_root_dir=str(tmp_path / "r")).fit(
-        resumed, fresh, ckpt_path=str(ckpt)
-    )
+    quiet_trainer(
+        max_epochs=3,
+        enable_checkpointing=True,
+        default_root_dir=str(tmp_path / "r"),
+        reload_dataloaders_every_n_epochs=1,
+        callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])],  # its checkpointed state is restored and applied
+    ).fit(resumed, fresh, ckpt_path=str(ckpt))
     assert fresh.sample_weights.tolist() == dm_weights.tolist()
     assert [p.response for p in fresh.negatives] == ["generated one", "generated two"]
     assert sorted(i for e, idx, _ in resumed.seen for i in idx) == list(range(n + 2))  # epoch 2 only
@@ -401,10 +423,13 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     negatives = [(pairs[0].context, "generated one"), (pairs[3].context, "generated two")]
     gold_weights = 1.0 + np.arange(n) / 10
     dm = DialogueDataModule(train=pairs, val=None, batch_size=3, show_progress=False, max_context_tokens=32)
-    dm.set_sample_weights(gold_weights)
     model = TinyLM(record_dir=str(tmp_path), lr=1e-3)
     trainer = quiet_trainer(
-        strategy="ddp_spawn", devices=2, max_epochs=2, callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])]
+        strategy="ddp_spawn",
+        devices=2,
+        max_epochs=2,
+        callbacks=[AddNegatives(0, negatives, [-1.0, -1.0], gold_weights=gold_weights)],
+        reload_dataloaders_every_n_epochs=1,
     )
     trainer.fit(model, dm)
     seen = _seen_by_epoch(tmp_path)

@@ -34,12 +34,12 @@ def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(tmp_path):
     # the gold weights are DRESS weights of the cached gold cluster ids
     with np.load(next((tmp_path / "cache").glob("assignments-clusters-*.npz"))) as stored:
         ids = stored["ids"]
-    np.testing.assert_array_equal(cb.weights, dress_weights(ids, 4, lam=2.0))
-    np.testing.assert_array_equal(dm.sample_weights, cb.weights)
+    np.testing.assert_array_equal(cb.state.weights, dress_weights(ids, 4, lam=2.0))
+    np.testing.assert_array_equal(dm.sample_weights, cb.state.weights)
     # epoch 0: every gold example exactly once with its DRESS weight, no negatives yet
     epoch0 = [(i, w) for e, i, w in spy.seen if e == 0]
     assert sorted(i for i, _ in epoch0) == list(range(n))
-    assert all(w == pytest.approx(cb.weights[i]) for i, w in epoch0)
+    assert all(w == pytest.approx(cb.state.weights[i]) for i, w in epoch0)
     # epoch 1: the negatives mined at the end of epoch 0 are trained on with weight -1
     neg1 = [(i, w) for e, i, w in spy.seen if e == 1 and i >= n]
     assert neg1 and all(w == -1.0 for _, w in neg1)
@@ -72,9 +72,9 @@ def test_resumed_run_ends_bit_identical(tmp_path):
     resumed_cb, resumed_model, resumed_dm = run(
         tmp_path / "part", 2, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt"
     )
-    np.testing.assert_array_equal(resumed_cb.weights, full_cb.weights)
-    np.testing.assert_array_equal(resumed_cb.negative_weights, full_cb.negative_weights)
-    assert resumed_cb.negative_pairs == full_cb.negative_pairs
+    np.testing.assert_array_equal(resumed_cb.state.weights, full_cb.state.weights)
+    np.testing.assert_array_equal(resumed_cb.state.negative_weights, full_cb.state.negative_weights)
+    assert resumed_cb.state.negative_pairs == full_cb.state.negative_pairs
     np.testing.assert_array_equal(resumed_dm.sample_weights, full_dm.sample_weights)
     for (name, a), (_, b) in zip(full_model.state_dict().items(), resumed_model.state_dict().items()):
         assert torch.equal(a, b), name

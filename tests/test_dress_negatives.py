@@ -96,23 +96,35 @@ def test_unlikelihood_leaves_positive_weights_and_padding_alone_causal_layout():
         weighted_lm_loss(logits, labels, w, negative_loss="ul")
 
 
-def test_dialogue_lm_trains_negatives_with_the_datamodules_loss():
-    lm, dm = tiny_lm(), datamodule()
+def test_dialogue_lm_trains_negatives_with_the_loss_the_batch_names_never_the_datamodules():
+    lm = tiny_lm()
+    labels = torch.tensor([[IGNORE, IGNORE, 7, 8], [IGNORE, 10, 11, 12]])
     batch = {
         "input_ids": torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]),
         "attention_mask": torch.ones(2, 4, dtype=torch.long),
-        "labels": torch.tensor([[IGNORE, IGNORE, 7, 8], [IGNORE, 10, 11, 12]]),
+        "labels": labels,
         "sample_weight": torch.tensor([1.0, -1.0]),
+        "negative": torch.tensor([False, True]),
     }
-    lm._trainer = SimpleNamespace(datamodule=dm)
+    # a datamodule that says otherwise is not asked (issue 33: the loss kind travels with the batch)
+    lm._trainer = SimpleNamespace(datamodule=SimpleNamespace(negative_loss="nll", negatives=None))
     logits = lm(batch)
     for name in ("nll", "unlikelihood"):
-        dm.set_negative_loss(name)
-        assert dm.negative_loss == name
-        expected = weighted_lm_loss(logits, batch["labels"], batch["sample_weight"], negative_loss=name)
-        assert lm._loss(batch, weighted=True).item() == pytest.approx(expected.item(), rel=1e-6)
-    with pytest.raises(ValueError, match="negative_loss"):
-        dm.set_negative_loss("bounded")
+        parts = lm._loss({**batch, "negative_loss": name}, weighted=True)
+        expected = weighted_lm_loss(logits, labels, batch["sample_weight"], negative_loss=name)
+        assert parts.loss.item() == pytest.approx(expected.item(), rel=1e-6)
+        # each part over its own rows and their tokens: the gold row (2 targets), the negative row (3)
+        gold = weighted_lm_loss(logits[:1], labels[:1], torch.tensor([1.0]))
+        negative = weighted_lm_loss(logits[1:], labels[1:], torch.tensor([-1.0]), negative_loss=name)
+        assert parts.gold.item() == pytest.approx(gold.item(), rel=1e-6)
+        assert parts.negative.item() == pytest.approx(negative.item(), rel=1e-6)
+        # the whole loss is the token-weighted mean of the two parts (after the causal shift: 2 and 3 targets)
+        assert parts.loss.item() == pytest.approx((2 * gold.item() + 3 * negative.item()) / 5, rel=1e-6)
+    with pytest.raises(ValueError, match="negative_loss must be one of"):
+        lm._loss({**batch, "negative_loss": "bounded"}, weighted=True)
+    # validation and test weigh every example alike, whatever the batch carries
+    plain = lm._loss({**batch, "negative_loss": "unlikelihood"}, weighted=False)
+    assert plain.loss.item() == pytest.approx(weighted_lm_loss(logits, labels).item(), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,15 +226,15 @@ def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(tmp_pat
     )
     n = len(dm.train_pairs())
     # separate: all 20 generations kept (weights 0 outside the head clusters, -1 inside)
-    assert len(cb.negative_pairs) == 20 and set(cb.negative_weights.tolist()) <= {0.0, -1.0}
-    assert (cb.negative_weights == -1).any()
+    assert len(cb.state.negative_pairs) == 20 and set(cb.state.negative_weights.tolist()) <= {0.0, -1.0}
+    assert (cb.state.negative_weights == -1).any()
     # the weights are those of the head clusters of the generations' own assignment
     clusters = SemanticClusters.load(next((tmp_path / "cache").glob("clusters-*.npz")))
-    ids = clusters.assign(minilm().encode([p.response for p in cb.negative_pairs]))
+    ids = clusters.assign(minilm().encode([p.response for p in cb.state.negative_pairs]))
     heads = head_clusters(ids, 4, 0.1)
-    np.testing.assert_array_equal(cb.heads, heads)
-    np.testing.assert_array_equal(cb.negative_weights, negative_weights(ids, heads))
-    assert cb.head_share == pytest.approx(float(np.isin(ids, heads).mean()))
+    np.testing.assert_array_equal(cb.state.heads, heads)
+    np.testing.assert_array_equal(cb.state.negative_weights, negative_weights(ids, heads))
+    assert cb.state.head_share == pytest.approx(float(np.isin(ids, heads).mean()))
     for epoch in (0, 1, 2):
         batches = [b for b in spy.batches if b[0] == epoch]
         neg = [b for b in batches if any(i >= n for i in b[1])]
@@ -233,7 +245,7 @@ def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(tmp_pat
     # the logged summary: what each epoch trained with
     # the logged summary describes what each epoch trained with: negatives from epoch 0 on
     assert len(cb.history) == 3 and all(r["dress/negatives"] > 0 and r["dress/weight_min"] == -1.0 for r in cb.history)
-    assert cb.history[-1]["dress/negatives"] == float((cb.negative_weights == -1).sum())
+    assert cb.history[-1]["dress/negatives"] == float((cb.state.negative_weights == -1).sum())
 
 
 @pytest.mark.slow
@@ -256,7 +268,7 @@ def test_end_schedule_is_todays(tmp_path):
     assert calls == [(0, 1), (1, 2)]
     n = len(dm.train_pairs())
     assert not any(i >= n for e, idx, _, _ in spy.batches if e == 0 for i in idx)
-    assert set(cb.negative_weights.tolist()) == {-1.0}  # mixed keeps only the head-cluster generations
+    assert set(cb.state.negative_weights.tolist()) == {-1.0}  # mixed keeps only the head-cluster generations
 
 
 @pytest.mark.slow
@@ -286,9 +298,10 @@ def test_resume_mines_each_round_once_and_ends_bit_identical(tmp_path):
     assert full_calls == [(0, 0), (0, 1), (1, 2)]
     assert part_calls == [(0, 0), (0, 1)]  # no mining for epoch 2, which this run does not train
     assert [for_epoch for _, for_epoch in res_calls] == [2]  # the resumed run mines the round it trains, once
-    assert res_cb.negative_pairs == full_cb.negative_pairs
-    np.testing.assert_array_equal(res_cb.negative_weights, full_cb.negative_weights)
-    assert res_dm.negatives == full_dm.negatives and res_dm.negative_loss == "unlikelihood"
+    assert res_cb.state.negative_pairs == full_cb.state.negative_pairs
+    np.testing.assert_array_equal(res_cb.state.negative_weights, full_cb.state.negative_weights)
+    assert res_dm.negatives == full_dm.negatives
+    assert {b["negative_loss"] for b in res_dm.train_dataloader()} == {"unlikelihood"}  # with every batch
     assert res_dm.negative_batches == "separate"
     for (name, a), (_, b) in zip(full_model.state_dict().items(), res_model.state_dict().items()):
         assert torch.equal(a, b), name

@@ -3,11 +3,14 @@
 * The ``ReweightableDataModule`` example on the DRESS docs page runs as printed, and DRESS
   reweights it: the gold rows carry exactly the callback's weights, the next epoch's rows the
   negatives it mined.
+* Two loss curves: the docs' own LightningModule and DialogueLM log gold batches as
+  ``train/loss`` and DRESS's negative batches as ``train/negative_loss``, never one curve over both.
 * DRESS's checks run in ``setup``, before any work: a Trainer that never rebuilds the train
   dataloader (with negatives) and a datamodule without the protocol are refused with the fix.
 * The weights have one owner: after a DRESS fit the DialogueDataModule's checkpoint state is
   empty and the checkpoint holds them once, under the callback.
-* The setters the protocol replaces still work, with a DeprecationWarning.
+* The setters the protocol replaced are gone (0.2.0); a 0.1 checkpoint's datamodule weights are
+  not restored, and a warning says so.
 """
 
 from __future__ import annotations
@@ -19,22 +22,24 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import causal_model, tokenizer
 from monitor_setup import TRAIN, TinyChat, collate, datamodule, dress, tiny_lm, trainer
+from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div import ReweightableDataModule as TopLevelProtocol
 from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negatives, ReweightableDataModule
-from lightning_div.dress.losses import weighted_lm_loss
+from lightning_div.dress.losses import dress_loss
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "callbacks" / "dress.md"
 
 
-def docs_example() -> dict:
-    """Run the python block of the DRESS page's 'Your own datamodule' section as printed."""
+def docs_example(heading: str = "Your own datamodule") -> dict:
+    """Run the python block of one section of the DRESS page as printed."""
     text = DOCS.read_text(encoding="utf-8")
-    section = text.split("\n## Your own datamodule\n", 1)[1].split("\n## ", 1)[0]
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
     namespace: dict = {"__name__": "docs_example"}
-    exec(compile(block, f"{DOCS}: Your own datamodule", "exec"), namespace)
+    exec(compile(block, f"{DOCS}: {heading}", "exec"), namespace)
     return namespace
 
 
@@ -46,17 +51,12 @@ class WeightedChat(TinyChat):
         self.seen: list[tuple[int, list[DialoguePair], list[float]]] = []
 
     def training_step(self, batch, batch_idx):
-        pairs = [DialoguePair(tuple(context), response) for context, response, _ in batch]
-        weights = [w for _, _, w in batch]
-        self.seen.append((self.current_epoch, pairs, weights))
+        pairs = [DialoguePair(tuple(context), response) for context, response in batch["pairs"]]
+        weights = batch["sample_weight"].tolist()
+        self.seen.append((self.current_epoch, pairs, weights, batch["negative"].tolist(), batch["negative_loss"]))
         enc = collate(pairs, self.tokenizer, self.model)
         logits = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
-        return weighted_lm_loss(
-            logits,
-            enc["labels"],
-            torch.tensor(weights, dtype=torch.float32),
-            negative_loss=self.trainer.datamodule.negatives.loss,
-        )
+        return dress_loss(logits, enc["labels"], batch).loss  # the batch says how to train its negatives
 
 
 def test_the_docs_datamodule_is_reweighted_by_dress(tmp_path):
@@ -76,21 +76,26 @@ def test_the_docs_datamodule_is_reweighted_by_dress(tmp_path):
     key = {(p.context, p.response): i for i, p in enumerate(pairs)}
     assert len(key) == len(pairs)  # no duplicate examples: each row maps back to one index
     for epoch in (0, 1):
-        rows = [(p, w) for e, ps, ws in model.seen if e == epoch for p, w in zip(ps, ws)]
+        rows = [(p, w) for e, ps, ws, _, _ in model.seen if e == epoch for p, w in zip(ps, ws)]
         gold = [(key[(p.context, p.response)], w) for p, w in rows if (p.context, p.response) in key]
         assert sorted(i for i, _ in gold) == list(range(len(pairs)))  # every gold example once an epoch
-        assert [w for _, w in sorted(gold)] == pytest.approx(cb.weights.tolist())  # DRESS's weights
+        assert [w for _, w in sorted(gold)] == pytest.approx(cb.state.weights.tolist())  # DRESS's weights
         assert len(rows) == len(pairs) + 16  # mined at the start of every round: 16 generations each
     # the last epoch trained on what the callback mined at the end of epoch 0 for it, with its weights
-    last = sorted((p.response, w) for e, ps, ws in model.seen if e == 1 for p, w in zip(ps, ws))
+    last = sorted((p.response, w) for e, ps, ws, _, _ in model.seen if e == 1 for p, w in zip(ps, ws))
     expected = sorted(
-        [(p.response, w) for p, w in zip(pairs, cb.weights.tolist())]
-        + list(zip((p.response for p in cb.negative_pairs), cb.negative_weights.tolist()))
+        [(p.response, w) for p, w in zip(pairs, cb.state.weights.tolist())]
+        + list(zip((p.response for p in cb.state.negative_pairs), cb.state.negative_weights.tolist()))
     )
     assert [r for r, _ in last] == [r for r, _ in expected]
     assert [w for _, w in last] == pytest.approx([w for _, w in expected])
     assert dm.negatives.loss == "unlikelihood" and dm.negatives.batches == "separate"
-    assert set(np.unique(cb.negative_weights)) <= {-1.0, 0.0} and cb.weights.min() < cb.weights.max()
+    # every batch carried the loss kind and marked the negatives: the training_step read nothing else
+    assert {kind for *_, kind in model.seen} == {"unlikelihood"}
+    marked = [(p, n) for _, ps, _, ns, _ in model.seen for p, n in zip(ps, ns)]
+    assert sum(n for _, n in marked) == 2 * 16  # the 16 generations of each round
+    assert all(n == ((p.context, p.response) not in key) for p, n in marked)
+    assert set(np.unique(cb.state.negative_weights)) <= {-1.0, 0.0} and cb.state.weights.min() < cb.state.weights.max()
 
 
 def test_setup_refuses_a_trainer_that_never_rebuilds_the_train_dataloader(tmp_path):
@@ -102,7 +107,7 @@ def test_setup_refuses_a_trainer_that_never_rebuilds_the_train_dataloader(tmp_pa
         r"reload_dataloaders_every_n_epochs=1 \(or use negatives=False\)",
     ):
         tr.fit(tiny_lm(), datamodule=datamodule())
-    assert cb.weights is None and not (tmp_path / "cache").exists()  # refused before any work
+    assert cb.state.weights is None and not (tmp_path / "cache").exists()  # refused before any work
     # not even a divisor of every_n_epochs: a resumed run counts Lightning's reloads from its first epoch
     tr = trainer(tmp_path, [dress(tmp_path, every_n_epochs=4)], reload_dataloaders_every_n_epochs=2)
     with pytest.raises(ValueError, match="every 4 epoch.*reload_dataloaders_every_n_epochs=2: create"):
@@ -136,10 +141,10 @@ def test_dress_is_the_single_owner_of_weights_and_negatives(tmp_path):
     )
     tr.fit(tiny_lm(), datamodule=dm)
     assert dm.state_dict() == {}  # applied, not owned
-    assert dm.sample_weights.tolist() == cb.weights.tolist() and dm.negatives == cb.negative_pairs
+    assert dm.sample_weights.tolist() == cb.state.weights.tolist() and dm.negatives == cb.state.negative_pairs
     checkpoint = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
     assert "DialogueDataModule" not in checkpoint
-    assert checkpoint["callbacks"][cb.state_key]["weights"] == cb.weights.tolist()
+    assert checkpoint["callbacks"][cb.state_key]["weights"] == cb.state.weights.tolist()
 
 
 def test_apply_weights_validates_and_refuses_a_change_that_would_be_lost():
@@ -174,23 +179,75 @@ def test_apply_weights_validates_and_refuses_a_change_that_would_be_lost():
         dm.apply_weights(np.ones(6), Negatives(), "loss")
 
 
-def test_the_old_setters_still_work_with_a_deprecation_warning():
+def test_the_old_setters_are_gone_and_their_checkpoint_state_is_said_not_restored():
     from helpers import tokenizer
 
     pairs = TRAIN[:4]
     dm = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), batch_size=4, show_progress=False)
-    with pytest.warns(DeprecationWarning, match="set_sample_weights is deprecated: use apply_weights"):
-        dm.set_sample_weights(np.array([1.0, 2.0, 3.0, 4.0]))
-    with pytest.warns(DeprecationWarning, match="set_negatives is deprecated"):
-        dm.set_negatives([(pairs[0].context, "x")], np.array([-1.0]), batches="separate")
-    with pytest.warns(DeprecationWarning, match="set_negative_loss is deprecated"):
-        dm.set_negative_loss("unlikelihood")
-    with pytest.warns(DeprecationWarning, match="set_sampling is deprecated"):
-        dm.set_sampling("loss")
-    assert dm.sample_weights.tolist() == [1, 2, 3, 4] and [p.response for p in dm.negatives] == ["x"]
-    assert (dm.negative_batches, dm.negative_loss) == ("separate", "unlikelihood")
-    # nobody else owns what they set, so the datamodule checkpoints it (as before the protocol)
-    restored = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), show_progress=False)
-    restored.load_state_dict(dm.state_dict())
-    assert restored.sample_weights.tolist() == [1, 2, 3, 4] and restored.negative_loss == "unlikelihood"
-    assert restored.state_dict().keys() == dm.state_dict().keys()
+    for name in ("set_sample_weights", "set_negatives", "set_sampling", "set_negative_loss", "negative_loss"):
+        assert not hasattr(dm, name), name  # removed in 0.2.0: apply_weights(weights, Negatives(...), mode)
+    assert dm.state_dict() == {}
+    # what a lightning-div 0.1 datamodule checkpointed after the removed setters: not restored, and said so
+    old = {"sample_weights": torch.tensor([1.0, 2.0, 3.0, 4.0]), "negatives": [], "sampling_mode": "loss"}
+    with pytest.warns(RuntimeWarning, match=r"DialogueDataModule: the checkpoint holds weights .* not restored"):
+        dm.load_state_dict(old)
+    assert dm.sample_weights.tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
+class BatchKinds(pl.Callback):
+    """What each training batch was (all gold, all negatives) and the loss its step returned, by batch index."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, tuple[str, float]] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        negative = batch["negative"]
+        assert bool(negative.all()) or not bool(negative.any())  # separate batches: never mixed
+        self.steps[batch_idx] = ("negative" if bool(negative.all()) else "gold", float(outputs["loss"]))
+
+
+@pytest.mark.parametrize("module", ["docs", "DialogueLM"])
+def test_gold_and_negative_batches_are_logged_as_two_curves(tmp_path, module):
+    import csv
+
+    if module == "docs":
+        MyChatbot = docs_example("Two loss curves: gold and negative")["MyChatbot"]
+        model = MyChatbot(causal_model(), tokenizer())
+    else:
+        model = tiny_lm()
+    kinds = BatchKinds()
+    cb = dress(tmp_path, mine_at="start", negative_batches="separate", num_negative_contexts=16)
+    logger = CSVLogger(tmp_path, name="csv")
+    tr = trainer(
+        tmp_path,
+        [cb, kinds],
+        loggers=[logger],
+        max_epochs=1,
+        limit_train_batches=None,
+        limit_val_batches=0,
+        log_every_n_steps=1,
+    )
+    tr.fit(model, datamodule=datamodule())
+    with open(Path(logger.log_dir) / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    by_step = {int(r["step"]): r for r in rows if r["train/loss_step"] or r["train/negative_loss_step"]}
+
+    gold = {i: loss for i, (kind, loss) in kinds.steps.items() if kind == "gold"}
+    negative = {i: loss for i, (kind, loss) in kinds.steps.items() if kind == "negative"}
+    assert len(gold) == 10 and len(negative) == 1  # 160 gold examples, 16 generations, batches of 16
+    for i, loss in gold.items():  # a gold batch's loss on the gold curve
+        assert float(by_step[i]["train/loss_step"]) == pytest.approx(loss, rel=1e-6)
+    for i, loss in negative.items():  # a negative batch's loss on its own curve
+        assert float(by_step[i]["train/negative_loss_step"]) == pytest.approx(loss, rel=1e-6)
+    # never one curve over both: no negative loss on the gold curve, no gold loss on the negative one
+    # (at a step that does not log a key, Lightning repeats its last value: the same curve, held flat)
+    on_gold = {float(r["train/loss_step"]) for r in rows if r["train/loss_step"]}
+    on_negative = {float(r["train/negative_loss_step"]) for r in rows if r["train/negative_loss_step"]}
+
+    def among(value, losses):
+        return any(value == pytest.approx(loss, rel=1e-6) for loss in losses.values())
+
+    assert on_gold and all(among(v, gold) and not among(v, negative) for v in on_gold)
+    assert on_negative and all(among(v, negative) and not among(v, gold) for v in on_negative)
+    epoch = [float(r["train/loss_epoch"]) for r in rows if r["train/loss_epoch"]]
+    assert epoch == pytest.approx([np.mean(list(gold.values()))], rel=1e-5)  # the gold batches' mean only

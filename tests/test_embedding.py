@@ -10,6 +10,7 @@ from ddp_utils import run_distributed
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from threadpoolctl import threadpool_limits
 
+from lightning_div.semantic.cache import load_or_fit_clusters
 from lightning_div.semantic.encoder import ResponseEncoder, is_decoder_only
 
 TOL = 1e-5
@@ -208,8 +209,6 @@ def test_minilm_mean_pooling_equals_sentence_transformers(minilm_path):
 def _encode_and_cluster_on_ranks(rank, world_size, texts, cluster_dir):
     import faiss
 
-    from lightning_div.semantic.clusters import SemanticClusters
-
     if world_size > 1:  # two processes on a 2-core runner: one thread each, no OpenMP spinning
         torch.set_num_threads(1)
         faiss.omp_set_num_threads(1)
@@ -221,7 +220,7 @@ def _encode_and_cluster_on_ranks(rank, world_size, texts, cluster_dir):
     hook.remove()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # few points per cluster
-        clusters = SemanticClusters.load_or_fit(cluster_dir, texts, enc, num_clusters=3, show_progress=False)
+        clusters = load_or_fit_clusters(cluster_dir, texts, enc, num_clusters=3, show_progress=False).clusters
     return vectors, clusters.centroids, clusters.assign(vectors), len(forwards)
 
 

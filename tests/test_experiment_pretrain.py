@@ -13,7 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, str(ROOT / "experiments" / "pretrain_base.py"), "--quick", "--out", str(out), "--threads", "1"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "experiments" / "pretrain_base.py"),
+        "--quick",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "pretrain_base: step" in done.stdout  # plain progress lines when the output is not a terminal

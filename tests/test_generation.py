@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 
-from lightning_div.model.adapters import CausalLMAdapter, Seq2SeqAdapter
+from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.generation import generate_sets
 
@@ -26,8 +26,8 @@ def context_dependent_bart(**kw):
 
 def make(kind, **kw):
     if kind == "causal":
-        return CausalLMAdapter(causal_model(seed=1), tokenizer(False), show_progress=False, **kw)
-    return Seq2SeqAdapter(context_dependent_bart(), tokenizer(True), show_progress=False, **kw)
+        return HuggingFaceAdapter(causal_model(seed=1), tokenizer(False), show_progress=False, **kw)
+    return HuggingFaceAdapter(context_dependent_bart(), tokenizer(True), show_progress=False, **kw)
 
 
 def contexts():
@@ -101,7 +101,7 @@ def test_sampling_is_deterministic_for_a_seed(kind):
 
 
 def test_context_longer_than_window_is_left_truncated():
-    adapter = CausalLMAdapter(causal_model(n_positions=32), tokenizer(False), show_progress=False)
+    adapter = HuggingFaceAdapter(causal_model(n_positions=32), tokenizer(False), show_progress=False)
     long_ctx = ["word " * 200, "tell me about your day"]
     (text,) = adapter.generate([long_ctx], min_new_tokens=10, max_new_tokens=10)
     # the prompt kept 32 - 10 = 22 tokens, the newest ones, so the newest turn is still in
@@ -110,7 +110,7 @@ def test_context_longer_than_window_is_left_truncated():
     )
     assert len(kept) == 22 and "tell me about your day" in adapter.tokenizer.decode(kept)
     assert len(adapter.tokenizer(text)["input_ids"]) >= 5
-    s2s = Seq2SeqAdapter(seq2seq_model(max_position_embeddings=32), tokenizer(True), show_progress=False)
+    s2s = HuggingFaceAdapter(seq2seq_model(max_position_embeddings=32), tokenizer(True), show_progress=False)
     assert len(s2s.generate([long_ctx], **FORCE)) == 1
 
 

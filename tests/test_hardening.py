@@ -28,7 +28,8 @@ import torch
 from lightning_div._internal.io import load_assignments, save_assignments
 from lightning_div.cli.main import main
 from lightning_div.datamodules.formats import DataFormatError, read_pairs, read_responses
-from lightning_div.semantic.clusters import SemanticClusters, assignments_path
+from lightning_div.semantic.cache import assignments_path, load_or_fit_clusters
+from lightning_div.semantic.clusters import SemanticClusters
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "HF_HUB_OFFLINE": "1"}
@@ -56,9 +57,10 @@ def fit_cached(cache: Path, encoder=None, **kw):
     encoder = encoder or CountingEncoder()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*faiss recommends")
-        return SemanticClusters.load_or_fit(
+        cached = load_or_fit_clusters(
             cache, TEXTS, encoder, with_assignments=True, num_clusters=4, niter=10, nredo=1, show_progress=False, **kw
-        ), encoder
+        )
+        return (cached.clusters, cached.assignments), encoder
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -184,7 +186,7 @@ def test_a_users_own_clusters_file_of_another_config_is_still_an_error(tmp_path)
     (clusters, _), _ = fit_cached(tmp_path / "a")
     mine = clusters.save(tmp_path / "mine.npz")
     with pytest.raises(ValueError, match=r"mine\.npz' was fitted with a different config — num_clusters"):
-        SemanticClusters.load_or_fit(mine, TEXTS, CountingEncoder(), num_clusters=5, show_progress=False)
+        load_or_fit_clusters(mine, TEXTS, CountingEncoder(), num_clusters=5, show_progress=False)
 
 
 def test_a_damaged_tokenizer_cache_is_retrained_with_one_warning(tmp_path):
@@ -294,6 +296,7 @@ DATA = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train":
         "SemanticDiversityMonitor.clusters",
         "SemanticDiversityMonitor.gold_responses",
         "DRESSReweighting.encoder",
+        "DRESSReweighting.space",
         "RUQMonitor.val_pairs",
         "NLIDiversityMonitor.scorer",
         "SemanticDiversityMonitor.generation_kwargs",
@@ -336,7 +339,9 @@ def test_the_typed_arguments_still_take_what_they_accept(tmp_path):
         ],
     )
     sem, ruq = [c for c in cli.trainer.callbacks if type(c).__module__.startswith("lightning_div")]
-    assert sem.spec.encoder == "minilm" and sem.spec.clusters == "saved.npz" and sem.val_pairs_arg == pairs
+    assert (
+        sem.space.encoder_source == "minilm" and sem.space.clusters_source == "saved.npz" and sem.val_pairs_arg == pairs
+    )
     assert sem.generation_kwargs == {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]}
     assert ruq.val_pairs_arg == "val.jsonl" and cli.datamodule._sources["train"] == pairs
 
@@ -547,7 +552,7 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
     tr.fit(tiny_lm(), datamodule=datamodule())
     with np.load(next((tmp_path / "cache").glob("assignments-*.npz"))) as stored:
         ids = stored["ids"]
-    np.testing.assert_array_equal(first.weights, dress_weights(ids, 4, lam=2.0))
+    np.testing.assert_array_equal(first.state.weights, dress_weights(ids, 4, lam=2.0))
 
     second = dress(tmp_path, negatives=False, lam=30.0)
     tr = trainer(tmp_path, [second], max_epochs=2, limit_train_batches=1, limit_val_batches=0)
@@ -557,14 +562,14 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
         r"\(lam 2\.0 -> 30\.0\): the weights are recomputed",
     ):
         tr.fit(tiny_lm(), datamodule=datamodule(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
-    np.testing.assert_array_equal(second.weights, dress_weights(ids, 4, lam=30.0))
+    np.testing.assert_array_equal(second.state.weights, dress_weights(ids, 4, lam=30.0))
 
 
 def test_resume_with_other_clusters_refits_them(tmp_path):
     from lightning_div.callbacks import SemanticDiversityMonitor
 
     old = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
-    old._indices, old.spec.clusters_path, old._gold_logged = [0], str(tmp_path / "c4.npz"), True
+    old._indices, old.space.clusters_path, old._gold_logged = [0], str(tmp_path / "c4.npz"), True
     new = SemanticDiversityMonitor(encoder="minilm", num_clusters=8, val_pairs=[("a", "b")], gold_responses=["x"])
     with pytest.warns(
         RuntimeWarning,
@@ -572,13 +577,13 @@ def test_resume_with_other_clusters_refits_them(tmp_path):
         r"validation sample are made again",
     ):
         new.load_state_dict(old.state_dict())
-    assert new.spec.clusters_path is None and new._indices is None and not new._gold_logged
+    assert new.space.clusters_path is None and new._indices is None and not new._gold_logged
     assert new.history == old.history
     same = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # unchanged settings: restored silently, as before
         same.load_state_dict(old.state_dict())
-    assert same.spec.clusters_path == str(tmp_path / "c4.npz") and same._indices == [0] and same._gold_logged
+    assert same.space.clusters_path == str(tmp_path / "c4.npz") and same._indices == [0] and same._gold_logged
 
 
 # ------------------------------------------------------------------------------------------------
@@ -622,7 +627,7 @@ def test_dress_mines_no_negatives_from_a_diverged_model(tmp_path):
     cb = dress(tmp_path, negatives=True, num_negative_contexts=8)
     with pytest.warns(RuntimeWarning, match=r"DRESSReweighting: the model has diverged"):
         fit(tmp_path, [cb], module=lm, datamodule=datamodule(), limit_val_batches=0)
-    assert cb.negative_pairs == [] and len(cb.weights) == 160
+    assert cb.state.negative_pairs == [] and len(cb.state.weights) == 160
 
 
 def test_all_empty_generations_are_named():
@@ -687,9 +692,9 @@ def test_other_weights_at_the_same_path_get_their_own_clusters(tmp_path):
         enc = ResponseEncoder(str(path), show_progress=False, batch_size=16)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return enc, SemanticClusters.load_or_fit(
+            return enc, load_or_fit_clusters(
                 cache, texts, enc, num_clusters=3, niter=10, nredo=1, show_progress=False
-            )
+            ).clusters
 
     enc_a, a = clusters()
     time.sleep(0.01)
@@ -805,12 +810,9 @@ def test_fit_says_a_missing_data_file_in_one_line(tmp_path, capsys):
 def test_the_minilm_alias_works_in_the_callbacks():
     from monitor_setup import minilm
 
-    from lightning_div.semantic.space import ClusterSpec
+    from lightning_div import SemanticSpace
 
-    class Module:
-        device = torch.device("cpu")
-
-    enc = ClusterSpec(encoder="minilm").get_encoder(Module(), batch_size=8, show_progress=False)
+    enc = SemanticSpace(encoder="minilm", batch_size=8, show_progress=False).get_encoder(torch.device("cpu"))
     assert enc.name == "sentence-transformers/all-MiniLM-L6-v2@mean"
     np.testing.assert_allclose(enc.encode(["hello there"]), minilm().encode(["hello there"]), atol=1e-6)
 

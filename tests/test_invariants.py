@@ -200,10 +200,10 @@ def test_mid_epoch_resume_matches_the_uninterrupted_run(tmp_path, data):
 
     # the same DRESS state, in the callback and in the datamodule
     (_, _, dr), (_, _, full_dr) = cbs, full_cbs
-    np.testing.assert_array_equal(dr.weights, full_dr.weights)
-    np.testing.assert_array_equal(dr.heads, full_dr.heads)
-    assert dr.negative_pairs == full_dr.negative_pairs and dr.negative_pairs
-    np.testing.assert_array_equal(dr.negative_weights, full_dr.negative_weights)
+    np.testing.assert_array_equal(dr.state.weights, full_dr.state.weights)
+    np.testing.assert_array_equal(dr.state.heads, full_dr.state.heads)
+    assert dr.state.negative_pairs == full_dr.state.negative_pairs and dr.state.negative_pairs
+    np.testing.assert_array_equal(dr.state.negative_weights, full_dr.state.negative_weights)
     np.testing.assert_array_equal(dm.sample_weights, full_dm.sample_weights)
     assert dm.negatives == full_dm.negatives
 

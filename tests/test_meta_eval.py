@@ -43,10 +43,10 @@ from lightning_div.meta_eval import (
     write_sets_jsonl,
 )
 from lightning_div.meta_eval.stats import _spearman_rows
-from lightning_div.metrics import averaged_distinct, distinct_n
-from lightning_div.model.adapters import CausalLMAdapter
+from lightning_div.metrics import NegativeMeanCosine, averaged_distinct, distinct_n
+from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.nli.scorer import NLIScorer
-from lightning_div.nli.threshold import NegativeMeanCosine, derive_seed
+from lightning_div.nli.threshold import derive_seed
 from lightning_div.semantic.clusters import SemanticClusters
 from lightning_div.semantic.encoder import ResponseEncoder
 
@@ -431,7 +431,7 @@ def peaked_adapter():
     model = causal_model(seed=1, n_positions=64)
     with torch.no_grad():
         model.transformer.ln_f.weight.mul_(8.0)
-    return CausalLMAdapter(model, tokenizer(False), show_progress=False, max_new_tokens=8)
+    return HuggingFaceAdapter(model, tokenizer(False), show_progress=False, max_new_tokens=8)
 
 
 def test_build_dec_test_through_a_real_adapter(peaked_adapter):
@@ -464,7 +464,9 @@ def test_build_dec_test_through_a_real_adapter(peaked_adapter):
 def test_build_dec_test_sweeps_nucleus_p_at_temperature_one(peaked_adapter):
     contexts = [list(p.context) for p in chitchat_pairs("validation", 60)[:6]]
     ps = [0.1, 0.5, 1.0]
-    sets = build_dec_test(peaked_adapter, contexts, ps, n=5, seed=0, show_progress=False, swept="top_p", min_new_tokens=6)
+    sets = build_dec_test(
+        peaked_adapter, contexts, ps, n=5, seed=0, show_progress=False, swept="top_p", min_new_tokens=6
+    )
     assert [s.parameter for s in sets[:3]] == ps
     # value i is one batched call: temperature 1, top_p = p, seed derive_seed(seed, i)
     direct = peaked_adapter.generate(
@@ -480,7 +482,9 @@ def test_build_dec_test_sweeps_nucleus_p_at_temperature_one(peaked_adapter):
     )
     assert [r for s in sets if s.parameter == 0.5 for r in s.responses] == direct
     # p = 1.0 at temperature 1 is the temperature sweep's temperature-1 sets with the same seed index
-    at_one = build_dec_test(peaked_adapter, contexts, [0.1, 0.5, 1.0], n=5, seed=0, show_progress=False, min_new_tokens=6)
+    at_one = build_dec_test(
+        peaked_adapter, contexts, [0.1, 0.5, 1.0], n=5, seed=0, show_progress=False, min_new_tokens=6
+    )
     assert [s.responses for s in sets if s.parameter == 1.0] == [s.responses for s in at_one if s.parameter == 1.0]
     got = dec_test(averaged_distinct, [s.responses for s in sets], [s.parameter for s in sets], show_progress=False)
     assert got["spearman"] > 0.5  # a wider nucleus, more diverse sets

@@ -265,3 +265,34 @@ def test_lexical_options_are_checked_and_reach_the_metrics():
     )
     assert mon.lexical_metrics == ["distinct_1", "distinct_2_utt", "ent_1"]
     assert mon.lexical_options == {"tokenizer": "casual", "base": 2}
+
+
+def test_a_model_with_finite_weights_but_nan_logits_is_named_diverged(tmp_path):
+    # issue 31, CB2: before, val/sem_ent = 0.0 and distinct 0 were logged with "all responses empty"
+    from monitor_setup import GOLD, VAL, minilm
+
+    module = TinyChat()
+    # NaN logits whenever the model is evaluated (training is left alone, so the weights stay finite)
+    module.model.lm_head.register_forward_hook(lambda mod, args, out: out if mod.training else out * float("nan"))
+    cb = SemanticDiversityMonitor(
+        encoder=minilm(),
+        num_clusters=4,
+        num_contexts=4,
+        val_pairs=VAL,
+        gold_responses=GOLD[:120],
+        log_samples=0,
+        show_progress=False,
+        batch_size=8,
+        max_new_tokens=6,
+        dirpath=str(tmp_path / "cache"),
+    )
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"SemanticDiversityMonitor: the model has diverged: its weights are finite but its output is not "
+        r"\(the log-probabilities of the probe response .* hold NaN or inf\); nothing it generates is measured",
+    ):
+        trainer(tmp_path, [cb], max_epochs=1, limit_train_batches=1, limit_val_batches=1).fit(module)
+    assert all(bool(torch.isfinite(p).all()) for p in module.parameters())  # the weights were fine throughout
+    logged = {k for row in cb.history for k in row}
+    assert "val/sem_ent" not in logged and "val/distinct_1" not in logged  # no 0.0 from empty output
+    assert logged == {"epoch", "timing/semantic_diversity_s"}

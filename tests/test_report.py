@@ -129,3 +129,33 @@ def test_report_opens_in_a_real_browser(run_dir, tmp_path):
         assert (tmp_path / "report.png").stat().st_size > 10_000
     finally:
         driver.quit()
+
+
+def test_gold_and_negative_losses_are_plotted_apart(tmp_path, monkeypatch):
+    # issue 34: train/loss_step alternated between gold batches (~7) and DRESS negative batches (~0.002)
+    import lightning_div._internal.tracking as tracking
+    from lightning_div.report import read_metrics, scalar_figures
+
+    gold = {0: 7.15, 1: 7.96, 3: 7.01, 4: 6.98}
+    negative = {2: 0.0019, 5: 0.0023}
+    lines = ["epoch,step,train/loss_step,train/negative_loss_step"]
+    last_gold = last_negative = ""
+    for step in range(6):  # Lightning's rows: at a step that does not log a key, its last value again
+        last_gold = str(gold.get(step, last_gold))
+        last_negative = str(negative[step]) if step in negative else last_negative
+        lines.append(f"0,{step},{last_gold},{last_negative}")
+    (tmp_path / "metrics.csv").write_text("\n".join(lines) + "\n")
+    series = read_metrics(tmp_path / "metrics.csv", [])
+    figures = []
+    real = tracking.new_figure
+
+    def keep(*args, **kwargs):
+        fig, axes = real(*args, **kwargs)
+        figures.append(fig)
+        return fig, axes
+
+    monkeypatch.setattr(tracking, "new_figure", keep)
+    scalar_figures(series)
+    panels = {ax.get_title(): ax.lines[0].get_ydata().tolist() for fig in figures for ax in fig.axes if ax.lines}
+    assert set(panels) == {"train/loss_step", "train/negative_loss_step"}  # two panels, never one curve
+    assert min(panels["train/loss_step"]) > 6.0 and max(panels["train/negative_loss_step"]) < 0.01

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.metrics import RUQ, ruq_margin, ruq_score
-from lightning_div.metrics.ruq import lowest_reference_scores, reference_scores_of
+from lightning_div.metrics.ruq import reference_scores_of
 
 IDK1, IDK2 = "idk", "idk two"
 
@@ -86,7 +86,7 @@ def test_ruq_and_margin_by_hand(reference):
 
 def test_reference_choice_and_margin_details():
     assert reference_scores_of(REFS, "first") == [-1.0, -1.5, -4.0]
-    assert reference_scores_of(REFS, "lowest") == lowest_reference_scores(REFS) == [-3.0, -1.5, -4.0]
+    assert reference_scores_of(REFS, "lowest") == reference_scores_of(REFS) == [-3.0, -1.5, -4.0]  # the default
     # the default is the paper's recommendation, "lowest"
     assert ruq_score(REFS, IDK1_SCORES) == 0.0 and ruq_margin(REFS, IDK1_SCORES) == pytest.approx(-2.5 / 3)
     # a tie is not preferred but contributes 0 to the margin
@@ -159,9 +159,9 @@ def _ruq_values(rank, world_size, shared):
     """RUQMonitor.compute on 16 chitchat prompts, on whatever number of processes runs it."""
     from helpers import causal_model, chitchat_pairs, tokenizer
 
-    from lightning_div.model.adapters import CausalLMAdapter
+    from lightning_div.model.adapters import HuggingFaceAdapter
 
-    adapter = CausalLMAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
+    adapter = HuggingFaceAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
     monitor = RUQMonitor(show_progress=False, batch_size=8, shared_contexts=shared)
     return monitor.compute(adapter, list(chitchat_pairs("validation", 60))[:16])
 

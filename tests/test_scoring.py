@@ -9,7 +9,7 @@ import torch
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 
 from lightning_div.metrics import ruq_score
-from lightning_div.model.adapters import CausalLMAdapter, Seq2SeqAdapter
+from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.scoring import candidate_logprobs, candidate_scores, position_profile, response_scores
 
@@ -61,9 +61,9 @@ def test_broken_adapter_output_is_refused():
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_scores_are_mean_token_logprobs_of_real_models(kind):
     if kind == "causal":
-        adapter = CausalLMAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=2)
+        adapter = HuggingFaceAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=2)
     else:
-        adapter = Seq2SeqAdapter(seq2seq_model(), tokenizer(True), show_progress=False, batch_size=2)
+        adapter = HuggingFaceAdapter(seq2seq_model(), tokenizer(True), show_progress=False, batch_size=2)
     pairs = chitchat_pairs("validation", 60)[:5]
     ctx, resp = [list(p.context) for p in pairs] + ["hi"], [p.response for p in pairs] + [""]
     lps = adapter.token_logprobs(ctx, resp)
@@ -85,7 +85,7 @@ def test_seq2seq_scores_response_and_eos_never_bos():
     """
     tok, model = tokenizer(True), seq2seq_model(seed=5)
     fmt = DialogueFormat()
-    adapter = Seq2SeqAdapter(model, tok, format=fmt, show_progress=False, batch_size=3)
+    adapter = HuggingFaceAdapter(model, tok, format=fmt, show_progress=False, batch_size=3)
     contexts = [["hi , how are you ?", "fine , thanks"], ["what is your name ?"], ["ok"]]
     responses = ["i am fine too", "my name is bob and you ?", ""]
     lps = adapter.token_logprobs(contexts, responses)
@@ -155,7 +155,7 @@ def test_ruq_sanity_idk_model_and_reference_model():
 
     idk_model = causal_model(seed=3)
     assert train_responses(idk_model, tok, [list(p.context) for p in train], [IDK] * 16, 60, fmt) < 0.05
-    idk_adapter = CausalLMAdapter(idk_model, tok, format=fmt, show_progress=False)
+    idk_adapter = HuggingFaceAdapter(idk_model, tok, format=fmt, show_progress=False)
     assert idk_adapter.generate(ctx) == [IDK] * 8  # greedy decoding, text cleaned of EOS/pads
     ref_scores = response_scores(idk_adapter, ctx, refs)
     idk_scores = response_scores(idk_adapter, ctx, [IDK] * 8)
@@ -164,7 +164,7 @@ def test_ruq_sanity_idk_model_and_reference_model():
 
     ref_model = causal_model(seed=4)
     assert train_responses(ref_model, tok, ctx, refs, 80, fmt) < 0.1
-    ref_adapter = CausalLMAdapter(ref_model, tok, format=fmt, show_progress=False)
+    ref_adapter = HuggingFaceAdapter(ref_model, tok, format=fmt, show_progress=False)
     ref_scores = response_scores(ref_adapter, ctx, refs)
     idk_scores = response_scores(ref_adapter, ctx, [IDK] * 8)
     assert min(ref_scores) > max(idk_scores) + 1.0
@@ -195,8 +195,8 @@ def flat_scores(adapter, contexts, candidates, **kw):
 
 def make_adapter(kind, batch_size, model=None):
     if kind == "causal":
-        return CausalLMAdapter(model or causal_model(), tokenizer(False), show_progress=False, batch_size=batch_size)
-    return Seq2SeqAdapter(model or seq2seq_model(), tokenizer(True), show_progress=False, batch_size=batch_size)
+        return HuggingFaceAdapter(model or causal_model(), tokenizer(False), show_progress=False, batch_size=batch_size)
+    return HuggingFaceAdapter(model or seq2seq_model(), tokenizer(True), show_progress=False, batch_size=batch_size)
 
 
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
@@ -264,7 +264,7 @@ def test_each_context_runs_through_the_model_once(kind):
 
 def test_a_context_cut_for_a_long_candidate_gets_its_own_group():
     """Near the window a longer candidate keeps less context: grouped by the ids fed, values still equal."""
-    adapter = CausalLMAdapter(causal_model(n_positions=48), tokenizer(False), show_progress=False, batch_size=8)
+    adapter = HuggingFaceAdapter(causal_model(n_positions=48), tokenizer(False), show_progress=False, batch_size=8)
     context = [("so what do you think about the weather today ? " * 3).strip()]
     cands = [["ok", "well , " * 8 + "i do not know", "i think it is going to rain all day long , sadly ."]]
     fmt = DialogueFormat()
@@ -316,7 +316,7 @@ class ScaledLogits(torch.nn.Module):
 def test_post_processed_logits_are_scored_from_the_logits():
     """The projection check fails on the first candidate pass; the cache is cropped back and the logits used."""
     model = ScaledLogits(causal_model())
-    adapter = CausalLMAdapter(model, tokenizer(False), show_progress=False, batch_size=64)
+    adapter = HuggingFaceAdapter(model, tokenizer(False), show_progress=False, batch_size=64)
     contexts, candidates = mixed_candidates()
     got = candidate_scores(adapter, contexts, candidates)
     np.testing.assert_allclose(

@@ -1,97 +1,187 @@
-"""One semantic space: ClusterSpec's new home, the process-level cache of encoders and clusters, the disk cache's one return type."""
+"""One explicit semantic space: SemanticSpace shared by identity, private spaces from the callbacks' arguments.
 
-import gc
+* Two callbacks given one SemanticSpace hold that very object: one encoder is built and the
+  clusters are fitted once, in one process and on each of 2 gloo processes (whose results
+  equal the single process's).
+* Callbacks without ``space=`` build private spaces from their arguments (as before: a monitor
+  alone stays a one-liner); with the same settings the second reads the first one's cache file.
+* ``space=`` beside a space argument, or other gold texts for a fitted space, is an error.
+* The space needs no Lightning; the disk cache returns one type whatever it found.
+"""
+
+import subprocess
+import sys
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from helpers import chitchat_pairs
 
-from lightning_div.semantic import space as semantic_space
+from lightning_div import SemanticSpace
+from lightning_div.semantic import cache as cluster_cache
+from lightning_div.semantic import encoder as encoder_module
 from lightning_div.semantic.cache import CachedClusters, cache_file, load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
-from lightning_div.semantic.space import ClusterSpec, clear_shared_cache, shared_cache_size, shared_encoder
-
-
-class Module:
-    """The part of a LightningModule ClusterSpec reads."""
-
-    def __init__(self, device="cpu"):
-        self.device = torch.device(device)
 
 
 def gold_texts(n=80):
     return [p.response for p in chitchat_pairs("train", 40)][:n]
 
 
-def test_same_name_arguments_and_device_share_one_encoder_others_do_not():
-    a = shared_encoder("minilm", torch.device("cpu"), batch_size=8, show_progress=False)
-    assert shared_encoder("minilm", torch.device("cpu"), show_progress=False, batch_size=8) is a  # any argument order
-    assert shared_encoder("minilm", torch.device("cuda", 0), batch_size=8, show_progress=False) is not a
-    assert shared_encoder("minilm", torch.device("cpu"), batch_size=16, show_progress=False) is not a
-    assert (
-        shared_encoder("minilm", torch.device("cpu"), batch_size=8, show_progress=False, pooling="last_token") is not a
-    )
-    assert a._model is None  # sharing decides nothing about loading: still lazy
-    # through specs, as the callbacks ask
-    one, two = ClusterSpec(encoder="minilm"), ClusterSpec(encoder="minilm")
-    assert one.get_encoder(Module(), 8, False) is two.get_encoder(Module(), 8, False) is a
-    assert ClusterSpec(encoder="minilm").get_encoder(Module("meta"), 8, False) is not a
-    mine = object()  # an encoder object given by the user is used as it is, never replaced
-    assert ClusterSpec(encoder=mine).get_encoder(Module(), 8, False) is mine
+class Counting:
+    """Counts ResponseEncoder constructions, disk-cache lookups and k-means fits in this process."""
+
+    def __init__(self, monkeypatch):
+        self.encoders, self.lookups, self.fits = 0, 0, 0
+        real_encoder, real_lookup, real_fit = (
+            encoder_module.ResponseEncoder,
+            cluster_cache.load_or_fit_clusters,
+            SemanticClusters.fit,
+        )
+        counts = self
+
+        class CountedEncoder(real_encoder):
+            def __init__(self, *args, **kwargs):
+                counts.encoders += 1
+                super().__init__(*args, **kwargs)
+
+        def lookup(*args, **kwargs):
+            counts.lookups += 1
+            return real_lookup(*args, **kwargs)
+
+        def fit(self, *args, **kwargs):
+            counts.fits += 1
+            return real_fit(self, *args, **kwargs)
+
+        monkeypatch.setattr(encoder_module, "ResponseEncoder", CountedEncoder)
+        monkeypatch.setattr(cluster_cache, "load_or_fit_clusters", lookup)
+        monkeypatch.setattr(SemanticClusters, "fit", fit)
 
 
-def test_the_monitor_and_dress_with_one_spec_get_one_encoder_and_one_set_of_clusters(tmp_path, monkeypatch):
+def fit_start(callback, texts, tmp_path):
+    """What a callback's fit start asks of its space (the monitor: fit; DRESS: fit, then the gold ids)."""
+    trainer = SimpleNamespace(default_root_dir=str(tmp_path), strategy=None)
+    module = SimpleNamespace(device=torch.device("cpu"))
+    context = callback.space_context(trainer, module)
+    callback.space.fit(texts, **context)
+    return callback.space.gold_assignments(texts, device=context["device"])
+
+
+def test_one_space_given_to_both_callbacks_is_one_encoder_and_one_fit(tmp_path, monkeypatch):
     from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
-    from lightning_div.semantic import cache as cluster_cache
 
-    calls = []
-    real = cluster_cache.load_or_fit_clusters
-
-    def counting(*args, **kwargs):
-        calls.append(kwargs["num_clusters"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cluster_cache, "load_or_fit_clusters", counting)
-    common = dict(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
-    monitor = SemanticDiversityMonitor(**common)
-    dress = DRESSReweighting(**common)
+    counts = Counting(monkeypatch)
+    space = SemanticSpace(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
+    monitor = SemanticDiversityMonitor(space=space, show_progress=False)
+    dress = DRESSReweighting(space=space, show_progress=False)
+    assert monitor.space is dress.space is space  # by identity: no copy, no process-wide cache behind it
     texts = gold_texts()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 80 points < 39 per cluster: tested in test_clustering
-        clusters = monitor.spec.get_clusters(Module(), texts, tmp_path, monitor.batch_size, monitor.show_progress)
-        same, ids = dress.spec.gold_assignments(Module(), texts, tmp_path, dress.batch_size, dress.show_progress)
-        assert calls == [3]  # fitted (or read) once for both callbacks
-        assert same is clusters and dress.spec._encoder is monitor.spec._encoder
-        assert monitor.spec.clusters_path == dress.spec.clusters_path == str(cache_file(tmp_path, clusters))
-        # the shared ids are the clusters' own assignment of the gold texts, and read-only (one array for all)
-        np.testing.assert_array_equal(ids, clusters.assign(monitor.spec._encoder.encode(texts)))
-        with pytest.raises(ValueError, match="read-only"):
-            ids[0] = 1
-        # another k, or other gold texts, is another semantic space: fitted on its own
-        other_k = ClusterSpec(encoder="minilm", num_clusters=4)
-        assert other_k.get_clusters(Module(), texts, tmp_path, 16, False) is not clusters
-        other_texts = ClusterSpec(encoder="minilm", num_clusters=3)
-        assert other_texts.get_clusters(Module(), texts[:-1], tmp_path, 16, False) is not clusters
-    assert calls == [3, 4, 3]
-    assert shared_cache_size() == (1, 3)
+        ids = fit_start(monitor, texts, tmp_path)
+        same_ids = fit_start(dress, texts, tmp_path)
+    assert (counts.encoders, counts.lookups, counts.fits) == (1, 1, 1)  # one encoder built, one fit, for both
+    assert same_ids is ids
+    clusters = space.clusters
+    assert space.clusters_path == str(cache_file(tmp_path / "lightning_div_cache", clusters))
+    assert monitor.state_dict()["clusters_path"] == dress.state_dict()["clusters_path"] == space.clusters_path
+    assert monitor.state_key == "SemanticDiversityMonitor{'name': None, 'encoder': 'minilm'}"
+    # the shared ids are the clusters' own assignment of the gold texts, and read-only (one array for all)
+    np.testing.assert_array_equal(ids, clusters.assign(space.get_encoder().encode(texts)))
+    with pytest.raises(ValueError, match="read-only"):
+        ids[0] = 1
+    assert counts.encoders == 1
 
 
-def test_the_cache_holds_nothing_nobody_uses_and_clear_forgets_at_once():
-    gc.collect()
-    spec = ClusterSpec(encoder="minilm")
-    first = spec.get_encoder(Module(), 8, False)
-    assert shared_cache_size() == (1, 0)
-    del spec, first
-    gc.collect()
-    assert shared_cache_size() == (0, 0)  # weak entries: a finished run's encoder goes with its callbacks
-    keep = ClusterSpec(encoder="minilm")
-    held = keep.get_encoder(Module(), 8, False)
-    clear_shared_cache()
-    assert shared_cache_size() == (0, 0)
-    assert ClusterSpec(encoder="minilm").get_encoder(Module(), 8, False) is not held  # a fresh one after clear()
-    assert keep.get_encoder(Module(), 8, False) is held  # a spec keeps what it already has
+def test_callbacks_without_a_space_build_private_ones_that_share_the_disk_cache(tmp_path, monkeypatch):
+    from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
+
+    counts = Counting(monkeypatch)
+    common = dict(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
+    monitor = SemanticDiversityMonitor(**common)
+    dress = DRESSReweighting(**common)
+    assert monitor.space is not dress.space
+    assert (monitor.space.num_clusters, monitor.space.encoder_source, monitor.space.batch_size) == (3, "minilm", 16)
+    texts = gold_texts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ids = fit_start(monitor, texts, tmp_path)
+        other_ids = fit_start(dress, texts, tmp_path)
+        # another k is another semantic space: fitted on its own, in its own file
+        other_k = DRESSReweighting(**{**common, "num_clusters": 4})
+        fit_start(other_k, texts, tmp_path)
+    assert counts.encoders == 3  # each private space builds its own encoder
+    assert counts.lookups == 3 and counts.fits == 2  # DRESS's private space read the monitor's cache file
+    assert monitor.space.get_encoder() is not dress.space.get_encoder()
+    assert dress.space.clusters is not monitor.space.clusters
+    np.testing.assert_array_equal(dress.space.clusters.centroids, monitor.space.clusters.centroids)
+    np.testing.assert_array_equal(other_ids, ids)
+    assert dress.space.clusters_path == monitor.space.clusters_path != other_k.space.clusters_path
+    # defaults when no argument is given: the space's own, defined once
+    plain = SemanticDiversityMonitor()
+    assert (plain.space.encoder_source, plain.space.num_clusters, plain.space.kmeans_seed) == (
+        "microsoft/DialoGPT-large",
+        20,
+        27,
+    )
+
+
+def test_space_beside_space_arguments_is_an_error():
+    from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
+
+    space = SemanticSpace(encoder="minilm")
+    with pytest.raises(ValueError, match=r"SemanticDiversityMonitor: space= and num_clusters= were both given"):
+        SemanticDiversityMonitor(space=space, num_clusters=20)  # even equal to the space's: two sources of truth
+    with pytest.raises(ValueError, match=r"DRESSReweighting: space= and encoder=, encoder_kwargs= were both given"):
+        DRESSReweighting(space=space, encoder="minilm", encoder_kwargs={"pooling": "mean"})
+    with pytest.raises(TypeError, match="space must be a lightning_div.SemanticSpace, got str"):
+        SemanticDiversityMonitor(space="minilm")
+
+
+def test_a_fitted_space_refuses_other_gold_texts_and_a_missing_cache_dir(tmp_path):
+    texts = gold_texts()
+    space = SemanticSpace(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
+    with pytest.raises(ValueError, match=r"needs a cache directory .*SemanticSpace\(dirpath=\.\.\.\)"):
+        space.fit(texts)
+    with pytest.raises(RuntimeError, match=r"no clusters yet: call fit\(gold_texts\) first"):
+        space.clusters  # noqa: B018  (the property raises)
+    with pytest.raises(ValueError, match="no gold training responses to fit"):
+        space.fit(None, cache_dir=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        space.fit(texts, cache_dir=tmp_path)
+    assert space.fit(texts) is space  # the same texts: nothing to do (no cache directory needed)
+    with pytest.raises(ValueError, match="fitted on other gold responses than the 79 given now"):
+        space.fit(texts[:-1])
+    with pytest.raises(ValueError, match=r"needs the texts this SemanticSpace was fitted on"):
+        space.gold_assignments(texts[:-1])
+
+
+def test_save_load_and_assign_round_trip(tmp_path):
+    texts = gold_texts()
+    space = SemanticSpace(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False, dirpath=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        space.fit(texts)
+    saved = space.save(tmp_path / "mine.npz")
+    loaded = SemanticSpace.load(saved, batch_size=16, show_progress=False)  # the encoder named in the file
+    assert loaded.fitted and loaded.clusters_path == str(saved)
+    assert loaded.encoder_source == "sentence-transformers/all-MiniLM-L6-v2"
+    assert loaded.encoder_kwargs == {"pooling": "mean"}
+    assert loaded.cards == space.cards
+    np.testing.assert_array_equal(loaded.assign(texts), space.gold_assignments(texts))
+    np.testing.assert_allclose(loaded.encode(texts[:3]), space.encode(texts[:3]), atol=1e-6)
+
+
+def test_the_space_needs_no_lightning():
+    code = (
+        "import sys, lightning_div.semantic.space; "
+        "print(sorted(m for m in ('pytorch_lightning', 'lightning', 'lightning_fabric') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_the_disk_cache_returns_one_type_whatever_it_found(tmp_path):
@@ -113,48 +203,32 @@ def test_the_disk_cache_returns_one_type_whatever_it_found(tmp_path):
     assert fitted.assignments is None and read.assignments is None
     np.testing.assert_array_equal(with_ids.assignments, cached_ids.assignments)
     np.testing.assert_array_equal(with_ids.assignments, fitted.clusters.assign(enc.encode(texts)))
-    # the old entry point keeps its two return types, from the same cache
-    old = SemanticClusters.load_or_fit(tmp_path, texts, enc, **config)
-    old_clusters, old_ids = SemanticClusters.load_or_fit(tmp_path, texts, enc, with_assignments=True, **config)
-    assert isinstance(old, SemanticClusters) and old.config == old_clusters.config == fitted.clusters.config
-    np.testing.assert_array_equal(old_ids, cached_ids.assignments)
-
-
-def test_ranks_agree_on_a_hit_before_skipping_the_collectives(monkeypatch):
-    from lightning_div._internal import distributed
-
-    made = []
-    first = semantic_space.shared_clusters("key", lambda: made.append(1) or CachedClusters(None, None))
-    assert semantic_space.shared_clusters("key", lambda: made.append(2)) is first and made == [1]
-    # under DDP another rank's garbage collector may have freed its entry: then every rank makes it again
-    monkeypatch.setattr(distributed, "is_distributed", lambda: True)
-    monkeypatch.setattr(distributed, "gather_objects", lambda held: [held, False])
-    again = semantic_space.shared_clusters("key", lambda: made.append(3) or CachedClusters(None, None))
-    assert made == [1, 3] and again is not first
-    monkeypatch.setattr(distributed, "gather_objects", lambda held: [held, True])
-    assert semantic_space.shared_clusters("key", lambda: made.append(4)) is again and made == [1, 3]
 
 
 def _two_callbacks_on_ranks(rank, world, texts, cache_dir):
     import faiss
+    import pytest
 
-    from lightning_div.semantic import cache as cluster_cache
+    from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
 
     if world > 1:  # two processes on a 2-core runner: one thread each
         torch.set_num_threads(1)
         faiss.omp_set_num_threads(1)
-    calls = []
-    real = cluster_cache.load_or_fit_clusters
-    cluster_cache.load_or_fit_clusters = lambda *a, **k: calls.append(1) or real(*a, **k)
-    try:
-        monitor, dress = ClusterSpec(encoder="minilm", num_clusters=3), ClusterSpec(encoder="minilm", num_clusters=3)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        counts = Counting(monkeypatch)
+        space = SemanticSpace(encoder="minilm", num_clusters=3, dirpath=cache_dir, batch_size=16, show_progress=False)
+        monitor, dress = SemanticDiversityMonitor(space=space), DRESSReweighting(space=space)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # few points per cluster
-            clusters = monitor.get_clusters(Module(), texts, cache_dir, 16, False)
-            same, ids = dress.gold_assignments(Module(), texts, cache_dir, 16, False)
-    finally:
-        cluster_cache.load_or_fit_clusters = real
-    return same is clusters, len(calls), clusters.centroids, np.asarray(ids)
+            fit_start(monitor, texts, cache_dir)
+            ids = fit_start(dress, texts, cache_dir)
+        clusters = space.clusters
+        return (
+            monitor.space is dress.space,
+            (counts.encoders, counts.lookups, counts.fits),
+            clusters.centroids,
+            np.asarray(ids),
+        )
 
 
 @pytest.mark.slow
@@ -164,10 +238,13 @@ def test_two_processes_share_within_each_and_agree_with_one(tmp_path):
     texts = gold_texts()
     (tmp_path / "single").mkdir()
     (tmp_path / "ddp").mkdir()
-    shared, calls, centroids, ids = _two_callbacks_on_ranks(0, 1, texts, tmp_path / "single")
-    assert shared and calls == 1
-    for shared, calls, rank_centroids, rank_ids in run_distributed(_two_callbacks_on_ranks, 2, texts, tmp_path / "ddp"):
-        assert shared and calls == 1  # each process fits (rank 0) or receives (rank 1) once, for both callbacks
+    shared, counts, centroids, ids = _two_callbacks_on_ranks(0, 1, texts, tmp_path / "single")
+    assert shared and counts == (1, 1, 1)
+    results = run_distributed(_two_callbacks_on_ranks, 2, texts, tmp_path / "ddp")
+    # one encoder and one lookup per process, for both callbacks; rank 0 fits, rank 1 receives
+    assert [r[1] for r in results] == [(1, 1, 1), (1, 1, 0)]
+    for shared, _, rank_centroids, rank_ids in results:
+        assert shared
         np.testing.assert_allclose(rank_centroids, centroids, atol=1e-5)
         np.testing.assert_array_equal(rank_ids, ids)
     assert len(list((tmp_path / "ddp").glob("clusters-*.npz"))) == 1

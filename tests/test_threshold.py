@@ -10,10 +10,9 @@ import pytest
 import torch
 from helpers import tiny_nli_model, tokenizer
 
-from lightning_div.metrics import averaged_distinct
+from lightning_div.metrics import NegativeMeanCosine, averaged_distinct
 from lightning_div.nli.scorer import NLIScorer
 from lightning_div.nli.threshold import (
-    NegativeMeanCosine,
     ThresholdStep,
     derive_seed,
     diversity_threshold_generate,
@@ -358,16 +357,16 @@ def test_paper_procedure_ranks_and_reports_with_baseline_and_stops_on_contradict
         diversity_threshold_generate(ScriptedGenerator(script), "ctx", metric=value_sum, diversity_metric="baseline")
 
 
-def test_set_metric_pieces_live_in_metrics_sets_with_aliases_at_their_old_homes():
-    # they moved beside the other metrics (meta_eval and threshold both import them: no cycle);
-    # the old import paths stay, and they are the same objects, not copies
+def test_set_metric_pieces_live_in_metrics_sets_without_aliases_at_their_old_homes():
+    # they moved beside the other metrics (meta_eval and threshold both import them: no cycle); the
+    # public facades (lightning_div.metrics, lightning_div.meta_eval) give the same objects, not copies,
+    # and the threshold module no longer carries them as aliases (0.2.0)
     import lightning_div.meta_eval as meta_eval
     import lightning_div.metrics as metrics
     import lightning_div.nli.threshold as threshold
     from lightning_div.metrics import sets
 
-    assert threshold.NegativeMeanCosine is sets.NegativeMeanCosine is metrics.NegativeMeanCosine
-    assert meta_eval.NegativeMeanCosine is sets.NegativeMeanCosine
-    assert threshold.SetMetric is sets.SetMetric is meta_eval.SetMetric
-    assert threshold.fewer_than_two is sets.fewer_than_two
+    assert sets.NegativeMeanCosine is metrics.NegativeMeanCosine is meta_eval.NegativeMeanCosine
+    assert sets.SetMetric is meta_eval.SetMetric
+    assert not hasattr(threshold, "NegativeMeanCosine") and not hasattr(threshold, "fewer_than_two")
     assert sets.NegativeMeanCosine.__module__ == "lightning_div.metrics.sets"

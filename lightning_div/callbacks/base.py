@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytorch_lightning as pl
@@ -35,6 +35,9 @@ from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
 from lightning_div.core import DialoguePair
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.sharding import check_strategy, full_parameters
+
+if TYPE_CHECKING:  # the adapters import the scoring and generation code: only when a callback asks for one
+    from lightning_div.model.adapters import DialogueModelAdapter
 
 log = logging.getLogger("lightning_div")
 
@@ -83,8 +86,8 @@ class DiversityCallback(Callback):
 
     Checkpointing: the state is saved under :attr:`state_key`, built from the instance's
     identifying arguments as Lightning's ``EarlyStopping`` / ``ModelCheckpoint`` build theirs,
-    so two instances never overwrite each other's state; a checkpoint written before the key
-    had arguments (state under the bare class name) still loads into a single instance.
+    so two instances never overwrite each other's state. A checkpoint of lightning-div 0.1
+    that holds the state under the bare class name is not restored; a warning says so.
     """
 
     #: What the callback is, for ``timing/<kind>_s`` and warnings; set by each subclass.
@@ -165,19 +168,17 @@ class DiversityCallback(Callback):
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        # Checkpoints written before the state key had arguments keep the state under the bare class
-        # name: hand it to this instance when it is the only one of its class (otherwise whose is it?).
+        # lightning-div 0.1 kept the state under the bare class name; 0.2 does not read it (no migration
+        # code is carried), and Lightning would pass over it silently: say so, once.
         states = checkpoint.get("callbacks")
-        legacy = type(self).__qualname__
-        if not isinstance(states, dict) or self.state_key in states or legacy not in states:
-            return
-        if sum(type(cb) is type(self) for cb in _callbacks(trainer)) == 1:
-            states[self.state_key] = states[legacy]
-        else:
-            warn_once(
-                f"legacy-state:{legacy}",
-                f"the checkpoint holds one {legacy} state under the old key "
-                f"{legacy!r} but this Trainer has several {legacy}s: none of them restores it",
+        bare = type(self).__qualname__
+        if isinstance(states, dict) and self.state_key not in states and bare in states:
+            warnings.warn(  # not warn_once: a resume happens once per run, and each one must say it
+                f"the checkpoint holds a {bare} state under the key {bare!r}, which lightning-div 0.1 wrote; "
+                f"0.2 keys it by the callback's arguments ({self.state_key!r}), so it is not restored: this "
+                "run starts the callback afresh (its samples, history and, for DRESS, weights and negatives)",
+                RuntimeWarning,
+                stacklevel=2,
             )
 
     def check_unique_keys(self, trainer: pl.Trainer) -> None:
@@ -199,7 +200,21 @@ class DiversityCallback(Callback):
     def output_dir(self, trainer: pl.Trainer) -> Path:
         return artifact_dir(trainer, self.cache_dir(trainer) / "plots")
 
-    def adapter(self, pl_module: pl.LightningModule) -> Any:
+    def space_context(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        """Where a :class:`~lightning_div.semantic.space.SemanticSpace` works for this callback.
+
+        The ``device``, ``broadcast`` and ``cache_dir`` arguments of
+        :meth:`~lightning_div.semantic.space.SemanticSpace.fit`: the module's device, the
+        strategy's broadcast (rank 0's clusters to every rank) and :meth:`cache_dir`.
+        """
+        strategy = getattr(trainer, "strategy", None)
+        return {
+            "device": pl_module.device,
+            "broadcast": getattr(strategy, "broadcast", None),
+            "cache_dir": self.cache_dir(trainer),
+        }
+
+    def adapter(self, pl_module: pl.LightningModule) -> DialogueModelAdapter:
         """The user's model as a :class:`~lightning_div.model.adapters.DialogueModelAdapter` (built fresh: no stale weights)."""
         from lightning_div.model.adapters import resolve_adapter
 
@@ -214,9 +229,7 @@ class DiversityCallback(Callback):
             seed=self.seed,
         )
 
-    def resolve_pairs(
-        self, trainer: pl.Trainer, explicit: Any, name: str, arg: str | None = None
-    ) -> Sequence[DialoguePair]:
+    def resolve_pairs(self, trainer: pl.Trainer, explicit: Any, name: str) -> Sequence[DialoguePair]:
         """Explicit pairs/path if given, else ``trainer.datamodule.<name>()``, else a helpful error.
 
         Args:
@@ -224,18 +237,10 @@ class DiversityCallback(Callback):
             explicit: the pairs or path the user gave as argument ``name``, or None.
             name: the argument's name, which is also the datamodule's method (``"val_pairs"``,
                 ``"train_pairs"``); errors name it: ``"val_pairs[3]: ..."``.
-            arg: deprecated, ignored unless it differs from ``name`` (it always equalled it).
         """
         from lightning_div.datamodules.formats import pairs_from_items, read_pairs
 
-        if arg is not None and arg != name:
-            warnings.warn(
-                "resolve_pairs(trainer, explicit, method, arg): the argument and the datamodule method now "
-                "have one name: resolve_pairs(trainer, explicit, name)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        method, arg = name, arg or name
+        method = arg = name
         pairs: Sequence[DialoguePair]
         if isinstance(explicit, (list, tuple)):
             pairs = pairs_from_items(explicit, name=arg)
@@ -300,7 +305,7 @@ class DiversityCallback(Callback):
 
     def generate(
         self,
-        adapter: Any,
+        adapter: DialogueModelAdapter,
         contexts: Sequence[Sequence[str]],
         generation_kwargs: dict[str, Any],
         desc: str = "generating",

@@ -15,26 +15,52 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div._internal.tracking import log_figure, log_table, write_atomic
+from lightning_div._internal.tracking import _safe_name, log_figure, log_table, warn_once, write_atomic
+from lightning_div.dress.state import DressState
+from lightning_div.keys import CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE
 from lightning_div.semantic.cards import CARD_COLUMNS, cluster_labels
 
-CARDS_FILE = "cluster_cards.csv"
-SHARES_FILE = "cluster_shares.csv"
-DRESS_FILE = "dress_clusters.csv"
 _LOGGED_ATTR = "_lightning_div_cards_logged"
 
 
-def log_cards_once(trainer: Any, clusters: Any, out_dir: Path) -> Path | None:
-    """Log the clusters' cards as the table ``clusters/cards`` (and ``cluster_cards.csv``) once per Trainer.
+def artifact_file(filename: str, log_key: Callable[[str], str] = str) -> str:
+    """A once-per-run file as the calling callback names it: ``<name>_<filename>`` for a callback with a
+    ``name`` (as its keys are ``<name>/...``), ``filename`` itself without one. So two monitors with
+    ``name="a"`` and ``name="b"`` write ``a_cluster_cards.csv`` and ``b_cluster_cards.csv``."""
+    return _safe_name(log_key(filename))
 
-    The monitor and DRESS share the clusters; whichever reaches this first logs them.
+
+def log_cards_once(trainer: Any, clusters: Any, out_dir: Path, log_key: Callable[[str], str] = str) -> Path | None:
+    """Log the clusters' cards as the table ``clusters/cards`` (and ``cluster_cards.csv``) once per Trainer and key.
+
+    The key and the file carry the calling callback's name (``log_key``): ``<name>/clusters/cards``
+    and ``<name>_cluster_cards.csv``. A monitor and DRESS with the same name (none, by default)
+    share one table: whichever reaches this first logs it; other clusters under a key already
+    logged are said in a warning (give the callbacks names), not written over it.
     """
     cards = getattr(clusters, "cards", None)
-    if not cards or getattr(trainer, _LOGGED_ATTR, False):
+    if not cards:
         return None
-    path = log_table(trainer, "clusters/cards", CARD_COLUMNS, [c.row() for c in cards], out_dir, filename=CARDS_FILE)
+    key = log_key("clusters/cards")
+    logged: dict[str, str] = getattr(trainer, _LOGGED_ATTR, None) or {}
+    if key in logged:
+        if logged[key] != clusters.config_hash:
+            warn_once(
+                f"cards:{key}",
+                f"two callbacks log the cards of different clusters under {key!r}: the first one's are kept; "
+                "give the callbacks distinct name=... so that each logs its own",
+            )
+        return None
+    path = log_table(
+        trainer,
+        key,
+        CARD_COLUMNS,
+        [c.row() for c in cards],
+        out_dir,
+        filename=artifact_file(CLUSTER_CARDS_FILE, log_key),
+    )
     try:
-        setattr(trainer, _LOGGED_ATTR, True)
+        setattr(trainer, _LOGGED_ATTR, {**logged, key: clusters.config_hash})
     except AttributeError:  # a Trainer stand-in with __slots__: logging twice is harmless
         pass
     return path
@@ -55,7 +81,8 @@ def log_collapse(
 ) -> None:
     """This epoch's labelled share histogram (``val/cluster_histogram``); with ``heatmap``, the epochs x
     clusters heatmap of generated shares (``val/cluster_shares``) and ``cluster_shares.csv`` (every
-    measured epoch). ``log_key`` names the keys as the calling callback logs them (its ``name`` prefix)."""
+    measured epoch). ``log_key`` names the keys and the file as the calling callback logs them (its
+    ``name`` prefix: ``<name>/val/...``, ``<name>_cluster_shares.csv``)."""
     from lightning_div.semantic.plots import collapse_heatmap, share_histogram
 
     labels = labels_of(clusters)
@@ -81,13 +108,17 @@ def log_collapse(
             )
 
     try:
-        write_atomic(Path(out_dir) / SHARES_FILE, write)
+        write_atomic(Path(out_dir) / artifact_file(CLUSTER_SHARES_FILE, log_key), write)
     except OSError:  # the figures above already warned about this directory; training goes on
         pass
 
 
 def dress_cluster_view(
-    clusters: Any, weights: np.ndarray | None, lam: float, heads: Sequence[int], negative_clusters: Sequence[int]
+    clusters: Any,
+    weights: np.ndarray | None,
+    lam: float,
+    heads: Sequence[int],
+    negative_clusters: Sequence[int] | np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(gold weight per cluster, negatives per cluster) of a DRESS round.
 
@@ -106,31 +137,34 @@ def dress_cluster_view(
     return per_cluster, negatives
 
 
-def log_dress_round(trainer: Any, callback: Any, out_dir: Path) -> None:
-    """DRESS this round: the figure ``dress/clusters`` (gold weight and negatives per cluster, head
-    clusters in red, the effective sample size in the title) and the table ``dress/head_clusters``
-    (each head cluster by its card, with its negatives) for a DRESSReweighting ``callback``."""
+def log_dress_round(
+    trainer: Any, state: DressState, clusters: Any, lam: float, out_dir: Path, log_key: Callable[[str], str] = str
+) -> None:
+    """DRESS this round, from its :class:`~lightning_div.dress.state.DressState`: the figure ``dress/clusters``
+    (gold weight and negatives per cluster, head clusters in red, the effective sample size in the title)
+    and the table ``dress/head_clusters`` (each head cluster by its card, with its negatives).
+
+    Args:
+        trainer: the Trainer (its loggers get the figure and the table).
+        state: what DRESS decided this round.
+        clusters: the clusters the weights and negatives were computed in.
+        lam: DRESS's lambda (the gold weight per cluster is drawn from it).
+        out_dir: where the PNG and CSV go.
+        log_key: the calling callback's key naming (its ``name`` prefix).
+    """
     from lightning_div.dress.weights import effective_sample_size
     from lightning_div.semantic.plots import dress_round
 
-    clusters = getattr(callback.spec, "_clusters", None)
-    if clusters is None or callback.weights is None:
+    if state.weights is None:
         return
-    log_cards_once(trainer, clusters, out_dir)  # when no SemanticDiversityMonitor logged them
-    heads = [int(h) for h in callback.heads]
-    gold_weight, negatives = dress_cluster_view(
-        clusters, callback.weights, callback.lam, heads, getattr(callback, "negative_clusters", [])
-    )
-    all_w = np.concatenate([callback.weights, callback.negative_weights])
+    log_cards_once(trainer, clusters, out_dir, log_key)  # when no SemanticDiversityMonitor logged them
+    heads = [int(h) for h in state.heads]
+    gold_weight, negatives = dress_cluster_view(clusters, state.weights, lam, heads, state.trained_negative_clusters())
+    all_w = state.all_weights()
     labels = labels_of(clusters)
     epoch = int(getattr(trainer, "current_epoch", 0))
-    title = (
-        f"DRESS, epoch {epoch} (lambda={callback.lam:g}, "
-        f"effective sample size {effective_sample_size(all_w):.0f} of {all_w.size})"
-    )
-    log_figure(
-        trainer, callback.log_key("dress/clusters"), dress_round(gold_weight, negatives, heads, labels, title), out_dir
-    )
+    title = f"DRESS, epoch {epoch} (lambda={lam:g}, effective sample size {effective_sample_size(all_w):.0f} of {all_w.size})"
+    log_figure(trainer, log_key("dress/clusters"), dress_round(gold_weight, negatives, heads, labels, title), out_dir)
     cards = getattr(clusters, "cards", None) or []
     rows = [
         [
@@ -144,7 +178,7 @@ def log_dress_round(trainer: Any, callback: Any, out_dir: Path) -> None:
     ]
     log_table(
         trainer,
-        callback.log_key("dress/head_clusters"),
+        log_key("dress/head_clusters"),
         ["cluster", "label", "negatives", "gold weight", "nearest gold"],
         rows,
         out_dir,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, cast
 
 import numpy as np
@@ -12,23 +13,21 @@ from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import log_figure, new_figure
 from lightning_div.callbacks.base import DiversityCallback, override, sample_indices
 from lightning_div.callbacks.cluster_views import log_dress_round
-from lightning_div.callbacks.guards import check_finite_model, encoder_label, settings_changed, warn_if_all_empty
+from lightning_div.callbacks.guards import check_finite_model, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
 from lightning_div.dress.protocol import (
     MODES,
     NEGATIVE_BATCHES,
-    NEGATIVE_LOSSES,
     Mode,
     NegativeBatches,
-    NegativeLoss,
-    Negatives,
     ReweightableDataModule,
     check_choice,
 )
-from lightning_div.dress.weights import dress_weights, effective_sample_size, head_clusters, negative_weights
-from lightning_div.model.formatting import is_seq2seq
+from lightning_div.dress.state import DressState
+from lightning_div.dress.weights import dress_weights, head_clusters, negative_weights
+from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
 from lightning_div.model.sharding import full_parameters
-from lightning_div.semantic.space import ClusterSpec
+from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
 MINE_AT = ("start", "end")
@@ -37,11 +36,14 @@ MINE_AT = ("start", "end")
 class DRESSReweighting(DiversityCallback):
     """Weights gold training responses by the rarity of their semantic cluster, w = (1 - p_train(c))^lam.
 
-    At fit start: embeds the gold training responses, loads or fits the semantic
-    clusters (the same cache file as SemanticDiversityMonitor, so the work is done
-    once), computes the weights and hands them to the datamodule
-    (``set_sample_weights`` in ``mode="loss"``, ``set_sampling("sampler", w)`` in
-    ``mode="sampler"``). With ``negatives=True`` it generates greedily for
+    It measures in a :class:`~lightning_div.semantic.space.SemanticSpace`: ``space=`` (give it
+    the :class:`~lightning_div.callbacks.SemanticDiversityMonitor`'s and both use one encoder
+    and one set of clusters) or a private one from ``encoder``, ``clusters``, ``num_clusters``,
+    ``variance_kept``, ``kmeans_seed`` and ``encoder_kwargs``. At fit start: loads or fits the
+    clusters of the gold training responses (cached in ``dirpath``: the monitor's private space
+    with the same settings reads the same file), computes the weights and hands them to the
+    datamodule (:meth:`~lightning_div.dress.protocol.ReweightableDataModule.apply_weights`, with
+    the mode). With ``negatives=True`` it generates greedily for
     ``num_negative_contexts`` training contexts, finds the head clusters (share >
     ``head_threshold``) and trains on those generated responses with ``negative_weight``:
 
@@ -56,9 +58,9 @@ class DRESSReweighting(DiversityCallback):
       following epochs, with the adapter's greedy defaults (3-gram blocking); epoch 0
       trains on gold responses only.
 
-    ``negative_loss`` says how a negative weight is trained (through
-    :func:`lightning_div.dress.losses.weighted_lm_loss`, which reads it from the datamodule in
-    DialogueLM): ``"nll"`` = weight x NLL, the paper's unbounded gradient ascent;
+    ``negative_loss`` says how a negative weight is trained; it travels with every training
+    batch (``batch["negative_loss"]``, with ``batch["negative"]`` marking the negatives), which
+    :func:`lightning_div.dress.losses.dress_loss` reads: ``"nll"`` = weight x NLL, the paper's unbounded gradient ascent;
     ``"unlikelihood"`` = |weight| x -log(1 - p(y_t)) a token (Welleck et al., 2020), bounded.
     ``negative_batches="separate"`` (the authors): all generated responses, the
     zero-weight ones outside head clusters included, are trained in batches of their
@@ -70,21 +72,24 @@ class DRESSReweighting(DiversityCallback):
     ``dress/effective_sample_size`` and a weight histogram at every epoch end.
 
     ``mode="loss"``: batches carry ``sample_weight``; the ``training_step`` calls
-    ``lightning_div.dress.losses.weighted_lm_loss(logits, labels, batch["sample_weight"])``
-    (DialogueLM does). ``mode="sampler"``: examples are drawn in proportion to their
+    ``lightning_div.dress.losses.dress_loss(logits, labels, batch)`` (DialogueLM does).
+    ``mode="sampler"``: examples are drawn in proportion to their
     weights and the loss stays unweighted — for modules whose loss cannot change;
     negative weights cannot be expressed by sampling, so ``negatives`` must be False.
 
-    Weights, head clusters and negatives are checkpointed: a resumed run continues
-    with bit-identical weights.
+    Everything it decided is one :class:`~lightning_div.dress.state.DressState` (:attr:`state`):
+    weights, head clusters, negatives and the clusters they came from, the round: checkpointed
+    together, so a resumed run continues with bit-identical weights and the same figures.
 
     Args:
-        encoder: model name/path for :class:`~lightning_div.semantic.encoder.ResponseEncoder`, or an encoder
-            (use the monitor's, so both share one cluster file).
+        space: the semantic space (shared by identity with the callbacks given the same object);
+            None = a private one from the space arguments below. Giving both is an error.
+        encoder: model name/path for :class:`~lightning_div.semantic.encoder.ResponseEncoder`, or an
+            encoder (default: ``lightning_div.keys.DEFAULT_ENCODER``).
         clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on the gold responses).
-        num_clusters: k of the k-means clusters (paper: 20).
-        variance_kept: explained variance the PCA keeps (paper: 0.9).
-        kmeans_seed: faiss k-means seed (paper: 27).
+        num_clusters: k of the k-means clusters (default 20, the paper's).
+        variance_kept: explained variance the PCA keeps (default 0.9, the paper's).
+        kmeans_seed: faiss k-means seed (default 27, the paper's).
         lam: the exponent lambda of the gold weights (paper: 30).
         normalize: rescale the gold weights to mean 1 (keeps unweighted training's step size).
         negatives: mine generated responses of the head clusters each epoch.
@@ -105,18 +110,18 @@ class DRESSReweighting(DiversityCallback):
 
     Raises:
         ValueError: an unknown ``mode``, ``mine_at``, ``negative_loss`` or ``negative_batches``,
-            or ``mode="sampler"`` with ``negatives=True``.
+            ``mode="sampler"`` with ``negatives=True``, or ``space`` together with a space argument.
     """
 
     kind = "dress"
 
     def __init__(
         self,
-        encoder: EncoderSource = "microsoft/DialoGPT-large",
+        encoder: EncoderSource | None = None,
         clusters: ClustersSource | None = None,
-        num_clusters: int = 20,
-        variance_kept: float = 0.9,
-        kmeans_seed: int = 27,
+        num_clusters: int | None = None,
+        variance_kept: float | None = None,
+        kmeans_seed: int | None = None,
         lam: float = 30.0,
         normalize: bool = False,
         negatives: bool = True,
@@ -129,6 +134,7 @@ class DRESSReweighting(DiversityCallback):
         mine_at: str = "start",
         negative_loss: str = "nll",
         negative_batches: str = "separate",
+        space: SemanticSpace | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -141,13 +147,17 @@ class DRESSReweighting(DiversityCallback):
                 "DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
                 "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss."
             )
-        self.spec = ClusterSpec(
+        self.space = space_from_arguments(
+            type(self).__name__,
+            space,
             encoder=encoder,
             clusters=clusters,
             num_clusters=num_clusters,
             variance_kept=variance_kept,
             kmeans_seed=kmeans_seed,
             encoder_kwargs=encoder_kwargs,
+            batch_size=self.batch_size,
+            show_progress=self.show_progress,
         )
         self.lam = lam
         self.normalize = normalize
@@ -159,16 +169,11 @@ class DRESSReweighting(DiversityCallback):
         self.mode = cast(Mode, mode)
         self.generation_kwargs = dict(generation_kwargs or {})
         self.mine_at = mine_at
-        self.negative_loss = cast(NegativeLoss, negative_loss)
-        self.negative_batches = cast(NegativeBatches, negative_batches)
-        self.weights: np.ndarray | None = None
-        self.heads: np.ndarray = np.zeros(0, dtype=np.int64)
-        self.head_share = 0.0
-        self.negative_pairs: list[DialoguePair] = []
-        self.negative_weights: np.ndarray = np.zeros(0)
-        # The epoch whose training data the current negatives were mined for (None: never mined);
-        # checkpointed, so a resumed run mines each round exactly once.
-        self.mined_for: int | None = None
+        #: Everything DRESS decided (weights, negatives and their clusters, the round), checkpointed whole;
+        #: ``mined_for`` makes a resumed run mine each round exactly once.
+        self.state = DressState(
+            negative_loss=cast(NegativeLoss, negative_loss), negative_batches=cast(NegativeBatches, negative_batches)
+        )
 
     def _datamodule(self, trainer: pl.Trainer) -> ReweightableDataModule:
         dm = getattr(trainer, "datamodule", None)
@@ -213,13 +218,13 @@ class DRESSReweighting(DiversityCallback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         dm = self._datamodule(trainer)
-        if self.weights is None:  # a resumed run restored them already
-            clusters, gold_ids = self.spec.gold_assignments(
-                pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer), self.batch_size, self.show_progress
-            )
-            self.weights = dress_weights(gold_ids, clusters.num_clusters, self.lam, self.normalize)
+        gold = list(dm.gold_train_responses())
+        self.space.fit(gold, **self.space_context(trainer, pl_module))
+        if self.state.weights is None:  # a resumed run restored them already
+            gold_ids = self.space.gold_assignments(gold, device=pl_module.device)
+            self.state.weights = dress_weights(gold_ids, self.space.clusters.num_clusters, self.lam, self.normalize)
         epoch = starting_epoch(trainer)
-        if self.negatives and self.mine_at == "start" and self.mined_for != epoch and self._round_starts(epoch):
+        if self.negatives and self.mine_at == "start" and self.state.mined_for != epoch and self._round_starts(epoch):
             # The first round's negatives come from the model as it is before any training step. Outside
             # measuring(), so the full parameters are gathered here (every rank runs on_fit_start).
             with full_parameters(pl_module):
@@ -229,15 +234,9 @@ class DRESSReweighting(DiversityCallback):
     def _round_starts(self, epoch: int) -> bool:
         return epoch % self.every_n_epochs == 0
 
-    def applied_negatives(self) -> Negatives:
-        """The negatives as the datamodule gets them (empty without ``negatives``)."""
-        if not self.negatives:
-            return Negatives(batches=self.negative_batches, loss=self.negative_loss)
-        return Negatives(tuple(self.negative_pairs), self.negative_weights, self.negative_batches, self.negative_loss)
-
     def _apply(self, dm: ReweightableDataModule) -> None:
         """Hand the datamodule the weights and negatives this callback owns (the only way they reach it)."""
-        dm.apply_weights(np.asarray(self.weights, dtype=np.float64), self.applied_negatives(), self.mode)
+        dm.apply_weights(np.asarray(self.state.weights, dtype=np.float64), self.state.negatives(), self.mode)
 
     def _mine_now(self, trainer: pl.Trainer) -> int | None:
         """At this epoch's end: the epoch to mine negatives for, or None."""
@@ -250,7 +249,7 @@ class DRESSReweighting(DiversityCallback):
         max_epochs = trainer.max_epochs
         last = max_epochs is not None and max_epochs >= 0 and nxt >= max_epochs
         # No mining for a round that will not be trained (a resumed run with more epochs mines it at fit start).
-        if self.mined_for == nxt:  # already mined (a resumed run's fit start did it): once per round
+        if self.state.mined_for == nxt:  # already mined (a resumed run's fit start did it): once per round
             return None
         return nxt if self._round_starts(nxt) and not last and not trainer.should_stop else None
 
@@ -261,45 +260,31 @@ class DRESSReweighting(DiversityCallback):
         with self.measuring(trainer, pl_module, "DRESS negatives", needs_model=target is not None) as m:
             if self.mine_at == "start":
                 # Logged before mining: the negatives this epoch was trained with.
-                m.update(self._summary())
+                m.update(self.state.summary())
             if target is not None:
                 self._mine_negatives(trainer, pl_module, target)
                 self._apply(self._datamodule(trainer))
             if self.mine_at == "end":  # today's schedule logs the negatives just mined for the next epoch
-                m.update(self._summary())
-            all_w = self._all_weights()
+                m.update(self.state.summary())
+            all_w = self.state.all_weights()
             if trainer.is_global_zero and all_w.size:
                 self._plot(trainer, all_w)
-                log_dress_round(trainer, self, self.output_dir(trainer))  # per-cluster view (cluster_views.py)
-
-    def _all_weights(self) -> np.ndarray:
-        if self.weights is None:
-            return np.zeros(0)
-        return np.concatenate([self.weights, self.negative_weights])
-
-    def _summary(self) -> dict[str, float]:
-        all_w = self._all_weights()
-        return {
-            "dress/head_clusters": float(len(self.heads)),
-            "dress/head_share": float(self.head_share),
-            "dress/negatives": float(np.count_nonzero(self.negative_weights)),
-            "dress/weight_mean": float(all_w.mean()) if all_w.size else 0.0,
-            "dress/weight_min": float(all_w.min()) if all_w.size else 0.0,
-            "dress/weight_max": float(all_w.max()) if all_w.size else 0.0,
-            "dress/effective_sample_size": effective_sample_size(all_w),
-        }
+                out = self.output_dir(trainer)
+                log_dress_round(trainer, self.state, self.space.clusters, self.lam, out, self.log_key)
 
     def mining_generation_kwargs(self, pl_module: pl.LightningModule) -> dict[str, Any]:
         """What ``generate`` gets when mining: ``mine_at="start"`` turns the n-gram blocking off."""
         if self.mine_at == "end":
             return dict(self.generation_kwargs)
         plain: dict[str, Any] = {"do_sample": False, "num_beams": 1, "no_repeat_ngram_size": 0}
-        if is_seq2seq(self.adapter(pl_module).model):
+        # a module implementing the adapter protocol itself has no layout to read: the causal defaults
+        if getattr(self.adapter(pl_module), "is_seq2seq", False):
             plain["encoder_no_repeat_ngram_size"] = 0
         return {**plain, **self.generation_kwargs}
 
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule, for_epoch: int) -> None:
-        check_finite_model(pl_module, type(self).__name__)  # a diverged model's empty output is no negative
+        adapter = self.adapter(pl_module)
+        check_finite_model(pl_module, type(self).__name__, adapter)  # a diverged model's empty output is no negative
         dm = self._datamodule(trainer)
         contexts = list(dm.train_contexts())
         # A fresh sample each round, fixed by (seed, epoch) so resumed and uninterrupted runs agree;
@@ -307,24 +292,21 @@ class DRESSReweighting(DiversityCallback):
         key = for_epoch - 1 if self.mine_at == "end" else for_epoch
         idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * key)
         chosen = [list(contexts[i]) for i in idx]
-        generated = self.generate(
-            self.adapter(pl_module), chosen, self.mining_generation_kwargs(pl_module), "DRESS negatives"
-        )
+        generated = self.generate(adapter, chosen, self.mining_generation_kwargs(pl_module), "DRESS negatives")
         warn_if_all_empty(generated, type(self).__name__, "the negatives")
-        clusters = self.spec.get_clusters(
-            pl_module, list(dm.gold_train_responses()), self.cache_dir(trainer), self.batch_size, self.show_progress
-        )
-        encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
-        ids = clusters.assign(encoder.encode(generated))
-        self.heads = head_clusters(ids, clusters.num_clusters, self.head_threshold)
-        w = negative_weights(ids, self.heads, self.negative_weight)
-        self.head_share = float(np.isin(ids, self.heads).mean()) if len(ids) else 0.0
+        ids = self.space.assign(generated, pl_module.device)  # fitted at fit start, on every rank
+        heads = head_clusters(ids, self.space.clusters.num_clusters, self.head_threshold)
+        w = negative_weights(ids, heads, self.negative_weight)
         # "separate" keeps the zero-weight generations too: they count in their batches' token denominator.
-        keep = np.arange(len(w)) if self.negative_batches == "separate" else np.flatnonzero(w != 0)
-        self.negative_pairs = [DialoguePair(tuple(chosen[i]), generated[i], source="dress-negative") for i in keep]
-        self.negative_weights = w[keep]
-        self.negative_clusters = ids[w != 0]  # for the per-cluster figure: the generations trained against
-        self.mined_for = for_epoch
+        keep = np.arange(len(w)) if self.state.negative_batches == "separate" else np.flatnonzero(w != 0)
+        self.state.set_negatives(
+            [DialoguePair(tuple(chosen[i]), generated[i], source="dress-negative") for i in keep],
+            w[keep],
+            ids[keep],  # the cluster each came from: the per-cluster figure counts them, also after a resume
+            heads,
+            float(np.isin(ids, heads).mean()) if len(ids) else 0.0,
+            for_epoch,
+        )
 
     def _plot(self, trainer: pl.Trainer, weights: np.ndarray) -> None:
         fig, ax = new_figure(figsize=(6, 3.5))
@@ -336,15 +318,12 @@ class DRESSReweighting(DiversityCallback):
         log_figure(trainer, self.log_key("dress/weight_histogram"), fig, self.output_dir(trainer))
 
     def state_key_args(self) -> dict[str, Any]:
-        return {**super().state_key_args(), **self.spec.identity()}
+        return {**super().state_key_args(), **self.space.identity()}
 
     def settings(self) -> dict[str, Any]:
         """What the checkpointed weights and negatives depend on: a change makes them stale on resume."""
         return {
-            "encoder": encoder_label(self.spec.encoder),
-            "num_clusters": self.spec.num_clusters,
-            "variance_kept": self.spec.variance_kept,
-            "kmeans_seed": self.spec.kmeans_seed,
+            **self.space.settings(),
             "lam": self.lam,
             "normalize": self.normalize,
             "head_threshold": self.head_threshold,
@@ -357,13 +336,8 @@ class DRESSReweighting(DiversityCallback):
         return {
             **super().state_dict(),
             "settings": self.settings(),
-            "weights": None if self.weights is None else self.weights.tolist(),
-            "heads": self.heads.tolist(),
-            "negative_pairs": [(list(p.context), p.response) for p in self.negative_pairs],
-            "negative_weights": self.negative_weights.tolist(),
-            "head_share": self.head_share,
-            "mined_for": self.mined_for,
-            "clusters_path": self.spec.clusters_path,
+            **self.state.state_dict(),
+            **self.space.state_dict(),
         }
 
     @override
@@ -376,14 +350,13 @@ class DRESSReweighting(DiversityCallback):
             "the weights are recomputed and the negatives mined again under the new settings",
         ):
             return  # weights None: on_fit_start computes them; no negatives until the next mining
-        w = state_dict.get("weights")
-        self.weights = None if w is None else np.asarray(w, dtype=np.float64)
-        self.heads = np.asarray(state_dict.get("heads", []), dtype=np.int64)
-        self.negative_pairs = [
-            DialoguePair(tuple(c), r, source="dress-negative") for c, r in state_dict.get("negative_pairs", [])
-        ]
-        self.negative_weights = np.asarray(state_dict.get("negative_weights", []), dtype=np.float64)
-        self.head_share = float(state_dict.get("head_share", 0.0))
-        mined_for = state_dict.get("mined_for")
-        self.mined_for = None if mined_for is None else int(mined_for)
-        self.spec.clusters_path = state_dict.get("clusters_path")
+        self.state.load_state_dict(state_dict)
+        if self.state.negative_pairs and not self.state.negative_clusters.size:
+            warnings.warn(  # not warn_once: a resume happens once per run, and each one must say it
+                f"{type(self).__name__}: the checkpoint holds {len(self.state.negative_pairs)} negatives without "
+                "the clusters they came from (written before lightning-div 0.2.0): they are trained on as saved, "
+                "but the per-cluster figure counts no negatives until the next round is mined",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self.space.load_state_dict(state_dict)

@@ -4,8 +4,8 @@ Each function here says one thing to the user, in one place, so that every callb
 the same way:
 
 * :func:`require_inputs`: every missing input of a callback in one error, not one per run;
-* :func:`check_finite_model` / :func:`warn_if_all_empty`: a model whose weights are NaN or inf
-  is named, instead of logging 0.0 diversity computed from its empty output;
+* :func:`check_finite_model` / :func:`warn_if_all_empty`: a model whose weights or output are
+  NaN or inf is named, instead of logging 0.0 diversity computed from its empty output;
 * :func:`optional_part`: an extra (a plot, Diversity Threshold Generation) that fails costs
   a warning; what was measured before it is still logged;
 * :func:`settings_changed`: a checkpoint made under other settings is detected on resume;
@@ -45,7 +45,7 @@ class MissingInputsError(ValueError):
 
 
 class ModelDivergedError(ValueError):
-    """The model's weights hold NaN or inf: what it generates says nothing about diversity."""
+    """The model's weights or output hold NaN or inf: what it generates says nothing about diversity."""
 
 
 def require_inputs(callback: Any, trainer: Any, needs: Sequence[tuple[str, Any, str]]) -> None:
@@ -75,8 +75,24 @@ def require_inputs(callback: Any, trainer: Any, needs: Sequence[tuple[str, Any, 
     )
 
 
-def check_finite_model(pl_module: Any, who: str) -> None:
-    """Raise :class:`ModelDivergedError` naming the first parameters that hold NaN or inf."""
+#: What :func:`check_finite_model` scores to see the model's output: one ordinary exchange.
+PROBE = (("Hello, how are you?",), "I am fine, thank you.")
+
+
+def check_finite_model(pl_module: Any, who: str, adapter: Any = None) -> None:
+    """Raise :class:`ModelDivergedError` when the model has diverged: NaN or inf in its weights or its output.
+
+    The weights are checked first (the first parameters holding NaN or inf are named). A model
+    can also diverge with finite weights (a NaN buffer, an overflow in half precision): with an
+    ``adapter`` (a :class:`~lightning_div.model.adapters.DialogueModelAdapter`), one probe
+    response (:data:`PROBE`) is scored too, and non-finite log-probabilities are named the same
+    way, instead of measuring the empty text such a model generates.
+
+    Args:
+        pl_module: the LightningModule (its parameters are checked).
+        who: the callback, named in the message.
+        adapter: the module's adapter; None checks the weights only.
+    """
     import torch
 
     bad = []
@@ -91,6 +107,16 @@ def check_finite_model(pl_module: Any, who: str) -> None:
             f"{who}: the model has diverged: its weights hold NaN or inf ({', '.join(bad)}"
             f"{', ...' if len(bad) == 3 else ''}); nothing it generates is measured. Lower the "
             "learning rate, clip gradients, or resume from an earlier checkpoint"
+        )
+    if adapter is None:
+        return
+    context, response = PROBE
+    (logprobs,) = adapter.token_logprobs([list(context)], [response])
+    if not bool(torch.isfinite(torch.as_tensor(logprobs, dtype=torch.float64)).all()):
+        raise ModelDivergedError(
+            f"{who}: the model has diverged: its weights are finite but its output is not (the log-probabilities "
+            f"of the probe response {response!r} hold NaN or inf); nothing it generates is measured. Look for a "
+            "NaN buffer or an overflow (half precision), lower the learning rate, or resume from an earlier checkpoint"
         )
 
 

@@ -10,6 +10,8 @@ from lightning_div._internal.distributed import distributed_map
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import check_finite_model, optional_part, settings_changed
 from lightning_div.core import DialoguePair
+from lightning_div.keys import val_key
+from lightning_div.model.adapters import DialogueModelAdapter
 from lightning_div.types import Options, PairsSource, ScorerSource
 
 
@@ -123,8 +125,8 @@ class NLIDiversityMonitor(ValidationMonitor):
         from lightning_div.nli.scorer import mean_set_stats
 
         with self.measuring(trainer, pl_module, "NLI diversity") as m:
-            check_finite_model(pl_module, type(self).__name__)
             adapter, scorer = self.adapter(pl_module), self.scorer(pl_module)
+            check_finite_model(pl_module, type(self).__name__, adapter)
             contexts = [list(p.context) for p in self.sample(trainer)]
             key = [sum(map(len, c)) for c in contexts]
             per_batch = max(1, self.batch_size // self.n)  # the adapter batches contexts x n sequences
@@ -142,7 +144,7 @@ class NLIDiversityMonitor(ValidationMonitor):
                 show_progress=self.show_progress,
                 desc=f"NLI diversity ({len(contexts)} contexts x {self.n})",
             )
-            m.update({f"val/{k}": v for k, v in mean_set_stats(rows).items()})
+            m.update({val_key(k): v for k, v in mean_set_stats(rows).items()})
             if self.threshold_generation:
                 with optional_part(self, trainer, "Diversity Threshold Generation"):  # NLI values are kept
                     self._threshold_generation(m, adapter, scorer, contexts, key, per_batch, sampling)
@@ -150,7 +152,7 @@ class NLIDiversityMonitor(ValidationMonitor):
     def _threshold_generation(
         self,
         m: dict[str, float],
-        adapter: Any,
+        adapter: DialogueModelAdapter,
         scorer: Any,
         contexts: list[list[str]],
         key: list[int],
@@ -185,7 +187,7 @@ class NLIDiversityMonitor(ValidationMonitor):
             show_progress=self.show_progress,
             desc="Diversity Threshold Generation",
         )
-        m.update({f"val/{k}": v for k, v in threshold_stats(rows).items()})
+        m.update({val_key(k): v for k, v in threshold_stats(rows).items()})
 
     def state_key_args(self) -> dict[str, Any]:
         from lightning_div.semantic.space import describe

@@ -14,8 +14,10 @@ from lightning_div._internal.tracking import log_figure, new_figure
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import optional_part, settings_changed
 from lightning_div.core import DialoguePair
+from lightning_div.keys import RUQ_ALERT, train_key, val_key
 from lightning_div.metrics import ruq_margin, ruq_score
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference
+from lightning_div.model.adapters import DialogueModelAdapter
 from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
 from lightning_div.types import PairsSource
 
@@ -108,7 +110,9 @@ class RUQMonitor(ValidationMonitor):
 
     # -- work ---------------------------------------------------------------------------------------
 
-    def _candidate_logprobs(self, adapter: Any, items: list[tuple[tuple[str, ...], list[str]]]) -> list[Any]:
+    def _candidate_logprobs(
+        self, adapter: DialogueModelAdapter, items: list[tuple[tuple[str, ...], list[str]]]
+    ) -> list[Any]:
         """Token log-probs of every (context, candidates) item, whole prompts sharded over ranks.
 
         With ``shared_contexts`` each context is encoded once for its candidates (they share its
@@ -139,7 +143,7 @@ class RUQMonitor(ValidationMonitor):
             desc=f"RUQ scoring ({sum(len(rs) for _, rs in items)} pairs)",
         )
 
-    def compute(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
+    def compute(self, adapter: DialogueModelAdapter, pairs: Sequence[DialoguePair]) -> dict[str, float]:
         """RUQ and its margin for every IDK string over ``pairs`` (one batched, sharded scoring pass).
 
         Each context is encoded once for its references and IDK strings
@@ -162,7 +166,7 @@ class RUQMonitor(ValidationMonitor):
         out["ruq_margin"] = out["ruq_margin_idk1"]
         return out
 
-    def _plot(self, trainer: pl.Trainer, adapter: Any, pairs: Sequence[DialoguePair]) -> None:
+    def _plot(self, trainer: pl.Trainer, adapter: DialogueModelAdapter, pairs: Sequence[DialoguePair]) -> None:
         pairs = list(pairs[: self.num_plot_prompts])
         beams = self.generate(
             adapter,
@@ -220,7 +224,7 @@ class RUQMonitor(ValidationMonitor):
         if self.due(trainer):
             with self.measuring(trainer, pl_module, "train RUQ", "timing/ruq_train_s") as m:
                 values = self.compute(self.adapter(pl_module), self._sample(trainer, "train"))
-                m.update({f"train/{k}": v for k, v in values.items()})
+                m.update({train_key(k): v for k, v in values.items()})
         super().on_train_epoch_end(trainer, pl_module)  # validation RUQ, if no validation loop ran
 
     def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -228,8 +232,8 @@ class RUQMonitor(ValidationMonitor):
             adapter = self.adapter(pl_module)
             pairs = self._sample(trainer, "val")
             values = self.compute(adapter, pairs)
-            m.update({f"val/{k}": v for k, v in values.items()})
-            m["val/ruq_alert"] = self._alerts(values["ruq"])
+            m.update({val_key(k): v for k, v in values.items()})
+            m[RUQ_ALERT] = self._alerts(values["ruq"])
             if self.plot:
                 with optional_part(self, trainer, "the RUQ plot"):  # val/ruq and the alert are kept
                     self._plot(trainer, adapter, pairs)

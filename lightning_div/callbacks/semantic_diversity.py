@@ -11,14 +11,9 @@ import pytorch_lightning as pl
 from lightning_div._internal.tracking import log_table
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
-from lightning_div.callbacks.guards import (
-    check_finite_model,
-    encoder_label,
-    require_inputs,
-    settings_changed,
-    warn_if_all_empty,
-)
+from lightning_div.callbacks.guards import check_finite_model, require_inputs, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
+from lightning_div.keys import CLUSTER_JS, SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE, val_key
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     check_lexical_names,
@@ -28,16 +23,20 @@ from lightning_div.metrics import (
     semantic_entropy,
     top_cluster_share,
 )
-from lightning_div.semantic.space import ClusterSpec
+from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
 
 
 class SemanticDiversityMonitor(ValidationMonitor):
     """Sem-Ent (Han et al., 2022) and lexical diversity of the model's responses on a fixed validation sample.
 
-    At fit start the semantic clusters are loaded (``clusters`` = a SemanticClusters
-    or a saved file) or fitted on the gold training responses and cached in
-    ``dirpath`` (the same file DRESSReweighting uses, so the work is done once). At
+    It measures in a :class:`~lightning_div.semantic.space.SemanticSpace` (encoder + clusters):
+    ``space=`` (share one with :class:`~lightning_div.callbacks.DRESSReweighting` and both use
+    one encoder and one set of clusters), or a private one built from ``encoder``, ``clusters``,
+    ``num_clusters``, ``variance_kept``, ``kmeans_seed`` and ``encoder_kwargs``. At fit start
+    the clusters are loaded (``clusters`` = a SemanticClusters or a saved file) or fitted on the
+    gold training responses and cached in ``dirpath`` (a private space of DRESS with the same
+    settings reads the same cache file, so the fit is done once). At
     each measured validation epoch end: generate for the fixed sample (greedy with
     3-gram blocking by default; sharded across processes and gathered), embed, assign
     clusters, and log ``val/sem_ent``, the lexical metrics (``val/distinct_1`` ...
@@ -53,11 +52,14 @@ class SemanticDiversityMonitor(ValidationMonitor):
     and ``cluster_cards.csv``.
 
     Args:
-        encoder: model name/path for :class:`~lightning_div.semantic.encoder.ResponseEncoder`, or an encoder.
+        space: the semantic space to measure in (shared by identity with the callbacks given the
+            same object); None = a private one from the space arguments below. Giving both is an error.
+        encoder: model name/path for :class:`~lightning_div.semantic.encoder.ResponseEncoder`, or an
+            encoder (default: ``lightning_div.keys.DEFAULT_ENCODER``).
         clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on gold responses).
-        num_clusters: k of the k-means clusters (paper: 20).
-        variance_kept: explained variance the PCA keeps (paper: 0.9).
-        kmeans_seed: faiss k-means seed (paper: 27).
+        num_clusters: k of the k-means clusters (default 20, the paper's).
+        variance_kept: explained variance the PCA keeps (default 0.9, the paper's).
+        kmeans_seed: faiss k-means seed (default 27, the paper's).
         num_contexts: size of the fixed validation sample (None = all).
         generation_kwargs: overrides of the greedy + no_repeat_ngram_size=3 default.
         lexical_metrics: which of distinct_<n> (corpus level), distinct_<n>_utt (utterance level),
@@ -74,17 +76,20 @@ class SemanticDiversityMonitor(ValidationMonitor):
             datamodule's ``gold_train_responses()``.
         encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+
+    Raises:
+        ValueError: ``space`` together with a space argument, or unknown ``lexical_options``.
     """
 
     kind = "semantic_diversity"
 
     def __init__(
         self,
-        encoder: EncoderSource = "microsoft/DialoGPT-large",
+        encoder: EncoderSource | None = None,
         clusters: ClustersSource | None = None,
-        num_clusters: int = 20,
-        variance_kept: float = 0.9,
-        kmeans_seed: int = 27,
+        num_clusters: int | None = None,
+        variance_kept: float | None = None,
+        kmeans_seed: int | None = None,
         num_contexts: int | None = 256,
         generation_kwargs: Options | None = None,
         lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
@@ -95,6 +100,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         encoder_kwargs: Options | None = None,
         lexical_options: Options | None = None,
         cluster_views: bool = True,
+        space: SemanticSpace | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -103,13 +109,17 @@ class SemanticDiversityMonitor(ValidationMonitor):
         bad = sorted(set(self.lexical_options) - {"tokenizer", "lowercase", "base"})
         if bad:
             raise ValueError(f"lexical_options {bad} are unknown; use tokenizer, lowercase, base")
-        self.spec = ClusterSpec(
+        self.space = space_from_arguments(
+            type(self).__name__,
+            space,
             encoder=encoder,
             clusters=clusters,
             num_clusters=num_clusters,
             variance_kept=variance_kept,
             kmeans_seed=kmeans_seed,
             encoder_kwargs=encoder_kwargs,
+            batch_size=self.batch_size,
+            show_progress=self.show_progress,
         )
         self.num_contexts = num_contexts
         self.generation_kwargs = dict(generation_kwargs or {})
@@ -119,9 +129,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
         self.cluster_views = cluster_views
         self.val_pairs_arg = val_pairs
         self.gold_responses_arg = gold_responses
-        self.clusters: Any = None
         self._gold_logged = False
         self._gold_ids: np.ndarray | None = None  # the fixed sample's gold responses never change cluster
+        self._space_ready = False  # the space was fitted (or found fitted) for this run
         self.share_history: list[tuple[int, list[float]]] = []  # (epoch, generated share per cluster)
 
     # -- preparation ----------------------------------------------------------------------------
@@ -139,7 +149,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     def required_inputs(self) -> list[tuple[str, Any, str]]:
         gold = (
-            [("gold_responses", self.gold_responses_arg, "gold_train_responses")] if self.spec.clusters is None else []
+            [("gold_responses", self.gold_responses_arg, "gold_train_responses")]
+            if self.space.clusters_source is None
+            else []
         )
         return [("val_pairs", self.val_pairs_arg, "val_pairs"), *gold]
 
@@ -152,26 +164,17 @@ class SemanticDiversityMonitor(ValidationMonitor):
         if "val" not in self._samples:
             require_inputs(self, trainer, self.required_inputs())  # validate-only runs: setup checks fits
         sample = self.sample(trainer)
-        if self.clusters is None:
-            gold = None
-            if self.spec.clusters is None:
-                gold = self.gold_responses(trainer)
-                if gold is None:
-                    raise ValueError(
-                        f"{type(self).__name__} needs gold training responses to fit its semantic clusters: pass "
-                        "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or use a "
-                        "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)"
-                    )
-            self.clusters = self.spec.get_clusters(
-                pl_module, gold, self.cache_dir(trainer), self.batch_size, self.show_progress
-            )
-            if self.clusters.cards is None:  # clusters given (or saved) without cards: describe the gold data
-                self.spec.ensure_cards(
-                    pl_module,
-                    gold if gold is not None else self.gold_responses(trainer),
-                    self.batch_size,
-                    self.show_progress,
+        if not self._space_ready:
+            # the gold responses fit the clusters (or describe given ones); given clusters need none
+            gold = self.gold_responses(trainer)
+            if gold is None and self.space.clusters_source is None and not self.space.fitted:
+                raise ValueError(
+                    f"{type(self).__name__} needs gold training responses to fit its semantic clusters: pass "
+                    "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or use a "
+                    "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)"
                 )
+            self.space.fit(gold, **self.space_context(trainer, pl_module))
+            self._space_ready = True
         if self.vocab_size is None and "ead" in self.lexical_metrics:
             gold = self.gold_responses(trainer)
             self.vocab_size = count_vocab(
@@ -185,7 +188,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         super().on_fit_start(trainer, pl_module)
         self.prepare(trainer, pl_module)
         if trainer.is_global_zero and self.cluster_views:  # the cards are known now: log them before the first epoch
-            log_cards_once(trainer, self.clusters, self.output_dir(trainer))
+            log_cards_once(trainer, self.space.clusters, self.output_dir(trainer), self.log_key)
 
     # -- measurement ----------------------------------------------------------------------------
 
@@ -193,31 +196,26 @@ class SemanticDiversityMonitor(ValidationMonitor):
         with self.measuring(trainer, pl_module, "semantic diversity") as m:
             self.prepare(trainer, pl_module)
             sample = self.sample(trainer)
-            check_finite_model(pl_module, type(self).__name__)
-            responses = self.generate(self.adapter(pl_module), [p.context for p in sample], self.generation_kwargs)
+            adapter = self.adapter(pl_module)
+            check_finite_model(pl_module, type(self).__name__, adapter)  # NaN weights or NaN logits: named
+            responses = self.generate(adapter, [p.context for p in sample], self.generation_kwargs)
             warn_if_all_empty(responses, type(self).__name__, "the validation sample")
-            encoder = self.spec.get_encoder(pl_module, self.batch_size, self.show_progress)
-            k = self.clusters.num_clusters
-            ids = self.clusters.assign(encoder.encode(responses))
+            clusters, device = self.space.clusters, pl_module.device
+            k = clusters.num_clusters
+            ids = self.space.assign(responses, device)
             if self._gold_ids is None:  # embedded once per run, not every epoch (same texts, same clusters)
-                self._gold_ids = self.clusters.assign(encoder.encode([p.response for p in sample]))
+                self._gold_ids = self.space.assign([p.response for p in sample], device)
             gold_ids = self._gold_ids
-            m["val/sem_ent"] = semantic_entropy(ids, k)
-            m["val/cluster_js"] = cluster_js_divergence(self.clusters.histogram(ids), self.clusters.histogram(gold_ids))
-            m["val/top_cluster_share"] = top_cluster_share(ids, k)
-            m.update(
-                {
-                    f"val/{name}": v
-                    for name, v in lexical_scores(
-                        responses, self.lexical_metrics, self.vocab_size, **self.lexical_options
-                    ).items()
-                }
-            )
+            m[SEM_ENT] = semantic_entropy(ids, k)
+            m[CLUSTER_JS] = cluster_js_divergence(clusters.histogram(ids), clusters.histogram(gold_ids))
+            m[TOP_CLUSTER_SHARE] = top_cluster_share(ids, k)
+            lexical = lexical_scores(responses, self.lexical_metrics, self.vocab_size, **self.lexical_options)
+            m.update({val_key(name): v for name, v in lexical.items()})
             if not self._gold_logged:
-                m["val/sem_ent_gold"] = semantic_entropy(gold_ids, k)
+                m[SEM_ENT_GOLD] = semantic_entropy(gold_ids, k)
                 self._gold_logged = True
             self.last_responses = responses
-            shares = (self.clusters.histogram(ids) / max(len(ids), 1)).tolist()
+            shares = (clusters.histogram(ids) / max(len(ids), 1)).tolist()
             self.share_history = [h for h in self.share_history if h[0] != trainer.current_epoch]
             self.share_history.append((int(trainer.current_epoch), shares))
             if trainer.is_global_zero:
@@ -232,12 +230,13 @@ class SemanticDiversityMonitor(ValidationMonitor):
         gold_ids: np.ndarray,
     ) -> None:
         out = self.output_dir(trainer)
-        gold_share = self.clusters.histogram(gold_ids) / max(len(gold_ids), 1)
+        clusters = self.space.clusters
+        gold_share = (clusters.histogram(gold_ids) / max(len(gold_ids), 1)).tolist()
         if self.cluster_views:
-            log_cards_once(trainer, self.clusters, out)  # validate()/test() without a fit start
+            log_cards_once(trainer, clusters, out, self.log_key)  # validate()/test() without a fit start
         log_collapse(
             trainer,
-            self.clusters,
+            clusters,
             self.share_history,
             gold_share,
             out,
@@ -261,24 +260,17 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     def settings(self) -> dict[str, Any]:
         """What the checkpointed state depends on (clusters, sample): a change makes it stale on resume."""
-        return {
-            "encoder": encoder_label(self.spec.encoder),
-            "num_clusters": self.spec.num_clusters,
-            "variance_kept": self.spec.variance_kept,
-            "kmeans_seed": self.spec.kmeans_seed,
-            "num_contexts": self.num_contexts,
-            "seed": self.seed,
-        }
+        return {**self.space.settings(), "num_contexts": self.num_contexts, "seed": self.seed}
 
     def state_key_args(self) -> dict[str, Any]:
-        return {**super().state_key_args(), **self.spec.identity()}
+        return {**super().state_key_args(), **self.space.identity()}
 
     @override
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
             "indices": self._sample_indices.get("val"),
-            "clusters_path": self.spec.clusters_path,
+            **self.space.state_dict(),
             "gold_logged": self._gold_logged,
             "vocab_size": self.vocab_size,
             "settings": self.settings(),
@@ -289,7 +281,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.forget_samples()
-        self.clusters = None
+        self._space_ready, self._gold_ids = False, None
         if settings_changed(
             self,
             state_dict.get("settings"),
@@ -298,9 +290,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         ):
             return  # history is kept; clusters, sample and the gold Sem-Ent come from the new settings
         self._restore_sample_indices(state_dict.get("indices"))
-        self.spec.clusters_path = state_dict.get("clusters_path")
+        self.space.load_state_dict(state_dict)
         self._gold_logged = bool(state_dict.get("gold_logged", False))
         self.vocab_size = state_dict.get("vocab_size", self.vocab_size)
         self.share_history = [(int(e), list(s)) for e, s in state_dict.get("share_history", [])]
-        self.clusters = None
-        self._gold_ids = None

@@ -25,33 +25,8 @@ from lightning_div.cli.common import UsageError
 
 # Imported so that `class_path: DialogueLM` / `DialogueDataModule` resolve by their short names.
 from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
+from lightning_div.keys import SUMMARY_KEYS
 from lightning_div.model.dialogue_lm import DialogueLM  # noqa: F401
-
-# TODO(issue 33 item 5, keys.py): these keys belong in lightning_div/keys.py, defined once with
-# report.HEADLINE and the callbacks' logged names; import them from there when it lands.
-SUMMARY_KEYS = (
-    "val/loss",
-    "val/sem_ent",
-    "val/sem_ent_gold",
-    "val/distinct_1",
-    "val/distinct_2",
-    "val/distinct_3",
-    "val/avg_distinct",
-    "val/ent_4",
-    "val/ead",
-    "val/cluster_js",
-    "val/top_cluster_share",
-    "train/ruq",
-    "val/ruq",
-    "train/ruq_margin",
-    "val/ruq_margin",
-    "val/ruq_alert",
-    "val/nli_div_baseline",
-    "dress/head_clusters",
-    "dress/head_share",
-    "dress/weight_mean",
-    "dress/effective_sample_size",
-)
 
 
 def run_summary(trainer: Any) -> str:

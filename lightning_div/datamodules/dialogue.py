@@ -13,12 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
-import torch
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, Sampler
 
@@ -38,7 +36,6 @@ from lightning_div.datamodules.formats import (
     Fields,
     ReadResult,
     ReadStats,
-    as_pair,
     read_pairs,
 )
 from lightning_div.datamodules.samplers import (
@@ -50,10 +47,7 @@ from lightning_div.datamodules.samplers import (
 )
 from lightning_div.dress.protocol import (
     MODES,
-    NEGATIVE_BATCHES,
     Mode,
-    NegativeBatches,
-    NegativeLoss,
     Negatives,
     check_choice,
 )
@@ -198,8 +192,6 @@ class DialogueDataModule(pl.LightningDataModule):
         self._negatives = Negatives(batches="mixed")
         self._negatives_encoded: EncodedPairs | None = None
         self._mode = "loss"
-        # True once the deprecated setters were used: nobody else owns those weights, so they are checkpointed here.
-        self._checkpoint_weights = False
         self._train_loader_built = False
 
     # ------------------------------------------------------------------------------------------
@@ -382,15 +374,6 @@ class DialogueDataModule(pl.LightningDataModule):
         return self._negatives.batches
 
     @property
-    def negative_loss(self) -> str:
-        """How a ``training_step`` should train on negative weights: ``"nll"`` or ``"unlikelihood"``.
-
-        Pass it on: ``weighted_lm_loss(logits, labels, batch["sample_weight"],
-        negative_loss=self.trainer.datamodule.negative_loss)`` (DialogueLM does).
-        """
-        return self._negatives.loss
-
-    @property
     def sampling_mode(self) -> str:
         """``"loss"`` (batches carry the weights) or ``"sampler"`` (draws proportional to them)."""
         return self._mode
@@ -432,7 +415,9 @@ class DialogueDataModule(pl.LightningDataModule):
         ``len(train set)`` examples per epoch with probability proportional to the weights
         and every batch carries ``sample_weight`` 1.0. What is applied here is not
         checkpointed: its owner (:class:`~lightning_div.callbacks.dress.DRESSReweighting`)
-        checkpoints it and applies it again on resume.
+        checkpoints it and applies it again on resume. Training batches carry what a loss needs:
+        ``sample_weight``, ``negative`` (True for a negative) and ``negative_loss``
+        (``negatives.loss``), read by :func:`lightning_div.dress.losses.dress_loss`.
 
         Args:
             weights: one finite weight per example of :meth:`train_pairs` (>= 0 in sampler mode).
@@ -458,96 +443,6 @@ class DialogueDataModule(pl.LightningDataModule):
                 "with reload_dataloaders_every_n_epochs=1"
             )
         self._set(weights, negatives, mode, "sample weights")
-        self._checkpoint_weights = False
-
-    # The setters before apply_weights: they still work, and what they set is checkpointed by the
-    # datamodule (nobody else owns it) and makes the datamodule switch dataloader reloading on.
-
-    def _legacy(self, name: str) -> None:
-        warnings.warn(
-            f"DialogueDataModule.{name} is deprecated: use apply_weights(weights, Negatives(...), mode) "
-            "(lightning_div.dress.protocol)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-
-    def set_negative_loss(self, negative_loss: NegativeLoss) -> None:
-        """Deprecated: pass ``Negatives(loss=...)`` to :meth:`apply_weights`. Sets :attr:`negative_loss`."""
-        self._legacy("set_negative_loss")
-        self._negatives = replace(self._negatives, loss=negative_loss)
-        self._checkpoint_weights = True
-
-    def set_sample_weights(self, weights: np.ndarray) -> None:
-        """Deprecated: use :meth:`apply_weights`. Set one finite weight per gold training example.
-
-        Args:
-            weights: one finite float per example of :meth:`train_pairs`.
-
-        Raises:
-            ValueError: a wrong shape, a non-finite weight, or a negative one in sampler mode
-                (the message names the index).
-        """
-        self._legacy("set_sample_weights")
-        self._set(weights, self._negatives, self._mode, "sample weights")
-        self._changed()
-
-    def set_negatives(self, pairs: list[DialoguePair], weights: np.ndarray, batches: NegativeBatches = "mixed") -> None:
-        """Deprecated: use :meth:`apply_weights` with :class:`~lightning_div.dress.protocol.Negatives`.
-
-        Replaces the extra (e.g. generated, weight -1) examples trained on from the next epoch;
-        ``pairs`` are DialoguePairs or tuples (see :func:`formats.as_pair`), an empty list
-        removes them.
-
-        Args:
-            pairs: the extra examples.
-            weights: one finite weight per extra example.
-            batches: ``"mixed"`` or ``"separate"`` (see :attr:`Negatives.batches`).
-
-        Raises:
-            ValueError: ``pairs`` and ``weights`` differ in length, a weight is not finite, or
-                ``batches`` is unknown.
-        """
-        self._legacy("set_negatives")
-        check_choice("batches", batches, NEGATIVE_BATCHES)
-        negatives = [as_pair(p, f"negatives[{i}]") for i, p in enumerate(pairs)]
-        w = self._finite(weights, len(negatives), "negative weights")
-        self._set(None, Negatives(tuple(negatives), w, batches, self._negatives.loss), self._mode, "negative weights")
-        self._changed()
-
-    def set_sampling(self, mode: str, weights: np.ndarray | None = None) -> None:
-        """Deprecated: use :meth:`apply_weights` with ``mode``. Weights in the loss or as draw probabilities.
-
-        Args:
-            mode: ``"loss"`` or ``"sampler"``.
-            weights: new sample weights (None keeps the current ones).
-
-        Raises:
-            ValueError: an unknown mode, or negative weights (or negatives) in sampler mode.
-        """
-        self._legacy("set_sampling")
-        if mode not in MODES:
-            raise ValueError(f"mode={mode!r} is unknown; use one of {MODES}")
-        self._set(weights, self._negatives, mode, "sample weights")
-        self._changed()
-
-    def _changed(self) -> None:
-        """A train dataloader already built must be rebuilt for a change made by the old setters to take effect."""
-        self._checkpoint_weights = True
-        trainer = self._trainer_or_none()
-        if not self._train_loader_built or trainer is None:
-            return
-        every = _reload_every(trainer)
-        if not every:
-            trainer.reload_dataloaders_every_n_epochs = 1  # type: ignore[attr-defined]  # see _reload_every
-            _info(
-                "DialogueDataModule: the training data changed, so the train dataloader is now rebuilt every "
-                "epoch (Trainer.reload_dataloaders_every_n_epochs = 1)"
-            )
-        elif every > 1:
-            _info(
-                f"DialogueDataModule: the training data changed; the change is used when the train dataloader "
-                f"is next rebuilt (reload_dataloaders_every_n_epochs = {every})"
-            )
 
     # ------------------------------------------------------------------------------------------
     # Dataloaders
@@ -564,7 +459,8 @@ class DialogueDataModule(pl.LightningDataModule):
         return size, rank
 
     def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int, progress: Any = None) -> DataLoader:
-        collate = DialogueCollator(pad_id_of(self.tokenizer), seq2seq=self.seq2seq)
+        # how negatives are trained travels with every batch (the training_step reads it there, not from here)
+        collate = DialogueCollator(pad_id_of(self.tokenizer), seq2seq=self.seq2seq, negative_loss=self._negatives.loss)
         kwargs: dict[str, Any] = dict(
             batch_size=batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers, drop_last=False
         )
@@ -573,12 +469,16 @@ class DialogueDataModule(pl.LightningDataModule):
         return DataLoader(dataset, **kwargs)
 
     def train_dataset(self) -> EncodedDialogues:
-        """Gold examples then negatives, with their weights (all 1.0 in sampler mode)."""
+        """Gold examples then negatives (marked as such), with their weights (all 1.0 in sampler mode)."""
         gold = self._encoded_split("train")
         if self._negatives_encoded is None:
             self._negatives_encoded = self._encode(list(self._negatives.pairs), "tokenising negatives")
         weights = np.concatenate([self.sample_weights, self._negatives.weights])
-        return EncodedDialogues(ConcatPairs(gold, self._negatives_encoded), weights if self._mode == "loss" else None)
+        return EncodedDialogues(
+            ConcatPairs(gold, self._negatives_encoded),
+            weights if self._mode == "loss" else None,
+            num_negatives=len(self._negatives),
+        )
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled; under DDP every example once per epoch (loss mode) or weighted draws (sampler mode).
@@ -624,51 +524,19 @@ class DialogueDataModule(pl.LightningDataModule):
         return self._eval_loader("test")
 
     # ------------------------------------------------------------------------------------------
-    # Checkpointing (Lightning stores this in checkpoints and restores it on resume)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Empty, unless the deprecated setters were used: then their weights, negatives and mode.
-
-        What :meth:`apply_weights` gets is checkpointed by its owner (the DRESS callback), once.
-        """
-        if not self._checkpoint_weights:
-            return {}
-        weights, negatives = self._sample_weights, self._negatives
-        return {
-            "sample_weights": None if weights is None else torch.from_numpy(weights.copy()),
-            "negatives": [
-                {"context": list(p.context), "response": p.response, "references": list(p.references)}
-                for p in negatives.pairs
-            ],
-            "negative_weights": torch.from_numpy(np.array(negatives.weights)),
-            "negative_batches": negatives.batches,
-            "negative_loss": negatives.loss,
-            "sampling_mode": self._mode,
-        }
+    # Checkpointing
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved (validated against the current training data).
+        """Nothing to restore: the weights applied here are checkpointed by their owner (the DRESS callback).
 
-        A checkpoint written before the DRESS callback owned the weights holds them here too;
-        the callback applies its own copy again at fit start.
+        A lightning-div 0.1 checkpoint whose weights were set with the setters removed in 0.2
+        (``set_sample_weights`` ...) holds them here; they are not restored, and a warning says so.
         """
-        if not state_dict:
-            return
-        weights = state_dict.get("sample_weights")
-        negatives = Negatives(
-            tuple(
-                DialoguePair(tuple(d["context"]), d["response"], tuple(d["references"]))
-                for d in state_dict.get("negatives", [])
-            ),
-            torch.as_tensor(state_dict.get("negative_weights", [])).numpy(),
-            state_dict.get("negative_batches", "mixed"),
-            state_dict.get("negative_loss", "nll"),
-        )
-        self._sample_weights = None
-        self._set(
-            None if weights is None else torch.as_tensor(weights).numpy(),
-            negatives,
-            state_dict.get("sampling_mode", "loss"),
-            "sample weights",
-        )
-        self._checkpoint_weights = True
+        if state_dict:
+            warnings.warn(
+                f"DialogueDataModule: the checkpoint holds weights ({', '.join(sorted(state_dict))}) that the "
+                "setters removed in lightning-div 0.2 stored; they are not restored: the callback that owns the "
+                "weights (DRESSReweighting) applies its own at fit start",
+                RuntimeWarning,
+                stacklevel=2,
+            )

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_div.datamodules.formats import DialoguePair
+from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT, NegativeLoss
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.generation import pad_batch
 
@@ -112,24 +113,31 @@ def encode_pairs(
 
 
 class EncodedDialogues(Dataset):
-    """Token ids of examples with one weight each.
+    """Token ids of examples with one weight each; the last ``num_negatives`` are DRESS negatives.
 
     Index ``i < len(self)`` is example ``i``. Index ``len(self) + i`` is a *padding* copy
     of example ``i`` (from :class:`lightning_div.datamodules.samplers.ExactDistributedSampler`): it
-    comes with ``sample_weight`` 0 and ``index`` -1 so the weighted loss ignores it.
+    comes with ``sample_weight`` 0 and ``index`` -1 so the weighted loss ignores it (and counts as
+    a negative when example ``i`` is one: its tokens count in that part's denominator).
     Index ``2 * len(self) + i`` is a padding row *without targets* (example ``i``'s
     context, no response tokens; from :class:`lightning_div.datamodules.samplers.SeparateBatchSampler`):
     it fills a short batch without adding tokens to the loss's denominator.
     """
 
     def __init__(
-        self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]], weights: np.ndarray | None = None
+        self,
+        encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
+        weights: np.ndarray | None = None,
+        num_negatives: int = 0,
     ) -> None:
         self.encoded = encoded
         n = len(encoded)
         self.weights = np.ones(n, dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
         if self.weights.shape != (n,):
             raise ValueError(f"got {self.weights.shape} weights for {n} examples")
+        if not 0 <= num_negatives <= n:
+            raise ValueError(f"num_negatives={num_negatives} for {n} examples")
+        self.num_gold = n - num_negatives
 
     def __len__(self) -> int:
         return len(self.encoded)
@@ -148,6 +156,7 @@ class EncodedDialogues(Dataset):
             "response_ids": response_ids,
             "index": PADDING_INDEX if padding else j,
             "sample_weight": 0.0 if padding else float(self.weights[j]),
+            "negative": j >= self.num_gold,
         }
 
 
@@ -158,14 +167,17 @@ class DialogueCollator:
     Causal: ``input_ids`` = context + response, ``labels`` = -100 on the context and the
     padding, the response ids elsewhere. Seq2seq: ``input_ids`` = the encoder input
     (context), ``labels`` = the response ids padded with -100 (the model builds its
-    decoder inputs from them). Also ``attention_mask``, ``sample_weight`` (float32) and
-    ``index`` (int64, -1 on padding rows).
+    decoder inputs from them). Also ``attention_mask``, ``sample_weight`` (float32),
+    ``index`` (int64, -1 on padding rows), and DRESS's two fields: ``negative`` (bool, True for
+    a mined negative) and ``negative_loss`` (how negatives are trained, one string for the
+    batch), which :func:`lightning_div.dress.losses.dress_loss` reads.
     """
 
     pad_token_id: int
     seq2seq: bool = False
+    negative_loss: NegativeLoss = "nll"
 
-    def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if self.seq2seq:
             inputs = [it["context_ids"] for it in items]
             targets = [it["response_ids"] for it in items]
@@ -178,6 +190,8 @@ class DialogueCollator:
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "labels": labels,
-            "sample_weight": torch.tensor([it["sample_weight"] for it in items], dtype=torch.float32),
+            SAMPLE_WEIGHT: torch.tensor([it["sample_weight"] for it in items], dtype=torch.float32),
             "index": torch.tensor([it["index"] for it in items], dtype=torch.long),
+            NEGATIVE: torch.tensor([bool(it.get("negative", False)) for it in items], dtype=torch.bool),
+            NEGATIVE_LOSS: self.negative_loss,
         }

@@ -1,18 +1,25 @@
 """DRESS (Han et al., 2022): semantic reweighting of the training data.
 
 ``weights`` computes the gold weights and the head clusters, ``losses`` the weighted
-token loss (negatives as -1 x NLL or unlikelihood), and ``protocol`` the contract between
-the :class:`~lightning_div.callbacks.DRESSReweighting` callback and a datamodule.
+token loss (negatives as -1 x NLL or unlikelihood) and its gold / negative parts,
+``protocol`` the contract between the :class:`~lightning_div.callbacks.DRESSReweighting`
+callback and a datamodule, and ``state`` everything DRESS decided (what it checkpoints
+and draws).
 """
 
-from lightning_div.dress.losses import NEGATIVE_LOSSES, unlikelihood_per_example, weighted_lm_loss
+from lightning_div.dress.losses import DressLoss, dress_loss, unlikelihood_per_example, weighted_lm_loss
 from lightning_div.dress.protocol import Negatives, ReweightableDataModule
+from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import dress_weights, effective_sample_size, head_clusters, negative_weights
+from lightning_div.keys import NEGATIVE_LOSSES
 
 __all__ = [
     "NEGATIVE_LOSSES",
+    "DressLoss",
+    "DressState",
     "Negatives",
     "ReweightableDataModule",
+    "dress_loss",
     "dress_weights",
     "effective_sample_size",
     "head_clusters",

@@ -1,11 +1,19 @@
-"""The losses DRESS trains with: sample-weighted token cross-entropy, negatives as -1 x NLL or unlikelihood."""
+"""The losses DRESS trains with: sample-weighted token cross-entropy, negatives as -1 x NLL or unlikelihood.
+
+:func:`weighted_lm_loss` is the formula; :func:`dress_loss` reads a DRESS batch's fields and splits the
+loss into its gold and negative parts, which a ``training_step`` logs as two curves.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-NEGATIVE_LOSSES = ("nll", "unlikelihood")
+from lightning_div.keys import NEGATIVE_LOSSES
 
 
 def weighted_lm_loss(
@@ -57,6 +65,106 @@ def weighted_lm_loss(
         ValueError: logits and labels, or the weights and the batch, do not line up, or
             ``negative_loss`` is unknown, or ``label_smoothing`` is outside [0, 1).
     """
+    per_example, tokens = _weighted_per_example(
+        logits, labels, sample_weight, ignore_index, causal, negative_loss, label_smoothing
+    )
+    return per_example.sum() / tokens.sum().clamp(min=1)
+
+
+@dataclass(frozen=True)
+class DressLoss:
+    """The loss of one training batch, and its gold and negative parts for logging.
+
+    Attributes:
+        loss: what to backpropagate: :func:`weighted_lm_loss` over the whole batch.
+        gold: the gold examples' part, sum_i w_i sum_t CE_it over them / their target tokens
+            (None: the batch holds no gold example). For a batch of gold examples it is ``loss``.
+        negative: the DRESS negatives' part, over them / their target tokens (None: no negative
+            in the batch). For a batch of negatives of its own (``negative_batches="separate"``)
+            it is ``loss``.
+    """
+
+    loss: torch.Tensor
+    gold: torch.Tensor | None
+    negative: torch.Tensor | None
+
+
+def dress_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    batch: Mapping[str, Any],
+    ignore_index: int = -100,
+    causal: bool = True,
+    label_smoothing: float = 0.0,
+) -> DressLoss:
+    """The DRESS loss of a training batch, read from the fields the batch carries, split for logging.
+
+    A DRESS batch (``DialogueDataModule``'s, or your own datamodule's) carries
+    ``sample_weight`` (one weight per example), ``negative`` (True for a mined negative) and
+    ``negative_loss`` (how negatives are trained): the loss kind travels with the batch, so
+    a ``training_step`` needs nothing else. Log ``gold`` and ``negative`` under their own keys
+    (``train/loss``, ``train/negative_loss``): their scales differ by orders of magnitude,
+    and one curve over both alternates between them.
+
+    A field that is missing means: ``sample_weight`` all 1, ``negative_loss`` ``"nll"``, and
+    ``negative`` the examples with a weight < 0 (then a zero-weight negative counts as gold).
+
+    Args:
+        logits: (batch, time, vocab).
+        labels: (batch, time), ``ignore_index`` where there is no target.
+        batch: the batch's fields (a dict of the collated batch).
+        ignore_index: the label of positions that are not targets.
+        causal: the Hugging Face causal layout (see :func:`weighted_lm_loss`).
+        label_smoothing: smooths the gold examples' targets (see :func:`weighted_lm_loss`).
+
+    Returns:
+        A :class:`DressLoss`: ``loss`` to backpropagate, ``gold`` and ``negative`` to log.
+
+    Raises:
+        ValueError: as :func:`weighted_lm_loss`, or a ``negative`` field of the wrong shape.
+
+    Examples:
+        >>> import torch
+        >>> logits = torch.zeros(2, 3, 4)  # uniform: every target token costs ln 4
+        >>> labels = torch.tensor([[-100, 1, 2], [-100, 3, -100]])
+        >>> batch = {"sample_weight": torch.tensor([1.0, -1.0]), "negative": torch.tensor([False, True])}
+        >>> parts = dress_loss(logits, labels, batch, causal=False)
+        >>> [round(float(x), 4) for x in (parts.loss, parts.gold, parts.negative)]
+        [0.4621, 1.3863, -1.3863]
+    """
+    from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT
+
+    weights = batch.get(SAMPLE_WEIGHT)
+    kind = batch.get(NEGATIVE_LOSS) or "nll"
+    per_example, tokens = _weighted_per_example(logits, labels, weights, ignore_index, causal, kind, label_smoothing)
+    loss = per_example.sum() / tokens.sum().clamp(min=1)
+    negative = batch.get(NEGATIVE)
+    if negative is None:
+        negative = torch.zeros_like(per_example, dtype=torch.bool) if weights is None else torch.as_tensor(weights) < 0
+    negative = torch.as_tensor(negative, dtype=torch.bool, device=per_example.device).reshape(-1)
+    if negative.shape != per_example.shape:
+        raise ValueError(f"batch['{NEGATIVE}'] has shape {tuple(negative.shape)}, expected ({per_example.numel()},)")
+
+    def part(rows: torch.Tensor) -> torch.Tensor | None:
+        if not bool(rows.any()):
+            return None
+        if bool(rows.all()):
+            return loss  # the whole batch: the very tensor backpropagated
+        return per_example[rows].sum() / tokens[rows].sum().clamp(min=1)
+
+    return DressLoss(loss, part(~negative), part(negative))
+
+
+def _weighted_per_example(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    sample_weight: Any,
+    ignore_index: int,
+    causal: bool,
+    negative_loss: str,
+    label_smoothing: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum_t w_i loss_it per example, target tokens per example): :func:`weighted_lm_loss`'s two sums."""
     if negative_loss not in NEGATIVE_LOSSES:
         raise ValueError(f"negative_loss must be one of {NEGATIVE_LOSSES}, got {negative_loss!r}")
     if not 0.0 <= label_smoothing < 1.0:
@@ -88,8 +196,7 @@ def weighted_lm_loss(
             )
         else:
             per_example = per_example * sample_weight
-    num_tokens = (labels != ignore_index).sum().clamp(min=1)
-    return per_example.sum() / num_tokens
+    return per_example, (labels != ignore_index).sum(dim=1)
 
 
 def unlikelihood_per_example(

@@ -22,6 +22,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 from lightning_div.core import DialoguePair, as_pair
+from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
 
 __all__ = [
     "MODES",
@@ -41,9 +42,6 @@ MODES: tuple[str, ...] = ("loss", "sampler")
 #: Where the negatives are trained: in batches of their own (the DRESS authors) or among the gold examples.
 NegativeBatches = Literal["separate", "mixed"]
 NEGATIVE_BATCHES: tuple[str, ...] = ("separate", "mixed")
-#: How a negative weight is trained: weight x NLL (the paper) or |weight| x unlikelihood (bounded).
-NegativeLoss = Literal["nll", "unlikelihood"]
-NEGATIVE_LOSSES: tuple[str, ...] = ("nll", "unlikelihood")
 
 
 def check_choice(arg: str, value: str, choices: Sequence[str]) -> str:
@@ -63,8 +61,9 @@ class Negatives:
         weights: one finite weight per pair (DRESS: ``negative_weight`` in a head cluster, 0 outside).
         batches: ``"separate"`` (batches of their own, so a batch's token denominator counts only
             negatives, zero-weight ones included) or ``"mixed"`` (shuffled in with the gold examples).
-        loss: how a ``training_step`` trains a negative weight: ``"nll"`` or ``"unlikelihood"``
-            (pass it to :func:`lightning_div.dress.losses.weighted_lm_loss`).
+        loss: how a ``training_step`` trains a negative weight: ``"nll"`` or ``"unlikelihood"``;
+            the datamodule puts it in every training batch (``batch["negative_loss"]``), where
+            :func:`lightning_div.dress.losses.dress_loss` reads it.
 
     Raises:
         ValueError: ``pairs`` and ``weights`` differ in length, a weight is not finite, or
@@ -106,7 +105,10 @@ class ReweightableDataModule(Protocol):
       (before the first train dataloader is built) and whenever DRESS mines new negatives
       (at an epoch's end; the Trainer rebuilds the train dataloader for the next epoch,
       which DRESS checks in ``setup``). The next train dataloader must yield the gold
-      examples with their weights and the negatives with theirs.
+      examples with their weights and the negatives with theirs; in ``"loss"`` mode its
+      batches carry what :func:`lightning_div.dress.losses.dress_loss` reads:
+      ``sample_weight``, ``negative`` (True for a negative) and ``negative_loss``
+      (``negatives.loss``), so a ``training_step`` never reads them back from the datamodule.
     * The datamodule does not checkpoint what it was given and does not change the Trainer:
       DRESS checkpoints the weights and applies them again on resume.
     """

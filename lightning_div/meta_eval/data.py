@@ -286,7 +286,7 @@ def build_dec_test(
     paper's Table 3 sweeps p linearly over [0.1, 1.0].
 
     ``adapter`` is anything with ``generate(contexts, num_return_sequences=, do_sample=,
-    temperature=, seed=, **kw) -> list[str]`` grouped by context (e.g. ``CausalLMAdapter``).
+    temperature=, seed=, **kw) -> list[str]`` grouped by context (e.g. ``HuggingFaceAdapter``).
     ``pairing="grid"`` samples every context at every temperature (context-major order);
     ``"round_robin"`` gives context i the temperature ``temperatures[i % len(temperatures)]``,
     the paper's design (one set per context). Sampling is :data:`DEC_TEST_SAMPLING` (pure

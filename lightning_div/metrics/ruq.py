@@ -79,28 +79,6 @@ def reference_scores_of(reference_scores: Scores, reference: ReferenceChoice = "
     return out
 
 
-def lowest_reference_scores(reference_scores: Scores) -> list[float]:
-    """One score per prompt: the score itself, or the lowest of a prompt's several references.
-
-    ``reference_scores_of(reference_scores, "lowest")``, kept under its old name.
-
-    Args:
-        reference_scores: per prompt a score, or a list of its references' scores.
-
-    Returns:
-        One float per prompt.
-
-    Raises:
-        ValueError: a non-finite score or an empty list of references (named by index).
-        TypeError: a string instead of a score.
-
-    Examples:
-        >>> lowest_reference_scores([-1.0, [-0.5, -2.5]])
-        [-1.0, -2.5]
-    """
-    return reference_scores_of(reference_scores, "lowest")
-
-
 def _paired(
     reference_scores: Scores, idk_scores: Sequence[float], reference: ReferenceChoice
 ) -> tuple[list[float], list[float]]:

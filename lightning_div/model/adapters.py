@@ -1,8 +1,8 @@
 """How a callback reaches the user's dialogue model: the :class:`DialogueModelAdapter` protocol.
 
 An adapter can *generate* responses to contexts and give the *log-probability of each
-token* of a given response. :class:`CausalLMAdapter` (DialoGPT, GPT-2) and
-:class:`Seq2SeqAdapter` (BlenderBot, BART, T5) wrap any Hugging Face model and tokenizer;
+token* of a given response. :class:`HuggingFaceAdapter` wraps any Hugging Face model and
+tokenizer, decoder-only (DialoGPT, GPT-2) or encoder-decoder (BlenderBot, BART, T5);
 :func:`resolve_adapter` finds one on a LightningModule.
 
 Adapters keep references, never copies: they always run the model's current weights on
@@ -54,8 +54,29 @@ class DialogueModelAdapter(Protocol):
         ...
 
 
-class _HFAdapter:
-    is_seq2seq: bool = False
+class HuggingFaceAdapter:
+    """Any Hugging Face dialogue model with its tokenizer, as a :class:`DialogueModelAdapter`.
+
+    One class for both layouts, read from the model (``config.is_encoder_decoder``):
+    decoder-only models (DialoGPT, GPT-2, any ``*ForCausalLM``) get
+    ``turn<eos>turn<eos>response<eos>`` with left padding; encoder-decoder models (BlenderBot,
+    BART, T5) get the turns in the encoder and the response from the decoder. Generation and
+    scoring (:mod:`lightning_div.model.generation`, :mod:`lightning_div.model.scoring`) take the
+    layout from the model too, so a second class per layout would only repeat it.
+
+    Args:
+        model: the Hugging Face model (kept by reference: its current weights and device are used).
+        tokenizer: its tokenizer (never modified); it needs an EOS token.
+        format: the token layout shared with training (default ``DialogueFormat()``).
+        batch_size: contexts per generation batch and pairs per scoring batch.
+        max_new_tokens: the generation length unless ``generate`` is given another.
+        show_progress: tqdm bars.
+        seed: the default sampling seed (None: unseeded).
+
+    Raises:
+        TypeError: a model without ``generate``.
+        ValueError: a tokenizer without EOS, or a size < 1.
+    """
 
     def __init__(
         self,
@@ -72,12 +93,6 @@ class _HFAdapter:
             raise TypeError(
                 f"{name} needs a Hugging Face generation model (with .generate), got {type(model).__name__}"
             )
-        if is_seq2seq(model) != self.is_seq2seq:
-            other = "Seq2SeqAdapter" if is_seq2seq(model) else "CausalLMAdapter"
-            raise TypeError(
-                f"{name} got {type(model).__name__} (config.is_encoder_decoder={is_seq2seq(model)}); "
-                f"use {other}, or resolve_adapter() to choose automatically"
-            )
         if getattr(tokenizer, "eos_token_id", None) is None:
             raise ValueError(f"{name} needs a tokenizer with an EOS token (responses are scored up to EOS)")
         if batch_size < 1 or max_new_tokens < 1:
@@ -89,6 +104,11 @@ class _HFAdapter:
         self.max_new_tokens = max_new_tokens
         self.show_progress = show_progress
         self.seed = seed
+
+    @property
+    def is_seq2seq(self) -> bool:
+        """True for an encoder-decoder model (read from the model each time: it is kept by reference)."""
+        return is_seq2seq(self.model)
 
     @property
     def device(self) -> torch.device:
@@ -195,46 +215,6 @@ class _HFAdapter:
         return f"{type(self).__name__}({type(self.model).__name__}, batch_size={self.batch_size})"
 
 
-class CausalLMAdapter(_HFAdapter):
-    """Decoder-only models (DialoGPT, GPT-2): ``turn<eos>turn<eos>response<eos>``, left padding.
-
-    Args:
-        model: the Hugging Face model (kept by reference: its current weights and device are used).
-        tokenizer: its tokenizer (never modified); it needs an EOS token.
-        format: the token layout shared with training (default ``DialogueFormat()``).
-        batch_size: contexts per generation batch and pairs per scoring batch.
-        max_new_tokens: the generation length unless ``generate`` is given another.
-        show_progress: tqdm bars.
-        seed: the default sampling seed (None: unseeded).
-
-    Raises:
-        TypeError: a model without ``generate``, or of the other family (causal vs seq2seq).
-        ValueError: a tokenizer without EOS, or a size < 1.
-    """
-
-    is_seq2seq = False
-
-
-class Seq2SeqAdapter(_HFAdapter):
-    """Encoder-decoder models (BlenderBot, BART, T5): turns to the encoder, response from the decoder.
-
-    Args:
-        model: the Hugging Face model (kept by reference: its current weights and device are used).
-        tokenizer: its tokenizer (never modified); it needs an EOS token.
-        format: the token layout shared with training (default ``DialogueFormat()``).
-        batch_size: contexts per generation batch and pairs per scoring batch.
-        max_new_tokens: the generation length unless ``generate`` is given another.
-        show_progress: tqdm bars.
-        seed: the default sampling seed (None: unseeded).
-
-    Raises:
-        TypeError: a model without ``generate``, or of the other family (causal vs seq2seq).
-        ValueError: a tokenizer without EOS, or a size < 1.
-    """
-
-    is_seq2seq = True
-
-
 def resolve_adapter(
     pl_module: Any,
     model_attr: str = "model",
@@ -246,15 +226,14 @@ def resolve_adapter(
 
     The module itself when it implements :class:`DialogueModelAdapter`; otherwise
     ``getattr(pl_module, model_attr)`` with ``getattr(pl_module, tokenizer_attr)`` wrapped in
-    :class:`Seq2SeqAdapter` or :class:`CausalLMAdapter` according to
-    ``model.config.is_encoder_decoder``. Other keywords go to the adapter.
+    a :class:`HuggingFaceAdapter`. Other keywords go to the adapter.
 
     Args:
         pl_module: the LightningModule (or any object) to reach the model through.
         model_attr: the attribute holding the Hugging Face model.
         tokenizer_attr: the attribute holding its tokenizer.
         format: the token layout (default ``DialogueFormat()``).
-        **adapter_kwargs: :class:`CausalLMAdapter` / :class:`Seq2SeqAdapter` arguments.
+        **adapter_kwargs: :class:`HuggingFaceAdapter` arguments.
 
     Returns:
         A :class:`DialogueModelAdapter`.
@@ -288,8 +267,7 @@ def resolve_adapter(
             "generate(contexts, **generation_kwargs) -> list[str] and "
             "token_logprobs(contexts, responses) -> list[torch.Tensor]."
         )
-    cls = Seq2SeqAdapter if is_seq2seq(model) else CausalLMAdapter
-    return cls(model, tokenizer, format=format, **adapter_kwargs)
+    return HuggingFaceAdapter(model, tokenizer, format=format, **adapter_kwargs)
 
 
-__all__ = ["DialogueModelAdapter", "CausalLMAdapter", "Seq2SeqAdapter", "resolve_adapter"]
+__all__ = ["DialogueModelAdapter", "HuggingFaceAdapter", "resolve_adapter"]

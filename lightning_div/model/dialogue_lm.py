@@ -2,7 +2,8 @@
 
 For users who do not bring their own module. It has ``model`` and ``tokenizer``
 attributes (so every lightning-div callback finds them) and trains with
-:func:`lightning_div.dress.losses.weighted_lm_loss`, so DRESS sample weights just work.
+:func:`lightning_div.dress.losses.dress_loss`, so DRESS sample weights and negatives just
+work: gold batches log ``train/loss``, DRESS's negative batches ``train/negative_loss``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from lightning_div.dress.losses import weighted_lm_loss
+from lightning_div.dress.losses import DressLoss, dress_loss
+from lightning_div.keys import TEST_LOSS, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS, VAL_LOSS
 from lightning_div.model.formatting import is_seq2seq
 from lightning_div.model.loading import build_model, load_tokenizer
 from lightning_div.types import Options
@@ -125,34 +127,34 @@ class DialogueLM(pl.LightningModule):
             ).logits
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
-    def _loss(self, batch: dict[str, torch.Tensor], weighted: bool) -> torch.Tensor:
-        # training (weighted) smooths the targets if asked; evaluation always measures the plain NLL
-        weights = batch.get("sample_weight") if weighted else None
+    def _loss(self, batch: dict[str, Any], weighted: bool) -> DressLoss:
+        # The batch says how to weight it and how to train its negatives (sample_weight, negative,
+        # negative_loss: DRESS's fields); validation and test weigh every example alike and measure
+        # the plain NLL, training smooths the targets if asked.
+        fields = batch if weighted else {}
         smoothing = float(self.hparams["label_smoothing"]) if weighted else 0.0
-        # DRESS's choice of loss for negative weights lives on the datamodule the callback configured.
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        negative_loss = getattr(datamodule, "negative_loss", "nll")
-        return weighted_lm_loss(
-            self(batch),
-            batch["labels"],
-            weights,
-            causal=not self.seq2seq,
-            negative_loss=negative_loss,
-            label_smoothing=smoothing,
-        )
+        return dress_loss(self(batch), batch["labels"], fields, causal=not self.seq2seq, label_smoothing=smoothing)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self._loss(batch, weighted=True)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["labels"].size(0))
-        return loss
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        """The weighted loss; gold examples log ``train/loss``, DRESS negatives ``train/negative_loss``.
 
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        loss = self._loss(batch, weighted=False)
-        self.log("val/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True, batch_size=batch["labels"].size(0))
+        A batch that mixes both (``negative_batches="mixed"``) logs each part under its key, each
+        over its own target tokens; the loss trained on is the whole batch's.
+        """
+        parts = self._loss(batch, weighted=True)
+        size = batch["labels"].size(0)
+        for key, value in ((TRAIN_LOSS, parts.gold), (TRAIN_NEGATIVE_LOSS, parts.negative)):
+            if value is not None:
+                self.log(key, value, on_step=True, on_epoch=True, prog_bar=True, batch_size=size)
+        return parts.loss
 
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        loss = self._loss(batch, weighted=False)
-        self.log("test/loss", loss, on_epoch=True, sync_dist=True, batch_size=batch["labels"].size(0))
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        loss = self._loss(batch, weighted=False).loss
+        self.log(VAL_LOSS, loss, on_epoch=True, prog_bar=True, sync_dist=True, batch_size=batch["labels"].size(0))
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        loss = self._loss(batch, weighted=False).loss
+        self.log(TEST_LOSS, loss, on_epoch=True, sync_dist=True, batch_size=batch["labels"].size(0))
 
     def configure_optimizers(self) -> Any:
         hp: Any = self.hparams  # Lightning's AttributeDict of the constructor's arguments

@@ -559,8 +559,8 @@ def candidate_logprobs(
 ) -> list[list[torch.Tensor]]:
     """Token log-probs of several responses per context through any adapter, contexts shared when it can.
 
-    Adapters with a ``candidate_logprobs`` method (:class:`~lightning_div.model.adapters.CausalLMAdapter`,
-    :class:`~lightning_div.model.adapters.Seq2SeqAdapter`) encode each context once; any other
+    Adapters with a ``candidate_logprobs`` method (:class:`~lightning_div.model.adapters.HuggingFaceAdapter`)
+    encode each context once; any other
     :class:`~lightning_div.model.adapters.DialogueModelAdapter` is asked for the flattened pairs
     with ``token_logprobs``. Either way the result is checked as :func:`response_scores` checks it.
 
@@ -621,7 +621,7 @@ def _check_adapter(adapter: Any) -> None:
     if not callable(getattr(adapter, "token_logprobs", None)):
         raise TypeError(
             f"expected a DialogueModelAdapter (with .token_logprobs), got {type(adapter).__name__}; "
-            "wrap a Hugging Face model with lightning_div.model.adapters.CausalLMAdapter / Seq2SeqAdapter, "
+            "wrap a Hugging Face model with lightning_div.model.adapters.HuggingFaceAdapter, "
             "or a LightningModule with resolve_adapter(pl_module)"
         )
 

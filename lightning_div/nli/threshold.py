@@ -23,7 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity
-from lightning_div.metrics.sets import NegativeMeanCosine, SetMetric, fewer_than_two  # noqa: F401  (old home: aliases)
+from lightning_div.metrics.sets import SetMetric
 from lightning_div.model.formatting import Context
 from lightning_div.model.generation import SAMPLING_DEFAULTS
 from lightning_div.nli.scorer import PairScorer, SetResult, ordered_pairs
@@ -374,7 +374,7 @@ def diversity_threshold_generate(
 
     Args:
         adapter: any object with ``generate(contexts, num_return_sequences=, do_sample=, top_p=,
-            seed=, **kw)``, e.g. a :class:`~lightning_div.model.adapters.CausalLMAdapter`.
+            seed=, **kw)``, e.g. a :class:`~lightning_div.model.adapters.HuggingFaceAdapter`.
         context: a string or a list of turns.
         scorer: an :class:`~lightning_div.nli.scorer.NLIScorer` (or any object with ``score_pairs``);
             needed by the NLI metrics.

@@ -3,7 +3,8 @@
 ``encoder`` turns responses into vectors, ``clusters`` fits and assigns the k-means partition,
 ``cache`` keeps fitted clusters on disk by content hash, ``cards`` says in words what a
 cluster holds, ``plots`` draws the figures, and ``space`` puts the encoder and the clusters
-together for the callbacks.
+together as one :class:`~lightning_div.semantic.space.SemanticSpace` the callbacks measure in
+(and share, when given the same one).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -11,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
+    from lightning_div.semantic.space import SemanticSpace
 
-_LAZY = {"SemanticClusters": "clusters", "ResponseEncoder": "encoder"}
+_LAZY = {"SemanticClusters": "clusters", "ResponseEncoder": "encoder", "SemanticSpace": "space"}
 __all__ = list(_LAZY)
 
 

@@ -28,11 +28,10 @@ from lightning_div._internal.distributed import on_rank_zero, rank_and_world
 from lightning_div._internal.io import StaleCacheError, file_digest, load_assignments, save_assignments
 from lightning_div.semantic.clusters import SemanticClusters, fingerprint_texts
 
-# the clusters' logger: the messages kept the logger they had before the cache became a module of its own
-log = logging.getLogger("lightning_div.semantic.clusters")
+log = logging.getLogger(__name__)
 
-# names the other ranks' error (and stays the one the messages had before the split)
-_WHAT = "SemanticClusters.load_or_fit"
+# names the work in the other ranks' error when rank 0's fails
+_WHAT = "load_or_fit_clusters"
 
 
 @dataclass(eq=False)  # compared by identity: a field-wise == would compare the assignments' arrays

@@ -17,8 +17,8 @@ different config and names each differing field.
 
 This module is the algorithm (``fit`` / ``assign`` / ``save`` / ``load``). Whether to fit
 (a cache file named by content hash, fitted on rank 0 and broadcast) is decided in
-:mod:`lightning_div.semantic.cache`; which clusters a callback uses, shared with callbacks that
-name the same, in :mod:`lightning_div.semantic.space`.
+:mod:`lightning_div.semantic.cache`; the encoder and clusters a callback measures in are one
+:class:`~lightning_div.semantic.space.SemanticSpace`.
 """
 
 from __future__ import annotations
@@ -566,30 +566,6 @@ class SemanticClusters:
             )
         return out
 
-    @classmethod
-    def load_or_fit(
-        cls, path: str | os.PathLike, texts: Sequence[str], encoder: Any, with_assignments: bool = False, **config: Any
-    ) -> Any:
-        """The cache's :func:`~lightning_div.semantic.cache.load_or_fit_clusters`, in its old two return types.
-
-        Kept for existing code; new code calls ``load_or_fit_clusters`` (the algorithm lives in
-        this class, the cache in :mod:`lightning_div.semantic.cache`), which returns one type.
-
-        Args:
-            path: a directory (the cache) or an ``.npz`` file.
-            texts: the gold responses the clusters are (or were) fitted on.
-            encoder: a :class:`~lightning_div.semantic.encoder.ResponseEncoder`.
-            with_assignments: also return the cluster id of every text.
-            **config: :class:`SemanticClusters` constructor arguments.
-
-        Returns:
-            The clusters, or ``(clusters, ids)`` with ``with_assignments=True``.
-        """
-        from lightning_div.semantic.cache import load_or_fit_clusters
-
-        cached = load_or_fit_clusters(path, texts, encoder, with_assignments=with_assignments, **config)
-        return (cached.clusters, cached.assignments) if with_assignments else cached.clusters
-
     def _state(self) -> dict[str, Any]:
         return {
             "data_fingerprint": self.data_fingerprint,
@@ -604,13 +580,6 @@ class SemanticClusters:
     def _set_state(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
-
-
-def assignments_path(clusters_path: str | os.PathLike) -> Path:
-    """Where the gold texts' cluster ids are cached beside a clusters file (:mod:`lightning_div.semantic.cache`)."""
-    from lightning_div.semantic.cache import assignments_path as cached_ids_path
-
-    return cached_ids_path(clusters_path)
 
 
 def _count_distinct(x: np.ndarray) -> int:

@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lightning_div._internal.distributed import all_gather_rows, check_same_on_all_ranks, length_batches, rank_and_world
+from lightning_div.keys import DEFAULT_ENCODER
 from lightning_div.model.formatting import is_seq2seq, model_window, special_tokens_around
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,7 @@ class ResponseEncoder:
 
     def __init__(
         self,
-        model_name_or_path: str = "microsoft/DialoGPT-large",
+        model_name_or_path: str = DEFAULT_ENCODER,
         batch_size: int = 32,
         max_length: int = 256,
         device: str | torch.device | None = None,

@@ -1,317 +1,449 @@
-"""The semantic space callbacks share: which encoder and clusters (ClusterSpec), loaded once per process.
+"""SemanticSpace: one response encoder and its k-means clusters, with their disk cache and cards.
 
-SemanticDiversityMonitor and DRESSReweighting both need an encoder and k-means clusters
-fitted on the gold training responses. A :class:`ClusterSpec` names them; the clusters come
-from the user (an object or a file) or from the disk cache
-(:func:`lightning_div.semantic.cache.load_or_fit_clusters`: named by content hash, fitted on
-rank 0, broadcast).
+Sem-Ent (:class:`~lightning_div.callbacks.SemanticDiversityMonitor`) and DRESS
+(:class:`~lightning_div.callbacks.DRESSReweighting`) measure in the same space: an encoder
+that turns responses into vectors, and clusters fitted on the gold training responses. A
+:class:`SemanticSpace` is that space as one object you can hold, pass and share:
 
-Two callbacks that name the same encoder (a Hub id or path, with the same arguments, on the
-same device) share one :class:`~lightning_div.semantic.encoder.ResponseEncoder`, and with the same
-clustering settings, gold texts and cache directory one set of clusters: a process-level
-cache keyed by (name, arguments, device) loads the encoder once and fits or reads the clusters
-once. Its entries are weak references: they live as long as a callback holds them, so a
-finished run's encoder is freed with its callbacks and a later run in the same process (a
-notebook, a test) starts afresh; :func:`clear_shared_cache` empties it at once. An encoder
-*object* passed by the user is already shared by whoever holds it and is not cached here.
+```python
+space = SemanticSpace(encoder="minilm", num_clusters=20)
+monitor = SemanticDiversityMonitor(space=space)
+dress = DRESSReweighting(space=space)  # the same encoder and clusters: loaded and fitted once
+```
+
+Two callbacks given the same object share its encoder and clusters by identity; there is no
+process-wide cache behind it. A callback built without ``space=`` (its ``encoder=``,
+``num_clusters=`` ... arguments) builds a private one. Fitted clusters are cached on disk by
+content hash (:func:`lightning_div.semantic.cache.load_or_fit_clusters`: read or fitted on
+rank 0, sent to the other ranks), so a later run, or another space with the same settings,
+reads them back instead of fitting again.
+
+Nothing here needs Lightning: where the encoder runs (``device``) and how rank 0's clusters
+reach the other ranks (``broadcast``) are arguments, which the callbacks fill from their
+``LightningModule`` and the Trainer's strategy.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
-import weakref
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # pytorch_lightning is a heavy import, and only named in annotations here
-    import pytorch_lightning as pl
+from lightning_div.keys import DEFAULT_ENCODER
+from lightning_div.semantic.clusters import SemanticClusters, fingerprint_texts
+from lightning_div.types import ClustersSource, EncoderSource, Options
 
-# one process-level cache for each kind of object, both weak: a callback's strong reference keeps an entry
-_ENCODERS: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
-_CLUSTERS: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
+__all__ = ["Broadcast", "SPACE_ARGUMENTS", "SemanticSpace", "describe", "space_from_arguments"]
 
+#: ``(obj, src) -> obj``: a collective that sends rank ``src``'s object to every rank (e.g.
+#: ``trainer.strategy.broadcast``).
+Broadcast = Callable[[Any, int], Any]
 
-def clear_shared_cache() -> None:
-    """Forget every shared encoder and set of clusters (callbacks holding one keep theirs)."""
-    _ENCODERS.clear()
-    _CLUSTERS.clear()
-
-
-def shared_cache_size() -> tuple[int, int]:
-    """(encoders, sets of clusters) the process-level cache holds now."""
-    return len(_ENCODERS), len(_CLUSTERS)
-
-
-def encoder_key(name: str | Path, device: Any, **kwargs: Any) -> tuple[str, str, str]:
-    """What makes two named encoders the same: (name, arguments, device).
-
-    Args:
-        name: the Hub id, alias or path.
-        device: where it runs (``pl_module.device``).
-        **kwargs: the :class:`~lightning_div.semantic.encoder.ResponseEncoder` arguments.
-
-    Returns:
-        A hashable key (arguments in a canonical order).
-    """
-    arguments = repr(sorted((k, repr(v)) for k, v in kwargs.items()))
-    return str(name), arguments, str(device)
-
-
-def shared_encoder(name: str | Path, device: Any, **kwargs: Any) -> Any:
-    """The process's ResponseEncoder for (name, arguments, device), created on first use.
-
-    Args:
-        name: the Hub id, alias or path.
-        device: where it runs.
-        **kwargs: the :class:`~lightning_div.semantic.encoder.ResponseEncoder` arguments.
-
-    Returns:
-        The same object for the same key while someone holds it.
-    """
-    from lightning_div.semantic.encoder import ResponseEncoder
-
-    key = encoder_key(name, device, **kwargs)
-    encoder = _ENCODERS.get(key)
-    if encoder is None:
-        encoder = ResponseEncoder(str(name), device=device, **kwargs)
-        _ENCODERS[key] = encoder
-    return encoder
-
-
-def shared_clusters(key: Hashable, make: Callable[[], Any]) -> Any:
-    """The cached value for ``key`` (e.g. a :class:`~lightning_div.semantic.cache.CachedClusters`), or ``make()``.
-
-    Under DDP every rank must call it with the same keys in the same order (the callbacks do):
-    the ranks agree whether all of them hold the value, and otherwise all of them call ``make``,
-    so a ``make`` that holds collectives stays in step across ranks.
-
-    Args:
-        key: what identifies the value.
-        make: builds it on a miss.
-
-    Returns:
-        The shared value.
-    """
-    from lightning_div._internal.distributed import gather_objects, is_distributed
-
-    value = _CLUSTERS.get(key)
-    # make() holds collectives: every rank must take the same branch, whatever its garbage collector has
-    # freed so far (a weak entry of an earlier run may be gone on one rank and not yet on another)
-    if is_distributed() and not all(gather_objects(value is not None)):
-        value = None
-    if value is None:
-        value = make()
-        _CLUSTERS[key] = value
-    return value
+#: The callbacks' arguments that build a private space (an error beside ``space=``).
+SPACE_ARGUMENTS = ("encoder", "clusters", "num_clusters", "variance_kept", "kmeans_seed", "encoder_kwargs")
 
 
 def describe(value: Any) -> str | None:
-    """A stable text for a checkpoint state key: the name/path given, else the object's ``name``, else its type.
+    """A stable text for a checkpoint: the name/path given, else the object's ``name``, else its type.
 
     Never ``repr`` of an object (it holds a memory address, which would change between the
     run that saved a checkpoint and the run that resumes from it).
 
     Args:
-        value: an encoder or clusters as given to a callback.
+        value: an encoder, clusters or scorer as given to a callback.
 
     Returns:
         The text, or None for None.
     """
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, Path):
-        return str(value)
+    if isinstance(value, os.PathLike):
+        return str(os.fspath(value))
     name = getattr(value, "name", None)
     return name if isinstance(name, str) and name else type(value).__name__
 
 
-def _device_of(pl_module: Any) -> Any:
-    """The module's device; None without a module (the encoder then picks: CUDA if there is one, else CPU)."""
-    return None if pl_module is None else pl_module.device
+class SemanticSpace:
+    """An encoder and the k-means clusters of its embeddings of the gold responses, as one object.
 
+    Args:
+        encoder: a Hub id, alias (``"minilm"``: the offline all-MiniLM-L6-v2) or path, loaded on
+            first use on the device the first call asks for; or an encoder object (a
+            :class:`~lightning_div.semantic.encoder.ResponseEncoder`), used as it is.
+        clusters: fitted :class:`~lightning_div.semantic.clusters.SemanticClusters` or a saved
+            file; None = fit them on the gold responses given to :meth:`fit`.
+        num_clusters: k (the paper: 20).
+        variance_kept: PCA variance kept (the paper: 0.9).
+        kmeans_seed: the faiss k-means seed (the paper: 27).
+        encoder_kwargs: more ResponseEncoder arguments (``pooling``, ``max_length``, ``dtype``, ...).
+        dirpath: the cache directory of fitted clusters; None = the directory the caller of
+            :meth:`fit` gives (the callbacks: their ``dirpath``, default
+            ``<default_root_dir>/lightning_div_cache``).
+        batch_size: texts per encoder forward pass.
+        show_progress: progress bars while embedding and fitting.
 
-def _broadcast_of(pl_module: Any) -> Callable[[Any, int], Any] | None:
-    """The Trainer's own broadcast when the module is attached to one (None: the package's)."""
-    trainer = getattr(pl_module, "_trainer", None)
-    strategy = getattr(trainer, "strategy", None)
-    return getattr(strategy, "broadcast", None)
-
-
-@dataclass
-class ClusterSpec:
-    """Which encoder and clusters a callback uses; builds them lazily, shared with callbacks that name the same.
-
-    Attributes:
-        encoder: a Hub id, alias or path (loaded on the module's device, shared per process), or
-            an encoder object (used as it is).
-        clusters: a SemanticClusters object or file; None = fit (or read from the cache) on the
-            gold training responses.
-        num_clusters: k.
-        variance_kept: PCA variance kept.
-        kmeans_seed: k-means seed.
-        encoder_kwargs: more ResponseEncoder arguments (e.g. ``pooling``).
-        clusters_path: the clusters file in use (checkpointed by the callbacks).
+    Raises:
+        ValueError: a setting :class:`~lightning_div.semantic.clusters.SemanticClusters` refuses
+            (k < 1, ``variance_kept`` outside (0, 1], a negative seed).
     """
 
-    encoder: Any = "microsoft/DialoGPT-large"  # typed where users give it: the callbacks' EncoderSource
-    clusters: Any = None
-    num_clusters: int = 20
-    variance_kept: float = 0.9
-    kmeans_seed: int = 27
-    encoder_kwargs: dict[str, Any] | None = None
-    clusters_path: str | None = None
-    _encoder: Any = field(default=None, repr=False)
-    _clusters: Any = field(default=None, repr=False)
-    _cached: Any = field(default=None, repr=False)  # the shared cache entry: held, so that it lives with us
+    def __init__(
+        self,
+        encoder: EncoderSource = DEFAULT_ENCODER,
+        clusters: ClustersSource | None = None,
+        num_clusters: int = 20,
+        variance_kept: float = 0.9,
+        kmeans_seed: int = 27,
+        encoder_kwargs: Options | None = None,
+        dirpath: str | Path | None = None,
+        batch_size: int = 32,
+        show_progress: bool = True,
+    ) -> None:
+        # checked now, where the callback is built, by the class that uses them (one set of rules)
+        SemanticClusters(num_clusters=num_clusters, variance_kept=variance_kept, seed=kmeans_seed)
+        self.encoder_source = encoder
+        self.clusters_source = clusters
+        self.num_clusters = num_clusters
+        self.variance_kept = variance_kept
+        self.kmeans_seed = kmeans_seed
+        self.encoder_kwargs: dict[str, Any] = dict(encoder_kwargs or {})
+        self.dirpath = dirpath
+        self.batch_size = batch_size
+        self.show_progress = show_progress
+        #: The clusters file in use: the user's, our cache entry, or the one a checkpoint pointed at.
+        self.clusters_path: str | None = str(clusters) if isinstance(clusters, (str, os.PathLike)) else None
+        self._encoder: Any = None
+        self._clusters: SemanticClusters | None = None
+        self._own_file = False  # clusters_path is our cache entry (cards may be written into it), not the user's
+        self._gold_fingerprint: str | None = None
+        self._gold_ids: np.ndarray | None = None
 
-    def identity(self) -> dict[str, Any]:
-        """What tells two callbacks' semantic spaces apart, for their checkpoint state keys.
+    def __repr__(self) -> str:
+        state = "fitted" if self._clusters is not None else "not fitted"
+        return f"SemanticSpace(encoder={describe(self.encoder_source)!r}, num_clusters={self.num_clusters}, {state})"
 
-        Settings such as ``num_clusters`` are left out on purpose: a resume with a changed setting
-        must find its state, so that the change is detected and said (see ``settings``).
+    # -- the encoder -------------------------------------------------------------------------------
+
+    def get_encoder(self, device: Any = None) -> Any:
+        """The encoder: a name or path is loaded once, on ``device`` (None: CUDA if there is one, else CPU).
+
+        Args:
+            device: where a named encoder runs; only the first call's counts (the callbacks pass
+                their module's device, the same every time).
+
+        Returns:
+            The :class:`~lightning_div.semantic.encoder.ResponseEncoder` (or the object given).
         """
-        out: dict[str, Any] = {"encoder": describe(self.encoder)}
-        if isinstance(self.clusters, (str, Path)):
-            out["clusters"] = describe(self.clusters)
-        return out
-
-    def _encoder_arguments(self, batch_size: int, show_progress: bool) -> dict[str, Any]:
-        return {"batch_size": batch_size, "show_progress": show_progress, **(self.encoder_kwargs or {})}
-
-    def get_encoder(self, pl_module: pl.LightningModule | None, batch_size: int, show_progress: bool) -> Any:
-        """The ResponseEncoder: a name/path is loaded once per process and device, shared between callbacks."""
         if self._encoder is None:
-            if isinstance(self.encoder, (str, Path)):
-                arguments = self._encoder_arguments(batch_size, show_progress)
-                self._encoder = shared_encoder(self.encoder, _device_of(pl_module), **arguments)
+            if isinstance(self.encoder_source, (str, os.PathLike)):
+                from lightning_div.semantic.encoder import ResponseEncoder
+
+                self._encoder = ResponseEncoder(
+                    os.fspath(self.encoder_source),
+                    device=device,
+                    batch_size=self.batch_size,
+                    show_progress=self.show_progress,
+                    **self.encoder_kwargs,
+                )
             else:
-                self._encoder = self.encoder
+                self._encoder = self.encoder_source
         return self._encoder
 
-    def _given(self) -> Any:
-        """Clusters given by the user, or a file a restored checkpoint points at; None = fit/cache."""
-        from lightning_div.semantic.clusters import SemanticClusters
+    def encode(self, texts: Sequence[str], device: Any = None) -> np.ndarray:
+        """Embeddings of ``texts`` (under DDP: sharded over the ranks, every rank gets all rows).
 
-        given = self.clusters
-        if given is None and self.clusters_path and Path(self.clusters_path).is_file():
+        Args:
+            texts: the responses.
+            device: see :meth:`get_encoder`.
+
+        Returns:
+            float32 array, one row per text.
+        """
+        return np.asarray(self.get_encoder(device).encode(list(texts)))
+
+    # -- the clusters ------------------------------------------------------------------------------
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the clusters are at hand (given and loaded, read from the cache, or fitted)."""
+        return self._clusters is not None
+
+    @property
+    def clusters(self) -> SemanticClusters:
+        """The clusters in use.
+
+        Raises:
+            RuntimeError: before :meth:`fit`.
+        """
+        if self._clusters is None:
+            raise RuntimeError("SemanticSpace: no clusters yet: call fit(gold_texts) first (or give clusters=)")
+        return self._clusters
+
+    @property
+    def cards(self) -> list[Any] | None:
+        """The clusters' cards (:mod:`lightning_div.semantic.cards`), or None before :meth:`fit`."""
+        return None if self._clusters is None else self._clusters.cards
+
+    def config(self) -> dict[str, Any]:
+        """The clustering settings that decide a fit (and its cache file's name)."""
+        return {"num_clusters": self.num_clusters, "variance_kept": self.variance_kept, "seed": self.kmeans_seed}
+
+    def fit(
+        self,
+        texts: Sequence[str] | None = None,
+        *,
+        device: Any = None,
+        broadcast: Broadcast | None = None,
+        cache_dir: str | Path | None = None,
+    ) -> SemanticSpace:
+        """Make the clusters ready: the given ones (checked against the encoder), or cached-or-fitted on ``texts``.
+
+        Fitting names a cache file by the hash of everything that decides the clusters (encoder
+        name and weights, settings, the texts): a later call with the same inputs, in this or a
+        later run, reads it back. The texts' cluster ids come with the fit (and are cached
+        beside it); for given clusters :meth:`gold_assignments` computes them when first asked.
+        Cards come with the clusters file, or are computed from ``texts`` when the clusters have
+        none. Calling again with the same texts (a second callback sharing this space) does
+        nothing. Under DDP every rank must call it (rank 0 reads or fits, the others receive).
+
+        Args:
+            texts: the gold training responses; may be None when clusters were given.
+            device: where the encoder runs (see :meth:`get_encoder`).
+            broadcast: how rank 0's clusters reach the other ranks (e.g. ``trainer.strategy.broadcast``;
+                None: :func:`lightning_div._internal.distributed.broadcast_object`).
+            cache_dir: the cache directory when the space has no ``dirpath`` of its own.
+
+        Returns:
+            This space.
+
+        Raises:
+            ValueError: no texts to fit on, no cache directory, texts other than those this space
+                was fitted on, or clusters that do not fit the encoder.
+        """
+        gold = None if texts is None else list(texts)
+        fingerprint = None if gold is None else fingerprint_texts(gold)
+        if fingerprint is not None and self._gold_fingerprint is not None:
+            if fingerprint != self._gold_fingerprint:
+                raise ValueError(
+                    f"this SemanticSpace was fitted on other gold responses than the {len(gold or [])} given now: "
+                    "one space serves one set of gold responses (give each set its own SemanticSpace)"
+                )
+            return self
+        if self._clusters is None:
+            self._clusters = self._given(device)
+        if self._clusters is None:
+            if not gold:
+                raise ValueError("no gold training responses to fit the semantic clusters on")
+            self._fit_cached(gold, device, broadcast, cache_dir)
+        if gold is not None:
+            self._gold_fingerprint = fingerprint
+            if self.clusters.cards is None:  # a file saved without cards, or clusters given without them
+                self._describe(gold, device)
+        return self
+
+    def gold_assignments(self, texts: Sequence[str], *, device: Any = None) -> np.ndarray:
+        """The cluster id of every gold response the space was fitted on (read-only; computed once).
+
+        Args:
+            texts: the texts given to :meth:`fit` (checked: the ids are theirs).
+            device: see :meth:`get_encoder`.
+
+        Returns:
+            int64 array, one id per text.
+
+        Raises:
+            ValueError: texts other than those :meth:`fit` was given.
+        """
+        gold = list(texts)
+        if self._gold_fingerprint is None or fingerprint_texts(gold) != self._gold_fingerprint:
+            raise ValueError(
+                "gold_assignments(texts) needs the texts this SemanticSpace was fitted on: fit(texts) first"
+            )
+        if self._gold_ids is None:
+            return self._keep_ids(self.clusters.assign(self.encode(gold, device)))
+        return self._gold_ids
+
+    def assign(self, texts: Sequence[str], device: Any = None) -> np.ndarray:
+        """The cluster id of each text (embedded, then nearest centroid).
+
+        Args:
+            texts: the responses.
+            device: see :meth:`get_encoder`.
+
+        Returns:
+            int64 array, one id per text.
+        """
+        return self.clusters.assign(self.encode(texts, device))
+
+    def save(self, path: str | Path) -> Path:
+        """Save the clusters (with their cards) to ``path``; :meth:`load` reads them back.
+
+        Args:
+            path: an ``.npz`` file (written atomically).
+
+        Returns:
+            The path written.
+        """
+        self.clusters.save(path)
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path, encoder: EncoderSource | None = None, **kwargs: Any) -> SemanticSpace:
+        """A space around saved clusters; read and checked at once.
+
+        Args:
+            path: a clusters file written by :meth:`save` (or ``lightning-div clusters fit``).
+            encoder: the encoder they were fitted with; None = the one the file names (its
+                ``encoder_name``, ``<model>@<pooling>``).
+            **kwargs: the other constructor arguments (``dirpath``, ``batch_size``, ...).
+
+        Returns:
+            A fitted SemanticSpace.
+        """
+        clusters = SemanticClusters.load(path)
+        if encoder is None:
+            if not clusters.encoder_name:
+                raise ValueError(f"{str(path)!r} does not name the encoder it was fitted with: pass encoder=")
+            name, _, pooling = clusters.encoder_name.partition("@")
+            encoder = name
+            if pooling:
+                kwargs["encoder_kwargs"] = {"pooling": pooling, **(kwargs.get("encoder_kwargs") or {})}
+        space = cls(encoder=encoder, clusters=clusters, num_clusters=clusters.num_clusters, **kwargs)
+        space.clusters_path = str(path)
+        space._clusters = clusters
+        return space
+
+    # -- what the callbacks store ------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        """What tells two callbacks' spaces apart in their checkpoint state keys.
+
+        Settings such as ``num_clusters`` are left out on purpose: a resume with a changed setting
+        must find its state, so that the change is detected and said (see :meth:`settings`).
+        """
+        out: dict[str, Any] = {"encoder": describe(self.encoder_source)}
+        if isinstance(self.clusters_source, (str, os.PathLike)):
+            out["clusters"] = describe(self.clusters_source)
+        return out
+
+    def settings(self) -> dict[str, Any]:
+        """What a callback's checkpointed state depends on in this space: a change makes it stale on resume."""
+        return {
+            "encoder": describe(self.encoder_source),
+            "num_clusters": self.num_clusters,
+            "variance_kept": self.variance_kept,
+            "kmeans_seed": self.kmeans_seed,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The clusters file in use, so that a resumed run reads the very same clusters."""
+        return {"clusters_path": self.clusters_path}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Point a space that holds no clusters yet at the file a checkpoint names (read at :meth:`fit`)."""
+        path = state.get("clusters_path")
+        if self._clusters is None and self.clusters_source is None and path:
+            self.clusters_path, self._own_file = str(path), True
+
+    # -- inside ------------------------------------------------------------------------------------
+
+    def _given(self, device: Any) -> SemanticClusters | None:
+        """Clusters given by the user, or the file a checkpoint points at, checked against the encoder; None = fit."""
+        source = self.clusters_source
+        if isinstance(source, SemanticClusters):
+            clusters = source
+        elif source is not None:
+            clusters = SemanticClusters.load(source)
+        elif self.clusters_path and Path(self.clusters_path).is_file():
             try:  # the cache file a checkpoint points at: a damaged one is refitted like any cache entry
-                return SemanticClusters.load(self.clusters_path)
+                clusters = SemanticClusters.load(self.clusters_path)
             except ValueError as e:
                 warnings.warn(
                     f"the cached clusters {self.clusters_path!r} the checkpoint points at cannot be used "
                     f"({e}); fitting them again",
-                    stacklevel=2,
+                    stacklevel=3,
                 )
-                self.clusters_path = None
+                self.clusters_path, self._own_file = None, False
                 return None
-        if given is None or isinstance(given, SemanticClusters):
-            return given
-        self.clusters_path = str(given)
-        return SemanticClusters.load(given)
-
-    def _given_checked(self, pl_module: pl.LightningModule | None, batch_size: int, show_progress: bool) -> Any:
-        """:meth:`_given`, checked against the encoder (dimension): a misfit is a configuration error at fit start."""
-        given = self._given()
-        if given is not None:
-            source = f"the clusters in {self.clusters_path!r}" if self.clusters_path else "the given clusters"
-            given.check_encoder(self.get_encoder(pl_module, batch_size, show_progress), source)
-        return given
-
-    def get_clusters(
-        self,
-        pl_module: pl.LightningModule | None,
-        gold_texts: list[str] | None,
-        cache_dir: Path,
-        batch_size: int,
-        show_progress: bool,
-    ) -> Any:
-        """The fitted clusters: given object or file, cache hit, or fitted now on ``gold_texts``."""
-        if self._clusters is None:
-            self._clusters = self._given_checked(pl_module, batch_size, show_progress)
-        if self._clusters is None:
-            self._clusters, _ = self.gold_assignments(pl_module, gold_texts, cache_dir, batch_size, show_progress)
-        return self._clusters
-
-    def gold_assignments(
-        self,
-        pl_module: pl.LightningModule | None,
-        gold_texts: list[str] | None,
-        cache_dir: Path,
-        batch_size: int,
-        show_progress: bool,
-    ) -> tuple[Any, np.ndarray]:
-        """(clusters, cluster id of every gold text); fitted clusters and ids are cached on disk and per process."""
-        from lightning_div.semantic.cache import cache_file, load_or_fit_clusters
-        from lightning_div.semantic.clusters import fingerprint_texts
-
-        if not gold_texts:
-            raise ValueError("no gold training responses to fit the semantic clusters on")
-        encoder = self.get_encoder(pl_module, batch_size, show_progress)
-        # self._clusters, when set, was checked on entry or fitted with this very encoder
-        given = (
-            self._clusters if self._clusters is not None else self._given_checked(pl_module, batch_size, show_progress)
-        )
-        if given is not None:
-            self._clusters = given
-            embeddings = encoder.encode(gold_texts)
-            if given.cards is None:  # the embeddings are at hand: describing costs no second pass
-                given.describe(gold_texts, embeddings)
-            return given, given.assign(embeddings)
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        config = {"num_clusters": self.num_clusters, "variance_kept": self.variance_kept, "seed": self.kmeans_seed}
-
-        def make() -> Any:
-            return load_or_fit_clusters(
-                cache_dir,
-                gold_texts,
-                encoder,
-                with_assignments=True,
-                broadcast=_broadcast_of(pl_module),
-                show_progress=show_progress,
-                **config,
-            )
-
-        if isinstance(self.encoder, (str, Path)):  # a shared encoder: share its clusters too
-            key = (
-                encoder_key(self.encoder, _device_of(pl_module), **self._encoder_arguments(batch_size, show_progress)),
-                str(Path(cache_dir).resolve()),
-                tuple(sorted(config.items())),
-                fingerprint_texts(gold_texts),
-            )
-            self._cached = shared_clusters(key, make)
-            if self._cached.assignments is not None:  # one array for every callback: an edit in place is an error
-                self._cached.assignments.setflags(write=False)
         else:
-            self._cached = make()
-        clusters = self._cached.clusters
-        self.clusters_path = str(cache_file(cache_dir, clusters))
-        self._clusters = clusters
-        self.ensure_cards(pl_module, gold_texts, batch_size, show_progress, save=True)
-        return clusters, self._cached.assignments
+            return None
+        where = f"the clusters in {self.clusters_path!r}" if self.clusters_path else "the given clusters"
+        clusters.check_encoder(self.get_encoder(device), where)
+        return clusters
 
-    def ensure_cards(
-        self,
-        pl_module: pl.LightningModule | None,
-        gold_texts: list[str] | None,
-        batch_size: int,
-        show_progress: bool,
-        save: bool = False,
-    ) -> list[Any] | None:
-        """The clusters' cards; computed from ``gold_texts`` when the clusters have none (a file saved
-        before cards existed, or clusters given without them). Every rank must call it (embedding is
-        sharded); ``save=True`` writes them into our own cache file (rank 0), never into a user's file.
-        """
+    def _fit_cached(
+        self, gold: list[str], device: Any, broadcast: Broadcast | None, cache_dir: str | Path | None
+    ) -> None:
+        from lightning_div.semantic.cache import load_or_fit_clusters
+
+        directory = self.dirpath or cache_dir
+        if directory is None:
+            raise ValueError(
+                "SemanticSpace.fit needs a cache directory for the fitted clusters: SemanticSpace(dirpath=...) "
+                "or fit(texts, cache_dir=...)"
+            )
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        cached = load_or_fit_clusters(
+            directory,
+            gold,
+            self.get_encoder(device),
+            with_assignments=True,
+            broadcast=broadcast,
+            show_progress=self.show_progress,
+            **self.config(),
+        )
+        self._clusters, self.clusters_path, self._own_file = cached.clusters, str(cached.path), True
+        if cached.assignments is not None:
+            self._keep_ids(cached.assignments)
+
+    def _describe(self, gold: list[str], device: Any) -> None:
+        """Cards from the gold responses (every rank: embedding is sharded); saved into our own cache file only."""
         from lightning_div._internal.distributed import rank_and_world
 
-        clusters = self._clusters
-        if clusters is None or clusters.cards is not None or not gold_texts:
-            return None if clusters is None else clusters.cards
-        encoder = self.get_encoder(pl_module, batch_size, show_progress)
-        clusters.describe(gold_texts, encoder.encode(gold_texts))
-        if save and self.clusters_path and rank_and_world()[0] == 0:
+        clusters = self.clusters
+        embeddings = self.encode(gold, device)
+        clusters.describe(gold, embeddings)
+        if self._gold_ids is None:  # the embeddings are at hand: the ids cost no second pass
+            self._keep_ids(clusters.assign(embeddings))
+        if self._own_file and self.clusters_path and rank_and_world()[0] == 0:
             clusters.save(self.clusters_path)
-        return clusters.cards
+
+    def _keep_ids(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        ids.setflags(write=False)  # one array for every callback sharing the space: an edit in place is an error
+        self._gold_ids = ids
+        return ids
+
+
+def space_from_arguments(owner: str, space: SemanticSpace | None, **arguments: Any) -> SemanticSpace:
+    """The space a callback uses: ``space`` itself, or a private one built from its space arguments.
+
+    Args:
+        owner: the callback's class name (for the error).
+        space: a space given by the user, or None.
+        **arguments: the callback's :data:`SPACE_ARGUMENTS` (None = not given: the space's default)
+            plus ``batch_size`` and ``show_progress`` (used only for a private space).
+
+    Returns:
+        The SemanticSpace.
+
+    Raises:
+        ValueError: ``space`` and any space argument given together.
+    """
+    given = {k: v for k, v in arguments.items() if k in SPACE_ARGUMENTS and v is not None}
+    if space is not None:
+        if given:
+            raise ValueError(
+                f"{owner}: space= and {', '.join(f'{k}=' for k in given)} were both given: the space's "
+                "settings live on the SemanticSpace (SemanticSpace(encoder=..., num_clusters=...)); pass them "
+                "there, or drop space= for a space of this callback's own"
+            )
+        if not isinstance(space, SemanticSpace):
+            raise TypeError(f"{owner}: space must be a lightning_div.SemanticSpace, got {type(space).__name__}")
+        return space
+    private = {k: v for k, v in arguments.items() if k not in SPACE_ARGUMENTS}
+    return SemanticSpace(**given, **private)
