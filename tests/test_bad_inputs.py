@@ -71,6 +71,7 @@ OTHER = "clusters file from another config"
 READONLY = "unwritable log directory"
 SURROGATE = "a lone surrogate (JSON `\\ud83d`) or CR-only line ends"
 CACHE = "a truncated or stale cache file"
+QUOTE = "an unbalanced quote in a CSV file"
 MISSING = "a missing file, an encoder that cannot load"
 CONFIG = "a config `class_path` to a function"
 INPUTS = (
@@ -87,6 +88,7 @@ INPUTS = (
     OTHER,
     READONLY,
     SURROGATE,
+    QUOTE,
     CACHE,
     MISSING,
     CONFIG,
@@ -343,6 +345,13 @@ def evil_config(tmp: Path, where: str) -> None:
 def write(path: Path, data: str | bytes) -> Path:
     path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
     return path
+
+
+def stray_quote(tmp: Path) -> Path:
+    """100 CSV rows, the third (file line 4) opening a quote it never closes."""
+    rows = [f"hi {i},answer {i}" for i in range(1, 101)]
+    rows[2] = 'hi 3,"answer 3 with a stray quote'
+    return write(tmp / "q.csv", "context,response\n" + "\n".join(rows) + "\n")
 
 
 def non_utf8(tmp: Path, name: str, first: str, second: bytes) -> Path:
@@ -1381,6 +1390,29 @@ ROWS: list[Row] = [
         Exits(
             r"d\.jsonl:2: the response contains a lone surrogate",
             "“d.jsonl:2: the response contains a lone surrogate …”",
+        ),
+    ),
+    # -- an unbalanced quote in a CSV file ---------------------------------------------------------
+    *[
+        Row(
+            f"{R}.{reader.__name__}",
+            QUOTE,
+            (lambda reader: lambda res, tmp: reader(stray_quote(tmp)))(reader),
+            Raises(
+                DataFormatError,
+                r"q\.csv:4: a quoted cell opened on this line is never closed: lines 4-101 would be one cell",
+                "“q.csv:4: a quoted cell opened on this line is never closed: lines 4-101 would be one cell; "
+                'close the quote where the cell ends, or double a quote inside a quoted cell ("")”',
+            ),
+        )
+        for reader in (read_pairs, read_responses)
+    ],
+    Row(
+        SCORE,
+        QUOTE,
+        lambda res, tmp: cli(["score", str(stray_quote(tmp)), "--quiet"]),
+        Exits(
+            r"q\.csv:4: a quoted cell opened on this line is never closed", "“q.csv:4: a quoted cell … never closed …”"
         ),
     ),
     # -- a truncated or stale cache file ------------------------------------------------------------
