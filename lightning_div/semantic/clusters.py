@@ -422,7 +422,8 @@ class SemanticClusters:
     def describe(self, texts: Sequence[str], embeddings: Any, **kwargs: Any) -> list[Any]:
         """Compute (and keep in ``cards``, saved with the clusters) a ClusterCard per cluster from the gold texts.
 
-        ``kwargs`` go to :func:`lightning_div.semantic.cards.cluster_cards` (top_n, num_examples).
+        ``kwargs`` go to :func:`lightning_div.semantic.cards.cluster_cards` (``top_n``, ``num_examples``,
+        ``stop_words``: English stopwords are left out of the distinctive words unless ``stop_words=None``).
         """
         from lightning_div.semantic.cards import describe_clusters
 
