@@ -261,8 +261,8 @@ def _fresh_warn_once(monkeypatch):
 SURROGATE_JSONL = '{"context": ["hi"], "response": "fine"}\n{"context": ["yo"], "response": "x \\ud83d y"}\n'
 
 
-def damaged_cache(tmp: Path, which: str) -> None:
-    """Fit into a cache directory, truncate one of its files, load again: one warning, same result."""
+def damaged_cache(tmp: Path, which: str, flip: bool = False) -> None:
+    """Fit into a cache directory, truncate one of its files (or flip one byte), load again: one warning, same result."""
     texts = [f"response number {i}" for i in range(60)]
     x = {t: np.random.default_rng(i).normal(size=8).astype(np.float32) for i, t in enumerate(texts)}
 
@@ -281,7 +281,10 @@ def damaged_cache(tmp: Path, which: str) -> None:
         warnings.simplefilter("ignore")
         clusters, ids = load()
     (victim,) = tmp.glob("assignments-*.npz" if which == "assignments" else "clusters-*.npz")
-    victim.write_bytes(victim.read_bytes()[:64])
+    data = bytearray(victim.read_bytes())
+    if flip:  # the last member's compression method in the zip's central directory: NotImplementedError
+        data[data.rfind(b"PK\x01\x02") + 10] ^= 0x55
+    victim.write_bytes(bytes(data) if flip else bytes(data[:64]))
     with pytest.warns(UserWarning, match=rf"cached {which} .*{victim.name}") as record:
         again, again_ids = load()
     assert len([w for w in record if "cached" in str(w.message)]) == 1
@@ -1436,6 +1439,19 @@ ROWS: list[Row] = [
             "assignments-clusters-….npz' is not a complete assignments file …”); reassigned",
         ),
     ),
+    *[
+        Row(
+            f"{S}.load_or_fit",
+            CACHE,
+            (lambda which: lambda res, tmp: damaged_cache(tmp, which, flip=True))(which),
+            Returns(
+                lambda v: None,
+                f"one flipped byte in the {which} file (the zip's compression method): one warning naming "
+                "the file (“… is not a … file (NotImplementedError: …)”); rebuilt, the same result",
+            ),
+        )
+        for which in ("clusters", "assignments")
+    ],
     Row(
         "lightning_div.model.tiny.train_tokenizer",
         CACHE,

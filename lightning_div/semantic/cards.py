@@ -139,7 +139,8 @@ def distinctive_terms(
         (rest + prior) / (n_rest + PRIOR_STRENGTH - rest - prior)
     )
     z = delta / np.sqrt(1.0 / (y + prior) + 1.0 / (rest + prior))
-    listed = np.array([not stop_words.issuperset(str(term).split(" ")) for term in terms], dtype=bool)
+    stop = frozenset(stop_words)
+    listed = [not stop.issuperset(str(term).split(" ")) for term in terms]
     out = []
     for j in range(num_clusters):
         order = np.lexsort((terms, -z[j]))  # ties broken alphabetically: the same cards on every machine

@@ -29,7 +29,6 @@ import logging
 import os
 import time
 import warnings
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -499,7 +498,9 @@ class SemanticClusters:
         """Read a saved file; with ``expected`` (a config dict, or part of one) every given field must match.
 
         Raises ValueError naming each field that differs, e.g.
-        ``num_clusters: file has 10, requested 20``.
+        ``num_clusters: file has 10, requested 20``. A file that cannot be read for any reason
+        (truncated, a flipped byte, a config without a field this version needs) is a
+        ValueError naming the file, never another exception: the cache treats it as a miss.
 
         Args:
             path: a file written by :meth:`save`.
@@ -507,24 +508,19 @@ class SemanticClusters:
 
         Returns:
             The fitted clusters.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            ValueError: a damaged or foreign file, or one fitted under another config.
         """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no SemanticClusters file at {str(path)!r}")
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                version = int(data["format_version"])
-                config = json.loads(str(data["config"]))
-                stored_hash = str(data["config_hash"])
-                arrays = {name: np.array(data[name]) for name in ("pca_mean", "pca_components", "centroids")}
-                explained, inertia = float(data["explained_variance"]), float(data["inertia"])
-                cards = json.loads(str(data["cards"])) if "cards" in data.files else None
-        except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # JSONDecodeError is a ValueError
-            raise ValueError(f"{str(path)!r} is not a SemanticClusters file ({e})") from e
-        if version != FORMAT_VERSION:
-            raise ValueError(f"{str(path)!r} has format version {version}; this version reads {FORMAT_VERSION}")
-        if _hash_config(config) != stored_hash:
-            raise ValueError(f"{str(path)!r}: its config does not match its config hash (edited or corrupted)")
+        where = repr(str(path))
+        contents = _read_contents(path)
+        config = contents["config"]
+        if _hash_config(config) != contents["config_hash"]:
+            raise ValueError(f"{where}: its config does not match its config hash (edited or corrupted)")
         if expected is not None:
             unknown = sorted(set(expected) - set(CONFIG_FIELDS))
             if unknown:
@@ -535,7 +531,23 @@ class SemanticClusters:
                 if not _same(config.get(name), value)
             ]
             if diffs:
-                raise ValueError(f"{str(path)!r} was fitted with a different config — " + "; ".join(diffs))
+                raise ValueError(f"{where} was fitted with a different config — " + "; ".join(diffs))
+        # absent in files written before it existed: the only field a file may lack
+        missing = [name for name in CONFIG_FIELDS if name not in config and name != "encoder_fingerprint"]
+        if missing:
+            raise ValueError(
+                f"{where}: its config has no {', '.join(missing)} (written by another version, or edited); "
+                "fit the clusters again"
+            )
+        try:
+            return cls._from_contents(contents)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a config value of the wrong type
+            raise ValueError(f"{where} is not a usable SemanticClusters file ({type(e).__name__}: {e})") from e
+
+    @classmethod
+    def _from_contents(cls, contents: dict[str, Any]) -> SemanticClusters:
+        """The clusters :func:`_read_contents` read, checked for shape (the file's name added by the caller)."""
+        config = contents["config"]
         out = cls(
             num_clusters=config["num_clusters"],
             variance_kept=config["variance_kept"],
@@ -546,25 +558,24 @@ class SemanticClusters:
             max_points_per_centroid=config["max_points_per_centroid"],
         )
         out.data_fingerprint = config["data_fingerprint"]
-        out.encoder_fingerprint = config.get("encoder_fingerprint")  # absent in files written before it existed
-        out.pca_mean, out.pca_components = arrays["pca_mean"], arrays["pca_components"]
-        out.centroids = arrays["centroids"]
-        out.explained_variance, out.inertia = explained, (None if np.isnan(inertia) else inertia)
-        if cards is not None:
-            from lightning_div.semantic.cards import cards_from_dicts
-
-            try:
-                loaded = cards_from_dicts(cards) or []
-            except (KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"{str(path)!r}: its cluster cards are malformed ({e!r})") from e
-            if len(loaded) != out.num_clusters:
-                raise ValueError(f"{str(path)!r}: {len(loaded)} cluster cards for {out.num_clusters} clusters")
-            out.cards = loaded
+        out.encoder_fingerprint = config.get("encoder_fingerprint")
+        out.pca_mean, out.pca_components = contents["pca_mean"], contents["pca_components"]
+        out.centroids = contents["centroids"]
+        inertia = contents["inertia"]
+        out.explained_variance, out.inertia = contents["explained_variance"], (None if np.isnan(inertia) else inertia)
+        if out.pca_mean.ndim != 1 or out.pca_components.shape[1:] != out.pca_mean.shape:
+            raise ValueError(f"PCA mean {out.pca_mean.shape} and components {out.pca_components.shape} do not fit")
         if out.centroids.shape != (out.num_clusters, out.n_components):
             raise ValueError(
-                f"{str(path)!r}: centroids have shape {out.centroids.shape}, expected "
-                f"({out.num_clusters}, {out.n_components})"
+                f"centroids have shape {out.centroids.shape}, expected ({out.num_clusters}, {out.n_components})"
             )
+        if contents["cards"] is not None:
+            from lightning_div.semantic.cards import cards_from_dicts
+
+            loaded = cards_from_dicts(contents["cards"]) or []
+            if len(loaded) != out.num_clusters:
+                raise ValueError(f"{len(loaded)} cluster cards for {out.num_clusters} clusters")
+            out.cards = loaded
         return out
 
     @classmethod
@@ -612,6 +623,33 @@ def assignments_path(clusters_path: str | os.PathLike) -> Path:
     from lightning_div.semantic.cache import assignments_path as cached_ids_path
 
     return cached_ids_path(clusters_path)
+
+
+def _read_contents(path: Path) -> dict[str, Any]:
+    """Everything a clusters file holds, as plain values; any failure is a ValueError naming the file.
+
+    A damaged zip fails in many ways (``BadZipFile``, a "compression method not supported"
+    ``NotImplementedError``, an "encrypted" ``RuntimeError``, a ``tokenize.TokenError`` from a
+    garbled array header, ...), none of them a bug of ours: every one means "not a usable file".
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            version = int(data["format_version"])
+            if version != FORMAT_VERSION:
+                raise ValueError(f"it has format version {version}; this version reads {FORMAT_VERSION}")
+            contents: dict[str, Any] = {
+                "config": json.loads(str(data["config"])),
+                "config_hash": str(data["config_hash"]),
+                **{name: np.array(data[name]) for name in ("pca_mean", "pca_components", "centroids")},
+                "explained_variance": float(data["explained_variance"]),
+                "inertia": float(data["inertia"]),
+                "cards": json.loads(str(data["cards"])) if "cards" in data.files else None,
+            }
+    except Exception as e:  # any failure to parse is a damaged file (see above)
+        raise ValueError(f"{str(path)!r} is not a SemanticClusters file ({type(e).__name__}: {e})") from e
+    if not isinstance(contents["config"], dict):
+        raise ValueError(f"{str(path)!r} is not a SemanticClusters file (its config is not a JSON object)")
+    return contents
 
 
 def _count_distinct(x: np.ndarray) -> int:
