@@ -226,71 +226,28 @@ class SemanticClusters:
             ValueError: too few points or distinct directions for k, NaN / inf or zero rows
                 (named by index); see the semantic-space page for the full table.
         """
-        import faiss
-
         k = self.num_clusters
         gpus = self._faiss_gpu()
-        x = _check_rows(embeddings)
+        x = self._checked_fit_input(embeddings)
         n = x.shape[0]
-        if n < k:
-            raise ValueError(f"num_clusters={k} needs at least {k} embeddings, got {n}")
-        distinct = _count_distinct(x)
-        if distinct == 1:
-            raise ValueError(
-                f"all {n} embeddings point in the same direction (identical after L2 normalisation): "
-                "there is nothing to cluster"
-            )
-        if distinct < k:
-            raise ValueError(
-                f"only {distinct} distinct embeddings (after L2 normalisation) for num_clusters={k}; "
-                f"use num_clusters <= {distinct} or more varied data"
-            )
-        if n < MIN_POINTS_PER_CENTROID * k:
-            warnings.warn(
-                f"SemanticClusters: clustering {n} points into {k} clusters; faiss recommends at least "
-                f"{MIN_POINTS_PER_CENTROID * k} ({MIN_POINTS_PER_CENTROID} per cluster) for stable "
-                "centroids",
-                stacklevel=2,
-            )
-
         clock = time.perf_counter()
         stages = tqdm(total=3, desc="Fitting semantic clusters", disable=not self.show_progress, unit="stage")
         stages.set_postfix_str("PCA")
-        mean64, ratio, all_components = _pca(x, seed=max(self.seed - 1, 0))
-        cumulative = np.cumsum(ratio)
-        reached = np.flatnonzero(cumulative >= self.variance_kept)
-        m = int(reached[0]) + 1 if reached.size else len(cumulative)  # 1.0 may be missed by rounding
-        if m == 1:
-            log.info(
-                "SemanticClusters: one PCA component explains %.1f%% of the variance; clustering on a line",
-                100 * cumulative[0],
-            )
-        mean = mean64.astype(np.float32)
-        components = np.ascontiguousarray(all_components[:m], dtype=np.float32)
+        mean, components, explained = self._fit_pca(x)
+        m = components.shape[0]
         times = {"pca": time.perf_counter() - clock}
         stages.update()
 
         stages.set_postfix_str(f"k-means (d={m}, {'GPU' if gpus else 'CPU'})")
         reduced = _project(x, mean, components)
-        kmeans = faiss.Kmeans(
-            m,
-            k,
-            niter=self.niter,
-            nredo=self.nredo,
-            seed=self.seed,
-            gpu=gpus,
-            max_points_per_centroid=self.max_points_per_centroid or max(n // k + 1, 1),
-            min_points_per_centroid=1,  # the < 39*k warning is ours, as a Python warning
-            verbose=False,
-        )
-        kmeans.train(reduced)
+        centroids = self._fit_kmeans(reduced, gpus)
         times["kmeans"] = time.perf_counter() - clock - times["pca"]
         stages.update()
 
         stages.set_postfix_str("assign")
         self.pca_mean, self.pca_components = mean, components
-        self.explained_variance = float(cumulative[m - 1])
-        self.centroids = np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
+        self.explained_variance = explained
+        self.centroids = centroids
         self.data_fingerprint = data_fingerprint
         self.cards = None  # cards describe the previous fit; describe() or fit_texts() makes new ones
         distances, ids = self._search(reduced)
@@ -315,6 +272,70 @@ class SemanticClusters:
             self.inertia,
         )
         return self
+
+    def _checked_fit_input(self, embeddings: Any) -> np.ndarray:
+        """The L2-normalised rows :meth:`fit` clusters, refused when they cannot make ``num_clusters`` clusters.
+
+        Warns (at :meth:`fit`'s caller) when there are fewer points than faiss recommends per cluster.
+        """
+        k = self.num_clusters
+        x = _check_rows(embeddings)
+        n = x.shape[0]
+        if n < k:
+            raise ValueError(f"num_clusters={k} needs at least {k} embeddings, got {n}")
+        distinct = _count_distinct(x)
+        if distinct == 1:
+            raise ValueError(
+                f"all {n} embeddings point in the same direction (identical after L2 normalisation): "
+                "there is nothing to cluster"
+            )
+        if distinct < k:
+            raise ValueError(
+                f"only {distinct} distinct embeddings (after L2 normalisation) for num_clusters={k}; "
+                f"use num_clusters <= {distinct} or more varied data"
+            )
+        if n < MIN_POINTS_PER_CENTROID * k:
+            warnings.warn(
+                f"SemanticClusters: clustering {n} points into {k} clusters; faiss recommends at least "
+                f"{MIN_POINTS_PER_CENTROID * k} ({MIN_POINTS_PER_CENTROID} per cluster) for stable "
+                "centroids",
+                stacklevel=3,
+            )
+        return x
+
+    def _fit_pca(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(mean, components, explained variance) of the PCA keeping the fewest components reaching ``variance_kept``."""
+        mean64, ratio, all_components = _pca(x, seed=max(self.seed - 1, 0))
+        cumulative = np.cumsum(ratio)
+        reached = np.flatnonzero(cumulative >= self.variance_kept)
+        m = int(reached[0]) + 1 if reached.size else len(cumulative)  # 1.0 may be missed by rounding
+        if m == 1:
+            log.info(
+                "SemanticClusters: one PCA component explains %.1f%% of the variance; clustering on a line",
+                100 * cumulative[0],
+            )
+        components = np.ascontiguousarray(all_components[:m], dtype=np.float32)
+        return mean64.astype(np.float32), components, float(cumulative[m - 1])
+
+    def _fit_kmeans(self, reduced: np.ndarray, gpus: int) -> np.ndarray:
+        """faiss k-means centroids ``[num_clusters, d]`` of the PCA-reduced points (sub-sampled as faiss does)."""
+        import faiss
+
+        n, m = reduced.shape
+        k = self.num_clusters
+        kmeans = faiss.Kmeans(
+            m,
+            k,
+            niter=self.niter,
+            nredo=self.nredo,
+            seed=self.seed,
+            gpu=gpus,
+            max_points_per_centroid=self.max_points_per_centroid or max(n // k + 1, 1),
+            min_points_per_centroid=1,  # the < 39*k warning is ours, as a Python warning
+            verbose=False,
+        )
+        kmeans.train(reduced)
+        return np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
 
     def fit_texts(self, texts: Sequence[str], encoder: Any) -> SemanticClusters:
         """Embed ``texts`` with ``encoder`` (a ResponseEncoder), fit and describe them (``cards``).
