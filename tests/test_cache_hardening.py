@@ -121,42 +121,29 @@ def test_a_damaged_clusters_file_is_a_value_error_naming_it(tmp_path):
         SemanticClusters.load(first.path)
 
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "HF_HUB_OFFLINE": "1"}
-
-
 def test_a_writer_killed_mid_write_leaves_no_temporary_file_for_long(tmp_path):
     """Issue 31 CB7: SIGKILL during a cache write left ``.clusters-<h>.npz.*.tmp`` forever."""
     import signal
     import subprocess
     import sys
-    import textwrap
 
-    ready = tmp_path / "ready"
-    cache = tmp_path / "cache"
+    from test_hardening import ENV, wait_for
+
+    probe, cache, ready = tmp_path / "probe", tmp_path / "cache", tmp_path / "ready"
+    probe.mkdir()
     cache.mkdir()
-    child = textwrap.dedent(f"""
-        import os, time
-        from pathlib import Path
-        import lightning_div._internal.io as io
-        from test_cache_hardening import load
-
-        real_replace = os.replace
-        def slow_replace(src, dst):  # the clusters file is written, not yet in place: killed here
-            if Path(dst).name.startswith("clusters-"):
-                Path({str(ready)!r}).touch()
-                time.sleep(600)
-            real_replace(src, dst)
-        io.os.replace = slow_replace
-        load(Path({str(cache)!r}))
-    """)
+    name = load(probe).path.name  # the cache entry's name (the same in any cache directory)
+    # a writer of this very cache entry, killed after writing half of it
+    child = (
+        "import time, pathlib\n"
+        "from lightning_div._internal.io import atomic_write\n"
+        f"with atomic_write({str(cache / name)!r}) as f:\n"
+        "    f.write(b'half'); f.flush()\n"
+        f"    pathlib.Path({str(ready)!r}).touch(); time.sleep(600)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", child], env=ENV, stderr=subprocess.PIPE)
     try:
-        start = time.monotonic()
-        while not ready.exists():
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() - start < 120, "the child never reached the write"
-            time.sleep(0.05)
+        wait_for(ready, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
