@@ -218,11 +218,20 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     return atomic_write_bytes(path, text.encode(encoding))
 
 
-def atomic_directory(path: str | os.PathLike, fill: Callable[[Path], Any]) -> Path:
+def atomic_directory(
+    path: str | os.PathLike, fill: Callable[[Path], Any], valid: Callable[[Path], bool] | None = None
+) -> Path:
     """Build a directory with ``fill(tmp_dir)`` beside ``path``, then rename it into place.
 
-    For multi-file caches (a saved tokenizer): a reader sees the complete directory or none.
-    If another process put a complete directory there first, theirs is kept.
+    For multi-file caches (a saved tokenizer, LitData chunks): a reader sees the complete directory
+    or none. With ``valid``, a directory it accepts that another process put at ``path`` while ours
+    was being built is kept and ours discarded (two writers of one content: the first complete one
+    wins, and its readers are never disturbed); one it refuses is replaced. Without ``valid`` an
+    existing directory (an invalid old entry: the caller decided so) is replaced, unless a concurrent
+    writer puts one back before our rename.
+
+    Raises:
+        OSError: of the original kind (``ENOSPC`` kept), naming ``path``; no temporary folder is left.
     """
     target = Path(path)
     try:
@@ -236,12 +245,14 @@ def atomic_directory(path: str | os.PathLike, fill: Callable[[Path], Any]) -> Pa
             if f.is_file():
                 with open(f, "rb") as handle:
                     os.fsync(handle.fileno())
-        if target.exists():  # an invalid old entry (the caller decided so) or a concurrent writer's
+        if target.exists():
+            if valid is not None and valid(target):
+                return target  # another writer's complete directory came first: theirs is kept
             shutil.rmtree(target, ignore_errors=True)
         try:
             os.replace(tmp, target)
-        except OSError:
-            if not target.is_dir():
+        except OSError:  # a directory appeared meanwhile (ENOTEMPTY / EEXIST): a concurrent writer's
+            if not target.is_dir() or (valid is not None and not valid(target)):
                 raise
         _fsync_dir(target.parent)
     except OSError as e:
