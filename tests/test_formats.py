@@ -232,6 +232,9 @@ def test_an_unbalanced_quote_is_named_not_swallowing_the_file(tmp_path, reader):
     # two stray quotes close each other: rows 3..50 would silently be one cell
     path = write(tmp_path, "q2.csv", _rows_with('hi 3,"answer 3', last='hi 100,answer 100"'))
     assert "read as rows of their own" in error_at(path, 4, lambda: read(path))
+    # a stray quote swallowing rows up to a properly quoted cell: named where the quote opened
+    path = write(tmp_path, "q4.csv", _rows_with('hi 3,"answer 3', last='hi 100,"answer, 100"'))
+    assert "invalid CSV in the row from this line to line 101" in error_at(path, 4, lambda: read(path))
     # text after a closing quote ('"a"b') is not valid CSV either
     path = write(tmp_path, "q3.csv", _rows_with('hi 3,"answer" 3'))
     assert "invalid CSV" in error_at(path, 4, lambda: read(path))

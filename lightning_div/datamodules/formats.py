@@ -514,6 +514,12 @@ def _csv_rows(path: str | os.PathLike, text: str, delimiter: str) -> Iterator[tu
                 f"a quoted cell opened on this line is never closed: lines {start}-{reader.line_num} would be "
                 f"one cell; {_UNBALANCED_HINT}",
             ) from None
+        if reader.line_num > start:  # the row began lines earlier: most likely at a stray quote there
+            raise DataFormatError(
+                f"{path}:{start}",
+                f"invalid CSV in the row from this line to line {reader.line_num} ({e}): an unbalanced quote? "
+                f"{_UNBALANCED_HINT}",
+            ) from None
         raise DataFormatError(f"{path}:{reader.line_num}", f"invalid CSV ({e})") from None
 
 
