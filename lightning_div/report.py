@@ -11,28 +11,43 @@ request or opened offline.
 
 ``RUN_DIR`` is a run's ``default_root_dir`` (e.g. ``runs/demo``), where the most
 recently written logger version below it is taken, or one version folder.
+
+Only files inside ``RUN_DIR`` are read: a path that resolves outside it (a symlinked version
+folder, a ``config.yaml`` linking to ``/etc/passwd``) is skipped and named in the page's notes,
+and the search for ``config.yaml`` / ``hparams.yaml`` climbs from the version folder no higher
+than ``RUN_DIR``. Text is never parsed as math by matplotlib (a metric named ``$x_{``), CSV cells
+of any size are read (long gold responses) and shown cut to :data:`MAX_CELL_CHARS`, and a PNG
+is embedded only when it decodes whole (a torn one is named in the notes).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import datetime as _dt
+import functools
 import html
 import io
 import math
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from lightning_div.keys import CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE, HEADLINE_KEYS
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 ARTIFACTS = "lightning_div"
 ARTIFACT_NAME = re.compile(r"^(?P<key>.+)_epoch(?P<epoch>\d+)\.(?P<ext>png|csv)$")
 MAX_TABLE_ROWS = 200
+MAX_CELL_CHARS = 2_000  # a table cell shows this many characters of a longer text
+# the csv module refuses fields over 128 KiB by default: our own files hold whole gold responses
+_FIELD_LIMIT = 2**31 - 1
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#1f2933;
 padding:0 1rem}h1{font-size:1.6rem}h2{border-bottom:2px solid #e4e7eb;padding-bottom:.3rem;margin-top:2.2rem}
@@ -46,13 +61,29 @@ nav a{margin-right:1rem}
 
 @dataclass
 class RunFiles:
-    """What a run left on disk."""
+    """What a run left on disk (only paths inside ``root``; the others are named in ``skipped``)."""
 
     root: Path
     version: Path
     metrics_csv: Path | None
     artifacts: Path | None
     configs: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def admit(self, path: Path) -> bool:
+        """Whether ``path`` resolves inside the run folder; one that does not is noted in ``skipped``."""
+        return _admit(path, self.root, self.skipped)
+
+
+def _admit(path: Path, root: Path, skipped: list[str]) -> bool:
+    """Whether ``path`` resolves inside ``root`` (resolved too); else a note in ``skipped`` and False."""
+    target = path.resolve()
+    if target.is_relative_to(root.resolve()):
+        return True
+    note = f"skipped {path} (a link to {target}, outside the run folder {root})"
+    if note not in skipped:
+        skipped.append(note)
+    return False
 
 
 def _is_version(d: Path) -> bool:
@@ -67,40 +98,59 @@ def _written_at(d: Path) -> float:
 
 
 def find_run(run_dir: str | Path) -> RunFiles:
-    """The version folder of ``run_dir`` to report: itself, or the most recently written one below it."""
+    """The version folder of ``run_dir`` to report: itself, or the most recently written one below it.
+
+    Only folders and files that resolve inside ``run_dir`` are taken (the others are in ``skipped``).
+    """
     root = Path(run_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such run directory")
+    skipped: list[str] = []
     if _is_version(root):
         version = root
     else:
         found = [d for d in root.rglob("*") if d.is_dir() and d.name != ARTIFACTS and _is_version(d)]
+        found = [d for d in found if _admit(d, root, skipped)]
         if not found:
             raise ValueError(
                 f"{root}: no run below it (no metrics.csv from a CSVLogger and no {ARTIFACTS}/ folder "
                 "of lightning-div figures); give a run's default_root_dir or one logger version folder"
+                + "".join(f"; {note}" for note in skipped)
             )
         version = max(found, key=lambda d: (_written_at(d), str(d)))
-    configs = []
-    top = root.resolve()
-    for d in [version.resolve(), *version.resolve().parents]:  # LightningCLI saves config.yaml beside the logs
-        configs += [p for p in (d / "config.yaml", d / "hparams.yaml") if p.is_file()]
-        if d == top:
+    run = RunFiles(root=root, version=version, metrics_csv=None, artifacts=None, skipped=skipped)
+    metrics, artifacts = version / "metrics.csv", version / ARTIFACTS
+    run.metrics_csv = metrics if metrics.is_file() and run.admit(metrics) else None
+    run.artifacts = artifacts if artifacts.is_dir() and run.admit(artifacts) else None
+    # LightningCLI saves config.yaml beside the logs: from the version folder up to the run folder, no higher
+    folder = version
+    while True:
+        run.configs += [p for p in (folder / "config.yaml", folder / "hparams.yaml") if p.is_file() and run.admit(p)]
+        if folder == root or folder.parent == folder:
             break
-    return RunFiles(
-        root=root,
-        version=version,
-        metrics_csv=version / "metrics.csv" if (version / "metrics.csv").is_file() else None,
-        artifacts=version / ARTIFACTS if (version / ARTIFACTS).is_dir() else None,
-        configs=configs,
-    )
+        folder = folder.parent
+    return run
+
+
+@contextlib.contextmanager
+def _large_fields() -> Iterator[None]:
+    """The csv module's field size limit raised for our own files, then put back (it is process-wide)."""
+    before = csv.field_size_limit(_FIELD_LIMIT)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    with _large_fields(), open(path, newline="", encoding="utf-8", errors="replace") as f:
+        return list(csv.reader(f))
 
 
 def read_metrics(path: Path, notes: list[str]) -> dict[str, list[tuple[float, float, float]]]:
     """Per metric, its (epoch, step, value) points from a CSVLogger file; torn or bad lines become notes."""
     series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        rows = list(csv.reader(f))
+    rows = _csv_rows(path)
     if not rows:
         notes.append(f"{path.name} is empty")
         return {}
@@ -140,6 +190,20 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def _text_not_math(draw: Callable[_P, _T]) -> Callable[_P, _T]:
+    """``draw`` with matplotlib's mathtext off: a metric named ``$x_{`` is text, not a formula that fails to parse."""
+
+    @functools.wraps(draw)
+    def drawn(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return drawn
+
+
+@_text_not_math
 def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[tuple[str, bytes]]:
     """One PNG of small plots per metric group (val, train, dress, timing, ...): each metric over epochs
     (metrics logged once an epoch) or over steps (metrics logged more often)."""
@@ -171,15 +235,15 @@ def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[
     return out
 
 
-def latest_artifacts(folder: Path | None) -> tuple[dict[str, tuple[int, Path]], dict[str, tuple[int, Path]]]:
-    """(figures, tables): per key, the file of its latest epoch."""
+def latest_artifacts(run: RunFiles) -> tuple[dict[str, tuple[int, Path]], dict[str, tuple[int, Path]]]:
+    """(figures, tables): per key, the file of its latest epoch (files inside the run folder only)."""
     figures: dict[str, tuple[int, Path]] = {}
     tables: dict[str, tuple[int, Path]] = {}
-    if folder is None:
+    if run.artifacts is None:
         return figures, tables
-    for p in sorted(folder.iterdir()):
+    for p in sorted(run.artifacts.iterdir()):
         m = ARTIFACT_NAME.match(p.name)
-        if not m or not p.is_file():
+        if not m or not p.is_file() or not run.admit(p):
             continue
         target = figures if m["ext"] == "png" else tables
         epoch = int(m["epoch"])
@@ -206,10 +270,16 @@ def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
 
 
+def _shown(value: str) -> str:
+    """A cell's text for the page: cut to :data:`MAX_CELL_CHARS`, saying so."""
+    if len(value) <= MAX_CELL_CHARS:
+        return value
+    return f"{value[:MAX_CELL_CHARS]}… ({len(value):,} characters, the first {MAX_CELL_CHARS:,} shown)"
+
+
 def _table(path: Path, notes: list[str], caption: str = "") -> str:
     try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:
-            rows = list(csv.reader(f))
+        rows = _csv_rows(path)
     except OSError as err:
         notes.append(f"{path.name} could not be read: {err}")
         return ""
@@ -223,7 +293,7 @@ def _table(path: Path, notes: list[str], caption: str = "") -> str:
             float(value)
             return f'<td class="num">{html.escape(value)}</td>'
         except ValueError:
-            return f"<td>{html.escape(value)}</td>"
+            return f"<td>{html.escape(_shown(value))}</td>"
 
     parts = [f'<table data-source="{html.escape(path.name)}">']
     if caption:
@@ -250,7 +320,113 @@ def _figure(key: str, epoch: int, path: Path, notes: list[str]) -> str:
     if not data.startswith(b"\x89PNG"):
         notes.append(f"{path.name} is not a PNG image (torn write?); left out")
         return ""
+    problem = _png_problem(data)
+    if problem:
+        notes.append(f"{path.name} is not a complete PNG image ({problem}; torn write?); left out")
+        return ""
     return f'<h3>{html.escape(key)} <span class="note">(epoch {epoch})</span></h3>\n{_img(data, key)}'
+
+
+def _png_problem(data: bytes) -> str | None:
+    """Why ``data`` does not decode as a whole PNG (a browser would show a broken image), or None."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()  # decodes every row: a file cut short fails here, not only in the browser
+    except Exception as err:  # any decoder failure means the same: the image cannot be shown
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+class _Artifacts:
+    """The latest figure and table of each key; each is shown by the first section that takes it."""
+
+    def __init__(self, run: RunFiles, notes: list[str]) -> None:
+        self.figures, self.tables = latest_artifacts(run)
+        self.notes = notes
+        self.used: set[str] = set()
+
+    def take(self, prefixes: Sequence[str], kind: str) -> list[str]:
+        """The HTML of the not yet shown ``kind`` ("png" or "csv") artifacts whose key starts with a prefix."""
+        source = self.figures if kind == "png" else self.tables
+        out = []
+        for key in sorted(source):
+            if key in self.used or not any(key.startswith(p) for p in prefixes):
+                continue
+            self.used.add(key)
+            epoch, path = source[key]
+            name = key.replace("_", "/", 1)
+            if kind == "png":
+                out.append(_figure(name, epoch, path, self.notes))
+            else:
+                heading = f'<h3>{html.escape(name)} <span class="note">(epoch {epoch})</span></h3>\n'
+                out.append(heading + _table(path, self.notes))
+        return out
+
+
+def _summary(series: dict[str, list[tuple[float, float, float]]]) -> list[str]:
+    """The last value and epoch of each headline metric the run logged."""
+    last = {name: points[-1] for name, points in series.items()}
+    keys = [k for k in HEADLINE_KEYS if k in last]
+    if not keys:
+        return []
+    rows = "".join(
+        f'<tr><td>{html.escape(k)}</td><td class="num">{last[k][2]:.4f}</td><td class="num">{last[k][0]:g}</td></tr>'
+        for k in keys
+    )
+    return [f'<table id="summary"><tr><th>metric</th><th>last value</th><th>epoch</th></tr>{rows}</table>']
+
+
+def _cluster_parts(run: RunFiles, artifacts: _Artifacts, notes: list[str]) -> list[str]:
+    """The cluster cards, the share figures and the shares over epochs, one group per semantic monitor.
+
+    Each monitor's files carry its name (``<name>_cluster_cards.csv`` beside its
+    ``<name>_val_cluster_*`` figures), so two monitors' cards and shares are never paired.
+    """
+    folder = run.artifacts
+
+    def admitted(path: Path) -> bool:
+        return path.is_file() and run.admit(path)
+
+    def group(prefix: str) -> list[str]:
+        assert folder is not None  # only called with the groups found in it
+        cards, shares = folder / f"{prefix}{CLUSTER_CARDS_FILE}", folder / f"{prefix}{CLUSTER_SHARES_FILE}"
+        return [
+            f"<h3>{html.escape(prefix[:-1])}/</h3>" if prefix else "",
+            _table(cards, notes, "cluster cards") if admitted(cards) else "",
+            *artifacts.take([f"{prefix}val_cluster_shares", f"{prefix}val_cluster_histogram"], "png"),
+            ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
+            if admitted(shares)
+            else "",
+        ]
+
+    groups = cluster_groups(folder)
+    with_cards = folder is not None and any(admitted(folder / f"{p}{CLUSTER_CARDS_FILE}") for p in groups)
+    return [
+        "<p>Each cluster described by the gold responses it holds: share, most distinctive words and "
+        "2-grams, the responses nearest its centroid.</p>"
+        if with_cards
+        else "",
+        *[part for prefix in groups for part in group(prefix)],
+        *artifacts.take(["val_cluster_shares", "val_cluster_histogram"], "png"),
+    ]
+
+
+def _page(run: RunFiles, series: dict[str, list[tuple[float, float, float]]], sections: Sequence[str]) -> str:
+    """The HTML document around the sections: title, the epochs measured, a navigation bar."""
+    present = [s for s in sections if s]
+    headings = re.findall(r'<section id="([^"]+)"><h2>([^<]+)', "".join(present))
+    nav = " ".join(f'<a href="#{m}">{t}</a>' for m, t in headings)  # t is escaped already, in its heading
+    generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    epochs = sorted({int(e) for pts in series.values() for e, _, _ in pts if not math.isnan(e)})
+    span = f"epochs {epochs[0]}-{epochs[-1]}" if epochs else "no epoch measured"
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>lightning-div report: {html.escape(str(run.version))}</title><style>{STYLE}</style></head><body>"
+        f'<h1>lightning-div report</h1><p class="note">{html.escape(str(run.version))} · {span} · '
+        f"generated {generated}</p><nav>{nav}</nav>\n" + "\n".join(present) + "\n</body></html>\n"
+    )
 
 
 def build_report(run_dir: str | Path) -> str:
@@ -260,83 +436,25 @@ def build_report(run_dir: str | Path) -> str:
     series = read_metrics(run.metrics_csv, notes) if run.metrics_csv else {}
     if run.metrics_csv is None:
         notes.append("no metrics.csv (the run had no CSVLogger): no scalar plots")
-    figures, tables = latest_artifacts(run.artifacts)
+    artifacts = _Artifacts(run, notes)
     if run.artifacts is None:
         notes.append(f"no {ARTIFACTS}/ folder: no figures or tables from the lightning-div callbacks")
-    used: set[str] = set()
-
-    def take(prefixes: Sequence[str], kind: str) -> list[str]:
-        source = figures if kind == "png" else tables
-        out = []
-        for key in sorted(source):
-            if key in used or not any(key.startswith(p) for p in prefixes):
-                continue
-            used.add(key)
-            epoch, path = source[key]
-            if kind == "png":
-                out.append(_figure(key.replace("_", "/", 1), epoch, path, notes))
-            else:
-                out.append(
-                    f'<h3>{html.escape(key.replace("_", "/", 1))} <span class="note">(epoch {epoch})'
-                    f"</span></h3>\n" + _table(path, notes)
-                )
-        return out
-
-    summary = []
-    last = {name: points[-1] for name, points in series.items()}
-    keys = [k for k in HEADLINE_KEYS if k in last]
-    if keys:
-        rows = "".join(
-            f'<tr><td>{html.escape(k)}</td><td class="num">{last[k][2]:.4f}</td>'
-            f'<td class="num">{last[k][0]:g}</td></tr>'
-            for k in keys
-        )
-        summary.append(f'<table id="summary"><tr><th>metric</th><th>last value</th><th>epoch</th></tr>{rows}</table>')
-    epochs = sorted({int(e) for pts in series.values() for e, _, _ in pts if not math.isnan(e)})
-
-    def clusters_of(folder: Path, prefix: str) -> list[str]:
-        """One monitor's cluster files and figures, paired by the name they carry."""
-        cards, shares = folder / f"{prefix}{CLUSTER_CARDS_FILE}", folder / f"{prefix}{CLUSTER_SHARES_FILE}"
-        return [
-            f"<h3>{html.escape(prefix[:-1])}/</h3>" if prefix else "",
-            _table(cards, notes, "cluster cards") if cards.is_file() else "",
-            *take([f"{prefix}val_cluster_shares", f"{prefix}val_cluster_histogram"], "png"),
-            ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
-            if shares.is_file()
-            else "",
-        ]
-
-    folder = run.artifacts
-    groups = cluster_groups(folder)
-    with_cards = folder is not None and any((folder / f"{p}{CLUSTER_CARDS_FILE}").is_file() for p in groups)
-    cluster_parts = [part for prefix in groups if folder is not None for part in clusters_of(folder, prefix)]
     sections = [
-        _section("Summary", "summary-section", summary),
+        _section("Summary", "summary-section", _summary(series)),
         _section(
             "Scalars over training",
             "scalars",
             [f"<h3>{html.escape(g)}/*</h3>\n{_img(png, g)}" for g, png in scalar_figures(series)],
         ),
-        _section(
-            "Semantic clusters",
-            "clusters",
-            [
-                "<p>Each cluster described by the gold responses it holds: share, most distinctive words and "
-                "2-grams, the responses nearest its centroid.</p>"
-                if with_cards
-                else "",
-                *cluster_parts,
-                *take(["val_cluster_shares", "val_cluster_histogram"], "png"),
-            ],
-        ),
+        _section("Semantic clusters", "clusters", _cluster_parts(run, artifacts, notes)),
         _section(
             'RUQ: does the model prefer "I don\'t know"?',
             "ruq",
-            take(["val_ruq", "train_ruq"], "png") + take(["val_ruq", "train_ruq"], "csv"),
+            artifacts.take(["val_ruq", "train_ruq"], "png") + artifacts.take(["val_ruq", "train_ruq"], "csv"),
         ),
-        _section("Sample responses", "samples", take(["val_samples", "train_samples"], "csv")),
-        _section("DRESS", "dress", take(["dress"], "png") + take(["dress"], "csv")),
-        _section("Other figures and tables", "other", take([""], "png") + take([""], "csv")),
+        _section("Sample responses", "samples", artifacts.take(["val_samples", "train_samples"], "csv")),
+        _section("DRESS", "dress", artifacts.take(["dress"], "png") + artifacts.take(["dress"], "csv")),
+        _section("Other figures and tables", "other", artifacts.take([""], "png") + artifacts.take([""], "csv")),
         _section(
             "Configuration",
             "config",
@@ -345,18 +463,7 @@ def build_report(run_dir: str | Path) -> str:
                 for p in run.configs
             ],
         ),
-        _section(
-            "Notes", "notes", [f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"] if notes else []
-        ),
     ]
-    present = [s for s in sections if s]
-    headings = re.findall(r'<section id="([^"]+)"><h2>([^<]+)', "".join(present))
-    nav = " ".join(f'<a href="#{m}">{t}</a>' for m, t in headings)  # t is escaped already, in its heading
-    generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    span = f"epochs {epochs[0]}-{epochs[-1]}" if epochs else "no epoch measured"
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>lightning-div report: {html.escape(str(run.version))}</title><style>{STYLE}</style></head><body>"
-        f'<h1>lightning-div report</h1><p class="note">{html.escape(str(run.version))} · {span} · '
-        f"generated {generated}</p><nav>{nav}</nav>\n" + "\n".join(present) + "\n</body></html>\n"
-    )
+    notes += run.skipped  # links out of the run folder, found while the sections were read
+    notes_html = [f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"] if notes else []
+    return _page(run, series, [*sections, _section("Notes", "notes", notes_html)])

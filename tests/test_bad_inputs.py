@@ -72,6 +72,7 @@ OTHER = "clusters file from another config"
 READONLY = "unwritable log directory"
 SURROGATE = "a lone surrogate (JSON `\\ud83d`) or CR-only line ends"
 CACHE = "a truncated or stale cache file"
+QUOTE = "an unbalanced quote in a CSV file"
 MISSING = "a missing file, an encoder that cannot load"
 CONFIG = "a config `class_path` to a function"
 INPUTS = (
@@ -88,6 +89,7 @@ INPUTS = (
     OTHER,
     READONLY,
     SURROGATE,
+    QUOTE,
     CACHE,
     MISSING,
     CONFIG,
@@ -260,8 +262,8 @@ def _fresh_warn_once(monkeypatch):
 SURROGATE_JSONL = '{"context": ["hi"], "response": "fine"}\n{"context": ["yo"], "response": "x \\ud83d y"}\n'
 
 
-def damaged_cache(tmp: Path, which: str) -> None:
-    """Fit into a cache directory, truncate one of its files, load again: one warning, same result."""
+def damaged_cache(tmp: Path, which: str, flip: bool = False) -> None:
+    """Fit into a cache directory, truncate one of its files (or flip one byte), load again: one warning, same result."""
     texts = [f"response number {i}" for i in range(60)]
     x = {t: np.random.default_rng(i).normal(size=8).astype(np.float32) for i, t in enumerate(texts)}
 
@@ -281,7 +283,10 @@ def damaged_cache(tmp: Path, which: str) -> None:
         warnings.simplefilter("ignore")
         clusters, ids = load()
     (victim,) = tmp.glob("assignments-*.npz" if which == "assignments" else "clusters-*.npz")
-    victim.write_bytes(victim.read_bytes()[:64])
+    data = bytearray(victim.read_bytes())
+    if flip:  # the last member's compression method in the zip's central directory: NotImplementedError
+        data[data.rfind(b"PK\x01\x02") + 10] ^= 0x55
+    victim.write_bytes(bytes(data) if flip else bytes(data[:64]))
     with pytest.warns(UserWarning, match=rf"cached {which} .*{victim.name}") as record:
         again, again_ids = load()
     assert len([w for w in record if "cached" in str(w.message)]) == 1
@@ -345,6 +350,13 @@ def evil_config(tmp: Path, where: str) -> None:
 def write(path: Path, data: str | bytes) -> Path:
     path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
     return path
+
+
+def stray_quote(tmp: Path) -> Path:
+    """100 CSV rows, the third (file line 4) opening a quote it never closes."""
+    rows = [f"hi {i},answer {i}" for i in range(1, 101)]
+    rows[2] = 'hi 3,"answer 3 with a stray quote'
+    return write(tmp / "q.csv", "context,response\n" + "\n".join(rows) + "\n")
 
 
 def non_utf8(tmp: Path, name: str, first: str, second: bytes) -> Path:
@@ -1401,6 +1413,29 @@ ROWS: list[Row] = [
             "“d.jsonl:2: the response contains a lone surrogate …”",
         ),
     ),
+    # -- an unbalanced quote in a CSV file ---------------------------------------------------------
+    *[
+        Row(
+            f"{R}.{reader.__name__}",
+            QUOTE,
+            (lambda reader: lambda res, tmp: reader(stray_quote(tmp)))(reader),
+            Raises(
+                DataFormatError,
+                r"q\.csv:4: a quoted cell opened on this line is never closed: lines 4-101 would be one cell",
+                "“q.csv:4: a quoted cell opened on this line is never closed: lines 4-101 would be one cell; "
+                'close the quote where the cell ends, or double a quote inside a quoted cell ("")”',
+            ),
+        )
+        for reader in (read_pairs, read_responses)
+    ],
+    Row(
+        SCORE,
+        QUOTE,
+        lambda res, tmp: cli(["score", str(stray_quote(tmp)), "--quiet"]),
+        Exits(
+            r"q\.csv:4: a quoted cell opened on this line is never closed", "“q.csv:4: a quoted cell … never closed …”"
+        ),
+    ),
     # -- a truncated or stale cache file ------------------------------------------------------------
     Row(
         LOAD_OR_FIT,
@@ -1422,6 +1457,19 @@ ROWS: list[Row] = [
             "assignments-clusters-….npz' is not a complete assignments file …”); reassigned",
         ),
     ),
+    *[
+        Row(
+            LOAD_OR_FIT,
+            CACHE,
+            (lambda which: lambda res, tmp: damaged_cache(tmp, which, flip=True))(which),
+            Returns(
+                lambda v: None,
+                f"one flipped byte in the {which} file (the zip's compression method): one warning naming "
+                "the file (“… is not a … file (NotImplementedError: …)”); rebuilt, the same result",
+            ),
+        )
+        for which in ("clusters", "assignments")
+    ],
     Row(
         "lightning_div.model.tiny.train_tokenizer",
         CACHE,

@@ -116,3 +116,30 @@ def test_cards_csv_and_terminal_table(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["cluster_cards.csv"]  # no temporary file left
     table = format_cards(cards)
     assert "cluster   0   33.3 %  (60 responses)" in table and "football" in table
+
+
+def test_stopwords_do_not_label_clusters_unless_asked():
+    """Issue 31: on small data cards said "0: the, i, it"; English stopwords are dropped by default."""
+    texts = [
+        "i like it the pizza",
+        "i want it it was",
+        "i need it the most",
+        "the pizza i ate",
+        "it was the pizza it was",
+        "we went hiking",
+        "hiking trip was great",
+        "great weather for hiking trip",
+        "a long hiking trip",
+    ]
+    ids = [0] * 5 + [1] * 4
+    cards = cluster_cards(texts, ids, 2)
+    assert cards[0].words == ["pizza"] and cards[0].label == "0: pizza"
+    assert cards[0].bigrams == ["the pizza"]  # "it was", "it the" (stopwords only) left out; "the pizza" kept
+    assert cards[1].words == ["hiking", "trip", "great"] and cards[1].bigrams == ["hiking trip"]
+    kept = cluster_cards(texts, ids, 2, stop_words=None)  # the argument turns it off: as before
+    assert kept[0].words == ["it", "i", "the", "pizza", "was"]
+    assert kept[0].bigrams == ["it was", "the pizza", "it the"]
+    own = cluster_cards(texts, ids, 2, stop_words={"pizza"})  # or gives a list of one's own
+    assert "pizza" not in own[0].words and "i" in own[0].words
+    with pytest.raises(ValueError, match="stop_words must be 'english'"):
+        cluster_cards(texts, ids, 2, stop_words="french")

@@ -211,6 +211,43 @@ def test_csv_malformed(tmp_path):
     assert "empty" in error_at(path, 1, lambda: read_csv(path))
 
 
+def _rows_with(line_3: str, last: str | None = None) -> str:
+    """A 100-row CSV whose data row 3 (file line 4) is ``line_3`` and, when given, whose last row is ``last``."""
+    rows = [f"hi {i},answer {i}" for i in range(1, 101)]
+    rows[2] = line_3
+    if last is not None:
+        rows[-1] = last
+    return "context,response\n" + "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("reader", ["read_pairs", "read_responses"])
+def test_an_unbalanced_quote_is_named_not_swallowing_the_file(tmp_path, reader):
+    """Issue 31 C6: one stray quote on row 3 of 100 gave 3 pairs, no error, nothing counted as dropped."""
+    from lightning_div.datamodules.formats import read_responses
+
+    read = {"read_pairs": read_pairs, "read_responses": read_responses}[reader]
+    path = write(tmp_path, "q.csv", _rows_with('hi 3,"answer 3 with a stray quote'))
+    message = error_at(path, 4, lambda: read(path))
+    assert "never closed" in message and "lines 4-101" in message
+    # two stray quotes close each other: rows 3..50 would silently be one cell
+    path = write(tmp_path, "q2.csv", _rows_with('hi 3,"answer 3', last='hi 100,answer 100"'))
+    assert "read as rows of their own" in error_at(path, 4, lambda: read(path))
+    # a stray quote swallowing rows up to a properly quoted cell: named where the quote opened
+    path = write(tmp_path, "q4.csv", _rows_with('hi 3,"answer 3', last='hi 100,"answer, 100"'))
+    assert "invalid CSV in the row from this line to line 101" in error_at(path, 4, lambda: read(path))
+    # text after a closing quote ('"a"b') is not valid CSV either
+    path = write(tmp_path, "q3.csv", _rows_with('hi 3,"answer" 3'))
+    assert "invalid CSV" in error_at(path, 4, lambda: read(path))
+    # a quoted cell that really spans lines still reads (a response with a line break)
+    path = write(tmp_path, "ok.csv", _rows_with('hi 3,"answer 3\nwith, a second line"'))
+    got = read(path)
+    assert len(got) == 100
+    assert (got[2].response if reader == "read_pairs" else got[2]) == "answer 3\nwith, a second line"
+    # a row of another width is named by both readers (read_responses used to drop its extra cell)
+    path = write(tmp_path, "w.csv", "context,response\na,b,c\n")
+    assert "3 fields but the header has 2" in error_at(path, 2, lambda: read(path))
+
+
 # ---------------------------------------------------------------------------------------------- ParlAI
 
 

@@ -6,6 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
 from pytorch_lightning.loggers import CSVLogger
@@ -159,3 +160,91 @@ def test_gold_and_negative_losses_are_plotted_apart(tmp_path, monkeypatch):
     panels = {ax.get_title(): ax.lines[0].get_ydata().tolist() for fig in figures for ax in fig.axes if ax.lines}
     assert set(panels) == {"train/loss_step", "train/negative_loss_step"}  # two panels, never one curve
     assert min(panels["train/loss_step"]) > 6.0 and max(panels["train/negative_loss_step"]) < 0.01
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 31: what a run folder can hold that the report must survive (hand-made runs: no training)
+
+
+def png(width: int = 20) -> bytes:
+    """A small, valid PNG."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    noise = np.random.default_rng(0).integers(0, 256, size=(10, width, 3), dtype=np.uint8)  # incompressible
+    Image.fromarray(noise).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def hand_made_run(root: Path) -> Path:
+    """``root/csv/version_0`` as a CSVLogger and the callbacks leave it: metrics, a figure, a samples table."""
+    version = root / "csv" / "version_0"
+    (version / "lightning_div").mkdir(parents=True)
+    (version / "metrics.csv").write_text("epoch,step,val/sem_ent\n0,3,1.5\n1,7,1.25\n")
+    (version / "lightning_div" / "val_cluster_shares_epoch1.png").write_bytes(png())
+    (version / "lightning_div" / "val_samples_epoch1.csv").write_text("context,generated\nhi,hello\n")
+    return version
+
+
+def test_a_cell_over_128_kib_is_shown_truncated(tmp_path):
+    """Issue 31 R4: ``field larger than field limit (131072)`` ended the report (long gold responses)."""
+    import csv
+
+    version = hand_made_run(tmp_path / "run")
+    long = "word " * 40_000  # 200,000 characters
+    with open(version / "lightning_div" / "val_samples_epoch1.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["context", "generated"], ["hi", long]])
+    page = build_report(tmp_path / "run")
+    cell = re.search(r"<td>(word word[^<]*)</td>", page).group(1)
+    assert cell.startswith("word " * 100) and cell.endswith("… (200,000 characters, the first 2,000 shown)")
+    assert len(cell) < 2_100
+    assert csv.field_size_limit() == 131072  # the process's limit is left as it was
+
+
+def test_only_files_inside_the_run_folder_are_read(tmp_path):
+    """Issue 31 R12 / R13: a symlink out of the run made the report embed config.yaml or /etc/passwd from outside."""
+    import os
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:SECRET\n")
+    elsewhere = tmp_path / "elsewhere"
+    hand_made_run(elsewhere)
+    (elsewhere / "config.yaml").write_text("trainer: {SECRET_OUTSIDE: 1}\n")  # above the linked version
+    run = tmp_path / "run"
+    version = hand_made_run(run)
+    os.symlink(secret, version / "config.yaml")
+    os.symlink(secret, version / "lightning_div" / "val_samples_epoch2.csv")
+    (run / "hparams.yaml").write_text("lr: 0.5\n")  # inside: read
+    page = build_report(run)
+    assert "SECRET" not in page and "lr: 0.5" in page
+    notes = re.search(r'<section id="notes">(.*?)</section>', page, re.S).group(1)
+    assert f"skipped {version / 'config.yaml'}" in notes and "outside the run folder" in notes
+    assert f"skipped {version / 'lightning_div' / 'val_samples_epoch2.csv'}" in notes
+    # a version folder that is itself a link to another run: its files are outside, none is read
+    linked = tmp_path / "linked"
+    (linked / "csv").mkdir(parents=True)
+    os.symlink(elsewhere / "csv" / "version_0", linked / "csv" / "version_0")
+    with pytest.raises(ValueError, match=r"no run below it .*skipped .*version_0 \(a link to .*elsewhere"):
+        build_report(linked)
+
+
+def test_dollar_signs_in_a_metric_name_are_text_not_math(tmp_path):
+    """Issue 31 R2: a metric named ``val/$x_{` aborted the report in matplotlib's mathtext parser."""
+    version = hand_made_run(tmp_path / "run")
+    (version / "metrics.csv").write_text("epoch,step,val/$x_{$,val/cost $5 or $6\n0,3,1.5,2\n1,7,1.25,3\n")
+    page = build_report(tmp_path / "run")
+    assert '<img alt="val"' in page  # the val group's figure was drawn
+
+
+def test_a_truncated_png_is_left_out_with_a_note(tmp_path):
+    """Issue 31 R11: a torn PNG (right signature, cut short) was embedded as a broken image without a word."""
+    version = hand_made_run(tmp_path / "run")
+    figure = version / "lightning_div" / "val_cluster_shares_epoch1.png"
+    data = png(400)
+    assert len(data) > 6_000
+    figure.write_bytes(data[: len(data) // 2])
+    page = build_report(tmp_path / "run")
+    assert 'alt="val/cluster_shares"' not in page
+    assert "val_cluster_shares_epoch1.png is not a complete PNG image" in page

@@ -6,6 +6,16 @@ one file system). A process killed mid-write, a full disk or a reader arriving d
 slow write therefore never sees a half-written file: it sees the old file or the new one.
 The temporary file is removed when the write fails, and the error names the target path.
 
+A writer killed outright (``SIGKILL``, a lost node) cannot remove its temporary file. Its name
+says who wrote it (``.<target>.<host>-<pid>.<random>.tmp``, the host as a short hash), so the
+next write of the same target, and :func:`remove_stale_temporaries`, remove it once that
+process is gone from this host, or once it is :data:`STALE_AFTER_S` old (a writer on another
+host sharing the storage, whose process cannot be checked from here).
+
+Files and folders are created with the mode the umask gives (``0644`` / ``0755`` under the usual
+``022``), as ``open`` would, not ``mkstemp``'s private ``0600``: a team's runs, caches and
+reports are readable where the umask says so.
+
 :func:`save_assignments` / :func:`load_assignments` store the gold responses' cluster ids
 together with what ties them to their clusters file (its config hash, the number of texts
 and the id range), so a stale or foreign assignments file is detected on read.
@@ -17,9 +27,11 @@ import contextlib
 import hashlib
 import io
 import os
+import re
+import secrets
 import shutil
-import tempfile
-import zipfile
+import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -34,8 +46,16 @@ __all__ = [
     "atomic_write_text",
     "file_digest",
     "load_assignments",
+    "remove_stale_temporaries",
     "save_assignments",
 ]
+
+# a temporary file or folder nobody has touched for this long is a dead writer's, wherever it ran
+STALE_AFTER_S = 24 * 3600.0
+_HOST = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
+_TEMPORARY = re.compile(r"^\.(?P<target>.+)\.(?P<host>[0-9a-f]{8})-(?P<pid>\d+)\.[^.]+\.tmp$")
+# what tempfile.mkstemp / mkdtemp made before (no writer in the name): removed by age alone
+_OLD_TEMPORARY = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$")
 
 
 class StaleCacheError(ValueError):
@@ -67,6 +87,80 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+def _temporary_name(target: Path) -> Path:
+    """A fresh name beside ``target`` that says which host and process writes it (see the module doc)."""
+    return target.with_name(f".{target.name}.{_HOST}-{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _create_temporary(target: Path, directory: bool = False) -> tuple[Path, int | None]:
+    """Create a temporary file (opened: its descriptor) or folder beside ``target``, with the umask's mode.
+
+    ``os.open(..., 0o666)`` / ``os.mkdir(..., 0o777)`` let the umask (and a default ACL) decide the
+    mode, as ``open`` does; ``O_EXCL`` makes the name ours alone, as ``mkstemp`` does.
+    """
+    remove_stale_temporaries(target.parent, target.name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = _temporary_name(target)
+        try:
+            if directory:
+                os.mkdir(tmp, 0o777)
+                return tmp, None
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {str(target)!r}")
+
+
+def _writer_is_gone(host: str, pid: int) -> bool:
+    """Whether process ``pid`` of host ``host`` (its hash) has certainly ended; unknown for other hosts."""
+    if host != _HOST:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, run by another user (PermissionError)
+        return False
+    return False
+
+
+def remove_stale_temporaries(directory: str | os.PathLike, prefix: str = "") -> list[Path]:
+    """Remove the temporary files and folders killed writers left in ``directory``; returns what was removed.
+
+    Only names :func:`atomic_write` / :func:`atomic_directory` make (``.<target>.<host>-<pid>.<random>.tmp``,
+    and the ``.<target>.<8 characters>.tmp`` of versions before 0.2), for targets whose name starts
+    with ``prefix``. One is removed when its writer's process is gone from this host, or when it has
+    not been modified for :data:`STALE_AFTER_S` (a writer on another host, a reused process id, an
+    old name without a writer). A live writer's temporary file is never touched; failures are
+    ignored (another process may remove or rename the same file at the same time).
+
+    Args:
+        directory: where to look (not recursively).
+        prefix: only temporaries of targets whose name starts with this ("" = all).
+
+    Returns:
+        The paths removed.
+    """
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(os.fspath(directory)):
+            match = _TEMPORARY.match(entry.name) or _OLD_TEMPORARY.match(entry.name)
+            if not match or not match["target"].startswith(prefix):
+                continue
+            path = Path(entry.path)
+            with contextlib.suppress(OSError):
+                stale = time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
+                writer = match.groupdict().get("pid")
+                if stale or (writer is not None and _writer_is_gone(match["host"], int(writer))):
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
+                    removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_write(
     path: str | os.PathLike,
@@ -95,8 +189,8 @@ def atomic_write(
     try:
         if make_parents:
             target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        tmp = Path(name)
+        tmp, fd = _create_temporary(target)
+        assert fd is not None  # a file's descriptor
         with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
             yield f
             f.flush()
@@ -124,16 +218,25 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     return atomic_write_bytes(path, text.encode(encoding))
 
 
-def atomic_directory(path: str | os.PathLike, fill: Callable[[Path], Any]) -> Path:
+def atomic_directory(
+    path: str | os.PathLike, fill: Callable[[Path], Any], valid: Callable[[Path], bool] | None = None
+) -> Path:
     """Build a directory with ``fill(tmp_dir)`` beside ``path``, then rename it into place.
 
-    For multi-file caches (a saved tokenizer): a reader sees the complete directory or none.
-    If another process put a complete directory there first, theirs is kept.
+    For multi-file caches (a saved tokenizer, LitData chunks): a reader sees the complete directory
+    or none. With ``valid``, a directory it accepts that another process put at ``path`` while ours
+    was being built is kept and ours discarded (two writers of one content: the first complete one
+    wins, and its readers are never disturbed); one it refuses is replaced. Without ``valid`` an
+    existing directory (an invalid old entry: the caller decided so) is replaced, unless a concurrent
+    writer puts one back before our rename.
+
+    Raises:
+        OSError: of the original kind (``ENOSPC`` kept), naming ``path``; no temporary folder is left.
     """
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        tmp = _create_temporary(target, directory=True)[0]
     except OSError as e:
         raise _named(e, target) from e
     try:
@@ -142,12 +245,14 @@ def atomic_directory(path: str | os.PathLike, fill: Callable[[Path], Any]) -> Pa
             if f.is_file():
                 with open(f, "rb") as handle:
                     os.fsync(handle.fileno())
-        if target.exists():  # an invalid old entry (the caller decided so) or a concurrent writer's
+        if target.exists():
+            if valid is not None and valid(target):
+                return target  # another writer's complete directory came first: theirs is kept
             shutil.rmtree(target, ignore_errors=True)
         try:
             os.replace(tmp, target)
-        except OSError:
-            if not target.is_dir():
+        except OSError:  # a directory appeared meanwhile (ENOTEMPTY / EEXIST): a concurrent writer's
+            if not target.is_dir() or (valid is not None and not valid(target)):
                 raise
         _fsync_dir(target.parent)
     except OSError as e:
@@ -187,8 +292,9 @@ def load_assignments(path: str | os.PathLike, clusters_hash: str, num_clusters: 
             ids = np.array(data["ids"])
             stored_hash, stored_k = str(data["clusters_hash"]), int(data["num_clusters"])
             stored_len = int(data["length"])
-    except (KeyError, OSError, ValueError, EOFError, TypeError, AttributeError, zipfile.BadZipFile) as e:
-        # TypeError/AttributeError: a bare .npy array where the archive should be
+    except Exception as e:  # a damaged zip fails in many ways; each means "not a usable file"
+        # (BadZipFile, NotImplementedError for a garbled compression method, RuntimeError "encrypted",
+        # tokenize.TokenError from a garbled array header, TypeError for a bare .npy array, ...)
         raise StaleCacheError(f"{where!r} is not a complete assignments file ({type(e).__name__}: {e})") from e
     if stored_hash != clusters_hash or stored_k != num_clusters:
         raise StaleCacheError(

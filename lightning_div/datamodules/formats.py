@@ -445,42 +445,99 @@ def read_csv(
     text = _read_text(path)
     if delimiter is None:
         delimiter = "\t" if str(path).lower().endswith(".tsv") else ","
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     out = _Collector(str(path), max_history)
     header: list[str] | None = None
-    start = 1
-    try:
-        for row in reader:
-            line, start = start, reader.line_num + 1
-            if not row or not any(cell.strip() for cell in row):
-                continue
-            if header is None:
-                header = [h.strip() for h in row]
-                if fields.dialog not in header:
-                    for name in (fields.context, fields.response):
-                        if name not in header:
-                            raise DataFormatError(
-                                f"{path}:{line}", f"no '{name}' column in the header (columns: {', '.join(header)})"
-                            )
-                continue
-            where = f"{path}:{line}"
-            if len(row) != len(header):
-                raise DataFormatError(where, f"{len(row)} fields but the header has {len(header)}")
-            cells = dict(zip(header, row))
-            record: dict[str, Any] = {}
-            if fields.response in cells and fields.context in cells:
-                record[fields.context] = _split_cell(cells[fields.context], context_separator)
-                record[fields.response] = cells[fields.response].strip()
-                if cells.get(fields.references, "").strip():
-                    record[fields.references] = _split_cell(cells[fields.references], references_separator)
-            else:
-                record[fields.dialog] = _split_cell(cells[fields.dialog], context_separator)
-            _add_record(out, record, where, fields)
-    except csv.Error as e:
-        raise DataFormatError(f"{path}:{reader.line_num}", f"invalid CSV ({e})") from None
+    for line, row in _csv_rows(path, text, delimiter):
+        if not any(cell.strip() for cell in row):
+            continue
+        if header is None:
+            header = [h.strip() for h in row]
+            if fields.dialog not in header:
+                for name in (fields.context, fields.response):
+                    if name not in header:
+                        raise DataFormatError(
+                            f"{path}:{line}", f"no '{name}' column in the header (columns: {', '.join(header)})"
+                        )
+            continue
+        where = f"{path}:{line}"
+        if len(row) != len(header):
+            raise DataFormatError(where, f"{len(row)} fields but the header has {len(header)}")
+        cells = dict(zip(header, row))
+        record: dict[str, Any] = {}
+        if fields.response in cells and fields.context in cells:
+            record[fields.context] = _split_cell(cells[fields.context], context_separator)
+            record[fields.response] = cells[fields.response].strip()
+            if cells.get(fields.references, "").strip():
+                record[fields.references] = _split_cell(cells[fields.references], references_separator)
+        else:
+            record[fields.dialog] = _split_cell(cells[fields.dialog], context_separator)
+        _add_record(out, record, where, fields)
     if header is None:
         raise DataFormatError(f"{path}:1", "the file has no header row")
     return out.result(dedupe)
+
+
+# a quoted cell spanning lines of which this many read as complete rows: a stray quote swallowed them
+_ROWS_IN_A_CELL = 2
+_UNBALANCED_HINT = 'close the quote where the cell ends, or double a quote inside a quoted cell ("")'
+
+
+def _csv_rows(path: str | os.PathLike, text: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """(first line, cells) of each row of a CSV text (blank lines skipped); the first row is the header.
+
+    The csv module reads one unbalanced quote as a cell running to the next quote or to the end
+    of the file, silently swallowing the rows between. Both are refused at the line the quote
+    opened: a cell still open at the end of the file, and a cell spanning lines of which
+    :data:`_ROWS_IN_A_CELL` or more read as rows of the header's width on their own. A quoted
+    cell over a few lines (a response with a line break) still reads. Text after a closing quote
+    (``"a"b``) is invalid CSV (``strict``), not silently joined.
+
+    Raises:
+        DataFormatError: naming ``path`` and the line.
+    """
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    start, width = 1, 0
+    try:
+        for row in reader:
+            line, start = start, reader.line_num + 1
+            if not row:
+                continue
+            if width and reader.line_num > line:
+                _check_spanning_row(path, line, row, width, delimiter)
+            if not width and any(cell.strip() for cell in row):
+                width = len(row)  # the header's
+            yield line, row
+    except csv.Error as e:
+        if "end of data" in str(e):  # CPython's "unexpected end of data": EOF inside a quoted cell
+            raise DataFormatError(
+                f"{path}:{start}",
+                f"a quoted cell opened on this line is never closed: lines {start}-{reader.line_num} would be "
+                f"one cell; {_UNBALANCED_HINT}",
+            ) from None
+        if reader.line_num > start:  # the row began lines earlier: most likely at a stray quote there
+            raise DataFormatError(
+                f"{path}:{start}",
+                f"invalid CSV in the row from this line to line {reader.line_num} ({e}): an unbalanced quote? "
+                f"{_UNBALANCED_HINT}",
+            ) from None
+        raise DataFormatError(f"{path}:{reader.line_num}", f"invalid CSV ({e})") from None
+
+
+def _check_spanning_row(path: str | os.PathLike, line: int, row: list[str], width: int, delimiter: str) -> None:
+    """Refuse a row whose quoted cell swallowed lines that read as rows of their own (see :func:`_csv_rows`)."""
+    for cell in row:
+        later = cell.split("\n")[1:]
+        looks_like_rows = [
+            i for i, text in enumerate(later, 1) if len(next(csv.reader([text], delimiter=delimiter), [])) == width
+        ]
+        if len(looks_like_rows) >= _ROWS_IN_A_CELL:
+            first = looks_like_rows[0]
+            raise DataFormatError(
+                f"{path}:{line}",
+                f"a quoted cell opened on this line spans lines {line}-{line + len(later)}, and "
+                f"{len(looks_like_rows)} of them read as rows of their own (line {line + first}: "
+                f"{later[first - 1][:40]!r}): an unbalanced quote? {_UNBALANCED_HINT}",
+            )
 
 
 def _parlai_unescape(value: str) -> str:
@@ -711,31 +768,41 @@ def read_pairs(
     if _is_hf_dataset(source):
         return read_hf(source, split=split, fields=fields, **common)
     if isinstance(source, (str, os.PathLike)):
-        kind = detect_format(source) if format == "auto" else format
-        if kind == "hf":
-            return read_hf(source, split=split, fields=fields, **common)
-        if kind == "dailydialog":
-            return read_dailydialog(source, **common)
-        if kind == "parlai":
-            return read_parlai(source, **common)
-        if kind in ("csv", "tsv"):
-            if delimiter is None:
-                delimiter = "\t" if kind == "tsv" else ","
-            return read_csv(
-                source,
-                fields=fields,
-                delimiter=delimiter,
-                context_separator=context_separator,
-                references_separator=references_separator,
-                **common,
-            )
-        return read_json(source, fields=fields, **common)  # json, jsonl, dailydialog++
+        csv_options = dict(
+            delimiter=delimiter, context_separator=context_separator, references_separator=references_separator
+        )
+        return _read_path(source, format, split, fields, csv_options, **common)
     if isinstance(source, Iterable) and not isinstance(source, (bytes, dict)):
         return pairs_from_items(source, fields=fields, **common)
     raise TypeError(
         f"cannot read dialogue pairs from {type(source).__name__}; give a path, 'chitchat', "
         "a datasets.Dataset or a list of pairs"
     )
+
+
+def _read_path(
+    path: str | os.PathLike,
+    format: str,
+    split: str,
+    fields: Fields,
+    csv_options: dict[str, Any],
+    max_history: int | None,
+    dedupe: bool,
+) -> ReadResult:
+    """:func:`read_pairs` of a file or a saved dataset directory: the reader its format names."""
+    common: dict[str, Any] = dict(max_history=max_history, dedupe=dedupe)
+    kind = detect_format(path) if format == "auto" else format
+    if kind == "hf":
+        return read_hf(path, split=split, fields=fields, **common)
+    if kind == "dailydialog":
+        return read_dailydialog(path, **common)
+    if kind == "parlai":
+        return read_parlai(path, **common)
+    if kind in ("csv", "tsv"):
+        if csv_options["delimiter"] is None:
+            csv_options = {**csv_options, "delimiter": "\t" if kind == "tsv" else ","}
+        return read_csv(path, fields=fields, **csv_options, **common)
+    return read_json(path, fields=fields, **common)  # json, jsonl, dailydialog++
 
 
 def _fields(fields: Fields | None, names: dict[str, str]) -> Fields:
@@ -795,19 +862,7 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
             out.append(check_text(_response_of(record, field, f"{path}:{number}"), f"{path}:{number}", "the response"))
         return out
     if suffix in (".csv", ".tsv"):
-        rows = csv.DictReader(
-            io.StringIO(_read_text(path), newline=""), delimiter=delimiter or ("\t" if suffix == ".tsv" else ",")
-        )
-        name = field or "response"
-        if rows.fieldnames is None or name not in rows.fieldnames:
-            raise DataFormatError(
-                f"{path}:1",
-                f"no {name!r} column in the header (columns: {', '.join(rows.fieldnames or [])}); pass field=",
-            )
-        try:
-            return [row[name] or "" for row in rows]
-        except csv.Error as e:
-            raise DataFormatError(f"{path}:{rows.line_num}", f"invalid CSV ({e})") from None
+        return _csv_column(path, field or "response", delimiter or ("\t" if suffix == ".tsv" else ","))
     return [p.response for p in read_pairs(path)]
 
 
@@ -822,6 +877,24 @@ def _response_lines(path: Path) -> list[str]:
         if not data or data.strip():  # empty, or not valid UTF-8: the error stands
             raise
         return data.decode("ascii").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def _csv_column(path: Path, name: str, delimiter: str) -> list[str]:
+    """Column ``name`` of every row of a CSV / TSV file (rows checked as :func:`read_csv` checks them)."""
+    rows = _csv_rows(path, _read_text(path), delimiter)
+    line, header = next(((n, r) for n, r in rows if any(cell.strip() for cell in r)), (1, []))
+    header = [h.strip() for h in header]
+    if name not in header:
+        raise DataFormatError(
+            f"{path}:{line}", f"no {name!r} column in the header (columns: {', '.join(header)}); pass field="
+        )
+    column = header.index(name)
+    out = []
+    for line, row in rows:
+        if len(row) != len(header):
+            raise DataFormatError(f"{path}:{line}", f"{len(row)} fields but the header has {len(header)}")
+        out.append(row[column])
+    return out
 
 
 def _response_of(record: Any, field: str | None, where: str) -> str:

@@ -7,6 +7,14 @@ content hash of everything the ids depend on (the data's bytes, the tokenizer, t
 reading and format setting). Later runs find the folder and skip the work; the folder appears whole
 or not at all (written under a temporary name, verified, then renamed).
 
+Verified when read: beside LitData's ``index.json`` the folder holds ``lightning_div.json``, each
+chunk file's size and sha256 as written. A run checks the sizes before using a folder (a deleted or
+truncated chunk, a truncated index: the folder is written again, with one warning), and a process
+checks a chunk's sha256 the first time it reads from it; a chunk whose bytes changed on disk is an
+error naming it, and the folder is marked so that the next run writes it again. Two processes
+writing one folder at once keep the first complete one; a writer killed mid-write leaves a
+temporary folder that the next writer removes (:mod:`lightning_div._internal.io`).
+
 Training reads the examples by index from the chunks (:class:`litdata.StreamingDataset`'s random
 access), so the process holds token ids of the current batches only, and everything the in-memory
 path guarantees holds unchanged, because the same samplers run over the same indices: every example
@@ -19,23 +27,37 @@ LitData is an optional dependency: ``pip install "lightning-div[stream]"``.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
+import re
 import shutil
+import time
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lightning_div._internal.io import (
+    STALE_AFTER_S,
+    StaleCacheError,
+    atomic_directory,
+    atomic_write_text,
+    file_digest,
+    remove_stale_temporaries,
+)
 from lightning_div.core import DialoguePair
 from lightning_div.datamodules.dialogue import DialogueDataModule, _info
 from lightning_div.datamodules.encoding import EncodedPairs
 
 __all__ = ["ChunkedPairs", "StreamingDialogueDataModule", "require_litdata"]
 
-_FORMAT_VERSION = 1  # bump when the item layout below changes: old folders are then not reused
+_FORMAT_VERSION = 2  # bump when the item or folder layout changes: old folders are then not reused (2: checksums)
+CHECKSUMS = "lightning_div.json"  # each chunk file's size and sha256, written with the chunks
+DAMAGED = "damaged"  # left by a reader that found a chunk's bytes changed: the next run writes the folder again
 
 
 def require_litdata() -> Any:
@@ -72,15 +94,26 @@ class ChunkedPairs(Sequence):
     """(context ids, response ids) of the examples in a folder of LitData chunks, read by index.
 
     Item ``i`` is example ``i`` of the data the folder was written from. :meth:`pair` gives its
-    text, :meth:`iter_items` reads all items in order (sequentially, LitData's fast path).
+    text, :meth:`iter_items` reads all items in order (sequentially, LitData's fast path). Each
+    chunk's sha256 is checked against the folder's ``lightning_div.json`` the first time this
+    process reads from it.
+
+    Raises:
+        StaleCacheError: a chunk whose bytes do not match its recorded sha256 (the folder is
+            marked, and the next run writes it again).
     """
 
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = str(directory)
-        self._dataset = self._open(batch_decode=False)  # random access: decode one item, not a page
+        folder = Path(self.directory)
         # The total from LitData's index: len(StreamingDataset) is this process's share under DDP.
-        index = json.loads((Path(self.directory) / "index.json").read_text(encoding="utf-8"))
-        self._n = sum(int(chunk["chunk_size"]) for chunk in index["chunks"])
+        index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+        self._files = [str(chunk["filename"]) for chunk in index["chunks"]]
+        self._ends = np.cumsum([int(chunk["chunk_size"]) for chunk in index["chunks"]]).tolist()
+        self._n = self._ends[-1] if self._ends else 0
+        self._sha256 = {name: entry["sha256"] for name, entry in _read_checksums(folder)["chunks"].items()}
+        self._verified: set[int] = set()
+        self._dataset = self._open(batch_decode=False)  # random access: decode one item, not a page
 
     def _open(self, batch_decode: bool) -> Any:
         litdata = require_litdata()
@@ -89,10 +122,31 @@ class ChunkedPairs(Sequence):
     def __len__(self) -> int:
         return self._n
 
+    def _check_chunk_of(self, i: int) -> None:
+        """Check the sha256 of the chunk holding item ``i`` (in ``[0, n)``), once per chunk and process."""
+        chunk = bisect.bisect_right(self._ends, i)
+        if chunk in self._verified:
+            return
+        name = self._files[chunk]
+        path = Path(self.directory) / name
+        if file_digest(path) != self._sha256.get(name):
+            message = (
+                f"{str(path)!r}: its bytes do not match the sha256 recorded when it was written (changed or "
+                "damaged on disk); the next run writes the folder again"
+            )
+            try:  # best effort: a read-only folder still gets the error
+                atomic_write_text(Path(self.directory) / DAMAGED, message + "\n")
+            except OSError:
+                pass
+            raise StaleCacheError(message)
+        self._verified.add(chunk)
+
     def _item(self, i: int) -> dict[str, Any]:
         if not -self._n <= i < self._n:
             raise IndexError(f"index {i} out of range for {self._n} examples")
-        return self._dataset[int(i) % self._n]  # LitData takes Python ints only (not numpy integers)
+        i = int(i) % self._n  # LitData takes Python ints only (not numpy integers)
+        self._check_chunk_of(i)
+        return self._dataset[i]
 
     def __getitem__(self, i: int) -> tuple[list[int], list[int]]:  # type: ignore[override]
         item = self._item(i)
@@ -107,6 +161,7 @@ class ChunkedPairs(Sequence):
         """Every item, in index order."""
         dataset = self._open(batch_decode=True)
         for i in range(self._n):
+            self._check_chunk_of(i)
             yield dataset[i]
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers reopen the folder themselves
@@ -114,6 +169,69 @@ class ChunkedPairs(Sequence):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["directory"])  # type: ignore[misc]
+
+
+def _read_checksums(folder: Path) -> dict[str, Any]:
+    data = json.loads((folder / CHECKSUMS).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("chunks"), dict):
+        raise ValueError(f"{CHECKSUMS} holds no chunk checksums")
+    return data
+
+
+def _write_checksums(folder: Path) -> None:
+    """Record each chunk file's size and sha256 in ``folder/lightning_div.json`` (before the folder is renamed)."""
+    index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    files = [folder / str(chunk["filename"]) for chunk in index["chunks"]]
+    chunks = {p.name: {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
+    (folder / CHECKSUMS).write_text(json.dumps({"version": _FORMAT_VERSION, "chunks": chunks}), encoding="utf-8")
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why a chunk folder cannot be used, or None: its index, checksums, files and their sizes (not their bytes)."""
+    if (folder / DAMAGED).is_file():
+        return (folder / DAMAGED).read_text(encoding="utf-8", errors="replace").strip()
+    try:
+        index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+        files = [str(chunk["filename"]) for chunk in index["chunks"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"index.json cannot be read: {type(e).__name__}: {e}"
+    try:
+        recorded = _read_checksums(folder)["chunks"]
+    except (OSError, ValueError) as e:
+        return f"{CHECKSUMS} cannot be read: {type(e).__name__}: {e}"
+    for name in files:
+        if name not in recorded:
+            return f"{name} is listed in index.json but has no checksum"
+        try:
+            size = (folder / name).stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != recorded[name]["bytes"]:
+            return f"{name} has {size:,} bytes, {recorded[name]['bytes']:,} when written"
+    return None
+
+
+def _usable(folder: Path) -> bool:
+    return _folder_problem(folder) is None
+
+
+def _named_failure(err: Exception) -> OSError | None:
+    """The OSError inside LitData's RuntimeError, whose worker's traceback arrives as text (``[Errno 28] …``)."""
+    found = re.search(r"\[Errno (\d+)\]", str(err))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code))
+
+
+def _remove_old_temporaries(stream_dir: Path, name: str) -> None:
+    """Remove ``<name>.tmp-<pid>`` folders (the temporary name before 0.2) nobody touched for a day."""
+    for old in stream_dir.glob(f"{name}.tmp-*"):
+        try:
+            if old.is_dir() and time.time() - old.stat().st_mtime > STALE_AFTER_S:
+                shutil.rmtree(old)
+        except OSError:
+            pass
 
 
 class _LazyPairs(Sequence):
@@ -222,32 +340,49 @@ class StreamingDialogueDataModule(DialogueDataModule):
         return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
     def chunk_dir(self, name: str = "train") -> Path:
-        """The folder of ``name``'s chunks, written first if no run wrote it before."""
+        """The folder of ``name``'s chunks, written first if no run wrote it before (or it cannot be used).
+
+        Raises:
+            OSError: the chunks cannot be written (``ENOSPC`` for a full disk), naming the folder;
+                nothing is left behind.
+        """
         out = self.stream_dir / f"{name}-{self._content_key(name)}"
-        if (out / "index.json").is_file():
-            return out
-        litdata = require_litdata()
+        # killed writers' temporary folders (corpus-sized), also when the folder itself is found whole
+        remove_stale_temporaries(self.stream_dir, out.name)
+        _remove_old_temporaries(self.stream_dir, out.name)
+        if out.exists():
+            problem = _folder_problem(out)
+            if problem is None:
+                return out
+            warnings.warn(
+                f"the LitData chunks in {str(out)!r} cannot be used ({problem}); writing them again", stacklevel=2
+            )
         pairs = self._read(name)
         encoded = self._encode(pairs, f"tokenising {name}")
-        tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
         _info(f"writing {len(encoded):,} {name} examples as LitData chunks to {out}")
+        atomic_directory(out, lambda tmp: self._write_chunks(tmp, pairs, encoded), valid=_usable)
+        return out
+
+    def _write_chunks(self, folder: Path, pairs: Sequence[DialoguePair], encoded: EncodedPairs) -> None:
+        """LitData chunks of ``encoded`` in ``folder``, with their checksums, verified item by item."""
+        litdata = require_litdata()
         try:
             litdata.optimize(
                 fn=_Items(encoded, pairs),
                 inputs=list(range(len(encoded))),
-                output_dir=str(tmp),
+                output_dir=str(folder),
                 chunk_bytes=self.chunk_bytes,
                 num_workers=self.optimize_workers,
                 keep_data_ordered=True,
                 verbose=self.show_progress and self._rank() == 0,
             )
-            self._verify(ChunkedPairs(tmp), encoded)
-            os.replace(tmp, out)  # whole or absent
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return out
+        except RuntimeError as e:  # its worker's OSError as text: said as an OSError of that kind, with the path
+            failure = _named_failure(e)
+            if failure is None:
+                raise
+            raise failure from e
+        _write_checksums(folder)
+        self._verify(ChunkedPairs(folder), encoded)
 
     @staticmethod
     def _verify(chunks: ChunkedPairs, encoded: EncodedPairs) -> None:

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.distributed import on_rank_zero, rank_and_world
-from lightning_div._internal.io import StaleCacheError, file_digest, load_assignments, save_assignments
+from lightning_div._internal.io import (
+    StaleCacheError,
+    file_digest,
+    load_assignments,
+    remove_stale_temporaries,
+    save_assignments,
+)
 from lightning_div.semantic.clusters import SemanticClusters, fingerprint_texts
 
 log = logging.getLogger(__name__)
@@ -154,8 +160,12 @@ def _read_cache(
     A cache entry (``cache=True``: a file named by its config hash in the cache directory)
     that is truncated, corrupted or written for other inputs is a miss, with one warning
     naming the file: it is refitted and rewritten, never a crash. A file the user named
-    that was fitted under another config is an error (it is theirs, not a cache).
+    that was fitted under another config is an error (it is theirs, not a cache). Temporary
+    files that killed writers left in the cache directory are removed here, also on a hit.
     """
+    if cache:
+        for prefix in ("clusters-", "assignments-"):
+            remove_stale_temporaries(path.parent, prefix)
     if not path.is_file():
         return "miss", None
     try:

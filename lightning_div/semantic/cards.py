@@ -14,13 +14,19 @@ with y the term counts of the cluster (j) and of the rest (r), n their totals, a
 prior a_w = a_0 * (corpus count of w) / (corpus total). Unlike raw frequency it does not
 rank "you" or "the" first in every cluster; unlike tf-idf over k "documents" it does not
 favour terms seen once. The counts come from scikit-learn's ``CountVectorizer``.
+
+On small data the log-odds still lets function words through ("0: the, i, it"): a cluster of
+short replies uses "i" and "it" more than the rest. So English stopwords (scikit-learn's list,
+``ENGLISH_STOP_WORDS``) are left out of the distinctive words by default, and 2-grams made of
+stopwords only ("it was"); a 2-gram with one content word ("the pizza") stays. They are still
+counted, so the other terms' scores do not change. ``stop_words=None`` keeps them all.
 """
 
 from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,19 @@ CARD_COLUMNS = ["cluster", "share", "responses", "top words", "top 2-grams", "ne
 # words keep their apostrophes ("don't", "i'm"), and one-letter words count ("i", "u")
 TOKEN_PATTERN = r"(?u)\b\w[\w']*\b"
 PRIOR_STRENGTH = 10.0  # a_0: how many pseudo-counts the corpus-frequency prior is worth
+
+
+def stop_word_set(stop_words: str | Collection[str] | None) -> frozenset[str]:
+    """The words ``stop_words`` names: ``"english"`` (scikit-learn's list), your own words, or None (none)."""
+    if stop_words is None:
+        return frozenset()
+    if isinstance(stop_words, str):
+        if stop_words != "english":
+            raise ValueError(f"stop_words must be 'english', a collection of words or None, got {stop_words!r}")
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+        return frozenset(ENGLISH_STOP_WORDS)
+    return frozenset(w.lower() for w in stop_words)
 
 
 @dataclass
@@ -85,12 +104,19 @@ class ClusterCard:
 
 
 def distinctive_terms(
-    texts: Sequence[str], ids: np.ndarray, num_clusters: int, ngram: int, top_n: int, min_count: int = 2
+    texts: Sequence[str],
+    ids: np.ndarray,
+    num_clusters: int,
+    ngram: int,
+    top_n: int,
+    min_count: int = 2,
+    stop_words: Collection[str] = frozenset(),
 ) -> list[list[str]]:
     """The ``top_n`` most distinctive ``ngram``-grams of each cluster (weighted log-odds, see the module doc).
 
     A term must occur at least ``min_count`` times in the cluster and have a positive
-    z-score (be over-represented there); clusters with fewer such terms get fewer.
+    z-score (be over-represented there); clusters with fewer such terms get fewer. A term
+    whose every word is in ``stop_words`` (lower case) is never listed; it is still counted.
     """
     from scipy import sparse
     from sklearn.feature_extraction.text import CountVectorizer
@@ -113,10 +139,12 @@ def distinctive_terms(
         (rest + prior) / (n_rest + PRIOR_STRENGTH - rest - prior)
     )
     z = delta / np.sqrt(1.0 / (y + prior) + 1.0 / (rest + prior))
+    stop = frozenset(stop_words)
+    listed = [not stop.issuperset(str(term).split(" ")) for term in terms]
     out = []
     for j in range(num_clusters):
         order = np.lexsort((terms, -z[j]))  # ties broken alphabetically: the same cards on every machine
-        out.append([str(terms[t]) for t in order if y[j, t] >= min_count and z[j, t] > 0][:top_n])
+        out.append([str(terms[t]) for t in order if listed[t] and y[j, t] >= min_count and z[j, t] > 0][:top_n])
     return out
 
 
@@ -139,6 +167,7 @@ def cluster_cards(
     distances: Sequence[float] | np.ndarray | None = None,
     top_n: int = 8,
     num_examples: int = 5,
+    stop_words: str | Collection[str] | None = "english",
 ) -> list[ClusterCard]:
     """Describe each of ``num_clusters`` clusters from the texts assigned to them.
 
@@ -150,6 +179,9 @@ def cluster_cards(
             first); None keeps the texts' order.
         top_n: words and 2-grams per card.
         num_examples: example responses per card.
+        stop_words: words never listed as distinctive (nor 2-grams of them only):
+            ``"english"`` (scikit-learn's list), a collection of your own, or None to list
+            every word.
     """
     texts = [str(t) for t in texts]
     ids = np.asarray(ids, dtype=np.int64)
@@ -161,8 +193,9 @@ def cluster_cards(
     if dist.shape != (len(texts),):
         raise ValueError(f"cluster_cards: {len(texts)} texts but {dist.shape} distances")
     sizes = np.bincount(ids, minlength=num_clusters)
-    words = distinctive_terms(texts, ids, num_clusters, 1, top_n)
-    bigrams = distinctive_terms(texts, ids, num_clusters, 2, top_n)
+    stop = stop_word_set(stop_words)
+    words = distinctive_terms(texts, ids, num_clusters, 1, top_n, stop_words=stop)
+    bigrams = distinctive_terms(texts, ids, num_clusters, 2, top_n, stop_words=stop)
     examples = nearest_examples(texts, ids, dist, num_clusters, num_examples)
     total = max(len(texts), 1)
     return [
@@ -179,7 +212,10 @@ def cluster_cards(
 
 
 def describe_clusters(clusters: Any, texts: Sequence[str], embeddings: Any, **kwargs: Any) -> list[ClusterCard]:
-    """Cards of fitted ``clusters`` from the texts and their embeddings (distances in the PCA space)."""
+    """Cards of fitted ``clusters`` from the texts and their embeddings (distances in the PCA space).
+
+    ``kwargs`` go to :func:`cluster_cards` (``top_n``, ``num_examples``, ``stop_words``).
+    """
     reduced = clusters.transform(embeddings)
     ids = clusters.assign(embeddings)
     distances = ((reduced - clusters.centroids[ids]) ** 2).sum(axis=1)

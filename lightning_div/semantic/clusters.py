@@ -29,7 +29,6 @@ import logging
 import os
 import time
 import warnings
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -227,71 +226,28 @@ class SemanticClusters:
             ValueError: too few points or distinct directions for k, NaN / inf or zero rows
                 (named by index); see the semantic-space page for the full table.
         """
-        import faiss
-
         k = self.num_clusters
         gpus = self._faiss_gpu()
-        x = _check_rows(embeddings)
+        x = self._checked_fit_input(embeddings)
         n = x.shape[0]
-        if n < k:
-            raise ValueError(f"num_clusters={k} needs at least {k} embeddings, got {n}")
-        distinct = _count_distinct(x)
-        if distinct == 1:
-            raise ValueError(
-                f"all {n} embeddings point in the same direction (identical after L2 normalisation): "
-                "there is nothing to cluster"
-            )
-        if distinct < k:
-            raise ValueError(
-                f"only {distinct} distinct embeddings (after L2 normalisation) for num_clusters={k}; "
-                f"use num_clusters <= {distinct} or more varied data"
-            )
-        if n < MIN_POINTS_PER_CENTROID * k:
-            warnings.warn(
-                f"SemanticClusters: clustering {n} points into {k} clusters; faiss recommends at least "
-                f"{MIN_POINTS_PER_CENTROID * k} ({MIN_POINTS_PER_CENTROID} per cluster) for stable "
-                "centroids",
-                stacklevel=2,
-            )
-
         clock = time.perf_counter()
         stages = tqdm(total=3, desc="Fitting semantic clusters", disable=not self.show_progress, unit="stage")
         stages.set_postfix_str("PCA")
-        mean64, ratio, all_components = _pca(x, seed=max(self.seed - 1, 0))
-        cumulative = np.cumsum(ratio)
-        reached = np.flatnonzero(cumulative >= self.variance_kept)
-        m = int(reached[0]) + 1 if reached.size else len(cumulative)  # 1.0 may be missed by rounding
-        if m == 1:
-            log.info(
-                "SemanticClusters: one PCA component explains %.1f%% of the variance; clustering on a line",
-                100 * cumulative[0],
-            )
-        mean = mean64.astype(np.float32)
-        components = np.ascontiguousarray(all_components[:m], dtype=np.float32)
+        mean, components, explained = self._fit_pca(x)
+        m = components.shape[0]
         times = {"pca": time.perf_counter() - clock}
         stages.update()
 
         stages.set_postfix_str(f"k-means (d={m}, {'GPU' if gpus else 'CPU'})")
         reduced = _project(x, mean, components)
-        kmeans = faiss.Kmeans(
-            m,
-            k,
-            niter=self.niter,
-            nredo=self.nredo,
-            seed=self.seed,
-            gpu=gpus,
-            max_points_per_centroid=self.max_points_per_centroid or max(n // k + 1, 1),
-            min_points_per_centroid=1,  # the < 39*k warning is ours, as a Python warning
-            verbose=False,
-        )
-        kmeans.train(reduced)
+        centroids = self._fit_kmeans(reduced, gpus)
         times["kmeans"] = time.perf_counter() - clock - times["pca"]
         stages.update()
 
         stages.set_postfix_str("assign")
         self.pca_mean, self.pca_components = mean, components
-        self.explained_variance = float(cumulative[m - 1])
-        self.centroids = np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
+        self.explained_variance = explained
+        self.centroids = centroids
         self.data_fingerprint = data_fingerprint
         self.cards = None  # cards describe the previous fit; describe() or fit_texts() makes new ones
         distances, ids = self._search(reduced)
@@ -316,6 +272,70 @@ class SemanticClusters:
             self.inertia,
         )
         return self
+
+    def _checked_fit_input(self, embeddings: Any) -> np.ndarray:
+        """The L2-normalised rows :meth:`fit` clusters, refused when they cannot make ``num_clusters`` clusters.
+
+        Warns (at :meth:`fit`'s caller) when there are fewer points than faiss recommends per cluster.
+        """
+        k = self.num_clusters
+        x = _check_rows(embeddings)
+        n = x.shape[0]
+        if n < k:
+            raise ValueError(f"num_clusters={k} needs at least {k} embeddings, got {n}")
+        distinct = _count_distinct(x)
+        if distinct == 1:
+            raise ValueError(
+                f"all {n} embeddings point in the same direction (identical after L2 normalisation): "
+                "there is nothing to cluster"
+            )
+        if distinct < k:
+            raise ValueError(
+                f"only {distinct} distinct embeddings (after L2 normalisation) for num_clusters={k}; "
+                f"use num_clusters <= {distinct} or more varied data"
+            )
+        if n < MIN_POINTS_PER_CENTROID * k:
+            warnings.warn(
+                f"SemanticClusters: clustering {n} points into {k} clusters; faiss recommends at least "
+                f"{MIN_POINTS_PER_CENTROID * k} ({MIN_POINTS_PER_CENTROID} per cluster) for stable "
+                "centroids",
+                stacklevel=3,
+            )
+        return x
+
+    def _fit_pca(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(mean, components, explained variance) of the PCA keeping the fewest components reaching ``variance_kept``."""
+        mean64, ratio, all_components = _pca(x, seed=max(self.seed - 1, 0))
+        cumulative = np.cumsum(ratio)
+        reached = np.flatnonzero(cumulative >= self.variance_kept)
+        m = int(reached[0]) + 1 if reached.size else len(cumulative)  # 1.0 may be missed by rounding
+        if m == 1:
+            log.info(
+                "SemanticClusters: one PCA component explains %.1f%% of the variance; clustering on a line",
+                100 * cumulative[0],
+            )
+        components = np.ascontiguousarray(all_components[:m], dtype=np.float32)
+        return mean64.astype(np.float32), components, float(cumulative[m - 1])
+
+    def _fit_kmeans(self, reduced: np.ndarray, gpus: int) -> np.ndarray:
+        """faiss k-means centroids ``[num_clusters, d]`` of the PCA-reduced points (sub-sampled as faiss does)."""
+        import faiss
+
+        n, m = reduced.shape
+        k = self.num_clusters
+        kmeans = faiss.Kmeans(
+            m,
+            k,
+            niter=self.niter,
+            nredo=self.nredo,
+            seed=self.seed,
+            gpu=gpus,
+            max_points_per_centroid=self.max_points_per_centroid or max(n // k + 1, 1),
+            min_points_per_centroid=1,  # the < 39*k warning is ours, as a Python warning
+            verbose=False,
+        )
+        kmeans.train(reduced)
+        return np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
 
     def fit_texts(self, texts: Sequence[str], encoder: Any) -> SemanticClusters:
         """Embed ``texts`` with ``encoder`` (a ResponseEncoder), fit and describe them (``cards``).
@@ -422,7 +442,8 @@ class SemanticClusters:
     def describe(self, texts: Sequence[str], embeddings: Any, **kwargs: Any) -> list[Any]:
         """Compute (and keep in ``cards``, saved with the clusters) a ClusterCard per cluster from the gold texts.
 
-        ``kwargs`` go to :func:`lightning_div.semantic.cards.cluster_cards` (top_n, num_examples).
+        ``kwargs`` go to :func:`lightning_div.semantic.cards.cluster_cards` (``top_n``, ``num_examples``,
+        ``stop_words``: English stopwords are left out of the distinctive words unless ``stop_words=None``).
         """
         from lightning_div.semantic.cards import describe_clusters
 
@@ -498,7 +519,9 @@ class SemanticClusters:
         """Read a saved file; with ``expected`` (a config dict, or part of one) every given field must match.
 
         Raises ValueError naming each field that differs, e.g.
-        ``num_clusters: file has 10, requested 20``.
+        ``num_clusters: file has 10, requested 20``. A file that cannot be read for any reason
+        (truncated, a flipped byte, a config without a field this version needs) is a
+        ValueError naming the file, never another exception: the cache treats it as a miss.
 
         Args:
             path: a file written by :meth:`save`.
@@ -506,24 +529,19 @@ class SemanticClusters:
 
         Returns:
             The fitted clusters.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            ValueError: a damaged or foreign file, or one fitted under another config.
         """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no SemanticClusters file at {str(path)!r}")
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                version = int(data["format_version"])
-                config = json.loads(str(data["config"]))
-                stored_hash = str(data["config_hash"])
-                arrays = {name: np.array(data[name]) for name in ("pca_mean", "pca_components", "centroids")}
-                explained, inertia = float(data["explained_variance"]), float(data["inertia"])
-                cards = json.loads(str(data["cards"])) if "cards" in data.files else None
-        except (KeyError, OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # JSONDecodeError is a ValueError
-            raise ValueError(f"{str(path)!r} is not a SemanticClusters file ({e})") from e
-        if version != FORMAT_VERSION:
-            raise ValueError(f"{str(path)!r} has format version {version}; this version reads {FORMAT_VERSION}")
-        if _hash_config(config) != stored_hash:
-            raise ValueError(f"{str(path)!r}: its config does not match its config hash (edited or corrupted)")
+        where = repr(str(path))
+        contents = _read_contents(path)
+        config = contents["config"]
+        if _hash_config(config) != contents["config_hash"]:
+            raise ValueError(f"{where}: its config does not match its config hash (edited or corrupted)")
         if expected is not None:
             unknown = sorted(set(expected) - set(CONFIG_FIELDS))
             if unknown:
@@ -534,7 +552,23 @@ class SemanticClusters:
                 if not _same(config.get(name), value)
             ]
             if diffs:
-                raise ValueError(f"{str(path)!r} was fitted with a different config — " + "; ".join(diffs))
+                raise ValueError(f"{where} was fitted with a different config — " + "; ".join(diffs))
+        # absent in files written before it existed: the only field a file may lack
+        missing = [name for name in CONFIG_FIELDS if name not in config and name != "encoder_fingerprint"]
+        if missing:
+            raise ValueError(
+                f"{where}: its config has no {', '.join(missing)} (written by another version, or edited); "
+                "fit the clusters again"
+            )
+        try:
+            return cls._from_contents(contents)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a config value of the wrong type
+            raise ValueError(f"{where} is not a usable SemanticClusters file ({type(e).__name__}: {e})") from e
+
+    @classmethod
+    def _from_contents(cls, contents: dict[str, Any]) -> SemanticClusters:
+        """The clusters :func:`_read_contents` read, checked for shape (the file's name added by the caller)."""
+        config = contents["config"]
         out = cls(
             num_clusters=config["num_clusters"],
             variance_kept=config["variance_kept"],
@@ -545,25 +579,24 @@ class SemanticClusters:
             max_points_per_centroid=config["max_points_per_centroid"],
         )
         out.data_fingerprint = config["data_fingerprint"]
-        out.encoder_fingerprint = config.get("encoder_fingerprint")  # absent in files written before it existed
-        out.pca_mean, out.pca_components = arrays["pca_mean"], arrays["pca_components"]
-        out.centroids = arrays["centroids"]
-        out.explained_variance, out.inertia = explained, (None if np.isnan(inertia) else inertia)
-        if cards is not None:
-            from lightning_div.semantic.cards import cards_from_dicts
-
-            try:
-                loaded = cards_from_dicts(cards) or []
-            except (KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"{str(path)!r}: its cluster cards are malformed ({e!r})") from e
-            if len(loaded) != out.num_clusters:
-                raise ValueError(f"{str(path)!r}: {len(loaded)} cluster cards for {out.num_clusters} clusters")
-            out.cards = loaded
+        out.encoder_fingerprint = config.get("encoder_fingerprint")
+        out.pca_mean, out.pca_components = contents["pca_mean"], contents["pca_components"]
+        out.centroids = contents["centroids"]
+        inertia = contents["inertia"]
+        out.explained_variance, out.inertia = contents["explained_variance"], (None if np.isnan(inertia) else inertia)
+        if out.pca_mean.ndim != 1 or out.pca_components.shape[1:] != out.pca_mean.shape:
+            raise ValueError(f"PCA mean {out.pca_mean.shape} and components {out.pca_components.shape} do not fit")
         if out.centroids.shape != (out.num_clusters, out.n_components):
             raise ValueError(
-                f"{str(path)!r}: centroids have shape {out.centroids.shape}, expected "
-                f"({out.num_clusters}, {out.n_components})"
+                f"centroids have shape {out.centroids.shape}, expected ({out.num_clusters}, {out.n_components})"
             )
+        if contents["cards"] is not None:
+            from lightning_div.semantic.cards import cards_from_dicts
+
+            loaded = cards_from_dicts(contents["cards"]) or []
+            if len(loaded) != out.num_clusters:
+                raise ValueError(f"{len(loaded)} cluster cards for {out.num_clusters} clusters")
+            out.cards = loaded
         return out
 
     def _state(self) -> dict[str, Any]:
@@ -580,6 +613,33 @@ class SemanticClusters:
     def _set_state(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
+
+
+def _read_contents(path: Path) -> dict[str, Any]:
+    """Everything a clusters file holds, as plain values; any failure is a ValueError naming the file.
+
+    A damaged zip fails in many ways (``BadZipFile``, a "compression method not supported"
+    ``NotImplementedError``, an "encrypted" ``RuntimeError``, a ``tokenize.TokenError`` from a
+    garbled array header, ...), none of them a bug of ours: every one means "not a usable file".
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            version = int(data["format_version"])
+            if version != FORMAT_VERSION:
+                raise ValueError(f"it has format version {version}; this version reads {FORMAT_VERSION}")
+            contents: dict[str, Any] = {
+                "config": json.loads(str(data["config"])),
+                "config_hash": str(data["config_hash"]),
+                **{name: np.array(data[name]) for name in ("pca_mean", "pca_components", "centroids")},
+                "explained_variance": float(data["explained_variance"]),
+                "inertia": float(data["inertia"]),
+                "cards": json.loads(str(data["cards"])) if "cards" in data.files else None,
+            }
+    except Exception as e:  # any failure to parse is a damaged file (see above)
+        raise ValueError(f"{str(path)!r} is not a SemanticClusters file ({type(e).__name__}: {e})") from e
+    if not isinstance(contents["config"], dict):
+        raise ValueError(f"{str(path)!r} is not a SemanticClusters file (its config is not a JSON object)")
+    return contents
 
 
 def _count_distinct(x: np.ndarray) -> int:
