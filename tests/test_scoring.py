@@ -358,3 +358,23 @@ def test_candidate_scores_of_any_adapter_and_bad_input():
         candidate_scores(adapter, ["a"], [["x"], ["y"]])
     with pytest.raises(ValueError, match="returned 3 tensors for 2 pairs"):
         candidate_scores(adapter, ["a"], [["x", "y"]])
+
+
+def test_one_padding_check_for_both_paths_even_with_nothing_to_score():
+    """Pair by pair and shared contexts refuse the same padding sides with the same words, empty input included."""
+    from lightning_div.model.scoring import candidate_logprobs_batched, token_logprobs_batched
+
+    causal, seq2seq = (causal_model(), tokenizer(False)), (seq2seq_model(), tokenizer(True))
+    for contexts, responses in ((["hi"], ["hello"]), ([], [])):
+        candidates = [[r] for r in responses]
+        for model, tok in (causal, seq2seq):
+            with pytest.raises(ValueError, match=r"padding_side must be 'left', 'right' or None, got 'top'"):
+                token_logprobs_batched(model, tok, contexts, responses, padding_side="top", show_progress=False)
+            with pytest.raises(ValueError, match=r"padding_side must be 'left', 'right' or None, got 'top'"):
+                candidate_logprobs_batched(model, tok, contexts, candidates, padding_side="top", show_progress=False)
+        with pytest.raises(ValueError, match="seq2seq models are scored with right padding only"):
+            token_logprobs_batched(*seq2seq, contexts, responses, padding_side="left", show_progress=False)
+        with pytest.raises(ValueError, match="seq2seq models are scored with right padding only"):
+            candidate_logprobs_batched(*seq2seq, contexts, candidates, padding_side="left", show_progress=False)
+    assert token_logprobs_batched(*causal, [], [], padding_side="left", show_progress=False) == []
+    assert candidate_logprobs_batched(*causal, [], [], padding_side="right", show_progress=False) == []

@@ -151,8 +151,9 @@ def candidate_logprobs_batched(
     keys/values (``cache`` / ``past_key_values``, expanded over the candidates) serve every candidate;
     a seq2seq model runs its encoder once per context and reuses its output. Pairs are
     grouped by their context *ids*, so a context cut differently to fit a long candidate into
-    the window gets its own group. ``batch_size`` counts candidates per forward pass (a
-    context with more candidates gets a pass of its own).
+    the window gets its own group. Contexts and candidates are batched apart, each by length
+    (see :mod:`lightning_div.model.shared_context`): ``batch_size`` bounds the rows of every
+    forward pass, contexts or candidates.
 
     Decoder-only models whose forward takes no ``position_ids``, models that return no
     cache, and ``padding_side="right"`` are scored pair by pair as
@@ -164,7 +165,7 @@ def candidate_logprobs_batched(
         contexts: strings or lists of turns (oldest first).
         candidates: one list of responses per context (may be empty).
         format: the token layout (default ``DialogueFormat()``).
-        batch_size: candidates per forward pass.
+        batch_size: the most contexts, or candidates, per forward pass.
         show_progress: a tqdm bar.
         padding_side: as for :func:`token_logprobs_batched`.
 
