@@ -10,7 +10,15 @@ import torch
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from scipy.stats import chisquare
 
-from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negatives, as_pair, encode_pairs
+from lightning_div.datamodules import (
+    DialogueDataModule,
+    DialoguePair,
+    Fields,
+    Negatives,
+    ReaderOptions,
+    as_pair,
+    encode_pairs,
+)
 from lightning_div.datamodules.encoding import EncodedDialogues
 from lightning_div.datamodules.samplers import ExactDistributedSampler, WeightedDistributedSampler
 from lightning_div.model.formatting import DialogueFormat
@@ -473,3 +481,95 @@ def test_lightning_cli_builds_the_datamodule(tmp_path, monkeypatch):
     dm = cli.datamodule
     assert (dm.batch_size, dm.max_history, dm.dedupe) == (4, 2, True)
     assert dm.train_pairs() == [DialoguePair(("hi",), "hello")]
+
+
+READER_CSV = "history;reply;extra\nhi // how are you?;fine;a | b\nwhat now?;sleep;\n"
+READER_PAIRS = [DialoguePair(("hi", "how are you?"), "fine", ("a", "b")), DialoguePair(("what now?",), "sleep")]
+READER = ReaderOptions(
+    fields=Fields(context="history", response="reply", references="extra"),
+    delimiter=";",
+    context_separator=" // ",
+    references_separator=" | ",
+)
+
+
+def test_reader_options_from_a_yaml_config(tmp_path, monkeypatch):
+    """One `reader:` object in a LightningCLI config: column names, delimiter and separators reach the reader."""
+    from pytorch_lightning.cli import LightningCLI
+
+    monkeypatch.setattr("sys.argv", ["lightning-div"])
+    data = tmp_path / "train.csv"
+    data.write_text(READER_CSV)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""
+data:
+  train: {data}
+  val: null
+  reader:
+    fields: {{context: history, response: reply, references: extra}}
+    delimiter: ";"
+    context_separator: " // "
+    references_separator: " | "
+trainer:
+  logger: false
+"""
+    )
+    dm = LightningCLI(TinyLM, DialogueDataModule, run=False, args=["--config", str(config)]).datamodule
+    assert dm.reader == READER
+    assert dm.train_pairs() == READER_PAIRS
+    # only the options set change; the others keep their defaults (here: the field names not given)
+    config.write_text(f"data:\n  train: {data}\n  val: null\n  reader:\n    fields: {{response: reply}}\n")
+    dm = LightningCLI(TinyLM, DialogueDataModule, run=False, args=["--config", str(config)]).datamodule
+    assert dm.reader == ReaderOptions(fields=Fields(response="reply"))
+    # a misspelt option is refused while the config is parsed, before anything runs
+    config.write_text(f"data:\n  train: {data}\n  reader:\n    fields: {{contxt: history}}\n")
+    with pytest.raises(SystemExit):
+        LightningCLI(TinyLM, DialogueDataModule, run=False, args=["--config", str(config)])
+
+
+def test_reader_options_in_python_and_in_a_checkpoint(tmp_path):
+    """The same object from Python; the checkpoint keeps it as plain values (weights_only=True) and loads it back."""
+    data = tmp_path / "train.csv"
+    data.write_text(READER_CSV)
+    dm = DialogueDataModule(train=str(data), val=None, tokenizer=tokenizer(), reader=READER, show_progress=False)
+    assert dm.train_pairs() == READER_PAIRS
+    assert DialogueDataModule(train=str(data), val=None).reader == ReaderOptions()  # the defaults
+    plain = {
+        "fields": {
+            "context": "history",
+            "response": "reply",
+            "references": "extra",
+            "positive_responses": "positive_responses",
+            "dialog": "dialog",
+        },
+        "delimiter": ";",
+        "context_separator": " // ",
+        "references_separator": " | ",
+    }
+    assert dm.hparams["reader"] == plain and dm.hparams_initial["reader"] == plain  # what loggers and checkpoints get
+    dm.hparams.pop("show_progress")  # (a restored datamodule would show a bar: the default)
+    model = TinyLM()
+    trainer = quiet_trainer(max_steps=1, limit_val_batches=0)
+    trainer.fit(model, datamodule=dm)
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    checkpoint = torch.load(tmp_path / "last.ckpt", weights_only=True)  # no class of ours in it
+    assert checkpoint["datamodule_hyper_parameters"]["reader"] == plain
+    restored = DialogueDataModule.load_from_checkpoint(tmp_path / "last.ckpt", tokenizer=tokenizer())
+    assert restored.reader == READER and restored.train_pairs() == READER_PAIRS
+
+
+def test_reader_options_bad_values_are_named():
+    with pytest.raises(TypeError, match=r"unknown reader option\(s\) \['delimeter'\]"):
+        ReaderOptions.of({"delimeter": ";"})
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['contxt'\]"):
+        ReaderOptions.of({"fields": {"contxt": "history"}})
+    with pytest.raises(TypeError, match="reader must be a ReaderOptions"):
+        DialogueDataModule(reader="history")
+    with pytest.raises(ValueError, match=r"ReaderOptions.delimiter must be one character or None, got ';;'"):
+        ReaderOptions(delimiter=";;")
+    with pytest.raises(ValueError, match=r"ReaderOptions.context_separator must be a non-empty string, got ''"):
+        ReaderOptions(context_separator="")
+    with pytest.raises(TypeError, match="ReaderOptions.fields must be a Fields, got dict"):
+        ReaderOptions(fields={"context": "history"})
+    assert ReaderOptions.of(READER.as_dict()) == READER and ReaderOptions.of(None) == ReaderOptions()

@@ -65,6 +65,26 @@ def test_one_length_batching_helper_for_generation_nli_and_embedding():
         length_batches([1], True)
 
 
+def test_length_batches_end_a_batch_before_it_pads_too_much():
+    from lightning_div._internal.distributed import length_batches
+
+    # by hand: 10, 9 (padding 1 of 19); adding 2 would pad 30 - 21 = 9 > 0.25 x 21; then 2, 2, 1 (1 of 5)
+    assert length_batches([10, 9, 2, 2, 1], 4, max_padding=0.25) == [[0, 1], [2, 3, 4]]
+    assert length_batches([10, 9, 2, 2, 1], 2, max_padding=0.25) == [[0, 1], [2, 3], [4]]  # batch_size still holds
+    assert length_batches([3, 5, 3, 3, 0, 0], 8, max_padding=0.0) == [[1], [0, 2, 3], [4, 5]]  # equal lengths only
+    lengths = [7, 1, 30, 12, 12, 5, 9, 2, 2, 2, 18]
+    for max_padding in (0.0, 0.1, 0.5, 3.0):
+        batches = length_batches(lengths, 4, max_padding=max_padding)
+        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))  # every item once
+        for b in batches:
+            longest = max(lengths[i] for i in b)
+            assert len(b) <= 4 and len(b) * longest <= (1 + max_padding) * sum(lengths[i] for i in b)
+    assert length_batches(lengths, 4, max_padding=100.0) == length_batches(lengths, 4)  # never binding: as before
+    assert length_batches([], 4, max_padding=0.2) == []
+    with pytest.raises(ValueError, match="max_padding must be >= 0 or None, got -0.1"):
+        length_batches([1], 4, max_padding=-0.1)
+
+
 def _collectives(rank, world):
     import torch
 

@@ -229,37 +229,54 @@ def test_causal_candidates_right_padding_falls_back_to_the_same_values():
     np.testing.assert_allclose([float(t.mean()) for g in got for t in g], want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("batch_size", [3, 64])
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
-def test_each_context_runs_through_the_model_once(kind):
-    """Counted on the model: causal contexts' tokens once (pass 1), seq2seq one encoder row per context."""
+def test_each_context_runs_through_the_model_once(kind, batch_size):
+    """Counted on the model: every context's tokens go through it once, every candidate's once after it.
+
+    Every forward has at most ``batch_size`` rows and pads at most 20 % (rows x longest <= 1.2 x
+    the rows' lengths): contexts are batched by their length, their candidates apart by theirs
+    (RUQ's reference beside two short IDK strings padded the candidate forwards 2.5x).
+    """
     contexts, candidates = mixed_candidates()
-    adapter = make_adapter(kind, 64)
+    adapter = make_adapter(kind, batch_size)
     fmt = DialogueFormat()
     seen = []
 
     def record(module, args, kwargs):
-        seen.append(tuple((args[0] if args else kwargs["input_ids"]).shape))
+        ids = args[0] if args else kwargs["input_ids"]
+        mask = kwargs["attention_mask"]
+        cached = kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None
+        seen.append((module is encoder or (kind == "causal" and not cached), ids, mask))
 
-    if kind == "causal":
-        hook = adapter.model.transformer.register_forward_pre_hook(record, with_kwargs=True)
-    else:
-        hook = adapter.model.get_encoder().register_forward_pre_hook(record, with_kwargs=True)
+    encoder = adapter.model.get_encoder() if kind == "seq2seq" else None
+    modules = [adapter.model.transformer] if kind == "causal" else [encoder, adapter.model.get_decoder()]
+    hooks = [m.register_forward_pre_hook(record, with_kwargs=True) for m in modules]
     try:
         candidate_scores(adapter, contexts, candidates)
     finally:
-        hook.remove()
-    longest = max(len(fmt.encode_pair(c, "x", adapter.tokenizer, adapter.model)[0]) for c in contexts)
+        for hook in hooks:
+            hook.remove()
+    pairs = [fmt.encode_pair(c, r, adapter.tokenizer, adapter.model) for c, cs in zip(contexts, candidates) for r in cs]
+    context_passes = [(ids, mask) for is_context, ids, mask in seen if is_context]
+    candidate_passes = [(ids, mask[:, -ids.shape[1] :]) for is_context, ids, mask in seen if not is_context]
+    fed = sorted(tuple(row[m.bool()].tolist()) for ids, mask in context_passes for row, m in zip(ids, mask))
+    assert fed == sorted({tuple(c) for c, _ in pairs}) and len(fed) == len(contexts)  # each context once
+    # the candidates' tokens: all but the last (causal: the first is predicted by the context pass;
+    # seq2seq: the decoder reads the start token and all but the last)
+    fed_lengths = sorted(int(n) for _, mask in candidate_passes for n in mask.sum(1))
     if kind == "causal":
-        # one context pass (7 rows, padded to the longest context), then candidate passes of candidate tokens only
-        assert seen[0] == (len(contexts), longest)
-        longest_candidate = max(
-            len(fmt.encode_pair(c, r, adapter.tokenizer, adapter.model)[1])
-            for c, cs in zip(contexts, candidates)
-            for r in cs
-        )
-        assert all(rows == 18 and width == longest_candidate - 1 for rows, width in seen[1:])
+        assert [n for n in fed_lengths if n] == sorted(len(r) - 1 for _, r in pairs if len(r) > 1)
     else:
-        assert seen == [(len(contexts), longest)]
+        assert fed_lengths == sorted(len(r) for _, r in pairs)
+    for is_candidates, passes in ((False, context_passes), (True, candidate_passes)):
+        for ids, mask in passes:
+            lengths = mask.sum(1).tolist()
+            assert len(lengths) <= batch_size
+            assert ids.shape[1] == max(max(lengths), 1)  # padded to its longest row only
+            if is_candidates and kind == "causal":
+                lengths = [n + 1 for n in lengths]  # the batches are cut by a candidate's whole length
+            assert len(lengths) * max(lengths) <= 1.2 * sum(lengths) + 1e-9
 
 
 def test_a_context_cut_for_a_long_candidate_gets_its_own_group():
@@ -341,3 +358,23 @@ def test_candidate_scores_of_any_adapter_and_bad_input():
         candidate_scores(adapter, ["a"], [["x"], ["y"]])
     with pytest.raises(ValueError, match="returned 3 tensors for 2 pairs"):
         candidate_scores(adapter, ["a"], [["x", "y"]])
+
+
+def test_one_padding_check_for_both_paths_even_with_nothing_to_score():
+    """Pair by pair and shared contexts refuse the same padding sides with the same words, empty input included."""
+    from lightning_div.model.scoring import candidate_logprobs_batched, token_logprobs_batched
+
+    causal, seq2seq = (causal_model(), tokenizer(False)), (seq2seq_model(), tokenizer(True))
+    for contexts, responses in ((["hi"], ["hello"]), ([], [])):
+        candidates = [[r] for r in responses]
+        for model, tok in (causal, seq2seq):
+            with pytest.raises(ValueError, match=r"padding_side must be 'left', 'right' or None, got 'top'"):
+                token_logprobs_batched(model, tok, contexts, responses, padding_side="top", show_progress=False)
+            with pytest.raises(ValueError, match=r"padding_side must be 'left', 'right' or None, got 'top'"):
+                candidate_logprobs_batched(model, tok, contexts, candidates, padding_side="top", show_progress=False)
+        with pytest.raises(ValueError, match="seq2seq models are scored with right padding only"):
+            token_logprobs_batched(*seq2seq, contexts, responses, padding_side="left", show_progress=False)
+        with pytest.raises(ValueError, match="seq2seq models are scored with right padding only"):
+            candidate_logprobs_batched(*seq2seq, contexts, candidates, padding_side="left", show_progress=False)
+    assert token_logprobs_batched(*causal, [], [], padding_side="left", show_progress=False) == []
+    assert candidate_logprobs_batched(*causal, [], [], padding_side="right", show_progress=False) == []

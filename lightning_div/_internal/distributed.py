@@ -152,9 +152,39 @@ def batch_plan(n_items: int, batch_size: int, sort_key: Sequence[Any] | None = N
     return [order[i : i + batch_size] for i in range(0, n_items, batch_size)]
 
 
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length, longest first: :func:`batch_plan` keyed by ``lengths``."""
-    return batch_plan(len(lengths), batch_size, lengths)
+def length_batches(lengths: Sequence[int], batch_size: int, max_padding: float | None = None) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest first: :func:`batch_plan` keyed by ``lengths``.
+
+    ``max_padding`` also ends a batch early, before the next item would make its padding (every
+    item padded to the batch's longest) exceed ``max_padding`` x its items' total length: fewer
+    padded positions in more, smaller batches (for work that costs per position, e.g. on a CPU).
+
+    Examples:
+        >>> length_batches([1, 3, 3, 2, 5], 2)
+        [[4, 1], [2, 3], [0]]
+        >>> length_batches([10, 9, 2, 2, 1], 4, max_padding=0.25)
+        [[0, 1], [2, 3, 4]]
+    """
+    batches = batch_plan(len(lengths), batch_size, lengths)
+    if max_padding is None:
+        return batches
+    if max_padding < 0:
+        raise ValueError(f"max_padding must be >= 0 or None, got {max_padding}")
+    cut: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i in (i for batch in batches for i in batch):  # longest first
+        if current and (
+            len(current) == batch_size
+            or (len(current) + 1) * lengths[current[0]] > (1 + max_padding) * (total + lengths[i])
+        ):
+            cut.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += lengths[i]
+    if current:
+        cut.append(current)
+    return cut
 
 
 def distributed_map(

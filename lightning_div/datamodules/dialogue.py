@@ -30,10 +30,8 @@ from lightning_div.datamodules.encoding import (
     encode_pairs,
 )
 from lightning_div.datamodules.formats import (
-    CONTEXT_SEPARATOR,
-    REFERENCES_SEPARATOR,
     DialoguePair,
-    Fields,
+    ReaderOptions,
     ReadResult,
     ReadStats,
     read_pairs,
@@ -68,6 +66,13 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None)))
 
 
+def _check_sizes(**sizes: int | None) -> None:
+    """Batch sizes and subset sizes are >= 1 (or None)."""
+    for name, value in sizes.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1 (or None), got {value}")
+
+
 def _reload_every(trainer: Any) -> int:
     """``Trainer(reload_dataloaders_every_n_epochs=)``: set in ``Trainer.__init__``, not declared on the class."""
     return int(getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0)
@@ -99,15 +104,8 @@ class DialogueDataModule(pl.LightningDataModule):
         dedupe: drop exact duplicate examples (same context, response and references).
         seed: subset choice, shuffling and weighted draws (offset by the epoch).
         seq2seq: encoder-decoder layout; ``None`` = read it from the LightningModule's ``model``.
-        context_field: record field / column of the context
-            (see :class:`~lightning_div.datamodules.formats.Fields`).
-        response_field: record field / column of the response.
-        references_field: record field / column of the extra references.
-        positive_responses_field: DailyDialog++ field of the positive responses.
-        dialog_field: record field / column of a whole conversation.
-        context_separator: CSV/TSV: separator of the turns in a context cell.
-        references_separator: CSV/TSV: separator of the references in a references cell.
-        delimiter: CSV/TSV field delimiter (None = from the extension).
+        reader: the field / column names and CSV/TSV separators the readers use
+            (:class:`~lightning_div.datamodules.formats.ReaderOptions`; None = the defaults).
         show_progress: progress bar while tokenising.
     """
 
@@ -131,32 +129,24 @@ class DialogueDataModule(pl.LightningDataModule):
         dedupe: bool = False,
         seed: int = 0,
         seq2seq: bool | None = None,
-        context_field: str = "context",
-        response_field: str = "response",
-        references_field: str = "references",
-        positive_responses_field: str = "positive_responses",
-        dialog_field: str = "dialog",
-        context_separator: str = CONTEXT_SEPARATOR,
-        references_separator: str = REFERENCES_SEPARATOR,
-        delimiter: str | None = None,
+        reader: ReaderOptions | None = None,
         show_progress: bool = True,
     ) -> None:
         super().__init__()
+        self.reader = ReaderOptions.of(reader)  # or a dict of its options, as a checkpoint's hyperparameters hold it
+        sources = {"train": train, "val": val, "test": test}
         # `tokenizer` is left out: DialogueLM logs its own, and Lightning refuses two different values of one key.
-        self.save_hyperparameters(
-            ignore=["tokenizer"]
-            + [name for name, value in (("train", train), ("val", val), ("test", test)) if not _plain(value)]
+        self.save_hyperparameters(ignore=["tokenizer", "reader", *(k for k, v in sources.items() if not _plain(v))])
+        # `reader` as plain values: checkpoints load with weights_only=True, which refuses a ReaderOptions.
+        self.save_hyperparameters({"reader": self.reader.as_dict()})
+        _check_sizes(
+            batch_size=batch_size,
+            eval_batch_size=eval_batch_size,
+            max_train_examples=max_train_examples,
+            max_val_examples=max_val_examples,
+            max_test_examples=max_test_examples,
         )
-        for name, value in (
-            ("batch_size", batch_size),
-            ("eval_batch_size", eval_batch_size),
-            ("max_train_examples", max_train_examples),
-            ("max_val_examples", max_val_examples),
-            ("max_test_examples", max_test_examples),
-        ):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 (or None), got {value}")
-        self._sources = {"train": train, "val": val, "test": test}
+        self._sources = sources
         self._limits = {"train": max_train_examples, "val": max_val_examples, "test": max_test_examples}
         self.format = format
         self.max_history = max_history
@@ -172,16 +162,6 @@ class DialogueDataModule(pl.LightningDataModule):
         self.show_progress = show_progress
         self._tokenizer_arg = tokenizer
         self._seq2seq_arg = seq2seq
-        self._fields = Fields(
-            context=context_field,
-            response=response_field,
-            references=references_field,
-            positive_responses=positive_responses_field,
-            dialog=dialog_field,
-        )
-        self._csv: dict[str, Any] = dict(
-            context_separator=context_separator, references_separator=references_separator, delimiter=delimiter
-        )
         self._pairs: dict[str, list[DialoguePair]] = {}
         self._stats: dict[str, ReadStats] = {}
         self._encoded: dict[str, EncodedPairs] = {}
@@ -208,8 +188,8 @@ class DialogueDataModule(pl.LightningDataModule):
                 split=_SPLIT_OF[name],
                 max_history=self.max_history,
                 dedupe=self.dedupe,
-                fields=self._fields,
-                **self._csv,
+                fields=self.reader.fields,
+                **self.reader.csv_options(),
             )
             stats = pairs.stats
             limit, note = self._limits[name], ""

@@ -19,7 +19,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -294,6 +294,81 @@ class Fields:
     references: str = "references"
     positive_responses: str = "positive_responses"
     dialog: str = "dialog"
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """Where the readers find a pair: the field / column names and the CSV/TSV separators, in one object.
+
+    :class:`~lightning_div.datamodules.dialogue.DialogueDataModule` takes it as ``reader=``;
+    its attributes are the :func:`read_pairs` keywords of the same names. In a LightningCLI
+    config::
+
+        reader:
+          fields: {context: history, response: reply}
+          delimiter: ";"
+
+    Args:
+        fields: record field / column names.
+        delimiter: CSV/TSV field delimiter, one character (None = from the extension).
+        context_separator: CSV/TSV: separator of the turns in a context cell.
+        references_separator: CSV/TSV: separator of the references in a references cell.
+
+    Raises:
+        TypeError: an attribute of the wrong type (named).
+        ValueError: a delimiter that is not one character, or an empty separator.
+    """
+
+    fields: Fields = field(default_factory=Fields)
+    delimiter: str | None = None
+    context_separator: str = CONTEXT_SEPARATOR
+    references_separator: str = REFERENCES_SEPARATOR
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fields, Fields):
+            raise TypeError(f"ReaderOptions.fields must be a Fields, got {type(self.fields).__name__}")
+        for name in ("context_separator", "references_separator"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"ReaderOptions.{name} must be a non-empty string, got {value!r}")
+        if self.delimiter is not None and (not isinstance(self.delimiter, str) or len(self.delimiter) != 1):
+            raise ValueError(f"ReaderOptions.delimiter must be one character or None, got {self.delimiter!r}")
+
+    def csv_options(self) -> dict[str, Any]:
+        """The CSV/TSV keywords of :func:`read_pairs`: ``delimiter``, ``context_separator``, ``references_separator``."""
+        return {
+            "delimiter": self.delimiter,
+            "context_separator": self.context_separator,
+            "references_separator": self.references_separator,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (``fields`` a dict), as a checkpoint's hyperparameters keep them; :meth:`of` reads them back."""
+        return {"fields": dict(vars(self.fields)), **self.csv_options()}
+
+    @classmethod
+    def of(cls, value: ReaderOptions | Mapping[str, Any] | None) -> ReaderOptions:
+        """``value`` itself, the defaults for None, or the options a dict of :meth:`as_dict`'s form holds.
+
+        Raises:
+            TypeError: neither, or a dict with a key that is not an option or a field name.
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(f"reader must be a ReaderOptions (or a dict of its options), got {type(value).__name__}")
+        options = dict(value)
+        unknown = set(options) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise TypeError(
+                f"unknown reader option(s) {sorted(unknown)}; the options are {list(cls.__dataclass_fields__)}"
+            )
+        names = options.pop("fields", None)
+        if isinstance(names, Mapping):
+            names = _fields(None, dict(names))
+        return cls(**options) if names is None else cls(fields=names, **options)
 
 
 def _add_record(out: _Collector, record: Any, where: str, fields: Fields) -> None:

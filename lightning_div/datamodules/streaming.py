@@ -333,7 +333,13 @@ class StreamingDialogueDataModule(DialogueDataModule):
             "tokenizer": self._tokenizer_digest(),
             "layout": [self.seq2seq, self._layout()[2]],
             "format": repr(self.dialogue_format),
-            "reader": [self.format, self.max_history, self.dedupe, repr(self._fields), sorted(self._csv.items())],
+            "reader": [
+                self.format,
+                self.max_history,
+                self.dedupe,
+                repr(self.reader.fields),
+                sorted(self.reader.csv_options().items()),
+            ],
             "subset": [self._limits[name], self.seed],
             "max_response_tokens": self.max_response_tokens,
         }

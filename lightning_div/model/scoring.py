@@ -10,22 +10,33 @@ sorted by length into batches, and each batch is one forward pass. Only the rows
 predict a response token are normalised (DialoGPT's vocabulary has 50k entries; a full
 ``[batch, time, vocab]`` log-softmax would mostly be thrown away), and for decoder-only
 models with a plain output layer only those rows are projected onto the vocabulary at all.
+
+This module holds the public entry points; a batch goes through the model in
+:mod:`lightning_div.model.pairwise` (pair by pair) or :mod:`lightning_div.model.shared_context`
+(several responses to one context, the context run once).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers.modeling_outputs import BaseModelOutput
 
 from lightning_div._internal.distributed import length_batches
 from lightning_div.model.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
-from lightning_div.model.generation import check_contexts, evaluation_mode, model_device, pad_batch, pad_id_of
+from lightning_div.model.generation import check_contexts, evaluation_mode, model_device, pad_id_of
+from lightning_div.model.pairwise import (
+    _CausalScorer,
+    _decoder_start,
+    _forward_params,
+    _padding_side,
+    _seq2seq_batch,
+    _unscored,
+)
+from lightning_div.model.shared_context import _shared_context_logprobs, _shares_contexts
 
 
 def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[list[str]]:
@@ -53,108 +64,6 @@ def check_pairs(contexts: Sequence[Context], responses: Sequence[str]) -> list[l
         if not isinstance(r, str):
             raise TypeError(f"responses[{i}] is {type(r).__name__}, expected str")
     return check_contexts(contexts)
-
-
-def _forward_params(model: Any) -> set[str]:
-    try:
-        return set(inspect.signature(model.forward).parameters)
-    except (TypeError, ValueError):
-        return set()
-
-
-def _decoder_start(model: Any) -> int:
-    for config in (getattr(model, "generation_config", None), getattr(model, "config", None)):
-        start = getattr(config, "decoder_start_token_id", None)
-        if start is not None:
-            return int(start)
-    raise ValueError(f"{type(model).__name__} has no decoder_start_token_id in its config or generation_config")
-
-
-def _target_logprobs(rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log p(target) for logits rows [N, V]: logit - logsumexp (no [N, V] log-softmax written)."""
-    rows = rows.float()
-    return rows.gather(1, targets.unsqueeze(1)).squeeze(1) - rows.logsumexp(-1)
-
-
-class _CausalModel:
-    """A decoder-only model, its padding side, and its output layer where logits can be kept to a few positions."""
-
-    def __init__(self, model: Any, side: str, params: set[str]) -> None:
-        self.model, self.side = model, side
-        self.keep = "logits_to_keep" in params
-        head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
-        self.head = head if self.keep else None
-
-
-class _CausalScorer(_CausalModel):
-    """One forward per batch; the vocabulary projection only where a response token is predicted.
-
-    Fast path (models with ``logits_to_keep`` and a plain output layer, e.g. GPT-2/DialoGPT):
-    the model projects just the last position, and the output layer is applied to the
-    final hidden states of the target positions only. That it is a plain projection is
-    checked on every batch against the model's own last-position logits; a model that
-    post-processes its logits (bias, soft-capping, scaling) fails the check and is scored
-    from its logits, restricted to the last max|y| positions when left-padded.
-    """
-
-    def __call__(self, pairs: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device) -> torch.Tensor:
-        # The input is context + response without its last token; the last len(response)
-        # positions of each row predict the response tokens (EOS included).
-        inputs = [c + r[:-1] for c, r in pairs]
-        ids, mask = pad_batch(inputs, pad_id, self.side, device)
-        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-        if self.side == "left":
-            kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
-        width = ids.shape[1]
-        targets = torch.zeros((len(pairs), width), dtype=torch.long)
-        tmask = torch.zeros((len(pairs), width), dtype=torch.bool)
-        for row, ((_, resp), seq) in enumerate(zip(pairs, inputs)):
-            end = width if self.side == "left" else len(seq)
-            targets[row, end - len(resp) : end] = torch.as_tensor(resp)
-            tmask[row, end - len(resp) : end] = True
-        targets, tmask = targets.to(device), tmask.to(device)
-
-        if self.head is not None:
-            out = self.model(**kwargs, logits_to_keep=1, output_hidden_states=True)
-            hidden = out.hidden_states[-1] if out.hidden_states else None
-            if hidden is not None and hidden.shape[:2] == ids.shape:
-                last = self.head(hidden[:, -1]).float()
-                if torch.allclose(last, out.logits[:, -1].float(), rtol=1e-3, atol=1e-3):
-                    return _target_logprobs(self.head(hidden[tmask]), targets[tmask])
-            self.head = None  # not a plain projection: score from logits for the rest of the call
-        if self.side == "left" and self.keep:
-            # Left padding right-aligns every response, so the last max|y| columns hold all targets.
-            keep = max(len(r) for _, r in pairs)
-            kwargs["logits_to_keep"] = keep
-            targets, tmask = targets[:, -keep:], tmask[:, -keep:]
-        logits = self.model(**kwargs).logits
-        return _target_logprobs(logits[tmask], targets[tmask])
-
-
-def _unscored(response: list[int], prefix: list[int]) -> int:
-    """How many leading target ids are the tokenizer's prefix (never scored); at least EOS stays scored."""
-    n = len(prefix)
-    return n if n and response[:n] == prefix and len(response) > n else 0
-
-
-def _seq2seq_batch(
-    model: Any,
-    pairs: list[tuple[list[int], list[int]]],
-    pad_id: int,
-    start: int,
-    prefix: list[int],
-    device: torch.device,
-) -> torch.Tensor:
-    # Right padding on both sides: BART-style learned positions cannot be shifted.
-    ids, mask = pad_batch([c for c, _ in pairs], pad_id, "right", device)
-    dec, dmask = pad_batch([[start] + r[:-1] for _, r in pairs], pad_id, "right", device)
-    targets, _ = pad_batch([r for _, r in pairs], pad_id, "right", device)
-    logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dmask).logits
-    scored = dmask.bool()
-    # The decoder reads the target's BOS (as in training); its prediction is not part of the score.
-    for row, (_, r) in enumerate(pairs):
-        scored[row, : _unscored(r, prefix)] = False
-    return _target_logprobs(logits[scored], targets[scored])
 
 
 def token_logprobs_batched(
@@ -196,30 +105,16 @@ def token_logprobs_batched(
         ValueError: different lengths, or ``padding_side="left"`` for a seq2seq model.
     """
     turns = check_pairs(contexts, responses)
-    if not turns:
-        return []
-    fmt = format or DialogueFormat()
     seq2seq = is_seq2seq(model)
     params = _forward_params(model)
-    if padding_side is None:
-        padding_side = "left" if not seq2seq and "position_ids" in params else "right"
-    if padding_side not in ("left", "right"):
-        raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
-    if seq2seq and padding_side == "left":
-        raise ValueError(
-            "seq2seq models are scored with right padding only (their learned positions "
-            "cannot be shifted); use padding_side='right' or None"
-        )
-    if padding_side == "left" and "position_ids" not in params:
-        raise ValueError(
-            f"{type(model).__name__}.forward takes no position_ids, so left padding would shift "
-            "its positions; use padding_side='right' or None"
-        )
-    pairs = list(fmt.encode_pairs(turns, responses, tokenizer, model))
+    side = _padding_side(model, seq2seq, params, padding_side)
+    if not turns:
+        return []
+    pairs = list((format or DialogueFormat()).encode_pairs(turns, responses, tokenizer, model))
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0
     prefix = target_prefix(tokenizer) if seq2seq else []
-    causal = None if seq2seq else _CausalScorer(model, padding_side, params)
+    causal = None if seq2seq else _CausalScorer(model, side, params)
     device = model_device(model)
     out: list[torch.Tensor | None] = [None] * len(pairs)
     batches = length_batches([len(c) + len(r) for c, r in pairs], batch_size)
@@ -235,175 +130,6 @@ def token_logprobs_batched(
                 out[i] = piece
     # clone outside inference mode: callers get ordinary tensors they may use anywhere
     return [t.clone() for t in out]  # type: ignore[union-attr]
-
-
-def _cache_argument(params: set[str]) -> str | None:
-    """The forward argument that takes a key/value cache: ``cache`` (transformers >= 5.24), else ``past_key_values``."""
-    # transformers 5.24 renamed past_key_values to cache (the old name is deprecated, removed in 5.40);
-    # both are read so that a model written against either release shares its contexts.
-    for name in ("cache", "past_key_values"):
-        if name in params:
-            return name
-    return None
-
-
-def _returned_cache(out: Any) -> Any:
-    """The key/value cache a forward returned, under either name (see :func:`_cache_argument`)."""
-    for name in ("cache", "past_key_values"):
-        found = getattr(out, name, None)
-        if found is not None:
-            return found
-    raise ValueError(f"{type(out).__name__} returned no key/value cache (use_cache=True): cannot share contexts")
-
-
-def _expand_cache(cache: Any, index: torch.Tensor) -> Any:
-    """The context cache with row ``index[i]`` as row i (a context repeated once per candidate)."""
-    if callable(getattr(cache, "batch_select_indices", None)):  # transformers' Cache (DynamicCache, ...)
-        cache.batch_select_indices(index)
-        return cache
-    return tuple(tuple(t.index_select(0, index) for t in layer) for layer in cache)  # legacy tuples
-
-
-class _SharedCausalScorer(_CausalModel):
-    """Each distinct context through the model once; its cached keys/values serve all its candidates.
-
-    Pass 1 runs the left-padded contexts with ``use_cache=True``: the last column holds every
-    context's last token, which predicts each candidate's first token. Pass 2 runs the
-    candidates without their last token, right-padded, after the context cache expanded to one
-    row per candidate, with the attention mask [context mask | candidate mask] and position ids
-    that continue each context's own; column t of a candidate predicts its token t + 1. Left
-    padding of the contexts with explicit positions is what makes one shared cache possible.
-
-    With a plain output layer (checked on pass 1 as :class:`_CausalScorer` checks it), the
-    final hidden states of all target positions of the batch, in pair order, go through the
-    output layer in one product, as :class:`_CausalScorer` projects them: the same rows in
-    the same order, so a score does not depend on how the work is split into passes (a
-    product over a handful of rows can round differently with the number of CPU threads,
-    which would break the 1-vs-N-process equality of RUQ).
-    """
-
-    def __init__(self, model: Any, side: str, params: set[str]) -> None:
-        super().__init__(model, side, params)
-        self.cache_arg = _cache_argument(params) or "past_key_values"
-
-    def __call__(
-        self,
-        groups: list[tuple[list[int], list[list[int]]]],
-        pad_id: int,
-        device: torch.device,
-    ) -> list[torch.Tensor]:
-        ctx_ids, ctx_mask = pad_batch([c for c, _ in groups], pad_id, "left", device)
-        cands = [r for _, rs in groups for r in rs]
-        index = torch.tensor([g for g, (_, rs) in enumerate(groups) for _ in rs], device=device)
-        kwargs: dict[str, Any] = {
-            "input_ids": ctx_ids,
-            "attention_mask": ctx_mask,
-            "use_cache": True,
-            "position_ids": (ctx_mask.cumsum(-1) - 1).clamp(min=0),
-        }
-        if self.keep:
-            kwargs["logits_to_keep"] = 1
-        if self.head is not None:
-            kwargs["output_hidden_states"] = True
-        out = self.model(**kwargs)
-        first_targets = torch.tensor([r[0] for r in cands], device=device)
-        first_hidden = None
-        if self.head is not None:
-            hidden = out.hidden_states[-1] if out.hidden_states else None
-            if (
-                hidden is not None
-                and hidden.shape[:2] == ctx_ids.shape
-                and torch.allclose(self.head(hidden[:, -1]).float(), out.logits[:, -1].float(), rtol=1e-3, atol=1e-3)
-            ):
-                first_hidden = hidden[:, -1].index_select(0, index)
-            else:
-                self.head = None  # not a plain projection: score from logits for the rest of the call
-        lengths = [len(r) for r in cands]
-        rest_rows: torch.Tensor | None = None
-        rest_targets = first_targets.new_zeros(0)
-        if max(lengths) > 1:  # otherwise every candidate is its EOS alone, predicted by pass 1
-            ids, mask = pad_batch([r[:-1] or [pad_id] for r in cands], pad_id, "right", device)
-            for row, n in enumerate(lengths):
-                mask[row, n - 1 :] = 0  # a one-token candidate's stand-in column is masked too
-            # Positions continue each context's own; padding columns get 0 (they may lie past the window).
-            pos = (
-                ctx_mask.sum(-1).index_select(0, index).unsqueeze(1) + torch.arange(ids.shape[1], device=device)
-            ) * mask
-            targets, _ = pad_batch([r[1:] or [pad_id] for r in cands], pad_id, "right", device)
-            tmask = mask.bool()
-            step: dict[str, Any] = {
-                "input_ids": ids,
-                "position_ids": pos,
-                "use_cache": False,
-                "attention_mask": torch.cat([ctx_mask.index_select(0, index), mask], dim=1),
-                self.cache_arg: _expand_cache(_returned_cache(out), index),
-            }
-            if first_hidden is not None:
-                rest_rows = self.model(**step, logits_to_keep=1, output_hidden_states=True).hidden_states[-1][tmask]
-            else:
-                rest_rows = self.model(**step).logits[tmask]
-            rest_targets = targets[tmask]
-        # Row order of the pairs: candidate by candidate, its first token (pass 1) then the rest (pass 2).
-        order, at = [], len(cands)
-        for row, n in enumerate(lengths):
-            order.append(row)
-            order.extend(range(at, at + n - 1))
-            at += n - 1
-        perm = torch.tensor(order, device=device)
-        all_targets = torch.cat([first_targets, rest_targets]).index_select(0, perm)
-        if first_hidden is not None:
-            rows = first_hidden if rest_rows is None else torch.cat([first_hidden, rest_rows])
-            flat = _target_logprobs(self.head(rows.index_select(0, perm)), all_targets)  # type: ignore[misc]
-        else:
-            first = out.logits[:, -1].index_select(0, index)
-            rows = first if rest_rows is None else torch.cat([first.to(rest_rows.dtype), rest_rows])
-            flat = _target_logprobs(rows.index_select(0, perm), all_targets)
-        return list(flat.split(lengths))
-
-
-def _seq2seq_shared(
-    model: Any,
-    groups: list[tuple[list[int], list[list[int]]]],
-    pad_id: int,
-    start: int,
-    prefix: list[int],
-    device: torch.device,
-) -> list[torch.Tensor]:
-    """The encoder once per distinct context, its output repeated for each candidate's decoder pass."""
-    ids, mask = pad_batch([c for c, _ in groups], pad_id, "right", device)
-    hidden = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
-    owner = torch.tensor([g for g, (_, rs) in enumerate(groups) for _ in rs], device=device)
-    cands = [r for _, rs in groups for r in rs]
-    encoded = BaseModelOutput(last_hidden_state=hidden.index_select(0, owner))
-    dec, dmask = pad_batch([[start] + r[:-1] for r in cands], pad_id, "right", device)
-    targets, _ = pad_batch(cands, pad_id, "right", device)
-    logits = model(
-        encoder_outputs=encoded,
-        attention_mask=mask.index_select(0, owner),
-        decoder_input_ids=dec,
-        decoder_attention_mask=dmask,
-    ).logits
-    scored = dmask.bool()
-    for row, r in enumerate(cands):
-        scored[row, : _unscored(r, prefix)] = False
-    flat = _target_logprobs(logits[scored], targets[scored])
-    return list(flat.split([len(r) - _unscored(r, prefix) for r in cands]))
-
-
-def _group_batches(groups: list[tuple[list[int], list[list[int]]]], batch_size: int) -> list[list[int]]:
-    """Groups packed into batches of at most ``batch_size`` candidates (one larger group alone), longest first."""
-    order = sorted(range(len(groups)), key=lambda g: (-len(groups[g][0]), -max(map(len, groups[g][1])), g))
-    batches: list[list[int]] = []
-    size = 0
-    for g in order:
-        k = len(groups[g][1])
-        if batches and size + k <= batch_size:
-            batches[-1].append(g)
-            size += k
-        else:
-            batches.append([g])
-            size = k
-    return batches
 
 
 def candidate_logprobs_batched(
@@ -425,8 +151,9 @@ def candidate_logprobs_batched(
     keys/values (``cache`` / ``past_key_values``, expanded over the candidates) serve every candidate;
     a seq2seq model runs its encoder once per context and reuses its output. Pairs are
     grouped by their context *ids*, so a context cut differently to fit a long candidate into
-    the window gets its own group. ``batch_size`` counts candidates per forward pass (a
-    context with more candidates gets a pass of its own).
+    the window gets its own group. Contexts and candidates are batched apart, each by length
+    (see :mod:`lightning_div.model.shared_context`): ``batch_size`` bounds the rows of every
+    forward pass, contexts or candidates.
 
     Decoder-only models whose forward takes no ``position_ids``, models that return no
     cache, and ``padding_side="right"`` are scored pair by pair as
@@ -438,7 +165,7 @@ def candidate_logprobs_batched(
         contexts: strings or lists of turns (oldest first).
         candidates: one list of responses per context (may be empty).
         format: the token layout (default ``DialogueFormat()``).
-        batch_size: candidates per forward pass.
+        batch_size: the most contexts, or candidates, per forward pass.
         show_progress: a tqdm bar.
         padding_side: as for :func:`token_logprobs_batched`.
 
@@ -453,14 +180,11 @@ def candidate_logprobs_batched(
     flat_ctx, flat_resp, sizes = _flatten_candidates(contexts, candidates)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    turns = check_pairs(flat_ctx, flat_resp)
     seq2seq = is_seq2seq(model)
     params = _forward_params(model)
-    shared = (
-        (_cache_argument(params) is not None and "position_ids" in params and padding_side != "right")
-        if not seq2seq
-        else "encoder_outputs" in params and callable(getattr(model, "get_encoder", None))
-    )
-    if not shared or not flat_resp:
+    side = _padding_side(model, seq2seq, params, padding_side)
+    if not turns or not _shares_contexts(model, seq2seq, params, side):
         flat = token_logprobs_batched(
             model,
             tokenizer,
@@ -469,57 +193,14 @@ def candidate_logprobs_batched(
             format=format,
             batch_size=batch_size,
             show_progress=show_progress,
-            padding_side=padding_side,
+            padding_side=side,
         )
         return _unflatten(flat, sizes)
-    turns = check_pairs(flat_ctx, flat_resp)
-    if padding_side not in (None, "left", "right"):
-        raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
-    if seq2seq and padding_side == "left":
-        raise ValueError(
-            "seq2seq models are scored with right padding only (their learned positions "
-            "cannot be shifted); use padding_side='right' or None"
-        )
-    fmt = format or DialogueFormat()
-    pairs = list(fmt.encode_pairs(turns, flat_resp, tokenizer, model))
-    # Group by the context ids actually fed (a long candidate can shorten its context), keeping order.
-    where: dict[tuple[int, ...], int] = {}
-    groups: list[tuple[list[int], list[list[int]]]] = []
-    members: list[list[int]] = []
-    for i, (ctx, resp) in enumerate(pairs):
-        g = where.setdefault(tuple(ctx), len(groups))
-        if g == len(groups):
-            groups.append((ctx, []))
-            members.append([])
-        groups[g][1].append(resp)
-        members[g].append(i)
-    # A group larger than a batch is cut into batch-sized groups of the same context.
-    cut_groups, cut_members = [], []
-    for (ctx, rs), ms in zip(groups, members):
-        for s in range(0, len(rs), batch_size):
-            cut_groups.append((ctx, rs[s : s + batch_size]))
-            cut_members.append(ms[s : s + batch_size])
-    pad_id = pad_id_of(tokenizer)
-    start = _decoder_start(model) if seq2seq else 0
-    prefix = target_prefix(tokenizer) if seq2seq else []
-    causal = None if seq2seq else _SharedCausalScorer(model, "left", params)
-    device = model_device(model)
-    out: list[torch.Tensor | None] = [None] * len(pairs)
-    with evaluation_mode(model):
-        for batch in tqdm(
-            _group_batches(cut_groups, batch_size),
-            desc="scoring (shared contexts)",
-            unit="batch",
-            disable=not show_progress,
-        ):
-            chunk = [cut_groups[g] for g in batch]
-            if causal is None:
-                pieces = _seq2seq_shared(model, chunk, pad_id, start, prefix, device)
-            else:
-                pieces = causal(chunk, pad_id, device)
-            for i, piece in zip((i for g in batch for i in cut_members[g]), pieces):
-                out[i] = piece.cpu()
-    return _unflatten([t.clone() for t in out], sizes)  # type: ignore[union-attr]
+    pairs = list((format or DialogueFormat()).encode_pairs(turns, flat_resp, tokenizer, model))
+    flat = _shared_context_logprobs(
+        model, tokenizer, pairs, seq2seq=seq2seq, params=params, batch_size=batch_size, show_progress=show_progress
+    )
+    return _unflatten(flat, sizes)
 
 
 def _flatten_candidates(

@@ -15,7 +15,7 @@ metric instead; both metrics are always reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
 
@@ -230,6 +230,8 @@ def diversity_threshold_generate_many(
             callable ``list[str] -> float``.
         seed: round r samples with a seed derived from (seed, r).
         show_progress: a tqdm bar over rounds.
+        diversity_metric: ranks the subsets and reports start / end diversity (None: the paper's).
+        rank_by: ``"diversity"`` (the paper) or ``"threshold"``.
         **generation_kwargs: passed on to ``adapter.generate`` (``max_new_tokens``, ...).
 
     Returns:
@@ -239,6 +241,80 @@ def diversity_threshold_generate_many(
         ValueError: as :func:`diversity_threshold_generate`.
     """
     contexts = list(contexts)
+    report = _checked_arguments(metric, diversity_metric, scorer, rank_by, n, max_samples, seed, threshold)
+    if not contexts:
+        return []
+    # Plain nucleus sampling, no n-gram blocking (the paper's setting), unless the caller asks.
+    generation_kwargs = {**SAMPLING_DEFAULTS, "top_p": top_p, **generation_kwargs}
+    measure = _SetMeasures(metric, report, scorer)
+    ranking = report if rank_by == "diversity" else metric
+    sets = _sample(adapter, contexts, n, derive_seed(seed, 0), generation_kwargs)
+    measure.add_sets(sets)
+    run = _Run(sets, [measure.values(s) for s in sets], n)
+    active = run.below(threshold, max_samples, range(len(contexts)))
+    bar = tqdm(total=len(contexts), desc="diversity threshold", unit="context", disable=not show_progress)
+    bar.update(len(contexts) - len(active))
+    rounds = 0
+    while active:
+        rounds += 1
+        seed_r = derive_seed(seed, rounds)
+        steps = _resample(adapter, contexts, run.sets, active, measure, ranking, seed_r, generation_kwargs)
+        for c, step in zip(active, steps):
+            run.record(c, step)
+        still = run.below(threshold, max_samples, active)
+        bar.update(len(active) - len(still))
+        active = still
+    bar.close()
+    return [run.result(c, threshold, measure) for c in range(len(contexts))]
+
+
+class _Run:
+    """Where each context's set stands: its responses, (diversity, criterion), samples drawn, steps."""
+
+    def __init__(self, sets: list[list[str]], start_values: list[tuple[float, float]], n: int) -> None:
+        self.sets, self.starts = sets, [list(s) for s in sets]
+        self.start_values, self.values = start_values, list(start_values)
+        self.drawn = [n] * len(sets)
+        self.steps: list[list[ThresholdStep]] = [[] for _ in sets]
+
+    def below(self, threshold: float, max_samples: int, among: Iterable[int]) -> list[int]:
+        """The contexts of ``among`` whose criterion is still <= ``threshold``, with samples left to draw."""
+        return [c for c in among if self.values[c][1] <= threshold and self.drawn[c] < max_samples]
+
+    def record(self, c: int, step: ThresholdStep) -> None:
+        """Context ``c`` drew one more response (already in ``sets``): its new values and step."""
+        self.drawn[c] += 1
+        self.values[c] = (step.diversity, step.criterion)
+        self.steps[c].append(step)
+
+    def result(self, c: int, threshold: float, measure: _SetMeasures) -> ThresholdResult:
+        """Context ``c``'s outcome."""
+        return ThresholdResult(
+            responses=self.sets[c],
+            start_diversity=self.start_values[c][0],
+            end_diversity=self.values[c][0],
+            samples_drawn=self.drawn[c],
+            reached=self.values[c][1] > threshold,
+            start_responses=self.starts[c],
+            steps=self.steps[c],
+            start_set=measure.set_result(self.starts[c]),
+            end_set=measure.set_result(self.sets[c]),
+            start_criterion=self.start_values[c][1],
+            end_criterion=self.values[c][1],
+        )
+
+
+def _checked_arguments(
+    metric: Metric,
+    diversity_metric: Metric | None,
+    scorer: PairScorer | None,
+    rank_by: str,
+    n: int,
+    max_samples: int,
+    seed: int,
+    threshold: float,
+) -> Metric:
+    """The diversity metric (``diversity_metric``, else the paper's for ``metric``), after checking every argument."""
     _check_metric(metric, scorer)
     report = default_diversity_metric(metric) if diversity_metric is None else diversity_metric
     _check_metric(report, scorer, "diversity_metric")
@@ -259,78 +335,78 @@ def diversity_threshold_generate_many(
         )
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be a finite number, got {threshold!r}")
-    if not contexts:
-        return []
-    # Plain nucleus sampling, no n-gram blocking (the paper's setting), unless the caller asks.
-    generation_kwargs = {**SAMPLING_DEFAULTS, "top_p": top_p, **generation_kwargs}
-    nli = not (callable(metric) and callable(report))
-    cache = _PairCache(scorer) if nli and scorer is not None else None
+    return report
 
-    def value(responses: Sequence[str], which: Metric) -> float:
+
+class _SetMeasures:
+    """The threshold metric (``metric``) and the diversity metric (``report``) of response sets.
+
+    NLI metrics read the pair predictions of a :class:`_PairCache` (each pair through the
+    scorer once); a callable metric is called on the set and must return a finite value.
+    """
+
+    def __init__(self, metric: Metric, report: Metric, scorer: PairScorer | None) -> None:
+        self.metric, self.report = metric, report
+        nli = not (callable(metric) and callable(report))
+        self.cache = _PairCache(scorer) if nli and scorer is not None else None
+
+    def add_sets(self, sets: Sequence[Sequence[str]], only: Sequence[int] | None = None) -> None:
+        """Score the new NLI pairs of ``sets`` (see :meth:`_PairCache.add_sets`); nothing without an NLI metric."""
+        if self.cache is not None:
+            self.cache.add_sets(sets, only)
+
+    def set_result(self, responses: Sequence[str]) -> SetResult | None:
+        """The pair predictions of a set, when an NLI metric is involved."""
+        return self.cache.set_result(responses) if self.cache is not None else None
+
+    def value(self, responses: Sequence[str], which: Metric) -> float:
+        """``which`` (the threshold or the diversity metric) of a set."""
         if not callable(which):
-            if cache is None:  # an NLI metric needs a scorer; the checks above make sure there is one
+            if self.cache is None:  # an NLI metric needs a scorer; _checked_arguments makes sure there is one
                 raise ValueError("an NLI metric needs a scorer")
-            return _nli_value(cache.set_result(responses), which)
+            return _nli_value(self.cache.set_result(responses), which)
         v = float(which(list(responses)))
         if not math.isfinite(v):
-            arg = "metric" if which is metric else "diversity_metric"
+            arg = "metric" if which is self.metric else "diversity_metric"
             raise ValueError(f"{arg} returned {v} for the set {list(responses)!r} ({metric_label(which)})")
         return v
 
-    def values_of(responses: Sequence[str]) -> tuple[float, float]:
+    def values(self, responses: Sequence[str]) -> tuple[float, float]:
         """(diversity, criterion) of a set; one call when both are the same metric."""
-        criterion = value(responses, metric)
-        return (criterion if report is metric else value(responses, report)), criterion
+        criterion = self.value(responses, self.metric)
+        return (criterion if self.report is self.metric else self.value(responses, self.report)), criterion
 
-    ranking = report if rank_by == "diversity" else metric
-    sets = _sample(adapter, contexts, n, derive_seed(seed, 0), generation_kwargs)
-    if cache is not None:
-        cache.add_sets(sets)
-    start_values = [values_of(s) for s in sets]
-    values = list(start_values)
-    starts = [list(s) for s in sets]
-    drawn = [n] * len(contexts)
-    steps: list[list[ThresholdStep]] = [[] for _ in contexts]
-    active = [c for c in range(len(contexts)) if values[c][1] <= threshold and drawn[c] < max_samples]
-    bar = tqdm(total=len(contexts), desc="diversity threshold", unit="context", disable=not show_progress)
-    bar.update(len(contexts) - len(active))
-    rounds = 0
-    while active:
-        rounds += 1
-        drops = []
-        for c in active:
-            subsets = [value(sets[c][:k] + sets[c][k + 1 :], ranking) for k in range(n)]
-            k = _drop_index(subsets)
-            drops.append((k, subsets[k], sets[c][k]))
-        new = _sample(adapter, [contexts[c] for c in active], 1, derive_seed(seed, rounds), generation_kwargs)
-        for c, (k, _, _), (response,) in zip(active, drops, new):
-            sets[c] = sets[c][:k] + [response] + sets[c][k + 1 :]
-            drawn[c] += 1
-        if cache is not None:
-            cache.add_sets([sets[c] for c in active], only=[k for k, _, _ in drops])
-        for c, (k, kept, dropped), (response,) in zip(active, drops, new):
-            values[c] = values_of(sets[c])
-            steps[c].append(ThresholdStep(k, dropped, response, kept, values[c][0], values[c][1]))
-        still = [c for c in active if values[c][1] <= threshold and drawn[c] < max_samples]
-        bar.update(len(active) - len(still))
-        active = still
-    bar.close()
-    return [
-        ThresholdResult(
-            responses=sets[c],
-            start_diversity=start_values[c][0],
-            end_diversity=values[c][0],
-            samples_drawn=drawn[c],
-            reached=values[c][1] > threshold,
-            start_responses=starts[c],
-            steps=steps[c],
-            start_set=cache.set_result(starts[c]) if cache is not None else None,
-            end_set=cache.set_result(sets[c]) if cache is not None else None,
-            start_criterion=start_values[c][1],
-            end_criterion=values[c][1],
-        )
-        for c in range(len(contexts))
-    ]
+
+def _resample(
+    adapter: ResponseGenerator,
+    contexts: list[Context],
+    sets: list[list[str]],
+    active: list[int],
+    measure: _SetMeasures,
+    ranking: Metric,
+    seed: int,
+    generation_kwargs: Mapping[str, Any],
+) -> list[ThresholdStep]:
+    """One round for the ``active`` contexts: each set's response absent from its best (n-1)-subset replaced.
+
+    One ``adapter.generate`` call samples every replacement (with ``seed``) and one scorer call
+    scores the new pairs; ``sets`` is updated in place. Returns one step per active context.
+    """
+    drops = []
+    for c in active:
+        n = len(sets[c])
+        subsets = [measure.value(sets[c][:k] + sets[c][k + 1 :], ranking) for k in range(n)]
+        k = _drop_index(subsets)
+        drops.append((k, subsets[k], sets[c][k]))
+    new = _sample(adapter, [contexts[c] for c in active], 1, seed, generation_kwargs)
+    for c, (k, _, _), (response,) in zip(active, drops, new):
+        sets[c] = sets[c][:k] + [response] + sets[c][k + 1 :]
+    measure.add_sets([sets[c] for c in active], only=[k for k, _, _ in drops])
+    steps = []
+    for c, (k, kept, dropped), (response,) in zip(active, drops, new):
+        diversity, criterion = measure.values(sets[c])
+        steps.append(ThresholdStep(k, dropped, response, kept, diversity, criterion))
+    return steps
 
 
 def metric_label(metric: Metric) -> str:
