@@ -103,7 +103,8 @@ def samples(model: Any, tokenizer: Any, contexts: list[list[str]], seed: int) ->
     model.eval()
     for context in contexts:
         prompt = tokenizer("".join(t + eos for t in context), return_tensors="pt")
-        ids = prompt["input_ids"][:, -96:]
+        # the prompt's last tokens, leaving room in the window for the reply (96 of the shipped 128)
+        ids = prompt["input_ids"][:, -(model.config.n_positions - 32) :]
         common = dict(max_new_tokens=24, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
         with torch.no_grad():
             greedy = model.generate(ids, do_sample=False, no_repeat_ngram_size=3, **common)

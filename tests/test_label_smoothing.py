@@ -66,6 +66,24 @@ def test_dialogue_lm_smooths_training_but_measures_plain_nll():
     logits = module(batch)
     smoothed = weighted_lm_loss(logits, batch["labels"], label_smoothing=0.3)
     plain = weighted_lm_loss(logits, batch["labels"])
-    assert float(module._loss(batch, weighted=True)) == pytest.approx(float(smoothed), rel=1e-6)
-    assert float(module._loss(batch, weighted=False)) == pytest.approx(float(plain), rel=1e-6)
+    assert float(module._loss(batch, weighted=True).loss) == pytest.approx(float(smoothed), rel=1e-6)
+    assert float(module._loss(batch, weighted=False).loss) == pytest.approx(float(plain), rel=1e-6)
     assert float(smoothed) != pytest.approx(float(plain), rel=1e-3)
+
+
+def test_dress_loss_smooths_gold_examples_and_keeps_negatives_plain():
+    from lightning_div.dress.losses import dress_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 6)
+    labels = torch.tensor([[-100, 1, 2, 3], [-100, 4, 5, -100]])
+    batch = {"sample_weight": torch.tensor([1.0, -0.5]), "negative": torch.tensor([False, True])}
+    parts = dress_loss(logits, labels, batch, label_smoothing=0.2)
+    # the whole batch is weighted_lm_loss's smoothed formula; the gold part is the gold row's smoothed
+    # cross-entropy and the negative part its plain -0.5 x NLL, each over its own target tokens
+    expected = weighted_lm_loss(logits, labels, batch["sample_weight"], label_smoothing=0.2)
+    assert float(parts.loss) == pytest.approx(float(expected), rel=1e-6)
+    gold = weighted_lm_loss(logits[:1], labels[:1], label_smoothing=0.2)
+    negative = weighted_lm_loss(logits[1:], labels[1:], torch.tensor([-0.5]))
+    assert float(parts.gold) == pytest.approx(float(gold), rel=1e-6)
+    assert float(parts.negative) == pytest.approx(float(negative), rel=1e-6)
