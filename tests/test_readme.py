@@ -11,7 +11,10 @@ and tokenizer as ``self.model`` / ``self.tokenizer``, nothing else), their ``tra
 import doctest
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,13 +127,34 @@ def test_quick_start_runs_as_printed(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_quick_start_runs_under_the_unified_lightning_package(tmp_path, monkeypatch, capsys):
+def test_quick_start_runs_under_the_unified_lightning_package(tmp_path):
+    """The quick start with ``import lightning.pytorch as pl``: lightning-div binds to the package the
+    script imported (lightning_div._internal.lightning). A fresh process: this one bound to pytorch_lightning."""
     code = python_block("Quick start")
     assert code.startswith("import pytorch_lightning as pl\n")
     code = "import lightning.pytorch as pl\n" + code.split("\n", 1)[1]  # the one change the README names
-    trainer, metrics = _quick_start_metrics(tmp_path, monkeypatch, capsys, code)
-    assert type(trainer).__module__.startswith("lightning.pytorch")
+    code += (
+        "\nimport json, sys\n"
+        "print('RESULT', json.dumps({'trainer': type(trainer).__module__, 'model': type(model).__mro__[1].__module__,"
+        " 'pytorch_lightning': 'pytorch_lightning' in sys.modules, 'epoch': trainer.current_epoch,"
+        " 'log_dir': trainer.log_dir, 'metrics': {k: float(v) for k, v in trainer.callback_metrics.items()}}))\n"
+    )
+    (tmp_path / "quick_start.py").write_text(code)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("LIGHTNING_DIV_LIGHTNING", None)
+    done = subprocess.run(
+        [sys.executable, "quick_start.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert result["trainer"].startswith("lightning.pytorch") and result["model"].startswith("lightning.pytorch")
+    assert not result["pytorch_lightning"]  # nothing of the other package was imported
+    assert result["epoch"] == 2
+    metrics = {k: v for k, v in result["metrics"].items() if math.isfinite(v)}
     _assert_real_diversity(metrics, 10)
+    # the figure path: the cluster histogram written beside the unified package's logger files
+    figures = list((Path(result["log_dir"]) / "lightning_div").glob("val_cluster_histogram_epoch*.png"))
+    assert len(figures) == 2, sorted(p.name for p in Path(result["log_dir"]).rglob("*"))
 
 
 @pytest.mark.slow

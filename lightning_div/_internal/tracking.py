@@ -64,12 +64,12 @@ def warn_once(key: str, message: str) -> None:
         seen = _warned
     if key not in seen:
         seen.add(key)
-        # lightning_fabric sets rank_zero_only.rank when imported; a heavy import, so only when a warning is due
-        from lightning_fabric.utilities.rank_zero import rank_zero_warn
+        # the Trainer sets Fabric's rank_zero_only.rank; a heavy import, so only when a warning is due
+        from lightning_div._internal.lightning import rank_zero
 
         # 6 frames up: past rank_zero_warn's own three (warn, _warn, its rank-zero wrapper) and this function,
         # to the code that called warn_once's caller, as warnings.warn(stacklevel=3) pointed before
-        rank_zero_warn(message, stacklevel=6, category=RuntimeWarning)
+        rank_zero.rank_zero_warn(message, stacklevel=6, category=RuntimeWarning)
 
 
 # OWASP's CSV-injection rule: a cell starting with one of these is read as a formula by spreadsheets
@@ -126,14 +126,14 @@ def local_log_dir(trainer: Any) -> str | None:
     called from rank-0-only code (writing a plot) under DDP it waits forever for the
     others. Only rank 0 writes, so its own value is the one wanted.
     """
-    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
-
     try:
         loggers = list(getattr(trainer, "loggers", None) or [])
         if not loggers:  # Lightning would say the bare working directory; there are no logs
             return None
         first = loggers[0]
-        return first.log_dir if isinstance(first, (TensorBoardLogger, CSVLogger)) else first.save_dir
+        # by class name, so the loggers of pytorch_lightning and of lightning.pytorch both count
+        names = {cls.__name__ for cls in type(first).__mro__}
+        return first.log_dir if names & {"TensorBoardLogger", "CSVLogger"} else first.save_dir
     except Exception:  # a logger without a directory, or one that fails
         return None
 

@@ -6,9 +6,8 @@ import warnings
 from typing import Any, cast
 
 import numpy as np
-import pytorch_lightning as pl
-from pytorch_lightning.trainer.states import TrainerFn
 
+from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import log_figure, new_figure
 from lightning_div.callbacks.base import DiversityCallback, override, sample_indices

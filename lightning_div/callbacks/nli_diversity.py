@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytorch_lightning as pl
-
 from lightning_div._internal.distributed import distributed_map
+from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import check_finite_model, optional_part, settings_changed
 from lightning_div.core import DialoguePair

@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pytorch_lightning as pl
-from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_div._internal.distributed import distributed_map
+from lightning_div._internal.lightning import pl, rank_zero
 from lightning_div._internal.tracking import log_figure, new_figure
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import optional_part, settings_changed
@@ -205,7 +204,7 @@ class RUQMonitor(ValidationMonitor):
             )
         self.last_val_ruq = value
         for r in reasons:
-            rank_zero_warn(f'RUQMonitor: {r}: the model increasingly prefers "{self.idk_responses[0]}"')
+            rank_zero.rank_zero_warn(f'RUQMonitor: {r}: the model increasingly prefers "{self.idk_responses[0]}"')
         return 1.0 if reasons else 0.0
 
     # -- hooks --------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pytorch_lightning as pl
 
+from lightning_div._internal.lightning import pl
 from lightning_div._internal.tracking import log_table
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse

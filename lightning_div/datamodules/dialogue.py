@@ -16,11 +16,10 @@ import warnings
 from typing import Any
 
 import numpy as np
-import pytorch_lightning as pl
-from lightning_fabric.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, Sampler
 
 from lightning_div._internal.distributed import rank_and_world
+from lightning_div._internal.lightning import pl, rank_zero
 from lightning_div._internal.loop_state import batches_trained_this_epoch
 from lightning_div.datamodules.encoding import (
     ConcatPairs,
@@ -54,7 +53,7 @@ from lightning_div.model.generation import pad_id_of
 from lightning_div.types import PairsSource, TokenizerSource
 
 log = logging.getLogger(__name__)
-_info = rank_zero_only(log.info)
+_info = rank_zero.rank_zero_only(log.info)
 
 NAMES = ("train", "val", "test")
 _SPLIT_OF = {"train": "train", "val": "validation", "test": "test"}

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 
+from lightning_div._internal.lightning import pl
 from lightning_div.dress.losses import DressLoss, dress_loss
 from lightning_div.keys import TEST_LOSS, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS, VAL_LOSS
 from lightning_div.model.formatting import is_seq2seq
