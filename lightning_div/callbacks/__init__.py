@@ -2,7 +2,8 @@
 
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.callbacks.nli_diversity import NLIDiversityMonitor
+from lightning_div.callbacks.progress import PlainProgress
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 
-__all__ = ["SemanticDiversityMonitor", "RUQMonitor", "DRESSReweighting", "NLIDiversityMonitor"]
+__all__ = ["SemanticDiversityMonitor", "RUQMonitor", "DRESSReweighting", "NLIDiversityMonitor", "PlainProgress"]

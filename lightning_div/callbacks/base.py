@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pytorch_lightning as pl
-from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.trainer.states import TrainerFn
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -30,8 +27,10 @@ else:  # pragma: no cover - depends on the Python version
 
 from lightning_utilities.core.rank_zero import WarningCache
 
+from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
 from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
+from lightning_div.callbacks.progress import find_progress
 from lightning_div.core import DialoguePair
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.sharding import check_strategy, full_parameters
@@ -63,7 +62,7 @@ def _callbacks(trainer: Any) -> list[Any]:
     return list(getattr(trainer, "callbacks", []))
 
 
-class DiversityCallback(Callback):
+class DiversityCallback(pl.Callback):
     """Base class: subclasses implement the work; this class gives them data, model, schedule and logging.
 
     Args:
@@ -368,6 +367,10 @@ class DiversityCallback(Callback):
         that does not call the model passes ``needs_model=False`` and gathers nothing. Either way
         every rank must enter the block (every callback measures on every rank).
         """
+        progress = find_progress(trainer)  # plain lines for a log file (lightning_div.callbacks.progress)
+        label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
+        if progress is not None:
+            progress.measurement_started(label, what, trainer.current_epoch)
         with warnings_of_run(self._warned):
             metrics: dict[str, float] = {}
             start = time.perf_counter()
@@ -380,16 +383,18 @@ class DiversityCallback(Callback):
             except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError, ...) propagates
                 if self.on_error == "raise":
                     raise
-                label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
                 warn_once(
                     f"{self.kind}:{self.name}:{what}:{type(err).__name__}",
                     f"{label} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
                     f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
                 )
                 metrics.clear()
-            metrics[timing_key or f"timing/{self.kind}_s"] = time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            metrics[timing_key or f"timing/{self.kind}_s"] = seconds
             logged = log_scalars(pl_module, {self.log_key(k): v for k, v in metrics.items()}, type(self).__name__)
             self.history.append({"epoch": float(trainer.current_epoch), **logged})
+            if progress is not None:
+                progress.measurement_done(label, what, trainer.current_epoch, seconds, logged)
 
     # -- checkpointing -------------------------------------------------------------------------------
 

@@ -15,11 +15,9 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytorch_lightning import LightningDataModule, LightningModule
-from pytorch_lightning.cli import LightningCLI
-
+from lightning_div._internal.lightning import PACKAGE, pl, submodule
 from lightning_div._internal.tracking import local_log_dir, tracker_kind
 from lightning_div.cli.common import UsageError
 
@@ -27,6 +25,11 @@ from lightning_div.cli.common import UsageError
 from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
 from lightning_div.keys import SUMMARY_KEYS
 from lightning_div.model.dialogue_lm import DialogueLM  # noqa: F401
+
+if TYPE_CHECKING:
+    from pytorch_lightning.cli import LightningCLI
+else:  # the package lightning-div's classes bind to (lightning_div._internal.lightning)
+    LightningCLI = submodule("cli").LightningCLI
 
 
 def run_summary(trainer: Any) -> str:
@@ -65,7 +68,21 @@ def run_summary(trainer: Any) -> str:
 class DiversityCLI(LightningCLI):
     """LightningCLI with lightning-div's defaults and an end-of-fit summary."""
 
+    def _add_plain_progress(self) -> None:
+        # a log file (nohup, CI, a job log) gets plain lines: every 50 steps and per measurement
+        from lightning_div.callbacks.progress import PlainProgress, find_progress
+
+        if find_progress(self.trainer) is None:
+            self.trainer.callbacks.append(PlainProgress())  # type: ignore[attr-defined]  # set in Trainer.__init__
+
+    def before_validate(self) -> None:
+        self._add_plain_progress()
+
+    def before_test(self) -> None:
+        self._add_plain_progress()
+
     def before_fit(self) -> None:
+        self._add_plain_progress()
         # W&B looks for a git repository from its run directory when it starts; a directory that does not
         # exist yet (the demo's runs/demo on a first run) prints "git root ... does not exist".
         for lg in self.trainer.loggers:
@@ -126,8 +143,8 @@ def run_lightning(command: str, argv: list[str], from_sys_argv: bool = False) ->
     with third_party_notices_hidden():
         try:
             DiversityCLI(
-                LightningModule,
-                LightningDataModule,
+                pl.LightningModule,
+                pl.LightningDataModule,
                 subclass_mode_model=True,
                 subclass_mode_data=True,
                 seed_everything_default=0,
@@ -206,11 +223,14 @@ class _NoTips(logging.Filter):
 @contextmanager
 def third_party_notices_hidden() -> Iterator[None]:
     """Within the block, hide the third-party notices listed above (restored after)."""
-    tips = logging.getLogger("pytorch_lightning.utilities.rank_zero")  # the logger rank_zero_info writes to
+    tips = logging.getLogger(f"{PACKAGE}.utilities.rank_zero")  # the logger rank_zero_info writes to
     no_tips = _NoTips()
     with warnings.catch_warnings():
         warnings.filterwarnings(
-            "ignore", message=LEAFSPEC_WARNING, category=FutureWarning, module=r"pytorch_lightning\.utilities\._pytree"
+            "ignore",
+            message=LEAFSPEC_WARNING,
+            category=FutureWarning,
+            module=r"(pytorch_lightning|lightning\.pytorch)\.utilities\._pytree",
         )
         tips.addFilter(no_tips)
         try:

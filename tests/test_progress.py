@@ -1,0 +1,104 @@
+"""PlainProgress: readable progress lines when the output is a file (issue 34: an 11-minute silence per epoch)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from monitor_setup import TinyChat, monitors, trainer
+
+from lightning_div.callbacks import PlainProgress
+from lightning_div.callbacks.progress import find_progress
+
+
+def test_arguments_are_checked():
+    with pytest.raises(ValueError, match="every_n_steps"):
+        PlainProgress(every_n_steps=-1)
+    with pytest.raises(ValueError, match="when='sometimes'"):
+        PlainProgress(when="sometimes")  # type: ignore[arg-type]
+
+
+def test_auto_prints_only_when_stdout_is_not_a_terminal(monkeypatch):
+    import lightning_div.callbacks.progress as progress
+
+    monkeypatch.setattr(progress, "output_is_a_terminal", lambda: True)
+    assert not PlainProgress().active and PlainProgress(when="always").active
+    monkeypatch.setattr(progress, "output_is_a_terminal", lambda: False)
+    assert PlainProgress().active and not PlainProgress(when="never").active
+    monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", "0")
+    assert not PlainProgress().active and not PlainProgress(when="always").active
+
+
+@pytest.mark.slow
+def test_lines_every_n_steps_and_around_each_measurement(tmp_path):
+    out = io.StringIO()
+    sem, ruq = monitors(tmp_path / "cache")
+    progress = PlainProgress(every_n_steps=2, when="always", stream=out)
+    fit = trainer(tmp_path, [sem, ruq, progress], max_epochs=2)
+    assert find_progress(fit) is progress
+    fit.fit(TinyChat())
+    lines = out.getvalue().splitlines()
+    assert all(line.startswith("lightning-div: ") for line in lines)
+    assert lines[0] == "lightning-div: fit started: 2 epoch(s), 4 batches an epoch"
+    steps = [line for line in lines if re.search(r"epoch \d, batch \d/4, ", line)]
+    # limit_train_batches=4, every 2 steps: batches 2 and 4 of each epoch, with the step loss and the speed
+    assert [re.search(r"epoch (\d), batch (\d)", line).groups() for line in steps] == [
+        ("0", "2"),
+        ("0", "4"),
+        ("1", "2"),
+        ("1", "4"),
+    ]
+    assert all("train/loss " in line and "batches/s" in line for line in steps)
+    for epoch in (0, 1):
+        for who, what in (("SemanticDiversityMonitor", "semantic diversity"), ("RUQMonitor", "validation RUQ")):
+            started = f"lightning-div: epoch {epoch}: {who} measuring {what} ..."
+            done = [
+                line for line in lines if line.startswith(f"lightning-div: epoch {epoch}: {who} measured {what} in ")
+            ]
+            assert started in lines and len(done) == 1
+            assert lines.index(started) < lines.index(done[0])  # said when it begins, and again when it ends
+    sem_done = next(line for line in lines if "measured semantic diversity" in line)
+    assert re.search(r"val/sem_ent \d\.\d{4}", sem_done)
+    ends = [line for line in lines if re.match(r"lightning-div: epoch \d done in ", line)]
+    assert len(ends) == 2 and "val/sem_ent" in ends[-1]
+
+
+@pytest.mark.slow
+def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "trainer:\n  max_epochs: 1\n  limit_train_batches: 4\n  limit_val_batches: 1\n  logger: false\n"
+        "  enable_checkpointing: false\n  num_sanity_val_steps: 0\n"
+        "model:\n  class_path: DialogueLM\n  init_args:\n    model_name_or_path: null\n"
+        "    tokenizer: local:chitchat\n"
+        "    from_scratch: {model_type: gpt2, n_layer: 1, n_embd: 32, n_head: 2, n_positions: 128}\n"
+        "data:\n  class_path: DialogueDataModule\n  init_args:\n    train: chitchat:finetune\n"
+        "    val: chitchat:validation\n    max_train_examples: 64\n    max_val_examples: 8\n    batch_size: 8\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "lightning_div.cli", "fit", "--config", str(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "lightning-div: fit started: 1 epoch(s), 4 batches an epoch" in done.stdout  # stdout is a pipe here
+    assert "lightning-div: epoch 0 done in " in done.stdout
+    quiet = subprocess.run(
+        [sys.executable, "-m", "lightning_div.cli", "fit", "--config", str(config)],
+        cwd=tmp_path,
+        env={**env, "LIGHTNING_DIV_PROGRESS": "0"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert quiet.returncode == 0 and "lightning-div: fit started" not in quiet.stdout
