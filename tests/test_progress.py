@@ -40,7 +40,13 @@ def test_lines_every_n_steps_and_around_each_measurement(tmp_path):
     fit.fit(TinyChat())
     lines = out.getvalue().splitlines()
     assert all(line.startswith("lightning-div: ") for line in lines)
-    assert lines[0] == "lightning-div: fit started: 2 epoch(s), 4 batches an epoch"
+    assert lines[0] == "lightning-div: fit started: 2 epoch(s)"
+    # the monitor's clusters are fitted at fit start, said before training begins
+    assert (
+        lines[1] == "lightning-div: epoch 0: SemanticDiversityMonitor measuring the semantic clusters "
+        "(embedding and k-means, or the cache) ..."
+    )
+    assert "lightning-div: training: 4 batches an epoch" in lines
     steps = [line for line in lines if re.search(r"epoch \d, batch \d/4, ", line)]
     # limit_train_batches=4, every 2 steps: batches 2 and 4 of each epoch, with the step loss and the speed
     assert [re.search(r"epoch (\d), batch (\d)", line).groups() for line in steps] == [
@@ -91,7 +97,8 @@ def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "lightning-div: fit started: 1 epoch(s), 4 batches an epoch" in done.stdout  # stdout is a pipe here
+    assert "lightning-div: fit started: 1 epoch(s)" in done.stdout  # stdout is a pipe here
+    assert "lightning-div: training: 4 batches an epoch" in done.stdout
     assert "lightning-div: epoch 0 done in " in done.stdout
     quiet = subprocess.run(
         [sys.executable, "-m", "lightning_div.cli", "fit", "--config", str(config)],

@@ -343,6 +343,19 @@ class DiversityCallback(pl.Callback):
         return (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     @contextmanager
+    def announced(self, trainer: pl.Trainer, what: str) -> Iterator[None]:
+        """Says when ``what`` (work outside :meth:`measuring`, such as a fit-start clustering) starts and
+        ends, to a :class:`~lightning_div.callbacks.progress.PlainProgress` the trainer has; logs nothing."""
+        progress = find_progress(trainer)
+        label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
+        if progress is not None:
+            progress.measurement_started(label, what, trainer.current_epoch)
+        start = time.perf_counter()
+        yield
+        if progress is not None:
+            progress.measurement_done(label, what, trainer.current_epoch, time.perf_counter() - start, {})
+
+    @contextmanager
     def measuring(
         self,
         trainer: pl.Trainer,

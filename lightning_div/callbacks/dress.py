@@ -218,7 +218,8 @@ class DRESSReweighting(DiversityCallback):
         super().on_fit_start(trainer, pl_module)
         dm = self._datamodule(trainer)
         gold = list(dm.gold_train_responses())
-        self.space.fit(gold, **self.space_context(trainer, pl_module))
+        with self.announced(trainer, "the semantic clusters (embedding and k-means, or the cache)"):
+            self.space.fit(gold, **self.space_context(trainer, pl_module))
         if self.state.weights is None:  # a resumed run restored them already
             gold_ids = self.space.gold_assignments(gold, device=pl_module.device)
             self.state.weights = dress_weights(gold_ids, self.space.clusters.num_clusters, self.lam, self.normalize)
@@ -226,7 +227,7 @@ class DRESSReweighting(DiversityCallback):
         if self.negatives and self.mine_at == "start" and self.state.mined_for != epoch and self._round_starts(epoch):
             # The first round's negatives come from the model as it is before any training step. Outside
             # measuring(), so the full parameters are gathered here (every rank runs on_fit_start).
-            with full_parameters(pl_module):
+            with full_parameters(pl_module), self.announced(trainer, "DRESS negatives"):
                 self._mine_negatives(trainer, pl_module, epoch)
         self._apply(dm)
 

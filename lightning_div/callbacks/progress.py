@@ -86,12 +86,17 @@ class PlainProgress(pl.Callback):
         if self.active:
             print(f"lightning-div: {text}", file=self.stream or sys.stdout, flush=True)
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # setup, not on_fit_start: it runs for every callback before any on_fit_start, so this line comes
+        # before the other callbacks' fit-start work (clustering, mining) wherever this one is in the list
+        if stage == "fit":
+            self._fit_start = time.monotonic()
+            self._say(f"fit started: {trainer.max_epochs} epoch(s)")
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # not on_fit_start: the number of batches an epoch is known once the train dataloader is built
-        self._fit_start = time.monotonic()
+        # the number of batches an epoch is known once the train dataloader is built, not at fit start
         batches = trainer.num_training_batches
-        per_epoch = f", {batches:,} batches an epoch" if isinstance(batches, int) else ""
-        self._say(f"fit started: {trainer.max_epochs} epoch(s){per_epoch}")
+        self._say("training" + (f": {batches:,} batches an epoch" if isinstance(batches, int) else ""))
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_start = time.monotonic()

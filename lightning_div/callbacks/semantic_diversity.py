@@ -173,7 +173,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
                     "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or use a "
                     "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)"
                 )
-            self.space.fit(gold, **self.space_context(trainer, pl_module))
+            with self.announced(trainer, "the semantic clusters (embedding and k-means, or the cache)"):
+                self.space.fit(gold, **self.space_context(trainer, pl_module))
             self._space_ready = True
         if self.vocab_size is None and "ead" in self.lexical_metrics:
             gold = self.gold_responses(trainer)
