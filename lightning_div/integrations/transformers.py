@@ -1,0 +1,467 @@
+"""The diversity monitors in Hugging Face ``transformers.Trainer`` and TRL's ``SFTTrainer``.
+
+:class:`DiversityTrainerCallback` is the Hugging Face counterpart of
+:class:`~lightning_div.callbacks.SemanticDiversityMonitor` and
+:class:`~lightning_div.callbacks.RUQMonitor` together: at each evaluation it generates responses
+for a fixed sample of evaluation contexts with the trainer's model and logs Sem-Ent, the lexical
+metrics, the cluster divergence from the gold responses and RUQ, under the monitors' names with
+``eval/`` in place of ``val/`` (``eval/sem_ent``, ``eval/distinct_2``, ``eval/ruq`` ...).
+
+```python
+trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
+DiversityTrainerCallback(eval_pairs=val_pairs, gold_responses=train_responses, encoder="minilm").attach(trainer)
+trainer.train()  # trainer.state.log_history holds {"eval/sem_ent": ..., "eval/ruq": ..., "step": ...}
+```
+
+The values go through ``trainer.log`` right after the Trainer's own evaluation log, so they reach
+``trainer.state.log_history`` and every ``report_to`` tracker (W&B, TensorBoard, MLflow ...) as
+the loss does; they are also added to the metrics ``trainer.evaluate()`` returns. This is why the
+callback is given its trainer (:meth:`DiversityTrainerCallback.attach`) instead of being passed in
+``callbacks=[...]``: a ``TrainerCallback`` is given the model, not the trainer, and the Trainer logs
+an evaluation's metrics *before* its callbacks' ``on_evaluate``, so adding to them there would reach
+no tracker.
+
+Nothing here imports Lightning. The measurements are those of the Lightning monitors, on the same
+framework-free parts: a :class:`~lightning_div.semantic.space.SemanticSpace` (clusters fitted once
+on the gold training responses and kept in the same disk cache), the
+:class:`~lightning_div.model.adapters.HuggingFaceAdapter` (greedy generation with 3-gram blocking,
+in eval mode under a forked RNG: the training mode and random stream are restored), and
+:mod:`lightning_div.metrics`. Under ``torchrun`` / ``accelerate launch`` every process must run the
+evaluation (the Trainer does): generation and scoring are sharded over the processes and gathered
+(:func:`lightning_div._internal.distributed.distributed_map`).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from lightning_div._internal.distributed import distributed_map
+from lightning_div._internal.tracking import warn_once
+from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, check_finite_model, warn_if_all_empty
+from lightning_div.core import DialoguePair
+from lightning_div.metrics import (
+    DEFAULT_LEXICAL,
+    check_lexical_names,
+    cluster_js_divergence,
+    count_vocab,
+    lexical_scores,
+    ruq_margin,
+    ruq_score,
+    semantic_entropy,
+    top_cluster_share,
+)
+from lightning_div.metrics.ruq import ReferenceChoice, check_reference
+from lightning_div.model.adapters import HuggingFaceAdapter
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.scoring import candidate_logprobs, scores_from_logprobs
+from lightning_div.semantic.space import SemanticSpace, space_from_arguments
+from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
+
+__all__ = ["DiversityTrainerCallback", "eval_key"]
+
+
+def eval_key(metric: str) -> str:
+    """The key of a metric measured at a Hugging Face evaluation: ``eval/<metric>`` (the monitors' ``val/<metric>``)."""
+    return f"eval/{metric}"
+
+
+def _draw(n_total: int, n: int | None, seed: int) -> list[int]:
+    """The fixed sample's indices: the same draw as the Lightning monitors' (``callbacks.base.sample_indices``)."""
+    if n is None or n >= n_total:
+        return list(range(n_total))
+    if n < 1:
+        raise ValueError(f"the sample size must be >= 1 or None, got {n}")
+    return sorted(int(i) for i in np.random.default_rng(seed).choice(n_total, size=n, replace=False))
+
+
+class DiversityTrainerCallback(TrainerCallback):
+    """Sem-Ent, lexical diversity and RUQ of the model's responses at every ``Trainer`` evaluation.
+
+    At each evaluation (``on_evaluate``; also before the first step with ``measure_at_start``):
+
+    * generate one response (greedy, 3-gram blocking, ``max_new_tokens``) for each of a fixed
+      sample of ``num_contexts`` evaluation contexts, drawn once with ``seed`` as
+      :class:`~lightning_div.callbacks.SemanticDiversityMonitor` draws it;
+    * log ``eval/sem_ent``, ``eval/cluster_js``, ``eval/top_cluster_share``, the lexical metrics
+      (``eval/distinct_1`` ... ``eval/ead``) and, at the first measurement, ``eval/sem_ent_gold``
+      (Sem-Ent of the same contexts' gold responses);
+    * score the references and the IDK strings of a fixed sample of ``num_ruq_prompts`` evaluation
+      pairs (drawn with ``seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
+      validation sample) and log ``eval/ruq``, ``eval/ruq_margin`` and, per IDK string,
+      ``eval/ruq_idk<j>`` and ``eval/ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ);
+    * log ``timing/diversity_s``, the seconds the measurement took.
+
+    The clusters are fitted once on ``gold_responses`` in a
+    :class:`~lightning_div.semantic.space.SemanticSpace` (or read from its disk cache in
+    ``dirpath``, default ``<output_dir>/lightning_div_cache``: a Lightning run with the same
+    encoder, settings and gold responses wrote the same file).
+
+    Args:
+        eval_pairs: the evaluation dialogues as text: ``[(context, response), ...]`` pairs or any
+            source :func:`~lightning_div.datamodules.read_pairs` reads (the trainer's
+            ``eval_dataset`` is tokenized, so it cannot be read back).
+        gold_responses: the gold training responses the clusters are fitted on (a list, a file,
+            or a source ``read_pairs`` reads); not needed with ``clusters`` or a fitted ``space``.
+        space: a :class:`~lightning_div.semantic.space.SemanticSpace` to measure in (share one
+            with other callbacks); None = a private one from the arguments below. Both: an error.
+        encoder: the response encoder (default ``lightning_div.keys.DEFAULT_ENCODER``;
+            ``"minilm"`` works offline).
+        clusters: fitted SemanticClusters or a saved file; None = fit on ``gold_responses``.
+        num_clusters: k (default 20).
+        variance_kept: PCA variance kept (default 0.9).
+        kmeans_seed: the k-means seed (default 27).
+        encoder_kwargs: more ResponseEncoder arguments.
+        num_contexts: size of the generation sample (None = all evaluation pairs).
+        generation_kwargs: overrides of the greedy + ``no_repeat_ngram_size=3`` default.
+        lexical_metrics: which lexical metrics to log (see :func:`~lightning_div.metrics.lexical_scores`).
+        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
+        vocab_size: V of EAD; default: counted from the gold responses.
+        idk_responses: RUQ's IDK strings, the first is the headline; empty = no RUQ.
+        num_ruq_prompts: size of RUQ's sample (None = all evaluation pairs).
+        reference: with several references per prompt, ``"lowest"`` or ``"first"`` (see RUQMonitor).
+        seed: the samples' seed (and generation's, when it samples).
+        tokenizer: the model's tokenizer; None = the trainer's ``processing_class``.
+        format: the token layout (default ``DialogueFormat()``: DialoGPT's ``turn<eos>...``); it
+            must be the one the model is trained with.
+        batch_size: contexts per generation batch, pairs per scoring batch, texts per encoder batch.
+        max_new_tokens: the generation length limit.
+        dirpath: the clusters' cache directory (default ``<args.output_dir>/lightning_div_cache``).
+        show_progress: progress bars while embedding and fitting.
+        on_error: ``"warn"`` (default): a failed measurement is skipped with a warning and training
+            continues; ``"raise"`` re-raises.
+        name: prefixes every key, ``<name>/eval/sem_ent`` (several callbacks in one trainer).
+        measure_at_start: measure once before the first training step as well (a baseline, logged at step 0).
+
+    Raises:
+        ValueError: a bad setting (``on_error``, lexical names or options, ``reference``, an
+            empty IDK string), or ``space`` together with a space argument.
+    """
+
+    def __init__(
+        self,
+        eval_pairs: PairsSource | Sequence[DialoguePair],
+        gold_responses: ResponsesSource | None = None,
+        *,
+        space: SemanticSpace | None = None,
+        encoder: EncoderSource | None = None,
+        clusters: ClustersSource | None = None,
+        num_clusters: int | None = None,
+        variance_kept: float | None = None,
+        kmeans_seed: int | None = None,
+        encoder_kwargs: Options | None = None,
+        num_contexts: int | None = 256,
+        generation_kwargs: Options | None = None,
+        lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
+        lexical_options: Options | None = None,
+        vocab_size: int | None = None,
+        idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
+        num_ruq_prompts: int | None = 256,
+        reference: ReferenceChoice = "lowest",
+        seed: int = 0,
+        tokenizer: Any = None,
+        format: DialogueFormat | None = None,
+        batch_size: int = 32,
+        max_new_tokens: int = 32,
+        dirpath: str | Path | None = None,
+        show_progress: bool = True,
+        on_error: str = "warn",
+        name: str | None = None,
+        measure_at_start: bool = False,
+    ) -> None:
+        if on_error not in ("warn", "raise"):
+            raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+        if name is not None and (not isinstance(name, str) or not name.strip() or name != name.strip()):
+            raise ValueError(f"name must be None or a non-empty string without surrounding spaces, got {name!r}")
+        idk = list(idk_responses)
+        if not all(isinstance(s, str) and s.strip() for s in idk):
+            raise ValueError(f"idk_responses must be non-empty strings, got {idk_responses!r}")
+        self.lexical_options: dict[str, Any] = dict(lexical_options or {})
+        bad = sorted(set(self.lexical_options) - {"tokenizer", "lowercase", "base"})
+        if bad:
+            raise ValueError(f"lexical_options {bad} are unknown; use tokenizer, lowercase, base")
+        self.space = space_from_arguments(
+            type(self).__name__,
+            space,
+            encoder=encoder,
+            clusters=clusters,
+            num_clusters=num_clusters,
+            variance_kept=variance_kept,
+            kmeans_seed=kmeans_seed,
+            encoder_kwargs=encoder_kwargs,
+            batch_size=batch_size,
+            show_progress=show_progress,
+        )
+        self.eval_pairs_arg = eval_pairs
+        self.gold_responses_arg = gold_responses
+        self.num_contexts = num_contexts
+        self.generation_kwargs: dict[str, Any] = dict(generation_kwargs or {})
+        self.lexical_metrics = check_lexical_names(lexical_metrics)
+        self.vocab_size = vocab_size
+        self.idk_responses = idk
+        self.num_ruq_prompts = num_ruq_prompts
+        self.reference = check_reference(reference)
+        self.seed = seed
+        self.tokenizer = tokenizer
+        self.format = format or DialogueFormat()
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.dirpath = dirpath
+        self.show_progress = show_progress
+        self.on_error = on_error
+        self.name = name
+        self.measure_at_start = measure_at_start
+        self.trainer: Any = None
+        #: Every measurement's values, ``{"step": ..., "<key>": ...}`` (rank 0 and the others alike).
+        self.history: list[dict[str, float]] = []
+        #: The responses generated at the last measurement, in the order of :meth:`sample`.
+        self.last_responses: list[str] = []
+        self._pairs: list[DialoguePair] | None = None
+        self._gold_ids: np.ndarray | None = None
+        self._gold_logged = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(space={self.space!r}, num_contexts={self.num_contexts}, name={self.name!r})"
+
+    # -- wiring ------------------------------------------------------------------------------------
+
+    def attach(self, trainer: Any) -> DiversityTrainerCallback:
+        """Add this callback to ``trainer`` and log through it (``trainer.log``).
+
+        Args:
+            trainer: a ``transformers.Trainer`` (TRL's trainers are ones).
+
+        Returns:
+            This callback.
+
+        Raises:
+            ValueError: another attached DiversityTrainerCallback with the same ``name`` (they
+                would log over each other's keys), or this one attached to another trainer.
+        """
+        if self.trainer is not None and self.trainer is not trainer:
+            raise ValueError(f"{type(self).__name__} is already attached to another trainer")
+        for cb in trainer.callback_handler.callbacks:
+            if isinstance(cb, DiversityTrainerCallback) and cb is not self and cb.name == self.name:
+                raise ValueError(
+                    f"two {type(self).__name__}s in this trainer have name={self.name!r}, so they would log the "
+                    "same keys: give each its own name=... (it prefixes the keys: '<name>/eval/...')"
+                )
+        if self not in trainer.callback_handler.callbacks:
+            trainer.add_callback(self)
+        self.trainer = trainer
+        return self
+
+    def log_key(self, key: str) -> str:
+        """``key`` as this callback logs it: ``<name>/<key>`` when a name is set."""
+        return f"{self.name}/{key}" if self.name else key
+
+    # -- data --------------------------------------------------------------------------------------
+
+    def pairs(self) -> list[DialoguePair]:
+        """The evaluation pairs (read once)."""
+        if self._pairs is None:
+            from lightning_div.datamodules.formats import pairs_from_items, read_pairs
+
+            given = self.eval_pairs_arg
+            pairs = (
+                list(pairs_from_items(given, name="eval_pairs"))
+                if isinstance(given, (list, tuple))
+                else list(read_pairs(given))
+            )
+            if not pairs:
+                raise ValueError(f"{type(self).__name__}: eval_pairs is empty")
+            self._pairs = pairs
+        return self._pairs
+
+    def sample(self) -> list[DialoguePair]:
+        """The fixed generation sample (the same pairs at every evaluation)."""
+        pairs = self.pairs()
+        return [pairs[i] for i in _draw(len(pairs), self.num_contexts, self.seed)]
+
+    def ruq_sample(self) -> list[DialoguePair]:
+        """The fixed RUQ sample (drawn with ``seed + 1``, as RUQMonitor draws its validation prompts)."""
+        pairs = self.pairs()
+        return [pairs[i] for i in _draw(len(pairs), self.num_ruq_prompts, self.seed + 1)]
+
+    def gold_responses(self) -> list[str] | None:
+        """The gold training responses the clusters are fitted on, or None when not given."""
+        if self.gold_responses_arg is None:
+            return None
+        from lightning_div.datamodules.formats import read_responses
+
+        return read_responses(self.gold_responses_arg)
+
+    def prepare(self, cache_dir: str | Path, device: Any = None) -> None:
+        """Read the data and make the clusters ready (cached or fitted once; every process must call it)."""
+        sample = self.sample()
+        if not self.space.fitted:
+            gold = self.gold_responses()
+            if gold is None and self.space.clusters_source is None:
+                raise ValueError(
+                    f"{type(self).__name__} needs gold training responses to fit its semantic clusters: pass "
+                    "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or a fitted space="
+                )
+            self.space.fit(gold, device=device, cache_dir=Path(self.dirpath or cache_dir))
+        if self.vocab_size is None and "ead" in self.lexical_metrics:
+            gold = self.gold_responses()
+            self.vocab_size = count_vocab(
+                gold if gold else [p.response for p in sample],
+                self.lexical_options.get("tokenizer", "13a"),
+                self.lexical_options.get("lowercase"),
+            )
+
+    # -- measurement -------------------------------------------------------------------------------
+
+    def adapter(self, model: Any, tokenizer: Any) -> HuggingFaceAdapter:
+        """The model as the measurements reach it (built fresh each time: the current weights and device)."""
+        return HuggingFaceAdapter(
+            model,
+            tokenizer,
+            format=self.format,
+            batch_size=self.batch_size,
+            max_new_tokens=self.max_new_tokens,
+            show_progress=False,
+            seed=self.seed,
+        )
+
+    def generate(self, adapter: HuggingFaceAdapter, contexts: Sequence[Sequence[str]]) -> list[str]:
+        """One response per context, batches sharded across processes and gathered in order."""
+
+        def gen(batch: list[list[str]]) -> list[str]:
+            return adapter.generate(batch, **self.generation_kwargs)
+
+        turns = [list(c) for c in contexts]
+        return distributed_map(
+            gen, turns, self.batch_size, sort_key=[sum(map(len, c)) for c in turns], show_progress=False
+        )
+
+    def ruq(self, adapter: HuggingFaceAdapter, pairs: Sequence[DialoguePair]) -> dict[str, float]:
+        """RUQ and its margin per IDK string (``ruq``, ``ruq_idk1``, ``ruq_margin`` ...), as RUQMonitor computes them.
+
+        Each prompt's references and IDK strings are scored after one pass over its context
+        (:func:`lightning_div.model.scoring.candidate_logprobs`); whole prompts are sharded over
+        the processes.
+        """
+        items = [(list(p.context), [*p.all_references, *self.idk_responses]) for p in pairs]
+
+        def score(batch: list[tuple[list[str], list[str]]]) -> list[Any]:
+            return candidate_logprobs(adapter, [c for c, _ in batch], [rs for _, rs in batch])
+
+        per_prompt = max(len(rs) for _, rs in items)
+        logprobs = distributed_map(
+            score,
+            items,
+            max(1, self.batch_size // per_prompt),
+            sort_key=[sum(len(t) for t in c) + max(map(len, rs)) for c, rs in items],
+            show_progress=False,
+        )
+        refs: list[list[float]] = []
+        idks: list[list[float]] = [[] for _ in self.idk_responses]
+        for p, lp in zip(pairs, logprobs):
+            scores = scores_from_logprobs(lp)
+            k = len(p.all_references)
+            refs.append(scores[:k])
+            for j in range(len(self.idk_responses)):
+                idks[j].append(scores[k + j])
+        out: dict[str, float] = {}
+        for j, idk in enumerate(idks):
+            out[f"ruq_idk{j + 1}"] = ruq_score(refs, idk, self.reference)
+            out[f"ruq_margin_idk{j + 1}"] = ruq_margin(refs, idk, self.reference)
+        out["ruq"], out["ruq_margin"] = out["ruq_idk1"], out["ruq_margin_idk1"]
+        return out
+
+    def measure(self, model: Any, tokenizer: Any, cache_dir: str | Path) -> dict[str, float]:
+        """Every metric of one evaluation, keyed as logged (without the ``name`` prefix).
+
+        Every process must call it (the work is sharded over them); every process gets the values.
+
+        Args:
+            model: the Hugging Face model (unwrapped; it is put in eval mode and restored).
+            tokenizer: its tokenizer.
+            cache_dir: where fitted clusters are cached when the callback has no ``dirpath``.
+
+        Returns:
+            ``{"eval/sem_ent": ..., "eval/distinct_1": ..., "eval/ruq": ..., ...}``.
+        """
+        from lightning_div.model.generation import model_device
+
+        device = model_device(model)
+        self.prepare(cache_dir, device)
+        who = type(self).__name__
+        sample = self.sample()
+        adapter = self.adapter(model, tokenizer)
+        check_finite_model(model, who, adapter)  # NaN weights or logits are named, not measured as empty text
+        responses = self.generate(adapter, [p.context for p in sample])
+        warn_if_all_empty(responses, who, "the evaluation sample")
+        clusters = self.space.clusters
+        k = clusters.num_clusters
+        ids = self.space.assign(responses, device)
+        if self._gold_ids is None:  # the same texts in the same clusters at every evaluation: embedded once
+            self._gold_ids = self.space.assign([p.response for p in sample], device)
+        out: dict[str, float] = {
+            eval_key("sem_ent"): semantic_entropy(ids, k),
+            eval_key("cluster_js"): cluster_js_divergence(clusters.histogram(ids), clusters.histogram(self._gold_ids)),
+            eval_key("top_cluster_share"): top_cluster_share(ids, k),
+        }
+        lexical = lexical_scores(responses, self.lexical_metrics, self.vocab_size, **self.lexical_options)
+        out.update({eval_key(n): v for n, v in lexical.items()})
+        if not self._gold_logged:
+            out[eval_key("sem_ent_gold")] = semantic_entropy(self._gold_ids, k)
+        if self.idk_responses:
+            out.update({eval_key(n): v for n, v in self.ruq(adapter, self.ruq_sample()).items()})
+        self._gold_logged = True
+        self.last_responses = responses
+        return out
+
+    def _measure_and_log(
+        self, args: TrainingArguments, state: TrainerState, kwargs: dict[str, Any]
+    ) -> dict[str, float]:
+        if self.trainer is None:
+            raise ValueError(
+                f"{type(self).__name__} logs through its trainer: add it with callback.attach(trainer), "
+                "not Trainer(callbacks=[...]) (a TrainerCallback is never given the trainer)"
+            )
+        model = kwargs.get("model") or self.trainer.model
+        tokenizer = self.tokenizer or kwargs.get("processing_class") or getattr(self.trainer, "processing_class", None)
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor holds the tokenizer
+        if tokenizer is None:
+            raise ValueError(f"{type(self).__name__}: the trainer has no processing_class: pass tokenizer=")
+        start = time.perf_counter()
+        try:
+            values = self.measure(model, tokenizer, Path(args.output_dir or ".") / "lightning_div_cache")
+        except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError ...) propagates
+            if self.on_error == "raise":
+                raise
+            warn_once(
+                f"hf:{self.name}:{type(err).__name__}",
+                f"{type(self).__name__} skipped the measurement at step {state.global_step}: {err!r} "
+                f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
+            )
+            values = {}
+        values["timing/diversity_s"] = time.perf_counter() - start
+        logged = {self.log_key(k): float(v) for k, v in values.items()}
+        self.history.append({"step": float(state.global_step), **logged})
+        self.trainer.log(dict(logged))  # a copy: Trainer.log adds "epoch" to the dict it is given
+        return logged
+
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        """Measure a baseline before the first step (``measure_at_start``)."""
+        if self.measure_at_start and state.global_step == 0:
+            self._measure_and_log(args, state, kwargs)
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        """Measure, log through ``trainer.log``, and add the values to the evaluation's metrics."""
+        logged = self._measure_and_log(args, state, kwargs)
+        metrics = kwargs.get("metrics")
+        if isinstance(metrics, dict):  # what trainer.evaluate() returns
+            metrics.update(logged)
