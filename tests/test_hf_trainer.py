@@ -79,20 +79,19 @@ def _trainer(tmp_path, model, tokenizer, train, val, **args):
 
 
 def _callback(tmp_path, train, val, **kwargs):
-    return DiversityTrainerCallback(
-        eval_pairs=list(val),
-        gold_responses=[p.response for p in train],
-        encoder="minilm",
-        num_clusters=K,
-        num_contexts=12,
-        num_ruq_prompts=10,
-        max_new_tokens=MAX_NEW,
-        batch_size=8,
-        dirpath=tmp_path / "cache",
-        show_progress=False,
-        on_error="raise",
-        **kwargs,
-    )
+    arguments = {
+        "gold_responses": [p.response for p in train],
+        "encoder": "minilm",
+        "num_clusters": K,
+        "num_contexts": 12,
+        "num_ruq_prompts": 10,
+        "max_new_tokens": MAX_NEW,
+        "batch_size": 8,
+        "dirpath": tmp_path / "cache",
+        "show_progress": False,
+        "on_error": "raise",
+    }
+    return DiversityTrainerCallback(eval_pairs=list(val), **{**arguments, **kwargs})
 
 
 @pytest.mark.slow
@@ -205,3 +204,39 @@ def test_a_failed_measurement_warns_and_training_goes_on(tmp_path):
     with pytest.warns(RuntimeWarning, match="needs gold training responses"):
         metrics = trainer.evaluate()  # no gold responses, no clusters: skipped with a warning, timing still logged
     assert "timing/diversity_s" in metrics and not any(k.startswith("eval/") for k in metrics)
+
+
+def _evaluate_on(rank: int, world_size: int, root: str) -> dict[str, float]:
+    """One trainer.evaluate() of the base model with the callback, on this rank of ``world_size`` processes."""
+    import os
+    from pathlib import Path
+
+    if world_size > 1:  # in the spawned process only: what torchrun sets, which accelerate reads the layout from
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+        os.environ.update(LOCAL_WORLD_SIZE=str(world_size))
+    torch.manual_seed(0)
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(Path(root) / f"world{world_size}", model, tokenizer, train, val)
+    assert trainer.args.world_size == world_size
+    cb = _callback(Path(root), train, val, num_contexts=None, num_ruq_prompts=None).attach(trainer)
+    metrics = trainer.evaluate()
+    assert cb.history[-1] == {"step": 0.0, **{k: v for k, v in metrics.items() if k in cb.history[-1]}}
+    return {k: v for k, v in metrics.items() if k.startswith("eval/")} | {"responses": cb.last_responses}
+
+
+@pytest.mark.slow
+def test_two_processes_log_the_numbers_of_one(tmp_path):
+    """Under DDP (gloo, 2 CPU processes) generation and scoring are sharded; the logged values are one process's."""
+    from ddp_utils import run_distributed
+
+    single = _evaluate_on(0, 1, str(tmp_path))
+    rank0, rank1 = run_distributed(_evaluate_on, 2, str(tmp_path), timeout_s=300)
+    assert rank0 == rank1  # every rank logs the gathered values
+    assert rank0["responses"] == single["responses"] and len(single["responses"]) == 20  # all 20 contexts
+    assert set(rank0) == set(single) and eval_key("ruq_margin") in single
+    for key, value in single.items():
+        if key.startswith("eval/ruq_margin"):  # shared-context scoring: float32 rounding (as RUQMonitor's)
+            assert rank0[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+        else:
+            assert rank0[key] == value, key
