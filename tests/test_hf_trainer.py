@@ -240,3 +240,27 @@ def test_two_processes_log_the_numbers_of_one(tmp_path):
             assert rank0[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
         else:
             assert rank0[key] == value, key
+
+
+def test_the_hugging_face_front_end_imports_no_lightning():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lightning_div.integrations.transformers; "
+        "print(sorted(m for m in ('pytorch_lightning', 'lightning', 'lightning_div.callbacks') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"  # (a tracker may print a line of its own first)
+
+
+def test_a_diverged_model_is_named_not_measured(tmp_path):
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight[0, 0] = float("nan")
+    trainer = _trainer(tmp_path, model, tokenizer, train, val)
+    _callback(tmp_path, train, val, on_error="warn").attach(trainer)
+    with pytest.warns(RuntimeWarning, match=r"DiversityTrainerCallback: the model has diverged: its weights hold NaN"):
+        metrics = trainer.evaluate()
+    assert not any(k.startswith("eval/") for k in metrics)  # nothing measured from its empty output

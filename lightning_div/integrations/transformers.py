@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from lightning_div._internal.checks import MEASUREMENT_ERRORS, check_finite_model, warn_if_all_empty
 from lightning_div._internal.distributed import distributed_map
 from lightning_div._internal.tracking import warn_once
-from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, check_finite_model, warn_if_all_empty
 from lightning_div.core import DialoguePair
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs
 from lightning_div.datamodules.samplers import WeightedDistributedSampler, check_sampling_weights
