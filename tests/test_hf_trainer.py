@@ -27,6 +27,9 @@ from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.generation import pad_batch
 
 K = 4
+#: what the Trainer itself reports at an evaluation besides eval_loss
+TRAINER = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_model_preparation_time")
+RUNTIME = "eval_diversity_runtime"  # seconds: differs from run to run
 MAX_NEW = 12
 LEXICAL = [eval_key(n) for n in DEFAULT_LEXICAL]
 SEMANTIC = [eval_key(n) for n in ("sem_ent", "cluster_js", "top_cluster_share")]
@@ -52,22 +55,22 @@ def _collate(items):
 def _trainer(tmp_path, model, tokenizer, train, val, **args):
     dataset = EncodedDialogues(encode_pairs(train, tokenizer, model, show_progress=False))
     eval_dataset = EncodedDialogues(encode_pairs(val, tokenizer, model, show_progress=False))
-    arguments = TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=4,
-        per_device_train_batch_size=8,
-        per_device_eval_batch_size=8,
-        learning_rate=1e-3,
-        eval_strategy="steps",
-        eval_steps=2,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        remove_unused_columns=False,
-        disable_tqdm=True,
-        seed=0,
-        **args,
-    )
+    settings = {
+        "output_dir": str(tmp_path / "out"),
+        "max_steps": 4,
+        "per_device_train_batch_size": 8,
+        "per_device_eval_batch_size": 8,
+        "learning_rate": 1e-3,
+        "eval_strategy": "steps",
+        "eval_steps": 2,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "remove_unused_columns": False,
+        "disable_tqdm": True,
+        "seed": 0,
+    }
+    arguments = TrainingArguments(**{**settings, **args})
     return Trainer(
         model=model,
         args=arguments,
@@ -108,7 +111,7 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
     assert [r["step"] for r in rows] == [2, 4]  # every evaluation, after the Trainer's own eval log
     assert all(any("eval_loss" in r and r["step"] == s for r in trainer.state.log_history) for s in (2, 4))
     for row in rows:
-        for key in SEMANTIC + LEXICAL + RUQ + ["timing/diversity_s"]:
+        for key in SEMANTIC + LEXICAL + RUQ + [eval_key("diversity_runtime")]:
             assert key in row and math.isfinite(row[key]), key
         assert 0.0 <= row[eval_key("sem_ent")] <= math.log(K) + 1e-9
         assert 0.0 <= row[eval_key("cluster_js")] <= 1.0
@@ -166,11 +169,11 @@ def test_evaluate_returns_the_values_and_a_named_callback_prefixes_its_keys(tmp_
         _callback(tmp_path, train, val, name="minilm").attach(trainer)
     metrics = trainer.evaluate()
     assert "eval_loss" in metrics
-    assert "minilm/eval/sem_ent" in metrics and "minilm/eval/distinct_2" in metrics
+    assert "eval_minilm/sem_ent" in metrics and "eval_minilm/distinct_2" in metrics
     assert not any("ruq" in k for k in metrics)  # idk_responses=() measures no RUQ
     logged = trainer.state.log_history[-1]
-    assert logged["minilm/eval/sem_ent"] == metrics["minilm/eval/sem_ent"]
-    assert cb.history[-1]["minilm/eval/sem_ent"] == metrics["minilm/eval/sem_ent"]
+    assert logged["eval_minilm/sem_ent"] == metrics["eval_minilm/sem_ent"]
+    assert cb.history[-1]["eval_minilm/sem_ent"] == metrics["eval_minilm/sem_ent"]
 
 
 def test_a_callback_passed_in_callbacks_says_to_attach_it(tmp_path):
@@ -203,7 +206,8 @@ def test_a_failed_measurement_warns_and_training_goes_on(tmp_path):
     DiversityTrainerCallback(eval_pairs=list(val), encoder="minilm", show_progress=False).attach(trainer)
     with pytest.warns(RuntimeWarning, match="needs gold training responses"):
         metrics = trainer.evaluate()  # no gold responses, no clusters: skipped with a warning, timing still logged
-    assert "timing/diversity_s" in metrics and not any(k.startswith("eval/") for k in metrics)
+    assert "eval_diversity_runtime" in metrics and "eval_loss" in metrics
+    assert not any(k.startswith("eval_") for k in metrics if k not in ("eval_diversity_runtime", "eval_loss", *TRAINER))
 
 
 def _evaluate_on(rank: int, world_size: int, root: str) -> dict[str, float]:
@@ -222,7 +226,8 @@ def _evaluate_on(rank: int, world_size: int, root: str) -> dict[str, float]:
     cb = _callback(Path(root), train, val, num_contexts=None, num_ruq_prompts=None).attach(trainer)
     metrics = trainer.evaluate()
     assert cb.history[-1] == {"step": 0.0, **{k: v for k, v in metrics.items() if k in cb.history[-1]}}
-    return {k: v for k, v in metrics.items() if k.startswith("eval/")} | {"responses": cb.last_responses}
+    ours = {k: v for k, v in metrics.items() if k.startswith("eval_") and k not in ("eval_loss", *TRAINER, RUNTIME)}
+    return ours | {"responses": cb.last_responses}
 
 
 @pytest.mark.slow
@@ -236,7 +241,7 @@ def test_two_processes_log_the_numbers_of_one(tmp_path):
     assert rank0["responses"] == single["responses"] and len(single["responses"]) == 20  # all 20 contexts
     assert set(rank0) == set(single) and eval_key("ruq_margin") in single
     for key, value in single.items():
-        if key.startswith("eval/ruq_margin"):  # shared-context scoring: float32 rounding (as RUQMonitor's)
+        if key.startswith("eval_ruq_margin"):  # shared-context scoring: float32 rounding (as RUQMonitor's)
             assert rank0[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
         else:
             assert rank0[key] == value, key
@@ -263,4 +268,25 @@ def test_a_diverged_model_is_named_not_measured(tmp_path):
     _callback(tmp_path, train, val, on_error="warn").attach(trainer)
     with pytest.warns(RuntimeWarning, match=r"DiversityTrainerCallback: the model has diverged: its weights hold NaN"):
         metrics = trainer.evaluate()
-    assert not any(k.startswith("eval/") for k in metrics)  # nothing measured from its empty output
+    assert not any(k.startswith(("eval_sem", "eval_distinct", "eval_ruq")) for k in metrics)  # nothing measured
+
+
+@pytest.mark.slow
+def test_the_trackers_chart_the_values_as_eval_slash_metric(tmp_path):
+    """report_to="tensorboard": the event file holds eval/sem_ent ... (the Trainer's eval_ -> eval/), the logged values."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(tmp_path, model, tokenizer, train, val, report_to="tensorboard", max_steps=2)
+    _callback(tmp_path, train, val).attach(trainer)
+    trainer.train()
+    logged = next(r for r in trainer.state.log_history if eval_key("sem_ent") in r)
+    charted = {}
+    for events in (tmp_path / "out").rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events)).Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            charted[tag] = [(e.step, e.value) for e in accumulator.Scalars(tag)]
+    for metric in ("sem_ent", "sem_ent_gold", "distinct_2", "ead", "ruq", "ruq_margin", "diversity_runtime"):
+        assert charted[f"eval/{metric}"] == [(2, pytest.approx(logged[eval_key(metric)], rel=1e-6))], metric
+    assert not any(tag.startswith("train/eval") for tag in charted)  # nothing charted under a wrong prefix

@@ -4,13 +4,16 @@
 :class:`~lightning_div.callbacks.SemanticDiversityMonitor` and
 :class:`~lightning_div.callbacks.RUQMonitor` together: at each evaluation it generates responses
 for a fixed sample of evaluation contexts with the trainer's model and logs Sem-Ent, the lexical
-metrics, the cluster divergence from the gold responses and RUQ, under the monitors' names with
-``eval/`` in place of ``val/`` (``eval/sem_ent``, ``eval/distinct_2``, ``eval/ruq`` ...).
+metrics, the cluster divergence from the gold responses and RUQ, named as the Trainer names its
+evaluation metrics: ``eval_<metric>`` (``eval_sem_ent``, ``eval_distinct_2``, ``eval_ruq`` ...),
+which the Trainer's trackers (TensorBoard, W&B, Comet ...) show as ``eval/<metric>``: the Lightning
+monitors' ``val/<metric>`` names with ``eval/`` for ``val/``. Like ``eval_loss``, they can be
+``metric_for_best_model`` (``"sem_ent"``).
 
 ```python
 trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
 DiversityTrainerCallback(eval_pairs=val_pairs, gold_responses=train_responses, encoder="minilm").attach(trainer)
-trainer.train()  # trainer.state.log_history holds {"eval/sem_ent": ..., "eval/ruq": ..., "step": ...}
+trainer.train()  # trainer.state.log_history holds {"eval_sem_ent": ..., "eval_ruq": ..., "step": ...}
 ```
 
 The values go through ``trainer.log`` right after the Trainer's own evaluation log, so they reach
@@ -75,6 +78,7 @@ from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSou
 __all__ = [
     "DIALOGPT_CHAT_TEMPLATE",
     "DRESS_FIELDS",
+    "EVAL_PREFIX",
     "DiversityTrainerCallback",
     "DressTrainer",
     "DressTrainerMixin",
@@ -118,9 +122,22 @@ def as_messages(pair: DialoguePair) -> dict[str, list[dict[str, str]]]:
     return {"messages": [*turns, {"role": "assistant", "content": pair.response}]}
 
 
-def eval_key(metric: str) -> str:
-    """The key of a metric measured at a Hugging Face evaluation: ``eval/<metric>`` (the monitors' ``val/<metric>``)."""
-    return f"eval/{metric}"
+#: What the Trainer puts before an evaluation metric (``eval_loss``); its trackers show it as ``eval/``.
+EVAL_PREFIX = "eval_"
+
+
+def eval_key(metric: str, name: str | None = None) -> str:
+    """The key of a metric measured at a Hugging Face evaluation: ``eval_<metric>`` (``eval_<name>/<metric>``).
+
+    The Trainer's trackers (``transformers.integrations``' TensorBoard, W&B, Comet ... callbacks)
+    rewrite ``eval_`` to ``eval/``: ``eval_sem_ent`` is charted as ``eval/sem_ent``, the Lightning
+    monitors' ``val/sem_ent`` with ``eval/`` for ``val/``.
+
+    Args:
+        metric: the monitors' metric name (``"sem_ent"``, ``"distinct_2"``, ``"ruq"`` ...).
+        name: the callback's ``name``, if any.
+    """
+    return f"{EVAL_PREFIX}{name}/{metric}" if name else f"{EVAL_PREFIX}{metric}"
 
 
 def _draw(n_total: int, n: int | None, seed: int) -> list[int]:
@@ -140,14 +157,16 @@ class DiversityTrainerCallback(TrainerCallback):
     * generate one response (greedy, 3-gram blocking, ``max_new_tokens``) for each of a fixed
       sample of ``num_contexts`` evaluation contexts, drawn once with ``seed`` as
       :class:`~lightning_div.callbacks.SemanticDiversityMonitor` draws it;
-    * log ``eval/sem_ent``, ``eval/cluster_js``, ``eval/top_cluster_share``, the lexical metrics
-      (``eval/distinct_1`` ... ``eval/ead``) and, at the first measurement, ``eval/sem_ent_gold``
+    * log ``eval_sem_ent``, ``eval_cluster_js``, ``eval_top_cluster_share``, the lexical metrics
+      (``eval_distinct_1`` ... ``eval_ead``) and, at the first measurement, ``eval_sem_ent_gold``
       (Sem-Ent of the same contexts' gold responses);
     * score the references and the IDK strings of a fixed sample of ``num_ruq_prompts`` evaluation
       pairs (drawn with ``seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
-      validation sample) and log ``eval/ruq``, ``eval/ruq_margin`` and, per IDK string,
-      ``eval/ruq_idk<j>`` and ``eval/ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ);
-    * log ``timing/diversity_s``, the seconds the measurement took.
+      validation sample) and log ``eval_ruq``, ``eval_ruq_margin`` and, per IDK string,
+      ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ);
+    * log ``eval_diversity_runtime``, the seconds the measurement took.
+
+    The keys are :func:`eval_key`'s: the trackers chart them as ``eval/sem_ent`` ... .
 
     The clusters are fitted once on ``gold_responses`` in a
     :class:`~lightning_div.semantic.space.SemanticSpace` (or read from its disk cache in
@@ -187,7 +206,7 @@ class DiversityTrainerCallback(TrainerCallback):
         show_progress: progress bars while embedding and fitting.
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning and training
             continues; ``"raise"`` re-raises.
-        name: prefixes every key, ``<name>/eval/sem_ent`` (several callbacks in one trainer).
+        name: goes into every key, ``eval_<name>/sem_ent`` (several callbacks in one trainer).
         measure_at_start: measure once before the first training step as well (a baseline, logged at step 0).
 
     Raises:
@@ -301,7 +320,7 @@ class DiversityTrainerCallback(TrainerCallback):
             if isinstance(cb, DiversityTrainerCallback) and cb is not self and cb.name == self.name:
                 raise ValueError(
                     f"two {type(self).__name__}s in this trainer have name={self.name!r}, so they would log the "
-                    "same keys: give each its own name=... (it prefixes the keys: '<name>/eval/...')"
+                    "same keys: give each its own name=... (it goes into the keys: 'eval_<name>/...')"
                 )
         if self not in trainer.callback_handler.callbacks:
             trainer.add_callback(self)
@@ -309,8 +328,8 @@ class DiversityTrainerCallback(TrainerCallback):
         return self
 
     def log_key(self, key: str) -> str:
-        """``key`` as this callback logs it: ``<name>/<key>`` when a name is set."""
-        return f"{self.name}/{key}" if self.name else key
+        """``key`` (``eval_<metric>``) as this callback logs it: ``eval_<name>/<metric>`` when a name is set."""
+        return eval_key(key.removeprefix(EVAL_PREFIX), self.name)
 
     # -- data --------------------------------------------------------------------------------------
 
@@ -438,7 +457,7 @@ class DiversityTrainerCallback(TrainerCallback):
             cache_dir: where fitted clusters are cached when the callback has no ``dirpath``.
 
         Returns:
-            ``{"eval/sem_ent": ..., "eval/distinct_1": ..., "eval/ruq": ..., ...}``.
+            ``{"eval_sem_ent": ..., "eval_distinct_1": ..., "eval_ruq": ..., ...}``.
         """
         from lightning_div.model.generation import model_device
 
@@ -495,7 +514,7 @@ class DiversityTrainerCallback(TrainerCallback):
                 f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
             )
             values = {}
-        values["timing/diversity_s"] = time.perf_counter() - start
+        values[eval_key("diversity_runtime")] = time.perf_counter() - start
         logged = {self.log_key(k): float(v) for k, v in values.items()}
         self.history.append({"step": float(state.global_step), **logged})
         self.trainer.log(dict(logged))  # a copy: Trainer.log adds "epoch" to the dict it is given
