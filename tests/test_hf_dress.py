@@ -168,3 +168,29 @@ def test_the_pages_dress_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     assert [s.split(":")[0] for s in steps] == ["step 4", "step 8"]
     assert all(0.0 <= float(s.rsplit(" ", 1)[1]) <= math.log(4) + 1e-3 for s in steps)
     assert len(list((tmp_path / "dress-cache").glob("clusters-*.npz"))) == 1  # fitted once for both
+
+
+def test_the_loss_of_a_seq2seq_model_is_dialoguelms(tmp_path):
+    """Encoder-decoder layout: the decoder reads the labels shifted right (DialogueLM.forward), logits aligned to them."""
+    from helpers import seq2seq_model, tokenizer
+
+    from lightning_div.dress.losses import dress_loss
+
+    pairs = _pairs(8)
+    tok, model = tokenizer(True), seq2seq_model()
+    state = DressState(weights=np.linspace(0.2, 1.0, len(pairs)), negative_batches="mixed")
+    dataset, collator = dress_dataset(pairs, tok, model, state, mode="loss")
+    assert collator.seq2seq
+    trainer = DressTrainer(model=model, args=_args(tmp_path), train_dataset=dataset, data_collator=collator)
+    trainer.set_dress(state, mode="loss")
+    batch = collator([dataset[i] for i in range(len(dataset))])
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+    model.train()  # the weights apply in training: both forwards under one seed (dropout)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder_input_ids)
+        weighted = dress_loss(logits.logits, batch["labels"], batch, causal=False).loss
+        plain = dress_loss(logits.logits, batch["labels"], {}, causal=False).loss
+        torch.manual_seed(1)
+        got = trainer.compute_loss(model, dict(batch))
+    assert torch.allclose(got, weighted, rtol=1e-6) and not torch.allclose(weighted, plain, rtol=1e-3)
