@@ -33,7 +33,10 @@ RUNTIME = "eval_diversity_runtime"  # seconds: differs from run to run
 MAX_NEW = 12
 LEXICAL = [eval_key(n) for n in DEFAULT_LEXICAL]
 SEMANTIC = [eval_key(n) for n in ("sem_ent", "cluster_js", "top_cluster_share")]
-RUQ = [eval_key(n) for n in ("ruq", "ruq_margin", "ruq_idk1", "ruq_idk2", "ruq_margin_idk1", "ruq_margin_idk2")]
+RUQ = [
+    eval_key(n)
+    for n in ("ruq", "ruq_margin", "ruq_idk1", "ruq_idk2", "ruq_margin_idk1", "ruq_margin_idk2", "ruq_alert")
+]
 
 
 @cache
@@ -290,3 +293,16 @@ def test_the_trackers_chart_the_values_as_eval_slash_metric(tmp_path):
     for metric in ("sem_ent", "sem_ent_gold", "distinct_2", "ead", "ruq", "ruq_margin", "diversity_runtime"):
         assert charted[f"eval/{metric}"] == [(2, pytest.approx(logged[eval_key(metric)], rel=1e-6))], metric
     assert not any(tag.startswith("train/eval") for tag in charted)  # nothing charted under a wrong prefix
+
+
+def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
+    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_below=50.0, warn_drop=10.0)
+    assert cb.ruq_alert(80.0) == 0.0  # first measurement: nothing to drop from
+    assert cb.ruq_alert(72.0) == 0.0  # a drop of 8 points: within warn_drop
+    with pytest.warns(RuntimeWarning, match=r"eval_ruq dropped from 72\.0 to 60\.0 \(more than warn_drop = 10\.0\)"):
+        assert cb.ruq_alert(60.0) == 1.0
+    with pytest.warns(RuntimeWarning, match=r"eval_ruq = 40\.0 is below warn_below = 50\.0.*\"I don't know\.\""):
+        assert cb.ruq_alert(40.0) == 1.0
+    assert cb.last_ruq == 40.0
+    quiet = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_drop=None)
+    assert [quiet.ruq_alert(v) for v in (90.0, 0.0)] == [0.0, 0.0]  # both checks off

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ import numpy as np
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from lightning_div._internal.checks import MEASUREMENT_ERRORS, check_finite_model, warn_if_all_empty
-from lightning_div._internal.distributed import distributed_map
+from lightning_div._internal.distributed import distributed_map, rank_and_world
 from lightning_div._internal.tracking import warn_once
 from lightning_div.core import DialoguePair
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs
@@ -163,7 +164,8 @@ class DiversityTrainerCallback(TrainerCallback):
     * score the references and the IDK strings of a fixed sample of ``num_ruq_prompts`` evaluation
       pairs (drawn with ``seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
       validation sample) and log ``eval_ruq``, ``eval_ruq_margin`` and, per IDK string,
-      ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ);
+      ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ), and
+      ``eval_ruq_alert`` (see ``warn_below`` / ``warn_drop``);
     * log ``eval_diversity_runtime``, the seconds the measurement took.
 
     The keys are :func:`eval_key`'s: the trackers chart them as ``eval/sem_ent`` ... .
@@ -196,6 +198,10 @@ class DiversityTrainerCallback(TrainerCallback):
         idk_responses: RUQ's IDK strings, the first is the headline; empty = no RUQ.
         num_ruq_prompts: size of RUQ's sample (None = all evaluation pairs).
         reference: with several references per prompt, ``"lowest"`` or ``"first"`` (see RUQMonitor).
+        warn_below: alert when ``eval_ruq`` falls below this (None disables it).
+        warn_drop: alert when ``eval_ruq`` drops by more than this many points since the last
+            measurement (None disables it). An alert is a warning and ``eval_ruq_alert`` = 1 (else 0),
+            as RUQMonitor's ``val/ruq_alert``.
         seed: the samples' seed (and generation's, when it samples).
         tokenizer: the model's tokenizer; None = the trainer's ``processing_class``.
         format: the token layout (default ``DialogueFormat()``: DialoGPT's ``turn<eos>...``); it
@@ -234,6 +240,8 @@ class DiversityTrainerCallback(TrainerCallback):
         idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
         num_ruq_prompts: int | None = 256,
         reference: ReferenceChoice = "lowest",
+        warn_below: float | None = None,
+        warn_drop: float | None = 10.0,
         seed: int = 0,
         tokenizer: Any = None,
         format: DialogueFormat | None = None,
@@ -277,6 +285,9 @@ class DiversityTrainerCallback(TrainerCallback):
         self.idk_responses = idk
         self.num_ruq_prompts = num_ruq_prompts
         self.reference = check_reference(reference)
+        self.warn_below, self.warn_drop = warn_below, warn_drop
+        #: The last measured ``eval_ruq`` (what ``warn_drop`` compares with).
+        self.last_ruq: float | None = None
         self.seed = seed
         self.tokenizer = tokenizer
         self.format = format or DialogueFormat()
@@ -446,6 +457,31 @@ class DiversityTrainerCallback(TrainerCallback):
         out["ruq"], out["ruq_margin"] = out["ruq_idk1"], out["ruq_margin_idk1"]
         return out
 
+    def ruq_alert(self, value: float) -> float:
+        """1.0 (and a warning, on the first process) when RUQ fell below ``warn_below`` or by more than ``warn_drop``.
+
+        Args:
+            value: this measurement's RUQ; it becomes :attr:`last_ruq`.
+
+        Returns:
+            1.0 on an alert, else 0.0.
+        """
+        reasons = []
+        if self.warn_below is not None and value < self.warn_below:
+            reasons.append(f"eval_ruq = {value:.1f} is below warn_below = {self.warn_below}")
+        last = self.last_ruq
+        if self.warn_drop is not None and last is not None and last - value > self.warn_drop:
+            reasons.append(f"eval_ruq dropped from {last:.1f} to {value:.1f} (more than warn_drop = {self.warn_drop})")
+        self.last_ruq = value
+        if rank_and_world()[0] == 0:
+            for reason in reasons:
+                warnings.warn(
+                    f"{type(self).__name__}: {reason}: the model increasingly prefers {self.idk_responses[0]!r}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        return 1.0 if reasons else 0.0
+
     def measure(self, model: Any, tokenizer: Any, cache_dir: str | Path) -> dict[str, float]:
         """Every metric of one evaluation, keyed as logged (without the ``name`` prefix).
 
@@ -484,7 +520,9 @@ class DiversityTrainerCallback(TrainerCallback):
         if not self._gold_logged:
             out[eval_key("sem_ent_gold")] = semantic_entropy(self._gold_ids, k)
         if self.idk_responses:
-            out.update({eval_key(n): v for n, v in self.ruq(adapter, self.ruq_sample()).items()})
+            values = self.ruq(adapter, self.ruq_sample())
+            out.update({eval_key(n): v for n, v in values.items()})
+            out[eval_key("ruq_alert")] = self.ruq_alert(values["ruq"])
         self._gold_logged = True
         self.last_responses = responses
         return out
