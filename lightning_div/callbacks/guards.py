@@ -10,6 +10,10 @@ the same way:
   a warning; what was measured before it is still logged;
 * :func:`settings_changed`: a checkpoint made under other settings is detected on resume;
 * :data:`MEASUREMENT_ERRORS`: the errors a measurement may fail with and training survive.
+
+:func:`check_finite_model`, :func:`warn_if_all_empty`, :class:`ModelDivergedError` and
+:data:`MEASUREMENT_ERRORS` are defined in :mod:`lightning_div._internal.checks`, which imports no
+Lightning, so that :mod:`lightning_div.integrations.transformers` says the same things.
 """
 
 from __future__ import annotations
@@ -21,31 +25,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+# Lightning-free, so the Hugging Face front end uses them too; the callbacks import them from here.
+from lightning_div._internal.checks import MEASUREMENT_ERRORS as MEASUREMENT_ERRORS
+from lightning_div._internal.checks import PROBE as PROBE
+from lightning_div._internal.checks import ModelDivergedError as ModelDivergedError
+from lightning_div._internal.checks import check_finite_model as check_finite_model
+from lightning_div._internal.checks import warn_if_all_empty as warn_if_all_empty
 from lightning_div._internal.tracking import warn_once
-
-#: What a measurement (or an optional part of one) can meet and survive, so training goes on:
-#: the model and torch (RuntimeError, which torch's out-of-memory and CUDA errors are; MemoryError;
-#: ArithmeticError), bad or missing data (ValueError, which DataFormatError, UnicodeDecodeError
-#: and a diverged model's ModelDivergedError are), files, caches and trackers (OSError), and an
-#: optional package that is not installed (ModuleNotFoundError). Anything else (TypeError,
-#: AttributeError, NameError, KeyError, IndexError, AssertionError, an ImportError of a name that
-#: is not there ...) is a programming error and propagates, so that tests see it.
-MEASUREMENT_ERRORS: tuple[type[BaseException], ...] = (
-    RuntimeError,
-    ValueError,
-    OSError,
-    MemoryError,
-    ArithmeticError,
-    ModuleNotFoundError,
-)
 
 
 class MissingInputsError(ValueError):
     """A callback lacks data it needs; the message lists every missing input and how to give it."""
-
-
-class ModelDivergedError(ValueError):
-    """The model's weights or output hold NaN or inf: what it generates says nothing about diversity."""
 
 
 def require_inputs(callback: Any, trainer: Any, needs: Sequence[tuple[str, Any, str]]) -> None:
@@ -73,62 +63,6 @@ def require_inputs(callback: Any, trainer: Any, needs: Sequence[tuple[str, Any, 
         f"{type(callback).__name__} is missing {len(missing)} input(s): {listed} "
         "(lightning_div.datamodules.DialogueDataModule has all of these methods)"
     )
-
-
-#: What :func:`check_finite_model` scores to see the model's output: one ordinary exchange.
-PROBE = (("Hello, how are you?",), "I am fine, thank you.")
-
-
-def check_finite_model(pl_module: Any, who: str, adapter: Any = None) -> None:
-    """Raise :class:`ModelDivergedError` when the model has diverged: NaN or inf in its weights or its output.
-
-    The weights are checked first (the first parameters holding NaN or inf are named). A model
-    can also diverge with finite weights (a NaN buffer, an overflow in half precision): with an
-    ``adapter`` (a :class:`~lightning_div.model.adapters.DialogueModelAdapter`), one probe
-    response (:data:`PROBE`) is scored too, and non-finite log-probabilities are named the same
-    way, instead of measuring the empty text such a model generates.
-
-    Args:
-        pl_module: the LightningModule (its parameters are checked).
-        who: the callback, named in the message.
-        adapter: the module's adapter; None checks the weights only.
-    """
-    import torch
-
-    bad = []
-    with torch.no_grad():
-        for name, param in pl_module.named_parameters():
-            if param.is_floating_point() and not bool(torch.isfinite(param).all()):
-                bad.append(name)
-                if len(bad) == 3:
-                    break
-    if bad:
-        raise ModelDivergedError(
-            f"{who}: the model has diverged: its weights hold NaN or inf ({', '.join(bad)}"
-            f"{', ...' if len(bad) == 3 else ''}); nothing it generates is measured. Lower the "
-            "learning rate, clip gradients, or resume from an earlier checkpoint"
-        )
-    if adapter is None:
-        return
-    context, response = PROBE
-    (logprobs,) = adapter.token_logprobs([list(context)], [response])
-    if not bool(torch.isfinite(torch.as_tensor(logprobs, dtype=torch.float64)).all()):
-        raise ModelDivergedError(
-            f"{who}: the model has diverged: its weights are finite but its output is not (the log-probabilities "
-            f"of the probe response {response!r} hold NaN or inf); nothing it generates is measured. Look for a "
-            "NaN buffer or an overflow (half precision), lower the learning rate, or resume from an earlier checkpoint"
-        )
-
-
-def warn_if_all_empty(responses: Sequence[str], who: str, what: str) -> None:
-    """Warn when every generated response is empty or whitespace (the values are still logged)."""
-    if responses and not any(r.strip() for r in responses):
-        warn_once(
-            f"{who}:empty:{what}",
-            f"{who}: all {len(responses)} responses generated for {what} are empty: "
-            "the model only produces its end token (diverged, or not trained yet); "
-            "the diversity logged for them is that of empty text",
-        )
 
 
 @contextmanager

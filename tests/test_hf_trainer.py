@@ -1,0 +1,308 @@
+"""DiversityTrainerCallback in a real Hugging Face Trainer: the monitors' metrics in log_history, equal to the package's own."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import pytest
+import torch
+from transformers import Trainer, TrainingArguments
+
+from lightning_div import load_base_model
+from lightning_div.callbacks.base import sample_indices
+from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.datamodules import read_pairs
+from lightning_div.datamodules.encoding import EncodedDialogues, encode_pairs
+from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
+from lightning_div.metrics import (
+    DEFAULT_LEXICAL,
+    cluster_js_divergence,
+    count_vocab,
+    lexical_scores,
+    semantic_entropy,
+    top_cluster_share,
+)
+from lightning_div.model.adapters import HuggingFaceAdapter
+from lightning_div.model.generation import pad_batch
+
+K = 4
+#: what the Trainer itself reports at an evaluation besides eval_loss
+TRAINER = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_model_preparation_time")
+RUNTIME = "eval_diversity_runtime"  # seconds: differs from run to run
+MAX_NEW = 12
+LEXICAL = [eval_key(n) for n in DEFAULT_LEXICAL]
+SEMANTIC = [eval_key(n) for n in ("sem_ent", "cluster_js", "top_cluster_share")]
+RUQ = [
+    eval_key(n)
+    for n in ("ruq", "ruq_margin", "ruq_idk1", "ruq_idk2", "ruq_margin_idk1", "ruq_margin_idk2", "ruq_alert")
+]
+
+
+@cache
+def _data() -> tuple[tuple, tuple]:
+    train = tuple(read_pairs("chitchat:finetune", max_history=2)[:32])
+    val = tuple(read_pairs("chitchat:validation", max_history=2)[:20])
+    return train, val
+
+
+def _collate(items):
+    """input_ids / attention_mask / labels only (the model's forward takes nothing else)."""
+    inputs = [it["context_ids"] + it["response_ids"] for it in items]
+    targets = [[-100] * len(it["context_ids"]) + it["response_ids"] for it in items]
+    input_ids, attention_mask = pad_batch(inputs, 4000, "right")
+    labels, _ = pad_batch(targets, -100, "right")
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def _trainer(tmp_path, model, tokenizer, train, val, **args):
+    dataset = EncodedDialogues(encode_pairs(train, tokenizer, model, show_progress=False))
+    eval_dataset = EncodedDialogues(encode_pairs(val, tokenizer, model, show_progress=False))
+    settings = {
+        "output_dir": str(tmp_path / "out"),
+        "max_steps": 4,
+        "per_device_train_batch_size": 8,
+        "per_device_eval_batch_size": 8,
+        "learning_rate": 1e-3,
+        "eval_strategy": "steps",
+        "eval_steps": 2,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "remove_unused_columns": False,
+        "disable_tqdm": True,
+        "seed": 0,
+    }
+    arguments = TrainingArguments(**{**settings, **args})
+    return Trainer(
+        model=model,
+        args=arguments,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        data_collator=_collate,
+        processing_class=tokenizer,
+    )
+
+
+def _callback(tmp_path, train, val, **kwargs):
+    arguments = {
+        "gold_responses": [p.response for p in train],
+        "encoder": "minilm",
+        "num_clusters": K,
+        "num_contexts": 12,
+        "num_ruq_prompts": 10,
+        "max_new_tokens": MAX_NEW,
+        "batch_size": 8,
+        "dirpath": tmp_path / "cache",
+        "show_progress": False,
+        "on_error": "raise",
+    }
+    return DiversityTrainerCallback(eval_pairs=list(val), **{**arguments, **kwargs})
+
+
+@pytest.mark.slow
+def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_path):
+    torch.manual_seed(0)
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(tmp_path, model, tokenizer, train, val)
+    cb = _callback(tmp_path, train, val).attach(trainer)
+    assert cb in trainer.callback_handler.callbacks
+    trainer.train()
+
+    rows = [r for r in trainer.state.log_history if eval_key("sem_ent") in r]
+    assert [r["step"] for r in rows] == [2, 4]  # every evaluation, after the Trainer's own eval log
+    assert all(any("eval_loss" in r and r["step"] == s for r in trainer.state.log_history) for s in (2, 4))
+    for row in rows:
+        for key in SEMANTIC + LEXICAL + RUQ + [eval_key("diversity_runtime")]:
+            assert key in row and math.isfinite(row[key]), key
+        assert 0.0 <= row[eval_key("sem_ent")] <= math.log(K) + 1e-9
+        assert 0.0 <= row[eval_key("cluster_js")] <= 1.0
+        assert 0.0 < row[eval_key("top_cluster_share")] <= 1.0
+        for n in (1, 2, 3):
+            assert 0.0 <= row[eval_key(f"distinct_{n}")] <= 1.0
+        assert 0.0 <= row[eval_key("ruq")] <= 100.0
+        assert row[eval_key("ruq")] == row[eval_key("ruq_idk1")]
+    assert eval_key("sem_ent_gold") in rows[0] and eval_key("sem_ent_gold") not in rows[1]  # once, as the monitor
+    assert cb.history[-1] == {"step": 4.0, **{k: v for k, v in rows[1].items() if k not in ("step", "epoch")}}
+
+    # the fixed samples are the Lightning monitors' draws (seed; seed + 1 for RUQ's validation prompts)
+    assert cb.sample() == [val[i] for i in sample_indices(len(val), 12, 0)]
+    assert cb.ruq_sample() == [val[i] for i in sample_indices(len(val), 10, 1)]
+
+    # the values the package's own functions give on the same responses of the final model
+    last = rows[1]
+    adapter = HuggingFaceAdapter(model, tokenizer, batch_size=8, max_new_tokens=MAX_NEW, show_progress=False)
+    sample = cb.sample()
+    assert adapter.generate([p.context for p in sample]) == cb.last_responses
+    model.train()
+    rng = torch.get_rng_state()
+    assert cb.measure(model, tokenizer, tmp_path / "unused")[eval_key("sem_ent")] == last[eval_key("sem_ent")]
+    assert model.training and torch.equal(torch.get_rng_state(), rng)  # train mode and random stream restored
+    ids = cb.space.assign(cb.last_responses)
+    gold_ids = cb.space.assign([p.response for p in sample])
+    assert last[eval_key("sem_ent")] == pytest.approx(semantic_entropy(ids, K), abs=1e-12)
+    assert rows[0][eval_key("sem_ent_gold")] == pytest.approx(semantic_entropy(gold_ids, K), abs=1e-12)
+    histogram = cb.space.clusters.histogram
+    assert last[eval_key("cluster_js")] == pytest.approx(cluster_js_divergence(histogram(ids), histogram(gold_ids)))
+    assert last[eval_key("top_cluster_share")] == pytest.approx(top_cluster_share(ids, K))
+    vocab = count_vocab([p.response for p in train])
+    lexical = lexical_scores(cb.last_responses, DEFAULT_LEXICAL, vocab)
+    for name, value in lexical.items():
+        assert last[eval_key(name)] == pytest.approx(value, abs=1e-12), name
+    ruq = RUQMonitor(num_val_prompts=10, batch_size=8, show_progress=False).compute(adapter, cb.ruq_sample())
+    for name in ("ruq", "ruq_margin", "ruq_idk2", "ruq_margin_idk2"):
+        assert last[eval_key(name)] == pytest.approx(ruq[name], rel=1e-5, abs=1e-6), name
+
+    # the clusters were fitted once and cached: a second callback reads them back
+    cached = list((tmp_path / "cache").glob("clusters-*.npz"))
+    assert len(cached) == 1
+    again = _callback(tmp_path, train, val)
+    again.prepare(tmp_path / "unused")
+    assert again.space.clusters_path == str(cached[0])
+
+
+@pytest.mark.slow
+def test_evaluate_returns_the_values_and_a_named_callback_prefixes_its_keys(tmp_path):
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(tmp_path, model, tokenizer, train, val)
+    cb = _callback(tmp_path, train, val, name="minilm", idk_responses=()).attach(trainer)
+    with pytest.raises(ValueError, match="name='minilm'"):
+        _callback(tmp_path, train, val, name="minilm").attach(trainer)
+    metrics = trainer.evaluate()
+    assert "eval_loss" in metrics
+    assert "eval_minilm/sem_ent" in metrics and "eval_minilm/distinct_2" in metrics
+    assert not any("ruq" in k for k in metrics)  # idk_responses=() measures no RUQ
+    logged = trainer.state.log_history[-1]
+    assert logged["eval_minilm/sem_ent"] == metrics["eval_minilm/sem_ent"]
+    assert cb.history[-1]["eval_minilm/sem_ent"] == metrics["eval_minilm/sem_ent"]
+
+
+def test_a_callback_passed_in_callbacks_says_to_attach_it(tmp_path):
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    cb = _callback(tmp_path, train, val)
+    trainer = _trainer(tmp_path, model, tokenizer, train, val)
+    trainer.add_callback(cb)  # as Trainer(callbacks=[cb]) does: the callback never sees the trainer
+    with pytest.raises(ValueError, match=r"callback\.attach\(trainer\)"):
+        trainer.evaluate()
+
+
+def test_bad_settings_are_refused_when_built():
+    with pytest.raises(ValueError, match="on_error"):
+        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], on_error="ignore")
+    with pytest.raises(ValueError, match="idk_responses"):
+        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], idk_responses=["  "])
+    with pytest.raises(ValueError, match="lexical_options"):
+        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], lexical_options={"tokeniser": "13a"})
+    with pytest.raises(ValueError, match="space= and encoder="):
+        from lightning_div.semantic.space import SemanticSpace
+
+        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], space=SemanticSpace(encoder="minilm"), encoder="minilm")
+
+
+def test_a_failed_measurement_warns_and_training_goes_on(tmp_path):
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(tmp_path, model, tokenizer, train, val)
+    DiversityTrainerCallback(eval_pairs=list(val), encoder="minilm", show_progress=False).attach(trainer)
+    with pytest.warns(RuntimeWarning, match="needs gold training responses"):
+        metrics = trainer.evaluate()  # no gold responses, no clusters: skipped with a warning, timing still logged
+    assert "eval_diversity_runtime" in metrics and "eval_loss" in metrics
+    assert not any(k.startswith("eval_") for k in metrics if k not in ("eval_diversity_runtime", "eval_loss", *TRAINER))
+
+
+def _evaluate_on(rank: int, world_size: int, root: str) -> dict[str, float]:
+    """One trainer.evaluate() of the base model with the callback, on this rank of ``world_size`` processes."""
+    import os
+    from pathlib import Path
+
+    if world_size > 1:  # in the spawned process only: what torchrun sets, which accelerate reads the layout from
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+        os.environ.update(LOCAL_WORLD_SIZE=str(world_size))
+    torch.manual_seed(0)
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(Path(root) / f"world{world_size}", model, tokenizer, train, val)
+    assert trainer.args.world_size == world_size
+    cb = _callback(Path(root), train, val, num_contexts=None, num_ruq_prompts=None).attach(trainer)
+    metrics = trainer.evaluate()
+    assert cb.history[-1] == {"step": 0.0, **{k: v for k, v in metrics.items() if k in cb.history[-1]}}
+    ours = {k: v for k, v in metrics.items() if k.startswith("eval_") and k not in ("eval_loss", *TRAINER, RUNTIME)}
+    return ours | {"responses": cb.last_responses}
+
+
+@pytest.mark.slow
+def test_two_processes_log_the_numbers_of_one(tmp_path):
+    """Under DDP (gloo, 2 CPU processes) generation and scoring are sharded; the logged values are one process's."""
+    from ddp_utils import run_distributed
+
+    single = _evaluate_on(0, 1, str(tmp_path))
+    rank0, rank1 = run_distributed(_evaluate_on, 2, str(tmp_path), timeout_s=300)
+    assert rank0 == rank1  # every rank logs the gathered values
+    assert rank0["responses"] == single["responses"] and len(single["responses"]) == 20  # all 20 contexts
+    assert set(rank0) == set(single) and eval_key("ruq_margin") in single
+    for key, value in single.items():
+        if key.startswith("eval_ruq_margin"):  # shared-context scoring: float32 rounding (as RUQMonitor's)
+            assert rank0[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+        else:
+            assert rank0[key] == value, key
+
+
+def test_the_hugging_face_front_end_imports_no_lightning():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lightning_div.integrations.transformers; "
+        "print(sorted(m for m in ('pytorch_lightning', 'lightning', 'lightning_div.callbacks') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"  # (a tracker may print a line of its own first)
+
+
+def test_a_diverged_model_is_named_not_measured(tmp_path):
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight[0, 0] = float("nan")
+    trainer = _trainer(tmp_path, model, tokenizer, train, val)
+    _callback(tmp_path, train, val, on_error="warn").attach(trainer)
+    with pytest.warns(RuntimeWarning, match=r"DiversityTrainerCallback: the model has diverged: its weights hold NaN"):
+        metrics = trainer.evaluate()
+    assert not any(k.startswith(("eval_sem", "eval_distinct", "eval_ruq")) for k in metrics)  # nothing measured
+
+
+@pytest.mark.slow
+def test_the_trackers_chart_the_values_as_eval_slash_metric(tmp_path):
+    """report_to="tensorboard": the event file holds eval/sem_ent ... (the Trainer's eval_ -> eval/), the logged values."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(tmp_path, model, tokenizer, train, val, report_to="tensorboard", max_steps=2)
+    _callback(tmp_path, train, val).attach(trainer)
+    trainer.train()
+    logged = next(r for r in trainer.state.log_history if eval_key("sem_ent") in r)
+    charted = {}
+    for events in (tmp_path / "out").rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events)).Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            charted[tag] = [(e.step, e.value) for e in accumulator.Scalars(tag)]
+    for metric in ("sem_ent", "sem_ent_gold", "distinct_2", "ead", "ruq", "ruq_margin", "diversity_runtime"):
+        assert charted[f"eval/{metric}"] == [(2, pytest.approx(logged[eval_key(metric)], rel=1e-6))], metric
+    assert not any(tag.startswith("train/eval") for tag in charted)  # nothing charted under a wrong prefix
+
+
+def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
+    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_below=50.0, warn_drop=10.0)
+    assert cb.ruq_alert(80.0) == 0.0  # first measurement: nothing to drop from
+    assert cb.ruq_alert(72.0) == 0.0  # a drop of 8 points: within warn_drop
+    with pytest.warns(RuntimeWarning, match=r"eval_ruq dropped from 72\.0 to 60\.0 \(more than warn_drop = 10\.0\)"):
+        assert cb.ruq_alert(60.0) == 1.0
+    with pytest.warns(RuntimeWarning, match=r"eval_ruq = 40\.0 is below warn_below = 50\.0.*\"I don't know\.\""):
+        assert cb.ruq_alert(40.0) == 1.0
+    assert cb.last_ruq == 40.0
+    quiet = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_drop=None)
+    assert [quiet.ruq_alert(v) for v in (90.0, 0.0)] == [0.0, 0.0]  # both checks off
