@@ -65,24 +65,27 @@ def run_summary(trainer: Any) -> str:
     return "\n".join(lines)
 
 
+def add_plain_progress(trainer: Any) -> None:
+    """Give the trainer a :class:`~lightning_div.callbacks.progress.PlainProgress` unless it has one: a log
+    file (nohup, CI, a job log) gets plain lines every 50 steps and around each measurement."""
+    from lightning_div.callbacks.progress import PlainProgress, find_progress
+
+    callbacks = getattr(trainer, "callbacks", None)
+    if isinstance(callbacks, list) and find_progress(trainer) is None:
+        callbacks.append(PlainProgress())
+
+
 class DiversityCLI(LightningCLI):
     """LightningCLI with lightning-div's defaults and an end-of-fit summary."""
 
-    def _add_plain_progress(self) -> None:
-        # a log file (nohup, CI, a job log) gets plain lines: every 50 steps and per measurement
-        from lightning_div.callbacks.progress import PlainProgress, find_progress
-
-        if find_progress(self.trainer) is None:
-            self.trainer.callbacks.append(PlainProgress())  # type: ignore[attr-defined]  # set in Trainer.__init__
-
     def before_validate(self) -> None:
-        self._add_plain_progress()
+        add_plain_progress(self.trainer)
 
     def before_test(self) -> None:
-        self._add_plain_progress()
+        add_plain_progress(self.trainer)
 
     def before_fit(self) -> None:
-        self._add_plain_progress()
+        add_plain_progress(self.trainer)
         # W&B looks for a git repository from its run directory when it starts; a directory that does not
         # exist yet (the demo's runs/demo on a first run) prints "git root ... does not exist".
         for lg in self.trainer.loggers:
