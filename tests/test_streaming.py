@@ -120,7 +120,12 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     record.mkdir()
     model = TinyLM(record_dir=str(record), lr=1e-3)
     trainer = quiet_trainer(
-        strategy="ddp_spawn", devices=2, max_epochs=2, callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])]
+        strategy="ddp_spawn",
+        devices=2,
+        max_epochs=2,
+        # the negatives added at epoch 0's end reach epoch 1 through a rebuilt train dataloader
+        reload_dataloaders_every_n_epochs=1,
+        callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])],
     )
     trainer.fit(model, dm)
     seen = _seen_by_epoch(record)
