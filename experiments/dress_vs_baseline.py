@@ -291,24 +291,6 @@ def summarise(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
     return out
 
 
-KEYS = [
-    "val_loss",
-    "perplexity",
-    "val_sem_ent",
-    "val_distinct_1",
-    "val_distinct_2",
-    "val_ent_4",
-    "val_ead",
-    "head_share",
-    "val_cluster_js",
-    "val_ruq",
-    "val_ruq_margin",
-    "train_ruq",
-    "gold_batch_loss",
-    "negative_batch_loss",
-    "gold_grad_norm",
-    "negative_grad_norm",
-]
 COMPARED = [
     "val_loss",
     "perplexity",
@@ -322,6 +304,7 @@ COMPARED = [
     "val_ruq",
     "val_ruq_margin",
 ]
+KEYS = [*COMPARED, "train_ruq", "gold_batch_loss", "negative_batch_loss", "gold_grad_norm", "negative_grad_norm"]
 
 
 def sem_ent_of(ids: np.ndarray, k: int = 20) -> float:

@@ -17,6 +17,7 @@ from lightning_div.keys import CLUSTER_JS, SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SH
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     check_lexical_names,
+    check_lexical_options,
     cluster_js_divergence,
     count_vocab,
     lexical_scores,
@@ -105,10 +106,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
     ) -> None:
         super().__init__(**kwargs)
         # Options types the CLI's JSON values; here they are keyword arguments checked by the metric functions
-        self.lexical_options: dict[str, Any] = dict(lexical_options or {})
-        bad = sorted(set(self.lexical_options) - {"tokenizer", "lowercase", "base"})
-        if bad:
-            raise ValueError(f"lexical_options {bad} are unknown; use tokenizer, lowercase, base")
+        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
         self.space = space_from_arguments(
             type(self).__name__,
             space,

@@ -60,6 +60,7 @@ from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     check_lexical_names,
+    check_lexical_options,
     cluster_js_divergence,
     count_vocab,
     lexical_scores,
@@ -260,10 +261,7 @@ class DiversityTrainerCallback(TrainerCallback):
         idk = list(idk_responses)
         if not all(isinstance(s, str) and s.strip() for s in idk):
             raise ValueError(f"idk_responses must be non-empty strings, got {idk_responses!r}")
-        self.lexical_options: dict[str, Any] = dict(lexical_options or {})
-        bad = sorted(set(self.lexical_options) - {"tokenizer", "lowercase", "base"})
-        if bad:
-            raise ValueError(f"lexical_options {bad} are unknown; use tokenizer, lowercase, base")
+        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
         self.space = space_from_arguments(
             type(self).__name__,
             space,

@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -289,6 +290,19 @@ LEXICAL_PATTERN = re.compile(r"^(distinct_(\d+)(_utt)?|ent_(\d+)|avg_distinct|ea
 _LEXICAL = LEXICAL_PATTERN
 LEXICAL_NAMES = "distinct_<n> (corpus level), distinct_<n>_utt (utterance level), ent_<n>, avg_distinct, ead"
 """The lexical metric names, as error messages and ``--help`` list them."""
+
+
+def check_lexical_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The lexical metrics' keyword options as a dict: ``tokenizer``, ``lowercase`` and ``base`` only.
+
+    Raises:
+        ValueError: an option of another name.
+    """
+    checked = dict(options or {})
+    bad = sorted(set(checked) - {"tokenizer", "lowercase", "base"})
+    if bad:
+        raise ValueError(f"lexical_options {bad} are unknown; use tokenizer, lowercase, base")
+    return checked
 
 
 def check_lexical_names(names: Sequence[str]) -> list[str]:
