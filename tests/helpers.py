@@ -53,3 +53,11 @@ def tiny_nli_model(id2label=ID2LABEL, num_labels=3, seed=1):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return RobertaForSequenceClassification(config).eval()
+
+
+def mlflow_artifacts(client, run_id: str, path: str | None = None) -> set[str]:
+    """Every artifact path of an MLflow run, folders walked."""
+    out: set[str] = set()
+    for item in client.list_artifacts(run_id, path):
+        out |= mlflow_artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return out

@@ -11,10 +11,10 @@ import pytest
 from monitor_setup import TinyChat, datamodule, dress, monitors, tiny_lm, trainer
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
-from lightning_div.callbacks.cluster_views import dress_cluster_view
 from lightning_div.metrics import cluster_js_divergence, top_cluster_share
 from lightning_div.semantic.cards import ClusterCard
 from lightning_div.semantic.plots import collapse_heatmap, share_histogram
+from lightning_div.views import dress_cluster_view
 
 
 def test_js_divergence_against_a_hand_computation():

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import math
 from functools import cache
+from pathlib import Path
 
 import pytest
 import torch
+from helpers import mlflow_artifacts
 from transformers import Trainer, TrainingArguments
 
 from lightning_div import load_base_model
-from lightning_div.callbacks.base import sample_indices
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues, encode_pairs
+from lightning_div.datamodules.samplers import sample_indices
 from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
@@ -106,7 +108,7 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
     train, val = _data()
     model, tokenizer = load_base_model()
     trainer = _trainer(tmp_path, model, tokenizer, train, val)
-    cb = _callback(tmp_path, train, val).attach(trainer)
+    cb = _callback(tmp_path, train, val, train_pairs=list(train), num_train_ruq_prompts=10).attach(trainer)
     assert cb in trainer.callback_handler.callbacks
     trainer.train()
 
@@ -129,6 +131,7 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
     # the fixed samples are the Lightning monitors' draws (seed; seed + 1 for RUQ's validation prompts)
     assert cb.sample() == [val[i] for i in sample_indices(len(val), 12, 0)]
     assert cb.ruq_sample() == [val[i] for i in sample_indices(len(val), 10, 1)]
+    assert cb.train_ruq_sample() == [train[i] for i in sample_indices(len(train), 10, 0)]  # RUQMonitor's train draw
 
     # the values the package's own functions give on the same responses of the final model
     last = rows[1]
@@ -153,6 +156,12 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
     ruq = RUQMonitor(num_val_prompts=10, batch_size=8, show_progress=False).compute(adapter, cb.ruq_sample())
     for name in ("ruq", "ruq_margin", "ruq_idk2", "ruq_margin_idk2"):
         assert last[eval_key(name)] == pytest.approx(ruq[name], rel=1e-5, abs=1e-6), name
+    # RUQ-train: un-prefixed, as the Trainer logs training metrics (charted train/ruq)
+    ruq_train = RUQMonitor(num_train_prompts=10, batch_size=8, show_progress=False).compute(
+        adapter, cb.train_ruq_sample()
+    )
+    for name in ("ruq", "ruq_margin", "ruq_idk2", "ruq_margin_idk2"):
+        assert last[name] == pytest.approx(ruq_train[name], rel=1e-5, abs=1e-6), name
 
     # the clusters were fitted once and cached: a second callback reads them back
     cached = list((tmp_path / "cache").glob("clusters-*.npz"))
@@ -282,7 +291,7 @@ def test_the_trackers_chart_the_values_as_eval_slash_metric(tmp_path):
     train, val = _data()
     model, tokenizer = load_base_model()
     trainer = _trainer(tmp_path, model, tokenizer, train, val, report_to="tensorboard", max_steps=2)
-    _callback(tmp_path, train, val).attach(trainer)
+    _callback(tmp_path, train, val, train_pairs=list(train), num_train_ruq_prompts=8).attach(trainer)
     trainer.train()
     logged = next(r for r in trainer.state.log_history if eval_key("sem_ent") in r)
     charted = {}
@@ -293,6 +302,8 @@ def test_the_trackers_chart_the_values_as_eval_slash_metric(tmp_path):
     for metric in ("sem_ent", "sem_ent_gold", "distinct_2", "ead", "ruq", "ruq_margin", "diversity_runtime"):
         assert charted[f"eval/{metric}"] == [(2, pytest.approx(logged[eval_key(metric)], rel=1e-6))], metric
     assert not any(tag.startswith("train/eval") for tag in charted)  # nothing charted under a wrong prefix
+    for metric in ("ruq", "ruq_margin"):  # RUQ-train under the Lightning monitor's name
+        assert charted[f"train/{metric}"] == [(2, pytest.approx(logged[metric], rel=1e-6))], metric
 
 
 def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
@@ -306,3 +317,119 @@ def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
     assert cb.last_ruq == 40.0
     quiet = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_drop=None)
     assert [quiet.ruq_alert(v) for v in (90.0, 0.0)] == [0.0, 0.0]  # both checks off
+
+
+@pytest.mark.slow
+def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(tmp_path, monkeypatch):
+    """report_to tensorboard + wandb (offline) + mlflow (file store): the Lightning monitor's figures
+    and tables, keyed eval/..., at each evaluation's step; PNG and CSV copies in <output_dir>/lightning_div."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'mlruns'}")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "lightning-div-hf")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_PROJECT", "lightning-div-hf")
+    monkeypatch.chdir(tmp_path)  # a tracker set up earlier in the process may write relative to the cwd
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(tmp_path, model, tokenizer, train, val, report_to=["tensorboard", "wandb", "mlflow"])
+    cb = _callback(tmp_path, train, val, log_samples=5).attach(trainer)
+    trainer.train()
+    steps = [int(r["step"]) for r in cb.history]
+    assert steps == [2, 4]
+
+    # TensorBoard: the figures as images, the tables as text, at the evaluations' steps
+    images, texts = {}, {}
+    for events in (tmp_path / "out").rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events), size_guidance={"images": 0, "tensors": 0}).Reload()
+        for tag in acc.Tags()["images"]:
+            images[tag] = [e.step for e in acc.Images(tag)]
+        for tag in acc.Tags()["tensors"]:
+            texts[tag] = [e.step for e in acc.Tensors(tag)]
+    assert images["eval/cluster_histogram"] == steps and images["eval/cluster_shares"] == steps
+    assert any("eval/samples" in t and v == steps for t, v in texts.items()), texts
+    assert any("eval/clusters/cards" in t and v == [2] for t, v in texts.items()), texts  # once
+
+    # W&B offline: the figures and tables stored as media of the run
+    import wandb
+
+    run_dir = Path(wandb.run.dir).parent  # WANDB_DIR is read once per process: ask the run where it is
+    wandb.finish()
+    media = [p.name for p in (run_dir / "files" / "media").rglob("*") if p.is_file()]
+    assert sum(n.startswith("cluster_histogram") for n in media) == 2, media
+    assert any(n.startswith("samples") and n.endswith(".table.json") for n in media)
+    assert any(n.startswith("cards") and n.endswith(".table.json") for n in media)
+
+    # MLflow: PNG and JSON artifacts named by the step
+    import mlflow
+
+    run = mlflow.last_active_run()  # the tracking URI is process-wide once set: ask MLflow where the run went
+    client = MlflowClient(mlflow.get_tracking_uri())
+
+    stored = mlflow_artifacts(client, run.info.run_id)
+    assert {
+        "eval_cluster_histogram/step_2.png",
+        "eval_cluster_histogram/step_4.png",
+        "eval_cluster_shares/step_4.png",
+        "eval_samples/step_4.json",
+        "eval_clusters_cards/step_2.json",
+    } <= stored, stored
+
+    # the files: the sample table holds what was generated, in the callback's sample order
+    out = tmp_path / "out" / "lightning_div"
+    for name in ("eval_cluster_histogram_step2.png", "eval_cluster_shares_step4.png", "eval_cluster_cards.csv"):
+        assert (out / name).stat().st_size > 0, name
+    import csv
+
+    with open(out / "eval_samples_step4.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["generated"] for r in table] == cb.last_responses[:5]
+    assert [r["gold"] for r in table] == [p.response for p in cb.sample()[:5]]
+    with open(out / "eval_cluster_shares.csv", newline="") as f:
+        shares = list(csv.DictReader(f))
+    assert sorted({int(r["step"]) for r in shares}) == steps and len(shares) == 2 * K
+    for step in steps:  # each measurement's shares sum to 1
+        assert sum(float(r["generated_share"]) for r in shares if int(r["step"]) == step) == pytest.approx(
+            1.0, abs=1e-5
+        )
+
+
+@pytest.mark.slow
+def test_a_resumed_run_logs_what_the_uninterrupted_one_logs(tmp_path):
+    """Resume from the step-2 checkpoint: the step-4 measurement equals the uninterrupted run's, the gold
+    Sem-Ent is not logged again, and the heatmap's history holds both steps (state in trainer_state.json)."""
+    train, val = _data()
+
+    def run(root, resume=None):
+        model, tokenizer = load_base_model()
+        trainer = _trainer(root, model, tokenizer, train, val, save_strategy="steps", save_steps=2)
+        trainer.args.output_dir = str(tmp_path / "out")  # both runs resume from / write the same checkpoints
+        cb = _callback(root, train, val, dirpath=tmp_path / "cache", warn_drop=0.0).attach(trainer)
+        trainer.train(resume_from_checkpoint=resume)
+        return cb
+
+    whole = run(tmp_path / "a")
+    resumed = run(tmp_path / "b", resume=str(tmp_path / "out" / "checkpoint-2"))
+    assert [r["step"] for r in whole.history] == [2.0, 4.0] and [r["step"] for r in resumed.history] == [4.0]
+    assert eval_key("sem_ent_gold") in whole.history[0] and eval_key("sem_ent_gold") not in resumed.history[0]
+    for key, value in whole.history[1].items():
+        if key != RUNTIME:
+            assert resumed.history[0][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert [s for s, _ in resumed.share_history] == [2, 4]
+    assert resumed.share_history == whole.share_history
+    assert resumed.last_ruq == pytest.approx(whole.last_ruq)
+
+
+def test_a_state_saved_with_other_settings_is_not_restored():
+    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=8)
+    saved = {**cb.state_dict(), "gold_logged": True, "last_ruq": 40.0, "share_history": [[2, [0.5, 0.5]]]}
+    other = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=16)
+    with pytest.warns(RuntimeWarning, match="saved with other settings"):
+        other.load_state_dict(saved)
+    assert other.last_ruq is None and other.share_history == [] and not other._gold_logged
+    cb.load_state_dict(saved)
+    assert cb.last_ruq == 40.0 and cb.share_history == [(2, [0.5, 0.5])] and cb._gold_logged
+    assert cb.state_key() == "lightning_div.DiversityTrainerCallback"
+    assert DiversityTrainerCallback(eval_pairs=[("hi", "hello")], name="x").state_key().endswith("[x]")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import mlflow_artifacts
 from monitor_setup import TRAIN, TinyChat, collate, monitors, trainer
 from pytorch_lightning.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from torch.utils.data import DataLoader
@@ -89,11 +90,7 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
     assert [m.value for m in history] == pytest.approx(sem_ent)
     assert [m.value for m in client.get_metric_history(run_id, "val/ruq")] == pytest.approx(_column(rows, "val/ruq"))
 
-    def artifacts(path=None):
-        for item in client.list_artifacts(run_id, path):
-            yield from artifacts(item.path) if item.is_dir else [item.path]
-
-    stored = set(artifacts())
+    stored = mlflow_artifacts(client, run_id)
     assert {
         "val_cluster_histogram/epoch_0.png",
         "val_cluster_histogram/epoch_1.png",

@@ -183,3 +183,23 @@ def test_shared_contexts_on_two_processes():
     # the two ways of scoring agree to float32 rounding too
     for key, value in single[False].items():
         assert single[True][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
+def test_ruq_per_idk_splits_each_prompts_scores_by_hand():
+    from lightning_div.metrics.ruq import ruq_per_idk
+
+    # prompt 0: one reference (-2.0), IDK strings -1.0 (preferred) and -3.0
+    # prompt 1: two references (-4.0, -1.5), IDK strings -2.0 and -0.5
+    scores = [[-2.0, -1.0, -3.0], [-4.0, -1.5, -2.0, -0.5]]
+    out = ruq_per_idk(scores, [1, 2], 2, "lowest")
+    # lowest reference: -2.0 and -4.0. IDK 1: -1.0 > -2.0 and -2.0 > -4.0 -> RUQ 0 %; IDK 2: -3.0 < -2.0, -0.5 > -4.0 -> 50 %
+    assert out["ruq_idk1"] == 0.0 and out["ruq_idk2"] == 50.0
+    assert out["ruq"] == out["ruq_idk1"] and out["ruq_margin"] == out["ruq_margin_idk1"]
+    # margin: mean of reference minus IDK
+    assert out["ruq_margin_idk1"] == pytest.approx(((-2.0 - -1.0) + (-4.0 - -2.0)) / 2)
+    assert out["ruq_margin_idk2"] == pytest.approx(((-2.0 - -3.0) + (-4.0 - -0.5)) / 2)
+    first = ruq_per_idk(scores, [1, 2], 2, "first")  # prompt 1 keeps -4.0 either way here
+    assert first["ruq_idk2"] == 50.0
+    with pytest.raises(ValueError, match="prompt 1: 3 scores for 2 references and 2 IDK strings"):
+        ruq_per_idk([[-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0]], [1, 2], 2)
+    assert ruq_per_idk([[-1.0]], [1], 0) == {}

@@ -212,17 +212,133 @@ def new_figure(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
     return plt.subplots(*args, **kwargs)
 
 
+class _Sink:
+    """One tracker as figures and tables reach it: ``image`` and ``table``, each inside :func:`_try`."""
+
+    def __init__(self, where: str, image: Any, table: Any) -> None:
+        self.where, self.image, self.table = where, image, table
+
+
+def _markdown(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    return head + "\n".join("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows)
+
+
+def _tensorboard(where: str, writer: Any) -> _Sink:
+    """A ``SummaryWriter`` (``writer()`` returns it: Lightning's is created on first use)."""
+    import numpy as np
+
+    return _Sink(
+        where,
+        lambda key, image, step, tag: writer().add_image(key, np.asarray(image), global_step=step, dataformats="HWC"),
+        lambda key, columns, rows, step, tag: writer().add_text(key, _markdown(columns, rows), global_step=step),
+    )
+
+
+def _lightning_sinks(trainer: Any) -> list[_Sink]:
+    sinks = []
+    for lg in getattr(trainer, "loggers", None) or []:
+        kind, where = tracker_kind(lg), type(lg).__name__
+        if kind == "TensorBoardLogger":
+            sinks.append(_tensorboard(where, lambda lg=lg: lg.experiment))
+        elif kind == "WandbLogger":
+            sinks.append(
+                _Sink(
+                    where,
+                    lambda key, image, step, tag, lg=lg: lg.log_image(key=key, images=[image], step=None),
+                    lambda key, columns, rows, step, tag, lg=lg: lg.log_table(key=key, columns=columns, data=rows),
+                )
+            )
+        elif kind == "MLFlowLogger":
+
+            def table(
+                key: str, columns: Sequence[str], rows: list[list[Any]], step: int, tag: str, lg: Any = lg
+            ) -> None:
+                data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
+                lg.experiment.log_table(lg.run_id, data=data, artifact_file=f"{_safe_name(key)}/{tag}.json")
+
+            sinks.append(
+                _Sink(
+                    where,
+                    lambda key, image, step, tag, lg=lg: lg.experiment.log_image(
+                        lg.run_id, image, artifact_file=f"{_safe_name(key)}/{tag}.png"
+                    ),
+                    table,
+                )
+            )
+    return sinks
+
+
+def _hugging_face_sinks(trainer: Any) -> list[_Sink]:
+    """The ``report_to`` trackers of a ``transformers.Trainer`` that take figures and tables, through
+    the objects its own integration callbacks hold (the writer, the run they started), by class name
+    so that no tracker is imported here. A tracker that has not started yet is skipped."""
+    sinks = []
+    for cb in trainer.callback_handler.callbacks:
+        names = {cls.__name__ for cls in type(cb).__mro__}
+        where = type(cb).__name__
+        if "TensorBoardCallback" in names and getattr(cb, "tb_writer", None) is not None:
+            sinks.append(_tensorboard(where, lambda cb=cb: cb.tb_writer))
+        elif "WandbCallback" in names and getattr(getattr(cb, "_wandb", None), "run", None) is not None:
+            wandb = cb._wandb
+            # the Trainer's W&B charts use train/global_step as their x axis (WandbCallback.setup)
+            sinks.append(
+                _Sink(
+                    where,
+                    lambda key, image, step, tag, w=wandb: w.log({key: w.Image(image), "train/global_step": step}),
+                    lambda key, columns, rows, step, tag, w=wandb: w.log(
+                        {key: w.Table(columns=list(columns), data=rows), "train/global_step": step}
+                    ),
+                )
+            )
+        elif "MLflowCallback" in names and getattr(cb, "_initialized", False):
+            mlflow = cb._ml_flow
+            if mlflow.active_run() is None:
+                continue
+
+            def table(
+                key: str, columns: Sequence[str], rows: list[list[Any]], step: int, tag: str, m: Any = mlflow
+            ) -> None:
+                data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
+                m.log_table(data=data, artifact_file=f"{_safe_name(key)}/{tag}.json")
+
+            sinks.append(
+                _Sink(
+                    where,
+                    lambda key, image, step, tag, m=mlflow: m.log_image(
+                        image, artifact_file=f"{_safe_name(key)}/{tag}.png"
+                    ),
+                    table,
+                )
+            )
+    return sinks
+
+
+def _where_to(trainer: Any) -> tuple[list[_Sink], int, str]:
+    """The trackers of a Lightning or a Hugging Face trainer, the step to log at, and the files' tag.
+
+    Lightning: its loggers, :func:`log_step`, ``epoch_<N>``. Hugging Face ``Trainer`` (it has a
+    ``callback_handler``): its ``report_to`` trackers, ``state.global_step``, ``step_<N>``: the Trainer
+    evaluates by steps, so the files are named by the step as its own checkpoints are.
+    """
+    if getattr(trainer, "callback_handler", None) is not None and getattr(trainer, "state", None) is not None:
+        step = int(getattr(trainer.state, "global_step", 0))
+        return _hugging_face_sinks(trainer), step, f"step_{step}"
+    return _lightning_sinks(trainer), log_step(trainer), f"epoch_{int(getattr(trainer, 'current_epoch', 0))}"
+
+
 def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
     """Send a matplotlib figure to TensorBoard / W&B / MLflow and save it as PNG; returns the PNG path.
 
-    The figure is rendered once and the same image goes everywhere (each tracker rendering
-    it again cost most of a figure's time). TensorBoard gets it at :func:`log_step`, the
-    step of the epoch's scalars.
+    ``trainer`` is a Lightning ``Trainer`` (its loggers) or a Hugging Face one (its ``report_to``
+    trackers). The figure is rendered once and the same image goes everywhere (each tracker
+    rendering it again cost most of a figure's time). TensorBoard gets it at the step of the
+    scalars it goes with (:func:`log_step` in Lightning). The PNG is ``<key>_epoch<N>.png``
+    (Lightning) or ``<key>_step<N>.png`` (Hugging Face) in ``out_dir``.
     """
     import matplotlib.pyplot as plt
 
-    step = log_step(trainer)
-    epoch = int(getattr(trainer, "current_epoch", 0))
+    sinks, step, tag = _where_to(trainer)
     png = None
     try:
         data = render_png(fig)
@@ -231,32 +347,15 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
         plt.close(fig)
         return None
     plt.close(fig)
-    image = None
-    for lg in getattr(trainer, "loggers", []):
-        kind, where = tracker_kind(lg), type(lg).__name__
-        if kind is None:
-            continue
-        if image is None:
-            import io
+    if sinks:
+        import io
 
-            from PIL import Image
+        from PIL import Image
 
-            image = Image.open(io.BytesIO(data)).convert("RGB")
-        if kind == "TensorBoardLogger":
-            import numpy as np
-
-            _try(
-                where, key, lambda: lg.experiment.add_image(key, np.asarray(image), global_step=step, dataformats="HWC")
-            )
-        elif kind == "WandbLogger":
-            _try(where, key, lambda: lg.log_image(key=key, images=[image], step=None))
-        elif kind == "MLFlowLogger":
-            _try(
-                where,
-                key,
-                lambda: lg.experiment.log_image(lg.run_id, image, artifact_file=f"{_safe_name(key)}/epoch_{epoch}.png"),
-            )
-    target = Path(out_dir) / f"{_safe_name(key)}_epoch{epoch}.png"
+        image = Image.open(io.BytesIO(data)).convert("RGB")
+        for sink in sinks:
+            _try(sink.where, key, lambda: sink.image(key, image, step, tag))
+    target = Path(out_dir) / f"{_safe_name(key)}_{tag.replace('_', '')}.png"
     if _try(str(target), key, lambda: write_atomic(target, lambda f: f.write(data), "wb")):
         png = target
     return png
@@ -272,33 +371,16 @@ def log_table(
 ) -> Path | None:
     """Send a table to W&B / TensorBoard (as markdown text) / MLflow and save it as CSV.
 
-    The CSV is ``<key>_epoch<N>.csv`` in ``out_dir``, or ``filename`` there (a table logged
-    once per run); it is written to a temporary file and renamed, so it is never half there.
+    ``trainer`` is a Lightning or a Hugging Face ``Trainer``, as for :func:`log_figure`. The CSV
+    is ``<key>_epoch<N>.csv`` (``_step<N>`` for Hugging Face) in ``out_dir``, or ``filename``
+    there (a table logged once per run); it is written to a temporary file and renamed, so it is
+    never half there.
     """
-    step = log_step(trainer)
-    epoch = int(getattr(trainer, "current_epoch", 0))
+    sinks, step, tag = _where_to(trainer)
     rows = [list(r) for r in rows]
-    for lg in getattr(trainer, "loggers", []):
-        kind, where = tracker_kind(lg), type(lg).__name__
-        if kind == "WandbLogger":
-            _try(where, key, lambda: lg.log_table(key=key, columns=list(columns), data=rows))
-        elif kind == "TensorBoardLogger":
-
-            def md() -> str:
-                head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-                return head + "\n".join("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows)
-
-            _try(where, key, lambda: lg.experiment.add_text(key, md(), global_step=step))
-        elif kind == "MLFlowLogger":
-            data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
-            _try(
-                where,
-                key,
-                lambda: lg.experiment.log_table(
-                    lg.run_id, data=data, artifact_file=f"{_safe_name(key)}/epoch_{epoch}.json"
-                ),
-            )
-    target = Path(out_dir) / (filename or f"{_safe_name(key)}_epoch{epoch}.csv")
+    for sink in sinks:
+        _try(sink.where, key, lambda: sink.table(key, list(columns), rows, step, tag))
+    target = Path(out_dir) / (filename or f"{_safe_name(key)}_{tag.replace('_', '')}.csv")
 
     def write(f: Any) -> None:  # cells neutralised for spreadsheets; the trackers above get the raw text
         writer = csv.writer(f)

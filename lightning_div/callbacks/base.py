@@ -18,8 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if sys.version_info >= (3, 12):
     from typing import override
 else:  # pragma: no cover - depends on the Python version
@@ -32,6 +30,7 @@ from lightning_div._internal.tracking import artifact_dir, log_scalars, warn_onc
 from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
 from lightning_div.callbacks.progress import find_progress
 from lightning_div.core import DialoguePair
+from lightning_div.datamodules.samplers import sample_indices
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.sharding import check_strategy, full_parameters
 
@@ -46,15 +45,6 @@ DATA_HELP = (
     "directory) — or use a datamodule with a `{method}()` method (lightning_div.datamodules.DialogueDataModule "
     "has one)."
 )
-
-
-def sample_indices(n_total: int, n: int | None, seed: int) -> np.ndarray:
-    """A fixed random subset of ``range(n_total)`` (all of it when n is None or >= n_total), sorted."""
-    if n is None or n >= n_total:
-        return np.arange(n_total)
-    if n < 1:
-        raise ValueError(f"the sample size must be >= 1 or None, got {n}")
-    return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))
 
 
 def _callbacks(trainer: Any) -> list[Any]:

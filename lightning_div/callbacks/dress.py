@@ -11,7 +11,6 @@ from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import log_figure, new_figure
 from lightning_div.callbacks.base import DiversityCallback, override, sample_indices
-from lightning_div.callbacks.cluster_views import log_dress_round
 from lightning_div.callbacks.guards import check_finite_model, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
 from lightning_div.dress.protocol import (
@@ -28,6 +27,7 @@ from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
 from lightning_div.model.sharding import full_parameters
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options
+from lightning_div.views import log_dress_round
 
 MINE_AT = ("start", "end")
 

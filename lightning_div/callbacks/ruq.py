@@ -14,8 +14,7 @@ from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import optional_part, settings_changed
 from lightning_div.core import DialoguePair
 from lightning_div.keys import RUQ_ALERT, train_key, val_key
-from lightning_div.metrics import ruq_margin, ruq_score
-from lightning_div.metrics.ruq import ReferenceChoice, check_reference
+from lightning_div.metrics.ruq import ReferenceChoice, check_reference, ruq_per_idk
 from lightning_div.model.adapters import DialogueModelAdapter
 from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
 from lightning_div.types import PairsSource
@@ -149,21 +148,8 @@ class RUQMonitor(ValidationMonitor):
         (:func:`lightning_div.model.scoring.candidate_logprobs`).
         """
         items = [(p.context, [*p.all_references, *self.idk_responses]) for p in pairs]
-        refs: list[list[float]] = []
-        idks: list[list[float]] = [[] for _ in self.idk_responses]
-        for p, logprobs in zip(pairs, self._candidate_logprobs(adapter, items)):
-            scores = scores_from_logprobs(logprobs)
-            k = len(p.all_references)
-            refs.append(scores[:k])
-            for j in range(len(self.idk_responses)):
-                idks[j].append(scores[k + j])
-        out: dict[str, float] = {}
-        for j, idk in enumerate(idks):
-            out[f"ruq_idk{j + 1}"] = ruq_score(refs, idk, self.reference)
-            out[f"ruq_margin_idk{j + 1}"] = ruq_margin(refs, idk, self.reference)
-        out["ruq"] = out["ruq_idk1"]
-        out["ruq_margin"] = out["ruq_margin_idk1"]
-        return out
+        scores = [scores_from_logprobs(lp) for lp in self._candidate_logprobs(adapter, items)]
+        return ruq_per_idk(scores, [len(p.all_references) for p in pairs], len(self.idk_responses), self.reference)
 
     def _plot(self, trainer: pl.Trainer, adapter: DialogueModelAdapter, pairs: Sequence[DialoguePair]) -> None:
         pairs = list(pairs[: self.num_plot_prompts])

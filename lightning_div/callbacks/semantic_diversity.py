@@ -10,7 +10,6 @@ import numpy as np
 from lightning_div._internal.lightning import pl
 from lightning_div._internal.tracking import log_table
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.cluster_views import log_cards_once, log_collapse
 from lightning_div.callbacks.guards import check_finite_model, require_inputs, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
 from lightning_div.keys import CLUSTER_JS, SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE, val_key
@@ -26,6 +25,7 @@ from lightning_div.metrics import (
 )
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
+from lightning_div.views import log_cards_once, log_collapse
 
 
 class SemanticDiversityMonitor(ValidationMonitor):

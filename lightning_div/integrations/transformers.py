@@ -51,7 +51,7 @@ from lightning_div._internal.distributed import distributed_map, rank_and_world
 from lightning_div._internal.tracking import warn_once
 from lightning_div.core import DialoguePair
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs
-from lightning_div.datamodules.samplers import WeightedDistributedSampler, check_sampling_weights
+from lightning_div.datamodules.samplers import WeightedDistributedSampler, check_sampling_weights, sample_indices
 from lightning_div.dress.losses import dress_loss
 from lightning_div.dress.protocol import MODES, Mode, check_choice
 from lightning_div.dress.state import DressState
@@ -64,12 +64,10 @@ from lightning_div.metrics import (
     cluster_js_divergence,
     count_vocab,
     lexical_scores,
-    ruq_margin,
-    ruq_score,
     semantic_entropy,
     top_cluster_share,
 )
-from lightning_div.metrics.ruq import ReferenceChoice, check_reference
+from lightning_div.metrics.ruq import ReferenceChoice, check_reference, ruq_per_idk
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.formatting import DialogueFormat, is_seq2seq
 from lightning_div.model.generation import pad_id_of
@@ -142,13 +140,22 @@ def eval_key(metric: str, name: str | None = None) -> str:
     return f"{EVAL_PREFIX}{name}/{metric}" if name else f"{EVAL_PREFIX}{metric}"
 
 
-def _draw(n_total: int, n: int | None, seed: int) -> list[int]:
-    """The fixed sample's indices: the same draw as the Lightning monitors' (``callbacks.base.sample_indices``)."""
-    if n is None or n >= n_total:
-        return list(range(n_total))
-    if n < 1:
-        raise ValueError(f"the sample size must be >= 1 or None, got {n}")
-    return sorted(int(i) for i in np.random.default_rng(seed).choice(n_total, size=n, replace=False))
+def _read_pairs(given: Any, field: str, who: str) -> list[DialoguePair]:
+    """Pairs given as a list, or read from any source :func:`~lightning_div.datamodules.read_pairs` reads."""
+    from lightning_div.datamodules.formats import pairs_from_items, read_pairs
+
+    pairs = list(pairs_from_items(given, name=field)) if isinstance(given, (list, tuple)) else list(read_pairs(given))
+    if not pairs:
+        raise ValueError(f"{who}: {field} is empty")
+    return pairs
+
+
+def _stateful(state: TrainerState) -> dict[str, Any]:
+    """``state.stateful_callbacks``: typed as a list, a dict once the state exists (``TrainerState.__post_init__``)."""
+    stateful: Any = state.stateful_callbacks
+    if not isinstance(stateful, dict):
+        stateful = state.stateful_callbacks = {}  # type: ignore[assignment]
+    return stateful
 
 
 class DiversityTrainerCallback(TrainerCallback):
@@ -166,8 +173,18 @@ class DiversityTrainerCallback(TrainerCallback):
       pairs (drawn with ``seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
       validation sample) and log ``eval_ruq``, ``eval_ruq_margin`` and, per IDK string,
       ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ), and
-      ``eval_ruq_alert`` (see ``warn_below`` / ``warn_drop``);
-    * log ``eval_diversity_runtime``, the seconds the measurement took.
+      ``eval_ruq_alert`` (see ``warn_below`` / ``warn_drop``); with ``train_pairs``, the same on a
+      fixed sample of ``num_train_ruq_prompts`` training pairs (drawn with ``seed``, as RUQMonitor
+      draws its training prompts), logged as ``ruq``, ``ruq_margin`` ... (``<name>/ruq`` with a
+      name), which the trackers chart as ``train/ruq``: the paper's RUQ-train, the Lightning
+      monitor's ``train/ruq``;
+    * log ``eval_diversity_runtime``, the seconds the measurement took;
+    * on the first process, send the figures and tables of the Lightning monitor to the trainer's
+      ``report_to`` trackers that take them (TensorBoard, W&B, MLflow) and write them to
+      ``<output_dir>/lightning_div/``: the labelled cluster histogram (``eval/cluster_histogram``),
+      with ``cluster_views`` the steps x clusters heatmap (``eval/cluster_shares``),
+      ``eval_cluster_shares.csv`` and the cluster cards (``eval/clusters/cards``, once), and
+      ``log_samples`` generated responses beside the gold ones (``eval/samples``).
 
     The keys are :func:`eval_key`'s: the trackers chart them as ``eval/sem_ent`` ... .
 
@@ -198,6 +215,8 @@ class DiversityTrainerCallback(TrainerCallback):
         vocab_size: V of EAD; default: counted from the gold responses.
         idk_responses: RUQ's IDK strings, the first is the headline; empty = no RUQ.
         num_ruq_prompts: size of RUQ's sample (None = all evaluation pairs).
+        train_pairs: training dialogues as text (as ``eval_pairs``) for RUQ-train; None = no RUQ-train.
+        num_train_ruq_prompts: size of RUQ-train's sample (None = all training pairs).
         reference: with several references per prompt, ``"lowest"`` or ``"first"`` (see RUQMonitor).
         warn_below: alert when ``eval_ruq`` falls below this (None disables it).
         warn_drop: alert when ``eval_ruq`` drops by more than this many points since the last
@@ -210,10 +229,13 @@ class DiversityTrainerCallback(TrainerCallback):
         batch_size: contexts per generation batch, pairs per scoring batch, texts per encoder batch.
         max_new_tokens: the generation length limit.
         dirpath: the clusters' cache directory (default ``<args.output_dir>/lightning_div_cache``).
-        show_progress: progress bars while embedding and fitting.
+        show_progress: progress bars while generating, scoring, embedding and fitting (the monitors' bars).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning and training
             continues; ``"raise"`` re-raises.
         name: goes into every key, ``eval_<name>/sem_ent`` (several callbacks in one trainer).
+        log_samples: how many generated responses go in the ``eval/samples`` table (0 = none).
+        cluster_views: log the cluster cards, the steps x clusters heatmap and the shares CSV
+            (the histogram is always logged), as the monitor's ``cluster_views``.
         measure_at_start: measure once before the first training step as well (a baseline, logged at step 0).
 
     Raises:
@@ -240,6 +262,8 @@ class DiversityTrainerCallback(TrainerCallback):
         vocab_size: int | None = None,
         idk_responses: Sequence[str] = ("I don't know.", "I don't know what to do."),
         num_ruq_prompts: int | None = 256,
+        train_pairs: PairsSource | Sequence[DialoguePair] | None = None,
+        num_train_ruq_prompts: int | None = 256,
         reference: ReferenceChoice = "lowest",
         warn_below: float | None = None,
         warn_drop: float | None = 10.0,
@@ -252,6 +276,8 @@ class DiversityTrainerCallback(TrainerCallback):
         show_progress: bool = True,
         on_error: str = "warn",
         name: str | None = None,
+        log_samples: int = 8,
+        cluster_views: bool = True,
         measure_at_start: bool = False,
     ) -> None:
         if on_error not in ("warn", "raise"):
@@ -282,6 +308,9 @@ class DiversityTrainerCallback(TrainerCallback):
         self.vocab_size = vocab_size
         self.idk_responses = idk
         self.num_ruq_prompts = num_ruq_prompts
+        self.train_pairs_arg = train_pairs
+        self.num_train_ruq_prompts = num_train_ruq_prompts
+        self._train_pairs: list[DialoguePair] | None = None
         self.reference = check_reference(reference)
         self.warn_below, self.warn_drop = warn_below, warn_drop
         #: The last measured ``eval_ruq`` (what ``warn_drop`` compares with).
@@ -295,6 +324,12 @@ class DiversityTrainerCallback(TrainerCallback):
         self.show_progress = show_progress
         self.on_error = on_error
         self.name = name
+        if isinstance(log_samples, bool) or not isinstance(log_samples, int) or log_samples < 0:
+            raise ValueError(f"log_samples must be an integer >= 0, got {log_samples!r}")
+        self.log_samples = log_samples
+        self.cluster_views = cluster_views
+        #: ``(step, generated share per cluster)`` of every measurement: the heatmap's columns.
+        self.share_history: list[tuple[int, list[float]]] = []
         self.measure_at_start = measure_at_start
         self.trainer: Any = None
         #: Every measurement's values, ``{"step": ..., "<key>": ...}`` (rank 0 and the others alike).
@@ -303,6 +338,7 @@ class DiversityTrainerCallback(TrainerCallback):
         self.last_responses: list[str] = []
         self._pairs: list[DialoguePair] | None = None
         self._gold_ids: np.ndarray | None = None
+        self._last_ids: np.ndarray | None = None
         self._gold_logged = False
 
     def __repr__(self) -> str:
@@ -337,36 +373,38 @@ class DiversityTrainerCallback(TrainerCallback):
         return self
 
     def log_key(self, key: str) -> str:
-        """``key`` (``eval_<metric>``) as this callback logs it: ``eval_<name>/<metric>`` when a name is set."""
-        return eval_key(key.removeprefix(EVAL_PREFIX), self.name)
+        """``key`` as this callback logs it: ``eval_<metric>`` as ``eval_<name>/<metric>`` and a
+        training metric (``ruq``) as ``<name>/ruq`` when a name is set."""
+        if key.startswith(EVAL_PREFIX):
+            return eval_key(key.removeprefix(EVAL_PREFIX), self.name)
+        return f"{self.name}/{key}" if self.name else key
 
     # -- data --------------------------------------------------------------------------------------
 
     def pairs(self) -> list[DialoguePair]:
         """The evaluation pairs (read once)."""
         if self._pairs is None:
-            from lightning_div.datamodules.formats import pairs_from_items, read_pairs
-
-            given = self.eval_pairs_arg
-            pairs = (
-                list(pairs_from_items(given, name="eval_pairs"))
-                if isinstance(given, (list, tuple))
-                else list(read_pairs(given))
-            )
-            if not pairs:
-                raise ValueError(f"{type(self).__name__}: eval_pairs is empty")
-            self._pairs = pairs
+            self._pairs = _read_pairs(self.eval_pairs_arg, "eval_pairs", type(self).__name__)
         return self._pairs
+
+    def train_ruq_sample(self) -> list[DialoguePair]:
+        """RUQ-train's fixed sample (drawn with ``seed``, as RUQMonitor draws its training prompts); [] without ``train_pairs``."""
+        if self.train_pairs_arg is None:
+            return []
+        if self._train_pairs is None:
+            self._train_pairs = _read_pairs(self.train_pairs_arg, "train_pairs", type(self).__name__)
+        pairs = self._train_pairs
+        return [pairs[i] for i in sample_indices(len(pairs), self.num_train_ruq_prompts, self.seed)]
 
     def sample(self) -> list[DialoguePair]:
         """The fixed generation sample (the same pairs at every evaluation)."""
         pairs = self.pairs()
-        return [pairs[i] for i in _draw(len(pairs), self.num_contexts, self.seed)]
+        return [pairs[i] for i in sample_indices(len(pairs), self.num_contexts, self.seed)]
 
     def ruq_sample(self) -> list[DialoguePair]:
         """The fixed RUQ sample (drawn with ``seed + 1``, as RUQMonitor draws its validation prompts)."""
         pairs = self.pairs()
-        return [pairs[i] for i in _draw(len(pairs), self.num_ruq_prompts, self.seed + 1)]
+        return [pairs[i] for i in sample_indices(len(pairs), self.num_ruq_prompts, self.seed + 1)]
 
     def gold_responses(self) -> list[str] | None:
         """The gold training responses the clusters are fitted on, or None when not given."""
@@ -417,7 +455,12 @@ class DiversityTrainerCallback(TrainerCallback):
 
         turns = [list(c) for c in contexts]
         return distributed_map(
-            gen, turns, self.batch_size, sort_key=[sum(map(len, c)) for c in turns], show_progress=False
+            gen,
+            turns,
+            self.batch_size,
+            sort_key=[sum(map(len, c)) for c in turns],
+            show_progress=self.show_progress,
+            desc=f"generating ({len(turns)} contexts)",  # the monitors' progress bar
         )
 
     def ruq(self, adapter: HuggingFaceAdapter, pairs: Sequence[DialoguePair]) -> dict[str, float]:
@@ -438,22 +481,11 @@ class DiversityTrainerCallback(TrainerCallback):
             items,
             max(1, self.batch_size // per_prompt),
             sort_key=[sum(len(t) for t in c) + max(map(len, rs)) for c, rs in items],
-            show_progress=False,
+            show_progress=self.show_progress,
+            desc=f"RUQ scoring ({sum(len(rs) for _, rs in items)} pairs)",
         )
-        refs: list[list[float]] = []
-        idks: list[list[float]] = [[] for _ in self.idk_responses]
-        for p, lp in zip(pairs, logprobs):
-            scores = scores_from_logprobs(lp)
-            k = len(p.all_references)
-            refs.append(scores[:k])
-            for j in range(len(self.idk_responses)):
-                idks[j].append(scores[k + j])
-        out: dict[str, float] = {}
-        for j, idk in enumerate(idks):
-            out[f"ruq_idk{j + 1}"] = ruq_score(refs, idk, self.reference)
-            out[f"ruq_margin_idk{j + 1}"] = ruq_margin(refs, idk, self.reference)
-        out["ruq"], out["ruq_margin"] = out["ruq_idk1"], out["ruq_margin_idk1"]
-        return out
+        scores = [scores_from_logprobs(lp) for lp in logprobs]
+        return ruq_per_idk(scores, [len(p.all_references) for p in pairs], len(self.idk_responses), self.reference)
 
     def ruq_alert(self, value: float) -> float:
         """1.0 (and a warning, on the first process) when RUQ fell below ``warn_below`` or by more than ``warn_drop``.
@@ -521,9 +553,44 @@ class DiversityTrainerCallback(TrainerCallback):
             values = self.ruq(adapter, self.ruq_sample())
             out.update({eval_key(n): v for n, v in values.items()})
             out[eval_key("ruq_alert")] = self.ruq_alert(values["ruq"])
+            train_sample = self.train_ruq_sample()
+            if train_sample:  # un-prefixed keys are the Trainer's training metrics: charted as train/ruq
+                out.update(self.ruq(adapter, train_sample))
         self._gold_logged = True
         self.last_responses = responses
+        self._last_ids = ids
         return out
+
+    def figure_key(self, key: str) -> str:
+        """A figure's or table's key as the trackers show it: the monitor's ``val/x`` as ``eval/x``
+        (``eval/<name>/x`` with a name), beside the scalars' ``eval/<metric>`` charts."""
+        return "eval/" + (f"{self.name}/" if self.name else "") + key.removeprefix("val/")
+
+    def log_views(self, output_dir: str | Path) -> None:
+        """The last measurement's figures and tables to the trainer's trackers and ``<output_dir>/lightning_div/``.
+
+        Called on the first process only, after :meth:`measure` (nothing here is a collective).
+        """
+        from lightning_div._internal.tracking import log_table
+        from lightning_div.views import log_cards_once, log_collapse
+
+        out = Path(output_dir) / "lightning_div"
+        sample, clusters, ids, gold_ids = self.sample(), self.space.clusters, self._last_ids, self._gold_ids
+        if ids is None or gold_ids is None:
+            return
+        gold_share = (clusters.histogram(gold_ids) / max(len(gold_ids), 1)).tolist()
+        if self.cluster_views:
+            log_cards_once(self.trainer, clusters, out, self.figure_key)
+        log_collapse(
+            self.trainer, clusters, self.share_history, gold_share, out, self.cluster_views, self.figure_key, "step"
+        )
+        if self.log_samples > 0:
+            rows = [
+                [p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
+                for p, r, c, g in list(zip(sample, self.last_responses, ids, gold_ids))[: self.log_samples]
+            ]
+            columns = ["context (last turn)", "generated", "cluster", "gold", "gold cluster"]
+            log_table(self.trainer, self.figure_key("val/samples"), columns, rows, out)
 
     def _measure_and_log(
         self, args: TrainingArguments, state: TrainerState, kwargs: dict[str, Any]
@@ -550,18 +617,73 @@ class DiversityTrainerCallback(TrainerCallback):
                 f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
             )
             values = {}
+        if self._last_ids is not None and eval_key("sem_ent") in values:
+            shares = (self.space.clusters.histogram(self._last_ids) / max(len(self._last_ids), 1)).tolist()
+            self.share_history = [h for h in self.share_history if h[0] != state.global_step]
+            self.share_history.append((int(state.global_step), shares))
+            if state.is_world_process_zero:
+                self.log_views(args.output_dir or ".")
         values[eval_key("diversity_runtime")] = time.perf_counter() - start
         logged = {self.log_key(k): float(v) for k, v in values.items()}
         self.history.append({"step": float(state.global_step), **logged})
+        # Saved with every later checkpoint: the Trainer writes the whole dict into trainer_state.json.
+        # Not an ExportableState: restore_callback_states_from_checkpoint would rebuild the callback
+        # from saved constructor arguments, and the evaluation pairs are no JSON.
+        _stateful(state)[self.state_key()] = self.state_dict()
         self.trainer.log(dict(logged))  # a copy: Trainer.log adds "epoch" to the dict it is given
         return logged
 
     # -- hooks -------------------------------------------------------------------------------------
 
+    def state_key(self) -> str:
+        """Where this callback's state sits in ``TrainerState.stateful_callbacks`` (one key per ``name``)."""
+        return "lightning_div.DiversityTrainerCallback" + (f"[{self.name}]" if self.name else "")
+
+    def settings(self) -> dict[str, Any]:
+        """What a saved state must have been measured with to be restored (the samples and the clusters)."""
+        return {
+            "num_contexts": self.num_contexts,
+            "num_ruq_prompts": self.num_ruq_prompts,
+            "num_train_ruq_prompts": self.num_train_ruq_prompts if self.train_pairs_arg is not None else None,
+            "seed": self.seed,
+            "idk_responses": list(self.idk_responses),
+            "space": self.space.settings(),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue as the uninterrupted one: whether the gold Sem-Ent was
+        logged, the last RUQ (``warn_drop`` compares with it) and the heatmap's columns so far."""
+        return {
+            "settings": self.settings(),
+            "gold_logged": self._gold_logged,
+            "last_ruq": self.last_ruq,
+            "share_history": [[step, list(shares)] for step, shares in self.share_history],
+        }
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s values; a state saved with other settings is refused with a warning."""
+        if saved.get("settings") != self.settings():
+            warn_once(
+                f"hf:{self.name}:state",
+                f"{type(self).__name__}: the checkpoint's state was saved with other settings "
+                f"({saved.get('settings')!r}, now {self.settings()!r}); it starts afresh",
+            )
+            return
+        self._gold_logged = bool(saved["gold_logged"])
+        self.last_ruq = None if saved["last_ruq"] is None else float(saved["last_ruq"])
+        self.share_history = [(int(step), [float(v) for v in shares]) for step, shares in saved["share_history"]]
+
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Measure a baseline before the first step (``measure_at_start``)."""
+        """Restore the state a resumed checkpoint holds; measure a baseline before the first step (``measure_at_start``).
+
+        The state travels in the checkpoint's ``trainer_state.json`` (``stateful_callbacks``, under
+        :meth:`state_key`), which the Trainer has loaded by now, wherever the checkpoint was resumed from.
+        """
+        saved = _stateful(state).get(self.state_key()) if state.global_step > 0 else None
+        if isinstance(saved, dict):
+            self.load_state_dict(saved)
         if self.measure_at_start and state.global_step == 0:
             self._measure_and_log(args, state, kwargs)
 
@@ -569,8 +691,8 @@ class DiversityTrainerCallback(TrainerCallback):
         """Measure, log through ``trainer.log``, and add the values to the evaluation's metrics."""
         logged = self._measure_and_log(args, state, kwargs)
         metrics = kwargs.get("metrics")
-        if isinstance(metrics, dict):  # what trainer.evaluate() returns
-            metrics.update(logged)
+        if isinstance(metrics, dict):  # what trainer.evaluate() returns: the evaluation's metrics, not RUQ-train
+            metrics.update({k: v for k, v in logged.items() if k.startswith(EVAL_PREFIX)})
 
 
 # -- DRESS -----------------------------------------------------------------------------------------------

@@ -176,3 +176,45 @@ def ruq_margin(reference_scores: Scores, idk_scores: Sequence[float], reference:
     if not refs:
         raise ValueError("ruq_margin needs at least one prompt (reference_scores is empty)")
     return math.fsum(r - k for r, k in zip(refs, idk)) / len(refs)
+
+
+def ruq_per_idk(
+    candidate_scores: Sequence[Sequence[float]],
+    num_references: Sequence[int],
+    num_idk: int,
+    reference: ReferenceChoice = "lowest",
+) -> dict[str, float]:
+    """RUQ and its margin against each IDK string, from every prompt's candidate scores.
+
+    The monitors score each prompt's references and then its IDK strings in one pass; this
+    splits those scores and applies :func:`ruq_score` / :func:`ruq_margin` per IDK string.
+
+    Args:
+        candidate_scores: per prompt, the scores of its references followed by those of the
+            ``num_idk`` IDK strings.
+        num_references: per prompt, how many of its scores are references.
+        num_idk: how many IDK strings follow the references (the first is the headline).
+        reference: with several references, ``"lowest"`` or ``"first"`` (see :func:`ruq_score`).
+
+    Returns:
+        ``ruq_idk<j>`` and ``ruq_margin_idk<j>`` for j = 1..num_idk, and ``ruq`` / ``ruq_margin``
+        (the first IDK string's).
+
+    Raises:
+        ValueError: a prompt whose number of scores is not its references plus ``num_idk``.
+    """
+    refs: list[list[float]] = []
+    idks: list[list[float]] = [[] for _ in range(num_idk)]
+    for i, (scores, k) in enumerate(zip(candidate_scores, num_references, strict=True)):
+        if len(scores) != k + num_idk:
+            raise ValueError(f"prompt {i}: {len(scores)} scores for {k} references and {num_idk} IDK strings")
+        refs.append(list(scores[:k]))
+        for j in range(num_idk):
+            idks[j].append(scores[k + j])
+    out: dict[str, float] = {}
+    for j, idk in enumerate(idks):
+        out[f"ruq_idk{j + 1}"] = ruq_score(refs, idk, reference)
+        out[f"ruq_margin_idk{j + 1}"] = ruq_margin(refs, idk, reference)
+    if num_idk:
+        out["ruq"], out["ruq_margin"] = out["ruq_idk1"], out["ruq_margin_idk1"]
+    return out

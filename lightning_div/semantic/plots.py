@@ -42,10 +42,12 @@ def collapse_heatmap(
     gold: Sequence[float],
     labels: Sequence[str],
     title: str = "Generated share per semantic cluster",
+    unit: str = "epoch",
 ) -> Any:
     """Clusters (rows, labelled by card) x epochs (columns) of generated shares, with the gold share first.
 
-    ``shares`` is [epochs, clusters]. A model collapsing onto a mode shows as one row
+    ``shares`` is [epochs, clusters]; ``unit`` names the columns (a Hugging Face Trainer
+    measures at steps). A model collapsing onto a mode shows as one row
     turning dark while the others fade; the gold column is what a diverse model matches.
     """
     shares = np.asarray(shares, dtype=np.float64).reshape(len(epochs), len(labels))
@@ -56,7 +58,7 @@ def collapse_heatmap(
     ax.set_xticks(np.arange(cols), ["gold"] + [str(e) for e in epochs], fontsize=8)
     ax.set_yticks(np.arange(k), [_short(s) for s in labels], fontsize=8)
     ax.axvline(0.5, color="white", linewidth=2)
-    ax.set_xlabel("epoch")
+    ax.set_xlabel(unit)
     if cols * k <= 400:  # the numbers stay readable
         for (i, j), v in np.ndenumerate(grid):
             ax.text(

@@ -1,8 +1,10 @@
-"""What the callbacks show of the semantic clusters: cards, collapse over epochs, DRESS rounds.
+"""What the front ends show of the semantic clusters: cards, collapse over epochs, DRESS rounds.
 
-Called by SemanticDiversityMonitor and DRESSReweighting on rank 0 only, after every
-number has been computed on all ranks: nothing here calls a collective (no
-``trainer.log_dir``, no gathering), so rank 0 cannot wait here for ranks that are not.
+Called by SemanticDiversityMonitor, DRESSReweighting and the Hugging Face
+DiversityTrainerCallback on rank 0 only, after every number has been computed on all ranks:
+nothing here calls a collective (no ``trainer.log_dir``, no gathering), so rank 0 cannot wait
+here for ranks that are not. ``trainer`` is a Lightning or a Hugging Face trainer; nothing here
+imports Lightning.
 Figures come from :mod:`lightning_div.semantic.plots`, logging from :mod:`lightning_div._internal.tracking`.
 """
 
@@ -78,11 +80,13 @@ def log_collapse(
     out_dir: Path,
     heatmap: bool = True,
     log_key: Callable[[str], str] = str,
+    unit: str = "epoch",
 ) -> None:
     """This epoch's labelled share histogram (``val/cluster_histogram``); with ``heatmap``, the epochs x
     clusters heatmap of generated shares (``val/cluster_shares``) and ``cluster_shares.csv`` (every
     measured epoch). ``log_key`` names the keys and the file as the calling callback logs them (its
-    ``name`` prefix: ``<name>/val/...``, ``<name>_cluster_shares.csv``)."""
+    ``name`` prefix: ``<name>/val/...``, ``<name>_cluster_shares.csv``). ``unit`` is what ``history``
+    counts: ``"epoch"`` (Lightning) or ``"step"`` (a Hugging Face Trainer)."""
     from lightning_div.semantic.plots import collapse_heatmap, share_histogram
 
     labels = labels_of(clusters)
@@ -90,18 +94,20 @@ def log_collapse(
     log_figure(
         trainer,
         log_key("val/cluster_histogram"),
-        share_histogram(generated, gold_share, labels, f"Semantic clusters, epoch {epoch}"),
+        share_histogram(generated, gold_share, labels, f"Semantic clusters, {unit} {epoch}"),
         out_dir,
     )
     if not heatmap:
         return
     epochs = [e for e, _ in history]
     shares = np.array([s for _, s in history], dtype=np.float64)
-    log_figure(trainer, log_key("val/cluster_shares"), collapse_heatmap(epochs, shares, gold_share, labels), out_dir)
+    log_figure(
+        trainer, log_key("val/cluster_shares"), collapse_heatmap(epochs, shares, gold_share, labels, unit=unit), out_dir
+    )
 
     def write(f: Any) -> None:
         w = csv.writer(f)
-        w.writerow(["epoch", "cluster", "label", "generated_share", "gold_share"])
+        w.writerow([unit, "cluster", "label", "generated_share", "gold_share"])
         for e, s in history:
             w.writerows(
                 [e, j, labels[j], round(float(s[j]), 6), round(float(gold_share[j]), 6)] for j in range(len(labels))
