@@ -469,6 +469,55 @@ def merge(dirs: list[Path], out: Path) -> dict[str, Any]:
     return results
 
 
+LABELS = {
+    "val_loss": "val loss",
+    "perplexity": "ppl",
+    "val_sem_ent": "Sem-Ent",
+    "val_distinct_1": "dist-1",
+    "val_distinct_2": "dist-2",
+    "val_ent_4": "Ent-4",
+    "val_ead": "EAD",
+    "head_share": "head share",
+    "val_cluster_js": "cluster JS",
+    "val_ruq": "RUQ %",
+    "val_ruq_margin": "RUQ margin",
+}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results page's tables from a results.json: the last epoch per setting (mean +- std over
+    seeds), each setting's difference to the baseline (Welch 95 % interval, smallest detectable
+    difference at power 0.8, p), Sem-Ent's noise over seeds against over contexts, and each run's time."""
+    summary, lines = results["summary"], []
+    keys = [k for k in COMPARED if any(k in v for v in summary.values())]
+    lines += ["| setting | " + " | ".join(LABELS[k] for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for name, per_key in summary.items():
+        cells = [f"{per_key[k]['mean'][-1]:.3f} ± {per_key[k]['std'][-1]:.3f}" for k in keys]
+        lines.append(f"| {name} (n={per_key.get('n', '?')}) | " + " | ".join(cells) + " |")
+    lines += ["", "| setting − baseline | metric | difference | 95 % interval (Welch) | detectable (power 0.8) | p |"]
+    lines.append("|---|---|---|---|---|---|")
+    for name, per_key in results.get("comparison", {}).items():
+        for key, c in per_key.items():
+            if not isinstance(c, dict) or "ci95" not in c:
+                continue
+            p = "–" if c.get("p") is None else f"{c['p']:.3f}"
+            lines.append(
+                f"| {name} | {LABELS[key]} | {c['diff']:+.3f} | [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] "
+                f"| ±{c['mdd80']:.3f} | {p} |"
+            )
+    lines += ["", "| setting | Sem-Ent std over seeds | mean bootstrap std over contexts (one run) |", "|---|---|---|"]
+    for name, per_key in summary.items():
+        boots = [b["std"] for k, b in results.get("bootstrap_sem_ent", {}).items() if k.split("/")[0] == name]
+        if boots:
+            lines.append(f"| {name} | {per_key['val_sem_ent']['std'][-1]:.3f} | {float(np.mean(boots)):.3f} |")
+    lines += ["", "| run | wall s | CPU s |", "|---|---|---|"]
+    for r in results["runs"]:
+        lines.append(
+            f"| {r['setting']} seed {r['seed']} | {r['seconds']:.0f} | {r.get('cpu_seconds', float('nan')):.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tiny setting for the tests (< 3 minutes)")
@@ -485,7 +534,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         metavar="DIR",
         help="combine the results.json of runs done in parallel processes into OUT (no training)",
     )
+    parser.add_argument("--markdown", metavar="RESULTS_JSON", help="print the page's tables of a results.json")
     args = parser.parse_args(argv)
+    if args.markdown:
+        results = json.loads(Path(args.markdown).read_text())
+        print(markdown(results), end="")
+        return results
     if args.merge:
         return merge([Path(d) for d in args.merge], Path(args.out))
     cfg = dict(QUICK if args.quick else REGIMES[args.regime])

@@ -102,3 +102,9 @@ def test_quick_run_writes_results_and_figures_and_reruns_identically(tmp_path):
     # --merge puts the parts together, the later part's run winning for a run done twice
     merged = script.main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")])
     assert len(merged["runs"]) == len(results["runs"])
+    # the page's tables: one row per setting with its seeds, the differences to the baseline, each run's time
+    table = script.markdown(merged)
+    assert "| baseline (n=1) |" in table and "| dress_nll (n=1) |" in table
+    baseline_loss = merged["summary"]["baseline"]["val_loss"]["mean"][-1]
+    assert f"{baseline_loss:.3f} ± 0.000" in table
+    assert "| baseline seed 0 |" in table and "| setting − baseline |" in table

@@ -8,7 +8,7 @@ which then gets a group of its own), and each batch goes through the model in tw
 * **the contexts**, at most ``batch_size`` of similar length per forward: a decoder-only
   model runs them left-padded with ``use_cache=True`` (the last column predicts every
   candidate's first token); an encoder-decoder runs its encoder.
-* **the candidates of those contexts, sorted by length**, at most ``batch_size`` per forward,
+* **the candidates of those contexts, sorted by length**, as many per forward as padding allows,
   each after its own context's keys/values (decoder-only, position ids continuing the
   context's own) or encoder output (encoder-decoder).
 
@@ -92,15 +92,21 @@ def _batch_plan(
 ) -> Iterator[tuple[list[int], list[list[int]]]]:
     """(context batch, its candidates' batches): contexts by length, then their candidates (pair indices) by length.
 
-    Every forward gets at most ``batch_size`` rows: contexts of similar length together, then
-    the candidates of those contexts, longest first, whatever context they follow.
+    A context forward gets at most ``batch_size`` contexts of similar length. Their candidates,
+    longest first whatever context they follow, share forwards cut only where padding would
+    exceed ``_MAX_PADDING``, not at ``batch_size`` rows: a candidate is a few tokens, and on a
+    CPU a forward of 16 rows of 8 tokens ran its matrix products far below their speed at 48
+    rows (``benchmarks/scoring.py --shared-only``, RUQ's 3 candidates per context: 1.69x -> 1.87x
+    over pairwise scoring in CPU time). The memory of a candidate forward is then at most the
+    candidates per context times a context forward's keys/values (each row holds a copy of its
+    context's).
     """
     members: list[list[int]] = [[] for _ in contexts]
     for i, g in enumerate(owner):
         members[g].append(i)
     for batch in length_batches([len(c) for c in contexts], batch_size, _MAX_PADDING):
         pairs = [i for g in batch for i in members[g]]
-        cuts = length_batches([lengths[i] for i in pairs], batch_size, _MAX_PADDING)
+        cuts = length_batches([lengths[i] for i in pairs], len(pairs), _MAX_PADDING)
         yield batch, [[pairs[j] for j in cut] for cut in cuts]
 
 
