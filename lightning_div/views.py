@@ -68,6 +68,32 @@ def log_cards_once(trainer: Any, clusters: Any, out_dir: Path, log_key: Callable
     return path
 
 
+def cluster_shares(clusters: Any, ids: Sequence[int] | np.ndarray) -> list[float]:
+    """Each cluster's share of the responses with cluster ids ``ids`` (all 0 for no response)."""
+    return (clusters.histogram(ids) / max(len(ids), 1)).tolist()
+
+
+SAMPLE_COLUMNS = ("context (last turn)", "generated", "cluster", "gold", "gold cluster")
+
+
+def log_samples_table(
+    trainer: Any,
+    key: str,
+    sample: Sequence[Any],
+    responses: Sequence[str],
+    ids: Sequence[int] | np.ndarray,
+    gold_ids: Sequence[int] | np.ndarray,
+    n: int,
+    out_dir: Path,
+) -> Path | None:
+    """The first ``n`` generated responses beside their contexts' gold ones, with both clusters, as table ``key``."""
+    rows = [
+        [p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
+        for p, r, c, g in list(zip(sample, responses, ids, gold_ids))[:n]
+    ]
+    return log_table(trainer, key, SAMPLE_COLUMNS, rows, out_dir)
+
+
 def labels_of(clusters: Any) -> list[str]:
     return cluster_labels(getattr(clusters, "cards", None), clusters.num_clusters)
 

@@ -224,6 +224,11 @@ def _markdown(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return head + "\n".join("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows)
 
 
+def _by_column(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
+    """A table as MLflow's ``log_table`` takes it: one list per column."""
+    return {c: [r[i] for r in rows] for i, c in enumerate(columns)}
+
+
 def _tensorboard(where: str, writer: Any) -> _Sink:
     """A ``SummaryWriter`` (``writer()`` returns it: Lightning's is created on first use)."""
     import numpy as np
@@ -254,8 +259,9 @@ def _lightning_sinks(trainer: Any) -> list[_Sink]:
             def table(
                 key: str, columns: Sequence[str], rows: list[list[Any]], step: int, tag: str, lg: Any = lg
             ) -> None:
-                data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
-                lg.experiment.log_table(lg.run_id, data=data, artifact_file=f"{_safe_name(key)}/{tag}.json")
+                lg.experiment.log_table(
+                    lg.run_id, data=_by_column(columns, rows), artifact_file=f"{_safe_name(key)}/{tag}.json"
+                )
 
             sinks.append(
                 _Sink(
@@ -299,8 +305,7 @@ def _hugging_face_sinks(trainer: Any) -> list[_Sink]:
             def table(
                 key: str, columns: Sequence[str], rows: list[list[Any]], step: int, tag: str, m: Any = mlflow
             ) -> None:
-                data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
-                m.log_table(data=data, artifact_file=f"{_safe_name(key)}/{tag}.json")
+                m.log_table(data=_by_column(columns, rows), artifact_file=f"{_safe_name(key)}/{tag}.json")
 
             sinks.append(
                 _Sink(

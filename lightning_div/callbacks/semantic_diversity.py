@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.lightning import pl
-from lightning_div._internal.tracking import log_table
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.guards import check_finite_model, require_inputs, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
@@ -25,7 +24,7 @@ from lightning_div.metrics import (
 )
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
-from lightning_div.views import log_cards_once, log_collapse
+from lightning_div.views import cluster_shares, log_cards_once, log_collapse, log_samples_table
 
 
 class SemanticDiversityMonitor(ValidationMonitor):
@@ -214,7 +213,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
                 m[SEM_ENT_GOLD] = semantic_entropy(gold_ids, k)
                 self._gold_logged = True
             self.last_responses = responses
-            shares = (clusters.histogram(ids) / max(len(ids), 1)).tolist()
+            shares = cluster_shares(clusters, ids)
             self.share_history = [h for h in self.share_history if h[0] != trainer.current_epoch]
             self.share_history.append((int(trainer.current_epoch), shares))
             if trainer.is_global_zero:
@@ -230,7 +229,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
     ) -> None:
         out = self.output_dir(trainer)
         clusters = self.space.clusters
-        gold_share = (clusters.histogram(gold_ids) / max(len(gold_ids), 1)).tolist()
+        gold_share = cluster_shares(clusters, gold_ids)
         if self.cluster_views:
             log_cards_once(trainer, clusters, out, self.log_key)  # validate()/test() without a fit start
         log_collapse(
@@ -243,16 +242,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
             log_key=self.log_key,
         )
         if self.log_samples > 0:
-            rows = [
-                [p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
-                for p, r, c, g in list(zip(sample, responses, ids, gold_ids))[: self.log_samples]
-            ]
-            log_table(
-                trainer,
-                self.log_key("val/samples"),
-                ["context (last turn)", "generated", "cluster", "gold", "gold cluster"],
-                rows,
-                out,
+            log_samples_table(
+                trainer, self.log_key("val/samples"), sample, responses, ids, gold_ids, self.log_samples, out
             )
 
     # -- checkpointing --------------------------------------------------------------------------

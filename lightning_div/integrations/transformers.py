@@ -74,6 +74,7 @@ from lightning_div.model.generation import pad_id_of
 from lightning_div.model.scoring import candidate_logprobs, scores_from_logprobs
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
+from lightning_div.views import cluster_shares, log_cards_once, log_collapse, log_samples_table
 
 __all__ = [
     "DIALOGPT_CHAT_TEMPLATE",
@@ -571,26 +572,19 @@ class DiversityTrainerCallback(TrainerCallback):
 
         Called on the first process only, after :meth:`measure` (nothing here is a collective).
         """
-        from lightning_div._internal.tracking import log_table
-        from lightning_div.views import log_cards_once, log_collapse
-
         out = Path(output_dir) / "lightning_div"
         sample, clusters, ids, gold_ids = self.sample(), self.space.clusters, self._last_ids, self._gold_ids
         if ids is None or gold_ids is None:
             return
-        gold_share = (clusters.histogram(gold_ids) / max(len(gold_ids), 1)).tolist()
+        gold_share = cluster_shares(clusters, gold_ids)
         if self.cluster_views:
             log_cards_once(self.trainer, clusters, out, self.figure_key)
         log_collapse(
             self.trainer, clusters, self.share_history, gold_share, out, self.cluster_views, self.figure_key, "step"
         )
         if self.log_samples > 0:
-            rows = [
-                [p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
-                for p, r, c, g in list(zip(sample, self.last_responses, ids, gold_ids))[: self.log_samples]
-            ]
-            columns = ["context (last turn)", "generated", "cluster", "gold", "gold cluster"]
-            log_table(self.trainer, self.figure_key("val/samples"), columns, rows, out)
+            key = self.figure_key("val/samples")
+            log_samples_table(self.trainer, key, sample, self.last_responses, ids, gold_ids, self.log_samples, out)
 
     def _measure_and_log(
         self, args: TrainingArguments, state: TrainerState, kwargs: dict[str, Any]
@@ -618,7 +612,7 @@ class DiversityTrainerCallback(TrainerCallback):
             )
             values = {}
         if self._last_ids is not None and eval_key("sem_ent") in values:
-            shares = (self.space.clusters.histogram(self._last_ids) / max(len(self._last_ids), 1)).tolist()
+            shares = cluster_shares(self.space.clusters, self._last_ids)
             self.share_history = [h for h in self.share_history if h[0] != state.global_step]
             self.share_history.append((int(state.global_step), shares))
             if state.is_world_process_zero:
