@@ -20,7 +20,12 @@ from lightning_div.datamodules import (
     encode_pairs,
 )
 from lightning_div.datamodules.encoding import EncodedDialogues
-from lightning_div.datamodules.samplers import ExactDistributedSampler, WeightedDistributedSampler
+from lightning_div.datamodules.samplers import (
+    ExactDistributedSampler,
+    SeparateBatchSampler,
+    WeightedDistributedSampler,
+    epoch_window,
+)
 from lightning_div.model.formatting import DialogueFormat
 
 PAIRS = [
@@ -413,6 +418,67 @@ def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
     assert fresh.sample_weights.tolist() == dm_weights.tolist()
     assert [p.response for p in fresh.negatives] == ["generated one", "generated two"]
     assert sorted(i for e, idx, _ in resumed.seen for i in idx) == list(range(n + 2))  # epoch 2 only
+
+
+def test_epochs_of_a_window_each_take_examples_not_taken_before_and_every_negative():
+    # 10 gold examples, 4 an epoch, then 2 negatives: the windows of epochs 0 and 1 are disjoint, and
+    # epochs 0..4 take every gold example twice (20 places over 10 examples)
+    n_gold, per, dataset = 10, 4, list(range(12))
+    taken = []
+    for epoch in range(5):
+        shards = []
+        for rank in range(2):
+            sampler = ExactDistributedSampler(dataset, 2, rank, seed=3, num_gold=n_gold, gold_per_epoch=per)
+            sampler.set_epoch(epoch)
+            shards.append(list(sampler))
+            assert len(sampler) == 3  # (4 + 2) / 2 ranks
+        real = sorted(i for shard in shards for i in shard)
+        assert real[-2:] == [10, 11] and len(real) == per + 2  # both negatives, every epoch, once
+        assert sorted(epoch_window(n_gold, per, 3, epoch)) == real[:-2]
+        taken += real[:-2]
+    assert not set(taken[:4]) & set(taken[4:8])
+    assert sorted(taken) == sorted(list(range(n_gold)) * 2)
+    # without a window: the order the sampler always had, a permutation seeded by seed + epoch
+    plain = ExactDistributedSampler(dataset, 1, 0, seed=3)
+    plain.set_epoch(2)
+    g = torch.Generator()
+    g.manual_seed(5)
+    assert list(plain) == torch.randperm(12, generator=g).tolist()
+    # batches of their own: one group per batch, every negative, 4 gold examples
+    separate = SeparateBatchSampler(dataset, [10, 2], 2, 1, 0, seed=3, first_group_per_epoch=per)
+    for epoch in range(2):
+        separate.set_epoch(epoch)
+        batches = separate.batches()
+        assert len(separate) == 6 and len(batches) == 3
+        assert all(set(b) <= set(range(10)) or set(b) == {10, 11} for b in batches)
+        assert sorted(i for b in batches for i in b if i < 10) == sorted(epoch_window(n_gold, per, 3, epoch))
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=r"examples per epoch must be an integer >= 1 or None"):
+            epoch_window(10, bad, 0, 0)
+    with pytest.raises(ValueError, match=r"train_examples_per_epoch must be >= 1 \(or None\), got 0"):
+        DialogueDataModule(train=PAIRS, val=None, train_examples_per_epoch=0)
+
+
+def test_a_fit_with_examples_per_epoch_trains_a_new_window_each_epoch_and_draws_that_many():
+    pairs = list(chitchat_pairs("train", 5))[:12]
+    dm = DialogueDataModule(
+        train=pairs, val=None, batch_size=2, show_progress=False, max_context_tokens=32, train_examples_per_epoch=4
+    )
+    model = TinyLM(lr=1e-3)
+    quiet_trainer(max_epochs=3, reload_dataloaders_every_n_epochs=1).fit(model, dm)
+    by_epoch = [sorted(i for e, idx, _ in model.seen if e == epoch for i in idx) for epoch in range(3)]
+    assert [len(b) for b in by_epoch] == [4, 4, 4]
+    assert sorted(i for b in by_epoch for i in b) == list(range(12))  # three windows: each example once
+    # the same windows without rebuilding the dataloader: Lightning sets the sampler's epoch itself
+    again = TinyLM(lr=1e-3)
+    quiet_trainer(max_epochs=3).fit(again, dm)
+    assert [sorted(i for e, idx, _ in again.seen if e == epoch for i in idx) for epoch in range(3)] == by_epoch
+    # sampler mode draws that many an epoch
+    drawn = DialogueDataModule(
+        train=pairs, val=None, tokenizer=tokenizer(), show_progress=False, train_examples_per_epoch=4
+    )
+    drawn.apply_weights(np.ones(12), Negatives(), "sampler")
+    assert len(drawn.train_dataloader().sampler) == 4
 
 
 def _seen_by_epoch(record_dir):

@@ -106,6 +106,11 @@ class DialogueDataModule(pl.LightningDataModule):
         reader: the field / column names and CSV/TSV separators the readers use
             (:class:`~lightning_div.datamodules.formats.ReaderOptions`; None = the defaults).
         show_progress: progress bar while tokenising.
+        train_examples_per_epoch: train on only this many of the training examples each epoch,
+            a different window of them every epoch (seeded by ``seed``; see
+            :func:`~lightning_div.datamodules.samplers.epoch_window`), so that consecutive epochs
+            see examples not seen before until all are used; DRESS's negatives are trained whole.
+            In ``"sampler"`` mode an epoch draws this many. None: every example every epoch.
     """
 
     def __init__(
@@ -130,6 +135,7 @@ class DialogueDataModule(pl.LightningDataModule):
         seq2seq: bool | None = None,
         reader: ReaderOptions | None = None,
         show_progress: bool = True,
+        train_examples_per_epoch: int | None = None,
     ) -> None:
         super().__init__()
         self.reader = ReaderOptions.of(reader)  # or a dict of its options, as a checkpoint's hyperparameters hold it
@@ -144,9 +150,11 @@ class DialogueDataModule(pl.LightningDataModule):
             max_train_examples=max_train_examples,
             max_val_examples=max_val_examples,
             max_test_examples=max_test_examples,
+            train_examples_per_epoch=train_examples_per_epoch,
         )
         self._sources = sources
         self._limits = {"train": max_train_examples, "val": max_val_examples, "test": max_test_examples}
+        self.train_examples_per_epoch = train_examples_per_epoch
         self.format = format
         self.max_history = max_history
         self.dialogue_format = DialogueFormat(
@@ -475,12 +483,24 @@ class DialogueDataModule(pl.LightningDataModule):
                 num_replicas,
                 rank,
                 seed=self.seed,
+                first_group_per_epoch=self.train_examples_per_epoch,
             )
         elif self._mode == "loss":
-            sampler = ExactDistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=self.seed)
+            sampler = ExactDistributedSampler(
+                dataset,
+                num_replicas,
+                rank,
+                shuffle=True,
+                seed=self.seed,
+                num_gold=len(dataset) - len(self._negatives),
+                gold_per_epoch=self.train_examples_per_epoch,
+            )
         else:
             weights = np.concatenate([self.sample_weights, self._negatives.weights])
-            sampler = WeightedDistributedSampler(dataset, weights, num_replicas=num_replicas, rank=rank, seed=self.seed)
+            per_epoch = self.train_examples_per_epoch
+            sampler = WeightedDistributedSampler(
+                dataset, weights, num_samples=per_epoch, num_replicas=num_replicas, rank=rank, seed=self.seed
+            )
         trainer = self._trainer_or_none()
         sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
         self._train_loader_built = True

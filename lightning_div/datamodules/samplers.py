@@ -26,6 +26,45 @@ def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     return (group_size if num_replicas is None else num_replicas), (group_rank if rank is None else rank)
 
 
+def _per_epoch(per_epoch: int | None) -> int | None:
+    if per_epoch is not None and (isinstance(per_epoch, bool) or int(per_epoch) != per_epoch or per_epoch < 1):
+        raise ValueError(f"examples per epoch must be an integer >= 1 or None, got {per_epoch!r}")
+    return None if per_epoch is None else int(per_epoch)
+
+
+def epoch_window(pool: int, per_epoch: int | None, seed: int, epoch: int) -> list[int]:
+    """The examples of ``range(pool)`` that epoch ``epoch`` trains when an epoch takes ``per_epoch`` of them.
+
+    Window ``epoch`` of one permutation seeded by ``seed`` (the same for every epoch), wrapping
+    around at its end: consecutive epochs take examples not taken before until the pool is used
+    up, and over ``pool`` epochs every example is taken ``per_epoch`` times. A function of its
+    arguments only, so every process and a resumed run take the same window.
+
+    Args:
+        pool: how many examples there are.
+        per_epoch: how many an epoch takes; None or >= ``pool``: all of them.
+        seed: the permutation's seed.
+        epoch: the epoch.
+
+    Returns:
+        The indices (unordered; the samplers shuffle them). ``list(range(pool))`` when an epoch takes all.
+
+    Examples:
+        >>> sorted(epoch_window(6, 3, seed=0, epoch=0) + epoch_window(6, 3, seed=0, epoch=1))
+        [0, 1, 2, 3, 4, 5]
+        >>> epoch_window(4, None, seed=0, epoch=7)
+        [0, 1, 2, 3]
+    """
+    per_epoch = _per_epoch(per_epoch)
+    if per_epoch is None or per_epoch >= pool:
+        return list(range(pool))
+    g = torch.Generator()
+    g.manual_seed(seed)
+    perm = torch.randperm(pool, generator=g).tolist()
+    start = (epoch * per_epoch) % pool
+    return [perm[(start + k) % pool] for k in range(per_epoch)]
+
+
 class ResumableSampler(DistributedSampler):
     """A DistributedSampler whose iteration over one given epoch can start part-way.
 
@@ -57,6 +96,9 @@ class ExactDistributedSampler(ResumableSampler):
     padding row with weight 0 (see :class:`lightning_div.datamodules.dialogue.EncodedDialogues`).
     The order is a permutation seeded by ``seed + epoch`` (call :meth:`set_epoch`), the
     same on every rank; rank ``r`` takes positions ``r, r + R, r + 2R, ...``.
+
+    With ``gold_per_epoch``, an epoch takes only that many of the first ``num_gold`` indices
+    (the gold examples; see :func:`epoch_window`), and every index after them (DRESS's negatives).
     """
 
     def __init__(
@@ -66,20 +108,34 @@ class ExactDistributedSampler(ResumableSampler):
         rank: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
+        num_gold: int | None = None,
+        gold_per_epoch: int | None = None,
     ) -> None:
         num_replicas, rank = _replicas(num_replicas, rank)
         # torch types `dataset` as Dataset, but only its length is used: any Sized will do
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)  # type: ignore[arg-type]
+        n = len(dataset)
+        self.num_gold = n if num_gold is None else int(num_gold)
+        if not 0 <= self.num_gold <= n:
+            raise ValueError(f"num_gold={num_gold} for {n} examples")
+        self.gold_per_epoch = _per_epoch(gold_per_epoch)
+        size = len(epoch_window(self.num_gold, self.gold_per_epoch, seed, 0)) + n - self.num_gold
+        self.num_samples = math.ceil(size / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
 
     def __iter__(self) -> Iterator[int]:
         n = len(self.dataset)  # type: ignore[arg-type]
+        members = epoch_window(self.num_gold, self.gold_per_epoch, self.seed, self.epoch) + list(
+            range(self.num_gold, n)
+        )
         if self.shuffle:
             g = torch.Generator()
             g.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(n, generator=g).tolist()
+            order = [members[i] for i in torch.randperm(len(members), generator=g).tolist()]
         else:
-            order = list(range(n))
-        order += [n + order[k % n] for k in range(self.total_size - n)] if n else []
+            order = members
+        size = len(order)
+        order += [n + order[k % size] for k in range(self.total_size - size)] if size else []
         return self._resumed(order[self.rank : self.total_size : self.num_replicas])
 
 
@@ -102,6 +158,8 @@ class SeparateBatchSampler(ResumableSampler):
         num_replicas: the number of processes (read from the process group if None).
         rank: this process's rank (read from the process group if None).
         seed: the shuffling seed (offset by the epoch).
+        first_group_per_epoch: take only this many of the first group's examples each epoch
+            (see :func:`epoch_window`); None: all of them.
     """
 
     def __init__(
@@ -112,6 +170,7 @@ class SeparateBatchSampler(ResumableSampler):
         num_replicas: int | None = None,
         rank: int | None = None,
         seed: int = 0,
+        first_group_per_epoch: int | None = None,
     ) -> None:
         num_replicas, rank = _replicas(num_replicas, rank)
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)  # type: ignore[arg-type]
@@ -121,24 +180,31 @@ class SeparateBatchSampler(ResumableSampler):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = int(batch_size)
+        self.first_group_per_epoch = _per_epoch(first_group_per_epoch)
         global_batch = self.batch_size * self.num_replicas
-        num_batches = sum(math.ceil(g / global_batch) for g in self.groups)
+        num_batches = sum(math.ceil(len(self._members(k, 0)) / global_batch) for k in range(len(self.groups)))
         self.total_size = num_batches * global_batch
         self.num_samples = num_batches * self.batch_size
+
+    def _members(self, group: int, epoch: int) -> list[int]:
+        """The indices of ``group`` that ``epoch`` trains."""
+        start = sum(self.groups[:group])
+        per_epoch = self.first_group_per_epoch if group == 0 else None
+        return [start + i for i in epoch_window(self.groups[group], per_epoch, self.seed, epoch)]
 
     def batches(self) -> list[list[int]]:
         """This epoch's global batches (``batch_size * num_replicas`` indices each), in training order."""
         n, global_batch = len(self.dataset), self.batch_size * self.num_replicas  # type: ignore[arg-type]
         g = torch.Generator()
         g.manual_seed(self.seed + self.epoch)
-        batches, start = [], 0
-        for size in self.groups:
-            order = (start + torch.randperm(size, generator=g)).tolist()
-            for b in range(0, size, global_batch):
+        batches = []
+        for group in range(len(self.groups)):
+            members = self._members(group, self.epoch)
+            order = [members[i] for i in torch.randperm(len(members), generator=g).tolist()]
+            for b in range(0, len(order), global_batch):
                 batch = order[b : b + global_batch]
                 batch += [2 * n + batch[k % len(batch)] for k in range(global_batch - len(batch))]
                 batches.append(batch)
-            start += size
         return [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
 
     def __iter__(self) -> Iterator[int]:
