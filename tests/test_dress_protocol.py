@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from monitor_setup import TRAIN, TinyChat, collate, datamodule, dress, tiny_lm, 
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div import ReweightableDataModule as TopLevelProtocol
+from lightning_div._internal import tracking
 from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negatives, ReweightableDataModule
 from lightning_div.dress.losses import dress_loss
 
@@ -114,6 +116,23 @@ def test_setup_refuses_a_trainer_that_never_rebuilds_the_train_dataloader(tmp_pa
         tr.fit(tiny_lm(), datamodule=datamodule())
     # without negatives the weights are applied once, before the first dataloader: no reload needed
     dress(tmp_path, negatives=False).check_trainer(trainer(tmp_path, []))
+
+
+@pytest.mark.parametrize("limit", [5, 0.25])
+def test_a_trainer_that_cuts_epochs_is_told_that_part_of_the_negatives_goes_untrained(tmp_path, monkeypatch, limit):
+    monkeypatch.setattr(tracking, "_warned", set())
+    with pytest.warns(RuntimeWarning, match=rf"limit_train_batches={limit} trains only the first batches"):
+        dress(tmp_path).check_trainer(
+            trainer(tmp_path, [], limit_train_batches=limit, reload_dataloaders_every_n_epochs=1)
+        )
+    # whole epochs, or no negatives to cut: nothing to say
+    monkeypatch.setattr(tracking, "_warned", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dress(tmp_path).check_trainer(
+            trainer(tmp_path, [], limit_train_batches=1.0, reload_dataloaders_every_n_epochs=1)
+        )
+        dress(tmp_path, negatives=False).check_trainer(trainer(tmp_path, [], limit_train_batches=5))
 
 
 def test_setup_refuses_a_datamodule_without_the_protocol(tmp_path):

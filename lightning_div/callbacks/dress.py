@@ -9,7 +9,7 @@ import numpy as np
 
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
-from lightning_div._internal.tracking import log_figure, new_figure
+from lightning_div._internal.tracking import log_figure, new_figure, warn_once
 from lightning_div.callbacks.base import DiversityCallback, override, sample_indices
 from lightning_div.callbacks.guards import check_finite_model, settings_changed, warn_if_all_empty
 from lightning_div.core import DialoguePair
@@ -194,6 +194,9 @@ class DRESSReweighting(DiversityCallback):
         ``every_n_epochs`` is not enough: Lightning counts its reloads from the epoch a run
         resumes at, which need not be a round's start.) Gold weights alone are applied once,
         before the first dataloader, so ``negatives=False`` needs nothing.
+
+        Warns (once) when ``limit_train_batches`` cuts the epochs: only about that share of the
+        negatives' batches, shuffled among the gold ones, would be trained.
         """
         if not self.negatives:
             return
@@ -204,6 +207,16 @@ class DRESSReweighting(DiversityCallback):
                 f"epoch(s), which reach training only through a rebuilt train dataloader, but this "
                 f"Trainer has reload_dataloaders_every_n_epochs={every}: create the Trainer with "
                 f"reload_dataloaders_every_n_epochs=1 (or use negatives=False)"
+            )
+        limit = getattr(trainer, "limit_train_batches", 1.0)
+        if limit is not None and (isinstance(limit, int) or limit < 1.0):  # an int is a number of batches
+            # The negative batches are shuffled among the gold ones, so a cut epoch trains only part of them.
+            warn_once(
+                "dress-limit-train-batches",
+                f"DRESSReweighting(negatives=True): limit_train_batches={limit} trains only the first "
+                f"batches of each epoch, and the negatives' batches are shuffled among the gold ones, so "
+                f"only about that share of each round's mined negatives is trained. Train whole epochs "
+                f"and take fewer examples instead (DialogueDataModule(max_train_examples=...))",
             )
 
     @override
