@@ -497,9 +497,13 @@ class DialogueDataModule(pl.LightningDataModule):
             )
         else:
             weights = np.concatenate([self.sample_weights, self._negatives.weights])
-            per_epoch = self.train_examples_per_epoch
             sampler = WeightedDistributedSampler(
-                dataset, weights, num_samples=per_epoch, num_replicas=num_replicas, rank=rank, seed=self.seed
+                dataset,
+                weights,
+                num_samples=self.train_examples_per_epoch,
+                num_replicas=num_replicas,
+                rank=rank,
+                seed=self.seed,
             )
         trainer = self._trainer_or_none()
         sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)

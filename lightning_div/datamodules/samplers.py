@@ -32,6 +32,12 @@ def _per_epoch(per_epoch: int | None) -> int | None:
     return None if per_epoch is None else int(per_epoch)
 
 
+def _window_size(pool: int, per_epoch: int | None) -> int:
+    """How many examples :func:`epoch_window` returns, without drawing its permutation."""
+    per_epoch = _per_epoch(per_epoch)
+    return pool if per_epoch is None else min(per_epoch, pool)
+
+
 def epoch_window(pool: int, per_epoch: int | None, seed: int, epoch: int) -> list[int]:
     """The examples of ``range(pool)`` that epoch ``epoch`` trains when an epoch takes ``per_epoch`` of them.
 
@@ -119,7 +125,7 @@ class ExactDistributedSampler(ResumableSampler):
         if not 0 <= self.num_gold <= n:
             raise ValueError(f"num_gold={num_gold} for {n} examples")
         self.gold_per_epoch = _per_epoch(gold_per_epoch)
-        size = len(epoch_window(self.num_gold, self.gold_per_epoch, seed, 0)) + n - self.num_gold
+        size = _window_size(self.num_gold, self.gold_per_epoch) + n - self.num_gold
         self.num_samples = math.ceil(size / self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
 
@@ -182,7 +188,8 @@ class SeparateBatchSampler(ResumableSampler):
         self.batch_size = int(batch_size)
         self.first_group_per_epoch = _per_epoch(first_group_per_epoch)
         global_batch = self.batch_size * self.num_replicas
-        num_batches = sum(math.ceil(len(self._members(k, 0)) / global_batch) for k in range(len(self.groups)))
+        sizes = [_window_size(self.groups[0], self.first_group_per_epoch), *self.groups[1:]] if self.groups else []
+        num_batches = sum(math.ceil(size / global_batch) for size in sizes)
         self.total_size = num_batches * global_batch
         self.num_samples = num_batches * self.batch_size
 
