@@ -384,10 +384,10 @@ def figures(results: dict[str, Any], out: Path) -> list[str]:
     ]
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
     for ax, key in zip(axes.flat, panels):
-        for name, per_key in summary.items():
+        for i, (name, per_key) in enumerate(summary.items()):
             mean, std = np.array(per_key[key]["mean"]), np.array(per_key[key]["std"])
             x = np.arange(1, len(mean) + 1)
-            ax.errorbar(x, mean, yerr=std, marker="o", capsize=3, label=name)
+            ax.errorbar(x, mean, yerr=std, marker="o", capsize=3, label=name, color=f"C{i}")
         ax.set_title(key)
         ax.set_xlabel("epoch")
         if key == "val_sem_ent" and results.get("gold_sem_ent") is not None:
@@ -400,12 +400,14 @@ def figures(results: dict[str, Any], out: Path) -> list[str]:
     written.append("dress_vs_baseline.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name, per_key in summary.items():
+    # one colour per setting in both panels (and as in the figure above): baseline has no negative
+    # batches, so the right panel's own colour cycle would give the next setting baseline's colour
+    for i, (name, per_key) in enumerate(summary.items()):
         for ax, kind in zip(axes, ("gold", "negative")):
             mean = np.array(per_key[f"{kind}_batch_loss"]["mean"], dtype=float)
             if np.all(np.isnan(mean)):
                 continue
-            ax.plot(np.arange(1, len(mean) + 1), mean, marker="o", label=name)
+            ax.plot(np.arange(1, len(mean) + 1), mean, marker="o", label=name, color=f"C{i}")
             ax.set_title(f"mean training loss of {kind} batches")
             ax.set_xlabel("epoch")
     axes[0].legend(fontsize=8)

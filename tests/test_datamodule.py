@@ -213,7 +213,7 @@ def test_missing_tokenizer_and_data_are_explained():
         DialogueDataModule(train=PAIRS, val=None, tokenizer=tokenizer()).setup("test")
     with pytest.raises(ValueError, match="stage 'validate' needs val data"):
         DialogueDataModule(train=PAIRS, val=None, tokenizer=tokenizer()).setup("validate")
-    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         DialogueDataModule(batch_size=0)
 
 
@@ -455,8 +455,15 @@ def test_epochs_of_a_window_each_take_examples_not_taken_before_and_every_negati
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=r"examples per epoch must be an integer >= 1 or None"):
             epoch_window(10, bad, 0, 0)
-    with pytest.raises(ValueError, match=r"train_examples_per_epoch must be >= 1 \(or None\), got 0"):
-        DialogueDataModule(train=PAIRS, val=None, train_examples_per_epoch=0)
+    # the module refuses what the samplers would, when it is built rather than at its first dataloader
+    for bad, shown in ((0, "0"), (1.5, "1.5"), (True, "True"), ("8", "'8'")):
+        with pytest.raises(
+            ValueError, match=rf"train_examples_per_epoch must be an integer >= 1 \(or None\), got {shown}"
+        ):
+            DialogueDataModule(train=PAIRS, val=None, train_examples_per_epoch=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"max_train_examples must be an integer >= 1 \(or None\), got 2.0"):
+        DialogueDataModule(train=PAIRS, val=None, max_train_examples=2.0)  # type: ignore[arg-type]
+    assert DialogueDataModule(train=PAIRS, val=None, train_examples_per_epoch=np.int64(4)).train_examples_per_epoch == 4
 
 
 def test_a_fit_with_examples_per_epoch_trains_a_new_window_each_epoch_and_draws_that_many():

@@ -11,6 +11,7 @@ DRESS callback reaches it through one method, :meth:`DialogueDataModule.apply_we
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import warnings
 from typing import Any
@@ -66,10 +67,14 @@ def _plain(value: Any) -> bool:
 
 
 def _check_sizes(**sizes: int | None) -> None:
-    """Batch sizes and subset sizes are >= 1 (or None)."""
+    """Batch sizes and subset sizes are integers >= 1 (or None).
+
+    Checked when the module is built, so that a bad value fails there and not at the first
+    dataloader, minutes into a fit.
+    """
     for name, value in sizes.items():
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1 (or None), got {value}")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1 (or None), got {value!r}")
 
 
 def _reload_every(trainer: Any) -> int:
