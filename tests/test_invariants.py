@@ -36,7 +36,12 @@ from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.datamodules import DialogueDataModule
-from lightning_div.datamodules.samplers import ExactDistributedSampler, ResumableDataLoader, WeightedDistributedSampler
+from lightning_div.datamodules.samplers import (
+    ExactDistributedSampler,
+    ResumableDataLoader,
+    WeightedDistributedSampler,
+    epoch_window,
+)
 from lightning_div.model.dialogue_lm import DialogueLM
 
 CORPUS_METRICS = [
@@ -115,6 +120,26 @@ def test_train_loader_state_skips_the_batches_already_trained_on():
     plain = ResumableDataLoader(list(range(6)), batch_size=2)  # a plain sampler cannot start part-way
     with pytest.raises(ValueError, match="ResumableSampler"):
         plain.load_state_dict({"epoch": 0, "batches": 1})
+
+
+def test_an_epoch_of_a_window_resumes_with_the_rest_of_that_window():
+    # train_examples_per_epoch: which examples an epoch trains is a function of (seed, epoch), so a
+    # fresh loader restored to (epoch 1, 2 batches trained) yields the rest of epoch 1's window,
+    # neither epoch 0's window nor a new draw
+    pairs = list(chitchat_pairs("train", 5))[:13]
+    dm = DialogueDataModule(
+        train=pairs, val=None, tokenizer=tokenizer(), batch_size=2, show_progress=False, train_examples_per_epoch=6
+    )
+    loader = dm.train_dataloader()
+    loader.sampler.set_epoch(1)
+    whole = [b["index"].tolist() for b in loader]
+    taken = sorted(i for b in whole for i in b)
+    assert len(whole) == 3 and taken == sorted(epoch_window(13, 6, dm.seed, 1))
+    assert not set(taken) & set(epoch_window(13, 6, dm.seed, 0))  # a different window from epoch 0's
+    fresh = dm.train_dataloader()
+    fresh.load_state_dict({"epoch": 1, "batches": 2})
+    fresh.sampler.set_epoch(1)  # Lightning sets the epoch before it iterates
+    assert [b["index"].tolist() for b in fresh] == whole[2:]
 
 
 STEPS_PER_EPOCH = 10  # 160 examples / batch size 16; epoch 1 has more (the DRESS negatives join it)
