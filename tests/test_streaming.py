@@ -49,6 +49,25 @@ def test_same_ids_and_batches_as_the_in_memory_path(tmp_path):
             assert plain(a[key]) == plain(b[key]), key
 
 
+def test_train_examples_per_epoch_takes_the_same_windows_as_in_memory(tmp_path):
+    # the option is DialogueDataModule's, inherited: the same window of the chunks each epoch
+    pairs = list(chitchat_pairs("train", 6))[:30]
+    memory, stream = pair_modules(tmp_path, pairs, max_context_tokens=24, train_examples_per_epoch=8)
+    memory.setup("fit")
+    stream.prepare_data()
+    stream.setup("fit")
+    seen = []
+    for epoch in range(2):
+        batches = {}
+        for name, dm in (("memory", memory), ("stream", stream)):
+            loader = dm.train_dataloader()
+            loader.sampler.set_epoch(epoch)
+            batches[name] = [b["index"].tolist() for b in loader]
+        assert batches["stream"] == batches["memory"] and len(batches["stream"]) == 2  # 8 examples, batch 4
+        seen.append({i for b in batches["stream"] for i in b})
+    assert len(seen[0]) == len(seen[1]) == 8 and not seen[0] & seen[1]
+
+
 def test_chunks_are_written_once_per_content(tmp_path, monkeypatch):
     pairs = list(chitchat_pairs("train", 4))[:12]
     _, first = pair_modules(tmp_path, pairs)
