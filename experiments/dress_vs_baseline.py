@@ -369,6 +369,7 @@ def figures(results: dict[str, Any], out: Path) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     written = []
     summary = {k: v for k, v in results["summary"].items() if k in MAIN}
@@ -390,6 +391,7 @@ def figures(results: dict[str, Any], out: Path) -> list[str]:
             ax.errorbar(x, mean, yerr=std, marker="o", capsize=3, label=name, color=f"C{i}")
         ax.set_title(key)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if key == "val_sem_ent" and results.get("gold_sem_ent") is not None:
             ax.axhline(results["gold_sem_ent"], color="grey", ls="--", lw=1, label="gold responses")
     axes.flat[0].legend(fontsize=8)
@@ -410,6 +412,7 @@ def figures(results: dict[str, Any], out: Path) -> list[str]:
             ax.plot(np.arange(1, len(mean) + 1), mean, marker="o", label=name, color=f"C{i}")
             ax.set_title(f"mean training loss of {kind} batches")
             ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].legend(fontsize=8)
     axes[1].legend(fontsize=8)
     fig.tight_layout()
