@@ -312,7 +312,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.merge:
         parts = [json.loads((Path(d) / "results.json").read_text()) for d in args.merge]
         runs = [r for part in parts for r in part["runs"]]
-        cfg = dict(parts[0]["settings"], corners=[c for part in parts for c in part["settings"]["corners"]])
+        # parts split by corner, by seed or both: each corner and seed once, in the order first met
+        corners = [c for part in parts for c in part["settings"]["corners"]]
+        corners = [c for i, c in enumerate(corners) if c not in corners[:i]]
+        seeds = sorted({s for part in parts for s in part["settings"]["seeds"]})
+        cfg = dict(parts[0]["settings"], corners=corners, seeds=seeds)
         meta = {"quick": parts[0]["quick"], "regime": parts[0]["regime"], "merged_from": args.merge}
         meta["wall_s"] = sum(part["wall_s"] for part in parts)
         return finish(cfg, runs, out, meta)

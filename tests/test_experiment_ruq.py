@@ -68,3 +68,26 @@ def test_ruq_over_training_quick(tmp_path):
     assert tuple(res["best"]) in corners and tuple(res["worst"]) in corners
     for name in res["figures"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # --merge of parts split by seed: every corner once in the summary, with both seeds' runs
+    other = tmp_path / "seed4"
+    other.mkdir()
+    part = json.loads((out / "results.json").read_text())
+    part["settings"]["seeds"] = [4]
+    for run in part["runs"]:
+        run["seed"] = 4
+        for e in run["epochs"]:
+            e["train/ruq"] = 100.0 - e["train/ruq"]  # another seed's numbers, so the mean is checkable
+    (other / "results.json").write_text(json.dumps(part))
+    merged_dir = tmp_path / "merged"
+    script = str(ROOT / "experiments" / "ruq_over_training.py")
+    cmd = [sys.executable, script, "--merge", str(out), str(other), "--out", str(merged_dir)]
+    subprocess.run(cmd, check=True, cwd=tmp_path, env=env, timeout=600)
+    merged = json.loads((merged_dir / "results.json").read_text())
+    assert merged["settings"]["seeds"] == [3, 4]
+    assert [(row["dropout"], row["label_smoothing"]) for row in merged["summary"]] == corners
+    assert [(r["dropout"], r["label_smoothing"], r["seed"]) for r in merged["runs"]] == [
+        (*c, s) for c in corners for s in (3, 4)
+    ]
+    for row in merged["summary"]:
+        assert row["seeds"] == [3, 4] and row["train/ruq"]["mean"] == pytest.approx(50.0)
