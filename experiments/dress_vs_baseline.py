@@ -420,17 +420,30 @@ def figures(results: dict[str, Any], out: Path) -> list[str]:
     plt.close(fig)
     written.append("batch_losses.png")
 
-    sweep = [(lam, name) for name, lam in SWEEP.items() if name in results["summary"]]
+    every = results["summary"]  # the figures above draw MAIN only
+    # lambda 0 makes every weight 1, so the baseline's runs are the sweep's lambda 0 (a lambda_0 run checks
+    # that: the quick test asserts it equals the baseline exactly); the lambda_0 runs are drawn on top
+    zero = "baseline" if "baseline" in every else "lambda_0"
+    sweep = [(0.0, zero)] if zero in every else []
+    sweep += [(lam, name) for name, lam in SWEEP.items() if lam > 0 and name in every]
     if len(sweep) > 1:
         fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
+        lams = [lam for lam, _ in sweep]
         for ax, key in zip(axes, ("val_loss", "val_sem_ent", "val_distinct_2", "head_share")):
-            lams = [lam for lam, _ in sweep]
-            means = [results["summary"][n][key]["mean"][-1] for _, n in sweep]
-            stds = [results["summary"][n][key]["std"][-1] for _, n in sweep]
-            ax.errorbar(lams, means, yerr=stds, marker="o", capsize=3)
+            means = [every[n][key]["mean"][-1] for _, n in sweep]
+            stds = [every[n][key]["std"][-1] for _, n in sweep]
+            ax.errorbar(lams, means, yerr=stds, marker="o", capsize=3, label="mean +- std over seeds")
+            for lam, name, mean in zip(lams, (n for _, n in sweep), means):
+                ax.annotate(f"n={every[name]['n']}", (lam, mean), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            if zero == "baseline" and "lambda_0" in every:
+                check = [r["epochs"][-1].get(key, np.nan) for r in results["runs"] if r["setting"] == "lambda_0"]
+                ax.plot([0.0] * len(check), check, "x", color="C3", label="lambda_0 run(s)")
             ax.set_xlabel("lambda")
+            ax.set_xticks(lams)
             ax.set_title(f"{key}, last epoch")
-        fig.suptitle("lambda sweep (DRESS weights without negatives), mean +- std over seeds")
+        axes[0].legend(fontsize=7)
+        title = "lambda sweep (DRESS weights without negatives)"
+        fig.suptitle(title + (": lambda 0 is the baseline's runs" if zero == "baseline" else ""))
         fig.tight_layout()
         fig.savefig(out / "lambda_sweep.png", dpi=110)
         plt.close(fig)
