@@ -452,9 +452,15 @@ def test_epochs_of_a_window_each_take_examples_not_taken_before_and_every_negati
         assert len(separate) == 6 and len(batches) == 3
         assert all(set(b) <= set(range(10)) or set(b) == {10, 11} for b in batches)
         assert sorted(i for b in batches for i in b if i < 10) == sorted(epoch_window(n_gold, per, 3, epoch))
-    for bad in (0, 1.5, True):
-        with pytest.raises(ValueError, match=r"examples per epoch must be an integer >= 1 or None"):
-            epoch_window(10, bad, 0, 0)
+    # one rule for the samplers and the module (check_count): 2.0 is refused as the module refuses it
+    for bad, shown in ((0, "0"), (1.5, "1.5"), (2.0, "2.0"), (True, "True"), ("8", "'8'")):
+        with pytest.raises(ValueError, match=rf"per_epoch must be an integer >= 1 \(or None\), got {shown}"):
+            epoch_window(10, bad, 0, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^first_group_per_epoch must be an integer >= 1 \(or None\), got 2.0"):
+        SeparateBatchSampler(dataset, [10, 2], 2, 1, 0, first_group_per_epoch=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^gold_per_epoch must be an integer >= 1 \(or None\), got 0"):
+        ExactDistributedSampler(dataset, 1, 0, num_gold=10, gold_per_epoch=0)
+    assert epoch_window(6, np.int64(3), 0, 0) == epoch_window(6, 3, 0, 0)  # numpy integers are integers
     # the module refuses what the samplers would, when it is built rather than at its first dataloader
     for bad, shown in ((0, "0"), (1.5, "1.5"), (True, "True"), ("8", "'8'")):
         with pytest.raises(

@@ -11,7 +11,6 @@ DRESS callback reaches it through one method, :meth:`DialogueDataModule.apply_we
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 import warnings
 from typing import Any
@@ -41,6 +40,7 @@ from lightning_div.datamodules.samplers import (
     ResumableDataLoader,
     SeparateBatchSampler,
     WeightedDistributedSampler,
+    check_count,
     check_sampling_weights,
 )
 from lightning_div.dress.protocol import (
@@ -73,8 +73,7 @@ def _check_sizes(**sizes: int | None) -> None:
     dataloader, minutes into a fit.
     """
     for name, value in sizes.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-            raise ValueError(f"{name} must be an integer >= 1 (or None), got {value!r}")
+        check_count(name, value)
 
 
 def _reload_every(trainer: Any) -> int:

@@ -10,6 +10,7 @@ uses so that a run resumed from a mid-epoch checkpoint trains on the rest of tha
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterator, Sequence, Sized
 from typing import Any
 
@@ -26,15 +27,22 @@ def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     return (group_size if num_replicas is None else num_replicas), (group_rank if rank is None else rank)
 
 
-def _per_epoch(per_epoch: int | None) -> int | None:
-    if per_epoch is not None and (isinstance(per_epoch, bool) or int(per_epoch) != per_epoch or per_epoch < 1):
-        raise ValueError(f"examples per epoch must be an integer >= 1 or None, got {per_epoch!r}")
-    return None if per_epoch is None else int(per_epoch)
+def check_count(name: str, value: int | None) -> int | None:
+    """``value`` as an ``int`` when it is an integer >= 1, None for None; else a ValueError naming ``name``.
+
+    The one rule for every batch size, subset size and per-epoch count of the data modules and
+    samplers: an ``int`` or any :class:`numbers.Integral` (``numpy.int64``) passes; ``True``,
+    ``2.0``, ``"8"`` and 0 do not, so that a value that only looks like a count is refused
+    where it is given rather than rounded or compared as text later.
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+        raise ValueError(f"{name} must be an integer >= 1 (or None), got {value!r}")
+    return None if value is None else int(value)
 
 
 def _window_size(pool: int, per_epoch: int | None) -> int:
     """How many examples :func:`epoch_window` returns, without drawing its permutation."""
-    per_epoch = _per_epoch(per_epoch)
+    per_epoch = check_count("per_epoch", per_epoch)
     return pool if per_epoch is None else min(per_epoch, pool)
 
 
@@ -61,7 +69,7 @@ def epoch_window(pool: int, per_epoch: int | None, seed: int, epoch: int) -> lis
         >>> epoch_window(4, None, seed=0, epoch=7)
         [0, 1, 2, 3]
     """
-    per_epoch = _per_epoch(per_epoch)
+    per_epoch = check_count("per_epoch", per_epoch)
     if per_epoch is None or per_epoch >= pool:
         return list(range(pool))
     g = torch.Generator()
@@ -124,7 +132,7 @@ class ExactDistributedSampler(ResumableSampler):
         self.num_gold = n if num_gold is None else int(num_gold)
         if not 0 <= self.num_gold <= n:
             raise ValueError(f"num_gold={num_gold} for {n} examples")
-        self.gold_per_epoch = _per_epoch(gold_per_epoch)
+        self.gold_per_epoch = check_count("gold_per_epoch", gold_per_epoch)
         size = _window_size(self.num_gold, self.gold_per_epoch) + n - self.num_gold
         self.num_samples = math.ceil(size / self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
@@ -186,7 +194,7 @@ class SeparateBatchSampler(ResumableSampler):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = int(batch_size)
-        self.first_group_per_epoch = _per_epoch(first_group_per_epoch)
+        self.first_group_per_epoch = check_count("first_group_per_epoch", first_group_per_epoch)
         global_batch = self.batch_size * self.num_replicas
         sizes = [_window_size(self.groups[0], self.first_group_per_epoch), *self.groups[1:]] if self.groups else []
         num_batches = sum(math.ceil(size / global_batch) for size in sizes)
