@@ -1,7 +1,7 @@
 """RUQ over training (Khayrallah & Sedoc 2021, §6): how often the reference beats "I don't know.", epoch by epoch.
 
     python experiments/ruq_over_training.py [--quick] [--regime base|scratch] [--out DIR] [--seeds 0 1]
-        [--corners 0.4,0.2 0.0,0.4] [--merge DIR1 DIR2 ...]
+        [--corners 0.4,0.2 0.0,0.4] [--merge DIR1 DIR2 ...] [--before]
 
 Regime ``base`` (the default): the shipped base model (``local:chitchat-gpt2``) is fine-tuned on
 a slice of Chit-Chat's held-out ``finetune`` split, once per setting of the paper's two axes and
@@ -13,7 +13,8 @@ Regime ``scratch`` (the earlier page): a 2-layer GPT-2 trained from scratch over
 ``val/ruq``, both IDK strings, the margins) and the losses; after training it draws the paper's
 Figure 1 (mean per-token log-probability by position of the reference, the beam output and
 each IDK string, on the training and the validation prompts) for the settings with the best and
-the worst final RUQ-train. Writes ``DIR/results.json`` and ``DIR/*.png``.
+the worst final RUQ-train. Writes ``DIR/results.json`` and ``DIR/*.png``. ``--before`` instead
+validates the base model as shipped, once per seed, on the same prompts (the runs' starting point).
 
 The paper's claim: baseline (strongly regularised) models prefer "I don't know." to the
 reference most of the time, even on their training data (RUQ-train 28.5 %), and the tuned
@@ -108,21 +109,16 @@ def profiles(module: Any, pairs: list[Any], num_beams: int) -> dict[str, dict[st
     return out
 
 
-def run_one(cfg: dict[str, Any], corner: tuple[float, float], seed: int, root: Path) -> dict[str, Any]:
-    start, cpu_start = time.perf_counter(), time.process_time()
-    dropout, smoothing = corner
-    if "base" in cfg["model"]:
-        module = common.base_model(
-            cfg["model"]["base"], dropout, smoothing, cfg["learning_rate"], cfg["warmup_steps"], seed
-        )
-    else:
-        module = common.chat_model(
-            common.gpt2_config(dropout=dropout, **cfg["model"]), cfg["learning_rate"], cfg["warmup_steps"], seed
-        )
-    data = common.chat_data(
+def run_data(cfg: dict[str, Any], seed: int) -> Any:
+    """One seed's data: its seeded 600-example fine-tuning subset and its validation subset."""
+    return common.chat_data(
         cfg["max_train_examples"], cfg["max_val_examples"], cfg["batch_size"], seed, train=cfg["train_source"]
     )
-    ruq = RUQMonitor(
+
+
+def monitor(cfg: dict[str, Any], seed: int, root: Path) -> RUQMonitor:
+    """The runs' RUQ monitor: its prompts are drawn from the data with ``seed``, the same for every corner."""
+    return RUQMonitor(
         idk_responses=IDK,
         reference="lowest",
         num_train_prompts=cfg["num_train_prompts"],
@@ -134,6 +130,46 @@ def run_one(cfg: dict[str, Any], corner: tuple[float, float], seed: int, root: P
         dirpath=str(root / "cache"),
         on_error="raise",
     )
+
+
+BEFORE_KEYS = ("val/loss", "val/ruq", "val/ruq_idk2", "val/ruq_margin", "val/ruq_margin_idk2")
+
+
+def before_fine_tuning(cfg: dict[str, Any], seed: int, root: Path) -> dict[str, Any]:
+    """The base model as shipped, validated once with the runs' monitor: validation loss and RUQ-val on the
+    very prompts each run of this seed measures after every epoch, before any training step.
+
+    Dropout and label smoothing do not enter: validation runs in eval mode and ``val/loss`` is the plain NLL.
+    """
+    start, cpu_start = time.perf_counter(), time.process_time()
+    module = common.base_model(cfg["model"]["base"], 0.0, 0.0, cfg["learning_rate"], cfg["warmup_steps"], seed)
+    trainer = common.trainer(root, [monitor(cfg, seed, root)], cfg["epochs"])
+    trainer.validate(module, run_data(cfg, seed), verbose=False)
+    logged = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    missing = [k for k in BEFORE_KEYS if k not in logged]
+    if missing:
+        raise RuntimeError(f"seed={seed}: validating the base model logged no {missing}")
+    return {
+        "seed": seed,
+        **{k: logged[k] for k in BEFORE_KEYS},
+        "wall_s": time.perf_counter() - start,
+        "cpu_s": time.process_time() - cpu_start,
+    }
+
+
+def run_one(cfg: dict[str, Any], corner: tuple[float, float], seed: int, root: Path) -> dict[str, Any]:
+    start, cpu_start = time.perf_counter(), time.process_time()
+    dropout, smoothing = corner
+    if "base" in cfg["model"]:
+        module = common.base_model(
+            cfg["model"]["base"], dropout, smoothing, cfg["learning_rate"], cfg["warmup_steps"], seed
+        )
+    else:
+        module = common.chat_model(
+            common.gpt2_config(dropout=dropout, **cfg["model"]), cfg["learning_rate"], cfg["warmup_steps"], seed
+        )
+    data = run_data(cfg, seed)
+    ruq = monitor(cfg, seed, root)
     recorder = common.EpochRecorder()
     trainer = common.trainer(root, [ruq, recorder], cfg["epochs"])
     trainer.fit(module, data)
@@ -305,6 +341,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the regime's)")
     p.add_argument("--corners", nargs="+", default=None, metavar="DROPOUT,SMOOTHING", help="a subset of the corners")
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR", help="combine parts run in parallel into OUT")
+    p.add_argument(
+        "--before",
+        action="store_true",
+        help="validate the base model before fine-tuning (per seed: val loss, RUQ-val on the runs' prompts)",
+    )
     args = p.parse_args(argv)
     common.one_thread()
     out = Path(args.out or "runs/experiments/ruq_over_training")
@@ -329,6 +370,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if unknown:
             p.error(f"--corners {unknown} are not corners of this regime: {cfg['corners']}")
         cfg["corners"] = chosen
+    if args.before:
+        if "base" not in cfg["model"]:
+            p.error("--before measures the base model before fine-tuning: the scratch regime has none")
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="ruq_before_") as scratch_dir:
+            before = [before_fine_tuning(cfg, seed, Path(scratch_dir) / f"seed{seed}") for seed in cfg["seeds"]]
+        for row in before:
+            print(f"seed={row['seed']} before fine-tuning: " + ", ".join(f"{k} {row[k]:.3f}" for k in BEFORE_KEYS))
+        results = {
+            "experiment": "ruq_over_training_before",
+            "quick": args.quick,
+            "regime": "quick" if args.quick else args.regime,
+            "settings": cfg,
+            "idk_responses": list(IDK),
+            "reference": "lowest",
+            "machine": common.machine(),
+            "before": before,
+            "wall_s": time.perf_counter() - start,
+        }
+        print(f"wrote {common.write_results(out, results)}")
+        return results
     start = time.perf_counter()
     runs = []
     scratch = tempfile.TemporaryDirectory(

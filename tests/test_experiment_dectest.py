@@ -14,16 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_dectest_temperature_quick(tmp_path):
-    out = tmp_path / "dec"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "dectest_temperature.py"), "--quick", "--out", str(out)],
-        check=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=600,
-    )
-    res = json.loads((out / "results.json").read_text())
+
+    def run_quick(out: Path) -> dict:
+        cmd = [sys.executable, str(ROOT / "experiments" / "dectest_temperature.py"), "--quick", "--out", str(out)]
+        subprocess.run(cmd, check=True, cwd=tmp_path, env=env, timeout=600)
+        return json.loads((out / "results.json").read_text())
+
+    out = tmp_path / "dec"
+    res = run_quick(out)
     finite_numbers(res)
     assert res["experiment"] == "dectest_temperature" and res["quick"] is True
     settings, metrics = res["settings"], res["metrics"]
@@ -50,6 +49,17 @@ def test_dectest_temperature_quick(tmp_path):
             assert len(r["scores"]) == len(r["parameters"]) == settings["sets"]
             assert sorted(set(r["parameters"])) == values and len(r["mean_by_value"]) == len(values)
             assert res["summary"][swept][name]["spearman"]["per_seed"] == [r["spearman"]]
+    assert run["cpu_s"] > 0 and res["cpu_s"] >= run["cpu_s"] and run["wall_s"] > 0
     assert {"dectest_spearman.png", "dectest_spearman_top_p.png"} <= set(res["figures"])
     for name in res["figures"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a re-run with the same command and seed scores every set again, exactly: the same ρ and OCA
+    again = run_quick(tmp_path / "again")
+    for swept in settings["sweeps"]:
+        for name in metrics:
+            first, second = (
+                res["runs"][0]["sweeps"][swept]["metrics"][name],
+                again["runs"][0]["sweeps"][swept]["metrics"][name],
+            )
+            assert second["scores"] == first["scores"], (swept, name)
+            assert (second["spearman"], second["oca_oca"]) == (first["spearman"], first["oca_oca"]), (swept, name)
