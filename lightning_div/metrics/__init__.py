@@ -1,5 +1,12 @@
 """Diversity metrics as pure functions (no Lightning) and DDP-exact torchmetrics states."""
 
+from lightning_div.metrics.group import (
+    collapsed_share,
+    group_classes,
+    group_distinct_n,
+    group_diversity_scores,
+    group_semantic_entropy,
+)
 from lightning_div.metrics.lexical import (
     DEFAULT_LEXICAL,
     LEXICAL_NAMES,
@@ -42,6 +49,11 @@ __all__ = [
     "cluster_histogram",
     "cluster_js_divergence",
     "top_cluster_share",
+    "group_semantic_entropy",
+    "group_classes",
+    "collapsed_share",
+    "group_distinct_n",
+    "group_diversity_scores",
     "ruq_score",
     "ruq_margin",
     "nli_diversity",
