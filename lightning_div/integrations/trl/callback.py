@@ -1,0 +1,393 @@
+"""GroupDiversityCallback: GRPO/RLOO group diversity from the rollouts the trainer already made.
+
+```python
+trainer = GRPOTrainer(model=model, reward_funcs=[my_reward], args=args, train_dataset=prompts)
+GroupDiversityCallback(encoder="minilm", num_clusters=8).attach(trainer)
+trainer.train()  # trainer.state.log_history: {"diversity/group_sem_ent": ..., "reward": ..., "step": ...}
+```
+
+At every logging step it measures the latest generation batch the trainer sampled (TRL keeps
+it, gathered from every process, for its completions table; nothing is generated here), cut
+into the prompt groups of ``num_generations``:
+
+* ``diversity/group_sem_ent``: the mean over groups of the entropy of the group's clusters;
+* ``diversity/group_clusters``: the mean number of distinct clusters per group;
+* ``diversity/collapsed_groups``: the share of groups whose completions all fall in one cluster;
+* ``diversity/group_distinct_2``: distinct-2 within each group, averaged;
+* over all the step's completions: ``diversity/sem_ent``, ``diversity/distinct_1``,
+  ``diversity/distinct_2``, ``diversity/ead``; and ``diversity/runtime`` (seconds).
+
+The values join the trainer's own metrics of that step (TRL's ``reward``, ``entropy`` ...):
+they go through the trainer's ``log`` into ``trainer.state.log_history`` and every
+``report_to`` tracker. On the first process a table of one group per step (the one with the
+fewest clusters) goes to the trackers that take tables and to
+``<output_dir>/lightning_div/``.
+
+The clusters come from a :class:`~lightning_div.semantic.space.SemanticSpace` fitted once, on
+reference responses when given (``reference_responses``, or the training dataset's
+``reference_column``), else on the first measured step's completions, and kept for the whole
+run, so the numbers of different steps are measured against the same clusters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from lightning_div._internal.checks import MEASUREMENT_ERRORS
+from lightning_div._internal.distributed import rank_and_world
+from lightning_div.integrations.trl.rollouts import completion_text, completion_texts
+from lightning_div.metrics import (
+    check_lexical_names,
+    check_lexical_options,
+    collapsed_share,
+    count_vocab,
+    group_classes,
+    group_distinct_n,
+    group_semantic_entropy,
+    lexical_scores,
+    semantic_entropy,
+)
+from lightning_div.metrics.group import check_groups, split_groups
+from lightning_div.semantic.space import SemanticSpace, space_from_arguments
+from lightning_div.types import ClustersSource, EncoderSource, Options
+
+__all__ = ["GroupDiversityCallback", "group_metrics", "rollouts_of"]
+
+#: The prefix of every key this callback logs (TRL's own keys have none: ``reward``, ``entropy``).
+PREFIX = "diversity/"
+
+
+def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
+    """The latest generation batch of a TRL ``GRPOTrainer`` / ``RLOOTrainer``: ``(prompts, completions, G)``.
+
+    The one place that reads TRL's internals: ``trainer._logs["prompt"]`` and
+    ``["completion"]`` (TRL gathers them from every process, in the global order where each
+    prompt's G completions are consecutive, and keeps the latest generation batch) and
+    ``trainer.num_generations``.
+
+    Raises:
+        TypeError: a trainer without them (not a GRPO/RLOO trainer, or a TRL that keeps them elsewhere).
+    """
+    logs = getattr(trainer, "_logs", None)
+    g = getattr(trainer, "num_generations", None)
+    if not isinstance(logs, dict) or "completion" not in logs or "prompt" not in logs or not isinstance(g, int):
+        raise TypeError(
+            f"{type(trainer).__name__} keeps no rollouts where GroupDiversityCallback reads them "
+            "(trainer._logs['completion'] and trainer.num_generations: TRL's GRPOTrainer and RLOOTrainer)"
+        )
+    return list(logs["prompt"]), list(logs["completion"]), g
+
+
+def group_metrics(
+    texts: Sequence[str],
+    cluster_ids: Sequence[int] | np.ndarray,
+    num_generations: int,
+    num_clusters: int,
+    lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
+    vocab_size: int | None = None,
+    lexical_options: Options | None = None,
+) -> dict[str, float]:
+    """Every group and batch metric of one step's completions, keyed as logged (``diversity/...``).
+
+    Args:
+        texts: the step's completions, each prompt's G consecutive.
+        cluster_ids: their cluster ids.
+        num_generations: G.
+        num_clusters: k, for the batch Sem-Ent.
+        lexical_metrics: the lexical metrics over the whole batch (names of
+            :func:`~lightning_div.metrics.lexical_scores`).
+        vocab_size: V of EAD.
+        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
+
+    Returns:
+        ``{"diversity/group_sem_ent": ..., ...}``.
+
+    Raises:
+        ValueError: G does not divide the batch, or ids and texts differ in number.
+    """
+    texts = list(texts)
+    ids = np.asarray(cluster_ids, dtype=np.int64)
+    if len(ids) != len(texts):
+        raise ValueError(f"{len(ids)} cluster ids for {len(texts)} completions")
+    check_groups(len(texts), num_generations)
+    options = check_lexical_options(lexical_options)
+    tokenizer, lowercase = options.get("tokenizer", "13a"), options.get("lowercase")
+    out = {
+        "group_sem_ent": group_semantic_entropy(ids, num_generations),
+        "group_clusters": group_classes(ids, num_generations),
+        "collapsed_groups": collapsed_share(ids, num_generations),
+        "group_distinct_2": group_distinct_n(texts, num_generations, 2, tokenizer, lowercase),
+        "sem_ent": semantic_entropy(ids, num_clusters),
+        **lexical_scores(texts, check_lexical_names(lexical_metrics), vocab_size, **options),
+    }
+    return {PREFIX + k: float(v) for k, v in out.items()}
+
+
+class GroupDiversityCallback(TrainerCallback):
+    """Group Sem-Ent, clusters per group and collapsed groups of every GRPO/RLOO logging step.
+
+    Add it with :meth:`attach` (it reads the trainer's rollouts, which a ``TrainerCallback``
+    given in ``callbacks=[...]`` cannot reach). Under ``accelerate launch`` / ``torchrun`` every
+    process measures the same gathered batch, the embeddings sharded over the processes: 1 and N
+    processes give the same values.
+
+    Args:
+        space: a :class:`~lightning_div.semantic.space.SemanticSpace` (share it with a
+            :class:`~lightning_div.integrations.trl.SemanticGroupReward`); None = a private one
+            from the arguments below. Both: an error.
+        encoder: the response encoder (default ``lightning_div.keys.DEFAULT_ENCODER``; ``"minilm"``
+            works offline).
+        clusters: fitted SemanticClusters or a saved file.
+        num_clusters: k (default 20); at most the number of distinct texts fitted on.
+        variance_kept: PCA variance kept.
+        kmeans_seed: the k-means seed.
+        encoder_kwargs: more ResponseEncoder arguments.
+        reference_responses: texts to fit the clusters on (and to count EAD's vocabulary from).
+        reference_column: a column of the trainer's ``train_dataset`` holding reference responses
+            (text or conversational), used when ``reference_responses`` is None.
+        lexical_metrics: the lexical metrics over the whole batch.
+        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
+        vocab_size: V of EAD; default: counted from the references, else from the first measured step.
+        dirpath: the clusters' cache directory (default ``<output_dir>/lightning_div_cache``).
+        device: where the encoder runs (None: CUDA if there is one).
+        batch_size: texts per encoder batch.
+        log_samples: log a table of one group per step (the one with the fewest clusters).
+        on_error: ``"warn"`` (default): a failed measurement is skipped with a warning; ``"raise"``.
+        name: goes into every key, ``diversity/<name>/group_sem_ent`` (several callbacks in one trainer).
+
+    Raises:
+        ValueError: a bad ``on_error`` or lexical setting, or ``space`` beside a space argument.
+    """
+
+    def __init__(
+        self,
+        *,
+        space: SemanticSpace | None = None,
+        encoder: EncoderSource | None = None,
+        clusters: ClustersSource | None = None,
+        num_clusters: int | None = None,
+        variance_kept: float | None = None,
+        kmeans_seed: int | None = None,
+        encoder_kwargs: Options | None = None,
+        reference_responses: Sequence[str] | None = None,
+        reference_column: str | None = None,
+        lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
+        lexical_options: Options | None = None,
+        vocab_size: int | None = None,
+        dirpath: str | Path | None = None,
+        device: Any = None,
+        batch_size: int = 32,
+        log_samples: bool = True,
+        on_error: str = "warn",
+        name: str | None = None,
+    ) -> None:
+        if on_error not in ("warn", "raise"):
+            raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
+            raise ValueError(f"name must be None or a non-empty string without '/', got {name!r}")
+        self.space = space_from_arguments(
+            type(self).__name__,
+            space,
+            encoder=encoder,
+            clusters=clusters,
+            num_clusters=num_clusters,
+            variance_kept=variance_kept,
+            kmeans_seed=kmeans_seed,
+            encoder_kwargs=encoder_kwargs,
+            batch_size=batch_size,
+            show_progress=False,
+        )
+        self.reference_responses = None if reference_responses is None else list(reference_responses)
+        self.reference_column = reference_column
+        self.lexical_metrics = check_lexical_names(lexical_metrics)
+        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
+        self.vocab_size = vocab_size
+        self.dirpath = dirpath
+        self.device = device
+        self.log_samples = log_samples
+        self.on_error = on_error
+        self.name = name
+        self.trainer: Any = None
+        #: Every measurement, ``{"step": ..., "diversity/...": ...}`` (every process alike).
+        self.history: list[dict[str, float]] = []
+        self._last: tuple[str, dict[str, float]] | None = None
+        self._last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(space={self.space!r}, name={self.name!r})"
+
+    def attach(self, trainer: Any) -> GroupDiversityCallback:
+        """Add this callback to a TRL ``GRPOTrainer`` or ``RLOOTrainer``.
+
+        Args:
+            trainer: the trainer.
+
+        Returns:
+            This callback.
+
+        Raises:
+            TypeError: a trainer that keeps no rollouts (:func:`rollouts_of`).
+            ValueError: attached to another trainer already, or another GroupDiversityCallback with the same name.
+        """
+        rollouts_of(trainer)
+        if self.trainer is not None and self.trainer is not trainer:
+            raise ValueError(f"{type(self).__name__} is already attached to another trainer")
+        for cb in trainer.callback_handler.callbacks:
+            if isinstance(cb, GroupDiversityCallback) and cb is not self and cb.name == self.name:
+                raise ValueError(
+                    f"two {type(self).__name__}s in this trainer have name={self.name!r}: give each its own name=..."
+                )
+        if self not in trainer.callback_handler.callbacks:
+            trainer.add_callback(self)
+        self.trainer = trainer
+        return self
+
+    def key(self, metric: str) -> str:
+        """``diversity/<metric>``, or ``diversity/<name>/<metric>`` with a name."""
+        return f"{PREFIX}{self.name}/{metric}" if self.name else PREFIX + metric
+
+    # -- the clusters ------------------------------------------------------------------------------
+
+    def references(self) -> list[str] | None:
+        """The reference responses: given, or read from the training dataset's ``reference_column``; None without."""
+        if self.reference_responses is not None:
+            return self.reference_responses
+        if self.reference_column is None or self.trainer is None:
+            return None
+        dataset = getattr(self.trainer, "train_dataset", None)
+        columns = getattr(dataset, "column_names", None) or []
+        if self.reference_column not in columns:
+            raise ValueError(
+                f"{type(self).__name__}: reference_column={self.reference_column!r} is not a column of the "
+                f"training dataset (it has {list(columns)})"
+            )
+        return [completion_text(r, i) for i, r in enumerate(dataset[self.reference_column])]  # type: ignore[index]
+
+    def prepare(self, fit_on: Sequence[str] | None, cache_dir: str | Path) -> None:
+        """Fit (or read) the clusters once and count EAD's vocabulary; every process must call it."""
+        references = self.references()
+        texts = references if references is not None else fit_on
+        if not self.space.fitted:
+            if texts is None and self.space.clusters_source is None:
+                return  # no references: wait for the first step's completions
+            self.space.fit(texts, device=self.device, cache_dir=Path(self.dirpath or cache_dir))
+        if self.vocab_size is None and "ead" in self.lexical_metrics and texts:
+            self.vocab_size = count_vocab(
+                texts, self.lexical_options.get("tokenizer", "13a"), self.lexical_options.get("lowercase")
+            )
+
+    # -- measurement -------------------------------------------------------------------------------
+
+    def measure(self, completions: Sequence[Any], num_generations: int, cache_dir: str | Path) -> dict[str, float]:
+        """The metrics of one step's completions (the whole batch, every process the same), keyed as logged.
+
+        Args:
+            completions: the whole generation batch, each prompt's G consecutive (text or conversational).
+            num_generations: G.
+            cache_dir: the clusters' cache directory when neither the space nor the callback has one.
+
+        Returns:
+            ``{"diversity/group_sem_ent": ..., ...}`` (with ``name``: ``diversity/<name>/...``).
+        """
+        texts = completion_texts(completions)
+        check_groups(len(texts), num_generations)
+        self.prepare(texts, cache_dir)
+        ids = self.space.assign(texts, self.device)
+        self._last_ids = ids
+        values = group_metrics(
+            texts,
+            ids,
+            num_generations,
+            self.space.clusters.num_clusters,
+            self.lexical_metrics,
+            self.vocab_size,
+            self.lexical_options,
+        )
+        return {self.key(k.removeprefix(PREFIX)): v for k, v in values.items()}
+
+    def sample_rows(
+        self, step: int, prompts: Sequence[Any], completions: Sequence[Any], ids: np.ndarray, num_generations: int
+    ) -> list[list[Any]]:
+        """The rows of the step's sample table: the group with the fewest clusters (the first such group)."""
+        groups = split_groups(list(range(len(completions))), num_generations)
+        if not groups:
+            return []
+        best = min(range(len(groups)), key=lambda k: len(np.unique(ids[groups[k]])))
+        return [
+            [step, best, completion_text(prompts[i], i), completion_text(completions[i], i), int(ids[i])]
+            for i in groups[best]
+        ]
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        """Fit (or read) the clusters on the reference responses, when there are any."""
+        self.prepare(None, Path(args.output_dir or ".") / "lightning_div_cache")
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        """At a logging step, measure the latest rollouts and add the values to the step's log."""
+        if not control.should_log or self.trainer is None:
+            return
+        start = time.perf_counter()
+        prompts, completions, g = rollouts_of(self.trainer)
+        # one generation batch serves several steps when steps_per_generation > 1: measured once
+        fingerprint = hashlib.sha256(repr(completions).encode()).hexdigest()
+        try:
+            if self._last is not None and self._last[0] == fingerprint:
+                values = dict(self._last[1])
+            else:
+                values = self.measure(completions, g, Path(args.output_dir or ".") / "lightning_div_cache")
+                self._last = (fingerprint, dict(values))
+                if self.log_samples and state.is_world_process_zero:
+                    self._log_samples(args, state, prompts, completions, g)
+        except MEASUREMENT_ERRORS as err:
+            if self.on_error == "raise":
+                raise
+            if rank_and_world()[0] == 0:
+                warnings.warn(
+                    f"{type(self).__name__} skipped the measurement at step {state.global_step}: {err!r} "
+                    "(training continues; on_error='raise' to stop)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return
+        values[self.key("runtime")] = time.perf_counter() - start
+        self.history.append({"step": float(state.global_step), **values})
+        self._log(values)
+
+    # -- inside ------------------------------------------------------------------------------------
+
+    def _log(self, values: dict[str, float]) -> None:
+        """Into the step's own log: TRL's trainers average ``_metrics["train"]`` into the log they write at
+        this step (with ``reward``, ``entropy`` ...), through ``trainer.log``; another trainer gets its own
+        ``trainer.log`` call."""
+        metrics = getattr(self.trainer, "_metrics", None)
+        if isinstance(metrics, dict) and "train" in metrics:
+            for k, v in values.items():
+                metrics["train"][k].append(v)
+        else:
+            self.trainer.log(dict(values))
+
+    def _log_samples(
+        self, args: TrainingArguments, state: TrainerState, prompts: list[Any], completions: list[Any], g: int
+    ) -> None:
+        from lightning_div._internal.tracking import hugging_face_destination, log_table
+
+        rows = self.sample_rows(state.global_step, prompts, completions, self._last_ids, g)
+        out_dir = Path(args.output_dir or ".") / "lightning_div"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log_table(
+            hugging_face_destination(self.trainer),
+            self.key("group_sample"),
+            ["step", "group", "prompt", "completion", "cluster"],
+            rows,
+            out_dir,
+        )

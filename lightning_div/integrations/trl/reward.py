@@ -1,0 +1,318 @@
+"""SemanticGroupReward: a TRL reward function that scores each completion by the semantic diversity of its group.
+
+DARLING (Li et al., 2025, arXiv 2509.02534) partitions each prompt's rollouts into classes of
+equivalent meaning and multiplies the quality reward by a completion's diversity within its
+group. :class:`SemanticGroupReward` is that diversity term for TRL's ``GRPOTrainer`` and
+``RLOOTrainer``, with the equivalence pluggable:
+
+* ``"clusters"`` (default): two completions are equivalent when the run's
+  :class:`~lightning_div.semantic.space.SemanticSpace` puts them in the same k-means cluster
+  (one embedding per completion, no pair is scored);
+* ``"cosine"``: equivalent when their embeddings' cosine similarity is at least ``threshold``
+  (made transitive: connected components, as DARLING's union-find makes its classes);
+* ``"nli"``: bidirectional entailment, DARLING's and semantic entropy's (Kuhn et al., 2023)
+  test: equivalent when an NLI model (:class:`~lightning_div.nli.scorer.NLIScorer`) predicts
+  entailment in both directions (G (G - 1) NLI pairs per group).
+
+The score is DARLING's by default (``score="rarity"``): the share of the other G - 1 completions
+of the group that mean something else (:func:`~lightning_div.metrics.group.group_diversity_scores`).
+
+TRL calls a reward function on each process's slice of the batch, and a prompt's group may
+straddle two processes; the reward gathers the slices (:func:`~.rollouts.gather_batch`), scores
+the whole batch on every process (the embeddings and NLI pairs sharded over the processes) and
+returns this process's part: every process gets exactly what one process would give for the
+whole batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from lightning_div._internal.distributed import distributed_map
+from lightning_div.integrations.trl.rollouts import completion_texts, gather_batch
+from lightning_div.metrics.group import (
+    DIVERSITY_SCORES,
+    DiversityScore,
+    check_groups,
+    group_diversity_scores,
+    partition_by_similarity,
+    partition_pairs,
+    split_groups,
+)
+from lightning_div.semantic.space import SemanticSpace, space_from_arguments
+from lightning_div.types import ClustersSource, EncoderSource, Options
+
+__all__ = ["EQUIVALENCES", "Equivalence", "SemanticGroupReward", "group_labels"]
+
+Equivalence = Literal["clusters", "cosine", "nli"]
+#: The equivalences a group's completions can be partitioned by.
+EQUIVALENCES = ("clusters", "cosine", "nli")
+
+
+def _nli_classes(scorer: Any, groups: list[list[str]]) -> list[list[int]]:
+    """Each group's classes by bidirectional entailment: both (i, j) and (j, i) predicted ``entailment``."""
+    premises: list[str] = []
+    hypotheses: list[str] = []
+    for group in groups:
+        for i in range(len(group)):
+            for j in range(i + 1, len(group)):
+                premises += [group[i], group[j]]
+                hypotheses += [group[j], group[i]]
+    labels, _ = scorer.score_pairs(premises, hypotheses, show_progress=False) if premises else ([], None)
+    out, k = [], 0
+    for group in groups:
+        equivalent = []
+        for i in range(len(group)):
+            for j in range(i + 1, len(group)):
+                if labels[k] == "entailment" and labels[k + 1] == "entailment":
+                    equivalent.append((i, j))
+                k += 2
+        out.append(partition_pairs(len(group), equivalent))
+    return out
+
+
+def group_labels(
+    texts: Sequence[str],
+    num_generations: int,
+    *,
+    equivalence: Equivalence = "clusters",
+    space: SemanticSpace | None = None,
+    threshold: float = 0.9,
+    nli: Any = None,
+    device: Any = None,
+    batch_size: int = 32,
+) -> np.ndarray:
+    """One class id per completion: which completions of the same group mean the same.
+
+    Under an initialised process group every process must call it with the same ``texts`` (the
+    embeddings and the NLI pairs are computed sharded over the processes, and every process
+    gets all the labels).
+
+    Args:
+        texts: the whole batch's completions, each prompt's G consecutive.
+        num_generations: G.
+        equivalence: ``"clusters"``, ``"cosine"`` or ``"nli"`` (see the module).
+        space: the semantic space (``"clusters"``: fitted; ``"cosine"``: its encoder).
+        threshold: ``"cosine"``'s similarity from which two completions are equivalent.
+        nli: ``"nli"``'s scorer: anything with :class:`~lightning_div.nli.scorer.NLIScorer`'s
+            ``score_pairs(premises, hypotheses, show_progress)``.
+        device: where the encoder runs (None: CUDA if there is one).
+        batch_size: NLI pairs per batch of groups.
+
+    Returns:
+        int64 array, one class id per completion (ids are comparable within a group only).
+
+    Raises:
+        ValueError: G does not divide the batch, an unknown equivalence, or what it needs missing.
+    """
+    texts = list(texts)
+    check_groups(len(texts), num_generations)
+    if equivalence not in EQUIVALENCES:
+        raise ValueError(f"equivalence must be one of {EQUIVALENCES}, got {equivalence!r}")
+    if not texts:
+        return np.zeros(0, dtype=np.int64)
+    if equivalence == "nli":
+        if nli is None:
+            raise ValueError("equivalence='nli' needs an NLI scorer: nli=NLIScorer(...)")
+        pairs_per_group = max(1, num_generations * (num_generations - 1))
+        classes = distributed_map(
+            lambda batch: _nli_classes(nli, batch),
+            split_groups(texts, num_generations),
+            max(1, batch_size // pairs_per_group),
+            show_progress=False,
+            desc="NLI equivalence",
+        )
+        return np.asarray([c for group in classes for c in group], dtype=np.int64)
+    if space is None:
+        raise ValueError(f"equivalence={equivalence!r} needs a SemanticSpace")
+    if equivalence == "clusters":
+        return np.asarray(space.assign(texts, device), dtype=np.int64)
+    vectors = np.asarray(space.encode(texts, device), dtype=np.float64)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = vectors / np.where(norms > 0, norms, 1.0)
+    labels: list[int] = []
+    g = int(num_generations)
+    for start in range(0, len(texts), g):
+        block = vectors[start : start + g]
+        labels += partition_by_similarity(block @ block.T, threshold)
+    return np.asarray(labels, dtype=np.int64)
+
+
+class SemanticGroupReward:
+    """A TRL reward function: each completion's semantic diversity within its prompt's group of G.
+
+    ``reward(prompts=..., completions=..., **kwargs) -> list[float]``, as ``GRPOTrainer`` and
+    ``RLOOTrainer`` call their reward functions; completions as text or conversational (lists of
+    messages). With ``score="rarity"`` (default, DARLING's) a completion gets the share of the
+    other G - 1 completions of its group that fall in another class: 1 when nothing else in the
+    group means what it means, 0 when the whole group means the same. ``score="classes"`` gives
+    every completion of a group the group's number of classes / G.
+
+    Combined with a quality reward as DARLING combines them (quality x diversity), in one line:
+    ``SemanticGroupReward(num_generations=8, quality=my_reward)``; ``quality`` is called with the
+    same arguments, and a ``None`` quality stays ``None``. Used alone, add it to the quality reward
+    (TRL sums the reward functions, ``reward_weights`` weigh them).
+
+    The clusters (``equivalence="clusters"``) are those of the space: given, read from its disk
+    cache, or fitted once, on ``reference_responses`` when given, else on the first batch's
+    completions (gathered from every process). Share the space with a
+    :class:`~lightning_div.integrations.trl.GroupDiversityCallback` so that both measure in one.
+
+    Args:
+        num_generations: G, the trainer's ``num_generations``; the batch must be whole groups.
+        equivalence: ``"clusters"`` (default), ``"cosine"`` or ``"nli"``.
+        score: ``"rarity"`` (default) or ``"classes"``.
+        quality: a reward function to multiply the diversity into (None: the diversity alone).
+        reference_responses: texts to fit the clusters on (e.g. the dataset's reference replies).
+        space: a :class:`~lightning_div.semantic.space.SemanticSpace` (None: a private one from
+            the arguments below; both: an error).
+        encoder: the space's encoder (default ``lightning_div.keys.DEFAULT_ENCODER``; ``"minilm"``
+            works offline).
+        clusters: fitted SemanticClusters or a saved file.
+        num_clusters: k (default 20); at most the number of distinct completions fitted on.
+        variance_kept: PCA variance kept.
+        kmeans_seed: the k-means seed.
+        encoder_kwargs: more ResponseEncoder arguments.
+        threshold: ``"cosine"``'s similarity threshold (default 0.9).
+        nli: ``"nli"``'s :class:`~lightning_div.nli.scorer.NLIScorer`.
+        dirpath: the clusters' cache directory when the space has none (default ``./lightning_div_cache``).
+        device: where the encoder runs (None: CUDA if there is one).
+        batch_size: texts per encoder batch, NLI pairs per batch.
+        name: the function's ``__name__``, which TRL logs its mean under (``rewards/<name>/mean``).
+
+    Raises:
+        ValueError: a bad ``num_generations``, ``equivalence`` or ``score``, ``"nli"`` without a
+            scorer, or ``space`` beside a space argument.
+    """
+
+    def __init__(
+        self,
+        num_generations: int,
+        *,
+        equivalence: Equivalence = "clusters",
+        score: DiversityScore = "rarity",
+        quality: Callable[..., Sequence[float | None]] | None = None,
+        reference_responses: Sequence[str] | None = None,
+        space: SemanticSpace | None = None,
+        encoder: EncoderSource | None = None,
+        clusters: ClustersSource | None = None,
+        num_clusters: int | None = None,
+        variance_kept: float | None = None,
+        kmeans_seed: int | None = None,
+        encoder_kwargs: Options | None = None,
+        threshold: float = 0.9,
+        nli: Any = None,
+        dirpath: str | Path | None = None,
+        device: Any = None,
+        batch_size: int = 32,
+        name: str = "semantic_group_diversity",
+    ) -> None:
+        check_groups(0, num_generations)
+        if equivalence not in EQUIVALENCES:
+            raise ValueError(f"equivalence must be one of {EQUIVALENCES}, got {equivalence!r}")
+        if score not in DIVERSITY_SCORES:
+            raise ValueError(f"score must be one of {DIVERSITY_SCORES}, got {score!r}")
+        if equivalence == "nli" and nli is None:
+            raise ValueError("equivalence='nli' needs an NLI scorer: nli=NLIScorer(...)")
+        if quality is not None and not callable(quality):
+            raise TypeError(f"quality must be a reward function, got {type(quality).__name__}")
+        self.num_generations = int(num_generations)
+        self.equivalence: Equivalence = equivalence
+        self.score: DiversityScore = score
+        self.quality = quality
+        self.reference_responses = None if reference_responses is None else list(reference_responses)
+        self.space = space_from_arguments(
+            type(self).__name__,
+            space,
+            encoder=encoder,
+            clusters=clusters,
+            num_clusters=num_clusters,
+            variance_kept=variance_kept,
+            kmeans_seed=kmeans_seed,
+            encoder_kwargs=encoder_kwargs,
+            batch_size=batch_size,
+            show_progress=False,
+        )
+        self.threshold = float(threshold)
+        self.nli = nli
+        self.dirpath = dirpath
+        self.device = device
+        self.batch_size = batch_size
+        self.__name__ = name  # TRL names a reward function by __name__
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_generations={self.num_generations}, equivalence={self.equivalence!r}, "
+            f"score={self.score!r}, space={self.space!r})"
+        )
+
+    def prepare(self, completions: Sequence[str]) -> None:
+        """Make the clusters ready (``"clusters"`` only): on ``reference_responses``, else on ``completions``.
+
+        Every process must call it with the same texts (rank 0 fits, the others receive).
+        """
+        if self.equivalence != "clusters" or self.space.fitted:
+            return
+        texts = self.reference_responses if self.reference_responses is not None else list(completions)
+        self.space.fit(texts, device=self.device, cache_dir=Path(self.dirpath or "lightning_div_cache"))
+
+    def diversity(self, completions: Sequence[Any]) -> list[float]:
+        """The diversity score of every completion of a whole batch (no gathering; see :meth:`__call__`).
+
+        Args:
+            completions: the whole batch, each prompt's G consecutive (text or conversational).
+
+        Returns:
+            One score in [0, 1] per completion.
+        """
+        texts = completion_texts(completions)
+        check_groups(len(texts), self.num_generations)
+        self.prepare(texts)
+        labels = group_labels(
+            texts,
+            self.num_generations,
+            equivalence=self.equivalence,
+            space=self.space,
+            threshold=self.threshold,
+            nli=self.nli,
+            device=self.device,
+            batch_size=self.batch_size,
+        )
+        return group_diversity_scores(labels, self.num_generations, self.score)
+
+    def __call__(
+        self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[float | None]:
+        """This process's completions' scores, each measured within its whole group.
+
+        Args:
+            prompts: this process's prompts (passed on to ``quality``).
+            completions: this process's completions, text or conversational.
+            **kwargs: TRL's other reward arguments (passed on to ``quality``).
+
+        Returns:
+            One float per completion (``quality`` x diversity with a ``quality``; ``None`` where
+            the quality is ``None``).
+
+        Raises:
+            ValueError: the gathered batch is not whole groups of ``num_generations``.
+            TypeError: a completion that is neither text nor a list of messages.
+        """
+        if completions is None:
+            raise TypeError(f"{self.__name__} needs completions=")
+        if isinstance(completions, str):
+            raise TypeError("completions must be a list of completions, got one str")
+        local = list(completions)
+        # the raw completions travel (not their text): a bad one then fails on every process alike
+        everything, offset = gather_batch(local)
+        scores = self.diversity(everything)[offset : offset + len(local)]
+        if self.quality is None:
+            return list(scores)
+        quality = list(self.quality(prompts=prompts, completions=completions, **kwargs))
+        if len(quality) != len(local):
+            raise ValueError(f"quality returned {len(quality)} rewards for {len(local)} completions")
+        return [None if q is None else float(q) * d for q, d in zip(quality, scores)]

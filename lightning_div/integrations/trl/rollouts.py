@@ -1,0 +1,90 @@
+"""The rollouts of a GRPO/RLOO step as text, gathered from every process and cut into their prompt groups.
+
+TRL's ``GRPOTrainer`` and ``RLOOTrainer`` sample ``num_generations`` (G) completions per prompt
+and lay the step's completions out so that each prompt's G completions are consecutive in the
+*global* batch: process 0's slice, then process 1's, and so on. A group may straddle two
+processes, so a reward function, which TRL calls on its own process's slice only, cannot see
+whole groups. :func:`gather_batch` puts the slices back together on every process (and says
+where this process's slice starts); :func:`~lightning_div.metrics.group.split_groups` then cuts
+the whole batch into its groups. Nothing here imports TRL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_div._internal.distributed import gather_objects, rank_and_world
+
+__all__ = ["completion_text", "completion_texts", "gather_batch"]
+
+
+def completion_text(completion: Any, index: int = 0) -> str:
+    """A completion as text: a string as it is; a conversational completion (a list of messages) as its
+    messages' contents joined by newlines (TRL's conversational completions hold one assistant message).
+
+    Args:
+        completion: a string, or a list of ``{"role": ..., "content": ...}`` messages whose
+            ``content`` is a string or a list of ``{"type": "text", "text": ...}`` parts.
+        index: the completion's index, for the error.
+
+    Returns:
+        The text.
+
+    Raises:
+        TypeError: anything else, naming ``completions[index]``.
+
+    Examples:
+        >>> completion_text([{"role": "assistant", "content": "Hi there"}])
+        'Hi there'
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    if isinstance(completion, (list, tuple)):
+        parts = []
+        for message in completion:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):  # multimodal content blocks: keep the text parts
+                parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+            elif content is not None or not isinstance(message, dict):
+                raise TypeError(
+                    f"completions[{index}] has a message {message!r}: expected {{'role': ..., 'content': str}}"
+                )
+        return "\n".join(parts)
+    raise TypeError(
+        f"completions[{index}] is {type(completion).__name__}: expected a string or a list of messages "
+        "(TRL's standard or conversational format)"
+    )
+
+
+def completion_texts(completions: Sequence[Any]) -> list[str]:
+    """:func:`completion_text` of every completion.
+
+    Raises:
+        TypeError: ``completions`` is a single string, or an element is not a completion.
+    """
+    if isinstance(completions, str):
+        raise TypeError("completions must be a list of completions, got one str")
+    return [completion_text(c, i) for i, c in enumerate(completions)]
+
+
+def gather_batch(local: Sequence[Any]) -> tuple[list[Any], int]:
+    """Every process's ``local`` items concatenated in rank order (the global batch), and where this process's start.
+
+    Under an initialised process group of several processes every process must call it (it is a
+    collective, :func:`lightning_div._internal.distributed.gather_objects`); in a single process
+    it returns ``(list(local), 0)``. Slices of different lengths are put together as they are.
+
+    Args:
+        local: this process's items (e.g. the completions TRL gave a reward function).
+
+    Returns:
+        ``(all_items, offset)``: ``all_items[offset : offset + len(local)]`` is ``local``.
+    """
+    parts = gather_objects(list(local))
+    offset = sum(len(p) for p in parts[: rank_and_world()[0]])
+    return [item for part in parts for item in part], offset
