@@ -1,0 +1,184 @@
+"""GroupDiversityCallback with TRL: a stub trainer (fast), a real GRPOTrainer (docs/grpo.md's script, verbatim) and RLOOTrainer."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict, deque
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from test_grpo_reward import BATCH, REFERENCES, TopicEncoder
+
+from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward, group_metrics, rollouts_of
+from lightning_div.semantic.space import SemanticSpace
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "grpo.md"
+
+
+class StubTrainer:
+    """What the callback reads of a TRL GRPO/RLOO trainer: the gathered rollouts, G, the metric buffer."""
+
+    def __init__(self, completions, g=4):
+        self._logs = {
+            "prompt": deque([f"p{i // g}" for i in range(len(completions))]),
+            "completion": deque(completions),
+        }
+        self.num_generations = g
+        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self.callback_handler = SimpleNamespace(callbacks=[])
+        self.state = SimpleNamespace(global_step=1)
+
+    def add_callback(self, cb):
+        self.callback_handler.callbacks.append(cb)
+
+
+def _step(cb, trainer, tmp_path, step=1, should_log=True):
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    state = SimpleNamespace(global_step=step, is_world_process_zero=True)
+    cb.on_step_end(args, state, SimpleNamespace(should_log=should_log))
+
+
+def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
+    trainer = StubTrainer(BATCH)
+    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES, log_samples=True).attach(trainer)
+    assert trainer.callback_handler.callbacks == [cb]
+    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), None, None)
+    assert space.fitted  # on the references, before the first step
+    _step(cb, trainer, tmp_path, should_log=False)
+    assert not trainer._metrics["train"]  # not a logging step: nothing measured
+    _step(cb, trainer, tmp_path)
+    logged = {k: v[0] for k, v in trainer._metrics["train"].items()}
+    expected = group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=cb.vocab_size)
+    assert {k: v for k, v in logged.items() if k != "diversity/runtime"} == expected
+    # groups: clusters 3, 2, 1 -> 2 per group; the last group collapsed
+    assert logged["diversity/group_clusters"] == 2.0
+    assert logged["diversity/collapsed_groups"] == pytest.approx(1 / 3)
+    assert cb.vocab_size == 4 + 12  # counted once from the references: 4 topic words and the numbers 0..11
+    # the sample table: the group with the fewest clusters, the collapsed third one
+    rows = (tmp_path / "lightning_div" / "diversity_group_sample_step1.csv").read_text().splitlines()
+    assert rows[0] == "step,group,prompt,completion,cluster"
+    assert [r.split(",")[3] for r in rows[1:]] == BATCH[8:]
+    # the same generation batch at the next logging step (steps_per_generation > 1): measured once, logged again
+    calls = []
+    cb.measure = lambda *a, **k: calls.append(1)  # type: ignore[method-assign]
+    _step(cb, trainer, tmp_path, step=2)
+    assert (
+        calls == [] and trainer._metrics["train"]["diversity/group_sem_ent"] == [logged["diversity/group_sem_ent"]] * 2
+    )
+
+
+def test_without_references_the_clusters_are_fitted_on_the_first_steps_completions(tmp_path):
+    completions = [f"{t} {i}" for t in ("yes", "no", "maybe", "hello") for i in range(4)]
+    trainer = StubTrainer(completions)
+    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    cb = GroupDiversityCallback(space=space, name="run").attach(trainer)
+    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), None, None)
+    assert not space.fitted
+    _step(cb, trainer, tmp_path)
+    assert space.fitted
+    # every group is one topic: all collapsed, one cluster each, entropy 0; the step as a whole has 4 clusters
+    assert trainer._metrics["train"]["diversity/run/collapsed_groups"] == [1.0]
+    assert trainer._metrics["train"]["diversity/run/group_sem_ent"] == [0.0]
+    assert trainer._metrics["train"]["diversity/run/sem_ent"] == [pytest.approx(math.log(4))]
+
+
+def test_bad_trainers_and_batches(tmp_path):
+    with pytest.raises(TypeError, match="keeps no rollouts"):
+        GroupDiversityCallback(encoder=TopicEncoder()).attach(SimpleNamespace(callback_handler=None))
+    trainer = StubTrainer(BATCH[:10], g=4)
+    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(trainer)
+    with pytest.warns(RuntimeWarning, match="10 completions cannot be cut into groups of num_generations=4"):
+        _step(cb, trainer, tmp_path)
+    assert not trainer._metrics["train"]
+    strict = GroupDiversityCallback(space=space, on_error="raise", name="strict").attach(trainer)
+    with pytest.raises(ValueError, match="is not a multiple of 4"):
+        _step(strict, trainer, tmp_path)
+    with pytest.raises(ValueError, match="two GroupDiversityCallbacks in this trainer have name='strict'"):
+        GroupDiversityCallback(space=space, name="strict").attach(trainer)
+    with pytest.raises(ValueError, match="on_error"):
+        GroupDiversityCallback(on_error="ignore")
+    with pytest.raises(ValueError, match="space= and encoder="):
+        GroupDiversityCallback(space=space, encoder="minilm")
+    assert rollouts_of(trainer)[2] == 4
+
+
+# -- a real GRPOTrainer and RLOOTrainer ----------------------------------------------------------------
+
+
+def _page_script() -> str:
+    section = PAGE.read_text(encoding="utf-8").split("\n## A whole script\n", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match, "docs/grpo.md's 'A whole script' has no python block"
+    return match.group(1)
+
+
+@pytest.mark.slow
+def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("trl")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(_page_script(), str(PAGE), "exec"), namespace)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert [line.split(":")[0] for line in lines] == ["step 1", "step 2", "step 3"]
+    for line in lines:
+        sem_ent, clusters, collapsed = (
+            float(x) for x in re.findall(r"(?:Sem-Ent|clusters per group|collapsed groups) ([\d.]+)", line)
+        )
+        assert 0.0 <= sem_ent <= math.log(4) + 1e-9 and 1.0 <= clusters <= 4.0 and 0.0 <= collapsed <= 1.0
+    trainer, space = namespace["trainer"], namespace["space"]
+    # the last log holds the metrics of the trainer's own last rollouts, in the same entry as TRL's reward
+    last = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log][-1]
+    assert "reward" in last and "entropy" in last
+    _, completions, g = rollouts_of(trainer)
+    assert g == 4 and len(completions) == 8
+    ids = space.assign(completions)
+    cb = trainer.callback_handler.callbacks[-1]
+    assert isinstance(cb, GroupDiversityCallback)
+    expected = group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size)
+    for key, value in expected.items():
+        assert last[key] == pytest.approx(value, abs=1e-12), key
+    # the reward the trainer logged is quality x DARLING's rarity of those very completions
+    reward = namespace["reward"]
+    quality = np.array(namespace["about_eight_words"](completions))
+    assert last["reward"] == pytest.approx(float(np.mean(quality * np.array(reward.diversity(completions)))), abs=1e-6)
+    assert (tmp_path / "grpo_run" / "lightning_div" / "diversity_group_sample_step3.csv").is_file()
+
+
+@pytest.mark.slow
+def test_an_rloo_trainer(tmp_path):
+    trl = pytest.importorskip("trl")
+    from datasets import Dataset
+
+    from lightning_div import load_base_model
+
+    model, tokenizer = load_base_model()
+    prompts = Dataset.from_dict({"prompt": [f"hello {i}{tokenizer.eos_token}" for i in range(8)]})
+    space = SemanticSpace(encoder="minilm", num_clusters=3, dirpath=tmp_path / "cache", show_progress=False)
+    args = trl.RLOOConfig(
+        output_dir=str(tmp_path / "rloo"),
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_completion_length=8,
+        max_steps=1,
+        logging_steps=1,
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+        seed=0,
+    )
+    reward = SemanticGroupReward(num_generations=4, space=space)
+    trainer = trl.RLOOTrainer(
+        model=model, reward_funcs=[reward], args=args, train_dataset=prompts, processing_class=tokenizer
+    )
+    cb = GroupDiversityCallback(space=space, log_samples=False).attach(trainer)
+    trainer.train()
+    (log,) = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log]
+    _, completions, g = rollouts_of(trainer)
+    expected = group_metrics(completions, space.assign(completions), g, 3, vocab_size=cb.vocab_size)
+    assert {k: log[k] for k in expected} == pytest.approx(expected)
+    assert log["reward"] == pytest.approx(float(np.mean(reward.diversity(completions))), abs=1e-6)
