@@ -95,6 +95,12 @@ def test_bad_trainers_and_batches(tmp_path):
     with pytest.warns(RuntimeWarning, match="10 completions cannot be cut into groups of num_generations=4"):
         _step(cb, trainer, tmp_path)
     assert not trainer._metrics["train"]
+    shuffled = StubTrainer(BATCH)
+    shuffled._logs["prompt"].rotate(1)  # a batch in another order than TRL's samplers lay it out
+    other = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(shuffled)
+    with pytest.warns(RuntimeWarning, match="completion 1 answers another prompt than completion 0"):
+        _step(other, shuffled, tmp_path)
+    assert not shuffled._metrics["train"]
     strict = GroupDiversityCallback(space=space, on_error="raise", name="strict").attach(trainer)
     with pytest.raises(ValueError, match="is not a multiple of 4"):
         _step(strict, trainer, tmp_path)

@@ -43,7 +43,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from lightning_div._internal.checks import MEASUREMENT_ERRORS
 from lightning_div._internal.distributed import rank_and_world
-from lightning_div.integrations.trl.rollouts import completion_text, completion_texts
+from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
 from lightning_div.metrics import (
     check_lexical_names,
     check_lexical_options,
@@ -341,6 +341,7 @@ class GroupDiversityCallback(TrainerCallback):
         # one generation batch serves several steps when steps_per_generation > 1: measured once
         fingerprint = hashlib.sha256(repr(completions).encode()).hexdigest()
         try:
+            check_grouped(prompts, g)
             if self._last is not None and self._last[0] == fingerprint:
                 values = dict(self._last[1])
             else:

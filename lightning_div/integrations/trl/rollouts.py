@@ -16,7 +16,7 @@ from typing import Any
 
 from lightning_div._internal.distributed import gather_objects, rank_and_world
 
-__all__ = ["completion_text", "completion_texts", "gather_batch"]
+__all__ = ["check_grouped", "completion_text", "completion_texts", "gather_batch"]
 
 
 def completion_text(completion: Any, index: int = 0) -> str:
@@ -88,3 +88,37 @@ def gather_batch(local: Sequence[Any]) -> tuple[list[Any], int]:
     parts = gather_objects(list(local))
     offset = sum(len(p) for p in parts[: rank_and_world()[0]])
     return [item for part in parts for item in part], offset
+
+
+def check_grouped(prompts: Sequence[Any], num_generations: int) -> None:
+    """Check that each run of ``num_generations`` consecutive completions answers one prompt.
+
+    TRL's samplers repeat each prompt G times consecutively; a batch in another order (a custom
+    sampler, a shuffled buffer) would be measured in wrong groups, silently. Prompts are compared
+    as they are (text, or lists of messages).
+
+    Args:
+        prompts: the prompt of each completion, in the batch's order.
+        num_generations: G.
+
+    Raises:
+        ValueError: G does not divide the batch, or a group holds two different prompts (named by index).
+
+    Examples:
+        >>> check_grouped(["a", "a", "b", "b"], 2)
+        >>> check_grouped(["a", "b", "a", "b"], 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: the completions are not grouped by prompt: completion 1 answers another prompt than completion 0 of its group of num_generations=2
+    """
+    from lightning_div.metrics.group import check_groups
+
+    check_groups(len(prompts), num_generations)
+    g = int(num_generations)
+    for start in range(0, len(prompts), g):
+        for i in range(start + 1, start + g):
+            if prompts[i] != prompts[start]:
+                raise ValueError(
+                    f"the completions are not grouped by prompt: completion {i} answers another prompt than "
+                    f"completion {start} of its group of num_generations={g}"
+                )

@@ -1,0 +1,41 @@
+"""experiments/grpo_diversity.py --quick runs as a user runs it and writes a complete results.json and page."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_grpo_diversity_quick(tmp_path):
+    out = tmp_path / "results" / "grpo_diversity"
+    cmd = [sys.executable, str(ROOT / "experiments" / "grpo_diversity.py"), "--quick", "--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=1200)
+    res = json.loads((out / "results.json").read_text())  # allow_nan=False wrote it: every number is finite
+    assert res["experiment"] == "grpo_diversity" and res["quick"] is True and res["seeds"] == [0]
+    assert [(r["setting"], r["seed"]) for r in res["runs"]] == [("grpo", 0), ("grpo_semantic", 0)]
+    g = res["config"]["num_generations"]
+    for run in res["runs"]:
+        assert [s["step"] for s in run["steps"]] == list(range(1, res["config"]["steps"] + 1))
+        for row in [*run["steps"], run["held_out"]]:
+            assert 0.0 <= row["group_sem_ent"] <= math.log(g) + 1e-9
+            assert 1.0 <= row["group_clusters"] <= g and 0.0 <= row["collapsed_groups"] <= 1.0
+            assert 0.0 <= row["task_reward"] <= 1.0
+        assert len(run["examples"]["greedy"]) == 3 and len(run["examples"]["sampled"]) == 9
+        assert run["wall_s"] > run["reward_s"] > 0
+    # the difference is paired by seed; with one seed it has no interval (None, not NaN)
+    diff = res["summary"]["difference"]
+    assert diff["group_sem_ent"]["n"] == 1 and diff["group_sem_ent"]["low"] is None
+    grpo, semantic = (res["runs"][0]["held_out"], res["runs"][1]["held_out"])
+    assert diff["task_reward"]["mean"] == pytest.approx(semantic["task_reward"] - grpo["task_reward"])
+    page = (out.parent / "grpo_diversity.md").read_text()
+    assert "--quick: a smoke test" in page and "| grpo_semantic |" in page
