@@ -10,6 +10,7 @@ Only the standard library: the command line and the report import this without t
 
 from __future__ import annotations
 
+import re
 from typing import Literal, get_args
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "CLUSTER_JS",
     "CLUSTER_SHARES_FILE",
     "DEFAULT_ENCODER",
+    "DEFAULT_LEXICAL",
     "DRESS_EFFECTIVE_SAMPLE_SIZE",
     "DRESS_HEAD_CLUSTERS",
     "DRESS_HEAD_SHARE",
@@ -25,6 +27,8 @@ __all__ = [
     "DRESS_WEIGHT_MEAN",
     "DRESS_WEIGHT_MIN",
     "HEADLINE_KEYS",
+    "LEXICAL_NAMES",
+    "LEXICAL_PATTERN",
     "NEGATIVE",
     "NEGATIVE_LOSS",
     "NEGATIVE_LOSSES",
@@ -94,6 +98,14 @@ DRESS_WEIGHT_MEAN = "dress/weight_mean"
 DRESS_WEIGHT_MIN = "dress/weight_min"
 DRESS_WEIGHT_MAX = "dress/weight_max"
 DRESS_EFFECTIVE_SAMPLE_SIZE = "dress/effective_sample_size"
+
+# -- the lexical metrics by name (here, not in metrics.lexical: the command line's --help lists them without torch)
+#: The lexical metrics the callbacks log unless told otherwise (names as ``lexical_scores`` takes them).
+DEFAULT_LEXICAL = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_4", "ead")
+#: What a lexical metric name looks like (the one definition: the meta-evaluation's names use it too).
+LEXICAL_PATTERN = re.compile(r"^(distinct_(\d+)(_utt)?|ent_(\d+)|avg_distinct|ead)$")
+#: The lexical metric names, as error messages and ``--help`` list them.
+LEXICAL_NAMES = "distinct_<n> (corpus level), distinct_<n>_utt (utterance level), ent_<n>, avg_distinct, ead"
 
 # -- files written once per run beside the figures (``<name>_<file>`` for a callback with a ``name``) -----------
 CLUSTER_CARDS_FILE = "cluster_cards.csv"

@@ -347,6 +347,23 @@ def evil_config(tmp: Path, where: str) -> None:
     assert info.value.code == 2 and not marker.exists()
 
 
+def model_config(tmp: Path, model: str) -> Path:
+    """A fit config whose model is ``model`` (the data is never read: the model fails first)."""
+    import yaml
+
+    config = tmp / "model.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"class_path": "lightning_div.DialogueLM", "init_args": {"model_name_or_path": model}},
+                "data": {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train": [["hi", "hello"]]}},
+                "trainer": {"logger": False, "enable_checkpointing": False},
+            }
+        )
+    )
+    return config
+
+
 def write(path: Path, data: str | bytes) -> Path:
     path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
     return path
@@ -1518,6 +1535,29 @@ ROWS: list[Row] = [
             r"--config .*nope\.yaml: no such file \(see 'lightning-div fit --help'\)$",
             "“--config nope.yaml: no such file (see 'lightning-div fit --help')”",
             "lightning-div fit",
+        ),
+    ),
+    Row(
+        "lightning-div fit (LightningCLI)",
+        MISSING,
+        lambda res, tmp: cli(["fit", "--config", str(model_config(tmp, "local:../../x"))]),
+        Exits(
+            r"'local:\.\./\.\./x' is not a local name; the local names are 'local:chitchat-gpt2' \(",
+            "a model that cannot be loaded (an unknown `local:` name, a missing path, truncated weights): "
+            "“'local:../../x' is not a local name; the local names are 'local:chitchat-gpt2' (…) and "
+            "'local:chitchat' (…)”, “cannot load model '…': …”",
+            "lightning-div fit",
+        ),
+    ),
+    Row(
+        "DialogueDataModule",
+        MISSING,
+        lambda res, tmp: DialogueDataModule(tokenizer="local:chitchat-gpt3").tokenizer,
+        Raises(
+            OSError,
+            r"'local:chitchat-gpt3' is not a local name; the local names are 'local:chitchat-gpt2'",
+            "an unknown `local:` tokenizer (`ResponseEncoder` and `DialogueLM` the same): `ModelLoadError` "
+            "(an `OSError`) “'local:chitchat-gpt3' is not a local name; the local names are …”",
         ),
     ),
     Row(

@@ -26,7 +26,7 @@ def test_config_overrides_change_a_pretrained_models_config(tmp_path):
 
 def test_the_base_model_loads_offline_with_a_pad_token_distinct_from_eos():
     model, tok = load_base_model()
-    assert type(model).__name__ == "GPT2LMHeadModel" and not model.training
+    assert type(model).__name__ == "GPT2LMHeadModel" and model.training  # ready to fine-tune (issue 43 item 6)
     assert next(model.parameters()).dtype == torch.float32  # stored in float16, used in float32
     assert tok.pad_token == "<pad>" and tok.pad_token_id == 4000 and tok.pad_token_id != tok.eos_token_id
     assert len(tok) == model.config.vocab_size == 4001

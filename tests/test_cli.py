@@ -574,3 +574,70 @@ def test_third_party_notices_are_hidden_in_the_cli_only():
     assert inside == ["another FutureWarning"]
     assert any("LeafSpec" in m for m in outside)
     assert seen == ["GPU available: False"]
+
+
+# What --help and a mistake in the arguments may import: the standard library, argparse, our own light modules.
+NOT_AT_PARSE_TIME = ("torch", "torchmetrics", "transformers", "scipy", "sklearn", "faiss", "pytorch_lightning")
+
+ONE_COMMAND = """
+import json, sys
+from lightning_div.cli.main import main
+code = main(json.loads(sys.argv[1]))
+print(json.dumps([code, sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[2])))]))
+"""
+
+
+def test_help_and_argument_errors_import_nothing_heavy(tmp_path):
+    # issue 43 item 7: `lightning-div score --help` took 18-24 s under load (torch and torchmetrics imported to
+    # print the help); help and argument errors must start at once. One process per command (sys.modules).
+    import subprocess
+    import sys
+
+    gold = tmp_path / "gold.txt"
+    gold.write_text("hello there\n")
+    commands = {
+        "score --help": (["score", "--help"], 0),
+        "clusters --help": (["clusters", "--help"], 0),
+        "clusters assign --help": (["clusters", "assign", "--help"], 0),
+        "clusters fit --help": (["clusters", "fit", "--help"], 0),
+        "meta-eval --help": (["meta-eval", "--help"], 0),
+        "report --help": (["report", "--help"], 0),
+        "a bad int": (["score", str(gold), "--vocab-size", "x"], 2),
+        "an unknown metric": (["score", str(gold), "--metrics", "distinct_x"], 2),
+        "a missing file": (["score", str(tmp_path / "nope.txt")], 2),
+        "a check of the arguments": (["score", str(gold), "--fit-clusters", "3"], 2),
+        "clusters fit, a bad int": (["clusters", "fit", "--data", str(gold), "--out", "c.npz", "--seed", "x"], 2),
+        "meta-eval, a bad int": (["meta-eval", "--data", str(gold), "--n-boot", "many"], 2),
+    }
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    for what, (argv, code) in commands.items():
+        proc = subprocess.run(
+            [sys.executable, "-c", ONE_COMMAND, json.dumps(argv), json.dumps(NOT_AT_PARSE_TIME)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, (what, proc.stderr)
+        assert json.loads(proc.stdout.strip().splitlines()[-1]) == [code, []], (what, proc.stderr)
+
+
+def test_clusters_assign_explains_its_file_argument(capsys):
+    assert main(["clusters", "assign", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  file +a clusters file \(\.npz\)", out, re.M), out
+    assert main(["clusters", "show", "--help"]) == 0
+    assert re.search(r"^  file +a clusters file \(\.npz\)", capsys.readouterr().out, re.M)
+
+
+def test_quiet_hides_the_loading_weights_bar(tmp_path, capsys):
+    # issue 43 item 7: `clusters fit --quiet` still showed transformers' "Loading weights" bar
+    gold = tmp_path / "gold.txt"
+    gold.write_text("".join(f"response number {i} about topic {i % 5}\n" for i in range(40)))
+    argv = ["clusters", "fit", "--data", str(gold), "--out", str(tmp_path / "c.npz"), "--num-clusters", "2"]
+    assert main([*argv, "--quiet"]) == 0
+    assert "Loading weights" not in capsys.readouterr().err
+    assert main(["score", str(gold), "--gold", str(gold), "--fit-clusters", "2", "--quiet"]) == 0
+    assert "Loading weights" not in capsys.readouterr().err
+    assert main(argv) == 0  # without --quiet the bar is there, and the setting was restored
+    assert "Loading weights" in capsys.readouterr().err

@@ -34,9 +34,10 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported by the two functions that use it: the command line's --help stays light
+    import numpy as np
 
 __all__ = [
     "StaleCacheError",
@@ -267,6 +268,8 @@ def atomic_directory(
 
 def save_assignments(path: str | os.PathLike, ids: np.ndarray, clusters_hash: str, num_clusters: int) -> Path:
     """Cluster ids of the gold texts, with the clusters file's hash (:func:`file_digest`) and k, written atomically."""
+    import numpy as np
+
     ids = np.asarray(ids, dtype=np.int64)
     buffer = io.BytesIO()
     np.savez(
@@ -286,6 +289,8 @@ def load_assignments(path: str | os.PathLike, clusters_hash: str, num_clusters: 
         StaleCacheError: naming the file and what does not match (truncated or not ours,
             another clusters file, another number of texts, an id outside ``[0, num_clusters)``).
     """
+    import numpy as np
+
     where = str(path)
     try:
         with np.load(path, allow_pickle=False) as data:

@@ -22,6 +22,7 @@ import numpy as np
 from lightning_div.cli.common import OFFLINE_ENCODER, Parser, UsageError, build_encoder, require_files, say
 
 DESCRIPTION = "Fit semantic clusters, print their cards, or assign responses to them."
+CLUSTERS_FILE_HELP = "a clusters file (.npz), as 'lightning-div clusters fit' or SemanticClusters.save writes it"
 
 
 def build_parser(prog: str = "lightning-div clusters") -> Parser:
@@ -50,9 +51,9 @@ def build_parser(prog: str = "lightning-div clusters") -> Parser:
     fit.add_argument("--batch-size", type=int, default=32)
     fit.add_argument("--quiet", action="store_true", help="no progress bars")
     show = sub.add_parser("show", help="print the cluster cards of a saved clusters file")
-    show.add_argument("file")
+    show.add_argument("file", help=CLUSTERS_FILE_HELP)
     assign = sub.add_parser("assign", help="shares and Sem-Ent of a response file against saved clusters")
-    assign.add_argument("file")
+    assign.add_argument("file", help=CLUSTERS_FILE_HELP)
     assign.add_argument("--responses", required=True, help="responses (.txt one a line, JSONL, CSV)")
     assign.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
     assign.add_argument("--encoder", default=None, help="default: the encoder the clusters were fitted with")

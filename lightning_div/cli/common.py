@@ -13,12 +13,13 @@ subcommands that train nothing stay fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -121,6 +122,28 @@ def build_encoder(name: str, pooling: str | None, quiet: bool, batch_size: int =
     alias_pooling = dict(ENCODER_ALIASES.values())
     model, chosen = resolve_encoder_name(model, pooling or saved_pooling or alias_pooling.get(model))
     return ResponseEncoder(model, pooling=chosen, batch_size=batch_size, show_progress=not quiet)
+
+
+@contextlib.contextmanager
+def progress_bars_hidden(hidden: bool) -> Iterator[None]:
+    """Within the block, no Hugging Face progress bars (transformers' "Loading weights" bar) when ``hidden``.
+
+    What ``--quiet`` means besides the subcommand's own bars; restored after. transformers is imported only
+    when ``hidden`` (the subcommand is about to load a model anyway).
+    """
+    if not hidden:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    silence = hf_logging.is_progress_bar_enabled()
+    if silence:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if silence:
+            hf_logging.enable_progress_bar()
 
 
 def traceback_wanted() -> bool:

@@ -19,7 +19,7 @@ import importlib
 import sys
 from typing import NamedTuple
 
-from lightning_div.cli.common import Parser, UsageError, mistake, run_command
+from lightning_div.cli.common import Parser, UsageError, mistake, progress_bars_hidden, run_command
 
 
 class Command(NamedTuple):
@@ -91,7 +91,12 @@ def dispatch(argv: list[str], from_sys_argv: bool = False) -> int:
 
     def work() -> int:
         args: argparse.Namespace = module.build_parser(prog).parse_args(argv[1:])
-        return int(module.execute(args))
+        check = getattr(module, "check_arguments", None)
+        if check is not None:  # a mistake in the arguments is said before any model library is imported
+            check(args)
+        # --quiet: no bars at all, transformers' own "Loading weights" bar included
+        with progress_bars_hidden(bool(getattr(args, "quiet", False))):
+            return int(module.execute(args))
 
     return run_command(prog, work)
 

@@ -12,19 +12,16 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_div._internal.io import atomic_write_text
 from lightning_div.cli.common import Parser, require_files, say
-from lightning_div.meta_eval.data import MetaEvalData, read_sets
-from lightning_div.meta_eval.set_metrics import CachedEncoder, check_metric_names, make_metrics
-from lightning_div.meta_eval.stats import (
-    check_binary_labels,
-    con_test,
-    con_test_from_scores,
-    dec_test,
-    dec_test_from_scores,
-)
+
+if TYPE_CHECKING:
+    from lightning_div.meta_eval.data import MetaEvalData
+
+# lightning_div.meta_eval (torch, scipy) is imported where the work starts, not here: --help and a mistake in
+# the arguments answer at once.
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +112,8 @@ def default_encoder_path() -> str:
 
 def _resources(names: Sequence[str], data: MetaEvalData, args: argparse.Namespace) -> dict[str, Any]:
     """Encoder, clusters, NLI scorer and vocabulary size, built only for the metrics that need them."""
+    from lightning_div.meta_eval.set_metrics import CachedEncoder
+
     show = not args.quiet
     out: dict[str, Any] = {}
     if "ead" in names:
@@ -194,6 +193,16 @@ def write_results(report: Mapping[str, Any], path: str | Path) -> Path:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Read the data, score every metric, run the test; the report that is printed and written."""
+    from lightning_div.meta_eval.data import read_sets
+    from lightning_div.meta_eval.set_metrics import check_metric_names, make_metrics
+    from lightning_div.meta_eval.stats import (
+        check_binary_labels,
+        con_test,
+        con_test_from_scores,
+        dec_test,
+        dec_test_from_scores,
+    )
+
     data = read_sets(args.data)
     test = data.infer_test() if args.test == "auto" else args.test
     names = list(dict.fromkeys(list(args.metrics) + (list(data.precomputed) if args.with_columns else [])))

@@ -20,14 +20,10 @@ from typing import Any
 from lightning_div._internal.io import atomic_write_text
 from lightning_div._internal.text import TokenizerSpec
 from lightning_div.cli.common import OFFLINE_ENCODER, Parser, UsageError, build_encoder, require_files, say, warn
-from lightning_div.metrics import (
-    DEFAULT_LEXICAL,
-    LEXICAL_NAMES,
-    check_lexical_names,
-    count_vocab,
-    lexical_scores,
-    semantic_entropy,
-)
+from lightning_div.keys import DEFAULT_LEXICAL, LEXICAL_NAMES, LEXICAL_PATTERN
+
+# lightning_div.metrics (torch, torchmetrics) is imported where a score is computed, not here: --help and a
+# mistake in the arguments answer at once.
 
 
 def score_responses(
@@ -55,6 +51,8 @@ def score_responses(
     Returns:
         ``{metric: value}``, with ``responses`` (their number) and ``sem_ent`` when clusters are given.
     """
+    from lightning_div.metrics import lexical_scores, semantic_entropy
+
     out = dict(lexical_scores(responses, lexical, vocab_size, tokenizer, lowercase, base))
     out["responses"] = float(len(responses))
     if clusters is not None:
@@ -150,6 +148,8 @@ def ead_vocab_size(
     Returns:
         The number of distinct tokens, at least 1.
     """
+    from lightning_div.metrics import count_vocab
+
     return count_vocab(list(gold) if gold else [r for rs in files.values() for r in rs], tokenizer, lowercase)
 
 
@@ -206,6 +206,7 @@ def build_parser(prog: str = "lightning-div score") -> Parser:
     p.add_argument(
         "--metrics",
         nargs="+",
+        type=lexical_name,
         default=list(DEFAULT_LEXICAL),
         help=f"lexical metrics by name: {LEXICAL_NAMES} (default: %(default)s)",
     )
@@ -221,6 +222,17 @@ def build_parser(prog: str = "lightning-div score") -> Parser:
     p.add_argument("--output", help="write the scores as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
+
+
+def lexical_name(name: str) -> str:
+    """``--metrics``' type: a lexical metric name (:data:`lightning_div.keys.LEXICAL_PATTERN`), checked while parsing.
+
+    Raises:
+        argparse.ArgumentTypeError: another name (argparse says it as ``argument --metrics: ...``).
+    """
+    if not LEXICAL_PATTERN.match(name):
+        raise argparse.ArgumentTypeError(f"unknown lexical metric {name!r}; use {LEXICAL_NAMES}")
+    return name
 
 
 def system_labels(paths: list[str], names: list[str] | None, gold: bool) -> list[str]:
@@ -262,10 +274,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--fit-clusters must be at least 1, got {args.fit_clusters}")
     if args.vocab_size is not None and args.vocab_size < 1:
         raise UsageError(f"--vocab-size must be at least 1, got {args.vocab_size}")
-    try:
-        check_lexical_names(args.metrics)
-    except ValueError as err:
-        raise UsageError(f"--metrics: {err}") from None
     require_files([("", f) for f in args.responses] + [("--gold", args.gold), ("--clusters", args.clusters)])
 
 
@@ -278,18 +286,8 @@ def execute(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
-    from transformers.utils import logging as hf_logging
-
     check_arguments(args)
-    # --quiet means no bars at all, transformers' own "Loading weights" bar included (restored after)
-    silence = args.quiet and hf_logging.is_progress_bar_enabled()
-    if silence:
-        hf_logging.disable_progress_bar()
-    try:
-        return _score(args)
-    finally:
-        if silence:
-            hf_logging.enable_progress_bar()
+    return _score(args)
 
 
 def _score(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_div._internal.lightning import PACKAGE, pl, submodule
 from lightning_div._internal.tracking import local_log_dir, tracker_kind
-from lightning_div.cli.common import UsageError
+from lightning_div.cli.common import UsageError, describe
 
 # Imported so that `class_path: DialogueLM` / `DialogueDataModule` resolve by their short names.
 from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
@@ -118,7 +118,7 @@ def training_user_errors() -> tuple[type[BaseException], ...]:
     inputs are not.
     """
     from lightning_div.callbacks.guards import MissingInputsError
-    from lightning_div.core import DataFormatError
+    from lightning_div.pairs import DataFormatError
 
     return (OSError, DataFormatError, MissingInputsError)
 
@@ -157,7 +157,30 @@ def run_lightning(command: str, argv: list[str], from_sys_argv: bool = False) ->
             )
         except argparse.ArgumentError as err:
             raise UsageError(f"{parse_error(str(err))} (see 'lightning-div {command} --help')") from err
+        except ValueError as err:
+            cause = instantiation_mistake(err)
+            if cause is None:
+                raise
+            raise UsageError(describe(cause)) from err
     return 0
+
+
+def instantiation_mistake(err: BaseException) -> BaseException | None:
+    """The user mistake inside jsonargparse's error for a class of the config that failed to build, or None.
+
+    jsonargparse reports any exception raised while it builds the config's classes (a model that
+    cannot be loaded, a missing data file) as "Does not validate against any of the Union subtypes",
+    the original chained below it: that original, when it is a mistake of :func:`training_user_errors`.
+    """
+    mistakes = training_user_errors()
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, mistakes):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def check_config_files(argv: list[str]) -> None:

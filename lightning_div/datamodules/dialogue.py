@@ -91,8 +91,9 @@ class DialogueDataModule(pl.LightningDataModule):
         val: the validation data, as ``train``.
         test: the test data, as ``train``.
         format: ``"auto"`` (from the extension) or a name in ``formats.FORMATS``.
-        tokenizer: a name or path for ``AutoTokenizer``, a tokenizer object, or ``None`` =
-            the LightningModule's ``tokenizer`` attribute at setup.
+        tokenizer: a name or path for ``AutoTokenizer``, ``"local:chitchat-gpt2"`` (the base model's),
+            ``"local:chitchat"``, a tokenizer object, or ``None`` = the LightningModule's ``tokenizer``
+            attribute at setup. A name that does not load raises an :class:`OSError` naming it at setup.
         max_history: context turns kept per example (None = all).
         max_context_tokens: see :class:`~lightning_div.model.formatting.DialogueFormat`; contexts are
             also left-truncated to fit the model window.
@@ -256,9 +257,10 @@ class DialogueDataModule(pl.LightningDataModule):
         module = self._module()
         tokenizer = self._tokenizer_arg
         if isinstance(tokenizer, (str, os.PathLike)):
-            from transformers import AutoTokenizer
+            from lightning_div.model.loading import load_tokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+            # the local: names too (the base model's tokenizer, the corpus-trained one), as DialogueLM takes them
+            tokenizer = load_tokenizer(os.fspath(tokenizer), seq2seq=bool(self._seq2seq_arg))
         elif tokenizer is None:
             tokenizer = getattr(module, "tokenizer", None)
             if tokenizer is None:

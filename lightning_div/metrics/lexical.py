@@ -25,7 +25,6 @@ Distinct Metric").
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -33,6 +32,11 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.text import TokenizerSpec, tokenize_all
+
+# defined in keys (the command line lists them without importing torch); importable from here as before
+from lightning_div.keys import DEFAULT_LEXICAL as DEFAULT_LEXICAL
+from lightning_div.keys import LEXICAL_NAMES as LEXICAL_NAMES
+from lightning_div.keys import LEXICAL_PATTERN as LEXICAL_PATTERN
 
 
 def _check_n(n: int) -> int:
@@ -283,13 +287,7 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
 
 # Metrics by name, as the callbacks and the CLI ask for them.
 
-DEFAULT_LEXICAL = ("distinct_1", "distinct_2", "distinct_3", "avg_distinct", "ent_4", "ead")
-"""The lexical metrics the callbacks log unless told otherwise (names as :func:`lexical_scores` takes them)."""
-LEXICAL_PATTERN = re.compile(r"^(distinct_(\d+)(_utt)?|ent_(\d+)|avg_distinct|ead)$")
-"""What a lexical metric name looks like (the one definition: the meta-evaluation's names use it too)."""
 _LEXICAL = LEXICAL_PATTERN
-LEXICAL_NAMES = "distinct_<n> (corpus level), distinct_<n>_utt (utterance level), ent_<n>, avg_distinct, ead"
-"""The lexical metric names, as error messages and ``--help`` list them."""
 
 
 def check_lexical_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

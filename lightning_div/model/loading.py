@@ -11,9 +11,23 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lightning_div.model.base import BASE_MODEL, PAD, resolve_model_name
+from lightning_div.model.base import (
+    BASE_MODEL,
+    LOCAL_TOKENIZER,
+    PAD,
+    ModelLoadError,
+    check_local_name,
+    quiet_loss_type,
+    resolve_model_name,
+)
 
-LOCAL_TOKENIZER = "local:chitchat"
+__all__ = ["LOCAL_TOKENIZER", "ModelLoadError", "base_tokenizer", "build_model", "cache_root", "load_tokenizer"]
+
+
+def _cannot_load(what: str, name: str, err: BaseException) -> ModelLoadError:
+    """One line for a model or tokenizer that cannot be loaded, naming it (the library's first line as the reason)."""
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return ModelLoadError(f"cannot load {what} {name!r}: {reason}")
 
 
 def cache_root() -> Path:
@@ -35,11 +49,16 @@ def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> 
         A Hugging Face tokenizer. ``"local:chitchat"`` is trained on the Chit-Chat training
         turns on first use and cached under ``$LIGHTNING_DIV_CACHE`` (default
         ``~/.cache/lightning_div``); later calls load the cached one.
+
+    Raises:
+        ModelLoadError: an unknown ``local:`` name (the message lists the local names), or a name or
+            path that does not load (an :class:`OSError`, naming it).
     """
+    check_local_name(spec, "tokenizer")
     if spec == BASE_MODEL:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(resolve_model_name(spec))
+        return AutoTokenizer.from_pretrained(resolve_model_name(spec, "tokenizer"))
     if spec == LOCAL_TOKENIZER:
         from lightning_div.datamodules.formats import chitchat_conversations
         from lightning_div.model.tiny import train_tokenizer
@@ -48,7 +67,10 @@ def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> 
         return train_tokenizer(texts, vocab_size=vocab_size, cache_dir=cache_root() / "tokenizers", seq2seq=seq2seq)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(spec)
+    try:
+        return AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError) as err:  # not found, not a repo id (the Hub client's ValueError), a broken file
+        raise _cannot_load("tokenizer", spec, err) from err
 
 
 def build_model(
@@ -70,6 +92,8 @@ def build_model(
     Raises:
         ValueError: neither a name nor ``from_scratch``; or an override that is not an attribute
             of the model's config (a typo would otherwise be ignored silently).
+        ModelLoadError: a model that cannot be loaded (an unknown ``local:`` name, a missing path, a
+            Hub name offline, truncated weights): an :class:`OSError` naming it, in one line.
 
     Returns:
         A causal or seq2seq LM (by the config's ``is_encoder_decoder``).
@@ -88,11 +112,14 @@ def build_model(
         if getattr(config, "is_encoder_decoder", False):
             config.decoder_start_token_id = spec.get("decoder_start_token_id", tokenizer.eos_token_id)
             return AutoModelForSeq2SeqLM.from_config(config)
-        return AutoModelForCausalLM.from_config(config)
+        return quiet_loss_type(AutoModelForCausalLM.from_config(config))
     if model_name_or_path is None:
         raise ValueError("DialogueLM needs model_name_or_path (Hub name or local path) or from_scratch (a config)")
     location = resolve_model_name(model_name_or_path)
-    config = AutoConfig.from_pretrained(location)
+    try:
+        config = AutoConfig.from_pretrained(location)
+    except (OSError, ValueError) as err:  # not found, not a repo id (the Hub client's ValueError), a broken config
+        raise _cannot_load("model", model_name_or_path, err) from err
     unknown = sorted(set(config_overrides or {}) - set(config.to_dict()))
     if unknown:
         raise ValueError(f"config_overrides: {unknown} are not attributes of {model_name_or_path!r}'s config")
@@ -101,7 +128,13 @@ def build_model(
     cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
     # the shipped base model stores float16 to stay small; it trains and measures in float32
     shipped = {"dtype": "float32"} if location != model_name_or_path else {}
-    return cls.from_pretrained(location, config=config, **shipped)
+    from safetensors import SafetensorError
+
+    try:
+        model = cls.from_pretrained(location, config=config, **shipped)
+    except (OSError, ValueError, SafetensorError) as err:  # a truncated weights file is a SafetensorError
+        raise _cannot_load("model", model_name_or_path, err) from err
+    return quiet_loss_type(model)
 
 
 def base_tokenizer() -> Any:

