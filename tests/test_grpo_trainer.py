@@ -86,6 +86,24 @@ def test_without_references_the_clusters_are_fitted_on_the_first_steps_completio
     assert trainer._metrics["train"]["diversity/run/sem_ent"] == [pytest.approx(math.log(4))]
 
 
+def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path):
+    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    reward = SemanticGroupReward(num_generations=4, space=space, reference_responses=REFERENCES)
+    other = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), dirpath=tmp_path))
+    trainer = StubTrainer(BATCH)
+    trainer.reward_funcs = [other, reward]
+    reward(completions=BATCH)  # the step's reward call: the whole batch assigned once
+    expected = group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=16)
+    cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(trainer)
+    space.assign = None  # type: ignore[assignment,method-assign]  # a second embedding pass would fail
+    _step(cb, trainer, tmp_path)
+    assert cb.reused_reward_ids
+    logged = {k: v[0] for k, v in trainer._metrics["train"].items() if k != "diversity/runtime"}
+    assert logged == expected
+    # other texts than the reward's: not reused
+    assert reward.cluster_ids(BATCH[:8], space) is None and reward.cluster_ids(BATCH, other.space) is None
+
+
 def test_bad_trainers_and_batches(tmp_path):
     with pytest.raises(TypeError, match="keeps no rollouts"):
         GroupDiversityCallback(encoder=TopicEncoder()).attach(SimpleNamespace(callback_handler=None))

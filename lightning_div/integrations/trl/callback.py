@@ -220,6 +220,8 @@ class GroupDiversityCallback(TrainerCallback):
         self.history: list[dict[str, float]] = []
         self._last: tuple[str, dict[str, float]] | None = None
         self._last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
+        #: Whether the last measurement took its cluster ids from a SemanticGroupReward sharing the space.
+        self.reused_reward_ids = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(space={self.space!r}, name={self.name!r})"
@@ -300,7 +302,10 @@ class GroupDiversityCallback(TrainerCallback):
         texts = completion_texts(completions)
         check_groups(len(texts), num_generations)
         self.prepare(texts, cache_dir)
-        ids = self.space.assign(texts, self.device)
+        ids = self._reward_ids(texts)
+        self.reused_reward_ids = ids is not None
+        if ids is None:
+            ids = self.space.assign(texts, self.device)
         self._last_ids = ids
         values = group_metrics(
             texts,
@@ -365,6 +370,17 @@ class GroupDiversityCallback(TrainerCallback):
         self._log(values)
 
     # -- inside ------------------------------------------------------------------------------------
+
+    def _reward_ids(self, texts: list[str]) -> np.ndarray | None:
+        """The ids a SemanticGroupReward of this trainer, in this space, assigned to these very texts this step."""
+        from lightning_div.integrations.trl.reward import SemanticGroupReward
+
+        for fn in getattr(self.trainer, "reward_funcs", None) or []:
+            if isinstance(fn, SemanticGroupReward):
+                ids = fn.cluster_ids(texts, self.space)
+                if ids is not None:
+                    return ids
+        return None
 
     def _log(self, values: dict[str, float]) -> None:
         """Into the step's own log: TRL's trainers average ``_metrics["train"]`` into the log they write at

@@ -243,6 +243,7 @@ class SemanticGroupReward:
         self.device = device
         self.batch_size = batch_size
         self.__name__ = name  # TRL names a reward function by __name__
+        self._assigned: tuple[tuple[str, ...], np.ndarray] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -282,7 +283,26 @@ class SemanticGroupReward:
             device=self.device,
             batch_size=self.batch_size,
         )
+        if self.equivalence == "clusters":  # the monitor of the same space reuses them (one embedding pass a step)
+            self._assigned = (tuple(texts), labels.copy())
         return group_diversity_scores(labels, self.num_generations, self.score)
+
+    def cluster_ids(self, texts: Sequence[str], space: SemanticSpace) -> np.ndarray | None:
+        """The cluster ids of ``texts`` if this reward just assigned exactly these texts in ``space``, else None.
+
+        A :class:`~lightning_div.integrations.trl.GroupDiversityCallback` sharing the space reads
+        them instead of embedding the step's completions a second time.
+
+        Args:
+            texts: the whole batch's completions as text.
+            space: the space the ids must come from (compared by identity).
+
+        Returns:
+            A copy of the ids, or None.
+        """
+        if space is not self.space or self._assigned is None or self._assigned[0] != tuple(texts):
+            return None
+        return self._assigned[1].copy()
 
     def __call__(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
