@@ -120,12 +120,13 @@ def time_views(module_name: str, fn_name: str, into: dict[int, float]) -> None:
     module = importlib.import_module(module_name)
     original = getattr(module, fn_name)
 
-    def timed(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+    def timed(reporter: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return original(trainer, *args, **kwargs)
+            return original(reporter, *args, **kwargs)
         finally:
-            epoch = int(getattr(trainer, "current_epoch", 0))
+            # the views take the callback's reporter, whose files are tagged epoch_<N>
+            epoch = int(str(getattr(reporter.destination, "tag", "epoch_0")).rpartition("_")[2])
             into[epoch] = into.get(epoch, 0.0) + time.perf_counter() - start
 
     setattr(module, fn_name, timed)

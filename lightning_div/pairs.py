@@ -1,4 +1,4 @@
-"""The types every part shares: one dialogue example, and the error for malformed dialogue data.
+"""Dialogue pairs: one dialogue example (:class:`DialoguePair`), and the error for malformed dialogue data.
 
 Small and dependency-free on purpose: callbacks, the DRESS protocol and the readers import
 these without importing the readers (:mod:`lightning_div.datamodules.formats`, which
@@ -15,12 +15,31 @@ __all__ = ["DataFormatError", "DialoguePair", "as_pair"]
 
 @dataclass(frozen=True)
 class DialoguePair:
-    """One example: the context turns (oldest first), the gold response, extra references."""
+    """One example: the context turns (oldest first), the gold response, extra references.
+
+    A context given as one string is one turn, as :func:`as_pair` and the readers take it (a
+    string is never split into its characters); a list of turns becomes a tuple.
+
+    Examples:
+        >>> DialoguePair("How are you?", "Fine.").context
+        ('How are you?',)
+    """
 
     context: tuple[str, ...]
     response: str
     references: tuple[str, ...] = ()
     source: str = field(default="", compare=False)  # "file:line" for error messages
+
+    def __post_init__(self) -> None:
+        # One rule for every consumer (as_messages, pairs_from_items, the callbacks' contexts): a string is one turn.
+        if isinstance(self.context, str):
+            object.__setattr__(self, "context", (self.context,))
+        elif isinstance(self.context, list):
+            object.__setattr__(self, "context", tuple(self.context))
+        if isinstance(self.references, str):
+            object.__setattr__(self, "references", (self.references,))
+        elif isinstance(self.references, list):
+            object.__setattr__(self, "references", tuple(self.references))
 
     @property
     def all_references(self) -> tuple[str, ...]:

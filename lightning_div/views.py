@@ -3,8 +3,8 @@
 Called by SemanticDiversityMonitor, DRESSReweighting and the Hugging Face
 DiversityTrainerCallback on rank 0 only, after every number has been computed on all ranks:
 nothing here calls a collective (no ``trainer.log_dir``, no gathering), so rank 0 cannot wait
-here for ranks that are not. ``trainer`` is a Lightning or a Hugging Face trainer; nothing here
-imports Lightning.
+here for ranks that are not. Everything goes through the front end's
+:class:`~lightning_div.measure.reporting.Reporter`; nothing here imports Lightning or knows a trainer.
 Figures come from :mod:`lightning_div.semantic.plots`, logging from :mod:`lightning_div._internal.tracking`.
 """
 
@@ -17,12 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div._internal.tracking import _safe_name, log_figure, log_table, warn_once, write_atomic
+from lightning_div._internal.tracking import _safe_name, write_atomic
 from lightning_div.dress.state import DressState
 from lightning_div.keys import CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE
+from lightning_div.measure.reporting import Reporter
 from lightning_div.semantic.cards import CARD_COLUMNS, cluster_labels
-
-_LOGGED_ATTR = "_lightning_div_cards_logged"
 
 
 def artifact_file(filename: str, log_key: Callable[[str], str] = str) -> str:
@@ -32,40 +31,24 @@ def artifact_file(filename: str, log_key: Callable[[str], str] = str) -> str:
     return _safe_name(log_key(filename))
 
 
-def log_cards_once(trainer: Any, clusters: Any, out_dir: Path, log_key: Callable[[str], str] = str) -> Path | None:
-    """Log the clusters' cards as the table ``clusters/cards`` (and ``cluster_cards.csv``) once per Trainer and key.
+def log_cards_once(reporter: Reporter, clusters: Any, log_key: Callable[[str], str] = str) -> Path | None:
+    """Log the clusters' cards as the table ``clusters/cards`` (and ``cluster_cards.csv``) once per run and key.
 
     The key and the file carry the calling callback's name (``log_key``): ``<name>/clusters/cards``
-    and ``<name>_cluster_cards.csv``. A monitor and DRESS with the same name (none, by default)
-    share one table: whichever reaches this first logs it; other clusters under a key already
-    logged are said in a warning (give the callbacks names), not written over it.
+    and ``<name>_cluster_cards.csv``. Whether they were logged is the reporter's run memory
+    (:meth:`~lightning_div.measure.reporting.Reporter.once`, keyed by the clusters' hash): other
+    clusters under a key already logged are said in a warning (give the callbacks names), not
+    written over it.
     """
     cards = getattr(clusters, "cards", None)
     if not cards:
         return None
     key = log_key("clusters/cards")
-    logged: dict[str, str] = getattr(trainer, _LOGGED_ATTR, None) or {}
-    if key in logged:
-        if logged[key] != clusters.config_hash:
-            warn_once(
-                f"cards:{key}",
-                f"two callbacks log the cards of different clusters under {key!r}: the first one's are kept; "
-                "give the callbacks distinct name=... so that each logs its own",
-            )
+    if not reporter.once(key, str(clusters.config_hash)):
         return None
-    path = log_table(
-        trainer,
-        key,
-        CARD_COLUMNS,
-        [c.row() for c in cards],
-        out_dir,
-        filename=artifact_file(CLUSTER_CARDS_FILE, log_key),
+    return reporter.table(
+        key, CARD_COLUMNS, [c.row() for c in cards], filename=artifact_file(CLUSTER_CARDS_FILE, log_key)
     )
-    try:
-        setattr(trainer, _LOGGED_ATTR, {**logged, key: clusters.config_hash})
-    except AttributeError:  # a Trainer stand-in with __slots__: logging twice is harmless
-        pass
-    return path
 
 
 def cluster_shares(clusters: Any, ids: Sequence[int] | np.ndarray) -> list[float]:
@@ -77,21 +60,20 @@ SAMPLE_COLUMNS = ("context (last turn)", "generated", "cluster", "gold", "gold c
 
 
 def log_samples_table(
-    trainer: Any,
+    reporter: Reporter,
     key: str,
     sample: Sequence[Any],
     responses: Sequence[str],
     ids: Sequence[int] | np.ndarray,
     gold_ids: Sequence[int] | np.ndarray,
     n: int,
-    out_dir: Path,
 ) -> Path | None:
     """The first ``n`` generated responses beside their contexts' gold ones, with both clusters, as table ``key``."""
     rows = [
         [p.context[-1] if p.context else "", r, int(c), p.response, int(g)]
         for p, r, c, g in list(zip(sample, responses, ids, gold_ids))[:n]
     ]
-    return log_table(trainer, key, SAMPLE_COLUMNS, rows, out_dir)
+    return reporter.table(key, SAMPLE_COLUMNS, rows)
 
 
 def labels_of(clusters: Any) -> list[str]:
@@ -99,11 +81,10 @@ def labels_of(clusters: Any) -> list[str]:
 
 
 def log_collapse(
-    trainer: Any,
+    reporter: Reporter,
     clusters: Any,
     history: Sequence[tuple[int, Sequence[float]]],
     gold_share: Sequence[float],
-    out_dir: Path,
     heatmap: bool = True,
     log_key: Callable[[str], str] = str,
     unit: str = "epoch",
@@ -117,19 +98,15 @@ def log_collapse(
 
     labels = labels_of(clusters)
     epoch, generated = history[-1]
-    log_figure(
-        trainer,
+    reporter.figure(
         log_key("val/cluster_histogram"),
         share_histogram(generated, gold_share, labels, f"Semantic clusters, {unit} {epoch}"),
-        out_dir,
     )
     if not heatmap:
         return
     epochs = [e for e, _ in history]
     shares = np.array([s for _, s in history], dtype=np.float64)
-    log_figure(
-        trainer, log_key("val/cluster_shares"), collapse_heatmap(epochs, shares, gold_share, labels, unit=unit), out_dir
-    )
+    reporter.figure(log_key("val/cluster_shares"), collapse_heatmap(epochs, shares, gold_share, labels, unit=unit))
 
     def write(f: Any) -> None:
         w = csv.writer(f)
@@ -140,7 +117,7 @@ def log_collapse(
             )
 
     try:
-        write_atomic(Path(out_dir) / artifact_file(CLUSTER_SHARES_FILE, log_key), write)
+        write_atomic(Path(reporter.out_dir) / artifact_file(CLUSTER_SHARES_FILE, log_key), write)
     except OSError:  # the figures above already warned about this directory; training goes on
         pass
 
@@ -170,48 +147,51 @@ def dress_cluster_view(
 
 
 def log_dress_round(
-    trainer: Any, state: DressState, clusters: Any, lam: float, out_dir: Path, log_key: Callable[[str], str] = str
+    reporter: Reporter,
+    state: DressState,
+    clusters: Any,
+    lam: float,
+    epoch: int,
+    log_key: Callable[[str], str] = str,
+    cards: bool = True,
 ) -> None:
     """DRESS this round, from its :class:`~lightning_div.dress.state.DressState`: the figure ``dress/clusters``
     (gold weight and negatives per cluster, head clusters in red, the effective sample size in the title)
     and the table ``dress/head_clusters`` (each head cluster by its card, with its negatives).
 
     Args:
-        trainer: the Trainer (its loggers get the figure and the table).
+        reporter: the front end's reporter (its trackers get the figure and the table).
         state: what DRESS decided this round.
         clusters: the clusters the weights and negatives were computed in.
         lam: DRESS's lambda (the gold weight per cluster is drawn from it).
-        out_dir: where the PNG and CSV go.
+        epoch: the round's epoch, in the title.
         log_key: the calling callback's key naming (its ``name`` prefix).
+        cards: log the cluster cards too (once), when no monitor of the same name logs them.
     """
     from lightning_div.dress.weights import effective_sample_size
     from lightning_div.semantic.plots import dress_round
 
     if state.weights is None:
         return
-    log_cards_once(trainer, clusters, out_dir, log_key)  # when no SemanticDiversityMonitor logged them
+    if cards:
+        log_cards_once(reporter, clusters, log_key)
     heads = [int(h) for h in state.heads]
     gold_weight, negatives = dress_cluster_view(clusters, state.weights, lam, heads, state.trained_negative_clusters())
     all_w = state.all_weights()
     labels = labels_of(clusters)
-    epoch = int(getattr(trainer, "current_epoch", 0))
     title = f"DRESS, epoch {epoch} (lambda={lam:g}, effective sample size {effective_sample_size(all_w):.0f} of {all_w.size})"
-    log_figure(trainer, log_key("dress/clusters"), dress_round(gold_weight, negatives, heads, labels, title), out_dir)
-    cards = getattr(clusters, "cards", None) or []
+    reporter.figure(log_key("dress/clusters"), dress_round(gold_weight, negatives, heads, labels, title))
+    described = getattr(clusters, "cards", None) or []
     rows = [
         [
             j,
             labels[j],
             int(negatives[j]),
             round(float(gold_weight[j]), 6),
-            " | ".join(cards[j].examples[:3]) if j < len(cards) else "",
+            " | ".join(described[j].examples[:3]) if j < len(described) else "",
         ]
         for j in heads
     ]
-    log_table(
-        trainer,
-        log_key("dress/head_clusters"),
-        ["cluster", "label", "negatives", "gold weight", "nearest gold"],
-        rows,
-        out_dir,
+    reporter.table(
+        log_key("dress/head_clusters"), ["cluster", "label", "negatives", "gold weight", "nearest gold"], rows
     )

@@ -251,14 +251,6 @@ def res():
         shutil.rmtree(r.dir, ignore_errors=True)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warn_once(monkeypatch):
-    """Callbacks warn once per process and key; each row must see its own warning."""
-    from lightning_div._internal import tracking
-
-    monkeypatch.setattr(tracking, "_warned", set())
-
-
 SURROGATE_JSONL = '{"context": ["hi"], "response": "fine"}\n{"context": ["yo"], "response": "x \\ud83d y"}\n'
 
 

@@ -66,8 +66,8 @@ def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path
     assert set(first["idk_short"]) - {"epoch"} == {k for k in first["idk_short"] if k.startswith("idk_short/")}
 
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["callbacks"]
-    assert saved[short.state_key]["indices"] == short._indices and len(short._indices["val"]) == 6
-    assert saved[long.state_key]["indices"] == long._indices and len(long._indices["val"]) == 7
+    assert saved[short.state_key]["indices"] == short.sample_state() and len(short.sample_state()["val"]) == 6
+    assert saved[long.state_key]["indices"] == long.sample_state() and len(long.sample_state()["val"]) == 7
 
     # stopped after epoch 0; fresh instances resume from the checkpoint and each gets its own state back
     short2, long2 = two_ruq_monitors()
@@ -76,7 +76,7 @@ def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path
         n = len(before.history)  # one entry per measurement: train RUQ, validation RUQ
         assert n == 2 and after.history[:n] == before.history  # restored, then epoch 1 appended
         assert [h["epoch"] for h in after.history[n:]] == [1.0, 1.0]
-        assert after._indices == before._indices
+        assert after.sample_state() == before.sample_state()
         assert (
             after.last_val_ruq
             == [h for h in after.history if f"{after.name}/val/ruq" in h][-1][f"{after.name}/val/ruq"]

@@ -137,14 +137,19 @@ def test_fixed_sample_is_drawn_once_and_restored_indices_win():
     cb = Failing(RuntimeError())
     first = cb.fixed_sample(None, "val", VAL, "val_pairs", 5, seed=3)
     again = cb.fixed_sample(None, "val", VAL[:2], "val_pairs", 5, seed=99)  # already drawn: the same sample
-    assert again is first and len(first) == 5 and cb._indices == sorted(cb._indices)
+    indices = cb.sample_state()["val"]
+    assert again == first and len(first) == 5 and indices == sorted(indices)
+    assert first == [VAL[i] for i in indices]
     other = Failing(RuntimeError())
-    other._restore_sample_indices(cb._indices)  # a list: how the monitors' older checkpoints hold it
+    other.load_sample_state(indices)  # a list: how the monitors' older checkpoints hold it
     assert other.fixed_sample(None, "val", VAL, "val_pairs", 5, seed=12345) == first  # restored indices win
-    other._restore_sample_indices({"train": [0, 1]})
-    assert other._sample_indices == {"train": [0, 1]} and other._indices is None
-    other._restore_sample_indices({"val": [len(VAL) + 3]})  # the data shrank below them: drawn again
-    assert other.fixed_sample(None, "val", VAL, "val_pairs", 5, seed=3) == first and other._indices == cb._indices
+    other.load_sample_state({"train": [0, 1]})
+    assert other.sample_state() == {"train": [0, 1]}
+    other.load_sample_state({"val": [len(VAL) + 3]})  # the data shrank below them: drawn again
+    assert other.fixed_sample(None, "val", VAL, "val_pairs", 5, seed=3) == first
+    assert other.sample_state()["val"] == indices
+    with pytest.raises(ValueError, match="list of integers"):  # a damaged state is refused, naming what it is
+        other.load_sample_state({"val": "garbage"})
 
 
 def test_one_lexical_name_pattern_and_one_encoder_alias_table():

@@ -28,7 +28,6 @@ from monitor_setup import TRAIN, TinyChat, collate, datamodule, dress, tiny_lm, 
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div import ReweightableDataModule as TopLevelProtocol
-from lightning_div._internal import tracking
 from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negatives, ReweightableDataModule
 from lightning_div.dress.losses import dress_loss
 
@@ -119,14 +118,12 @@ def test_setup_refuses_a_trainer_that_never_rebuilds_the_train_dataloader(tmp_pa
 
 
 @pytest.mark.parametrize("limit", [5, 0.25])
-def test_a_trainer_that_cuts_epochs_is_told_that_part_of_the_negatives_goes_untrained(tmp_path, monkeypatch, limit):
-    monkeypatch.setattr(tracking, "_warned", set())
+def test_a_trainer_that_cuts_epochs_is_told_that_part_of_the_negatives_goes_untrained(tmp_path, limit):
     with pytest.warns(RuntimeWarning, match=rf"limit_train_batches={limit} trains only the first batches"):
         dress(tmp_path).check_trainer(
             trainer(tmp_path, [], limit_train_batches=limit, reload_dataloaders_every_n_epochs=1)
         )
     # whole epochs, or no negatives to cut: nothing to say
-    monkeypatch.setattr(tracking, "_warned", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dress(tmp_path).check_trainer(

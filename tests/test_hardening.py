@@ -570,7 +570,8 @@ def test_resume_with_other_clusters_refits_them(tmp_path):
     from lightning_div.callbacks import SemanticDiversityMonitor
 
     old = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
-    old._indices, old.space.clusters_path, old._gold_logged = [0], str(tmp_path / "c4.npz"), True
+    old.load_sample_state([0])
+    old.space.clusters_path, old.measure.gold_logged = str(tmp_path / "c4.npz"), True
     new = SemanticDiversityMonitor(encoder="minilm", num_clusters=8, val_pairs=[("a", "b")], gold_responses=["x"])
     with pytest.warns(
         RuntimeWarning,
@@ -578,13 +579,14 @@ def test_resume_with_other_clusters_refits_them(tmp_path):
         r"validation sample are made again",
     ):
         new.load_state_dict(old.state_dict())
-    assert new.space.clusters_path is None and new._indices is None and not new._gold_logged
+    assert new.space.clusters_path is None and new.state_dict()["indices"] is None and not new.measure.gold_logged
     assert new.history == old.history
     same = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # unchanged settings: restored silently, as before
         same.load_state_dict(old.state_dict())
-    assert same.space.clusters_path == str(tmp_path / "c4.npz") and same._indices == [0] and same._gold_logged
+    assert same.space.clusters_path == str(tmp_path / "c4.npz") and same.state_dict()["indices"] == [0]
+    assert same.measure.gold_logged
 
 
 # ------------------------------------------------------------------------------------------------
@@ -632,7 +634,7 @@ def test_dress_mines_no_negatives_from_a_diverged_model(tmp_path):
 
 
 def test_all_empty_generations_are_named():
-    from lightning_div.callbacks.guards import warn_if_all_empty
+    from lightning_div._internal.checks import warn_if_all_empty
 
     with pytest.warns(RuntimeWarning, match=r"X: all 3 responses generated for the sample are empty"):
         warn_if_all_empty(["", " ", "\n"], "X", "the sample")
@@ -661,11 +663,11 @@ class Trainer:
 
 
 def test_csv_cells_that_would_run_as_formulas_are_neutralised(tmp_path):
-    from lightning_div._internal.tracking import log_table
+    from lightning_div._internal.tracking import lightning_destination, log_table
 
     rows = [["=1+1", "+cmd", "-2", "@SUM(A1)", "\tx", "plain", 3, "a=b"]]
     trainer = Trainer()
-    path = log_table(trainer, "val/samples", list("abcdefgh"), rows, tmp_path)
+    path = log_table(lightning_destination(trainer), "val/samples", list("abcdefgh"), rows, tmp_path)
     with open(path, newline="", encoding="utf-8") as f:
         written = list(csv.reader(f))
     assert written[1] == ["'=1+1", "'+cmd", "'-2", "'@SUM(A1)", "'\tx", "plain", "3", "a=b"]

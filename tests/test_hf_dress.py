@@ -7,7 +7,6 @@ import pytest
 import torch
 from transformers import TrainingArguments
 
-from lightning_div.core import DialoguePair
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.dress.protocol import Negatives
@@ -16,6 +15,7 @@ from lightning_div.dress.weights import dress_weights
 from lightning_div.integrations.transformers import DressTrainer, dress_dataset, gold_dress_state
 from lightning_div.model.base import BASE_MODEL
 from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace
 
 
@@ -194,3 +194,27 @@ def test_the_loss_of_a_seq2seq_model_is_dialoguelms(tmp_path):
         torch.manual_seed(1)
         got = trainer.compute_loss(model, dict(batch))
     assert torch.allclose(got, weighted, rtol=1e-6) and not torch.allclose(weighted, plain, rtol=1e-3)
+
+
+def test_set_dress_refuses_a_dataset_built_for_another_mode_or_state(tmp_path):
+    """Issue 44 H1: a mode that does not match the dataset applied the weights twice, or not at all."""
+    pairs = _pairs(8)
+    lm = DialogueLM(BASE_MODEL)
+    state = DressState(weights=np.linspace(0.25, 2.0, len(pairs)))
+
+    def trainer(dataset_state, dataset_mode):
+        dataset, collator = dress_dataset(pairs, lm.tokenizer, lm.model, dataset_state, mode=dataset_mode)
+        return DressTrainer(model=lm.model, args=_args(tmp_path), train_dataset=dataset, data_collator=collator)
+
+    with pytest.raises(ValueError, match="carries the DRESS weights.*a second time"):
+        trainer(state, "loss").set_dress(state, "sampler")
+    for built_state, built_mode in ((state, "sampler"), (None, "loss")):
+        with pytest.raises(ValueError, match="does not carry this DressState's weights.*without DRESS"):
+            trainer(built_state, built_mode).set_dress(state, "loss")
+    with pytest.raises(ValueError, match="holds 4 weights .* dataset of 8 examples"):
+        trainer(state, "loss").set_dress(DressState(weights=np.ones(4)), "loss")
+    nan = DressState(weights=np.array([1.0, float("nan"), *[1.0] * 6]))
+    with pytest.raises(ValueError, match="weight 1 is nan, not a finite number"):
+        trainer(state, "loss").set_dress(nan, "loss")
+    trainer(state, "loss").set_dress(state, "loss")  # the matching pairs are accepted
+    trainer(state, "sampler").set_dress(state, "sampler")

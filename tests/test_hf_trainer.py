@@ -130,8 +130,10 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
 
     # the fixed samples are the Lightning monitors' draws (seed; seed + 1 for RUQ's validation prompts)
     assert cb.sample() == [val[i] for i in sample_indices(len(val), 12, 0)]
-    assert cb.ruq_sample() == [val[i] for i in sample_indices(len(val), 10, 1)]
-    assert cb.train_ruq_sample() == [train[i] for i in sample_indices(len(train), 10, 0)]  # RUQMonitor's train draw
+    assert cb.evaluation.data.ruq_sample() == [val[i] for i in sample_indices(len(val), 10, 1)]
+    assert cb.evaluation.data.train_ruq_sample() == [
+        train[i] for i in sample_indices(len(train), 10, 0)
+    ]  # RUQMonitor's train draw
 
     # the values the package's own functions give on the same responses of the final model
     last = rows[1]
@@ -153,12 +155,14 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
     lexical = lexical_scores(cb.last_responses, DEFAULT_LEXICAL, vocab)
     for name, value in lexical.items():
         assert last[eval_key(name)] == pytest.approx(value, abs=1e-12), name
-    ruq = RUQMonitor(num_val_prompts=10, batch_size=8, show_progress=False).compute(adapter, cb.ruq_sample())
+    ruq = RUQMonitor(num_val_prompts=10, batch_size=8, show_progress=False).compute(
+        adapter, cb.evaluation.data.ruq_sample()
+    )
     for name in ("ruq", "ruq_margin", "ruq_idk2", "ruq_margin_idk2"):
         assert last[eval_key(name)] == pytest.approx(ruq[name], rel=1e-5, abs=1e-6), name
     # RUQ-train: un-prefixed, as the Trainer logs training metrics (charted train/ruq)
     ruq_train = RUQMonitor(num_train_prompts=10, batch_size=8, show_progress=False).compute(
-        adapter, cb.train_ruq_sample()
+        adapter, cb.evaluation.data.train_ruq_sample()
     )
     for name in ("ruq", "ruq_margin", "ruq_idk2", "ruq_margin_idk2"):
         assert last[name] == pytest.approx(ruq_train[name], rel=1e-5, abs=1e-6), name
@@ -167,7 +171,7 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
     cached = list((tmp_path / "cache").glob("clusters-*.npz"))
     assert len(cached) == 1
     again = _callback(tmp_path, train, val)
-    again.prepare(tmp_path / "unused")
+    again.evaluation.prepare(tmp_path / "unused")
     assert again.space.clusters_path == str(cached[0])
 
 
@@ -243,6 +247,7 @@ def _evaluate_on(rank: int, world_size: int, root: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_two_processes_log_the_numbers_of_one(tmp_path):
     """Under DDP (gloo, 2 CPU processes) generation and scoring are sharded; the logged values are one process's."""
     from ddp_utils import run_distributed
@@ -308,15 +313,15 @@ def test_the_trackers_chart_the_values_as_eval_slash_metric(tmp_path):
 
 def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
     cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_below=50.0, warn_drop=10.0)
-    assert cb.ruq_alert(80.0) == 0.0  # first measurement: nothing to drop from
-    assert cb.ruq_alert(72.0) == 0.0  # a drop of 8 points: within warn_drop
+    assert cb.evaluation.ruq_alert(80.0) == 0.0  # first measurement: nothing to drop from
+    assert cb.evaluation.ruq_alert(72.0) == 0.0  # a drop of 8 points: within warn_drop
     with pytest.warns(RuntimeWarning, match=r"eval_ruq dropped from 72\.0 to 60\.0 \(more than warn_drop = 10\.0\)"):
-        assert cb.ruq_alert(60.0) == 1.0
+        assert cb.evaluation.ruq_alert(60.0) == 1.0
     with pytest.warns(RuntimeWarning, match=r"eval_ruq = 40\.0 is below warn_below = 50\.0.*\"I don't know\.\""):
-        assert cb.ruq_alert(40.0) == 1.0
+        assert cb.evaluation.ruq_alert(40.0) == 1.0
     assert cb.last_ruq == 40.0
     quiet = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_drop=None)
-    assert [quiet.ruq_alert(v) for v in (90.0, 0.0)] == [0.0, 0.0]  # both checks off
+    assert [quiet.evaluation.ruq_alert(v) for v in (90.0, 0.0)] == [0.0, 0.0]  # both checks off
 
 
 @pytest.mark.slow
@@ -428,8 +433,8 @@ def test_a_state_saved_with_other_settings_is_not_restored():
     other = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=16)
     with pytest.warns(RuntimeWarning, match="saved with other settings"):
         other.load_state_dict(saved)
-    assert other.last_ruq is None and other.share_history == [] and not other._gold_logged
+    assert other.last_ruq is None and other.share_history == [] and not other.evaluation.semantic.gold_logged
     cb.load_state_dict(saved)
-    assert cb.last_ruq == 40.0 and cb.share_history == [(2, [0.5, 0.5])] and cb._gold_logged
+    assert cb.last_ruq == 40.0 and cb.share_history == [(2, [0.5, 0.5])] and cb.evaluation.semantic.gold_logged
     assert cb.state_key() == "lightning_div.DiversityTrainerCallback"
     assert DiversityTrainerCallback(eval_pairs=[("hi", "hello")], name="x").state_key().endswith("[x]")

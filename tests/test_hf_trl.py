@@ -33,7 +33,7 @@ def _pairs():
 
 
 def test_as_messages_alternates_back_from_the_response():
-    from lightning_div.core import DialoguePair
+    from lightning_div.pairs import DialoguePair
 
     pair = DialoguePair(context=("a", "b", "c"), response="d")
     assert as_messages(pair) == {

@@ -83,7 +83,7 @@ def test_demo_packages_are_an_extra_not_dependencies():
 def test_shared_types_live_in_a_small_core_module():
     # callbacks and the DRESS protocol import DialoguePair without the readers; the old path still works
     code = (
-        "import sys, lightning_div.core as c; assert 'lightning_div.datamodules.formats' not in sys.modules; "
+        "import sys, lightning_div.pairs as c; assert 'lightning_div.datamodules.formats' not in sys.modules; "
         "from lightning_div.datamodules.formats import DialoguePair, DataFormatError, as_pair; "
         "assert DialoguePair is c.DialoguePair and DataFormatError is c.DataFormatError and as_pair is c.as_pair"
     )

@@ -7,6 +7,7 @@ from lightning_utilities.core.rank_zero import WarningCache, rank_zero_only
 
 from lightning_div._internal import tracking
 from lightning_div._internal.tracking import warn_once, warnings_of_run
+from lightning_div.measure.reporting import RunMemory
 
 
 def shown(fn):
@@ -16,8 +17,7 @@ def shown(fn):
     return [str(w.message) for w in caught if w.category is RuntimeWarning]
 
 
-def test_once_per_key_within_a_run_and_again_in_the_next_run(monkeypatch):
-    monkeypatch.setattr(tracking, "_warned", WarningCache())
+def test_once_per_key_within_a_run_and_again_in_the_next_run():
     first_run = WarningCache()
 
     def run(cache):
@@ -31,27 +31,38 @@ def test_once_per_key_within_a_run_and_again_in_the_next_run(monkeypatch):
     assert first_run == {"skip:sem", "skip:ruq"}
     assert shown(lambda: run(first_run)) == []  # still the same run
     assert shown(lambda: run(WarningCache())) == ["skipped at epoch 0", "ruq skipped at epoch 1"]  # a new run
-    # outside any run: once per process, in the module's WarningCache
-    assert shown(lambda: [warn_once("k", "outside"), warn_once("k", "outside again")]) == ["outside"]
-    assert isinstance(tracking._warned, WarningCache) and "k" in tracking._warned
+    # outside any run nothing is cached (no module-global state): each call warns
+    assert shown(lambda: [warn_once("k", "outside"), warn_once("k", "outside again")]) == ["outside", "outside again"]
+    assert not hasattr(tracking, "_warned")
 
 
 def test_only_global_rank_zero_shows_it(monkeypatch):
-    monkeypatch.setattr(tracking, "_warned", WarningCache())
     monkeypatch.setattr(rank_zero_only, "rank", 1)
     assert shown(lambda: warn_once("k", "from rank 1")) == []
     monkeypatch.setattr(rank_zero_only, "rank", 0)
     assert shown(lambda: warn_once("k2", "from rank 0")) == ["from rank 0"]
 
 
-def test_the_warning_points_at_the_caller_of_the_helper_that_warns(monkeypatch):
-    monkeypatch.setattr(tracking, "_warned", WarningCache())
+def test_the_warning_points_at_the_caller_of_the_helper_that_warns():
     with pytest.warns(RuntimeWarning, match="x = nan is not finite") as record:
         tracking.finite_metrics({"x": float("nan")}, "src")  # finite_metrics calls warn_once
     assert record[0].filename == __file__
 
 
-def test_callbacks_keep_their_run_warnings_in_a_warning_cache():
+def test_each_front_end_owns_its_runs_memory():
     from lightning_div.callbacks import RUQMonitor
+    from lightning_div.integrations.transformers import DiversityTrainerCallback
 
-    assert isinstance(RUQMonitor()._warned, WarningCache)
+    a, b = RUQMonitor(), RUQMonitor()
+    assert isinstance(a.memory, RunMemory) and a.memory is not b.memory  # one per callback, none shared
+    a.memory.warned.add("k")
+    assert "k" not in b.memory.warned
+    hf = DiversityTrainerCallback(eval_pairs=[("hi", "hello")])
+    assert isinstance(hf.memory, RunMemory) and not hf.memory.warned
+    # a once-only key is shown once per run; another token under it warns once, naming the key
+    memory = RunMemory()
+    assert memory.once("clusters/cards", "a") and not memory.once("clusters/cards", "a")
+    assert shown(lambda: [memory.once("clusters/cards", "b"), memory.once("clusters/cards", "c")]) == [
+        "two callbacks log different 'clusters/cards' under one key: the first one's is kept; give the "
+        "callbacks distinct name=... so that each logs its own"
+    ]

@@ -16,18 +16,16 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from lightning_utilities.core.rank_zero import WarningCache
 
 from lightning_div._internal.io import atomic_write
 
 log = logging.getLogger("lightning_div")
 
-# Lightning's de-duplication cache. Outside any run (a function called directly) a key warns once per process;
-# inside a run, once per run (warnings_of_run): each callback holds its own WarningCache, emptied at setup.
-_warned: set[str] = WarningCache()
+# The warnings a run has shown live in the run's own cache (the front end's RunMemory, entered with
+# warnings_of_run); this variable only says which cache is in force, it holds none of its own.
 _run_warned: ContextVar[set[str] | None] = ContextVar("lightning_div_run_warnings", default=None)
 
 
@@ -49,21 +47,22 @@ def warnings_of_run(seen: set[str]) -> Iterator[None]:
 
 
 def warn_once(key: str, message: str) -> None:
-    """A RuntimeWarning shown once per run (inside :func:`warnings_of_run`) or else once per process, for a key.
+    """A RuntimeWarning shown once per run and key (inside :func:`warnings_of_run`); outside a run, at every call.
 
     Deduplicated by ``key``, not by the message as ``WarningCache.warn`` does: a message carries
     details (the epoch, the error) that change while it is still the same warning. Shown on
     global rank 0 only (Lightning's ``rank_zero_warn``): N processes do not repeat it N times.
+    Outside a run (a function called directly) no cache is kept, so nothing outlives a call;
+    Python's own warning filter still shows a repeated identical message once per place.
 
     Args:
         key: what makes two warnings the same one.
         message: the text shown.
     """
     seen = _run_warned.get()
-    if seen is None:
-        seen = _warned
-    if key not in seen:
-        seen.add(key)
+    if seen is None or key not in seen:
+        if seen is not None:
+            seen.add(key)
         # the Trainer sets Fabric's rank_zero_only.rank; a heavy import, so only when a warning is due
         from lightning_div._internal.lightning import rank_zero
 
@@ -319,31 +318,57 @@ def _hugging_face_sinks(trainer: Any) -> list[_Sink]:
     return sinks
 
 
-def _where_to(trainer: Any) -> tuple[list[_Sink], int, str]:
-    """The trackers of a Lightning or a Hugging Face trainer, the step to log at, and the files' tag.
+@dataclass
+class Destination:
+    """Where a front end's figures and tables go: its trackers, the step they are logged at, and the files' tag.
 
-    Lightning: its loggers, :func:`log_step`, ``epoch_<N>``. Hugging Face ``Trainer`` (it has a
-    ``callback_handler``): its ``report_to`` trackers, ``state.global_step``, ``step_<N>``: the Trainer
-    evaluates by steps, so the files are named by the step as its own checkpoints are.
+    Built by the front end, which knows what its trainer is (:func:`lightning_destination`,
+    :func:`hugging_face_destination`); nothing here guesses the trainer's kind.
+
+    Attributes:
+        sinks: the trackers that take figures and tables.
+        step: the x they are logged at.
+        tag: what the files' names end with (``epoch_3``, ``step_200``).
     """
-    if getattr(trainer, "callback_handler", None) is not None and getattr(trainer, "state", None) is not None:
-        step = int(getattr(trainer.state, "global_step", 0))
-        return _hugging_face_sinks(trainer), step, f"step_{step}"
-    return _lightning_sinks(trainer), log_step(trainer), f"epoch_{int(getattr(trainer, 'current_epoch', 0))}"
+
+    sinks: list[_Sink]
+    step: int
+    tag: str
 
 
-def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
+def lightning_destination(trainer: Any) -> Destination:
+    """A Lightning trainer's loggers, at :func:`log_step`, files tagged ``epoch_<N>``."""
+    return Destination(
+        _lightning_sinks(trainer), log_step(trainer), f"epoch_{int(getattr(trainer, 'current_epoch', 0))}"
+    )
+
+
+def hugging_face_destination(trainer: Any) -> Destination:
+    """A Hugging Face ``Trainer``'s ``report_to`` trackers, at ``state.global_step``, files tagged ``step_<N>``.
+
+    The Trainer evaluates by steps, so the files are named by the step as its own checkpoints are.
+    """
+    step = int(getattr(trainer.state, "global_step", 0))
+    return Destination(_hugging_face_sinks(trainer), step, f"step_{step}")
+
+
+def _unpack(destination: Destination | None) -> tuple[list[_Sink], int, str]:
+    if destination is None:
+        return [], 0, "epoch_0"
+    return destination.sinks, destination.step, destination.tag
+
+
+def log_figure(destination: Destination | None, key: str, fig: Any, out_dir: Path) -> Path | None:
     """Send a matplotlib figure to TensorBoard / W&B / MLflow and save it as PNG; returns the PNG path.
 
-    ``trainer`` is a Lightning ``Trainer`` (its loggers) or a Hugging Face one (its ``report_to``
-    trackers). The figure is rendered once and the same image goes everywhere (each tracker
+    ``destination`` is the front end's trackers and step (None: files only, tagged ``epoch_0``). The figure is rendered once and the same image goes everywhere (each tracker
     rendering it again cost most of a figure's time). TensorBoard gets it at the step of the
     scalars it goes with (:func:`log_step` in Lightning). The PNG is ``<key>_epoch<N>.png``
     (Lightning) or ``<key>_step<N>.png`` (Hugging Face) in ``out_dir``.
     """
     import matplotlib.pyplot as plt
 
-    sinks, step, tag = _where_to(trainer)
+    sinks, step, tag = _unpack(destination)
     png = None
     try:
         data = render_png(fig)
@@ -367,7 +392,7 @@ def log_figure(trainer: Any, key: str, fig: Any, out_dir: Path) -> Path | None:
 
 
 def log_table(
-    trainer: Any,
+    destination: Destination | None,
     key: str,
     columns: Sequence[str],
     rows: Sequence[Sequence[Any]],
@@ -376,12 +401,12 @@ def log_table(
 ) -> Path | None:
     """Send a table to W&B / TensorBoard (as markdown text) / MLflow and save it as CSV.
 
-    ``trainer`` is a Lightning or a Hugging Face ``Trainer``, as for :func:`log_figure`. The CSV
+    ``destination`` as for :func:`log_figure`. The CSV
     is ``<key>_epoch<N>.csv`` (``_step<N>`` for Hugging Face) in ``out_dir``, or ``filename``
     there (a table logged once per run); it is written to a temporary file and renamed, so it is
     never half there.
     """
-    sinks, step, tag = _where_to(trainer)
+    sinks, step, tag = _unpack(destination)
     rows = [list(r) for r in rows]
     for sink in sinks:
         _try(sink.where, key, lambda: sink.table(key, list(columns), rows, step, tag))

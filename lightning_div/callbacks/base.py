@@ -11,7 +11,6 @@ import contextlib
 import logging
 import sys
 import time
-import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,16 +22,17 @@ if sys.version_info >= (3, 12):
 else:  # pragma: no cover - depends on the Python version
     from typing_extensions import override
 
-from lightning_utilities.core.rank_zero import WarningCache
-
 from lightning_div._internal.lightning import TrainerFn, pl
-from lightning_div._internal.tracking import artifact_dir, log_scalars, warn_once, warnings_of_run
-from lightning_div.callbacks.guards import MEASUREMENT_ERRORS, require_inputs
+from lightning_div._internal.tracking import artifact_dir, lightning_destination, log_scalars
+from lightning_div.callbacks.guards import require_inputs
 from lightning_div.callbacks.progress import find_progress
-from lightning_div.core import DialoguePair
-from lightning_div.datamodules.samplers import sample_indices
+from lightning_div.measure.guard import check_on_error, guarded
+from lightning_div.measure.reporting import RunMemory, TrackerReporter
+from lightning_div.measure.sample import FixedSample
+from lightning_div.measure.semantic import generate_responses
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.sharding import check_strategy, full_parameters
+from lightning_div.pairs import DialoguePair
 
 if TYPE_CHECKING:  # the adapters import the scoring and generation code: only when a callback asks for one
     from lightning_div.model.adapters import DialogueModelAdapter
@@ -98,8 +98,7 @@ class DiversityCallback(pl.Callback):
     ) -> None:
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
-        if on_error not in ("warn", "raise"):
-            raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+        check_on_error(on_error)
         if name is not None and (not isinstance(name, str) or not name.strip() or name != name.strip()):
             raise ValueError(
                 f"name must be None or a non-empty string without surrounding spaces (it prefixes "
@@ -117,14 +116,15 @@ class DiversityCallback(pl.Callback):
         self.show_progress = show_progress
         self.on_error = on_error
         self.history: list[dict[str, float]] = []
-        # The fixed evaluation samples (fixed_sample), by name, and their indices (checkpointed).
-        self._samples: dict[str, list[DialoguePair]] = {}
-        self._sample_indices: dict[str, list[int]] = {}
-        self._warned: set[str] = WarningCache()  # this run's warnings (emptied at each setup): see warnings_of_run
+        # The fixed evaluation samples (fixed_sample), by name; their indices are checkpointed.
+        self._samples: dict[str, FixedSample] = {}
+        self._restored: dict[str, list[int]] = {}  # indices from a checkpoint, for samples not drawn yet
+        #: What this run has warned about and logged once (made anew at each setup: a new run warns again).
+        self.memory = RunMemory()
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._warned = WarningCache()  # a new fit/validate call is a new run: its warnings are shown again
+        self.memory = RunMemory()  # a new fit/validate call is a new run: its warnings are shown again
         # Two instances logging over each other's keys, or missing data, is a configuration error: say so
         # before any work (the data is looked at here, the model at fit start: see on_fit_start).
         self.check_unique_keys(trainer)
@@ -251,8 +251,9 @@ class DiversityCallback(pl.Callback):
     ) -> list[DialoguePair]:
         """A fixed random sample of the pairs (:meth:`resolve_pairs`), drawn once and kept across epochs.
 
-        Indices restored from a checkpoint win, so a resumed run measures the very same
-        examples (unless the data shrank below them: then the sample is drawn again).
+        A :class:`~lightning_div.measure.sample.FixedSample`: indices restored from a checkpoint
+        win, so a resumed run measures the very same examples (unless the data shrank below
+        them: then the sample is drawn again).
 
         Args:
             trainer: the Trainer.
@@ -262,35 +263,38 @@ class DiversityCallback(pl.Callback):
             size: how many examples (None: all).
             seed: the draw's seed.
         """
-        if key not in self._samples:
-            pairs = self.resolve_pairs(trainer, explicit, name)
-            idx = self._sample_indices.get(key)
-            if idx is None or (idx and max(idx) >= len(pairs)):
-                idx = sample_indices(len(pairs), size, seed).tolist()
-            self._sample_indices[key] = idx
-            self._samples[key] = [pairs[i] for i in idx]
-        return self._samples[key]
+        sample = self._samples.get(key)
+        if sample is None:
+            sample = self._samples[key] = FixedSample(size, seed)
+            if key in self._restored:
+                sample.load_state_dict(self._restored[key])
+        if not sample.drawn:
+            sample.draw(self.resolve_pairs(trainer, explicit, name))
+        return sample.draw(())  # drawn: the same pairs again
 
-    @property
-    def _indices(self) -> list[int] | None:
-        """The ``"val"`` sample's indices (None before it is drawn), as the monitors' checkpoints hold them."""
-        return self._sample_indices.get("val")
-
-    @_indices.setter
-    def _indices(self, value: list[int] | None) -> None:
-        self._restore_sample_indices(value)
+    def sample_state(self) -> dict[str, list[int]]:
+        """The fixed samples' indices by name (what a checkpoint holds as ``"indices"``)."""
+        drawn = {k: s.indices for k, s in self._samples.items() if s.indices is not None}
+        return {**self._restored, **{k: v for k, v in drawn.items() if v is not None}}
 
     def forget_samples(self) -> None:
         """Draw the fixed samples again when next asked (settings changed on resume)."""
-        self._samples, self._sample_indices = {}, {}
+        self._samples, self._restored = {}, {}
 
-    def _restore_sample_indices(self, indices: Any) -> None:
-        """Indices from a checkpoint: ``{key: [...]}``, or one list (the ``"val"`` sample) as older states hold."""
-        self._samples = {}
-        if isinstance(indices, dict):
-            self._sample_indices = {str(k): [int(i) for i in v] for k, v in indices.items()}
-        else:
-            self._sample_indices = {} if indices is None else {"val": [int(i) for i in indices]}
+    def load_sample_state(self, indices: Any) -> None:
+        """Indices from a checkpoint: ``{name: [...]}``, or one list (the ``"val"`` sample), or None.
+
+        Raises:
+            ValueError: anything else (a damaged state).
+        """
+        self.forget_samples()
+        if indices is None:
+            return
+        if not isinstance(indices, dict):
+            indices = {"val": indices}
+        for key, value in indices.items():
+            FixedSample(None, 0).load_state_dict(value)  # checked: a list of integers >= 0
+            self._restored[str(key)] = [int(i) for i in value]
 
     def generate(
         self,
@@ -299,20 +303,19 @@ class DiversityCallback(pl.Callback):
         generation_kwargs: dict[str, Any],
         desc: str = "generating",
     ) -> list[str]:
-        """One response per context, batches sharded across processes and gathered in order."""
-        from lightning_div._internal.distributed import distributed_map
+        """One response per context, batches sharded across processes and gathered in order
+        (:func:`~lightning_div.measure.semantic.generate_responses`)."""
+        return generate_responses(adapter, contexts, generation_kwargs, self.batch_size, self.show_progress, desc)
 
-        def gen(batch: list[Sequence[str]]) -> list[str]:
-            return adapter.generate(batch, **generation_kwargs)
+    def reporter(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> TrackerReporter:
+        """This callback's :class:`~lightning_div.measure.reporting.Reporter`: the trainer's loggers at
+        Lightning's step, files in :meth:`output_dir`, scalars through ``pl_module.log``, this run's memory."""
 
-        contexts = [list(c) for c in contexts]
-        return distributed_map(
-            gen,
-            contexts,
-            self.batch_size,
-            sort_key=[sum(map(len, c)) for c in contexts],
-            show_progress=self.show_progress,
-            desc=f"{desc} ({len(contexts)} contexts)",
+        def log(values: dict[str, float]) -> None:
+            log_scalars(pl_module, values, type(self).__name__)
+
+        return TrackerReporter(
+            lightning_destination(trainer), self.output_dir(trainer), log, self.memory, trainer.is_global_zero
         )
 
     @override
@@ -356,7 +359,7 @@ class DiversityCallback(pl.Callback):
     ) -> Iterator[dict[str, float]]:
         """Times the block, logs what it put in the yielded dict plus ``timing_key``; isolates failures.
 
-        A failure the model, the data or a tracker can cause (:data:`~lightning_div.callbacks.guards.MEASUREMENT_ERRORS`:
+        A failure the model, the data or a tracker can cause (:data:`~lightning_div._internal.checks.MEASUREMENT_ERRORS`:
         RuntimeError (torch out-of-memory included), ValueError, OSError, ...) skips this measurement
         with one warning and training continues (``on_error="warn"``); a programming error (TypeError,
         AttributeError, NameError, ...) always propagates.
@@ -374,30 +377,21 @@ class DiversityCallback(pl.Callback):
         label = type(self).__name__ + (f"({self.name!r})" if self.name else "")
         if progress is not None:
             progress.measurement_started(label, what, trainer.current_epoch)
-        with warnings_of_run(self._warned):
-            metrics: dict[str, float] = {}
-            start = time.perf_counter()
-            try:
-                # Under FSDP the model's parameters are gathered once, on every rank (every measurement runs on
-                # every rank), and held for the whole measurement: no model call inside communicates, so ranks
-                # may generate and score different numbers of batches (lightning_div.model.sharding).
-                with full_parameters(pl_module) if needs_model else contextlib.nullcontext():
-                    yield metrics
-            except MEASUREMENT_ERRORS as err:  # a programming error (TypeError, AttributeError, ...) propagates
-                if self.on_error == "raise":
-                    raise
-                warn_once(
-                    f"{self.kind}:{self.name}:{what}:{type(err).__name__}",
-                    f"{label} skipped {what} at epoch {trainer.current_epoch}: {err!r} "
-                    f"(training continues; on_error='raise' to stop)\n{traceback.format_exc(limit=3)}",
-                )
-                metrics.clear()
-            seconds = time.perf_counter() - start
-            metrics[timing_key or f"timing/{self.kind}_s"] = seconds
-            logged = log_scalars(pl_module, {self.log_key(k): v for k, v in metrics.items()}, type(self).__name__)
-            self.history.append({"epoch": float(trainer.current_epoch), **logged})
-            if progress is not None:
-                progress.measurement_done(label, what, trainer.current_epoch, seconds, logged)
+        with (
+            self.memory.scope(),
+            guarded(self.on_error, self.memory.warn_once, label, what, f"epoch {trainer.current_epoch}") as m,
+            # Under FSDP the model's parameters are gathered once, on every rank (every measurement runs on
+            # every rank), and held for the whole measurement: no model call inside communicates, so ranks
+            # may generate and score different numbers of batches (lightning_div.model.sharding).
+            full_parameters(pl_module) if needs_model else contextlib.nullcontext(),
+        ):
+            yield m.values
+        m.values[timing_key or f"timing/{self.kind}_s"] = m.seconds
+        with self.memory.scope():
+            logged = log_scalars(pl_module, {self.log_key(k): v for k, v in m.values.items()}, type(self).__name__)
+        self.history.append({"epoch": float(trainer.current_epoch), **logged})
+        if progress is not None:
+            progress.measurement_done(label, what, trainer.current_epoch, m.seconds, logged)
 
     # -- checkpointing -------------------------------------------------------------------------------
 

@@ -7,12 +7,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from lightning_div._internal.checks import check_finite_model, warn_if_all_empty
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
-from lightning_div._internal.tracking import log_figure, new_figure, warn_once
-from lightning_div.callbacks.base import DiversityCallback, override, sample_indices
-from lightning_div.callbacks.guards import check_finite_model, settings_changed, warn_if_all_empty
-from lightning_div.core import DialoguePair
+from lightning_div._internal.tracking import new_figure, warn_once
+from lightning_div.callbacks.base import DiversityCallback, override
+from lightning_div.callbacks.guards import settings_changed
+from lightning_div.datamodules.samplers import sample_indices
 from lightning_div.dress.protocol import (
     MODES,
     NEGATIVE_BATCHES,
@@ -24,7 +25,9 @@ from lightning_div.dress.protocol import (
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import dress_weights, head_clusters, negative_weights
 from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
+from lightning_div.measure.reporting import Reporter
 from lightning_div.model.sharding import full_parameters
+from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options
 from lightning_div.views import log_dress_round
@@ -147,16 +150,7 @@ class DRESSReweighting(DiversityCallback):
                 "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss."
             )
         self.space = space_from_arguments(
-            type(self).__name__,
-            space,
-            encoder=encoder,
-            clusters=clusters,
-            num_clusters=num_clusters,
-            variance_kept=variance_kept,
-            kmeans_seed=kmeans_seed,
-            encoder_kwargs=encoder_kwargs,
-            batch_size=self.batch_size,
-            show_progress=self.show_progress,
+            type(self).__name__, space, locals(), batch_size=self.batch_size, show_progress=self.show_progress
         )
         self.lam = lam
         self.normalize = normalize
@@ -281,9 +275,26 @@ class DRESSReweighting(DiversityCallback):
                 m.update(self.state.summary())
             all_w = self.state.all_weights()
             if trainer.is_global_zero and all_w.size:
-                self._plot(trainer, all_w)
-                out = self.output_dir(trainer)
-                log_dress_round(trainer, self.state, self.space.clusters, self.lam, out, self.log_key)
+                reporter = self.reporter(trainer, pl_module)
+                self._plot(trainer, reporter, all_w)
+                log_dress_round(
+                    reporter,
+                    self.state,
+                    self.space.clusters,
+                    self.lam,
+                    trainer.current_epoch,
+                    self.log_key,
+                    cards=not self._monitor_logs_cards(trainer),
+                )
+
+    def _monitor_logs_cards(self, trainer: pl.Trainer) -> bool:
+        """Whether a SemanticDiversityMonitor of this callback's name logs the cluster cards (then DRESS does not)."""
+        from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+
+        return any(
+            isinstance(cb, SemanticDiversityMonitor) and cb.name == self.name and cb.cluster_views
+            for cb in getattr(trainer, "callbacks", [])
+        )
 
     def mining_generation_kwargs(self, pl_module: pl.LightningModule) -> dict[str, Any]:
         """What ``generate`` gets when mining: ``mine_at="start"`` turns the n-gram blocking off."""
@@ -321,14 +332,14 @@ class DRESSReweighting(DiversityCallback):
             for_epoch,
         )
 
-    def _plot(self, trainer: pl.Trainer, weights: np.ndarray) -> None:
+    def _plot(self, trainer: pl.Trainer, reporter: Reporter, weights: np.ndarray) -> None:
         fig, ax = new_figure(figsize=(6, 3.5))
         ax.hist(weights, bins=40)
         ax.set_yscale("log")
         ax.set_xlabel("DRESS sample weight")
         ax.set_ylabel("examples")
         ax.set_title(f"DRESS weights, epoch {trainer.current_epoch} (lambda={self.lam})")
-        log_figure(trainer, self.log_key("dress/weight_histogram"), fig, self.output_dir(trainer))
+        reporter.figure(self.log_key("dress/weight_histogram"), fig)
 
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), **self.space.identity()}

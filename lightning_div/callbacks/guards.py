@@ -4,16 +4,12 @@ Each function here says one thing to the user, in one place, so that every callb
 the same way:
 
 * :func:`require_inputs`: every missing input of a callback in one error, not one per run;
-* :func:`check_finite_model` / :func:`warn_if_all_empty`: a model whose weights or output are
-  NaN or inf is named, instead of logging 0.0 diversity computed from its empty output;
 * :func:`optional_part`: an extra (a plot, Diversity Threshold Generation) that fails costs
   a warning; what was measured before it is still logged;
-* :func:`settings_changed`: a checkpoint made under other settings is detected on resume;
-* :data:`MEASUREMENT_ERRORS`: the errors a measurement may fail with and training survive.
+* :func:`settings_changed`: a checkpoint made under other settings is detected on resume.
 
-:func:`check_finite_model`, :func:`warn_if_all_empty`, :class:`ModelDivergedError` and
-:data:`MEASUREMENT_ERRORS` are defined in :mod:`lightning_div._internal.checks`, which imports no
-Lightning, so that :mod:`lightning_div.integrations.transformers` says the same things.
+The checks every front end makes (a diverged model, empty output, the errors a measurement
+survives) are :mod:`lightning_div._internal.checks`'s, imported from there alone.
 """
 
 from __future__ import annotations
@@ -25,12 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-# Lightning-free, so the Hugging Face front end uses them too; the callbacks import them from here.
-from lightning_div._internal.checks import MEASUREMENT_ERRORS as MEASUREMENT_ERRORS
-from lightning_div._internal.checks import PROBE as PROBE
-from lightning_div._internal.checks import ModelDivergedError as ModelDivergedError
-from lightning_div._internal.checks import check_finite_model as check_finite_model
-from lightning_div._internal.checks import warn_if_all_empty as warn_if_all_empty
+from lightning_div._internal.checks import MEASUREMENT_ERRORS
 from lightning_div._internal.tracking import warn_once
 
 

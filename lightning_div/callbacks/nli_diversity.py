@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.distributed import distributed_map
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.guards import check_finite_model, optional_part, settings_changed
-from lightning_div.core import DialoguePair
+from lightning_div.callbacks.guards import optional_part, settings_changed
 from lightning_div.keys import val_key
 from lightning_div.model.adapters import DialogueModelAdapter
+from lightning_div.pairs import DialoguePair
 from lightning_div.types import Options, PairsSource, ScorerSource
 
 
@@ -197,7 +198,7 @@ class NLIDiversityMonitor(ValidationMonitor):
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
-            "indices": self._sample_indices.get("val"),
+            "indices": self.sample_state().get("val"),
             "settings": {"num_contexts": self.num_contexts, "seed": self.seed},
         }
 
@@ -207,4 +208,4 @@ class NLIDiversityMonitor(ValidationMonitor):
         self.forget_samples()
         current = {"num_contexts": self.num_contexts, "seed": self.seed}
         if not settings_changed(self, state_dict.get("settings"), current, "the validation sample is drawn again"):
-            self._restore_sample_indices(state_dict.get("indices"))
+            self.load_sample_state(state_dict.get("indices"))

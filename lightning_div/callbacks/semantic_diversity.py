@@ -5,26 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
+from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.guards import check_finite_model, require_inputs, settings_changed, warn_if_all_empty
-from lightning_div.core import DialoguePair
-from lightning_div.keys import CLUSTER_JS, SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE, val_key
-from lightning_div.metrics import (
-    DEFAULT_LEXICAL,
-    check_lexical_names,
-    check_lexical_options,
-    cluster_js_divergence,
-    count_vocab,
-    lexical_scores,
-    semantic_entropy,
-    top_cluster_share,
-)
+from lightning_div.callbacks.guards import require_inputs, settings_changed
+from lightning_div.keys import val_key
+from lightning_div.measure.reporting import Reporter
+from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
+from lightning_div.metrics import DEFAULT_LEXICAL
+from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
-from lightning_div.views import cluster_shares, log_cards_once, log_collapse, log_samples_table
+from lightning_div.views import log_cards_once, log_collapse, log_samples_table
 
 
 class SemanticDiversityMonitor(ValidationMonitor):
@@ -104,32 +96,56 @@ class SemanticDiversityMonitor(ValidationMonitor):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        # Options types the CLI's JSON values; here they are keyword arguments checked by the metric functions
-        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
-        self.space = space_from_arguments(
-            type(self).__name__,
+        space = space_from_arguments(
+            type(self).__name__, space, locals(), batch_size=self.batch_size, show_progress=self.show_progress
+        )
+        #: The measurement (:class:`~lightning_div.measure.semantic.SemanticMeasure`): its space, metrics and state.
+        self.measure = SemanticMeasure(
             space,
-            encoder=encoder,
-            clusters=clusters,
-            num_clusters=num_clusters,
-            variance_kept=variance_kept,
-            kmeans_seed=kmeans_seed,
-            encoder_kwargs=encoder_kwargs,
-            batch_size=self.batch_size,
-            show_progress=self.show_progress,
+            lexical_metrics,
+            lexical_options,  # Options types the CLI's JSON values; the metric functions check them
+            vocab_size,
+            generation_kwargs,
+            self.batch_size,
+            self.show_progress,
         )
         self.num_contexts = num_contexts
-        self.generation_kwargs = dict(generation_kwargs or {})
-        self.lexical_metrics = check_lexical_names(lexical_metrics)
-        self.vocab_size = vocab_size
         self.log_samples = log_samples
         self.cluster_views = cluster_views
         self.val_pairs_arg = val_pairs
         self.gold_responses_arg = gold_responses
-        self._gold_logged = False
-        self._gold_ids: np.ndarray | None = None  # the fixed sample's gold responses never change cluster
-        self._space_ready = False  # the space was fitted (or found fitted) for this run
-        self.share_history: list[tuple[int, list[float]]] = []  # (epoch, generated share per cluster)
+        #: The responses of the last measurement, in the sample's order.
+        self.last_responses: list[str] = []
+
+    @property
+    def space(self) -> SemanticSpace:
+        """The semantic space it measures in (shared by identity with the callbacks given the same one)."""
+        return self.measure.space
+
+    @property
+    def vocab_size(self) -> int | None:
+        """EAD's V (counted from the gold responses at fit start when not given)."""
+        return self.measure.vocab_size
+
+    @property
+    def lexical_metrics(self) -> list[str]:
+        """The lexical metrics' names."""
+        return self.measure.lexical_metrics
+
+    @property
+    def lexical_options(self) -> dict[str, Any]:
+        """The lexical metrics' ``tokenizer`` / ``lowercase`` / ``base``."""
+        return self.measure.lexical_options
+
+    @property
+    def generation_kwargs(self) -> dict[str, Any]:
+        """The overrides of the greedy + 3-gram-blocking generation."""
+        return self.measure.generation_kwargs
+
+    @property
+    def share_history(self) -> list[tuple[int, list[float]]]:
+        """``(epoch, generated share per cluster)`` of every measured epoch."""
+        return self.measure.share_history
 
     # -- preparation ----------------------------------------------------------------------------
 
@@ -161,32 +177,24 @@ class SemanticDiversityMonitor(ValidationMonitor):
         if "val" not in self._samples:
             require_inputs(self, trainer, self.required_inputs())  # validate-only runs: setup checks fits
         sample = self.sample(trainer)
-        if not self._space_ready:
-            # the gold responses fit the clusters (or describe given ones); given clusters need none
-            gold = self.gold_responses(trainer)
-            if gold is None and self.space.clusters_source is None and not self.space.fitted:
-                raise ValueError(
-                    f"{type(self).__name__} needs gold training responses to fit its semantic clusters: pass "
-                    "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or use a "
-                    "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)"
-                )
-            with self.announced(trainer, "the semantic clusters (embedding and k-means, or the cache)"):
-                self.space.fit(gold, **self.space_context(trainer, pl_module))
-            self._space_ready = True
-        if self.vocab_size is None and "ead" in self.lexical_metrics:
-            gold = self.gold_responses(trainer)
-            self.vocab_size = count_vocab(
-                gold if gold else [p.response for p in sample],
-                self.lexical_options.get("tokenizer", "13a"),
-                self.lexical_options.get("lowercase"),
+        if self.measure.ready:
+            return
+        gold = self.gold_responses(trainer)
+        if gold is None and self.space.clusters_source is None and not self.space.fitted:
+            raise ValueError(
+                f"{type(self).__name__} needs gold training responses to fit its semantic clusters: pass "
+                "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or use a "
+                "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)"
             )
+        with self.announced(trainer, "the semantic clusters (embedding and k-means, or the cache)"):
+            self.measure.prepare(gold, sample, **self.space_context(trainer, pl_module), who=type(self).__name__)
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         self.prepare(trainer, pl_module)
         if trainer.is_global_zero and self.cluster_views:  # the cards are known now: log them before the first epoch
-            log_cards_once(trainer, self.space.clusters, self.output_dir(trainer), self.log_key)
+            log_cards_once(self.reporter(trainer, pl_module), self.space.clusters, self.log_key)
 
     # -- measurement ----------------------------------------------------------------------------
 
@@ -196,54 +204,31 @@ class SemanticDiversityMonitor(ValidationMonitor):
             sample = self.sample(trainer)
             adapter = self.adapter(pl_module)
             check_finite_model(pl_module, type(self).__name__, adapter)  # NaN weights or NaN logits: named
-            responses = self.generate(adapter, [p.context for p in sample], self.generation_kwargs)
-            warn_if_all_empty(responses, type(self).__name__, "the validation sample")
-            clusters, device = self.space.clusters, pl_module.device
-            k = clusters.num_clusters
-            ids = self.space.assign(responses, device)
-            if self._gold_ids is None:  # embedded once per run, not every epoch (same texts, same clusters)
-                self._gold_ids = self.space.assign([p.response for p in sample], device)
-            gold_ids = self._gold_ids
-            m[SEM_ENT] = semantic_entropy(ids, k)
-            m[CLUSTER_JS] = cluster_js_divergence(clusters.histogram(ids), clusters.histogram(gold_ids))
-            m[TOP_CLUSTER_SHARE] = top_cluster_share(ids, k)
-            lexical = lexical_scores(responses, self.lexical_metrics, self.vocab_size, **self.lexical_options)
-            m.update({val_key(name): v for name, v in lexical.items()})
-            if not self._gold_logged:
-                m[SEM_ENT_GOLD] = semantic_entropy(gold_ids, k)
-                self._gold_logged = True
-            self.last_responses = responses
-            shares = cluster_shares(clusters, ids)
-            self.share_history = [h for h in self.share_history if h[0] != trainer.current_epoch]
-            self.share_history.append((int(trainer.current_epoch), shares))
+            result = self.measure.measure(
+                adapter, sample, at=trainer.current_epoch, device=pl_module.device, who=type(self).__name__
+            )
+            m.update({val_key(name): v for name, v in result.values.items()})
+            self.last_responses = result.responses
             if trainer.is_global_zero:
-                self._log_artifacts(trainer, sample, responses, ids, gold_ids)
+                self.log_views(self.reporter(trainer, pl_module), sample, result)
 
-    def _log_artifacts(
-        self,
-        trainer: pl.Trainer,
-        sample: Sequence[DialoguePair],
-        responses: Sequence[str],
-        ids: np.ndarray,
-        gold_ids: np.ndarray,
-    ) -> None:
-        out = self.output_dir(trainer)
+    def log_views(self, reporter: Reporter, sample: Sequence[DialoguePair], result: SemanticResult) -> None:
+        """The cluster cards (once), the collapse figures and the sample table (rank 0 only)."""
         clusters = self.space.clusters
-        gold_share = cluster_shares(clusters, gold_ids)
         if self.cluster_views:
-            log_cards_once(trainer, clusters, out, self.log_key)  # validate()/test() without a fit start
+            log_cards_once(reporter, clusters, self.log_key)  # validate()/test() without a fit start
         log_collapse(
-            trainer,
-            clusters,
-            self.share_history,
-            gold_share,
-            out,
-            heatmap=self.cluster_views,
-            log_key=self.log_key,
+            reporter, clusters, self.share_history, result.gold_shares, heatmap=self.cluster_views, log_key=self.log_key
         )
         if self.log_samples > 0:
             log_samples_table(
-                trainer, self.log_key("val/samples"), sample, responses, ids, gold_ids, self.log_samples, out
+                reporter,
+                self.log_key("val/samples"),
+                sample,
+                result.responses,
+                result.ids,
+                result.gold_ids,
+                self.log_samples,
             )
 
     # -- checkpointing --------------------------------------------------------------------------
@@ -259,19 +244,17 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
-            "indices": self._sample_indices.get("val"),
+            "indices": self.sample_state().get("val"),
             **self.space.state_dict(),
-            "gold_logged": self._gold_logged,
-            "vocab_size": self.vocab_size,
+            **self.measure.state_dict(),
             "settings": self.settings(),
-            "share_history": [[e, list(s)] for e, s in self.share_history],
         }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.forget_samples()
-        self._space_ready, self._gold_ids = False, None
+        self.measure.forget()
         if settings_changed(
             self,
             state_dict.get("settings"),
@@ -279,8 +262,6 @@ class SemanticDiversityMonitor(ValidationMonitor):
             "the clusters and the validation sample are made again under the new settings",
         ):
             return  # history is kept; clusters, sample and the gold Sem-Ent come from the new settings
-        self._restore_sample_indices(state_dict.get("indices"))
+        self.load_sample_state(state_dict.get("indices"))
         self.space.load_state_dict(state_dict)
-        self._gold_logged = bool(state_dict.get("gold_logged", False))
-        self.vocab_size = state_dict.get("vocab_size", self.vocab_size)
-        self.share_history = [(int(e), list(s)) for e, s in state_dict.get("share_history", [])]
+        self.measure.load_state_dict(state_dict)

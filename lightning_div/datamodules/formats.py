@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from lightning_div.core import DataFormatError, DialoguePair, _str_list, as_pair
+from lightning_div.pairs import DataFormatError, DialoguePair, _str_list, as_pair
 
 SPLITS = ("train", "validation", "test", "pretrain", "finetune")
 # Chit-Chat's training split is cut in two: "pretrain", the conversations the shipped base model

@@ -49,7 +49,7 @@ from lightning_div._internal.io import (
     file_digest,
     remove_stale_temporaries,
 )
-from lightning_div.core import DialoguePair
+from lightning_div.pairs import DialoguePair
 from lightning_div.datamodules.dialogue import DialogueDataModule, _info
 from lightning_div.datamodules.encoding import EncodedPairs
 

@@ -21,8 +21,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from lightning_div.core import DialoguePair, as_pair
 from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
+from lightning_div.pairs import DialoguePair, as_pair
 
 __all__ = [
     "MODES",

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div.core import DialoguePair
 from lightning_div.dress.protocol import NegativeBatches, Negatives
 from lightning_div.dress.weights import effective_sample_size
 from lightning_div.keys import (
@@ -31,6 +30,7 @@ from lightning_div.keys import (
     DRESS_WEIGHT_MIN,
     NegativeLoss,
 )
+from lightning_div.pairs import DialoguePair
 
 __all__ = ["DressState"]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -419,14 +419,18 @@ class SemanticSpace:
         return ids
 
 
-def space_from_arguments(owner: str, space: SemanticSpace | None, **arguments: Any) -> SemanticSpace:
+def space_from_arguments(
+    owner: str, space: SemanticSpace | None, given: Mapping[str, Any] | None = None, **arguments: Any
+) -> SemanticSpace:
     """The space a callback uses: ``space`` itself, or a private one built from its space arguments.
 
     Args:
         owner: the callback's class name (for the error).
         space: a space given by the user, or None.
-        **arguments: the callback's :data:`SPACE_ARGUMENTS` (None = not given: the space's default)
-            plus ``batch_size`` and ``show_progress`` (used only for a private space).
+        given: where the callback's :data:`SPACE_ARGUMENTS` are read from (its constructor's
+            ``locals()``: every front end takes them under the same names), or None.
+        **arguments: the :data:`SPACE_ARGUMENTS` (None = not given: the space's default), when not
+            in ``given``, plus ``batch_size`` and ``show_progress`` (used only for a private space).
 
     Returns:
         The SemanticSpace.
@@ -434,6 +438,7 @@ def space_from_arguments(owner: str, space: SemanticSpace | None, **arguments: A
     Raises:
         ValueError: ``space`` and any space argument given together.
     """
+    arguments = {**{k: v for k, v in (given or {}).items() if k in SPACE_ARGUMENTS}, **arguments}
     given = {k: v for k, v in arguments.items() if k in SPACE_ARGUMENTS and v is not None}
     if space is not None:
         if given:

@@ -1,0 +1,90 @@
+"""The diversity monitors and DRESS in Hugging Face ``transformers.Trainer`` and TRL's ``SFTTrainer``.
+
+:class:`DiversityTrainerCallback` is the Hugging Face front end of the Lightning
+:class:`~lightning_div.callbacks.SemanticDiversityMonitor` and :class:`~lightning_div.callbacks.RUQMonitor`
+together: at each evaluation it generates responses for a fixed sample of evaluation contexts with the
+trainer's model and logs Sem-Ent, the lexical metrics, the cluster divergence from the gold responses and
+RUQ, named as the Trainer names its evaluation metrics: ``eval_<metric>`` (``eval_sem_ent``,
+``eval_distinct_2``, ``eval_ruq`` ...), which the Trainer's trackers (TensorBoard, W&B, Comet ...) show as
+``eval/<metric>``: the Lightning monitors' ``val/<metric>`` names with ``eval/`` for ``val/``. Like
+``eval_loss``, they can be ``metric_for_best_model`` (``"sem_ent"``).
+
+At each evaluation (``on_evaluate``; also before the first step with ``measure_at_start``):
+
+* generate one response (greedy, 3-gram blocking, ``max_new_tokens``) for each of a fixed
+  sample of ``num_contexts`` evaluation contexts, drawn once with ``seed`` as
+  :class:`~lightning_div.callbacks.SemanticDiversityMonitor` draws it;
+* log ``eval_sem_ent``, ``eval_cluster_js``, ``eval_top_cluster_share``, the lexical metrics
+  (``eval_distinct_1`` ... ``eval_ead``) and, at the first measurement, ``eval_sem_ent_gold``
+  (Sem-Ent of the same contexts' gold responses);
+* score the references and the IDK strings of a fixed sample of ``num_ruq_prompts`` evaluation
+  pairs (drawn with ``seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
+  validation sample) and log ``eval_ruq``, ``eval_ruq_margin`` and, per IDK string,
+  ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ), and
+  ``eval_ruq_alert`` (see ``warn_below`` / ``warn_drop``); with ``train_pairs``, the same on a
+  fixed sample of ``num_train_ruq_prompts`` training pairs (drawn with ``seed``, as RUQMonitor
+  draws its training prompts), logged as ``ruq``, ``ruq_margin`` ... (``<name>/ruq`` with a
+  name), which the trackers chart as ``train/ruq``: the paper's RUQ-train, the Lightning
+  monitor's ``train/ruq``;
+* log ``eval_diversity_runtime``, the seconds the measurement took;
+* with ``ruq_plot``, RUQ's per-position plot (``eval/ruq_plot``);
+* on the first process, send the figures and tables of the Lightning monitor to the trainer's
+  ``report_to`` trackers that take them (TensorBoard, W&B, MLflow) and write them to
+  ``<output_dir>/lightning_div/``: the labelled cluster histogram (``eval/cluster_histogram``),
+  with ``cluster_views`` the steps x clusters heatmap (``eval/cluster_shares``),
+  ``eval_cluster_shares.csv`` and the cluster cards (``eval/clusters/cards``, once), and
+  ``log_samples`` generated responses beside the gold ones (``eval/samples``).
+
+The keys are :func:`eval_key`'s: the trackers chart them as ``eval/sem_ent`` ... .
+
+```python
+trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
+DiversityTrainerCallback(eval_pairs=val_pairs, gold_responses=train_responses, encoder="minilm").attach(trainer)
+trainer.train()  # trainer.state.log_history holds {"eval_sem_ent": ..., "eval_ruq": ..., "step": ...}
+```
+
+The values go through ``trainer.log`` right after the Trainer's own evaluation log, so they reach
+``trainer.state.log_history`` and every ``report_to`` tracker (W&B, TensorBoard, MLflow ...) as
+the loss does; they are also added to the metrics ``trainer.evaluate()`` returns. This is why the
+callback is given its trainer (:meth:`DiversityTrainerCallback.attach`) instead of being passed in
+``callbacks=[...]``: a ``TrainerCallback`` is given the model, not the trainer, and the Trainer logs
+an evaluation's metrics *before* its callbacks' ``on_evaluate``, so adding to them there would reach
+no tracker.
+
+Nothing here imports Lightning. What is measured is :mod:`lightning_div.measure`'s, the Lightning
+monitors' own: a :class:`~lightning_div.semantic.space.SemanticSpace` (clusters fitted once on the
+gold training responses and kept in the same disk cache), the
+:class:`~lightning_div.model.adapters.HuggingFaceAdapter` (greedy generation with 3-gram blocking,
+in eval mode under a forked RNG: the training mode and random stream are restored), and
+:mod:`lightning_div.metrics`. Under ``torchrun`` / ``accelerate launch`` every process must run the
+evaluation (the Trainer does): generation and scoring are sharded over the processes and gathered
+(:func:`lightning_div._internal.distributed.distributed_map`).
+
+The package is split by job, in private modules; this is the one import path of every name: the
+callback, DRESS in a ``Trainer`` (:class:`DressTrainer`, :func:`dress_dataset`, :func:`gold_dress_state`),
+and the chat helpers for TRL (:data:`DIALOGPT_CHAT_TEMPLATE`, :func:`as_messages`).
+"""
+
+from lightning_div.integrations.transformers._callback import DiversityTrainerCallback
+from lightning_div.integrations.transformers._chat import DIALOGPT_CHAT_TEMPLATE, as_messages
+from lightning_div.integrations.transformers._dress import (
+    DRESS_FIELDS,
+    DressTrainer,
+    DressTrainerMixin,
+    dress_dataset,
+    gold_dress_state,
+)
+from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
+
+__all__ = [
+    "DIALOGPT_CHAT_TEMPLATE",
+    "DRESS_FIELDS",
+    "EVAL_PREFIX",
+    "DiversityTrainerCallback",
+    "DressTrainer",
+    "DressTrainerMixin",
+    "as_messages",
+    "dress_dataset",
+    "eval_key",
+    "gold_dress_state",
+]

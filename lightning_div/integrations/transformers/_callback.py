@@ -1,0 +1,414 @@
+"""The Hugging Face front end of the monitors: :class:`DiversityTrainerCallback` (hooks, keys, reporting).
+
+What it measures comes from :mod:`lightning_div.measure`, as the Lightning monitors' does; this module
+adapts the ``Trainer``'s hooks, names the keys ``eval_<metric>`` and reports through ``trainer.log``
+and the trainer's ``report_to`` trackers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from lightning_div._internal.distributed import rank_and_world
+from lightning_div._internal.tracking import hugging_face_destination
+from lightning_div.integrations.transformers._data import EvaluationData
+from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation
+from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
+from lightning_div.measure.guard import check_on_error, guarded
+from lightning_div.measure.reporting import RunMemory, TrackerReporter
+from lightning_div.measure.ruq import DEFAULT_IDK, RUQAlert, RUQMeasure, check_idk_responses, ruq_profile_figure
+from lightning_div.measure.semantic import SemanticMeasure
+from lightning_div.metrics import DEFAULT_LEXICAL
+from lightning_div.metrics.ruq import ReferenceChoice
+from lightning_div.model.formatting import DialogueFormat
+from lightning_div.pairs import DialoguePair
+from lightning_div.semantic.space import SemanticSpace, space_from_arguments
+from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
+from lightning_div.views import log_cards_once, log_collapse, log_samples_table
+
+__all__ = ["DiversityTrainerCallback"]
+
+
+def _stateful(state: TrainerState) -> dict[str, Any]:
+    """``state.stateful_callbacks``: typed as a list, a dict once the state exists (``TrainerState.__post_init__``)."""
+    stateful: Any = state.stateful_callbacks
+    if not isinstance(stateful, dict):
+        stateful = state.stateful_callbacks = {}  # type: ignore[assignment]
+    return stateful
+
+
+class DiversityTrainerCallback(TrainerCallback):
+    """Sem-Ent, lexical diversity and RUQ of the model's responses at every ``Trainer`` evaluation.
+
+    What it logs at each evaluation is listed in :mod:`lightning_div.integrations.transformers`.
+
+    The samples are drawn once and saved in the checkpoint's ``trainer_state.json``, so a resumed
+    run measures the same pairs. The measurement itself is :mod:`lightning_div.measure`'s, the
+    Lightning monitors' own.
+
+    The clusters are fitted once on ``gold_responses`` in a
+    :class:`~lightning_div.semantic.space.SemanticSpace` (or read from its disk cache in
+    ``dirpath``, default ``<output_dir>/lightning_div_cache``: a Lightning run with the same
+    encoder, settings and gold responses wrote the same file).
+
+    Args:
+        eval_pairs: the evaluation dialogues as text: ``[(context, response), ...]`` pairs or any
+            source :func:`~lightning_div.datamodules.read_pairs` reads (the trainer's
+            ``eval_dataset`` is tokenized, so it cannot be read back).
+        gold_responses: the gold training responses the clusters are fitted on (a list, a file,
+            or a source ``read_pairs`` reads); not needed with ``clusters`` or a fitted ``space``.
+        space: a :class:`~lightning_div.semantic.space.SemanticSpace` to measure in (share one
+            with other callbacks); None = a private one from the arguments below. Both: an error.
+        encoder: the response encoder (default ``lightning_div.keys.DEFAULT_ENCODER``;
+            ``"minilm"`` works offline).
+        clusters: fitted SemanticClusters or a saved file; None = fit on ``gold_responses``.
+        num_clusters: k (default 20).
+        variance_kept: PCA variance kept (default 0.9).
+        kmeans_seed: the k-means seed (default 27).
+        encoder_kwargs: more ResponseEncoder arguments.
+        num_contexts: size of the generation sample (None = all evaluation pairs).
+        generation_kwargs: overrides of the greedy + ``no_repeat_ngram_size=3`` default.
+        lexical_metrics: which lexical metrics to log (see :func:`~lightning_div.metrics.lexical_scores`).
+        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
+        vocab_size: V of EAD; default: counted from the gold responses.
+        idk_responses: RUQ's IDK strings, the first is the headline; empty = no RUQ.
+        num_ruq_prompts: size of RUQ's sample (None = all evaluation pairs).
+        train_pairs: training dialogues as text (as ``eval_pairs``) for RUQ-train; None = no RUQ-train.
+        num_train_ruq_prompts: size of RUQ-train's sample (None = all training pairs).
+        reference: with several references per prompt, ``"lowest"`` or ``"first"`` (see RUQMonitor).
+        warn_below: alert when ``eval_ruq`` falls below this (None disables it).
+        warn_drop: alert when ``eval_ruq`` drops by more than this many points since the last
+            measurement (None disables it). An alert is a warning and ``eval_ruq_alert`` = 1 (else 0),
+            as RUQMonitor's ``val/ruq_alert``.
+        seed: the samples' seed (and generation's, when it samples).
+        tokenizer: the model's tokenizer; None = the trainer's ``processing_class``.
+        format: the token layout (default ``DialogueFormat()``: DialoGPT's ``turn<eos>...``); it
+            must be the one the model is trained with.
+        batch_size: contexts per generation batch, pairs per scoring batch, texts per encoder batch.
+        max_new_tokens: the generation length limit.
+        dirpath: the clusters' cache directory (default ``<args.output_dir>/lightning_div_cache``).
+        show_progress: progress bars while generating, scoring, embedding and fitting (the monitors' bars).
+        on_error: ``"warn"`` (default): a failed measurement is skipped with a warning and training
+            continues; ``"raise"`` re-raises.
+        name: goes into every key, ``eval_<name>/sem_ent`` (several callbacks in one trainer).
+        log_samples: how many generated responses go in the ``eval/samples`` table (0 = none).
+        cluster_views: log the cluster cards, the steps x clusters heatmap and the shares CSV
+            (the histogram is always logged), as the monitor's ``cluster_views``.
+        measure_at_start: measure once before the first training step as well (a baseline, logged at step 0).
+        shared_contexts: score a prompt's references and IDK strings after one pass over its context
+            (as RUQMonitor's ``shared_contexts``); ``False`` scores pair by pair, bit-identical on any
+            number of processes.
+        ruq_plot: log RUQ's per-position plot (``eval/ruq_plot``, the paper's Figure 1, as RUQMonitor's
+            ``plot``) at every evaluation. Off by default: its beam search costs more than the rest of RUQ.
+        num_plot_prompts: prompts the plot is drawn over.
+        num_beams: beam size of the plot's model-output line.
+
+    Raises:
+        ValueError: a bad setting (``on_error``, lexical names or options, ``reference``, an
+            empty IDK string, a sample size that is not an integer >= 1), or ``space`` together
+            with a space argument.
+    """
+
+    def __init__(
+        self,
+        eval_pairs: PairsSource | Sequence[DialoguePair],
+        gold_responses: ResponsesSource | None = None,
+        *,
+        space: SemanticSpace | None = None,
+        encoder: EncoderSource | None = None,
+        clusters: ClustersSource | None = None,
+        num_clusters: int | None = None,
+        variance_kept: float | None = None,
+        kmeans_seed: int | None = None,
+        encoder_kwargs: Options | None = None,
+        num_contexts: int | None = 256,
+        generation_kwargs: Options | None = None,
+        lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
+        lexical_options: Options | None = None,
+        vocab_size: int | None = None,
+        idk_responses: Sequence[str] = DEFAULT_IDK,
+        num_ruq_prompts: int | None = 256,
+        train_pairs: PairsSource | Sequence[DialoguePair] | None = None,
+        num_train_ruq_prompts: int | None = 256,
+        reference: ReferenceChoice = "lowest",
+        warn_below: float | None = None,
+        warn_drop: float | None = 10.0,
+        seed: int = 0,
+        tokenizer: Any = None,
+        format: DialogueFormat | None = None,
+        batch_size: int = 32,
+        max_new_tokens: int = 32,
+        dirpath: str | Path | None = None,
+        show_progress: bool = True,
+        on_error: str = "warn",
+        name: str | None = None,
+        log_samples: int = 8,
+        cluster_views: bool = True,
+        measure_at_start: bool = False,
+        shared_contexts: bool = True,
+        ruq_plot: bool = False,
+        num_plot_prompts: int = 64,
+        num_beams: int = 5,
+    ) -> None:
+        self.on_error = check_on_error(on_error)
+        if name is not None and (not isinstance(name, str) or not name.strip() or name != name.strip()):
+            raise ValueError(f"name must be None or a non-empty string without surrounding spaces, got {name!r}")
+        if isinstance(log_samples, bool) or not isinstance(log_samples, int) or log_samples < 0:
+            raise ValueError(f"log_samples must be an integer >= 0, got {log_samples!r}")
+        space = space_from_arguments(
+            type(self).__name__, space, locals(), batch_size=batch_size, show_progress=show_progress
+        )
+        idk = check_idk_responses(idk_responses, allow_empty=True)
+        #: What an evaluation measures, and its state (:mod:`lightning_div.measure`'s pieces).
+        self.evaluation = TrainerEvaluation(
+            type(self).__name__,
+            EvaluationData(
+                type(self).__name__,
+                eval_pairs,
+                gold_responses,
+                train_pairs,
+                num_contexts,
+                num_ruq_prompts,
+                num_train_ruq_prompts,
+                seed,
+            ),
+            SemanticMeasure(
+                space, lexical_metrics, lexical_options, vocab_size, generation_kwargs, batch_size, show_progress
+            ),
+            RUQMeasure(idk, reference, shared_contexts, batch_size, show_progress) if idk else None,
+            RUQAlert(warn_below, warn_drop),
+            format or DialogueFormat(),
+            batch_size,
+            max_new_tokens,
+            seed,
+            dirpath,
+            (num_plot_prompts, num_beams) if ruq_plot else None,
+        )
+        self.num_contexts, self.train_pairs_arg, self.idk_responses = num_contexts, train_pairs, idk
+        self.tokenizer, self.show_progress, self.name = tokenizer, show_progress, name
+        self.log_samples, self.cluster_views, self.measure_at_start = log_samples, cluster_views, measure_at_start
+        self.trainer: Any = None
+        #: Every measurement's values, ``{"step": ..., "<key>": ...}`` (rank 0 and the others alike).
+        self.history: list[dict[str, float]] = []
+        #: The responses generated at the last measurement, in the order of :meth:`sample`.
+        self.last_responses: list[str] = []
+        #: What this run has warned about and logged once (made anew at each training run).
+        self.memory = RunMemory()
+        self._last: EvaluationResult | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(space={self.space!r}, num_contexts={self.num_contexts}, name={self.name!r})"
+
+    @property
+    def space(self) -> SemanticSpace:
+        """The semantic space it measures in."""
+        return self.evaluation.semantic.space
+
+    @property
+    def share_history(self) -> list[tuple[int, list[float]]]:
+        """``(step, generated share per cluster)`` of every measurement: the heatmap's columns."""
+        return self.evaluation.semantic.share_history
+
+    @property
+    def last_ruq(self) -> float | None:
+        """The last measured ``eval_ruq`` (what ``warn_drop`` compares with)."""
+        return self.evaluation.alert.last
+
+    def sample(self) -> list[DialoguePair]:
+        """The fixed generation sample (drawn once with ``seed``: the same pairs at every evaluation and after a resume)."""
+        return self.evaluation.data.sample()
+
+    # -- wiring ------------------------------------------------------------------------------------
+
+    def attach(self, trainer: Any) -> DiversityTrainerCallback:
+        """Add this callback to ``trainer`` and log through it (``trainer.log``).
+
+        Args:
+            trainer: a ``transformers.Trainer`` (TRL's trainers are ones).
+
+        Returns:
+            This callback.
+
+        Raises:
+            ValueError: another attached DiversityTrainerCallback with the same ``name`` (they
+                would log over each other's keys), or this one attached to another trainer.
+        """
+        if self.trainer is not None and self.trainer is not trainer:
+            raise ValueError(f"{type(self).__name__} is already attached to another trainer")
+        for cb in trainer.callback_handler.callbacks:
+            if isinstance(cb, DiversityTrainerCallback) and cb is not self and cb.name == self.name:
+                raise ValueError(
+                    f"two {type(self).__name__}s in this trainer have name={self.name!r}, so they would log the "
+                    "same keys: give each its own name=... (it goes into the keys: 'eval_<name>/...')"
+                )
+        if self not in trainer.callback_handler.callbacks:
+            trainer.add_callback(self)
+        self.trainer = trainer
+        return self
+
+    def log_key(self, key: str) -> str:
+        """``key`` as this callback logs it: ``eval_<metric>`` as ``eval_<name>/<metric>`` and a
+        training metric (``ruq``) as ``<name>/ruq`` when a name is set."""
+        if key.startswith(EVAL_PREFIX):
+            return eval_key(key.removeprefix(EVAL_PREFIX), self.name)
+        return f"{self.name}/{key}" if self.name else key
+
+    def figure_key(self, key: str) -> str:
+        """A figure's or table's key as the trackers show it: the monitor's ``val/x`` as ``eval/x``
+        (``eval/<name>/x`` with a name), beside the scalars' ``eval/<metric>`` charts."""
+        return "eval/" + (f"{self.name}/" if self.name else "") + key.removeprefix("val/")
+
+    # -- measurement -------------------------------------------------------------------------------
+
+    def measure(self, model: Any, tokenizer: Any, cache_dir: str | Path) -> dict[str, float]:
+        """Every metric of one evaluation, keyed as logged without the ``name`` prefix (:meth:`TrainerEvaluation.measure`).
+
+        Every process must call it (the work is sharded over them); every process gets the values.
+
+        Args:
+            model: the Hugging Face model (unwrapped; it is put in eval mode and restored).
+            tokenizer: its tokenizer.
+            cache_dir: where fitted clusters are cached when the callback has no ``dirpath``.
+
+        Returns:
+            ``{"eval_sem_ent": ..., "eval_distinct_1": ..., "eval_ruq": ..., ...}``.
+        """
+        step = int(self.trainer.state.global_step) if self.trainer is not None else 0
+        self._last = self.evaluation.measure(model, tokenizer, cache_dir, step)
+        self.last_responses = self._last.semantic.responses
+        return dict(self._last.values)
+
+    def reporter(self, output_dir: str | Path) -> TrackerReporter:
+        """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
+        ``<output_dir>/lightning_div/``, scalars through ``trainer.log``, this run's memory."""
+        return TrackerReporter(
+            hugging_face_destination(self.trainer),
+            Path(output_dir) / "lightning_div",
+            lambda values: self.trainer.log(dict(values)),  # a copy: Trainer.log adds "epoch" to its dict
+            self.memory,
+            rank_and_world()[0] == 0,
+        )
+
+    def log_views(self, output_dir: str | Path) -> None:
+        """The last measurement's figures and tables to the trainer's trackers and ``<output_dir>/lightning_div/``.
+
+        Called on the first process only, after :meth:`measure` (nothing here is a collective).
+        """
+        if self._last is None:
+            return
+        result, profile = self._last.semantic, self._last.profile
+        reporter = self.reporter(output_dir)
+        clusters = self.space.clusters
+        if self.cluster_views:
+            log_cards_once(reporter, clusters, self.figure_key)
+        log_collapse(
+            reporter, clusters, self.share_history, result.gold_shares, self.cluster_views, self.figure_key, "step"
+        )
+        if self.log_samples > 0:
+            key = self.figure_key("val/samples")
+            log_samples_table(
+                reporter, key, self.sample(), result.responses, result.ids, result.gold_ids, self.log_samples
+            )
+        if profile is not None:
+            lines, n = profile
+            title = f"RUQ: per-position log-probability, step {reporter.step}"
+            reporter.figure(self.figure_key("val/ruq_plot"), ruq_profile_figure(lines, n, title))
+
+    def _measure_and_log(
+        self, args: TrainingArguments, state: TrainerState, kwargs: dict[str, Any]
+    ) -> dict[str, float]:
+        if self.trainer is None:
+            raise ValueError(
+                f"{type(self).__name__} logs through its trainer: add it with callback.attach(trainer), "
+                "not Trainer(callbacks=[...]) (a TrainerCallback is never given the trainer)"
+            )
+        model = kwargs.get("model") or self.trainer.model
+        tokenizer = self.tokenizer or kwargs.get("processing_class") or getattr(self.trainer, "processing_class", None)
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor holds the tokenizer
+        if tokenizer is None:
+            raise ValueError(f"{type(self).__name__}: the trainer has no processing_class: pass tokenizer=")
+        self._last = None
+        who = type(self).__name__
+        with (
+            self.memory.scope(),
+            guarded(self.on_error, self.memory.warn_once, who, "the measurement", f"step {state.global_step}") as m,
+        ):
+            m.values.update(self.measure(model, tokenizer, Path(args.output_dir or ".") / "lightning_div_cache"))
+        if self._last is not None and m.error is None and state.is_world_process_zero:
+            self.log_views(args.output_dir or ".")
+        m.values[eval_key("diversity_runtime")] = m.seconds
+        reporter = self.reporter(args.output_dir or ".")
+        logged = reporter.scalars({self.log_key(k): float(v) for k, v in m.values.items()})
+        self.history.append({"step": float(state.global_step), **logged})
+        # Saved with every later checkpoint: the Trainer writes the whole dict into trainer_state.json.
+        # Not an ExportableState: restore_callback_states_from_checkpoint would rebuild the callback
+        # from saved constructor arguments, and the evaluation pairs are no JSON.
+        _stateful(state)[self.state_key()] = self.state_dict()
+        return logged
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def state_key(self) -> str:
+        """Where this callback's state sits in ``TrainerState.stateful_callbacks`` (one key per ``name``)."""
+        return "lightning_div.DiversityTrainerCallback" + (f"[{self.name}]" if self.name else "")
+
+    def settings(self) -> dict[str, Any]:
+        """What a saved state must have been measured with to be restored (the samples and the clusters)."""
+        return self.evaluation.settings(self.train_pairs_arg is not None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue as the uninterrupted one (:meth:`TrainerEvaluation.state_dict`)."""
+        return {"settings": self.settings(), **self.evaluation.state_dict()}
+
+    def load_state_dict(self, saved: Any) -> None:
+        """Restore :meth:`state_dict`'s values. A state saved with other settings, or a damaged one
+        (a missing or mistyped field), is not restored: a warning says why and the callback starts afresh."""
+        if not isinstance(saved, dict) or saved.get("settings") != self.settings():
+            got = saved.get("settings") if isinstance(saved, dict) else saved
+            reason = f"was saved with other settings ({got!r:.200}, now {self.settings()!r})"
+        else:
+            try:
+                self.evaluation.load_state_dict(saved)
+                return
+            except ValueError as err:
+                reason = f"in trainer_state.json is damaged ({err})"
+        warnings.warn(  # a resume happens once per run: each one says it
+            f"{type(self).__name__}: the checkpoint's state {reason}; it starts afresh", RuntimeWarning, stacklevel=2
+        )
+
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        """Check the inputs, restore the state a resumed checkpoint holds, and measure a baseline before
+        the first step (``measure_at_start``).
+
+        The state travels in the checkpoint's ``trainer_state.json`` (``stateful_callbacks``, under
+        :meth:`state_key`), which the Trainer has loaded by now, wherever the checkpoint was resumed from.
+
+        Raises:
+            ValueError: a misconfigured callback (:meth:`EvaluationData.check`).
+        """
+        self.memory = RunMemory()  # a new run: its warnings and once-only tables are shown again
+        if state.global_step > 0:
+            saved = _stateful(state).get(self.state_key())
+            if saved is not None:
+                self.load_state_dict(saved)
+        else:  # a fresh run logs its gold Sem-Ent, even after an evaluate() before train()
+            self.evaluation.semantic.gold_logged = False
+        self.evaluation.data.check(self.space)  # a misconfigured callback raises now, not at the first evaluation
+        if self.measure_at_start and state.global_step == 0:
+            self._measure_and_log(args, state, kwargs)
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        """Measure, log through ``trainer.log``, and add the values to the evaluation's metrics."""
+        logged = self._measure_and_log(args, state, kwargs)
+        metrics = kwargs.get("metrics")
+        if isinstance(metrics, dict):  # what trainer.evaluate() returns: the evaluation's metrics, not RUQ-train
+            metrics.update({k: v for k, v in logged.items() if k.startswith(EVAL_PREFIX)})

@@ -1,0 +1,35 @@
+"""The measurement core: everything the front ends measure, written once, with no trainer.
+
+A front end (the Lightning callbacks, the Hugging Face callback, the TRL group callback) adapts
+hooks, keys and reporting; what it measures comes from here:
+
+* :class:`~lightning_div.measure.sample.FixedSample`: the evaluation sample, drawn once, restored on resume;
+* :func:`~lightning_div.measure.guard.guarded`: the error policy (``on_error``) and the timing;
+* :class:`~lightning_div.measure.semantic.SemanticMeasure`: Sem-Ent, the cluster divergence and the
+  lexical metrics (``prepare(gold)``, ``measure(adapter, sample)`` or ``scores(responses, sample)``);
+* :class:`~lightning_div.measure.ruq.RUQMeasure` and :class:`~lightning_div.measure.ruq.RUQAlert`: RUQ,
+  its margin, its plot and its alert;
+* :class:`~lightning_div.measure.reporting.Reporter`: where results go, implemented by each front end.
+"""
+
+from lightning_div.measure.guard import Measurement, guarded
+from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
+from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
+from lightning_div.measure.sample import FixedSample
+from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, generate_responses
+
+__all__ = [
+    "FixedSample",
+    "Measurement",
+    "RUQAlert",
+    "RUQMeasure",
+    "RecordingReporter",
+    "Reporter",
+    "RunMemory",
+    "SemanticMeasure",
+    "SemanticResult",
+    "TrackerReporter",
+    "generate_responses",
+    "guarded",
+    "ruq_profile_figure",
+]

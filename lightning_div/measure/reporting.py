@@ -1,0 +1,188 @@
+"""How a measurement reaches the user: the :class:`Reporter` a front end implements and passes down.
+
+The measurement core computes; a reporter says where its scalars, figures and tables go, at
+which step, whether this process is the one that writes, and what a run has already shown
+(once-only tables, warnings). Each front end builds its reporter from its own trainer
+(:func:`lightning_reporter` in the Lightning callbacks, the Hugging Face callback's own), and
+owns the :class:`RunMemory` it keeps across the run's measurements: nothing is set on the
+user's trainer and nothing is kept in a module global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from lightning_div._internal.tracking import (
+    Destination,
+    finite_metrics,
+    log_figure,
+    log_table,
+    warn_once,
+    warnings_of_run,
+)
+
+__all__ = ["RecordingReporter", "Reporter", "RunMemory", "TrackerReporter"]
+
+
+@runtime_checkable
+class Reporter(Protocol):
+    """Where a measurement's results go. Front ends implement it; the core only calls it.
+
+    ``step`` is the x of the figures and tables (an epoch in Lightning, a global step in
+    Hugging Face), ``is_rank_zero`` whether this process writes figures and tables (every
+    process logs the scalars, which are already global).
+    """
+
+    @property
+    def step(self) -> int:
+        """The x of this measurement's figures and tables."""
+        ...
+
+    @property
+    def is_rank_zero(self) -> bool:
+        """Whether this process writes figures and tables."""
+        ...
+
+    @property
+    def out_dir(self) -> Path:
+        """Where the PNG and CSV files go."""
+        ...
+
+    def scalars(self, values: Mapping[str, float]) -> dict[str, float]:
+        """Log the finite ``values`` (a NaN is never logged: it is warned about); returns what was logged."""
+        ...
+
+    def figure(self, key: str, fig: Any) -> Path | None:
+        """Send a matplotlib figure to the trackers and save it; returns the PNG's path."""
+        ...
+
+    def table(
+        self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], filename: str | None = None
+    ) -> Path | None:
+        """Send a table to the trackers and save it as CSV (``filename`` for a once-per-run table)."""
+        ...
+
+    def once(self, key: str, token: str = "") -> bool:
+        """True the first time ``key`` is asked in this run; a later ask with another ``token`` warns."""
+        ...
+
+    def warn_once(self, key: str, message: str) -> None:
+        """A RuntimeWarning shown once per run and key, on the first process only."""
+        ...
+
+
+@dataclass
+class RunMemory:
+    """What one run has shown so far: warned keys and once-only keys. Owned by a front end, one per run.
+
+    Attributes:
+        warned: the keys :meth:`Reporter.warn_once` has warned about.
+        shown: once-only key -> the token it was first shown with.
+    """
+
+    warned: set[str] = field(default_factory=set)
+    shown: dict[str, str] = field(default_factory=dict)
+
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """Within the block, every :func:`~lightning_div._internal.tracking.warn_once` of the package
+        (in the encoder, the metrics, the trackers) deduplicates in this run's :attr:`warned`."""
+        with warnings_of_run(self.warned):
+            yield
+
+    def once(self, key: str, token: str = "") -> bool:
+        """True the first time ``key`` is asked; a later ask with another ``token`` warns once (two sources, one key)."""
+        if key not in self.shown:
+            self.shown[key] = token
+            return True
+        if self.shown[key] != token:
+            self.warn_once(
+                f"once:{key}",
+                f"two callbacks log different {key!r} under one key: the first one's is kept; give the "
+                "callbacks distinct name=... so that each logs its own",
+            )
+        return False
+
+    def warn_once(self, key: str, message: str) -> None:
+        """A RuntimeWarning once per run and key (rank 0 only)."""
+        with self.scope():
+            warn_once(key, message)
+
+
+class TrackerReporter:
+    """A :class:`Reporter` over a tracker :class:`~lightning_div._internal.tracking.Destination`.
+
+    Args:
+        destination: the trackers, the step and the files' tag (the front end says which).
+        out_dir: where PNG and CSV files go.
+        log_scalars: how the front end logs finite scalars (``pl_module.log``, ``trainer.log`` ...).
+        memory: the run's :class:`RunMemory` (owned by the front end).
+        is_rank_zero: whether this process writes figures and tables.
+    """
+
+    def __init__(
+        self,
+        destination: Destination,
+        out_dir: Path,
+        log_scalars: Callable[[dict[str, float]], None],
+        memory: RunMemory,
+        is_rank_zero: bool,
+    ) -> None:
+        self.destination, self._out_dir, self._log, self.memory = destination, Path(out_dir), log_scalars, memory
+        self._rank_zero = is_rank_zero
+
+    @property
+    def out_dir(self) -> Path:
+        return self._out_dir
+
+    @property
+    def step(self) -> int:
+        return self.destination.step
+
+    @property
+    def is_rank_zero(self) -> bool:
+        return self._rank_zero
+
+    def scalars(self, values: Mapping[str, float]) -> dict[str, float]:
+        with self.memory.scope():
+            clean = finite_metrics(values, "lightning-div")
+        self._log(dict(clean))
+        return clean
+
+    def figure(self, key: str, fig: Any) -> Path | None:
+        with self.memory.scope():
+            return log_figure(self.destination, key, fig, self.out_dir)
+
+    def table(
+        self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], filename: str | None = None
+    ) -> Path | None:
+        with self.memory.scope():
+            return log_table(self.destination, key, columns, rows, self.out_dir, filename)
+
+    def once(self, key: str, token: str = "") -> bool:
+        return self.memory.once(key, token)
+
+    def warn_once(self, key: str, message: str) -> None:
+        self.memory.warn_once(key, message)
+
+
+class RecordingReporter(TrackerReporter):
+    """A :class:`Reporter` without a trainer: it keeps what was reported, and writes figures and tables to ``out_dir``.
+
+    For scripts and tests that measure outside training (see the semantic-space page).
+
+    Args:
+        out_dir: where PNG and CSV files go.
+        step: the x of the figures and tables.
+
+    Attributes:
+        logged: every :meth:`scalars` call's logged values, in order.
+    """
+
+    def __init__(self, out_dir: str | Path, step: int = 0) -> None:
+        self.logged: list[dict[str, float]] = []
+        super().__init__(Destination([], step, f"step_{step}"), Path(out_dir), self.logged.append, RunMemory(), True)

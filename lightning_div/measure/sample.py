@@ -1,0 +1,103 @@
+"""The fixed evaluation sample: drawn once from the evaluation pairs, kept across measurements and restored on resume."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_div.datamodules.samplers import sample_indices
+from lightning_div.pairs import DialoguePair
+
+__all__ = ["FixedSample"]
+
+
+class FixedSample:
+    """``size`` pairs drawn with ``seed`` the first time they are asked for, then the same ones at every measurement.
+
+    The draw is :func:`~lightning_div.datamodules.samplers.sample_indices`: a function of the
+    number of pairs, ``size`` and ``seed`` only, so every process draws the same pairs. The
+    indices are the state (:meth:`state_dict`): indices restored from a checkpoint win over a
+    new draw, so a resumed run measures the very same examples, unless the data shrank below
+    them (then the sample is drawn again).
+
+    Args:
+        size: how many pairs (None: all of them).
+        seed: the draw's seed.
+
+    Examples:
+        >>> from lightning_div.pairs import DialoguePair
+        >>> pairs = [DialoguePair(("hi",), f"reply {i}") for i in range(10)]
+        >>> sample = FixedSample(3, seed=0)
+        >>> [p.response for p in sample.draw(pairs)]
+        ['reply 5', 'reply 6', 'reply 9']
+        >>> again = FixedSample(3, seed=5)
+        >>> again.load_state_dict(sample.state_dict())
+        >>> again.draw(pairs) == sample.draw(pairs)
+        True
+    """
+
+    def __init__(self, size: int | None, seed: int) -> None:
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"the sample size must be an integer >= 1 or None, got {size!r}")
+        self.size, self.seed = size, seed
+        self._indices: list[int] | None = None
+        self._pairs: list[DialoguePair] | None = None
+
+    @property
+    def indices(self) -> list[int] | None:
+        """The drawn (or restored) indices into the evaluation pairs; None before the first draw."""
+        return None if self._indices is None else list(self._indices)
+
+    @property
+    def drawn(self) -> bool:
+        """Whether :meth:`draw` has picked the pairs."""
+        return self._pairs is not None
+
+    def draw(self, pairs: Sequence[DialoguePair]) -> list[DialoguePair]:
+        """The sample's pairs of ``pairs`` (drawn at the first call; later calls return the same ones).
+
+        Args:
+            pairs: all the evaluation pairs (a sequence: a streaming one reads only the sampled items).
+
+        Returns:
+            The sampled pairs, in the order of their indices.
+
+        Raises:
+            ValueError: ``pairs`` is empty.
+        """
+        if self._pairs is None:
+            if len(pairs) == 0:
+                raise ValueError("the evaluation pairs are empty: there is nothing to sample")
+            idx = self._indices
+            if idx is None or (idx and max(idx) >= len(pairs)):
+                idx = sample_indices(len(pairs), self.size, self.seed).tolist()
+            self._indices = [int(i) for i in idx]
+            self._pairs = [pairs[i] for i in self._indices]
+        return list(self._pairs)
+
+    def forget(self) -> None:
+        """Draw again at the next :meth:`draw` (the settings changed on resume)."""
+        self._indices, self._pairs = None, None
+
+    def state_dict(self) -> list[int] | None:
+        """The indices (None before the first draw): all a resumed run needs to measure the same pairs."""
+        return self.indices
+
+    def load_state_dict(self, indices: Any) -> None:
+        """Restore :meth:`state_dict`'s indices; the pairs are picked again from them at the next :meth:`draw`.
+
+        Args:
+            indices: a list of integers, or None (nothing drawn yet).
+
+        Raises:
+            ValueError: anything else (a damaged state).
+        """
+        self._pairs = None
+        if indices is None:
+            self._indices = None
+            return
+        if not isinstance(indices, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
+        ):
+            raise ValueError(f"a sample's saved indices must be a list of integers >= 0, got {indices!r}")
+        self._indices = [int(i) for i in indices]

@@ -1,0 +1,279 @@
+"""Sem-Ent and the lexical metrics of a model's responses to a fixed sample: ``prepare(gold)``, then ``measure``.
+
+The measurement both front ends make (the Lightning :class:`~lightning_div.callbacks.SemanticDiversityMonitor`,
+the Hugging Face :class:`~lightning_div.integrations.transformers.DiversityTrainerCallback`): generate one
+response per context (sharded over the processes and gathered), assign them to the
+:class:`~lightning_div.semantic.space.SemanticSpace`'s clusters, and compute
+:mod:`lightning_div.metrics`. No trainer is needed: a model adapter and a list of pairs are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lightning_div._internal.checks import warn_if_all_empty
+from lightning_div._internal.distributed import distributed_map
+from lightning_div.metrics import (
+    DEFAULT_LEXICAL,
+    check_lexical_names,
+    check_lexical_options,
+    cluster_js_divergence,
+    count_vocab,
+    lexical_scores,
+    semantic_entropy,
+    top_cluster_share,
+)
+from lightning_div.pairs import DialoguePair
+from lightning_div.semantic.space import SemanticSpace
+
+__all__ = ["SemanticMeasure", "SemanticResult", "generate_responses"]
+
+
+def generate_responses(
+    adapter: Any,
+    contexts: Sequence[Sequence[str]],
+    generation_kwargs: dict[str, Any] | None = None,
+    batch_size: int = 32,
+    show_progress: bool = False,
+    desc: str = "generating",
+) -> list[str]:
+    """One response per context, batches sharded across the processes and gathered back in order.
+
+    Every process must call it with the same contexts; every process gets every response.
+
+    Args:
+        adapter: the model (a :class:`~lightning_div.model.adapters.DialogueModelAdapter`).
+        contexts: the contexts, each a list of turns.
+        generation_kwargs: passed to ``adapter.generate`` (greedy with 3-gram blocking by default).
+        batch_size: contexts per batch (batches hold contexts of similar length).
+        show_progress: a progress bar on the first process.
+        desc: the bar's label.
+
+    Returns:
+        The responses, in the order of ``contexts``.
+    """
+    kwargs = dict(generation_kwargs or {})
+
+    def gen(batch: list[list[str]]) -> list[str]:
+        return list(adapter.generate(batch, **kwargs))
+
+    turns = [list(c) for c in contexts]
+    return distributed_map(
+        gen,
+        turns,
+        batch_size,
+        sort_key=[sum(map(len, c)) for c in turns],
+        show_progress=show_progress,
+        desc=f"{desc} ({len(turns)} contexts)",
+    )
+
+
+@dataclass
+class SemanticResult:
+    """One measurement of :class:`SemanticMeasure`.
+
+    Attributes:
+        values: the metrics by name, unprefixed: ``sem_ent``, ``cluster_js``, ``top_cluster_share``,
+            the lexical metrics (``distinct_1`` ...) and, at the run's first measurement, ``sem_ent_gold``.
+        responses: the generated responses, in the sample's order.
+        ids: their cluster ids.
+        gold_ids: the cluster ids of the sample's gold responses.
+        shares: each cluster's share of the generated responses.
+        gold_shares: each cluster's share of the gold responses.
+    """
+
+    values: dict[str, float]
+    responses: list[str]
+    ids: np.ndarray
+    gold_ids: np.ndarray
+    shares: list[float]
+    gold_shares: list[float]
+
+
+class SemanticMeasure:
+    """Sem-Ent (Han et al., 2022), the cluster divergence from the gold responses and the lexical metrics.
+
+    :meth:`prepare` once (fits or reads the space's clusters on the gold training responses,
+    counts EAD's vocabulary), then :meth:`measure` at every evaluation. Its state
+    (:meth:`state_dict`): whether the gold Sem-Ent was reported, EAD's vocabulary size and the
+    share history (the collapse heatmap's columns).
+
+    Args:
+        space: the semantic space (encoder + clusters), shared by identity with other measures.
+        lexical_metrics: names of the lexical metrics (see :func:`~lightning_div.metrics.lexical_scores`).
+        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
+        vocab_size: V of EAD; None: counted from the gold responses at :meth:`prepare`.
+        generation_kwargs: overrides of the adapter's greedy + 3-gram-blocking generation.
+        batch_size: contexts per generation batch.
+        show_progress: progress bars.
+
+    Raises:
+        ValueError: unknown lexical names or options.
+    """
+
+    def __init__(
+        self,
+        space: SemanticSpace,
+        lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
+        lexical_options: dict[str, Any] | None = None,
+        vocab_size: int | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        batch_size: int = 32,
+        show_progress: bool = False,
+    ) -> None:
+        self.space = space
+        self.lexical_metrics = check_lexical_names(lexical_metrics)
+        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
+        self.vocab_size = vocab_size
+        self.generation_kwargs = dict(generation_kwargs or {})
+        self.batch_size, self.show_progress = batch_size, show_progress
+        #: Whether ``sem_ent_gold`` was reported in this run (it is reported once).
+        self.gold_logged = False
+        #: ``(step or epoch, generated share per cluster)`` of every measurement.
+        self.share_history: list[tuple[int, list[float]]] = []
+        self._gold_ids: np.ndarray | None = None  # the sample's gold responses never change cluster
+        self._prepared = False
+
+    @property
+    def ready(self) -> bool:
+        """Whether :meth:`prepare` has made the clusters and EAD's vocabulary ready for this run."""
+        return self._prepared and not (self.vocab_size is None and "ead" in self.lexical_metrics)
+
+    def prepare(
+        self,
+        gold: Sequence[str] | None,
+        sample: Sequence[DialoguePair],
+        *,
+        device: Any = None,
+        broadcast: Any = None,
+        cache_dir: Any = None,
+        who: str = "the semantic measure",
+    ) -> None:
+        """Make the clusters ready and count EAD's vocabulary (once; later calls do nothing).
+
+        Under DDP every process must call it (rank 0 fits or reads the cache, the others receive).
+
+        Args:
+            gold: the gold training responses (None when the space has given or fitted clusters).
+            sample: the fixed sample (its references count EAD's vocabulary when there is no gold).
+            device: where the encoder runs.
+            broadcast: how rank 0's clusters reach the others (None: torch.distributed's).
+            cache_dir: the clusters' cache directory when the space has no ``dirpath``.
+            who: the front end, named in the error.
+
+        Raises:
+            ValueError: no gold responses and no clusters to measure in.
+        """
+        if not self._prepared:
+            if gold is None and self.space.clusters_source is None and not self.space.fitted:
+                raise ValueError(
+                    f"{who} needs gold training responses to fit its semantic clusters: pass "
+                    "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or a fitted space="
+                )
+            self.space.fit(gold, device=device, broadcast=broadcast, cache_dir=cache_dir)
+            self._prepared = True
+        if self.vocab_size is None and "ead" in self.lexical_metrics:
+            self.vocab_size = count_vocab(
+                list(gold) if gold else [p.response for p in sample],
+                self.lexical_options.get("tokenizer", "13a"),
+                self.lexical_options.get("lowercase"),
+            )
+
+    def scores(self, responses: Sequence[str], sample: Sequence[DialoguePair], device: Any = None) -> SemanticResult:
+        """The metrics of given ``responses`` to ``sample``'s contexts (no model: a file, a list, a rollout).
+
+        Args:
+            responses: one response per pair of ``sample``.
+            sample: the pairs (their gold responses are the comparison).
+            device: where the encoder runs.
+
+        Returns:
+            The result; ``sem_ent_gold`` is in its values at the first measurement of the run.
+
+        Raises:
+            ValueError: not one response per pair.
+        """
+        if len(responses) != len(sample):
+            raise ValueError(f"{len(responses)} responses for {len(sample)} pairs: give one response per pair")
+        clusters = self.space.clusters
+        k = clusters.num_clusters
+        ids = self.space.assign(list(responses), device)
+        if self._gold_ids is None:  # embedded once per run, not at every measurement (same texts, same clusters)
+            self._gold_ids = self.space.assign([p.response for p in sample], device)
+        gold_ids = self._gold_ids
+        values = {
+            "sem_ent": semantic_entropy(ids, k),
+            "cluster_js": cluster_js_divergence(clusters.histogram(ids), clusters.histogram(gold_ids)),
+            "top_cluster_share": top_cluster_share(ids, k),
+        }
+        values.update(lexical_scores(list(responses), self.lexical_metrics, self.vocab_size, **self.lexical_options))
+        if not self.gold_logged:
+            values["sem_ent_gold"] = semantic_entropy(gold_ids, k)
+            self.gold_logged = True
+        n, n_gold = max(len(ids), 1), max(len(gold_ids), 1)
+        shares = (clusters.histogram(ids) / n).tolist()
+        gold_shares = (clusters.histogram(gold_ids) / n_gold).tolist()
+        return SemanticResult(values, list(responses), ids, gold_ids, shares, gold_shares)
+
+    def measure(
+        self, adapter: Any, sample: Sequence[DialoguePair], *, at: int, device: Any = None, who: str = "lightning-div"
+    ) -> SemanticResult:
+        """Generate for ``sample``'s contexts and measure the responses (every process must call it).
+
+        Args:
+            adapter: the model (a :class:`~lightning_div.model.adapters.DialogueModelAdapter`).
+            sample: the fixed sample.
+            at: the epoch or step, for the share history (a second measurement at the same one replaces it).
+            device: where the encoder runs.
+            who: named in the warning when every response is empty.
+
+        Returns:
+            The result (the values, the responses, their clusters and shares).
+        """
+        responses = generate_responses(
+            adapter, [p.context for p in sample], self.generation_kwargs, self.batch_size, self.show_progress
+        )
+        warn_if_all_empty(responses, who, "the evaluation sample")
+        result = self.scores(responses, sample, device)
+        self.share_history = [h for h in self.share_history if h[0] != at]
+        self.share_history.append((int(at), result.shares))
+        return result
+
+    def forget(self) -> None:
+        """Start afresh: the clusters are made ready again at the next :meth:`prepare`, the gold Sem-Ent reported again."""
+        self._prepared, self._gold_ids, self.gold_logged = False, None, False
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue as the uninterrupted one."""
+        return {
+            "gold_logged": self.gold_logged,
+            "vocab_size": self.vocab_size,
+            "share_history": [[e, list(s)] for e, s in self.share_history],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            ValueError: a damaged state (a field of the wrong type), naming the field.
+        """
+        gold_logged, vocab, history = (
+            state.get("gold_logged", False),
+            state.get("vocab_size"),
+            state.get("share_history", []),
+        )
+        if not isinstance(gold_logged, bool):
+            raise ValueError(f"gold_logged must be true or false, got {gold_logged!r}")
+        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
+            raise ValueError(f"vocab_size must be an integer >= 1 or null, got {vocab!r}")
+        try:
+            restored = [(int(e), [float(v) for v in s]) for e, s in history]
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"share_history must be a list of [step, [shares...]], got {history!r:.80}") from err
+        self.gold_logged = gold_logged
+        self.vocab_size = vocab if vocab is not None else self.vocab_size
+        self.share_history = restored

@@ -1,0 +1,136 @@
+"""The measurement is written once (lightning_div.measure): both front ends give the same numbers for the same model.
+
+The Lightning monitors and the Hugging Face callback measure one model with the same pairs and settings; one
+training step at learning rate 0 each, so both measure the very same weights after a real training step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from monitor_setup import GOLD, TRAIN, VAL, TinyChat, collate, minilm, trainer
+from torch.utils.data import Dataset
+from transformers import Trainer, TrainingArguments
+
+from lightning_div import load_base_model
+from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
+
+SETTINGS = dict(show_progress=False, batch_size=8, max_new_tokens=10, seed=0, on_error="raise")
+SEMANTIC = (
+    "sem_ent",
+    "sem_ent_gold",
+    "cluster_js",
+    "top_cluster_share",
+    "distinct_1",
+    "distinct_2",
+    "distinct_3",
+    "ead",
+)
+RUQ = ("ruq", "ruq_margin", "ruq_idk1", "ruq_idk2", "ruq_margin_idk1", "ruq_margin_idk2")
+
+
+class FrozenChat(TinyChat):
+    """The shipped base model (it writes real replies) trained at learning rate 0: a real step, the same weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model, self.tokenizer = load_base_model()
+        self.model.train()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+class Pairs(Dataset):
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        return self.pairs[i]
+
+
+@pytest.mark.slow
+def test_lightning_and_hugging_face_measure_the_same_numbers(tmp_path):
+    # Lightning: the two monitors on a one-step fit
+    module = FrozenChat()
+    before = {k: v.clone() for k, v in module.model.state_dict().items()}
+    sem = SemanticDiversityMonitor(
+        encoder=minilm(),
+        num_clusters=4,
+        num_contexts=12,
+        val_pairs=VAL,
+        gold_responses=GOLD,
+        log_samples=0,
+        dirpath=str(tmp_path / "cache"),
+        **SETTINGS,
+    )
+    ruq = RUQMonitor(
+        num_train_prompts=10,
+        num_val_prompts=10,
+        train_pairs=TRAIN,
+        val_pairs=VAL,
+        plot=False,
+        dirpath=str(tmp_path / "cache"),
+        **SETTINGS,
+    )
+    trainer(tmp_path / "pl", [sem, ruq], max_epochs=1, limit_train_batches=1, limit_val_batches=1).fit(module)
+    assert all(torch.equal(before[k], v) for k, v in module.model.state_dict().items())  # lr 0: the same weights
+    lightning = {**sem.history[-1], **ruq.history[-1], **ruq.history[-2]}
+
+    # Hugging Face: the callback on a one-step Trainer run with the same weights, pairs and settings
+    model, tok = load_base_model()
+    model.train()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        max_steps=1,
+        learning_rate=0.0,
+        per_device_train_batch_size=8,
+        eval_strategy="steps",
+        eval_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+        seed=0,
+    )
+    hf_trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=Pairs(TRAIN[:8]),
+        eval_dataset=Pairs(VAL[:8]),
+        data_collator=lambda batch: collate(batch, tok, model),
+        processing_class=tok,
+    )
+    cb = DiversityTrainerCallback(
+        eval_pairs=VAL,
+        gold_responses=GOLD,
+        encoder=minilm(),
+        num_clusters=4,
+        num_contexts=12,
+        num_ruq_prompts=10,
+        train_pairs=TRAIN,
+        num_train_ruq_prompts=10,
+        log_samples=0,
+        dirpath=tmp_path / "cache",
+        **SETTINGS,
+    ).attach(hf_trainer)
+    hf_trainer.train()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    hugging_face = cb.history[-1]
+
+    # the same samples (SemanticDiversityMonitor's and RUQMonitor's draws), the same responses
+    assert cb.sample() == sem.sample(None) and cb.last_responses == sem.last_responses
+    assert sum(bool(r.strip()) for r in cb.last_responses) >= 10  # real replies, not the empty text of a tiny model
+    for name in SEMANTIC:
+        assert hugging_face[eval_key(name)] == pytest.approx(lightning[f"val/{name}"], rel=1e-6, abs=1e-9), name
+    for name in RUQ:  # validation RUQ, and RUQ-train (the Trainer's un-prefixed training keys)
+        assert hugging_face[eval_key(name)] == pytest.approx(lightning[f"val/{name}"], rel=1e-6, abs=1e-6), name
+        assert hugging_face[name] == pytest.approx(lightning[f"train/{name}"], rel=1e-6, abs=1e-6), name
+    assert hugging_face[eval_key("ruq_alert")] == lightning["val/ruq_alert"] == 0.0

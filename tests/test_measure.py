@@ -1,0 +1,206 @@
+"""The measurement core without any trainer: hand-computed values through stand-in spaces and models."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lightning_div.measure import (
+    FixedSample,
+    RecordingReporter,
+    RUQAlert,
+    RUQMeasure,
+    SemanticMeasure,
+    guarded,
+)
+from lightning_div.pairs import DialoguePair
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class WordClusters:
+    """Clusters by a response's first word: 'a' -> 0, 'b' -> 1, anything else -> 2."""
+
+    num_clusters = 3
+    cards = None
+    config_hash = "words"
+
+    def histogram(self, ids):
+        return np.bincount(np.asarray(ids, dtype=np.int64), minlength=3)
+
+
+class WordSpace:
+    """A stand-in SemanticSpace: no encoder, the cluster is the first word."""
+
+    clusters_source = None
+
+    def __init__(self):
+        self.clusters = WordClusters()
+        self.fitted, self.fit_calls = False, 0
+
+    def fit(self, gold, **where):
+        self.fitted, self.fit_calls = True, self.fit_calls + 1
+        return self
+
+    def assign(self, texts, device=None):
+        first = [t.split()[0] if t.split() else "" for t in texts]
+        return np.array([{"a": 0, "b": 1}.get(w, 2) for w in first], dtype=np.int64)
+
+
+class ScriptedModel:
+    """A stand-in adapter: every token of a response scores -1 if it is a reference, -2 if it says "know"."""
+
+    def token_logprobs(self, contexts, responses):
+        return [torch.full((len(r.split()),), -2.0 if "know" in r else -1.0) for r in responses]
+
+    def generate(self, contexts, **kwargs):
+        return ["a " + c[-1] for c in contexts]
+
+
+SAMPLE = [DialoguePair(("hi",), "a one"), DialoguePair(("yo",), "b two"), DialoguePair(("hey",), "c three")]
+
+
+def test_semantic_measure_hand_computed():
+    measure = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"])
+    measure.prepare(["a x", "b y"], SAMPLE)
+    measure.prepare(["a x", "b y"], SAMPLE)  # once per run
+    assert measure.space.fit_calls == 1 and measure.ready
+    result = measure.scores(["a x", "a y", "b z"], SAMPLE)
+    # clusters [0, 0, 1]: Sem-Ent = -(2/3 ln 2/3 + 1/3 ln 1/3); gold [0, 1, 2]: ln 3
+    assert result.values["sem_ent"] == pytest.approx(-(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3))
+    assert result.values["sem_ent_gold"] == pytest.approx(math.log(3))
+    assert result.values["top_cluster_share"] == pytest.approx(2 / 3)
+    assert result.values["distinct_1"] == pytest.approx(5 / 6)  # a, x, y, b, z of 6 tokens
+    assert result.shares == pytest.approx([2 / 3, 1 / 3, 0.0]) and result.gold_shares == pytest.approx([1 / 3] * 3)
+    # JS divergence in bits between (2/3, 1/3, 0) and (1/3, 1/3, 1/3)
+    p, q = np.array([2 / 3, 1 / 3, 0]), np.array([1 / 3] * 3)
+    m = (p + q) / 2
+    kl = lambda a, b: sum(x * math.log2(x / y) for x, y in zip(a, b) if x > 0)
+    assert result.values["cluster_js"] == pytest.approx((kl(p, m) + kl(q, m)) / 2)
+    again = measure.scores(["c", "c", "c"], SAMPLE)
+    assert "sem_ent_gold" not in again.values and again.values["sem_ent"] == 0.0  # gold once per run
+    with pytest.raises(ValueError, match="2 responses for 3 pairs"):
+        measure.scores(["a", "b"], SAMPLE)
+
+
+def test_semantic_measure_generates_keeps_its_history_and_restores_it():
+    measure = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"], batch_size=2)
+    measure.prepare(["a x"], SAMPLE)
+    result = measure.measure(ScriptedModel(), SAMPLE, at=3)
+    assert result.responses == ["a hi", "a yo", "a hey"] and result.values["sem_ent"] == 0.0
+    measure.measure(ScriptedModel(), SAMPLE, at=3)  # a second measurement at the same step replaces it
+    assert measure.share_history == [(3, [1.0, 0.0, 0.0])]
+    other = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"])
+    other.load_state_dict(measure.state_dict())
+    assert other.state_dict() == measure.state_dict() and other.gold_logged
+    for field, bad in (("gold_logged", "yes"), ("share_history", "garbage"), ("vocab_size", 0)):
+        with pytest.raises(ValueError, match=field):
+            other.load_state_dict({**measure.state_dict(), field: bad})
+    with pytest.raises(ValueError, match="gold training responses"):
+        SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"]).prepare(None, SAMPLE)
+
+
+def test_ruq_hand_computed_and_an_empty_sample_is_one_error():
+    ruq = RUQMeasure(("I don't know.",), shared_contexts=False)
+    pairs = [DialoguePair(("q",), "fine thanks"), DialoguePair(("q",), "I know it", ("sure",))]
+    values = ruq.compute(ScriptedModel(), pairs)
+    # prompt 1: reference -1 > IDK -2; prompt 2: "lowest" reference is "I know it" at -2, not above -2
+    assert values["ruq"] == values["ruq_idk1"] == pytest.approx(50.0)
+    assert values["ruq_margin"] == pytest.approx(((-1 + 2) + (-2 + 2)) / 2)
+    with pytest.raises(ValueError, match="RUQ sample is empty"):
+        ruq.compute(ScriptedModel(), [])
+    with pytest.raises(ValueError, match="idk_responses must be non-empty strings"):
+        RUQMeasure(("",))
+
+
+def test_ruq_alert_says_why_and_restores_its_last_value():
+    alert = RUQAlert(warn_below=50.0, warn_drop=10.0)
+    assert alert.check(72.0, "val/ruq") == []
+    assert alert.check(60.0, "val/ruq") == ["val/ruq dropped from 72.0 to 60.0 (more than warn_drop = 10.0)"]
+    with pytest.warns(RuntimeWarning, match=r"Probe: val/ruq = 40\.0 is below warn_below = 50\.0: .*'nope'"):
+        assert alert.alert(40.0, "val/ruq", "Probe", "nope") == 1.0
+    restored = RUQAlert(warn_drop=10.0)
+    restored.load_state_dict(alert.last)
+    assert restored.check(29.0, "x") == ["x dropped from 40.0 to 29.0 (more than warn_drop = 10.0)"]
+    with pytest.raises(ValueError, match="a number or null"):
+        restored.load_state_dict("abc")
+
+
+def test_fixed_sample_is_one_rule():
+    pairs = [DialoguePair(("c",), str(i)) for i in range(20)]
+    sample = FixedSample(5, seed=1)
+    first = sample.draw(pairs)
+    assert sample.draw(pairs[:3]) == first  # drawn once
+    restored = FixedSample(5, seed=99)
+    restored.load_state_dict(sample.state_dict())
+    assert restored.draw(pairs) == first  # restored indices win over the seed
+    shrunk = FixedSample(5, seed=1)
+    shrunk.load_state_dict([0, 30])
+    assert shrunk.draw(pairs) == first  # the data shrank below them: drawn again
+    for bad in (2.5, 0, True, "3"):
+        with pytest.raises(ValueError, match="sample size must be an integer >= 1"):
+            FixedSample(bad, seed=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="evaluation pairs are empty"):
+        FixedSample(5, 0).draw([])
+
+
+def test_guarded_applies_the_error_policy_and_times_the_block():
+    said = []
+    with guarded("warn", lambda key, msg: said.append((key, msg)), "Probe", "a thing", "step 4") as m:
+        m.values["x"] = 1.0
+    assert m.values == {"x": 1.0} and m.error is None and m.seconds >= 0.0 and said == []
+    with guarded("warn", lambda key, msg: said.append((key, msg)), "Probe", "a thing", "step 4") as m:
+        m.values["x"] = 1.0
+        raise OSError("disk full")
+    assert m.values == {} and isinstance(m.error, OSError)
+    assert said[0][0] == "Probe:a thing:OSError" and said[0][1].startswith("Probe skipped a thing at step 4: OSError")
+    with pytest.raises(RuntimeError), guarded("raise", lambda *_: None, "Probe", "a thing", "step 4"):
+        raise RuntimeError("stop")
+    with pytest.raises(TypeError), guarded("warn", lambda *_: None, "Probe", "a thing", "step 4"):
+        raise TypeError("a programming error always propagates")
+    with pytest.raises(ValueError, match="on_error must be"), guarded("ignore", lambda *_: None, "P", "w", "s"):
+        pass
+
+
+def test_recording_reporter_keeps_scalars_and_writes_files(tmp_path):
+    from lightning_div._internal.tracking import new_figure
+
+    reporter = RecordingReporter(tmp_path, step=7)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logged = reporter.scalars({"val/sem_ent": 1.5, "val/bad": float("nan")})
+    assert logged == {"val/sem_ent": 1.5} and reporter.logged == [{"val/sem_ent": 1.5}]
+    assert any("val/bad = nan is not finite" in str(w.message) for w in caught)  # said, never logged
+    fig, _ = new_figure()
+    assert reporter.figure("val/plot", fig) == tmp_path / "val_plot_step7.png"
+    assert reporter.table("val/t", ["a"], [["x"]]).read_bytes() == b"a\r\nx\r\n"  # csv: CRLF rows
+    assert reporter.once("k") and not reporter.once("k")
+
+
+def _page_script(page: str) -> str:
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    return re.search(r"<!-- script -->\n```python\n(.*?)```", text, re.S).group(1)
+
+
+@pytest.mark.slow
+def test_the_measure_page_script_runs_verbatim(tmp_path):
+    """docs/measure.md's script, as printed, measures a list of responses with no trainer."""
+    script = tmp_path / "measure_responses.py"
+    script.write_text(_page_script("measure.md"), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    values = dict(re.findall(r"^\s*(\w+)\s+([-\d.]+)$", done.stdout, re.M))
+    # half the replies replaced by "I don't know.": less diverse than the gold replies of the same contexts
+    assert 0.0 < float(values["sem_ent"]) < float(values["sem_ent_gold"]) <= math.log(10) + 1e-9
+    assert float(values["top_cluster_share"]) >= 0.5
+    assert (tmp_path / "measured" / "val_cluster_histogram_step0.png").stat().st_size > 0
