@@ -8,7 +8,10 @@ the same process:
 * **step s**: from the Trainer's ``on_step_begin`` to its ``on_step_end`` (generation, the
   reward, the forward and backward passes), before the callback measures;
 * **reward s**: the reward function's own calls in that step (part of step s);
-* **callback s**: the callback's measurement (``diversity/runtime``), after step s.
+* **callback s**: the callback's measurement (``diversity/runtime``), after step s. It shares the
+  reward's space, so it reads the cluster ids the reward assigned to the same completions instead
+  of embedding them again; ``--no-reuse`` gives the reward its own space (the callback then
+  embeds the completions itself, as it does without a SemanticGroupReward).
 
 The one-off work before training (loading the encoder, embedding and clustering 500 reference
 replies) is timed apart; the first step is reported apart from the others, which are averaged. Then, on the last step's groups, the equivalences' cost: the clusters (G embeddings
@@ -45,18 +48,21 @@ def about_eight_words(completions: list[str], **kwargs: Any) -> list[float]:
     return [max(0.0, 1 - abs(len(c.split()) - 8) / 8) for c in completions]
 
 
-class Timed:
-    """A reward function that adds its calls' seconds to ``seconds`` (TRL names it by ``__name__``)."""
+def timed_reward(**kwargs: Any) -> Any:
+    """A SemanticGroupReward that adds its calls' seconds to ``.seconds`` (still one, so the monitor finds it)."""
+    from lightning_div.integrations.trl import SemanticGroupReward
 
-    def __init__(self, fn: Any) -> None:
-        self.fn, self.seconds, self.__name__ = fn, 0.0, fn.__name__
+    class TimedReward(SemanticGroupReward):
+        seconds = 0.0
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - start
+        def __call__(self, *args: Any, **kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return super().__call__(*args, **kw)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+    return TimedReward(**kwargs)
 
 
 def nli_scorer(layers: int, dim: int, heads: int) -> Any:
@@ -96,6 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 steps, 2 prompts x G=4, 12 tokens")
+    parser.add_argument("--no-reuse", action="store_true", help="the reward in a space of its own")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -107,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from lightning_div import SemanticSpace, load_base_model
     from lightning_div.datamodules import read_pairs
-    from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward, group_labels, rollouts_of
+    from lightning_div.integrations.trl import GroupDiversityCallback, group_labels, rollouts_of
     from lightning_div.integrations.trl.rollouts import completion_texts
 
     g = args.num_generations
@@ -120,7 +127,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     space.fit(references)  # one-off: the encoder loaded, the references embedded and clustered
     fit_s = time.perf_counter() - start
-    reward = Timed(SemanticGroupReward(num_generations=g, space=space, quality=about_eight_words))
+    reward_space = space
+    if args.no_reuse:
+        reward_space = SemanticSpace(encoder="minilm", num_clusters=8, dirpath=work / "cache", show_progress=False)
+        reward_space.fit(references)  # read back from the cache the first fit wrote
+    reward = timed_reward(num_generations=g, space=reward_space, quality=about_eight_words)
     steps: list[dict[str, float]] = []
 
     class StepTimer(TrainerCallback):  # type: ignore[misc]
@@ -152,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     trainer.train()
     for row, measured in zip(steps, monitor.history):
         row["callback_s"] = measured["diversity/runtime"]
+    print(f"the callback reused the reward's cluster ids: {monitor.reused_reward_ids}")
 
     def mean(key: str, rows: list[dict[str, float]]) -> float:
         return sum(r[key] for r in rows) / len(rows)
