@@ -27,6 +27,7 @@ from lightning_div.metrics import (
 )
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.generation import pad_batch
+from lightning_div.pairs import DialoguePair
 
 K = 4
 #: what the Trainer itself reports at an evaluation besides eval_loss
@@ -438,3 +439,94 @@ def test_a_state_saved_with_other_settings_is_not_restored():
     assert cb.last_ruq == 40.0 and cb.share_history == [(2, [0.5, 0.5])] and cb.evaluation.semantic.gold_logged
     assert cb.state_key() == "lightning_div.DiversityTrainerCallback"
     assert DiversityTrainerCallback(eval_pairs=[("hi", "hello")], name="x").state_key().endswith("[x]")
+
+
+def test_a_misconfigured_callback_raises_when_training_starts(tmp_path):
+    """Issue 44 M6/M7: no data or no clusters stop train() at its start; a bad sample size is refused when built."""
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    for kwargs, match in (
+        (dict(eval_pairs=[], gold_responses=["hi"]), "eval_pairs is empty"),
+        (dict(eval_pairs=list(val), gold_responses=None), "needs gold training responses"),
+    ):
+        trainer = _trainer(tmp_path, model, tokenizer, train, val)
+        DiversityTrainerCallback(**kwargs, encoder="minilm", show_progress=False).attach(trainer)
+        with pytest.raises(ValueError, match=match):
+            trainer.train()
+        assert trainer.state.global_step == 0  # before the first step
+    for bad in (0, 2.5, -1, True):
+        for field in ("num_contexts", "num_ruq_prompts", "num_train_ruq_prompts"):
+            with pytest.raises(ValueError, match=r"sample size must be an integer >= 1 or None"):
+                DiversityTrainerCallback(eval_pairs=list(val), **{field: bad})
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda s: s.pop("gold_logged"),
+        lambda s: s.update(share_history="garbage"),
+        lambda s: s.update(last_ruq="abc"),
+        lambda s: s.update(indices={"eval": "x"}),
+    ],
+    ids=["missing gold_logged", "share_history garbage", "last_ruq abc", "indices garbage"],
+)
+def test_a_damaged_saved_state_warns_and_starts_afresh(damage):
+    """Issue 44 M8: a damaged state in trainer_state.json no longer stops the resume; nothing of it is half-restored."""
+    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello"), ("yo", "hey")], num_contexts=1)
+    good = {**cb.state_dict(), "gold_logged": True, "last_ruq": 40.0, "share_history": [[2, [0.5, 0.5]]]}
+    saved = {**good, "indices": {"eval": [1], "ruq": None, "train": None}}
+    damage(saved)
+    with pytest.warns(RuntimeWarning, match="trainer_state.json is damaged .*it starts afresh"):
+        cb.load_state_dict(saved)
+    assert cb.state_dict() == DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=1).state_dict()
+    cb.load_state_dict({**good, "indices": {"eval": [1], "ruq": None, "train": None}})  # a sound one is restored
+    assert cb.last_ruq == 40.0 and cb.sample() == [DialoguePair(("yo",), "hey")]
+
+
+def test_the_sample_is_drawn_once_and_restored_from_the_saved_state():
+    """Issue 41: the Hugging Face sample was drawn again at every call and never saved; now as the monitors'."""
+    pairs = [(f"c{i}", f"r{i}") for i in range(30)]
+    cb = DiversityTrainerCallback(eval_pairs=pairs, num_contexts=5, seed=3)
+    first = cb.sample()
+    assert cb.state_dict()["indices"]["eval"] == [int(p.context[0][1:]) for p in first]
+    resumed = DiversityTrainerCallback(eval_pairs=pairs, num_contexts=5, seed=3)
+    resumed.load_state_dict({**cb.state_dict(), "indices": {"eval": [0, 1, 2, 3, 4]}})
+    assert [p.response for p in resumed.sample()] == ["r0", "r1", "r2", "r3", "r4"]  # the saved indices win
+
+
+def test_an_empty_ruq_sample_is_the_monitors_error():
+    """Issue 41: HF's ruq() raised 'max() arg is an empty sequence'; both front ends share RUQMeasure's error."""
+    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")])
+    with pytest.raises(ValueError, match="RUQ sample is empty"):
+        cb.evaluation.ruq.compute(None, [])
+    assert type(cb.evaluation.ruq) is type(RUQMonitor().ruq)
+    assert cb.evaluation.alert.alert.__func__ is RUQMonitor().alert.alert.__func__  # one alert
+
+
+@pytest.mark.slow
+def test_an_evaluate_before_train_keeps_the_gold_sem_ent_in_the_training_log(tmp_path):
+    """Issue 44 L3: the callback thought eval_sem_ent_gold was logged already by the earlier evaluate()."""
+    train, val = _data()
+    model, tokenizer = load_base_model()
+    trainer = _trainer(tmp_path, model, tokenizer, train, val, max_steps=2)
+    _callback(tmp_path, train, val, idk_responses=()).attach(trainer)
+    assert eval_key("sem_ent_gold") in trainer.evaluate()
+    trainer.train()
+    rows = [r for r in trainer.state.log_history if eval_key("sem_ent") in r]
+    assert [r["step"] for r in rows] == [0, 2] and all(eval_key("sem_ent_gold") in r for r in rows)
+
+
+def test_string_contexts_are_one_turn_everywhere():
+    """Issue 44 M9: a context given as a string was split into characters by as_messages and pairs_from_items."""
+    from lightning_div.datamodules.formats import pairs_from_items
+    from lightning_div.integrations.transformers import as_messages
+
+    pair = DialoguePair("How are you?", "Fine.")
+    assert pair.context == ("How are you?",)
+    assert as_messages(pair)["messages"] == [
+        {"role": "user", "content": "How are you?"},
+        {"role": "assistant", "content": "Fine."},
+    ]
+    assert pairs_from_items([("How are you?", "Fine.")], name="p")[0].context == ("How are you?",)
+    cb = DiversityTrainerCallback(eval_pairs=[pair])
+    assert cb.sample()[0].context == ("How are you?",)
