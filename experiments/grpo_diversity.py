@@ -117,19 +117,26 @@ def run(setting: str, seed: int, cfg: dict[str, Any], space: Any, out: Path) -> 
     train_prompts, eval_prompts = prompt_sets(tokenizer, cfg["steps"] * cfg["prompts"], cfg["eval_prompts"])
     reward_s = [0.0]
 
-    def timed(fn: Any) -> Any:
-        def reward(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                reward_s[0] += time.perf_counter() - start
+    def timed(call: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            reward_s[0] += time.perf_counter() - start
 
-        reward.__name__ = getattr(fn, "__name__", setting)
-        return reward
+    class TimedSemantic(SemanticGroupReward):
+        """Still a SemanticGroupReward, so the monitor sharing its space reuses its cluster ids."""
 
-    quality: Any = about_eight_words
-    reward_fn = quality if setting == "grpo" else SemanticGroupReward(num_generations=g, space=space, quality=quality)
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return timed(super().__call__, *args, **kwargs)
+
+    def task_reward(*args: Any, **kwargs: Any) -> Any:
+        return timed(about_eight_words, *args, **kwargs)
+
+    task_reward.__name__ = "about_eight_words"
+    reward_fn: Any = (
+        task_reward if setting == "grpo" else TimedSemantic(num_generations=g, space=space, quality=about_eight_words)
+    )
     args = GRPOConfig(
         output_dir=str(out / "runs" / f"{setting}_seed{seed}"),
         num_generations=g,
@@ -148,7 +155,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], space: Any, out: Path) -> 
     )
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[timed(reward_fn)],
+        reward_funcs=[reward_fn],
         args=args,
         train_dataset=Dataset.from_dict({"prompt": train_prompts}),
         processing_class=tokenizer,

@@ -166,6 +166,7 @@ def _on_two_processes(rank, world, cache):
     }
 
 
+@pytest.mark.slow
 def test_two_processes_get_what_one_process_gives_for_the_whole_batch(tmp_path):
     results = run_distributed(_on_two_processes, 2, str(tmp_path), timeout_s=120)
     for rank, result in enumerate(results):
