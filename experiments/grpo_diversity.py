@@ -23,7 +23,10 @@ as per-seed differences (``grpo_semantic - grpo``, paired by seed) with a 95 % t
 Greedy and sampled replies to three fixed prompts are kept as examples, and the wall and reward
 seconds as the cost.
 
-Writes ``DIR/results.json`` and the page ``DIR.md`` (default ``docs/results/grpo_diversity``).
+Writes ``DIR/results.json`` and the page ``DIR.md`` (default ``docs/results/grpo_diversity``): the
+numbers, the per-seed intervals and whether each excludes 0; the reading (does GRPO collapse
+diversity here, does the reward hold it, at what cost to the task reward) is written by hand
+under them, and the page added to ``mkdocs.yml``'s Results.
 ``--quick``: one seed, 2 steps, small batches (a smoke test; its numbers mean nothing).
 """
 
@@ -219,6 +222,9 @@ def summarise(runs: list[dict[str, Any]], settings: list[str]) -> dict[str, Any]
         out["settings"][s] = {
             "held_out": {m: interval([r["held_out"][m] for r in rows]) for m in METRICS},
             "last_step": {m: interval([r["steps"][-1][m] for r in rows]) for m in METRICS},
+            # does training move it? the last training step minus the first, per seed (the same prompts' groups
+            # are not compared: each step draws its own prompts, so this is a trend, not a paired measurement)
+            "change": {m: interval([r["steps"][-1][m] - r["steps"][0][m] for r in rows]) for m in METRICS},
             "wall_s": interval([r["wall_s"] for r in rows]),
             "reward_s": interval([r["reward_s"] for r in rows]),
         }
@@ -260,9 +266,20 @@ def page(result: dict[str, Any]) -> str:
         lines.append(
             f"| {s} | " + " | ".join(cells) + f" | {row['wall_s']['mean']:.0f} | {row['reward_s']['mean']:.1f} |"
         )
+    lines += ["", "## Last training step minus the first (mean over seeds, 95 % t-interval)", ""]
+    lines += ["| setting | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
+    for s, row in summary["settings"].items():
+        lines.append(f"| {s} | " + " | ".join(_cell(row["change"][m]) for m in METRICS) + " |")
     if summary["difference"]:
-        lines += ["", "## grpo_semantic - grpo, paired by seed (95 % t-interval)", ""]
-        lines += [f"* {m}: {_cell(summary['difference'][m])}" for m in METRICS]
+        lines += ["", "## grpo_semantic - grpo, held out, paired by seed (95 % t-interval)", ""]
+        for m in METRICS:
+            d = summary["difference"][m]
+            verdict = (
+                "one seed: no interval"
+                if d["low"] is None
+                else ("the interval excludes 0" if d["low"] > 0 or d["high"] < 0 else "the interval includes 0")
+            )
+            lines.append(f"* {m}: {_cell(d)} ({verdict})")
     lines += ["", "## Per training step (mean over seeds)", "", "| setting | step | " + " | ".join(METRICS) + " |"]
     lines.append("|---" * (len(METRICS) + 2) + "|")
     for s in summary["settings"]:
@@ -279,7 +296,8 @@ def page(result: dict[str, Any]) -> str:
         k = len(ex["sampled"]) // max(1, len(ex["prompts"]))
         for i, p in enumerate(ex["prompts"]):
             sampled = " / ".join(ex["sampled"][i * k : (i + 1) * k])
-            lines.append(f"| {p} | {ex['greedy'][i]} | {sampled} |".replace("\n", " "))
+            cells = [p, ex["greedy"][i], sampled]
+            lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

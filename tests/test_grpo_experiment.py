@@ -37,5 +37,8 @@ def test_grpo_diversity_quick(tmp_path):
     assert diff["group_sem_ent"]["n"] == 1 and diff["group_sem_ent"]["low"] is None
     grpo, semantic = (res["runs"][0]["held_out"], res["runs"][1]["held_out"])
     assert diff["task_reward"]["mean"] == pytest.approx(semantic["task_reward"] - grpo["task_reward"])
+    steps = res["runs"][0]["steps"]
+    change = res["summary"]["settings"]["grpo"]["change"]["group_sem_ent"]
+    assert change["mean"] == pytest.approx(steps[-1]["group_sem_ent"] - steps[0]["group_sem_ent"])
     page = (out.parent / "grpo_diversity.md").read_text()
-    assert "--quick: a smoke test" in page and "| grpo_semantic |" in page
+    assert "--quick: a smoke test" in page and "| grpo_semantic |" in page and "(one seed: no interval)" in page
