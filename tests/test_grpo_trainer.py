@@ -104,6 +104,22 @@ def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path)
     assert reward.cluster_ids(BATCH[:8], space) is None and reward.cluster_ids(BATCH, other.space) is None
 
 
+def test_reference_column_of_the_training_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    trainer = StubTrainer(BATCH)
+    conversational = [[{"role": "assistant", "content": t}] for t in REFERENCES]
+    trainer.train_dataset = datasets.Dataset.from_dict({"prompt": ["p"] * len(REFERENCES), "reply": conversational})
+    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    cb = GroupDiversityCallback(space=space, reference_column="reply").attach(trainer)
+    assert cb.references() == REFERENCES
+    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), None, None)
+    assert space.fitted and cb.vocab_size == 16
+    cb.reference_column = "missing"
+    cb.vocab_size = None
+    with pytest.raises(ValueError, match="reference_column='missing' is not a column of the training dataset"):
+        cb.prepare(None, tmp_path)
+
+
 def test_bad_trainers_and_batches(tmp_path):
     with pytest.raises(TypeError, match="keeps no rollouts"):
         GroupDiversityCallback(encoder=TopicEncoder()).attach(SimpleNamespace(callback_handler=None))

@@ -275,13 +275,16 @@ class GroupDiversityCallback(TrainerCallback):
 
     def prepare(self, fit_on: Sequence[str] | None, cache_dir: str | Path) -> None:
         """Fit (or read) the clusters once and count EAD's vocabulary; every process must call it."""
+        needs_vocab = self.vocab_size is None and "ead" in self.lexical_metrics
+        if self.space.fitted and not needs_vocab:
+            return  # every later step: nothing to read again
         references = self.references()
         texts = references if references is not None else fit_on
         if not self.space.fitted:
             if texts is None and self.space.clusters_source is None:
                 return  # no references: wait for the first step's completions
             self.space.fit(texts, device=self.device, cache_dir=Path(self.dirpath or cache_dir))
-        if self.vocab_size is None and "ead" in self.lexical_metrics and texts:
+        if needs_vocab and texts:
             self.vocab_size = count_vocab(
                 texts, self.lexical_options.get("tokenizer", "13a"), self.lexical_options.get("lowercase")
             )
