@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from ddp_utils import forkserver_ddp
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from scipy.stats import chisquare
 
@@ -504,6 +505,7 @@ def _seen_by_epoch(record_dir):
     return seen
 
 
+@pytest.mark.xdist_group("two_processes")
 def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     pairs = list(chitchat_pairs("train", 5))[:13]
     n = len(pairs)  # 13 on 2 ranks: 7 + 7, one padding row; with 2 negatives 15: again one padding row
@@ -512,7 +514,7 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     dm = DialogueDataModule(train=pairs, val=None, batch_size=3, show_progress=False, max_context_tokens=32)
     model = TinyLM(record_dir=str(tmp_path), lr=1e-3)
     trainer = quiet_trainer(
-        strategy="ddp_spawn",
+        strategy=forkserver_ddp(),  # ddp_spawn's processes, forked from a server with torch imported
         devices=2,
         max_epochs=2,
         callbacks=[AddNegatives(0, negatives, [-1.0, -1.0], gold_weights=gold_weights)],

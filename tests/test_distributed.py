@@ -40,6 +40,7 @@ def _fail_on_rank_1(rank, world):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_two_processes_give_the_single_process_result():
     single = _map(0, 1)
     assert single[6] == "gggggggg|gggggggg+dddddd+iiiii+bbbb"  # batch composition from the global plan
@@ -119,6 +120,7 @@ def _collectives(rank, world):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_rank_zero_work_and_uneven_gathers_on_two_processes():
     from lightning_div._internal.distributed import on_rank_zero
 

@@ -225,6 +225,7 @@ def _encode_and_cluster_on_ranks(rank, world_size, texts, cluster_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_ddp_ranks_encode_shards_and_return_the_single_process_result(tmp_path):
     texts = responses(33)  # 9 batches of 4: rank 0 encodes 5 of them, rank 1 4
     (tmp_path / "single").mkdir()

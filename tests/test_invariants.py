@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from ddp_utils import forkserver_ddp
 from helpers import chitchat_pairs, tokenizer
 from monitor_setup import TinyChat, datamodule, dress, minilm, tiny_lm, trainer
 from monitor_setup import monitors as monitors_with_own_data
@@ -266,13 +267,15 @@ def launch(root: Path, devices: int) -> list[list[list[dict[str, float]]]]:
         limit_train_batches=2,
         limit_val_batches=1,
         devices=devices,
-        **({"strategy": "ddp_spawn"} if devices > 1 else {}),
+        # ddp_spawn's fresh processes, forked from a server with torch and Lightning imported
+        **({"strategy": forkserver_ddp()} if devices > 1 else {}),
     )
     tr.fit(tiny_lm(learning_rate=0.0), datamodule=datamodule())
     return [json.loads((root / f"rank{r}.json").read_text()) for r in range(devices)]
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_one_and_two_processes_log_the_same_corpus_metrics(tmp_path):
     (single,) = launch(tmp_path / "one", 1)
     rank0, rank1 = launch(tmp_path / "two", 2)  # each launch fits its own clusters
@@ -317,7 +320,8 @@ def isolation_callbacks(root: Path):
 
 
 @pytest.mark.slow
-def test_a_failing_tracker_costs_warnings_not_the_run(tmp_path):
+def test_a_failing_tracker_costs_warnings_not_the_run(tmp_path, fitted_clusters):
+    fitted_clusters(tmp_path / "cache")  # the clusters are not what this test is about
     csv_logger = CSVLogger(tmp_path, name="csv")
     loggers = [csv_logger, FlakyTensorBoard(tmp_path, name="tb")]
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
@@ -440,7 +444,8 @@ class Watch(Callback):
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_generation_ends_the_fit_cleanly(tmp_path):
+def test_ctrl_c_during_generation_ends_the_fit_cleanly(tmp_path, fitted_clusters):
+    fitted_clusters(tmp_path / "cache")  # the clusters are not what this test is about
     interrupt = InterruptGeneration()
     watch = Watch(interrupt)
     dr = dress(
@@ -509,13 +514,14 @@ def test_two_runs_with_one_seed_log_identical_metrics(tmp_path):
 
 
 @pytest.mark.slow
-def test_epochs_without_a_validation_loop_are_measured_at_their_end(tmp_path):
+def test_epochs_without_a_validation_loop_are_measured_at_their_end(tmp_path, fitted_clusters):
     """No validation loop in an epoch (limit_val_batches=0, check_val_every_n_epoch=2, or a module without
     validation_step): the validation metrics come at that training epoch's end instead — once per epoch,
     with the values a validated run gets (validation changes neither the weights nor the RNG stream)."""
 
     def run(name, **kwargs):
-        sem, ruq = monitors_with_own_data(tmp_path / name / "cache")  # val_pairs / train_pairs given: no datamodule
+        # val_pairs / train_pairs given: no datamodule; the four runs fit the same clusters: once
+        sem, ruq = monitors_with_own_data(fitted_clusters(tmp_path / name / "cache"))
         torch.manual_seed(0)
         trainer(tmp_path / name, [sem, ruq], **kwargs).fit(TinyChat())
         return (

@@ -62,6 +62,7 @@ def _compute(rank: int, world_size: int) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_two_processes_equal_one_process():
     single = _compute(0, 1)
     per_rank = run_distributed(_compute, 2)

@@ -6,6 +6,11 @@ README says. "Add it to your Trainer" is marked a fragment in the README and is 
 with what it says the user supplies: their own LightningModule (``MyChatbot``, a Hugging Face model
 and tokenizer as ``self.model`` / ``self.tokenizer``, nothing else), their ``train.jsonl`` /
 ``valid.jsonl``, and the imports of the quick start. The metric example is a doctest.
+
+The two quick start runs share one clusters cache (``lightning_div_cache``, the script's default
+under its working directory, a link to one folder): its files are named by the hash of all that
+decides the clusters, so the second run reads what the first fitted, as a user's second run does.
+They are one xdist group, run one after the other, so that the second finds the file.
 """
 
 import doctest
@@ -73,6 +78,9 @@ def test_readme_is_the_front_door():
     install = section("Install").split("<!-- ci:install -->", 1)[1]
     assert '"torch==2.13.0"' in re.search(r"```bash\n(.*?)```", install, re.DOTALL).group(1)
     assert text.count("<!-- ci:test -->") == 1 and text.count("<!-- ci:install -->") == 1
+    # the test command runs the tests on xdist workers by group (tests/conftest.py: the two-process tests)
+    test_command = re.search(r"```bash\n(.*?)```", text.split("<!-- ci:test -->", 1)[1], re.DOTALL).group(1)
+    assert test_command.startswith("python -m pytest") and "--dist loadgroup" in test_command
     # every relative link points at a file of the repository
     for target in re.findall(r"\]\(((?!https?://|#)[^)#]+)(?:#[^)]*)?\)", text):
         assert (ROOT / target).is_file(), f"README.md links to {target}, which does not exist"
@@ -97,6 +105,17 @@ def test_the_first_python_block_is_a_whole_script_and_fragments_say_so():
     assert "*a fragment*" in section("Add it to your Trainer")
 
 
+@pytest.fixture(scope="module")
+def quick_start_clusters(tmp_path_factory):
+    """One clusters cache for both quick start runs (content-addressed, so sharing it is safe)."""
+    return tmp_path_factory.mktemp("quick_start_clusters")
+
+
+def _share_clusters_cache(run_dir: Path, shared: Path) -> None:
+    """``run_dir/lightning_div_cache`` (the callbacks' default cache) is the shared cache folder."""
+    (run_dir / "lightning_div_cache").symlink_to(shared, target_is_directory=True)
+
+
 def _quick_start_metrics(tmp_path, monkeypatch, capsys, code):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__"}
@@ -119,17 +138,22 @@ def _assert_real_diversity(metrics, k):
 
 
 @pytest.mark.slow
-def test_quick_start_runs_as_printed(tmp_path, monkeypatch, capsys):
+@pytest.mark.xdist_group("readme_quick_start")
+def test_quick_start_runs_as_printed(tmp_path, monkeypatch, capsys, quick_start_clusters):
+    _share_clusters_cache(tmp_path, quick_start_clusters)
     trainer, metrics = _quick_start_metrics(tmp_path, monkeypatch, capsys, python_block("Quick start"))
     assert type(trainer).__module__.startswith("pytorch_lightning")
     _assert_real_diversity(metrics, 10)
     assert metrics["val/loss"] < 5.0  # the base model's start, not a model from scratch (5.45 after the old demo)
+    assert len(list(quick_start_clusters.glob("clusters-*.npz"))) == 1  # fitted (or read) through the shared cache
 
 
 @pytest.mark.slow
-def test_quick_start_runs_under_the_unified_lightning_package(tmp_path):
+@pytest.mark.xdist_group("readme_quick_start")
+def test_quick_start_runs_under_the_unified_lightning_package(tmp_path, quick_start_clusters):
     """The quick start with ``import lightning.pytorch as pl``: lightning-div binds to the package the
     script imported (lightning_div._internal.lightning). A fresh process: this one bound to pytorch_lightning."""
+    _share_clusters_cache(tmp_path, quick_start_clusters)
     code = python_block("Quick start")
     assert code.startswith("import pytorch_lightning as pl\n")
     code = "import lightning.pytorch as pl\n" + code.split("\n", 1)[1]  # the one change the README names

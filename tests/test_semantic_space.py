@@ -232,6 +232,7 @@ def _two_callbacks_on_ranks(rank, world, texts, cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_two_processes_share_within_each_and_agree_with_one(tmp_path):
     from ddp_utils import run_distributed
 

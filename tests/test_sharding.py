@@ -224,6 +224,7 @@ def _fsdp1(rank, nested, use_orig_params):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_fsdp1_full_parameters_on_two_processes():
     for rank, results in enumerate(run_distributed(_fsdp1_all, 2, timeout_s=60)):
         assert len(results) == 4
@@ -288,6 +289,7 @@ def _fsdp2(rank, world):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_fsdp2_full_parameters_on_two_processes():
     """FSDP2 (``fully_shard``) runs on CPU with gloo in torch 2.13: tested like FSDP1."""
     for rank, out in enumerate(run_distributed(_fsdp2, 2, timeout_s=60)):
@@ -326,6 +328,7 @@ def flat(histories) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_sharded_fits_log_what_ddp_logs(tmp_path):
     ddp = flat(fit("ddp", tmp_path / "ddp"))
     fsdp1 = flat(fit("fsdp", tmp_path / "fsdp"))
@@ -374,6 +377,7 @@ def _fsdp1_decay(rank, world):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_weight_decay_groups_under_fsdp1_are_the_unsharded_models():
     """The demo module's AdamW groups: by what a parameter is, so FSDP's 1-D shards are grouped as unsharded."""
     for out in run_distributed(_fsdp1_decay, 2, timeout_s=60):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from ddp_utils import forkserver_ddp
 from helpers import chitchat_pairs, tokenizer
 from test_datamodule import AddNegatives, TinyLM, _seen_by_epoch, quiet_trainer
 
@@ -127,6 +130,7 @@ def test_weights_negatives_and_sampler_mode_as_in_memory(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     pairs = list(chitchat_pairs("train", 5))[:13]
     n = len(pairs)  # 13 on 2 ranks: one padding row; 15 with the negatives: again one
@@ -139,7 +143,7 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     record.mkdir()
     model = TinyLM(record_dir=str(record), lr=1e-3)
     trainer = quiet_trainer(
-        strategy="ddp_spawn",
+        strategy=forkserver_ddp(),  # ddp_spawn's processes, forked from a server with torch imported
         devices=2,
         max_epochs=2,
         # the negatives added at epoch 0's end reach epoch 1 through a rebuilt train dataloader
