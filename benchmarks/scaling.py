@@ -1,6 +1,7 @@
 """How each part's cost grows with its work, on one machine: fitted log-log exponents.
 
     python benchmarks/scaling.py --quick                  # tiny sizes, < 2 min: the structure, not the numbers
+    python benchmarks/scaling.py --smoke                  # two sizes per curve: the tests' check of the code path
     python benchmarks/scaling.py --max-n 300000 --json scaling.json
     python benchmarks/scaling.py --parts clusters --max-n 1000000
 
@@ -64,6 +65,16 @@ QUICK = {
     "n": [1_000, 2_000, 4_000],
     "texts": [32, 64, 128],
     "samples": [8, 16, 32],
+    "widths": [32, 64],
+}
+#: The tests' preset: every curve of every part with two points (an exponent needs two), so a test
+#: checks the code path and the table's shape; the numbers are QUICK's or FULL's. The monitors part
+#: fits its 20 gold clusters on the largest sample's responses, so that sample stays QUICK's 32.
+SMOKE = {
+    "dims": [384, 768],
+    "n": [1_000, 2_000],
+    "texts": [16, 32],
+    "samples": [8, 32],
     "widths": [32, 64],
 }
 
@@ -325,6 +336,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes (< 2 min): checks the structure, not the numbers"
     )
+    parser.add_argument(
+        "--smoke", action="store_true", help="two sizes per curve (the tests'): the code path and the table's shape"
+    )
     parser.add_argument("--max-n", type=int, default=None, help="largest n for the clusters part (default: 1,000,000)")
     parser.add_argument(
         "--parts",
@@ -345,11 +359,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.child_clusters:
         print(json.dumps(clusters_child(*args.child_clusters)))
         return {}
-    sizes = QUICK if args.quick else FULL
-    repeats = args.repeats or (1 if args.quick else 2)
+    small = args.quick or args.smoke
+    sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
+    repeats = args.repeats or (1 if small else 2)
     result: dict[str, Any] = {
         "machine": machine(),
         "quick": args.quick,
+        "smoke": args.smoke,
         "sizes": sizes,
         "max_n": args.max_n,
         "curves": {},
@@ -364,7 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         elif part == "embedding":
             out = run_embedding(sizes, repeats)
         else:
-            out = run_monitors(sizes, max_new_tokens=8 if args.quick else 40)
+            out = run_monitors(sizes, max_new_tokens=8 if small else 40)
         result["rows"][part] = out["rows"]
         result["curves"].update(out["curves"])
         if args.json:  # after every part: a stopped run keeps what it measured

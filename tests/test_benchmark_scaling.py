@@ -1,4 +1,4 @@
-"""benchmarks/scaling.py: the fitted exponent on exact power laws, and a --quick run's structure."""
+"""benchmarks/scaling.py: the fitted exponent on exact power laws, and a --smoke run's structure."""
 
 from __future__ import annotations
 
@@ -30,17 +30,20 @@ def test_exponent_recovers_a_power_law():
 
 
 @pytest.mark.slow
-def test_quick_run_reports_every_curve(tmp_path, capsys):
-    """--quick on the clusters and monitors parts: rows for every size, finite exponents, a JSON on disk."""
+def test_smoke_run_reports_every_curve(tmp_path, capsys):
+    """--smoke (two sizes per curve) on the clusters and monitors parts: rows for every size, finite exponents,
+    a JSON on disk. --smoke runs the code --quick runs, on fewer and smaller sizes (``sizes`` is all that differs)."""
     scaling = load_scaling()
     out = tmp_path / "scaling.json"
-    result = scaling.main(["--quick", "--parts", "clusters", "monitors", "--json", str(out)])
+    result = scaling.main(["--smoke", "--parts", "clusters", "monitors", "--json", str(out)])
+    assert result["smoke"] and result["sizes"] == scaling.SMOKE
+    assert scaling.SMOKE.keys() == scaling.QUICK.keys() == scaling.FULL.keys()  # --quick sizes every part too
     on_disk = json.loads(out.read_text())
     assert on_disk["curves"].keys() == result["curves"].keys()
     names = list(result["curves"])
-    for d in scaling.QUICK["dims"]:
+    for d in scaling.SMOKE["dims"]:
         assert any(f"d={d}" in n or f"d = {d}" in n or str(d) in n for n in names)
-    assert len(result["rows"]["clusters"]) == len(scaling.QUICK["dims"]) * len(scaling.QUICK["n"])
+    assert len(result["rows"]["clusters"]) == len(scaling.SMOKE["dims"]) * len(scaling.SMOKE["n"])
     for name, curve in result["curves"].items():
         assert math.isfinite(curve["exponent"]), name
         assert all(v > 0 for v in curve["values"]), name
