@@ -9,6 +9,7 @@ the cache key, and errors a new user meets said once and in our words.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import json
@@ -412,7 +413,9 @@ def test_a_failing_ruq_plot_keeps_ruq_and_its_alert(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("beam search exploded")
 
-    monkeypatch.setattr(RUQMonitor, "generate", broken)  # only the plot's beam search generates
+    import lightning_div.measure.ruq as ruq_core
+
+    monkeypatch.setattr(ruq_core, "generate_responses", broken)  # only the plot's beam search generates
     cb = RUQMonitor(
         num_train_prompts=4,
         num_val_prompts=4,
@@ -1012,3 +1015,116 @@ def test_the_base_model_loads_ready_to_fine_tune_and_silently():
     proc = subprocess.run([sys.executable, "-c", probe], env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "loss_type" not in proc.stderr and float(proc.stdout) > 0, proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 44: the progress printer, the environment variables
+
+
+class _FailingStream:
+    def __init__(self, err: Exception) -> None:
+        self.err, self.writes = err, 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        raise self.err
+
+    def flush(self) -> None:
+        raise self.err
+
+
+@pytest.mark.parametrize("what", ["a closed stream", "a broken pipe", "/dev/full"])
+def test_progress_output_that_fails_never_stops_training(what, tmp_path, caplog):
+    # M10: ValueError (I/O operation on closed file), BrokenPipeError, ENOSPC each aborted fit
+    import io
+    import logging
+
+    from pytorch_lightning import Trainer
+    from test_datamodule import TinyLM
+
+    from lightning_div.callbacks.progress import PlainProgress
+    from lightning_div.datamodules import DialogueDataModule
+
+    stream: object
+    if what == "a closed stream":
+        stream = io.StringIO()
+        stream.close()
+    elif what == "a broken pipe":
+        stream = _FailingStream(BrokenPipeError(errno.EPIPE, "Broken pipe"))
+    else:
+        if not os.path.exists("/dev/full"):
+            pytest.skip("no /dev/full here")
+        stream = open("/dev/full", "w")
+    progress = PlainProgress(every_n_steps=1, when="always", stream=stream)
+    dm = DialogueDataModule(train=[("hi", "hello")] * 8, val=None, batch_size=2, show_progress=False)
+    trainer = Trainer(
+        max_epochs=2, callbacks=[progress], logger=False, enable_checkpointing=False, enable_progress_bar=False
+    )
+    with caplog.at_level(logging.WARNING, logger="lightning_div.callbacks.progress"):
+        trainer.fit(TinyLM(), datamodule=dm)
+    assert trainer.state.finished and trainer.global_step == 8  # both epochs trained
+    warned = [r for r in caplog.records if "writing a progress line failed" in r.getMessage()]
+    assert len(warned) == 1 and "training continues" in warned[0].getMessage()
+    if what == "/dev/full":
+        with contextlib.suppress(OSError):  # its buffer cannot be flushed either
+            stream.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", ["FALSE", "False", "OFF", "No", "00", " off ", "n"])
+def test_progress_switch_reads_like_the_ecosystem(value, monkeypatch, capsys):
+    # L4: only lowercase "0"/"false"/"no"/"off" silenced the printer
+    from lightning_div.callbacks.progress import PlainProgress
+
+    monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", value)
+    progress = PlainProgress(when="always")
+    assert not progress.active
+    progress.measurement_started("X", "y", 0)
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", value.replace("0", "1") if value == "00" else "TRUE")
+    assert progress.active
+
+
+def test_a_progress_switch_of_no_known_value_is_refused(monkeypatch, tmp_path, capsys):
+    from lightning_div.callbacks.progress import PlainProgress
+
+    monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", "maybe")
+    with pytest.raises(ValueError, match=r"LIGHTNING_DIV_PROGRESS='maybe' is not a switch: use 0/1, false/true"):
+        PlainProgress()
+    assert main(["fit", "--config", str(_fit_config(tmp_path, "local:chitchat-gpt2"))]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "lightning-div fit: error: LIGHTNING_DIV_PROGRESS='maybe' is not a switch: use 0/1, false/true, no/yes or "
+        "off/on (any case)"
+    )
+
+
+def test_a_bogus_lightning_package_is_one_line():
+    # L5: LIGHTNING_DIV_LIGHTNING=bogus lightning-div fit printed an ImportError traceback, exit 1
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_div.cli", "fit", "--help"],
+        env={**ENV, "LIGHTNING_DIV_LIGHTNING": "bogus"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == (
+        "lightning-div fit: error: LIGHTNING_DIV_LIGHTNING='bogus': use 'lightning' or 'pytorch_lightning'\n"
+    )
+
+
+def test_the_lightning_package_variable_against_the_scripts_package_is_named():
+    # L5: LIGHTNING_DIV_LIGHTNING=lightning with a pytorch_lightning Trainer: "model must be a LightningModule"
+    probe = "import warnings; warnings.simplefilter('always'); import pytorch_lightning; import lightning_div.callbacks"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**ENV, "LIGHTNING_DIV_LIGHTNING": "lightning"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(
+        r"RuntimeWarning: LIGHTNING_DIV_LIGHTNING='lightning' binds lightning-div's classes to lightning\.pytorch, "
+        r"but this process imported pytorch_lightning already: a pytorch_lightning Trainer refuses them",
+        proc.stderr,
+    ), proc.stderr
