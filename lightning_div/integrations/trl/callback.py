@@ -32,8 +32,6 @@ run, so the numbers of different steps are measured against the same clusters.
 from __future__ import annotations
 
 import hashlib
-import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,9 +39,11 @@ from typing import Any
 import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from lightning_div._internal.checks import MEASUREMENT_ERRORS
 from lightning_div._internal.distributed import rank_and_world
+from lightning_div._internal.tracking import hugging_face_destination
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
+from lightning_div.measure.guard import check_on_error, guarded
+from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.metrics import (
     check_lexical_names,
     check_lexical_options,
@@ -189,21 +189,11 @@ class GroupDiversityCallback(TrainerCallback):
         on_error: str = "warn",
         name: str | None = None,
     ) -> None:
-        if on_error not in ("warn", "raise"):
-            raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+        check_on_error(on_error)
         if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
             raise ValueError(f"name must be None or a non-empty string without '/', got {name!r}")
         self.space = space_from_arguments(
-            type(self).__name__,
-            space,
-            encoder=encoder,
-            clusters=clusters,
-            num_clusters=num_clusters,
-            variance_kept=variance_kept,
-            kmeans_seed=kmeans_seed,
-            encoder_kwargs=encoder_kwargs,
-            batch_size=batch_size,
-            show_progress=False,
+            type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False
         )
         self.reference_responses = None if reference_responses is None else list(reference_responses)
         self.reference_column = reference_column
@@ -219,6 +209,8 @@ class GroupDiversityCallback(TrainerCallback):
         #: Every measurement, ``{"step": ..., "diversity/...": ...}`` (every process alike).
         self.history: list[dict[str, float]] = []
         self._last: tuple[str, dict[str, float]] | None = None
+        #: What this run has warned about (made anew at each training run).
+        self.memory = RunMemory()
         self._last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
         #: Whether the last measurement took its cluster ids from a SemanticGroupReward sharing the space.
         self.reused_reward_ids = False
@@ -338,39 +330,43 @@ class GroupDiversityCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Fit (or read) the clusters on the reference responses, when there are any."""
+        self.memory = RunMemory()  # a new run: its warnings are shown again
         self.prepare(None, Path(args.output_dir or ".") / "lightning_div_cache")
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """At a logging step, measure the latest rollouts and add the values to the step's log."""
         if not control.should_log or self.trainer is None:
             return
-        start = time.perf_counter()
         prompts, completions, g = rollouts_of(self.trainer)
         # one generation batch serves several steps when steps_per_generation > 1: measured once
         fingerprint = hashlib.sha256(repr(completions).encode()).hexdigest()
-        try:
+        reporter = self.reporter(args)
+        who, when = type(self).__name__, f"step {state.global_step}"
+        with guarded(self.on_error, self.memory.warn_once, who, "the measurement", when) as m:
             check_grouped(prompts, g)
             if self._last is not None and self._last[0] == fingerprint:
-                values = dict(self._last[1])
+                m.values.update(self._last[1])
             else:
-                values = self.measure(completions, g, Path(args.output_dir or ".") / "lightning_div_cache")
-                self._last = (fingerprint, dict(values))
+                m.values.update(self.measure(completions, g, Path(args.output_dir or ".") / "lightning_div_cache"))
+                self._last = (fingerprint, dict(m.values))
                 if self.log_samples and state.is_world_process_zero:
-                    self._log_samples(args, state, prompts, completions, g)
-        except MEASUREMENT_ERRORS as err:
-            if self.on_error == "raise":
-                raise
-            if rank_and_world()[0] == 0:
-                warnings.warn(
-                    f"{type(self).__name__} skipped the measurement at step {state.global_step}: {err!r} "
-                    "(training continues; on_error='raise' to stop)",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                    rows = self.sample_rows(state.global_step, prompts, completions, self._last_ids, g)
+                    reporter.table(self.key("group_sample"), ["step", "group", "prompt", "completion", "cluster"], rows)
+        if m.error is not None:
             return
-        values[self.key("runtime")] = time.perf_counter() - start
-        self.history.append({"step": float(state.global_step), **values})
-        self._log(values)
+        m.values[self.key("runtime")] = m.seconds
+        self.history.append({"step": float(state.global_step), **reporter.scalars(m.values)})
+
+    def reporter(self, args: TrainingArguments) -> TrackerReporter:
+        """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
+        ``<output_dir>/lightning_div/``, scalars into the step's own log, this run's memory."""
+        return TrackerReporter(
+            hugging_face_destination(self.trainer),
+            Path(args.output_dir or ".") / "lightning_div",
+            self._log,
+            self.memory,
+            rank_and_world()[0] == 0,
+        )
 
     # -- inside ------------------------------------------------------------------------------------
 
@@ -395,19 +391,3 @@ class GroupDiversityCallback(TrainerCallback):
                 metrics["train"][k].append(v)
         else:
             self.trainer.log(dict(values))
-
-    def _log_samples(
-        self, args: TrainingArguments, state: TrainerState, prompts: list[Any], completions: list[Any], g: int
-    ) -> None:
-        from lightning_div._internal.tracking import hugging_face_destination, log_table
-
-        rows = self.sample_rows(state.global_step, prompts, completions, self._last_ids, g)
-        out_dir = Path(args.output_dir or ".") / "lightning_div"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        log_table(
-            hugging_face_destination(self.trainer),
-            self.key("group_sample"),
-            ["step", "group", "prompt", "completion", "cluster"],
-            rows,
-            out_dir,
-        )

@@ -226,16 +226,7 @@ class SemanticGroupReward:
         self.quality = quality
         self.reference_responses = None if reference_responses is None else list(reference_responses)
         self.space = space_from_arguments(
-            type(self).__name__,
-            space,
-            encoder=encoder,
-            clusters=clusters,
-            num_clusters=num_clusters,
-            variance_kept=variance_kept,
-            kmeans_seed=kmeans_seed,
-            encoder_kwargs=encoder_kwargs,
-            batch_size=batch_size,
-            show_progress=False,
+            type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False
         )
         self.threshold = float(threshold)
         self.nli = nli
