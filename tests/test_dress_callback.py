@@ -34,7 +34,7 @@ def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(tmp_path):
     # the gold weights are DRESS weights of the cached gold cluster ids
     with np.load(next((tmp_path / "cache").glob("assignments-clusters-*.npz"))) as stored:
         ids = stored["ids"]
-    np.testing.assert_array_equal(cb.state.weights, dress_weights(ids, 4, lam=2.0))
+    np.testing.assert_array_equal(cb.state.weights, dress_weights(ids, 4, lam=2.0, normalize=True))  # the default
     np.testing.assert_array_equal(dm.sample_weights, cb.state.weights)
     # epoch 0: every gold example exactly once with its DRESS weight, no negatives yet
     epoch0 = [(i, w) for e, i, w in spy.seen if e == 0]

@@ -35,10 +35,11 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "callbacks" / "dress.md"
 
 
 def docs_example(heading: str = "Your own datamodule") -> dict:
-    """Run the python block of one section of the DRESS page as printed."""
+    """Run the python block of one section of the DRESS page as printed (a whole script up to its Trainer)."""
     text = DOCS.read_text(encoding="utf-8")
     section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    block = block.split("\ncommon = ", 1)[0]  # the own-datamodule page is a whole script: its definitions, not its fit
     namespace: dict = {"__name__": "docs_example"}
     exec(compile(block, f"{DOCS}: {heading}", "exec"), namespace)
     return namespace

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -14,6 +15,14 @@ from lightning_div._internal.tracking import new_figure, warn_once
 from lightning_div.callbacks.base import DiversityCallback, override
 from lightning_div.callbacks.guards import settings_changed
 from lightning_div.datamodules.samplers import sample_indices
+from lightning_div.dress.guard import (
+    DRESS_COLLAPSE_ALERT,
+    DRESS_NEGATIVES_STOPPED,
+    ON_COLLAPSE,
+    CollapseThresholds,
+    OnCollapse,
+    collapse_reasons,
+)
 from lightning_div.dress.protocol import (
     MODES,
     NEGATIVE_BATCHES,
@@ -24,8 +33,16 @@ from lightning_div.dress.protocol import (
 )
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import dress_weights, head_clusters, negative_weights
-from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
+from lightning_div.keys import (
+    NEGATIVE,
+    NEGATIVE_LOSS,
+    NEGATIVE_LOSSES,
+    SAMPLE_WEIGHT,
+    TRAIN_NEGATIVE_LOSS,
+    NegativeLoss,
+)
 from lightning_div.measure.reporting import Reporter
+from lightning_div.metrics.semantic import cluster_histogram
 from lightning_div.model.sharding import full_parameters
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
@@ -62,8 +79,23 @@ class DRESSReweighting(DiversityCallback):
 
     ``negative_loss`` says how a negative weight is trained; it travels with every training
     batch (``batch["negative_loss"]``, with ``batch["negative"]`` marking the negatives), which
-    :func:`lightning_div.dress.losses.dress_loss` reads: ``"nll"`` = weight x NLL, the paper's unbounded gradient ascent;
-    ``"unlikelihood"`` = |weight| x -log(1 - p(y_t)) a token (Welleck et al., 2020), bounded.
+    :func:`lightning_div.dress.losses.dress_loss` reads: ``"unlikelihood"`` (the default) =
+    |weight| x -log(1 - p(y_t)) a token (Welleck et al., 2020), bounded; ``"nll"`` = weight x NLL,
+    the paper's unbounded gradient ascent.
+
+    The defaults are the safe ones the project's results support (``docs/results/dress_vs_baseline.md``):
+    unlikelihood negatives and gold weights normalised to mean 1 (``normalize=True``), which
+    every measured run used. The paper's exact settings (raw weights, -1 x NLL) are one call
+    away: :meth:`paper`.
+
+    A degeneration guard (:mod:`lightning_div.dress.guard`) reads, at every epoch's end, what the
+    run logged (the SemanticDiversityMonitor's ``val/sem_ent``, ``val/sem_ent_gold``,
+    ``val/top_cluster_share``; the module's ``train/loss`` and ``train/negative_loss``), logs
+    ``dress/collapse_alert`` (1.0 when the generations collapsed) and warns once;
+    ``on_collapse="stop_negatives"`` also stops mining negatives for the rest of the fit (the
+    gold weights stay; ``dress/negatives_stopped``). A ``"loss"``-mode batch that lacks DRESS's
+    fields, names another ``negative_loss``, or mixes negatives into gold batches under
+    ``negative_batches="separate"`` gets a warning (once).
     ``negative_batches="separate"`` (the authors): all generated responses, the
     zero-weight ones outside head clusters included, are trained in batches of their
     own, so the token denominator of a negative batch counts them too;
@@ -93,7 +125,8 @@ class DRESSReweighting(DiversityCallback):
         variance_kept: explained variance the PCA keeps (default 0.9, the paper's).
         kmeans_seed: faiss k-means seed (default 27, the paper's).
         lam: the exponent lambda of the gold weights (paper: 30).
-        normalize: rescale the gold weights to mean 1 (keeps unweighted training's step size).
+        normalize: rescale the gold weights to mean 1 (keeps unweighted training's step size;
+            default True; the paper: False).
         negatives: mine generated responses of the head clusters each epoch.
         num_negative_contexts: training contexts generated for per epoch (paper: M = 5000).
         head_threshold: share of the generations above which a cluster is a head cluster (paper: 0.1).
@@ -104,18 +137,39 @@ class DRESSReweighting(DiversityCallback):
         encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
         mine_at: ``"start"`` (the authors: every round's start, greedy without n-gram blocking)
             or ``"end"`` (each epoch's end for the next epochs, with n-gram blocking).
-        negative_loss: ``"nll"`` (the paper: weight x NLL, unbounded) or ``"unlikelihood"``
-            (|weight| x -log(1 - p) a token, bounded).
+        negative_loss: ``"unlikelihood"`` (default: |weight| x -log(1 - p) a token, bounded) or
+            ``"nll"`` (the paper: weight x NLL, unbounded).
         negative_batches: ``"separate"`` (the authors: all generations in batches of their own,
             zero weights counted in the denominator) or ``"mixed"`` (head-cluster ones among the gold).
+        on_collapse: what the degeneration guard does besides logging ``dress/collapse_alert`` and
+            warning once: ``"warn"`` (nothing more) or ``"stop_negatives"`` (no negatives after the
+            epoch it fired at).
+        collapse_thresholds: when the guard fires (:class:`~lightning_div.dress.guard.CollapseThresholds`;
+            None: its defaults).
+        collapse_monitor: the ``name`` of the SemanticDiversityMonitor whose metrics the guard reads
+            (None: the one without a name).
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
 
     Raises:
-        ValueError: an unknown ``mode``, ``mine_at``, ``negative_loss`` or ``negative_batches``,
+        ValueError: an unknown ``mode``, ``mine_at``, ``negative_loss``, ``negative_batches`` or ``on_collapse``,
             ``mode="sampler"`` with ``negatives=True``, or ``space`` together with a space argument.
     """
 
     kind = "dress"
+
+    #: The authors' settings (Han et al., 2022, and their code): what :meth:`paper` passes.
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        "lam": 30.0,
+        "normalize": False,
+        "negatives": True,
+        "num_negative_contexts": 5000,
+        "head_threshold": 0.1,
+        "negative_weight": -1.0,
+        "mode": "loss",
+        "mine_at": "start",
+        "negative_loss": "nll",
+        "negative_batches": "separate",
+    }
 
     def __init__(
         self,
@@ -125,7 +179,7 @@ class DRESSReweighting(DiversityCallback):
         variance_kept: float | None = None,
         kmeans_seed: int | None = None,
         lam: float = 30.0,
-        normalize: bool = False,
+        normalize: bool = True,
         negatives: bool = True,
         num_negative_contexts: int = 5000,
         head_threshold: float = 0.1,
@@ -134,9 +188,12 @@ class DRESSReweighting(DiversityCallback):
         generation_kwargs: Options | None = None,
         encoder_kwargs: Options | None = None,
         mine_at: str = "start",
-        negative_loss: str = "nll",
+        negative_loss: str = "unlikelihood",
         negative_batches: str = "separate",
         space: SemanticSpace | None = None,
+        on_collapse: str = "warn",
+        collapse_thresholds: CollapseThresholds | None = None,
+        collapse_monitor: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -144,6 +201,7 @@ class DRESSReweighting(DiversityCallback):
         check_choice("mine_at", mine_at, MINE_AT)
         check_choice("negative_loss", negative_loss, NEGATIVE_LOSSES)
         check_choice("negative_batches", negative_batches, NEGATIVE_BATCHES)
+        check_choice("on_collapse", on_collapse, ON_COLLAPSE)
         if mode == "sampler" and negatives:
             raise ValueError(
                 "DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
@@ -162,11 +220,42 @@ class DRESSReweighting(DiversityCallback):
         self.mode = cast(Mode, mode)
         self.generation_kwargs = dict(generation_kwargs or {})
         self.mine_at = mine_at
+        self.on_collapse = cast(OnCollapse, on_collapse)
+        self.collapse_thresholds = collapse_thresholds or CollapseThresholds()
+        self.collapse_monitor = collapse_monitor
+        self._layout_seen = False  # this epoch's first batch with negatives was checked (on_train_batch_start)
         #: Everything DRESS decided (weights, negatives and their clusters, the round), checkpointed whole;
         #: ``mined_for`` makes a resumed run mine each round exactly once.
         self.state = DressState(
             negative_loss=cast(NegativeLoss, negative_loss), negative_batches=cast(NegativeBatches, negative_batches)
         )
+
+    @classmethod
+    def paper(cls, **kwargs: Any) -> DRESSReweighting:
+        """DRESS with the authors' exact settings (:attr:`PAPER_SETTINGS`); ``kwargs`` override or add.
+
+        Raw gold weights (``normalize=False``) and negatives trained with weight -1 on the NLL
+        (``negative_loss="nll"``), mined greedily at each round's start from 5,000 training
+        contexts into batches of their own. Fine-tuning with -1 x NLL destabilised one of five
+        seeds and, at a higher learning rate, wrecked a model within an epoch (issue 43), so the
+        degeneration guard stays on (``on_collapse="warn"``: it changes no training).
+
+        Examples:
+            >>> dress = DRESSReweighting.paper(encoder="minilm", num_clusters=10)
+            >>> dress.negative_loss, dress.normalize, dress.num_negative_contexts
+            ('nll', False, 5000)
+        """
+        return cls(**{**cls.PAPER_SETTINGS, **kwargs})
+
+    @property
+    def negative_loss(self) -> NegativeLoss:
+        """How the negatives are trained (``"unlikelihood"`` or ``"nll"``)."""
+        return self.state.negative_loss
+
+    @property
+    def negative_batches(self) -> NegativeBatches:
+        """Where the negatives are trained (``"separate"`` or ``"mixed"``)."""
+        return self.state.negative_batches
 
     def _datamodule(self, trainer: pl.Trainer) -> ReweightableDataModule:
         dm = getattr(trainer, "datamodule", None)
@@ -229,14 +318,22 @@ class DRESSReweighting(DiversityCallback):
             self.space.fit(gold, **self.space_context(trainer, pl_module))
         if self.state.weights is None:  # a resumed run restored them already
             gold_ids = self.space.gold_assignments(gold, device=pl_module.device)
-            self.state.weights = dress_weights(gold_ids, self.space.clusters.num_clusters, self.lam, self.normalize)
+            k = self.space.clusters.num_clusters
+            self.state.weights = dress_weights(gold_ids, k, self.lam, self.normalize)
+            hist = cluster_histogram(gold_ids, k)
+            self.state.gold_top_share = float(hist.max() / hist.sum()) if hist.sum() else None
         epoch = starting_epoch(trainer)
-        if self.negatives and self.mine_at == "start" and self.state.mined_for != epoch and self._round_starts(epoch):
+        self._layout_seen = False
+        if self._mining() and self.mine_at == "start" and self.state.mined_for != epoch and self._round_starts(epoch):
             # The first round's negatives come from the model as it is before any training step. Outside
             # measuring(), so the full parameters are gathered here (every rank runs on_fit_start).
             with full_parameters(pl_module), self.announced(trainer, "DRESS negatives"):
                 self._mine_negatives(trainer, pl_module, epoch)
         self._apply(dm)
+
+    def _mining(self) -> bool:
+        """Negatives on and not stopped by the degeneration guard."""
+        return self.negatives and self.state.negatives_stopped_at is None
 
     def _round_starts(self, epoch: int) -> bool:
         return epoch % self.every_n_epochs == 0
@@ -247,7 +344,7 @@ class DRESSReweighting(DiversityCallback):
 
     def _mine_now(self, trainer: pl.Trainer) -> int | None:
         """At this epoch's end: the epoch to mine negatives for, or None."""
-        if not self.negatives or trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
+        if not self._mining() or trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return None
         epoch = trainer.current_epoch
         if self.mine_at == "end":
@@ -261,10 +358,95 @@ class DRESSReweighting(DiversityCallback):
         return nxt if self._round_starts(nxt) and not last and not trainer.should_stop else None
 
     @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._layout_seen = False
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self.mode == "loss" and not self._layout_seen and np.any(self.state.negative_weights != 0):
+            self._check_batch(batch)
+
+    def _check_batch(self, batch: Any) -> None:
+        """Warn (once each) when a batch cannot carry what DRESS decided to the loss, until one with negatives is seen."""
+        label = type(self).__name__
+        if not isinstance(batch, Mapping) or SAMPLE_WEIGHT not in batch or NEGATIVE not in batch:
+            self._layout_seen = True
+            self.memory.warn_once(
+                f"dress-batch-fields:{self.name}",
+                f"{label}(mode='loss'): a training batch carries no '{SAMPLE_WEIGHT}' and '{NEGATIVE}' fields, so "
+                "the loss cannot weight the examples or tell the negatives apart: the datamodule must put them in "
+                "every batch (DialogueDataModule does; docs: callbacks/dress, 'Your own datamodule')",
+            )
+            return
+        negative = np.asarray(_cpu(batch[NEGATIVE]), dtype=bool).reshape(-1)
+        if not negative.any():
+            return  # a gold batch says nothing about where the negatives go: look at the next one
+        self._layout_seen = True
+        weights = np.asarray(_cpu(batch[SAMPLE_WEIGHT]), dtype=np.float64).reshape(-1)
+        kind = batch.get(NEGATIVE_LOSS)
+        if kind != self.negative_loss:
+            said = "no 'negative_loss' field (dress_loss then trains them as 'nll')" if kind is None else repr(kind)
+            self.memory.warn_once(
+                f"dress-batch-loss:{self.name}",
+                f"{label}(negative_loss={self.negative_loss!r}): a batch with negatives carries {said}: the "
+                "datamodule must put negatives.loss (from apply_weights) in every batch, or the negatives are "
+                "not trained the way this callback was set",
+            )
+        gold_rows = ~negative & (weights != 0)  # padding rows (weight 0) fill a negatives' batch: not gold
+        if self.negative_batches == "separate" and gold_rows.any() and negative.shape == weights.shape:
+            self.memory.warn_once(
+                f"dress-batch-layout:{self.name}",
+                f"{label}(negative_batches='separate'): a training batch holds {int(negative.sum())} negatives "
+                f"among {int(gold_rows.sum())} gold examples, so the datamodule mixes them: the negatives' "
+                "tokens then share the gold examples' denominator. Batch negatives.pairs apart when "
+                "negatives.batches == 'separate' (docs: callbacks/dress), or pass negative_batches='mixed'",
+            )
+
+    def _guard(self, trainer: pl.Trainer, m: dict[str, float]) -> None:
+        """The degeneration guard (lightning_div.dress.guard): log the alert, warn once, stop mining if asked."""
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
+            return
+        metrics = dict(trainer.callback_metrics)
+        if not np.any(self.state.negative_weights != 0):
+            # no negative trained this epoch: a train/negative_loss still logged is an earlier epoch's
+            metrics = {k: v for k, v in metrics.items() if not k.startswith(TRAIN_NEGATIVE_LOSS)}
+        reasons = collapse_reasons(metrics, self.state.gold_top_share, self.collapse_thresholds, self.collapse_monitor)
+        # rank 0's reading decides, so every rank mines (or stops) alike
+        collapsed = bool(trainer.strategy.broadcast(bool(reasons), src=0))
+        m[DRESS_COLLAPSE_ALERT] = float(collapsed)
+        stop = collapsed and self.on_collapse == "stop_negatives" and self._mining()
+        if stop:
+            self.state.negatives_stopped_at = trainer.current_epoch
+            self.state.clear_negatives()
+            self._apply(self._datamodule(trainer))  # the next epoch trains the gold examples alone
+        if self.negatives:
+            m[DRESS_NEGATIVES_STOPPED] = float(self.state.negatives_stopped_at is not None)
+        if collapsed and reasons:
+            then = (
+                f"mining negatives stopped (on_collapse='stop_negatives'): from epoch {trainer.current_epoch + 1} "
+                "on the gold weights alone are trained"
+                if stop
+                else "training goes on unchanged; on_collapse='stop_negatives' stops mining negatives when this happens"
+            )
+            self.memory.warn_once(
+                f"dress-collapse:{self.name}",
+                f"{type(self).__name__}: the generations look collapsed at epoch {trainer.current_epoch}: "
+                f"{'; '.join(reasons)} (negative_loss={self.negative_loss!r}, normalize={self.normalize}). {then}. "
+                "The paper's -1 x NLL negatives are unbounded; negative_loss='unlikelihood' with normalize=True "
+                "(the defaults) stayed healthy where they did not (docs: callbacks/dress, 'Degeneration guard')",
+            )
+
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The guard decides before this epoch's end mines the next round (stop_negatives stops it).
+        guard: dict[str, float] = {}
+        self._guard(trainer, guard)
         target = self._mine_now(trainer)  # the same on every rank: epoch, schedule and should_stop are global
         # The full parameters (FSDP) are gathered only for a round that mines; a summary needs no model.
         with self.measuring(trainer, pl_module, "DRESS negatives", needs_model=target is not None) as m:
+            m.update(guard)
             if self.mine_at == "start":
                 # Logged before mining: the negatives this epoch was trained with.
                 m.update(self.state.summary())
@@ -384,3 +566,8 @@ class DRESSReweighting(DiversityCallback):
                 stacklevel=2,
             )
         self.space.load_state_dict(state_dict)
+
+
+def _cpu(value: Any) -> Any:
+    """A tensor as a CPU array (one small copy of a per-example field); anything else as it is."""
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value

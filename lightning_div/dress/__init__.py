@@ -3,10 +3,11 @@
 ``weights`` computes the gold weights and the head clusters, ``losses`` the weighted
 token loss (negatives as -1 x NLL or unlikelihood) and its gold / negative parts,
 ``protocol`` the contract between the :class:`~lightning_div.callbacks.DRESSReweighting`
-callback and a datamodule, and ``state`` everything DRESS decided (what it checkpoints
-and draws).
+callback and a datamodule, ``state`` everything DRESS decided (what it checkpoints
+and draws), and ``guard`` the signs that training with DRESS collapsed the generations.
 """
 
+from lightning_div.dress.guard import ON_COLLAPSE, CollapseThresholds, collapse_reasons
 from lightning_div.dress.losses import DressLoss, dress_loss, unlikelihood_per_example, weighted_lm_loss
 from lightning_div.dress.protocol import Negatives, ReweightableDataModule
 from lightning_div.dress.state import DressState
@@ -15,8 +16,11 @@ from lightning_div.keys import NEGATIVE_LOSSES
 
 __all__ = [
     "NEGATIVE_LOSSES",
+    "ON_COLLAPSE",
+    "CollapseThresholds",
     "DressLoss",
     "DressState",
+    "collapse_reasons",
     "Negatives",
     "ReweightableDataModule",
     "dress_loss",

@@ -62,6 +62,10 @@ class DressState:
         negative_loss: how a negative is trained (``"nll"`` or ``"unlikelihood"``): travels with
             every training batch (``batch["negative_loss"]``).
         negative_batches: ``"separate"`` (batches of their own) or ``"mixed"`` (among the gold).
+        gold_top_share: the largest cluster's share of the gold training responses: the degeneration
+            guard's reference (:mod:`lightning_div.dress.guard`; None: not computed yet).
+        negatives_stopped_at: the epoch at whose end the guard stopped mining negatives
+            (``on_collapse="stop_negatives"``; None: never): no round is mined after it, also on resume.
     """
 
     weights: np.ndarray | None = None
@@ -73,6 +77,8 @@ class DressState:
     mined_for: int | None = None
     negative_loss: NegativeLoss = "nll"
     negative_batches: NegativeBatches = "separate"
+    gold_top_share: float | None = None
+    negatives_stopped_at: int | None = None
 
     def set_negatives(
         self,
@@ -145,6 +151,8 @@ class DressState:
             "negative_weights": self.negative_weights.tolist(),
             "negative_clusters": self.negative_clusters.tolist(),
             "mined_for": self.mined_for,
+            "gold_top_share": self.gold_top_share,
+            "negatives_stopped_at": self.negatives_stopped_at,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -167,3 +175,7 @@ class DressState:
         self.head_share = float(state.get("head_share", 0.0))
         mined_for = state.get("mined_for")
         self.mined_for = None if mined_for is None else int(mined_for)
+        top = state.get("gold_top_share")  # absent from older checkpoints: the guard uses its floor alone
+        self.gold_top_share = None if top is None else float(top)
+        stopped = state.get("negatives_stopped_at")
+        self.negatives_stopped_at = None if stopped is None else int(stopped)

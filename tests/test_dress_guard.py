@@ -1,0 +1,183 @@
+"""DRESS's degeneration guard: the collapsing run of issue 43, made small and seeded, and a healthy run.
+
+Issue 43: the base model fine-tuned with DRESS at its old defaults (the paper's: raw gold weights,
+negatives as -1 x NLL) at the quick start's learning rate went to 'asd f asd f f f …' within an
+epoch, with no warning. Here: 64 Chit-Chat ``finetune`` examples, batch 16, learning rate 1e-3,
+2 epochs, seed 0, k = 8, the SemanticDiversityMonitor on 48 validation contexts beside DRESS. Each
+run took 38-41 CPU-seconds (about 2 minutes of wall time on the 2-core machine at a load average
+of 12-13; most of it loading the models, clustering and generating). With the paper's settings the negatives'
+loss outruns the gold loss in the first epoch (and the validation loss rises by nats); the guard
+must say so, and with ``on_collapse="stop_negatives"`` train the second epoch without
+negatives. With the defaults (unlikelihood negatives, normalised weights) it must stay quiet.
+"""
+
+import math
+import time
+import warnings
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from monitor_setup import minilm
+
+from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
+from lightning_div.datamodules import DialogueDataModule
+from lightning_div.dress.guard import CollapseThresholds, collapse_reasons
+from lightning_div.model.dialogue_lm import DialogueLM
+
+# Chosen once (issue 43's run, made small): 64 training examples, 48 validation contexts, k = 8, learning rate 1e-3.
+N, VAL, K, LR = 64, 48, 8, 1e-3
+
+
+class Spy(pl.Callback):
+    """Per epoch: the negative rows trained, and the logged metrics at the epoch's end."""
+
+    def __init__(self):
+        self.negative_rows, self.metrics = {}, {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        rows = int((batch["negative"] & (batch["sample_weight"] != 0)).sum())
+        self.negative_rows[trainer.current_epoch] = self.negative_rows.get(trainer.current_epoch, 0) + rows
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.metrics[trainer.current_epoch] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def fit(tmp_path, dress: DRESSReweighting):
+    """The issue's run, small: the base model, N examples, 2 epochs, seed 0; returns (spy, warnings, time taken)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    pl.seed_everything(0)
+    lm = DialogueLM("local:chitchat-gpt2", learning_rate=LR)
+    dm = DialogueDataModule(
+        train="chitchat:finetune",
+        val="chitchat:validation",
+        max_history=2,
+        max_train_examples=N,
+        max_val_examples=VAL,
+        batch_size=16,
+        seed=0,
+        show_progress=False,
+    )
+    common = dict(show_progress=False, batch_size=32, max_new_tokens=8, dirpath=str(tmp_path / "cache"))
+    sem = SemanticDiversityMonitor(
+        encoder=minilm(), num_clusters=K, log_samples=0, lexical_metrics=(), cluster_views=False, **common
+    )
+    spy = Spy()
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        reload_dataloaders_every_n_epochs=1,
+        callbacks=[sem, dress, spy],
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(lm, datamodule=dm)
+    collapse = [str(w.message) for w in caught if "generations look collapsed" in str(w.message)]
+    return spy, collapse, f"wall {time.perf_counter() - start:.1f} s, CPU {time.process_time() - cpu:.1f} s"
+
+
+def dress_args(tmp_path):
+    return dict(
+        encoder=minilm(),
+        num_clusters=K,
+        num_negative_contexts=N,
+        show_progress=False,
+        batch_size=32,
+        max_new_tokens=8,
+        dirpath=str(tmp_path / "cache"),
+    )
+
+
+@pytest.mark.slow
+def test_the_paper_settings_collapse_is_caught_and_stop_negatives_stops_them(tmp_path):
+    dress = DRESSReweighting.paper(on_collapse="stop_negatives", **dress_args(tmp_path))
+    spy, collapse, seconds = fit(tmp_path, dress)
+    print(f"collapsing run: {seconds}")
+    first = spy.metrics[0]
+    assert first["val/loss"] > 6.0  # measured 7.57: the base model's is about 4.5 (the healthy run's 4.56)
+    # the sign that fired: the negatives' -1 x NLL outweighs the (raw-weighted) gold loss in the first epoch
+    assert first["train/negative_loss_epoch"] < -first["train/loss_epoch"] < 0
+    assert dress.history[0]["dress/collapse_alert"] == 1.0
+    assert len(collapse) == 1 and "negatives loss" in collapse[0] and "mining negatives stopped" in collapse[0]
+    # epoch 0 trained negatives; the guard stopped them at its end: epoch 1 trains none, and none are mined again
+    assert spy.negative_rows[0] > 0 and spy.negative_rows.get(1, 0) == 0
+    assert dress.state.negatives_stopped_at == 0 and dress.state.negative_pairs == []
+    assert dress.history[1]["dress/negatives_stopped"] == 1.0 and dress.history[1]["dress/negatives"] == 0.0
+    assert (
+        "train/negative_loss_epoch" not in spy.metrics[1]
+        or spy.metrics[1]["train/negative_loss_epoch"] == first["train/negative_loss_epoch"]
+    )
+
+
+@pytest.mark.slow
+def test_a_healthy_run_with_the_defaults_does_not_trigger_the_guard(tmp_path):
+    dress = DRESSReweighting(on_collapse="stop_negatives", **dress_args(tmp_path))
+    assert (dress.negative_loss, dress.normalize) == ("unlikelihood", True)
+    spy, collapse, seconds = fit(tmp_path, dress)
+    print(f"healthy run: {seconds}")
+    assert collapse == []
+    assert [h["dress/collapse_alert"] for h in dress.history] == [0.0, 0.0]
+    assert spy.negative_rows[0] > 0 and spy.negative_rows[1] > 0  # negatives trained in both epochs
+    for metrics in spy.metrics.values():
+        assert metrics["train/negative_loss_epoch"] >= 0  # unlikelihood is bounded below by 0
+        assert metrics["val/sem_ent"] >= 0.5 * metrics["val/sem_ent_gold"]
+        assert metrics["val/top_cluster_share"] <= 0.8
+        assert metrics["val/loss"] < 5.0  # measured 4.56, 4.75
+
+
+def test_collapse_reasons_thresholds_by_hand():
+    healthy = {"val/sem_ent": 2.6, "val/sem_ent_gold": 2.95, "val/top_cluster_share": 0.16}
+    assert collapse_reasons(healthy, gold_top_share=0.12) == []
+    # exactly at a threshold is not past it
+    assert collapse_reasons({"val/sem_ent": 1.0, "val/sem_ent_gold": 2.0}) == []
+    assert collapse_reasons({"val/sem_ent": 0.99, "val/sem_ent_gold": 2.0}) == [
+        "Sem-Ent 0.99 < 0.5 x the gold responses 2"
+    ]
+    # the top share's limit: the floor, or twice the gold's top share when that is higher
+    assert collapse_reasons({"val/top_cluster_share": 0.81}) != []
+    assert collapse_reasons({"val/top_cluster_share": 0.81}, gold_top_share=0.45) == []  # limit 0.9
+    assert collapse_reasons({"val/top_cluster_share": 0.91}, gold_top_share=0.45) == [
+        "the top cluster holds 91 % of the generations (> 90 %; the gold's: 45 %)"
+    ]
+    # the loss sign: epoch means preferred; unlikelihood (>= 0) never fires; a tensor value reads as a number
+    assert collapse_reasons({"train/loss_epoch": 4.0, "train/negative_loss_epoch": -4.0}) == []
+    assert len(collapse_reasons({"train/loss_epoch": 4.0, "train/negative_loss_epoch": torch.tensor(-4.01)})) == 1
+    assert collapse_reasons({"train/loss": 4.0, "train/negative_loss": 11.5}) == []
+    assert collapse_reasons({"train/loss": 4.0, "train/negative_loss_epoch": -1.0, "train/negative_loss": -9.0}) == []
+    # a monitor with a name logs <name>/val/...; NaN is not read
+    named = {"sem/val/sem_ent": 0.1, "sem/val/sem_ent_gold": 2.0, "val/sem_ent": float("nan")}
+    assert collapse_reasons(named) == [] and len(collapse_reasons(named, monitor="sem")) == 1
+    # thresholds switch signs off
+    off = CollapseThresholds(sem_ent_ratio=0.0, top_share_floor=1.0, negative_loss_ratio=math.inf)
+    assert (
+        collapse_reasons(
+            {**named, "val/top_cluster_share": 1.0, "train/loss": 1, "train/negative_loss": -99}, None, off, "sem"
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize("field", ["sem_ent_ratio", "top_share_factor", "top_share_floor", "negative_loss_ratio"])
+def test_collapse_thresholds_refuse_bad_values(field):
+    for bad in (-0.1, float("nan"), "0.5"):
+        with pytest.raises(ValueError, match=f"CollapseThresholds.{field}"):
+            CollapseThresholds(**{field: bad})
+    with pytest.raises(ValueError, match="share in"):
+        CollapseThresholds(top_share_floor=1.5)
+
+
+def test_defaults_are_the_safe_ones_and_paper_is_one_call_away():
+    default = DRESSReweighting()
+    assert (default.negative_loss, default.normalize, default.on_collapse) == ("unlikelihood", True, "warn")
+    paper = DRESSReweighting.paper(num_negative_contexts=64)
+    assert (paper.negative_loss, paper.normalize, paper.lam, paper.negative_weight) == ("nll", False, 30.0, -1.0)
+    assert (paper.mine_at, paper.negative_batches, paper.head_threshold) == ("start", "separate", 0.1)
+    assert paper.num_negative_contexts == 64  # an override wins
+    assert DRESSReweighting.paper().num_negative_contexts == 5000
+    with pytest.raises(ValueError, match="on_collapse must be one of"):
+        DRESSReweighting(on_collapse="stop")
