@@ -75,6 +75,10 @@ CACHE = "a truncated or stale cache file"
 QUOTE = "an unbalanced quote in a CSV file"
 MISSING = "a missing file, an encoder that cannot load"
 CONFIG = "a config `class_path` to a function"
+DEEP = "JSON nested 100,000 levels deep"
+CLOBBER = "an output file that is an input"
+BOMB = "a YAML alias bomb"
+BOOL = "`true` / `false` where a number belongs"
 INPUTS = (
     EMPTY,
     BLANK,
@@ -93,6 +97,10 @@ INPUTS = (
     CACHE,
     MISSING,
     CONFIG,
+    DEEP,
+    CLOBBER,
+    BOMB,
+    BOOL,
 )
 
 HUNDRED_K = "abcd " * 20_000  # 100,000 characters, 20,000 identical words
@@ -337,6 +345,14 @@ def evil_config(tmp: Path, where: str) -> None:
             args=["--config", str(config)],
         )
     assert info.value.code == 2 and not marker.exists()
+
+
+def alias_bomb() -> str:
+    """342 bytes of YAML ("billion laughs"): nine levels of nine aliases, 9**9 strings when expanded."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{name}: &{name} [{','.join([f'*{prev}'] * 9)}]")
+    return "\n".join(lines) + "\n"
 
 
 def model_config(tmp: Path, model: str) -> Path:
@@ -1585,6 +1601,117 @@ ROWS: list[Row] = [
             r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=.*; gold_responses=",
             "no data with its own DataLoaders: one error listing both, “SemanticDiversityMonitor is missing 2 "
             "input(s): val_pairs=[(context, reference), ...] …; gold_responses=[response, ...] …”, at fit start",
+        ),
+    ),
+    Row(
+        SCORE,
+        MISSING,
+        lambda res, tmp: (tmp / "dir.txt").mkdir() or cli(["score", str(tmp / "dir.txt"), "--quiet"]),
+        Exits(
+            r"dir\.txt: a directory, but not a saved Hugging Face dataset \(save_to_disk's folder\): give a file$",
+            "a directory: “dir.txt: a directory, but not a saved Hugging Face dataset (…): give a file” "
+            "(it said “no such file”)",
+        ),
+    ),
+    # -- JSON nested 100,000 levels deep ----------------------------------------------------------------
+    Row(
+        f"{R}.read_pairs / read_responses",
+        DEEP,
+        lambda res, tmp: read_pairs(write(tmp / "deep.jsonl", '{"context": ["a"], "response": "b"}\n' + "[" * 100_000)),
+        Raises(
+            DataFormatError,
+            r"deep\.jsonl:2: invalid JSON \(nested deeper than Python's JSON decoder can read",
+            "“deep.jsonl:2: invalid JSON (nested deeper than Python's JSON decoder can read; …)” (was a "
+            "`RecursionError`)",
+        ),
+    ),
+    Row(
+        SCORE,
+        DEEP,
+        lambda res, tmp: cli(["score", str(write(tmp / "deep.jsonl", "[" * 100_000 + "\n")), "--quiet"]),
+        Exits(r"deep\.jsonl:1: invalid JSON \(nested deeper", "“deep.jsonl:1: invalid JSON (nested deeper …)”"),
+    ),
+    Row(
+        "lightning-div meta-eval",
+        DEEP,
+        lambda res, tmp: cli(["meta-eval", "--data", str(write(tmp / "deep.jsonl", "[" * 100_000 + "\n"))]),
+        Exits(
+            r"deep\.jsonl:1: invalid JSON: nested deeper",
+            "“deep.jsonl:1: invalid JSON: nested deeper than …”",
+            "lightning-div meta-eval",
+        ),
+    ),
+    # -- an output file that is an input -----------------------------------------------------------------
+    Row(
+        SCORE,
+        CLOBBER,
+        lambda res, tmp: (
+            cli(["score", str(write(tmp / "v.txt", "a\nb\n")), "--output", str(tmp / "v.txt"), "--quiet"]),
+            (tmp / "v.txt").read_text() == "a\nb\n" or pytest.fail("the input was written over"),
+        )[0],
+        Exits(
+            r"--output .*v\.txt is the input .*v\.txt: writing there would destroy it; choose another file$",
+            "“--output v.txt is the input v.txt: writing there would destroy it; choose another file” (also "
+            "`--gold`, `--clusters`, by any path to the same file); the input is untouched",
+        ),
+    ),
+    Row(
+        "lightning-div clusters",
+        CLOBBER,
+        lambda res, tmp: cli(
+            ["clusters", "fit", "--data", str(write(tmp / "x.txt", "a\nb\n")), "--out", str(tmp / "." / "x.txt")]
+        ),
+        Exits(
+            r"--out .*x\.txt is the input --data .*x\.txt: writing there would destroy it",
+            "“--out x.txt is the input --data x.txt: …” (`assign --output` the same)",
+            "lightning-div clusters",
+        ),
+    ),
+    Row(
+        "lightning-div meta-eval",
+        CLOBBER,
+        lambda res, tmp: cli(
+            ["meta-eval", "--data", str(write(tmp / "m.jsonl", "{}\n")), "--output", str(tmp / "m.jsonl")]
+        ),
+        Exits(
+            r"--output .*m\.jsonl is the input --data .*m\.jsonl",
+            "“--output m.jsonl is the input --data m.jsonl: …”",
+            "lightning-div meta-eval",
+        ),
+    ),
+    # -- a YAML alias bomb -------------------------------------------------------------------------------
+    Row(
+        "lightning-div fit (LightningCLI)",
+        BOMB,
+        lambda res, tmp: cli(["fit", "--config", str(write(tmp / "bomb.yaml", alias_bomb()))]),
+        Exits(
+            r"--config .*bomb\.yaml: its YAML aliases expand to 490,329,064 values \(at most 1,000,000\): an alias "
+            r"bomb\? Write the values out$",
+            "“--config bomb.yaml: its YAML aliases expand to 490,329,064 values (at most 1,000,000): an alias bomb? "
+            "…”, at once (it took 560 MB and printed a 5.2 MB line); any error message is cut to 2,000 characters",
+            "lightning-div fit",
+        ),
+    ),
+    # -- true / false where a number belongs ---------------------------------------------------------------
+    Row(
+        "lightning-div meta-eval",
+        BOOL,
+        lambda res, tmp: cli(
+            [
+                "meta-eval",
+                "--data",
+                str(
+                    write(
+                        tmp / "bool.jsonl",
+                        '{"temperature": true, "responses": ["a", "b"]}\n{"temperature": true, "responses": ["c"]}\n',
+                    )
+                ),
+            ]
+        ),
+        Exits(
+            r"bool\.jsonl:1: temperature = true is a boolean, not a number$",
+            "“bool.jsonl:1: temperature = true is a boolean, not a number” (it was read as a conTest label 1)",
+            "lightning-div meta-eval",
         ),
     ),
     # -- a config class_path to a function ------------------------------------------------------------

@@ -654,3 +654,40 @@ def test_reader_options_bad_values_are_named():
     with pytest.raises(TypeError, match="ReaderOptions.fields must be a Fields, got dict"):
         ReaderOptions(fields={"context": "history"})
     assert ReaderOptions.of(READER.as_dict()) == READER and ReaderOptions.of(None) == ReaderOptions()
+
+
+@pytest.mark.parametrize(
+    "changed, message",
+    [
+        ({"batch_size": 8}, r"batch_size 4 -> 8"),
+        ({"batch_size": 2}, r"batch_size 4 -> 2"),
+        ({"train_examples_per_epoch": 16}, r"train_examples_per_epoch None -> 16"),
+    ],
+    ids=["batch-8", "batch-2", "per-epoch-16"],
+)
+def test_a_mid_epoch_resume_under_other_batching_is_refused(changed, message, tmp_path):
+    # issue 44 M3: saved after 5 batches of 4 and resumed with batch_size=8, 4 examples of the epoch were never
+    # trained; with 2, 10 were trained twice; with 16 examples an epoch, 2 were skipped. No warning.
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    pairs = list(chitchat_pairs("train", 5))[:40]
+    settings = dict(train=pairs, val=None, batch_size=4, show_progress=False)
+    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=-1)
+    trainer = quiet_trainer(max_epochs=1, max_steps=5, callbacks=[ckpt], enable_checkpointing=True)
+    trainer.fit(TinyLM(), datamodule=DialogueDataModule(**settings))
+    path = str(tmp_path / "epoch=0-step=5.ckpt")
+    state = torch.load(path, weights_only=False)["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    assert state == {
+        "epoch": 0,
+        "batches": 5,
+        "settings": {"batch_size": 4, "train_examples_per_epoch": None, "world_size": 1},
+    }
+    with pytest.raises(ValueError, match=rf"cannot resume epoch 0 mid-way: .* after 5 batch\(es\) .*{message}"):
+        quiet_trainer(max_epochs=1).fit(
+            TinyLM(), datamodule=DialogueDataModule(**{**settings, **changed}), ckpt_path=path
+        )
+    # the same settings resume the rest of the epoch: 40 - 20 examples, each once
+    same = TinyLM()
+    quiet_trainer(max_epochs=1).fit(same, datamodule=DialogueDataModule(**settings), ckpt_path=path)
+    rest = [i for _, indices, _ in same.seen for i in indices]
+    assert len(rest) == len(set(rest)) == 20

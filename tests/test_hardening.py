@@ -1124,7 +1124,7 @@ def test_the_lightning_package_variable_against_the_scripts_package_is_named():
     )
     assert proc.returncode == 0, proc.stderr
     assert re.search(
-        r"RuntimeWarning: LIGHTNING_DIV_LIGHTNING='lightning' binds lightning-div's classes to lightning\.pytorch, "
+        r"LIGHTNING_DIV_LIGHTNING='lightning' binds lightning-div's classes to lightning\.pytorch, "
         r"but this process imported pytorch_lightning already: a pytorch_lightning Trainer refuses them",
         proc.stderr,
     ), proc.stderr

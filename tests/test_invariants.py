@@ -109,11 +109,13 @@ def test_train_loader_state_skips_the_batches_already_trained_on():
     dm = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), batch_size=3, show_progress=False)
     loader = dm.train_dataloader()
     assert isinstance(loader, ResumableDataLoader)
-    assert loader.state_dict() == {"epoch": 0, "batches": 0}  # no Trainer: nothing trained on yet
+    state = loader.state_dict()
+    assert state == {"epoch": 0, "batches": 0, "settings": state["settings"]}  # no Trainer: nothing trained on yet
+    assert state["settings"] == {"batch_size": 3, "train_examples_per_epoch": None, "world_size": 1}
     whole = [b["index"].tolist() for b in loader]
     loader.progress = lambda: 2
     state = loader.state_dict()
-    assert state == {"epoch": 0, "batches": 2}
+    assert state == {"epoch": 0, "batches": 2, "settings": state["settings"]}
     fresh = dm.train_dataloader()
     fresh.load_state_dict(state)
     assert [b["index"].tolist() for b in fresh] == whole[2:]

@@ -230,6 +230,70 @@ def test_a_folder_missing_a_chunk_or_its_index_is_written_again(tmp_path, damage
     assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name]  # nothing else left beside it
 
 
+def _edit_index(folder: Path) -> str:
+    index = json.loads((folder / "index.json").read_text())
+    index["chunks"][0]["chunk_size"] += 8  # 40 -> 48 items in one chunk: LitData's header check failed every run
+    (folder / "index.json").write_text(json.dumps(index))
+    return "index.json does not match the sha256 recorded"
+
+
+def _edit_checksums(folder: Path, how: str) -> str:
+    record = json.loads((folder / "lightning_div.json").read_text())
+    name = sorted(record["chunks"])[0]
+    if how == "bytes -> cytes":
+        record["chunks"][name] = {"cytes" if k == "bytes" else k: v for k, v in record["chunks"][name].items()}
+    else:
+        record["chunks"][name] = 7
+    (folder / "lightning_div.json").write_text(json.dumps(record))
+    return rf"lightning_div\.json: the entry of {name} is not"
+
+
+@pytest.mark.parametrize("damage", ["an edited chunk_size", "bytes -> cytes", "an int entry"])
+def test_edited_folder_metadata_is_one_warning_and_a_rewrite(tmp_path, damage):
+    """Issue 44 M4 / M5: an edited index.json failed every run inside LitData (header item count); a damaged
+    lightning_div.json gave KeyError / TypeError in prepare_data, every run."""
+    pairs = list(chitchat_pairs("train", 6))[:40]
+    folder = small_module(tmp_path, pairs).chunk_dir()
+    message = _edit_index(folder) if damage == "an edited chunk_size" else _edit_checksums(folder, damage)
+    with pytest.warns(UserWarning, match=rf"LitData chunks in '{folder}' cannot be used \(.*{message}") as record:
+        dm = small_module(tmp_path, pairs)
+        dm.prepare_data()
+    assert len([w for w in record if "cannot be used" in str(w.message)]) == 1
+    assert ids_of(dm) == expected_ids(pairs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # written again whole: the next run uses it silently
+        assert small_module(tmp_path, pairs).chunk_dir() == folder
+
+
+UNGUARDED = """
+import sys
+from pathlib import Path
+from helpers import chitchat_pairs
+from test_streaming import small_module
+
+small_module(Path(sys.argv[1]), list(chitchat_pairs("train", 6))[:40]).prepare_data()
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_what_to_do(tmp_path):
+    """Issue 44 L6: the parent failed with LitData's `AssertionError: No chunks found`."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'tests'}", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "stream")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: LitData wrote no chunks to ") and 'if __name__ == "__main__":' in last, (
+        proc.stderr[-3000:]
+    )
+
+
 CHILD = """
 import sys, time
 from pathlib import Path

@@ -63,6 +63,19 @@ def choose_package(environ: dict[str, str] | None = None, loaded: set[str] | Non
 
 #: The Lightning package every lightning-div class binds to in this process.
 PACKAGE = choose_package()
+_OTHER = "pytorch_lightning" if PACKAGE == "lightning.pytorch" else "lightning.pytorch"
+if os.environ.get(ENVIRONMENT_VARIABLE, "").strip() and _OTHER in sys.modules:
+    # the variable overrode the package the script uses: that package's Trainer will refuse our classes
+    # with "`model` must be a `LightningModule`", which does not name the variable
+    import warnings
+
+    warnings.warn(
+        f"{ENVIRONMENT_VARIABLE}={os.environ[ENVIRONMENT_VARIABLE].strip()!r} binds lightning-div's classes to "
+        f"{PACKAGE}, but this process imported {_OTHER} already: a {_OTHER} Trainer refuses them ('`model` must "
+        f"be a `LightningModule`'). Unset {ENVIRONMENT_VARIABLE}, or use {PACKAGE}'s Trainer",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 #: Its Fabric package (rank-zero utilities): ``lightning_fabric`` or ``lightning.fabric``.
 FABRIC = "lightning.fabric" if PACKAGE == "lightning.pytorch" else "lightning_fabric"
 

@@ -11,6 +11,7 @@ is there.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -20,8 +21,45 @@ from typing import Any, Literal
 from lightning_div._internal.lightning import pl, rank_zero
 from lightning_div.keys import SUMMARY_KEYS
 
+log = logging.getLogger(__name__)
+
 When = Literal["auto", "always", "never"]
 QUIET_ENV = "LIGHTNING_DIV_PROGRESS"  # "0" silences it everywhere (e.g. in a job whose log must stay short)
+_TRUE = ("1", "true", "yes", "on", "y", "t")
+_FALSE = ("0", "false", "no", "off", "n", "f")
+
+
+def progress_wanted(value: str | None = None) -> bool:
+    """``LIGHTNING_DIV_PROGRESS`` as a boolean, read as the ecosystem reads switches.
+
+    Case and surrounding spaces do not matter: ``1``/``true``/``yes``/``on``/``y``/``t`` and
+    ``0``/``false``/``no``/``off``/``n``/``f``, any integer (``00`` is 0: off); unset or empty: on.
+
+    Args:
+        value: the value (default: the environment variable's).
+
+    Returns:
+        Whether the plain progress lines are wanted.
+
+    Raises:
+        ValueError: another value, naming the variable and the values it takes.
+
+    Examples:
+        >>> [progress_wanted(v) for v in ("FALSE", "Off", " no ", "00", "1", "")]
+        [False, False, False, False, True, True]
+    """
+    raw = os.environ.get(QUIET_ENV) if value is None else value
+    text = (raw or "").strip().lower()
+    if not text or text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    try:
+        return int(text) != 0
+    except ValueError:
+        raise ValueError(
+            f"{QUIET_ENV}={raw!r} is not a switch: use 0/1, false/true, no/yes or off/on (any case)"
+        ) from None
 
 
 def output_is_a_terminal() -> bool:
@@ -55,8 +93,14 @@ class PlainProgress(pl.Callback):
         every_n_steps: a line every this many training steps (0: none; the per-epoch and
             per-measurement lines remain).
         when: ``"auto"`` prints only when stdout is not a terminal, ``"always"`` and ``"never"``
-            as they say. The environment variable ``LIGHTNING_DIV_PROGRESS=0`` silences it too.
-        stream: where to write (default ``sys.stdout``).
+            as they say. The environment variable ``LIGHTNING_DIV_PROGRESS=0`` (or ``false``, ``off``,
+            ``no``, any case; see :func:`progress_wanted`) silences it too.
+        stream: where to write (default ``sys.stdout``). If writing to it fails (a closed stream, a
+            broken pipe, a full disk), it stops printing and logs one warning; training goes on.
+
+    Raises:
+        ValueError: ``every_n_steps`` or ``when`` is invalid, or ``LIGHTNING_DIV_PROGRESS`` holds no
+            switch value.
 
     Example:
         ``Trainer(callbacks=[..., PlainProgress(every_n_steps=100)])``; ``lightning-div fit`` adds
@@ -68,23 +112,39 @@ class PlainProgress(pl.Callback):
             raise ValueError(f"every_n_steps must be an integer >= 0, got {every_n_steps!r}")
         if when not in ("auto", "always", "never"):
             raise ValueError(f"when={when!r} is unknown; use 'auto', 'always' or 'never'")
+        progress_wanted()  # a value of LIGHTNING_DIV_PROGRESS that is no switch is said here, not mid-fit
         self.every_n_steps = every_n_steps
         self.when = when
         self.stream = stream
         self._epoch_start = 0.0
         self._fit_start = 0.0
+        self._failed = False  # its output failed once: it prints nothing more (training goes on)
 
     @property
     def active(self) -> bool:
-        """Whether it prints (``when``, the terminal check and ``LIGHTNING_DIV_PROGRESS``)."""
-        if os.environ.get(QUIET_ENV, "1").strip() in ("0", "false", "no", "off"):
+        """Whether it prints (``when``, the terminal check, ``LIGHTNING_DIV_PROGRESS``, an output that failed).
+
+        Raises:
+            ValueError: ``LIGHTNING_DIV_PROGRESS`` holds no switch value (see :func:`progress_wanted`).
+        """
+        if self._failed or not progress_wanted():
             return False
         return self.when == "always" or (self.when == "auto" and not output_is_a_terminal())
 
     @rank_zero.rank_zero_only
     def _say(self, text: str) -> None:
-        if self.active:
+        if not self.active:
+            return
+        try:
             print(f"lightning-div: {text}", file=self.stream or sys.stdout, flush=True)
+        except (OSError, ValueError) as err:  # a closed stream, a broken pipe, a full disk: never stop training
+            self._failed = True
+            log.warning(
+                "PlainProgress: writing a progress line failed (%s: %s); no more progress lines in this run, "
+                "training continues",
+                type(err).__name__,
+                err,
+            )
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # setup, not on_fit_start: it runs for every callback before any on_fit_start, so this line comes

@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div.cli.common import OFFLINE_ENCODER, Parser, UsageError, build_encoder, require_files, say
+from lightning_div.cli.common import (
+    OFFLINE_ENCODER,
+    Parser,
+    UsageError,
+    build_encoder,
+    refuse_overwriting_inputs,
+    require_files,
+    say,
+)
 
 DESCRIPTION = "Fit semantic clusters, print their cards, or assign responses to them."
 CLUSTERS_FILE_HELP = "a clusters file (.npz), as 'lightning-div clusters fit' or SemanticClusters.save writes it"
@@ -107,6 +115,7 @@ def fit_command(args: argparse.Namespace) -> int:
 
     if not str(args.data).startswith("chitchat"):
         require_files([("--data", args.data)])
+        refuse_overwriting_inputs([("--out", args.out)], [("--data", args.data)])
     texts = read_responses(args.data, field=args.field)
     if not texts:
         raise ValueError(f"{args.data}: no responses to fit clusters on")
@@ -146,6 +155,7 @@ def assign_command(args: argparse.Namespace) -> int:
 
     clusters = load_clusters(args.file)
     require_files([("--responses", args.responses)])
+    refuse_overwriting_inputs([("--output", args.output)], [("", args.file), ("--responses", args.responses)])
     responses = read_responses(args.responses, field=args.field)
     if not responses:
         raise ValueError(f"{args.responses}: no responses to assign")

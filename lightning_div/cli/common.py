@@ -77,6 +77,9 @@ def warn(prog: str, message: str) -> None:
     print(terminal_safe(f"{prog}: {' '.join(message.split())}"), file=sys.stderr)
 
 
+MAX_MESSAGE = 2000  # characters of an error message shown on its one line
+
+
 def describe(err: BaseException) -> str:
     """An exception as one line in our words: an OS error as ``<path>: no such file`` (or its reason)."""
     if isinstance(err, OSError) and err.filename is not None and err.strerror:
@@ -84,7 +87,10 @@ def describe(err: BaseException) -> str:
         message = f"{err.filename}: {reason}"
     else:
         message = str(err) or type(err).__name__
-    return terminal_safe(" ".join(message.split()))
+    message = " ".join(message.split())
+    if len(message) > MAX_MESSAGE:  # a value quoted whole (an expanded YAML alias: 5.2 MB) is no longer one line
+        message = f"{message[:MAX_MESSAGE]} … ({len(message):,} characters, the first {MAX_MESSAGE:,} shown)"
+    return terminal_safe(message)
 
 
 def require_files(paths: Sequence[tuple[str, str | None]]) -> None:
@@ -100,6 +106,37 @@ def require_files(paths: Sequence[tuple[str, str | None]]) -> None:
     missing = [f"{option} {path}".strip() for option, path in paths if path is not None and not Path(path).exists()]
     if missing:
         raise UsageError("; ".join(f"{m}: no such file" for m in missing))
+
+
+def refuse_overwriting_inputs(
+    outputs: Sequence[tuple[str, str | None]], inputs: Sequence[tuple[str, str | None]]
+) -> None:
+    """Raise a :class:`UsageError` when an output path is one of the inputs (the same file by any path).
+
+    ``score victim.txt --output victim.txt`` wrote the scores over the responses it had read, exit 0.
+
+    Args:
+        outputs: ``(option, path)`` of each file the command writes (a None path is skipped).
+        inputs: ``(option, path)`` of each file it reads (``""`` for a positional argument).
+
+    Raises:
+        UsageError: ``<option> <path> is the input <path>: ...``.
+    """
+    for out_option, out in outputs:
+        if out is None:
+            continue
+        target = Path(out)
+        for in_option, source in inputs:
+            if source is None:
+                continue
+            same = target.resolve() == Path(source).resolve()
+            if not same and target.exists() and Path(source).exists():
+                same = os.path.samefile(target, source)  # a hard link, another spelling of the path
+            if same:
+                named = f"{in_option} {source}".strip()
+                raise UsageError(
+                    f"{out_option} {out} is the input {named}: writing there would destroy it; choose another file"
+                )
 
 
 def build_encoder(name: str, pooling: str | None, quiet: bool, batch_size: int = 32) -> Any:

@@ -84,7 +84,12 @@ def dispatch(argv: list[str], from_sys_argv: bool = False) -> int:
         return mistake("lightning-div", err)
     prog = f"lightning-div {name}"
     if name in TRAINING:
-        from lightning_div.cli.train import run_lightning, training_user_errors
+        try:
+            from lightning_div.cli.train import run_lightning, training_user_errors
+        except ImportError as err:  # LIGHTNING_DIV_LIGHTNING names no Lightning package: a mistake, not a bug
+            if "LIGHTNING_DIV_LIGHTNING" not in str(err):
+                raise
+            return mistake(prog, err)
 
         return run_command(prog, lambda: run_lightning(name, argv[1:], from_sys_argv), training_user_errors())
     module = importlib.import_module(COMMANDS[name].module)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightning_div._internal.io import atomic_write_text
-from lightning_div.cli.common import Parser, require_files, say
+from lightning_div.cli.common import Parser, refuse_overwriting_inputs, require_files, say
 
 if TYPE_CHECKING:
     from lightning_div.meta_eval.data import MetaEvalData
@@ -252,6 +252,7 @@ def execute(args: argparse.Namespace) -> int:
         The exit code, 0.
     """
     require_files([("--data", args.data)])
+    refuse_overwriting_inputs([("--output", args.output)], [("--data", args.data), ("--clusters", args.clusters)])
     return _report(args, run(args))
 
 

@@ -19,7 +19,16 @@ from typing import Any
 
 from lightning_div._internal.io import atomic_write_text
 from lightning_div._internal.text import TokenizerSpec
-from lightning_div.cli.common import OFFLINE_ENCODER, Parser, UsageError, build_encoder, require_files, say, warn
+from lightning_div.cli.common import (
+    OFFLINE_ENCODER,
+    Parser,
+    UsageError,
+    build_encoder,
+    refuse_overwriting_inputs,
+    require_files,
+    say,
+    warn,
+)
 from lightning_div.keys import DEFAULT_LEXICAL, LEXICAL_NAMES, LEXICAL_PATTERN
 
 # lightning_div.metrics (torch, torchmetrics) is imported where a score is computed, not here: --help and a
@@ -274,7 +283,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--fit-clusters must be at least 1, got {args.fit_clusters}")
     if args.vocab_size is not None and args.vocab_size < 1:
         raise UsageError(f"--vocab-size must be at least 1, got {args.vocab_size}")
-    require_files([("", f) for f in args.responses] + [("--gold", args.gold), ("--clusters", args.clusters)])
+    inputs = [("", f) for f in args.responses] + [("--gold", args.gold), ("--clusters", args.clusters)]
+    require_files(inputs)
+    refuse_overwriting_inputs([("--output", args.output)], inputs)
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -142,6 +142,7 @@ def run_lightning(command: str, argv: list[str], from_sys_argv: bool = False) ->
     # dict per subcommand: LightningCLI writes each subcommand's description into its own.
     parser_kwargs: dict[str, Any] = {"prog": "lightning-div", "exit_on_error": False}
     parser_kwargs.update({name: {"exit_on_error": False} for name in LightningCLI.subcommands()})
+    check_environment()
     check_config_files(argv)
     with third_party_notices_hidden():
         try:
@@ -183,6 +184,20 @@ def instantiation_mistake(err: BaseException) -> BaseException | None:
     return None
 
 
+def check_environment() -> None:
+    """The environment variables lightning-div reads hold values it takes, said before anything starts.
+
+    Raises:
+        UsageError: ``LIGHTNING_DIV_PROGRESS`` is no switch value (``0``/``1``, ``false``/``true``, ...).
+    """
+    from lightning_div.callbacks.progress import progress_wanted
+
+    try:
+        progress_wanted()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
 def check_config_files(argv: list[str]) -> None:
     """Each ``--config`` / ``-c`` file that exists must be valid YAML; said with its name and line.
 
@@ -200,7 +215,7 @@ def check_config_files(argv: list[str]) -> None:
         if not Path(path).is_file():
             continue
         try:
-            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -208,6 +223,39 @@ def check_config_files(argv: list[str]) -> None:
             raise UsageError(f"--config {path}: not valid YAML ({problem}{where})") from None
         except UnicodeDecodeError as err:
             raise UsageError(f"--config {path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+        values = expanded_size(config)
+        if values > MAX_CONFIG_VALUES:
+            raise UsageError(
+                f"--config {path}: its YAML aliases expand to {values:,} values (at most {MAX_CONFIG_VALUES:,}): "
+                "an alias bomb? Write the values out"
+            )
+
+
+# A config of ours holds hundreds of values; a file of a few hundred bytes whose aliases refer to aliases
+# ("billion laughs") expands to hundreds of millions, which the config parser then copies (560 MB, minutes).
+MAX_CONFIG_VALUES = 1_000_000
+
+
+def expanded_size(value: Any) -> int:
+    """How many values ``value`` holds with every shared part counted each time it appears (YAML aliases
+    expanded), computed without expanding: each container's size once.
+
+    >>> shared = [1, 2, 3]
+    >>> expanded_size({"a": shared, "b": [shared, shared]})
+    15
+    """
+    sizes: dict[int, int] = {}
+
+    def size(v: Any) -> int:
+        if not isinstance(v, (dict, list)):
+            return 1
+        if id(v) not in sizes:
+            sizes[id(v)] = 0  # a cycle (an alias inside itself) counts once
+            children = [*v.keys(), *v.values()] if isinstance(v, dict) else v
+            sizes[id(v)] = 1 + sum(size(c) for c in children)
+        return sizes[id(v)]
+
+    return size(value)
 
 
 _KEY = re.compile(r'^Parser key "(?P<key>[^"]+)":\s*')

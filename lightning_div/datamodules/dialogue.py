@@ -451,14 +451,21 @@ class DialogueDataModule(pl.LightningDataModule):
         rank, size = rank_and_world()
         return size, rank
 
-    def _loader(self, dataset: EncodedDialogues, sampler: Sampler, batch_size: int, progress: Any = None) -> DataLoader:
+    def _loader(
+        self,
+        dataset: EncodedDialogues,
+        sampler: Sampler,
+        batch_size: int,
+        progress: Any = None,
+        settings: dict[str, Any] | None = None,
+    ) -> DataLoader:
         # how negatives are trained travels with every batch (the training_step reads it there, not from here)
         collate = DialogueCollator(pad_id_of(self.tokenizer), seq2seq=self.seq2seq, negative_loss=self._negatives.loss)
         kwargs: dict[str, Any] = dict(
             batch_size=batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers, drop_last=False
         )
         if progress is not None:
-            return ResumableDataLoader(dataset, progress=progress, **kwargs)
+            return ResumableDataLoader(dataset, progress=progress, settings=settings, **kwargs)
         return DataLoader(dataset, **kwargs)
 
     def train_dataset(self) -> EncodedDialogues:
@@ -477,7 +484,9 @@ class DialogueDataModule(pl.LightningDataModule):
         """Shuffled; under DDP every example once per epoch (loss mode) or weighted draws (sampler mode).
 
         A :class:`~lightning_div.datamodules.samplers.ResumableDataLoader`: a run resumed from a
-        mid-epoch checkpoint trains on exactly the batches of that epoch not yet trained on.
+        mid-epoch checkpoint trains on exactly the batches of that epoch not yet trained on; resumed
+        mid-epoch with another ``batch_size``, ``train_examples_per_epoch`` or number of processes, it
+        raises a ``ValueError`` naming the change (those batches would be other examples).
         """
         dataset = self.train_dataset()
         num_replicas, rank = self._world()
@@ -514,8 +523,18 @@ class DialogueDataModule(pl.LightningDataModule):
         trainer = self._trainer_or_none()
         sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
         self._train_loader_built = True
+        # a mid-epoch position counts batches: it means the same examples only under these (checked on resume)
+        settings = {
+            "batch_size": self.batch_size,
+            "train_examples_per_epoch": self.train_examples_per_epoch,
+            "world_size": num_replicas,
+        }
         return self._loader(
-            dataset, sampler, self.batch_size, progress=lambda: batches_trained_this_epoch(self._trainer_or_none())
+            dataset,
+            sampler,
+            self.batch_size,
+            progress=lambda: batches_trained_this_epoch(self._trainer_or_none()),
+            settings=settings,
         )
 
     def _eval_loader(self, name: str) -> DataLoader:

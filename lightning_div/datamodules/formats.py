@@ -451,6 +451,12 @@ def read_dailydialog(
     return out.result(dedupe)
 
 
+# Python's JSON decoder recurses once per nesting level: "[" x 100,000 raised RecursionError, a crash, not a line
+TOO_DEEP = (
+    "invalid JSON (nested deeper than Python's JSON decoder can read; no record of ours nests more than 3 levels)"
+)
+
+
 def _json_records(path: str | os.PathLike, text: str) -> Iterator[tuple[int, Any]]:
     """(line, value) of a JSON list of records or of JSON Lines (one value a line)."""
     decoder = json.JSONDecoder()
@@ -458,9 +464,12 @@ def _json_records(path: str | os.PathLike, text: str) -> Iterator[tuple[int, Any
     if not stripped.startswith("["):
         for number, line in _lines(text):
             try:
-                yield number, json.loads(line)
+                value = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataFormatError(f"{path}:{number}", f"invalid JSON ({e.msg} at column {e.colno})") from None
+            except RecursionError:
+                raise DataFormatError(f"{path}:{number}", TOO_DEEP) from None
+            yield number, value
         return
 
     def line_of(pos: int) -> int:
@@ -479,6 +488,8 @@ def _json_records(path: str | os.PathLike, text: str) -> Iterator[tuple[int, Any
             value, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             raise DataFormatError(f"{path}:{e.lineno}", f"invalid JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise DataFormatError(f"{path}:{line_of(pos)}", TOO_DEEP) from None
         yield line_of(pos), value
         pos = skip(end)
         if pos < len(text) and text[pos] == ",":
@@ -689,7 +700,15 @@ def read_hf(
 
     if isinstance(data, (str, os.PathLike)):
         name = name or str(data)
-        data = datasets.load_from_disk(str(data))
+        try:
+            data = datasets.load_from_disk(str(data))
+        except FileNotFoundError as err:
+            if not Path(data).is_dir():
+                raise
+            # said before as "<dir>: no such file" (datasets' FileNotFoundError), which the reader can only doubt
+            raise DataFormatError(
+                str(data), "a directory, but not a saved Hugging Face dataset (save_to_disk's folder): give a file"
+            ) from err
     name = name or "dataset"
     if isinstance(data, datasets.DatasetDict):
         available = list(data)

@@ -297,30 +297,66 @@ class ResumableDataLoader(DataLoader):
     ``batches * batch_size`` indices in a :class:`ResumableSampler`. The sampler's order is
     a function of (seed, epoch), so the batches left are those the uninterrupted run had.
 
+    Batches are counted, not examples, so the position means the same examples only under the same
+    batch size, examples per epoch and number of processes: ``settings`` (saved with the position)
+    holds them, and a mid-epoch resume under other settings is refused, naming each change (the
+    rest of the epoch would skip or repeat examples). A resume at an epoch's end takes any settings.
+
     Args:
         progress: returns how many batches of the current epoch have been trained on;
             without it the state says 0 (resuming then restarts the epoch, as a DataLoader does).
+        settings: what the position depends on besides the sampler's seed (the datamodule gives
+            ``batch_size``, ``train_examples_per_epoch`` and ``world_size``); None: not checked.
         *args: as :class:`torch.utils.data.DataLoader`.
         **kwargs: as :class:`torch.utils.data.DataLoader`; ``sampler`` must be a
             :class:`ResumableSampler` for a restored position to take effect.
     """
 
-    def __init__(self, *args: Any, progress: Callable[[], int] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        progress: Callable[[], int] | None = None,
+        settings: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.progress = progress
+        self.settings = None if settings is None else dict(settings)
 
-    def state_dict(self) -> dict[str, int]:
-        """``{"epoch": sampler epoch, "batches": batches of it trained on}``."""
-        return {
+    def state_dict(self) -> dict[str, Any]:
+        """``{"epoch": sampler epoch, "batches": batches of it trained on}``, and ``"settings"`` when given."""
+        state: dict[str, Any] = {
             "epoch": int(getattr(self.sampler, "epoch", 0)),
             "batches": int(self.progress()) if self.progress is not None else 0,
         }
+        if self.settings is not None:
+            state["settings"] = dict(self.settings)
+        return state
 
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        """Make the next iteration over ``state_dict["epoch"]`` skip its first ``state_dict["batches"]`` batches."""
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Make the next iteration over ``state_dict["epoch"]`` skip its first ``state_dict["batches"]`` batches.
+
+        Raises:
+            ValueError: a mid-epoch position saved under other ``settings`` (each change named), or a
+                loader that cannot start part-way.
+        """
         batches = int(state_dict.get("batches", 0))
         if not batches:
             return
+        saved = state_dict.get("settings")
+        if isinstance(saved, dict) and self.settings is not None:
+            changed = [
+                f"{k} {saved.get(k)!r} -> {self.settings.get(k)!r}"
+                for k in sorted(set(saved) | set(self.settings))
+                if saved.get(k) != self.settings.get(k)
+            ]
+            if changed:
+                raise ValueError(
+                    f"cannot resume epoch {state_dict.get('epoch')} mid-way: the checkpoint was saved after "
+                    f"{batches} batch(es) of it, and since then {', '.join(changed)}; the rest of the epoch would "
+                    "skip or repeat examples. Resume with the checkpoint's settings (they may change at the "
+                    "next epoch: resume from a checkpoint saved at an epoch's end)"
+                )
         if not isinstance(self.sampler, ResumableSampler) or self.batch_size is None:
             raise ValueError(
                 f"ResumableDataLoader can resume mid-epoch only with a ResumableSampler and a batch_size, "

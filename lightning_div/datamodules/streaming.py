@@ -49,13 +49,14 @@ from lightning_div._internal.io import (
     file_digest,
     remove_stale_temporaries,
 )
-from lightning_div.pairs import DialoguePair
 from lightning_div.datamodules.dialogue import DialogueDataModule, _info
 from lightning_div.datamodules.encoding import EncodedPairs
+from lightning_div.pairs import DialoguePair
 
 __all__ = ["ChunkedPairs", "StreamingDialogueDataModule", "require_litdata"]
 
-_FORMAT_VERSION = 2  # bump when the item or folder layout changes: old folders are then not reused (2: checksums)
+# bump when the item or folder layout changes: old folders are then not reused (2: checksums; 3: index.json's too)
+_FORMAT_VERSION = 3
 CHECKSUMS = "lightning_div.json"  # each chunk file's size and sha256, written with the chunks
 DAMAGED = "damaged"  # left by a reader that found a chunk's bytes changed: the next run writes the folder again
 
@@ -172,18 +173,33 @@ class ChunkedPairs(Sequence):
 
 
 def _read_checksums(folder: Path) -> dict[str, Any]:
+    """``lightning_div.json``, every entry checked for its kind (an edited file is a ValueError, not a KeyError later)."""
     data = json.loads((folder / CHECKSUMS).read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not isinstance(data.get("chunks"), dict):
         raise ValueError(f"{CHECKSUMS} holds no chunk checksums")
+    if not isinstance(data.get("index_sha256"), str):
+        raise ValueError(f"{CHECKSUMS} holds no checksum of index.json")
+    for name, entry in data["chunks"].items():
+        if (
+            not isinstance(entry, dict)
+            or isinstance(entry.get("bytes"), bool)
+            or not isinstance(entry.get("bytes"), int)
+            or not isinstance(entry.get("sha256"), str)
+        ):
+            raise ValueError(
+                f"{CHECKSUMS}: the entry of {name} is not {{'bytes': <int>, 'sha256': <str>}}: {entry!r:.80}"
+            )
     return data
 
 
 def _write_checksums(folder: Path) -> None:
-    """Record each chunk file's size and sha256 in ``folder/lightning_div.json`` (before the folder is renamed)."""
+    """Record index.json's sha256 and each chunk file's size and sha256 in ``folder/lightning_div.json``
+    (before the folder is renamed)."""
     index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
     files = [folder / str(chunk["filename"]) for chunk in index["chunks"]]
     chunks = {p.name: {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files}
-    (folder / CHECKSUMS).write_text(json.dumps({"version": _FORMAT_VERSION, "chunks": chunks}), encoding="utf-8")
+    record = {"version": _FORMAT_VERSION, "index_sha256": file_digest(folder / "index.json"), "chunks": chunks}
+    (folder / CHECKSUMS).write_text(json.dumps(record), encoding="utf-8")
 
 
 def _folder_problem(folder: Path) -> str | None:
@@ -196,9 +212,14 @@ def _folder_problem(folder: Path) -> str | None:
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"index.json cannot be read: {type(e).__name__}: {e}"
     try:
-        recorded = _read_checksums(folder)["chunks"]
+        checksums = _read_checksums(folder)
     except (OSError, ValueError) as e:
         return f"{CHECKSUMS} cannot be read: {type(e).__name__}: {e}"
+    recorded = checksums["chunks"]
+    # index.json's own bytes: LitData reads each chunk's item count from it, so an edited count
+    # ("chunk_size": 40 -> 48) fails every run inside LitData ("header item count (40) does not match")
+    if file_digest(folder / "index.json") != checksums["index_sha256"]:
+        return "index.json does not match the sha256 recorded when it was written (edited or damaged)"
     for name in files:
         if name not in recorded:
             return f"{name} is listed in index.json but has no checksum"
@@ -370,7 +391,26 @@ class StreamingDialogueDataModule(DialogueDataModule):
         return out
 
     def _write_chunks(self, folder: Path, pairs: Sequence[DialoguePair], encoded: EncodedPairs) -> None:
-        """LitData chunks of ``encoded`` in ``folder``, with their checksums, verified item by item."""
+        """LitData chunks of ``encoded`` in ``folder``, with their checksums, verified item by item.
+
+        Raises:
+            RuntimeError: LitData wrote no chunks, as when the script has no ``if __name__ == "__main__":``
+                guard (its spawned workers import the script again); the message says so.
+        """
+        try:
+            self._optimize(folder, pairs, encoded)
+            _write_checksums(folder)
+            self._verify(ChunkedPairs(folder), encoded)
+        except AssertionError as e:  # LitData's own check, deep in its index reader
+            if "No chunks found" not in str(e):
+                raise
+            raise RuntimeError(
+                f"LitData wrote no chunks to {str(folder)!r}: its worker processes start by importing your script "
+                "again (the 'spawn' start method), so a script that writes streaming chunks must run its code under "
+                '`if __name__ == "__main__":` (the workers\' own errors are printed above)'
+            ) from e
+
+    def _optimize(self, folder: Path, pairs: Sequence[DialoguePair], encoded: EncodedPairs) -> None:
         litdata = require_litdata()
         try:
             litdata.optimize(
@@ -387,8 +427,6 @@ class StreamingDialogueDataModule(DialogueDataModule):
             if failure is None:
                 raise
             raise failure from e
-        _write_checksums(folder)
-        self._verify(ChunkedPairs(folder), encoded)
 
     @staticmethod
     def _verify(chunks: ChunkedPairs, encoded: EncodedPairs) -> None:

@@ -66,6 +66,8 @@ class MetaEvalData:
 
 
 def _number(text: Any, where: str) -> float:
+    if isinstance(text, bool):  # JSON true / false: float() reads them as 1 / 0, and they looked like conTest labels
+        raise ValueError(f"{where} = {str(text).lower()} is a boolean, not a number")
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -208,6 +210,10 @@ def read_sets_jsonl(path: str | Path) -> MetaEvalData:
             obj = json.loads(text)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{number}: invalid JSON: {err.msg} (column {err.colno})") from None
+        except RecursionError:  # "[" x 100,000: Python's decoder recurses once per level
+            raise ValueError(
+                f"{path}:{number}: invalid JSON: nested deeper than Python's JSON decoder can read"
+            ) from None
         item, name = _jsonl_set(obj, f"{path}:{number}", len(sets))
         sets.append(item)
         names.append(name)
