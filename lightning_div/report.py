@@ -1,7 +1,9 @@
 """``lightning-div report RUN_DIR --out report.html``: one self-contained HTML page of a run.
 
 The page is built only from what the callbacks and loggers wrote to disk: the
-CSVLogger's ``metrics.csv``, the artifact folder ``<log_dir>/lightning_div`` (PNG
+CSVLogger's ``metrics.csv`` or, in a run without one, the TensorBoardLogger's event files
+(``events.out.tfevents.*``, Lightning's default logger; read with TensorBoard's own
+``EventAccumulator``), the artifact folder ``<log_dir>/lightning_div`` (PNG
 figures and CSV tables named ``<key>_epoch<N>``, ``cluster_cards.csv``,
 ``cluster_shares.csv``) and the ``config.yaml`` LightningCLI saves. So it works on
 any run, including one that crashed halfway (a torn last line of ``metrics.csv`` is
@@ -67,6 +69,7 @@ class RunFiles:
     version: Path
     metrics_csv: Path | None
     artifacts: Path | None
+    events: list[Path] = field(default_factory=list)
     configs: list[Path] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
@@ -86,12 +89,24 @@ def _admit(path: Path, root: Path, skipped: list[str]) -> bool:
     return False
 
 
-def _is_version(d: Path) -> bool:
+EVENT_FILES = "events.out.tfevents.*"
+
+
+def _event_files(d: Path) -> list[Path]:
+    return sorted(p for p in d.glob(EVENT_FILES) if p.is_file())
+
+
+def _ours(d: Path) -> bool:
+    """A CSVLogger's or the lightning-div callbacks' folder (preferred over a TensorBoard-only one)."""
     return (d / "metrics.csv").is_file() or (d / ARTIFACTS).is_dir()
 
 
+def _is_version(d: Path) -> bool:
+    return _ours(d) or bool(_event_files(d))
+
+
 def _written_at(d: Path) -> float:
-    times = [p.stat().st_mtime for p in [d / "metrics.csv", d / ARTIFACTS] if p.exists()]
+    times = [p.stat().st_mtime for p in [d / "metrics.csv", d / ARTIFACTS, *_event_files(d)] if p.exists()]
     if (d / ARTIFACTS).is_dir():
         times += [p.stat().st_mtime for p in (d / ARTIFACTS).iterdir()]
     return max(times, default=0.0)
@@ -100,6 +115,9 @@ def _written_at(d: Path) -> float:
 def find_run(run_dir: str | Path) -> RunFiles:
     """The version folder of ``run_dir`` to report: itself, or the most recently written one below it.
 
+    A version folder holds a ``metrics.csv``, a ``lightning_div/`` folder of figures or TensorBoard
+    event files. Below ``run_dir``, one with a ``metrics.csv`` or figures is preferred: a run logging
+    to CSV and TensorBoard (the demo) writes them to two folders, and the figures are in the first.
     Only folders and files that resolve inside ``run_dir`` are taken (the others are in ``skipped``).
     """
     root = Path(run_dir)
@@ -113,15 +131,16 @@ def find_run(run_dir: str | Path) -> RunFiles:
         found = [d for d in found if _admit(d, root, skipped)]
         if not found:
             raise ValueError(
-                f"{root}: no run below it (no metrics.csv from a CSVLogger and no {ARTIFACTS}/ folder "
-                "of lightning-div figures); give a run's default_root_dir or one logger version folder"
+                f"{root}: no run below it (no metrics.csv from a CSVLogger, no TensorBoard event files and no "
+                f"{ARTIFACTS}/ folder of lightning-div figures); give a run's default_root_dir or one logger version folder"
                 + "".join(f"; {note}" for note in skipped)
             )
-        version = max(found, key=lambda d: (_written_at(d), str(d)))
+        version = max(found, key=lambda d: (_ours(d), _written_at(d), str(d)))
     run = RunFiles(root=root, version=version, metrics_csv=None, artifacts=None, skipped=skipped)
     metrics, artifacts = version / "metrics.csv", version / ARTIFACTS
     run.metrics_csv = metrics if metrics.is_file() and run.admit(metrics) else None
     run.artifacts = artifacts if artifacts.is_dir() and run.admit(artifacts) else None
+    run.events = [p for p in _event_files(version) if run.admit(p)]
     # LightningCLI saves config.yaml beside the logs: from the version folder up to the run folder, no higher
     folder = version
     while True:
@@ -179,6 +198,41 @@ def read_metrics(path: Path, notes: list[str]) -> dict[str, list[tuple[float, fl
                 continue
             series[name].append((epoch, step, value))
     return dict(series)
+
+
+def read_tensorboard(folder: Path, notes: list[str]) -> dict[str, list[tuple[float, float, float]]]:
+    """Per scalar tag, its (epoch, step, value) points from the TensorBoard event files in ``folder``.
+
+    Read with TensorBoard's own ``EventAccumulator``, every point kept (its default samples 10,000 per
+    tag). Lightning logs ``epoch`` beside every scalar at the same step: a point's epoch is that of the
+    ``epoch`` point at its step written closest in time (NaN in a log without one). A file TensorBoard
+    cannot read becomes a note, not an error.
+    """
+    from tensorboard.backend.event_processing import event_accumulator
+
+    try:
+        acc = event_accumulator.EventAccumulator(str(folder), size_guidance={event_accumulator.SCALARS: 0})
+        acc.Reload()
+        tags = list(acc.Tags().get(event_accumulator.SCALARS, []))
+        points = {tag: [(e.wall_time, e.step, e.value) for e in acc.Scalars(tag)] for tag in tags}
+    except Exception as err:  # a torn or foreign file: the rest of the page still comes
+        notes.append(f"the TensorBoard event files in {folder.name} could not be read ({type(err).__name__}: {err})")
+        return {}
+    epochs_at: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for wall, step, value in points.pop("epoch", []):
+        epochs_at[step].append((wall, value))
+    if all(value == -1 for _, _, value in points.get("hp_metric", [])):  # TensorBoardLogger's placeholder
+        points.pop("hp_metric", None)
+
+    def epoch_of(wall: float, step: int) -> float:
+        near = epochs_at.get(step)
+        return min(near, key=lambda p: abs(p[0] - wall))[1] if near else math.nan
+
+    return {
+        tag: [(epoch_of(wall, step), float(step), float(value)) for wall, step, value in pts]
+        for tag, pts in points.items()
+        if pts
+    }
 
 
 def _png(fig: Any) -> bytes:
@@ -433,9 +487,13 @@ def build_report(run_dir: str | Path) -> str:
     """The HTML page of the run in ``run_dir`` (see the module doc)."""
     run = find_run(run_dir)
     notes: list[str] = []
-    series = read_metrics(run.metrics_csv, notes) if run.metrics_csv else {}
-    if run.metrics_csv is None:
-        notes.append("no metrics.csv (the run had no CSVLogger): no scalar plots")
+    if run.metrics_csv is not None:
+        series = read_metrics(run.metrics_csv, notes)
+    elif run.events:
+        series = read_tensorboard(run.version, notes)
+    else:
+        series = {}
+        notes.append("no metrics.csv and no TensorBoard event files (the run had neither logger): no scalar plots")
     artifacts = _Artifacts(run, notes)
     if run.artifacts is None:
         notes.append(f"no {ARTIFACTS}/ folder: no figures or tables from the lightning-div callbacks")

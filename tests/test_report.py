@@ -248,3 +248,62 @@ def test_a_truncated_png_is_left_out_with_a_note(tmp_path):
     page = build_report(tmp_path / "run")
     assert 'alt="val/cluster_shares"' not in page
     assert "val_cluster_shares_epoch1.png is not a complete PNG image" in page
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 43 item 4: a run logged to TensorBoard only (Lightning's default logger), as the quick start's
+
+
+@pytest.fixture(scope="module")
+def tensorboard_run(tmp_path_factory) -> tuple[Path, dict[str, float]]:
+    """A real two-epoch run with Lightning's default logger (TensorBoard) and no CSVLogger."""
+    root = tmp_path_factory.mktemp("tb_run")
+    ruq = RUQMonitor(num_train_prompts=6, num_val_prompts=6, plot=False, show_progress=False, batch_size=8)
+    tr = trainer(root, [ruq], loggers=True, max_epochs=2, limit_train_batches=2, limit_val_batches=1)
+    tr.fit(tiny_lm(), datamodule=datamodule())
+    assert type(tr.logger).__name__ == "TensorBoardLogger" and not list(root.rglob("metrics.csv"))
+    return root, {k: float(v) for k, v in tr.callback_metrics.items()}
+
+
+def test_a_tensorboard_only_run_has_its_scalars(tensorboard_run):
+    from lightning_div.report import read_tensorboard
+
+    root, logged = tensorboard_run
+    run = find_run(root)
+    assert run.version == root / "lightning_logs" / "version_0" and run.events and run.metrics_csv is None
+    series = read_tensorboard(run.version, notes := [])
+    assert not notes
+    # one point per epoch, each with its epoch (from Lightning's `epoch` scalar at the same step), last = logged
+    for key in ("val/ruq", "train/ruq", "val/ruq_margin", "val/loss"):
+        assert [e for e, _, _ in series[key]] == [0.0, 1.0], key
+        assert series[key][-1][2] == pytest.approx(logged[key], rel=1e-6), key
+    steps = [s for _, s, _ in series["val/ruq"]]
+    assert steps[1] - steps[0] == 2.0  # 2 training batches an epoch
+    assert "epoch" not in series and "hp_metric" not in series  # Lightning's bookkeeping, not metrics
+    page = build_report(root)
+    assert "epochs 0-1" in page and "no epoch measured" not in page
+    assert '<img alt="val"' in page and '<img alt="train"' in page  # the scalar plots
+    summary = re.search(r'<table id="summary">(.*?)</table>', page, re.S).group(1)
+    assert f'<td>val/ruq</td><td class="num">{logged["val/ruq"]:.4f}</td><td class="num">1</td>' in summary
+    assert "no metrics.csv" not in page
+
+
+def test_csv_and_figures_are_preferred_over_a_later_tensorboard_folder(tmp_path):
+    """The demo logs CSV (with the figures beside it) and TensorBoard to two folders: the CSV one is reported."""
+    import os
+
+    version = hand_made_run(tmp_path / "run")
+    tb = tmp_path / "run" / "tensorboard" / "version_0"
+    tb.mkdir(parents=True)
+    (tb / "events.out.tfevents.1.host.1.0").write_bytes(b"")
+    os.utime(version / "metrics.csv", (1, 1))  # the TensorBoard folder is the later one
+    assert find_run(tmp_path / "run").version == version
+    assert find_run(tb).version == tb  # given directly, it is the run
+
+
+def test_an_unreadable_event_file_is_a_note(tmp_path):
+    version = tmp_path / "run" / "lightning_logs" / "version_0"
+    version.mkdir(parents=True)
+    (version / "events.out.tfevents.1.host.1.0").write_bytes(b"\x00garbage, not a TFRecord" * 10)
+    page = build_report(tmp_path / "run")  # neither an error nor a traceback
+    assert '<section id="notes">' in page and "no epoch measured" in page
