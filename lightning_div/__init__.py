@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
     from lightning_div.semantic.space import SemanticSpace
+    from lightning_div.summary import print_summary
 
 _LAZY = {
     "SemanticDiversityMonitor": "lightning_div.callbacks",
@@ -31,6 +32,7 @@ _LAZY = {
     "SemanticSpace": "lightning_div.semantic.space",
     "weighted_lm_loss": "lightning_div.dress.losses",
     "dress_loss": "lightning_div.dress.losses",
+    "print_summary": "lightning_div.summary",
 }
 
 

@@ -1,0 +1,219 @@
+"""What the monitors measured, as a short ordered table with units: ``print_summary(trainer)``.
+
+A Lightning run leaves its last values in ``trainer.callback_metrics``: an unordered dict that
+repeats the loss (``train/loss``, ``_step``, ``_epoch``), lists every per-IDK variant of RUQ and gives
+no units. :func:`summary` keeps the headline numbers (:data:`lightning_div.keys.SUMMARY_KEYS`, the
+losses, the callbacks' own time), in that order, each with its unit: RUQ is a percentage, Sem-Ent and
+the losses are in nats, the cluster distance in bits. ``lightning-div fit`` prints the same numbers
+at the end of a run.
+
+Only the standard library and :mod:`lightning_div.keys`: it imports neither torch nor Lightning, and
+takes a trainer (anything with ``callback_metrics``) or a plain mapping of names to numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from lightning_div.keys import SUMMARY_KEYS, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS, VAL_LOSS
+
+__all__ = ["Measurement", "measurements", "print_summary", "summary"]
+
+#: The unit of each metric, by its name after the split (``val/ruq`` -> ``ruq``); "" for a share (0 to 1).
+UNITS: dict[str, str] = {
+    "loss": "nats/token",
+    "negative_loss": "nats/token",
+    "sem_ent": "nats",
+    "sem_ent_gold": "nats",
+    "ent_4": "nats",
+    "cluster_js": "bits",
+    "ruq": "%",
+    "ruq_margin": "nats/token",
+    "head_clusters": "clusters",
+    "effective_sample_size": "examples",
+}
+#: What a number means, where its name does not say it.
+NOTES: dict[str, str] = {
+    "sem_ent": "entropy of the generated responses' clusters",
+    "sem_ent_gold": "the same for the gold responses",
+    "distinct_1": "share of distinct 1-grams",
+    "distinct_2": "share of distinct 2-grams",
+    "distinct_3": "share of distinct 3-grams",
+    "cluster_js": "0 = the gold's spread over clusters, 1 = disjoint",
+    "top_cluster_share": "share of responses in the largest cluster",
+    "ruq": 'prompts whose reference beats "I don\'t know."',
+    "ruq_margin": "reference minus IDK log-likelihood",
+    "ruq_alert": "1 = RUQ fell (warn_below / warn_drop)",
+    "head_share": "share of generated responses in the head clusters",
+}
+
+_SECTIONS = ("val", "train", "dress", "timing")
+_ORDER: tuple[str, ...] = (VAL_LOSS, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS) + tuple(k for k in SUMMARY_KEYS if k != VAL_LOSS)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One line of the summary.
+
+    Attributes:
+        key: the logged name (``val/sem_ent``; ``<name>/val/sem_ent`` for a callback with a ``name``).
+        value: its last value.
+        unit: what the value is measured in (``"%"`` for RUQ, ``"s"`` for a callback's time, ``"nats"``
+            for Sem-Ent; ``""`` for a share between 0 and 1).
+        note: what the number means, where its name does not say it (``""`` if it does).
+    """
+
+    key: str
+    value: float
+    unit: str
+    note: str = ""
+
+    def shown(self) -> str:
+        """The value as printed with its unit: RUQ to 0.1 %, times to 0.1 s, the rest to 4 decimals."""
+        if not math.isfinite(self.value):
+            return f"{self.value} {self.unit}".rstrip()
+        if self.unit in ("%", "s"):
+            return f"{self.value:.1f} {self.unit}"
+        if self.unit in ("clusters", "examples") and self.value == int(self.value):
+            return f"{int(self.value)} {self.unit}"
+        return f"{self.value:.4f} {self.unit}".rstrip()
+
+
+def _as_float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of more than one element
+        return None
+
+
+def _metrics(source: Any) -> dict[str, float]:
+    raw = source if isinstance(source, Mapping) else getattr(source, "callback_metrics", None)
+    if not isinstance(raw, Mapping):
+        raise TypeError(
+            f"summary() takes a Lightning Trainer (its callback_metrics) or a mapping of names to numbers, "
+            f"got {type(source).__name__}"
+        )
+    out = {}
+    for key, value in raw.items():
+        number = _as_float(value)
+        if isinstance(key, str) and number is not None:
+            out[key] = number
+    return out
+
+
+def _unit(key: str) -> str:
+    parts = key.split("/")
+    if "timing" in parts[:-1]:
+        return "s"
+    return UNITS.get(parts[-1], "")
+
+
+def _note(key: str) -> str:
+    return "" if "timing" in key.split("/")[:-1] else NOTES.get(key.split("/")[-1], "")
+
+
+def measurements(source: Any) -> list[Measurement]:
+    """The headline numbers of a run, in a fixed order, each with its unit.
+
+    The losses first (``val/loss``, then the training loss's epoch mean as ``train/loss``), then the
+    monitors' :data:`~lightning_div.keys.SUMMARY_KEYS` in that order, then those of callbacks with a
+    ``name`` (``<name>/val/sem_ent``), then each callback's time (``timing/*``, seconds). Left out:
+    per-step values, the per-IDK variants of RUQ (``val/ruq_idk2``), and names this package does not log.
+
+    Args:
+        source: a Lightning ``Trainer`` (its ``callback_metrics`` are read) or a mapping of names to
+            numbers (tensors, floats).
+
+    Returns:
+        One :class:`Measurement` per logged headline number, in summary order.
+
+    Raises:
+        TypeError: ``source`` is neither a trainer nor a mapping.
+
+    Examples:
+        >>> [(m.key, m.shown()) for m in measurements({"val/ruq_idk2": 3.0, "val/ruq": 12.5, "val/loss": 4.0})]
+        [('val/loss', '4.0000 nats/token'), ('val/ruq', '12.5 %')]
+    """
+    metrics = _metrics(source)
+    # the training loss logged per step and per epoch: its epoch mean under the plain name
+    for loss in (TRAIN_LOSS, TRAIN_NEGATIVE_LOSS):
+        if f"{loss}_epoch" in metrics:
+            metrics[loss] = metrics[f"{loss}_epoch"]
+    named = sorted(
+        {k.split("/", 1)[0] for k in metrics if k.count("/") >= 2 and k.split("/")[1] in _SECTIONS} - set(_SECTIONS)
+    )
+    keys = [k for k in _ORDER if k in metrics]
+    keys += [f"{n}/{k}" for n in named for k in _ORDER if f"{n}/{k}" in metrics]
+    keys += sorted(k for k in metrics if k.startswith("timing/") or any(k.startswith(f"{n}/timing/") for n in named))
+    return [Measurement(k, metrics[k], _unit(k), _note(k)) for k in keys]
+
+
+def _clusters(source: Any) -> int | None:
+    """k of the trainer's unnamed Sem-Ent monitor, when there is exactly one (for the "at most ln k" note)."""
+    ks = {
+        getattr(getattr(cb, "space", None), "num_clusters", None)
+        for cb in getattr(source, "callbacks", None) or []
+        if getattr(cb, "kind", None) == "semantic_diversity" and getattr(cb, "name", None) in (None, "")
+    }
+    ks.discard(None)
+    return ks.pop() if len(ks) == 1 and isinstance(next(iter(ks)), int) else None
+
+
+def summary(source: Any, title: str | None = None) -> str:
+    """The run's headline numbers as a short table: one line each, ``key  value  unit``.
+
+    Args:
+        source: a Lightning ``Trainer`` or a mapping of names to numbers (see :func:`measurements`).
+        title: the first line; default ``"lightning-div: <epochs> epoch(s), <steps> steps"`` for a
+            trainer, ``"lightning-div"`` for a mapping.
+
+    Returns:
+        The table as one string (no trailing newline); a line saying nothing was measured when no
+        headline number was logged.
+
+    Raises:
+        TypeError: ``source`` is neither a trainer nor a mapping.
+
+    Examples:
+        >>> print(summary({"val/sem_ent": 2.1, "val/distinct_2": 0.25, "val/ruq": 8.0, "timing/ruq_s": 3.0}))
+        lightning-div
+          val/sem_ent     2.1000 nats  entropy of the generated responses' clusters
+          val/distinct_2  0.2500       share of distinct 2-grams
+          val/ruq         8.0 %        prompts whose reference beats "I don't know."
+          timing/ruq_s    3.0 s
+    """
+    found = measurements(source)
+    if title is None:
+        title = "lightning-div"
+        if not isinstance(source, Mapping) and hasattr(source, "current_epoch"):
+            title += f": {getattr(source, 'current_epoch', 0)} epoch(s), {getattr(source, 'global_step', 0)} steps"
+    if not found:
+        return f"{title}\n  nothing measured yet (no headline metric in callback_metrics)"
+    k = _clusters(source)
+    width = max(len(m.key) for m in found)
+    value_width = max(len(m.shown()) for m in found)
+    lines = [title]
+    for m in found:
+        note = m.note
+        if k is not None and m.key in ("val/sem_ent", "val/sem_ent_gold"):
+            note += f" (0 to ln {k} = {math.log(k):.2f})"
+        lines.append(f"  {m.key.ljust(width)}  {m.shown().ljust(value_width)}  {note}".rstrip())
+    return "\n".join(lines)
+
+
+def print_summary(source: Any, title: str | None = None, file: TextIO | None = None) -> None:
+    """Print :func:`summary` (to ``file``, default stdout): the last lines of a training script.
+
+    Args:
+        source: a Lightning ``Trainer`` or a mapping of names to numbers.
+        title: the first line (see :func:`summary`).
+        file: where to print (default ``sys.stdout``).
+
+    Raises:
+        TypeError: ``source`` is neither a trainer nor a mapping.
+    """
+    print(summary(source, title), file=file or sys.stdout, flush=True)
