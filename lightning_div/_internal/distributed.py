@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -206,7 +208,7 @@ def distributed_map(
     local: list[tuple[int, R]] = []
     error: str | None = None
     try:
-        for batch in tqdm(mine, desc=desc, disable=not show_progress or rank != 0, leave=False):
+        for batch in tqdm(mine, desc=desc, disable=bar_disabled(show_progress and rank == 0), leave=False):
             results = fn([items[i] for i in batch])
             if len(results) != len(batch):
                 raise RuntimeError(f"{desc}: a batch of {len(batch)} items returned {len(results)} results")

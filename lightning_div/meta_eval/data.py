@@ -19,6 +19,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.io import atomic_write
 from lightning_div.meta_eval.stats import infer_test
 from lightning_div.model.formatting import Context
@@ -339,7 +340,7 @@ def build_dec_test(
         )
     kwargs = {**DEC_TEST_SAMPLING, **generation_kwargs}
     out: dict[tuple[int, int], ResponseSet] = {}
-    for ti, t in enumerate(tqdm(temps, desc="decTest temperatures", unit="temp", disable=not show_progress)):
+    for ti, t in enumerate(tqdm(temps, desc="decTest temperatures", unit="temp", disable=bar_disabled(show_progress))):
         chosen = [ci for ci in range(len(contexts)) if pairing == "grid" or ci % len(temps) == ti]
         if not chosen:
             continue

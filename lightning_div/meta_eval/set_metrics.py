@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.text import TokenizerSpec, check_texts, get_tokenizer
 from lightning_div.metrics import check_lexical_names, lexical_scores, semantic_entropy
 from lightning_div.metrics.lexical import LEXICAL_PATTERN, iter_ngrams
@@ -70,7 +71,7 @@ def score_sets(metric: SetMetric, sets: Sequence[Sequence[str]], show_progress: 
         if len(values) != len(checked):
             raise ValueError(f"{name}.score_many returned {len(values)} values for {len(checked)} sets")
     else:
-        values = [metric(s) for s in tqdm(checked, desc=f"scoring {name}", unit="set", disable=not show_progress)]
+        values = [metric(s) for s in tqdm(checked, desc=f"scoring {name}", unit="set", disable=bar_disabled(show_progress))]
     try:
         out = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):

@@ -20,6 +20,8 @@ from typing import Any, Union
 
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
+
 Context = Union[str, Sequence[str]]
 
 
@@ -398,6 +400,6 @@ class DialogueFormat:
             side="right",
         )
         for context, response in tqdm(
-            zip(contexts, responses), total=len(contexts), desc=desc, disable=not show_progress, leave=False
+            zip(contexts, responses), total=len(contexts), desc=desc, disable=bar_disabled(show_progress), leave=False
         ):
             yield self._encode_pair(context, response, memo, responses_memo, layout, max_response_tokens)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.distributed import length_batches
 from lightning_div.model.formatting import Context, DialogueFormat, as_turns, is_seq2seq
 
@@ -214,7 +215,7 @@ def generate_batched(
     device = model_device(model)
     batches = length_batches([len(e) for e in encoded], batch_size)
     with evaluation_mode(model, seed):
-        for batch in tqdm(batches, desc="generating", unit="batch", disable=not show_progress):
+        for batch in tqdm(batches, desc="generating", unit="batch", disable=bar_disabled(show_progress)):
             ids, mask = pad_batch([encoded[i] for i in batch], pad_id, "right" if seq2seq else "left", device)
             out = model.generate(
                 input_ids=ids,

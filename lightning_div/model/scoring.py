@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.distributed import length_batches
 from lightning_div.model.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
 from lightning_div.model.generation import check_contexts, evaluation_mode, model_device, pad_id_of
@@ -119,7 +120,7 @@ def token_logprobs_batched(
     out: list[torch.Tensor | None] = [None] * len(pairs)
     batches = length_batches([len(c) + len(r) for c, r in pairs], batch_size)
     with evaluation_mode(model):
-        for batch in tqdm(batches, desc="scoring", unit="batch", disable=not show_progress):
+        for batch in tqdm(batches, desc="scoring", unit="batch", disable=bar_disabled(show_progress)):
             chunk = [pairs[i] for i in batch]
             if causal is None:
                 flat = _seq2seq_batch(model, chunk, pad_id, start, prefix, device)

@@ -30,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers.modeling_outputs import BaseModelOutput
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.distributed import length_batches
 from lightning_div.model.formatting import target_prefix
 from lightning_div.model.generation import evaluation_mode, model_device, pad_batch, pad_id_of
@@ -285,7 +286,7 @@ def _shared_context_logprobs(
     plan = list(_batch_plan(contexts, owner, [len(r) for _, r in pairs], batch_size))
     with evaluation_mode(model):
         for batch, candidate_batches in tqdm(
-            plan, desc="scoring (shared contexts)", unit="batch", disable=not show_progress
+            plan, desc="scoring (shared contexts)", unit="batch", disable=bar_disabled(show_progress)
         ):
             encoded = scorer.contexts([contexts[g] for g in batch], pad_id, device)
             row_of = {g: row for row, g in enumerate(batch)}

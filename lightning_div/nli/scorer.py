@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.distributed import length_batches
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity, normalise_label
 
@@ -303,7 +304,7 @@ class NLIScorer:
         model.eval()
         try:
             with torch.inference_mode():
-                for batch in tqdm(batches, desc="NLI pairs", unit="batch", disable=not show_progress, leave=False):
+                for batch in tqdm(batches, desc="NLI pairs", unit="batch", disable=bar_disabled(show_progress), leave=False):
                     features = self.tokenizer.pad(
                         {key: [encoded[key][k] for k in batch] for key in encoded.keys()}, return_tensors="pt"
                     )

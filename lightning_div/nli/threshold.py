@@ -22,6 +22,7 @@ from typing import Any, Protocol, Union
 import numpy as np
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity
 from lightning_div.metrics.sets import SetMetric
 from lightning_div.model.formatting import Context
@@ -252,7 +253,7 @@ def diversity_threshold_generate_many(
     measure.add_sets(sets)
     run = _Run(sets, [measure.values(s) for s in sets], n)
     active = run.below(threshold, max_samples, range(len(contexts)))
-    bar = tqdm(total=len(contexts), desc="diversity threshold", unit="context", disable=not show_progress)
+    bar = tqdm(total=len(contexts), desc="diversity threshold", unit="context", disable=bar_disabled(show_progress))
     bar.update(len(contexts) - len(active))
     rounds = 0
     while active:

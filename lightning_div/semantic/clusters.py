@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.io import atomic_write
 from lightning_div.metrics import cluster_histogram
 
@@ -231,7 +232,7 @@ class SemanticClusters:
         x = self._checked_fit_input(embeddings)
         n = x.shape[0]
         clock = time.perf_counter()
-        stages = tqdm(total=3, desc="Fitting semantic clusters", disable=not self.show_progress, unit="stage")
+        stages = tqdm(total=3, desc="Fitting semantic clusters", disable=bar_disabled(self.show_progress), unit="stage")
         stages.set_postfix_str("PCA")
         mean, components, explained = self._fit_pca(x)
         m = components.shape[0]

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.distributed import all_gather_rows, check_same_on_all_ranks, length_batches, rank_and_world
 from lightning_div.keys import DEFAULT_ENCODER
 from lightning_div.model.formatting import is_seq2seq, model_window, special_tokens_around
@@ -478,7 +479,7 @@ class ResponseEncoder:
         local: list[torch.Tensor] = []
         try:
             with torch.inference_mode():
-                for batch in tqdm(mine, desc="Embedding responses", disable=not show or rank != 0, unit="batch"):
+                for batch in tqdm(mine, desc="Embedding responses", disable=bar_disabled(show and rank == 0), unit="batch"):
                     local.append(self._forward(trunk, [ids[i] for i in batch], device, use_cache))
         finally:
             for module, training in modes:
