@@ -40,14 +40,31 @@ def pytest_configure(config):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+@pytest.hookimpl(trylast=True)  # after xdist's own hook, which names each test's group in its node id
 def pytest_collection_modifyitems(config, items):
-    """Under xdist, the tests marked slow first: the last test a worker starts should be a short one.
+    """Under xdist: every ``xdist_group`` test's node id ends in ``@<group>``, and the slow tests go first.
 
-    (``--dist loadgroup`` hands out a group of tests, e.g. ``two_processes``, ahead of single tests;
-    single tests go out in this order.) A serial run keeps the files' order.
+    ``--dist loadgroup`` schedules by that suffix, which pytest-xdist 3.8 writes to ``item._nodeid``;
+    pytest 9.2 builds node ids from ``item._id`` instead, so the suffix was lost and the groups were
+    silently handed out test by test (pytest-xdist issue 1386): it is written here where it is read,
+    and a worker that still cannot name a test's group stops the run rather than ungroup it.
+    Then the tests marked slow are handed out first (groups of several tests go ahead of single
+    tests in any case), so the last test a worker starts is a short one. A serial run is unchanged.
     """
-    if getattr(config.option, "numprocesses", None):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files' order otherwise
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        return
+    for item in items:
+        groups = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
+        suffix = "@" + "_".join(groups)
+        if groups and not item.nodeid.endswith(suffix):
+            from _pytest.nodes import coerce_node_id  # pytest >= 9.2: node ids are structured
+
+            item._id = coerce_node_id(item.nodeid + suffix)
+            if not item.nodeid.endswith(suffix):
+                raise pytest.UsageError(f"--dist loadgroup: cannot put {item.nodeid} in its group {suffix[1:]}")
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files' order otherwise
 
 
 #: The xdist group of the tests that start two processes (``@pytest.mark.xdist_group(TWO_PROCESSES)``):
