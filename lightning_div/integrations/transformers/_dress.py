@@ -187,11 +187,11 @@ class DressTrainerMixin:
             bad = int(np.flatnonzero(~np.isfinite(weights))[0])
             raise ValueError(f"set_dress: the DressState's weight {bad} is {weights[bad]}, not a finite number")
         trainer: Any = self
-        _check_dataset(getattr(trainer, "train_dataset", None), weights, mode)
         if mode == "sampler":
             if np.count_nonzero(state.negative_weights):
                 raise ValueError("set_dress: negatives cannot be drawn by a sampler (weights < 0): use mode='loss'")
             check_sampling_weights(weights, "DRESS sampling weights")
+        _check_dataset(getattr(trainer, "train_dataset", None), weights, mode)
         if trainer.args.remove_unused_columns:
             raise ValueError(
                 "set_dress: DRESS batches carry sample_weight, negative and negative_loss, which "
