@@ -241,7 +241,7 @@ def expanded_size(value: Any) -> int:
     expanded), computed without expanding: each container's size once.
 
     >>> shared = [1, 2, 3]
-    >>> expanded_size({"a": shared, "b": [shared, shared]})  # the dict, its 2 keys, 3 lists of 1 + 3
+    >>> expanded_size({"a": shared, "b": [shared, shared]})  # the dict, 2 keys, list b, [1, 2, 3] 3 times
     16
     """
     sizes: dict[int, int] = {}

@@ -31,12 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from lightning_div import keys
 from lightning_div._internal.text import TokenizerSpec, tokenize_all
-
-# defined in keys (the command line lists them without importing torch); importable from here as before
-from lightning_div.keys import DEFAULT_LEXICAL as DEFAULT_LEXICAL
-from lightning_div.keys import LEXICAL_NAMES as LEXICAL_NAMES
-from lightning_div.keys import LEXICAL_PATTERN as LEXICAL_PATTERN
 
 
 def _check_n(n: int) -> int:
@@ -287,7 +283,14 @@ def count_vocab(reference_texts: Sequence[str], tokenizer: TokenizerSpec = "13a"
 
 # Metrics by name, as the callbacks and the CLI ask for them.
 
+# Defined in lightning_div.keys (the command line lists them without importing torch); the same objects here.
+DEFAULT_LEXICAL = keys.DEFAULT_LEXICAL
+"""The lexical metrics the callbacks log unless told otherwise (names as :func:`lexical_scores` takes them)."""
+LEXICAL_PATTERN = keys.LEXICAL_PATTERN
+"""What a lexical metric name looks like (the one definition: the meta-evaluation's names use it too)."""
 _LEXICAL = LEXICAL_PATTERN
+LEXICAL_NAMES = keys.LEXICAL_NAMES
+"""The lexical metric names, as error messages and ``--help`` list them."""
 
 
 def check_lexical_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
