@@ -107,6 +107,7 @@ def test_the_paper_settings_collapse_is_caught_and_stop_negatives_stops_them(tmp
     # epoch 0 trained negatives; the guard stopped them at its end: epoch 1 trains none, and none are mined again
     assert spy.negative_rows[0] > 0 and spy.negative_rows.get(1, 0) == 0
     assert dress.state.negatives_stopped_at == 0 and dress.state.negative_pairs == []
+    assert dress.history[0]["dress/negatives"] > 0  # what epoch 0 trained, logged before the stop cleared it
     assert dress.history[1]["dress/negatives_stopped"] == 1.0 and dress.history[1]["dress/negatives"] == 0.0
     assert (
         "train/negative_loss_epoch" not in spy.metrics[1]

@@ -441,6 +441,7 @@ class DRESSReweighting(DiversityCallback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # The guard decides before this epoch's end mines the next round (stop_negatives stops it).
+        trained = self.state.summary()  # the negatives this epoch was trained with, before a stop clears them
         guard: dict[str, float] = {}
         self._guard(trainer, guard)
         target = self._mine_now(trainer)  # the same on every rank: epoch, schedule and should_stop are global
@@ -449,7 +450,7 @@ class DRESSReweighting(DiversityCallback):
             m.update(guard)
             if self.mine_at == "start":
                 # Logged before mining: the negatives this epoch was trained with.
-                m.update(self.state.summary())
+                m.update(trained)
             if target is not None:
                 self._mine_negatives(trainer, pl_module, target)
                 self._apply(self._datamodule(trainer))
