@@ -302,6 +302,38 @@ def page(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(parts: list[Path], out: Path) -> dict[str, Any]:
+    """One results.json and page from parts run apart (each run once: a later part's run of a setting and seed wins).
+
+    Raises:
+        ValueError: parts made with other settings (config) than the first.
+    """
+    from lightning_div._internal.io import atomic_write_text
+
+    loaded = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
+    first = loaded[0]
+    for path, part in zip(parts, loaded):
+        if part["config"] != first["config"] or part["quick"] != first["quick"]:
+            raise ValueError(f"{path}: made with other settings than {parts[0]}: {part['config']} vs {first['config']}")
+    by_run: dict[tuple[str, int], dict[str, Any]] = {}
+    for part in loaded:
+        for r in part["runs"]:
+            by_run[(r["setting"], int(r["seed"]))] = r
+    runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], k[0]))]
+    settings = sorted({r["setting"] for r in runs}, key=list(SETTINGS).index)
+    result = {
+        **first,
+        "seeds": sorted({int(r["seed"]) for r in runs}),
+        "runs": runs,
+        "summary": summarise(runs, settings),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "results.json", json.dumps(result, indent=1, allow_nan=False))
+    atomic_write_text(out.with_suffix(".md"), page(result))
+    print(f"[grpo_diversity] merged {len(parts)} parts ({len(runs)} runs) into {out / 'results.json'}")
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -310,7 +342,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "grpo_diversity")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="combine the results.json of runs made apart (e.g. one seed each) into --out; a later part wins",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
 
     from lightning_div import SemanticSpace
     from lightning_div._internal.io import atomic_write_text

@@ -42,3 +42,25 @@ def test_grpo_diversity_quick(tmp_path):
     assert change["mean"] == pytest.approx(steps[-1]["group_sem_ent"] - steps[0]["group_sem_ent"])
     page = (out.parent / "grpo_diversity.md").read_text()
     assert "--quick: a smoke test" in page and "| grpo_semantic |" in page and "(one seed: no interval)" in page
+
+    # parts run apart (a seed each) merge into one results.json: each setting and seed once, a later part winning
+    other = json.loads((out / "results.json").read_text())
+    for r in other["runs"]:
+        r["seed"] = 1
+        r["held_out"] = {**r["held_out"], "task_reward": 0.5}
+    second = tmp_path / "part1" / "results.json"
+    second.parent.mkdir()
+    second.write_text(json.dumps(other))
+    merged_out = tmp_path / "merged" / "grpo_diversity"
+    cmd = [sys.executable, str(ROOT / "experiments" / "grpo_diversity.py"), "--merge", str(out / "results.json")]
+    subprocess.run([*cmd, str(second), str(second), "--out", str(merged_out)], check=True, timeout=300)
+    merged = json.loads((merged_out / "results.json").read_text())
+    assert merged["seeds"] == [0, 1] and len(merged["runs"]) == 4
+    assert [(r["setting"], r["seed"]) for r in merged["runs"]] == [
+        ("grpo", 0),
+        ("grpo_semantic", 0),
+        ("grpo", 1),
+        ("grpo_semantic", 1),
+    ]
+    assert merged["summary"]["difference"]["group_sem_ent"]["n"] == 2
+    assert (merged_out.parent / "grpo_diversity.md").exists()
