@@ -86,6 +86,22 @@ def test_readme_is_the_front_door():
         assert (ROOT / target).is_file(), f"README.md links to {target}, which does not exist"
 
 
+def test_install_shows_the_user_install_first_and_the_developer_install_for_ci():
+    """Issue 43 item 5: the only install block was the developer one (`.[dev]`: test, lint and docs tools)."""
+    install = section("Install")
+    blocks = re.findall(r"```bash\n(.*?)```", install, re.DOTALL)
+    assert len(blocks) == 2
+    assert blocks[0].startswith('python -m pip install ".[cpu,demo]"') and ".[cpu,demo,hf]" in blocks[0]
+    assert "[dev]" not in blocks[0]
+    # .ci/run installs the first block after the marker: the developer install, litdata without its torchvision
+    ci = re.search(r"```bash\n(.*?)```", install.split("<!-- ci:install -->", 1)[1], re.DOTALL).group(1)
+    assert ci == blocks[1] and '-e ".[dev]"' in ci and '--no-deps "litdata' in ci
+    assert install.index(blocks[0]) < install.index("<!-- ci:install -->")
+    # CPU-only machines are told once how to get PyTorch's CPU wheel
+    text = README.read_text(encoding="utf-8")
+    assert text.count("--index-url https://download.pytorch.org/whl/cpu") == 1
+
+
 def test_metric_example_is_a_passing_doctest():
     parser = doctest.DocTestParser()
     test = parser.get_doctest(python_block("A metric as a function"), {}, "README.md", str(README), 0)
@@ -116,14 +132,53 @@ def _share_clusters_cache(run_dir: Path, shared: Path) -> None:
     (run_dir / "lightning_div_cache").symlink_to(shared, target_is_directory=True)
 
 
+def test_the_quick_start_keeps_the_ruq_plot_cheap():
+    """Issue 43 item 2: the per-position plot's beam search (64 prompts x 5 beams by default) took 52-71 s of
+    each quick start epoch. The quick start asks for at most 16 x 5 beam hypotheses, and says what it took."""
+    import ast
+    import inspect
+
+    from lightning_div.callbacks.ruq import RUQMonitor
+
+    calls = [
+        node
+        for node in ast.walk(ast.parse(python_block("Quick start")))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RUQMonitor"
+    ]
+    assert len(calls) == 1
+    given = {kw.arg: ast.literal_eval(kw.value) for kw in calls[0].keywords}
+    defaults = {"num_plot_prompts": 64, "num_beams": 5, "plot": True}
+    for name, value in defaults.items():  # the defaults this test was written against
+        assert inspect.signature(RUQMonitor).parameters[name].default == value, name
+    settings = {**defaults, **given}
+    assert not settings["plot"] or settings["num_plot_prompts"] * settings["num_beams"] <= 16 * 5
+    # the measured time is printed beside the script, with the machine and its load
+    assert re.search(r"CPU-seconds", section("Quick start")) and "load average" in section("Quick start")
+
+
 def _quick_start_metrics(tmp_path, monkeypatch, capsys, code):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__"}
     exec(compile(code, "README.md: Quick start", "exec"), namespace)
     trainer = namespace["trainer"]
     assert trainer.current_epoch == trainer.max_epochs
-    assert "'val/sem_ent'" in capsys.readouterr().out  # the script's last line printed the metrics
+    _assert_printed_summary(capsys.readouterr().out, trainer)
     return trainer, finite_metrics(trainer)
+
+
+def _assert_printed_summary(out: str, trainer) -> None:
+    """The script's last line printed the summary: ordered, with units, no repeats (issue 43 item 3)."""
+    from lightning_div.summary import summary
+
+    assert out.rstrip("\n").endswith(summary(trainer))
+    printed = summary(trainer)
+    keys = [line.split()[0] for line in printed.splitlines()[1:]]
+    assert "val/sem_ent" in keys and "val/ruq" in keys
+    order = [k for k in ("val/loss", "val/sem_ent", "val/ruq", "timing/ruq_s") if k in keys]
+    assert [keys.index(k) for k in order] == sorted(keys.index(k) for k in order)
+    assert "train/loss_epoch" not in printed and "_step" not in printed and "ruq_idk" not in printed
+    assert re.search(r"^  val/ruq +\d+\.\d %", printed, re.M)  # RUQ is a percentage
+    assert re.search(r"^  val/sem_ent +\d\.\d{4} nats", printed, re.M)
 
 
 def _assert_real_diversity(metrics, k):
@@ -170,6 +225,10 @@ def test_quick_start_runs_under_the_unified_lightning_package(tmp_path, quick_st
         [sys.executable, "quick_start.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # its output is a pipe, as a log file: no bar of lightning-div's, no logging-interval warning (issue 43 item 3)
+    for noise in ("Embedding responses", "Fitting semantic clusters", "RUQ scoring", "generating (", "tokenising"):
+        assert noise not in done.stderr + done.stdout, noise
+    assert "log_every_n_steps" not in done.stderr
     result = json.loads(done.stdout.split("RESULT ", 1)[1])
     assert result["trainer"].startswith("lightning.pytorch") and result["model"].startswith("lightning.pytorch")
     assert not result["pytorch_lightning"]  # nothing of the other package was imported
@@ -225,4 +284,4 @@ def test_your_own_module_offline_runs_as_printed(tmp_path, monkeypatch, capsys):
     assert trainer.current_epoch == trainer.max_epochs
     # no validation loop: the monitors measured at the training epochs' end, with the data they were given
     _assert_real_diversity(metrics, 8)
-    assert "'val/sem_ent'" in capsys.readouterr().out  # the script's last line printed the metrics
+    _assert_printed_summary(capsys.readouterr().out, trainer)
