@@ -103,7 +103,10 @@ def test_gold_dress_state_holds_dressreweightings_weights(tmp_path):
     space = SemanticSpace(encoder="minilm", num_clusters=4, show_progress=False)
     state = gold_dress_state(space, gold, lam=2.0, cache_dir=tmp_path)
     ids = space.gold_assignments(gold)
-    assert np.array_equal(state.weights, dress_weights(ids, 4, 2.0))  # DRESSReweighting's formula and clusters
+    # DRESSReweighting's formula, clusters and default (mean-1 weights); the paper's raw ones one argument away
+    assert np.array_equal(state.weights, dress_weights(ids, 4, 2.0, normalize=True))
+    raw = gold_dress_state(space, gold, lam=2.0, normalize=False, cache_dir=tmp_path)
+    assert np.array_equal(raw.weights, dress_weights(ids, 4, 2.0)) and state.weights.mean() == pytest.approx(1.0)
     assert len(set(state.weights.tolist())) > 1 and state.negative_pairs == []
 
 

@@ -32,7 +32,7 @@ def gold_dress_state(
     gold_responses: Sequence[str],
     *,
     lam: float = 30.0,
-    normalize: bool = False,
+    normalize: bool = True,
     cache_dir: str | Path | None = None,
     device: Any = None,
 ) -> DressState:
@@ -45,7 +45,8 @@ def gold_dress_state(
         space: the semantic space (shared with a :class:`DiversityTrainerCallback` it is fitted once).
         gold_responses: the training responses, in the training dataset's order.
         lam: the exponent (the paper: 30).
-        normalize: rescale the weights to mean 1.
+        normalize: rescale the weights to mean 1 (the default, as ``DRESSReweighting``'s; the paper's
+            raw weights: ``normalize=False``).
         cache_dir: the clusters' cache directory when the space has no ``dirpath``.
         device: where the encoder runs.
 
