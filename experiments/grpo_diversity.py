@@ -63,13 +63,20 @@ def about_eight_words(completions: list[Any], **kwargs: Any) -> list[float]:
     return [max(0.0, 1 - abs(len(c.split()) - 8) / 8) for c in completion_texts(completions)]
 
 
-def prompt_sets(tokenizer: Any, n_train: int, n_eval: int) -> tuple[list[str], list[str]]:
-    """Training prompts (Chit-Chat fine-tuning contexts) and held-out validation prompts, each turn + EOS."""
+def prompt_sets(tokenizer: Any, n_train: int, n_eval: int, max_tokens: int) -> tuple[list[str], list[str]]:
+    """Training prompts (Chit-Chat fine-tuning contexts) and held-out validation prompts, each turn + EOS.
+
+    Only turns of at most ``max_tokens`` tokens: the base model's window holds the prompt and the
+    completion together (a longer prompt overflows its position embeddings mid-training).
+    """
     from lightning_div.datamodules import read_pairs
 
     def turns(split: str, n: int) -> list[str]:
         seen = dict.fromkeys(p.context[-1] for p in read_pairs(split, max_history=1) if p.context[-1].strip())
-        return [t + tokenizer.eos_token for t in list(seen)[:n]]
+        fit = [
+            t + tokenizer.eos_token for t in seen if len(tokenizer(t + tokenizer.eos_token)["input_ids"]) <= max_tokens
+        ]
+        return fit[:n]
 
     return turns("chitchat:finetune", n_train), turns("chitchat:validation", n_eval)
 
@@ -117,7 +124,8 @@ def run(setting: str, seed: int, cfg: dict[str, Any], space: Any, out: Path) -> 
 
     g = cfg["num_generations"]
     model, tokenizer = load_base_model()
-    train_prompts, eval_prompts = prompt_sets(tokenizer, cfg["steps"] * cfg["prompts"], cfg["eval_prompts"])
+    window = int(model.config.n_positions) - cfg["max_completion_length"]
+    train_prompts, eval_prompts = prompt_sets(tokenizer, cfg["steps"] * cfg["prompts"], cfg["eval_prompts"], window)
     reward_s = [0.0]
 
     def timed(call: Any, *args: Any, **kwargs: Any) -> Any:
