@@ -44,7 +44,7 @@ def test_a_group_runs_on_one_worker_one_test_after_another(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
     record = tmp_path / "record.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-v", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-v", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"],
         cwd=tmp_path,
         env={**os.environ, "RECORD": str(record)},
         capture_output=True,
