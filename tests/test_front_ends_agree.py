@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from monitor_setup import GOLD, TRAIN, VAL, TinyChat, collate, minilm, trainer
+from test_hf_trainer import margin_tolerance
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
@@ -130,7 +131,9 @@ def test_lightning_and_hugging_face_measure_the_same_numbers(tmp_path):
     assert sum(bool(r.strip()) for r in cb.last_responses) >= 10  # real replies, not the empty text of a tiny model
     for name in SEMANTIC:
         assert hugging_face[eval_key(name)] == pytest.approx(lightning[f"val/{name}"], rel=1e-6, abs=1e-9), name
+    # RUQ to 1e-6 as the issue asks, and never looser than the margins' float32 rounding (4 eps32 x |score|)
+    tolerance = min(1e-6, margin_tolerance(VAL[:20] + TRAIN[:20]))
     for name in RUQ:  # validation RUQ, and RUQ-train (the Trainer's un-prefixed training keys)
-        assert hugging_face[eval_key(name)] == pytest.approx(lightning[f"val/{name}"], rel=1e-6, abs=1e-6), name
-        assert hugging_face[name] == pytest.approx(lightning[f"train/{name}"], rel=1e-6, abs=1e-6), name
+        assert hugging_face[eval_key(name)] == pytest.approx(lightning[f"val/{name}"], rel=0, abs=tolerance), name
+        assert hugging_face[name] == pytest.approx(lightning[f"train/{name}"], rel=0, abs=tolerance), name
     assert hugging_face[eval_key("ruq_alert")] == lightning["val/ruq_alert"] == 0.0

@@ -556,7 +556,7 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
     tr.fit(tiny_lm(), datamodule=datamodule())
     with np.load(next((tmp_path / "cache").glob("assignments-*.npz"))) as stored:
         ids = stored["ids"]
-    np.testing.assert_array_equal(first.state.weights, dress_weights(ids, 4, lam=2.0))
+    np.testing.assert_array_equal(first.state.weights, dress_weights(ids, 4, lam=2.0, normalize=True))  # the default
 
     second = dress(tmp_path, negatives=False, lam=30.0)
     tr = trainer(tmp_path, [second], max_epochs=2, limit_train_batches=1, limit_val_batches=0)
@@ -566,7 +566,7 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
         r"\(lam 2\.0 -> 30\.0\): the weights are recomputed",
     ):
         tr.fit(tiny_lm(), datamodule=datamodule(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
-    np.testing.assert_array_equal(second.state.weights, dress_weights(ids, 4, lam=30.0))
+    np.testing.assert_array_equal(second.state.weights, dress_weights(ids, 4, lam=30.0, normalize=True))
 
 
 def test_resume_with_other_clusters_refits_them(tmp_path):

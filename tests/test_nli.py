@@ -211,7 +211,10 @@ def test_bad_input_names_the_field(model):
         NLIScorer.from_model(scorer.model, tokenizer(False))
 
 
-def test_progress_bar_can_be_shown(model, texts, capsys):
+def test_progress_bar_can_be_shown(model, texts, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars draw on a terminal only (_internal/bars.py)
     scorer = NLIScorer.from_model(model, tokenizer(True), batch_size=2)
     scorer.score_sets([texts[:3]])
     assert "NLI pairs" in capsys.readouterr().err

@@ -411,6 +411,10 @@ def _add_record(out: _Collector, record: Any, where: str, fields: Fields) -> Non
 def _read_text(path: str | os.PathLike) -> str:
     """The file as text; empty files and non-UTF-8 bytes raise a DataFormatError with the line."""
     path = Path(path)
+    if path.is_dir():  # not "no such file": it is there, and the reader would only doubt their eyes
+        raise DataFormatError(
+            str(path), "a directory, but not a saved Hugging Face dataset (save_to_disk's folder): give a file"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     data = path.read_bytes()
@@ -945,6 +949,8 @@ def read_responses(source: Any, field: str | None = None, delimiter: str | None 
         return [p.response for p in read_pairs(source)]
     path = Path(source)
     suffix = path.suffix.lower()
+    if path.is_dir():  # a saved dataset is read as pairs; any other folder is named for what it is
+        return [p.response for p in read_pairs(source)]
     if suffix in (".txt", ".text", ""):
         lines = _response_lines(path)
         if lines and lines[-1] == "":

@@ -71,7 +71,9 @@ def score_sets(metric: SetMetric, sets: Sequence[Sequence[str]], show_progress: 
         if len(values) != len(checked):
             raise ValueError(f"{name}.score_many returned {len(values)} values for {len(checked)} sets")
     else:
-        values = [metric(s) for s in tqdm(checked, desc=f"scoring {name}", unit="set", disable=bar_disabled(show_progress))]
+        values = [
+            metric(s) for s in tqdm(checked, desc=f"scoring {name}", unit="set", disable=bar_disabled(show_progress))
+        ]
     try:
         out = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):

@@ -304,7 +304,9 @@ class NLIScorer:
         model.eval()
         try:
             with torch.inference_mode():
-                for batch in tqdm(batches, desc="NLI pairs", unit="batch", disable=bar_disabled(show_progress), leave=False):
+                for batch in tqdm(
+                    batches, desc="NLI pairs", unit="batch", disable=bar_disabled(show_progress), leave=False
+                ):
                     features = self.tokenizer.pad(
                         {key: [encoded[key][k] for k in batch] for key in encoded.keys()}, return_tensors="pt"
                     )

@@ -479,7 +479,9 @@ class ResponseEncoder:
         local: list[torch.Tensor] = []
         try:
             with torch.inference_mode():
-                for batch in tqdm(mine, desc="Embedding responses", disable=bar_disabled(show and rank == 0), unit="batch"):
+                for batch in tqdm(
+                    mine, desc="Embedding responses", disable=bar_disabled(show and rank == 0), unit="batch"
+                ):
                     local.append(self._forward(trunk, [ids[i] for i in batch], device, use_cache))
         finally:
             for module, training in modes:
