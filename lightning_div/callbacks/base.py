@@ -293,8 +293,9 @@ class DiversityCallback(pl.Callback):
         if not isinstance(indices, dict):
             indices = {"val": indices}
         for key, value in indices.items():
-            FixedSample(None, 0).load_state_dict(value)  # checked: a list of integers >= 0
-            self._restored[str(key)] = [int(i) for i in value]
+            checked = FixedSample.checked_indices(value)
+            if checked is not None:
+                self._restored[str(key)] = checked
 
     def generate(
         self,

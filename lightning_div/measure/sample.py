@@ -93,11 +93,19 @@ class FixedSample:
             ValueError: anything else (a damaged state).
         """
         self._pairs = None
+        self._indices = self.checked_indices(indices)
+
+    @staticmethod
+    def checked_indices(indices: Any) -> list[int] | None:
+        """Saved indices as :meth:`load_state_dict` takes them: a list of integers >= 0, or None.
+
+        Raises:
+            ValueError: anything else (a damaged state).
+        """
         if indices is None:
-            self._indices = None
-            return
+            return None
         if not isinstance(indices, (list, tuple)) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
         ):
             raise ValueError(f"a sample's saved indices must be a list of integers >= 0, got {indices!r}")
-        self._indices = [int(i) for i in indices]
+        return [int(i) for i in indices]

@@ -123,7 +123,7 @@ class EvaluationData:
         if not isinstance(indices, dict):
             raise ValueError(f"indices must be an object, got {indices!r:.80}")
         for value in indices.values():
-            FixedSample(None, 0).load_state_dict(value)  # checked before any is restored
+            FixedSample.checked_indices(value)  # all checked before any is restored
         for key, value in indices.items():
             if key in self.samples:
                 self.samples[key].load_state_dict(value)
