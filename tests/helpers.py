@@ -61,3 +61,18 @@ def mlflow_artifacts(client, run_id: str, path: str | None = None) -> set[str]:
     for item in client.list_artifacts(run_id, path):
         out |= mlflow_artifacts(client, run_id, item.path) if item.is_dir else {item.path}
     return out
+
+
+def float32_margin_tolerance(adapter, pairs, idk_responses) -> float:
+    """How far float32 rounding can move a RUQ margin over ``pairs``: 4 eps32 times the largest |score|.
+
+    A margin is a mean of (reference score - IDK score), each score a mean log-likelihood rounded to
+    float32 differently when the batches differ (shared contexts, another shard, another front end).
+    The rounding scales with the scores, not with the margin, which can be near 0; a real error (a
+    wrong pair, a lost prompt) moves a margin by far more than this.
+    """
+    from lightning_div.model.scoring import response_scores
+
+    candidates = [(p.context, r) for p in pairs for r in (*p.all_references, *idk_responses)]
+    scores = response_scores(adapter, [c for c, _ in candidates], [r for _, r in candidates])
+    return 4 * torch.finfo(torch.float32).eps * max(abs(s) for s in scores)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import mlflow_artifacts
+from helpers import float32_margin_tolerance, mlflow_artifacts
 from transformers import Trainer, TrainingArguments
 
 from lightning_div import load_base_model
@@ -248,19 +248,10 @@ def _evaluate_on(rank: int, world_size: int, root: str) -> dict[str, float]:
 
 
 def margin_tolerance(pairs, idk=("I don't know.", "I don't know what to do.")) -> float:
-    """How far float32 rounding can move a RUQ margin of the base model on ``pairs``: 4 eps32 x the largest |score|.
-
-    A margin is a mean of (reference score - IDK score); each score is rounded to float32 differently
-    when the batches differ (another shard, shared contexts), in proportion to the score, not to the
-    margin (which can be near 0). A real error (a wrong pair, a lost prompt) moves it by far more.
-    """
-    from lightning_div.model.scoring import response_scores
-
+    """float32 rounding of the base model's RUQ margins on ``pairs`` (helpers.float32_margin_tolerance)."""
     model, tokenizer = load_base_model()
     adapter = HuggingFaceAdapter(model, tokenizer, batch_size=8, show_progress=False)
-    candidates = [(p.context, r) for p in pairs for r in (*p.all_references, *idk)]
-    scores = response_scores(adapter, [c for c, _ in candidates], [r for _, r in candidates])
-    return 4 * torch.finfo(torch.float32).eps * max(abs(s) for s in scores)
+    return float32_margin_tolerance(adapter, pairs, idk)
 
 
 @pytest.mark.slow

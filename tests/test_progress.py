@@ -109,3 +109,20 @@ def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path):
         timeout=600,
     )
     assert quiet.returncode == 0 and "lightning-div: fit started" not in quiet.stdout
+
+
+def test_a_run_without_negatives_draws_no_tokenising_negatives_bar(capsys, monkeypatch):
+    """Issue 43 item 3: a run without DRESS printed ``tokenising negatives: 0it`` on a terminal."""
+    import sys
+
+    from helpers import chitchat_pairs, tokenizer
+
+    from lightning_div.datamodules import DialogueDataModule
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars draw on a terminal only (_internal/bars.py)
+    dm = DialogueDataModule(train=list(chitchat_pairs("train", 3))[:8], val=None, tokenizer=tokenizer(), batch_size=4)
+    dm.setup("fit")
+    dm.train_dataloader()
+    err = capsys.readouterr().err
+    assert "tokenising train" in err  # the bar is there for the work that is done
+    assert "tokenising negatives" not in err

@@ -167,23 +167,14 @@ def _ruq_values(rank, world_size, shared):
 
 
 def _margin_tolerance() -> float:
-    """How far float32 rounding can move a margin here: 4 eps32 times the largest |score| it is a difference of.
-
-    A margin is a mean of (reference score - IDK score), each score a mean log-likelihood (about -7
-    for this model) rounded to float32 differently when the batches differ (shared contexts, another
-    shard). The rounding scales with the scores, not with the margin, which can be near 0 (0.004 here);
-    a real error (a wrong pair, a lost prompt) moves a margin by far more than this.
-    """
-    from helpers import causal_model, chitchat_pairs, tokenizer
+    """float32 rounding of this model's margins (helpers.float32_margin_tolerance); near 0.004 here."""
+    from helpers import causal_model, chitchat_pairs, float32_margin_tolerance, tokenizer
 
     from lightning_div.model.adapters import HuggingFaceAdapter
-    from lightning_div.model.scoring import response_scores
 
     adapter = HuggingFaceAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
     idk = RUQMonitor(show_progress=False).idk_responses
-    pairs = [(p.context, r) for p in list(chitchat_pairs("validation", 60))[:16] for r in (*p.all_references, *idk)]
-    scores = response_scores(adapter, [c for c, _ in pairs], [r for _, r in pairs])
-    return 4 * torch.finfo(torch.float32).eps * max(abs(s) for s in scores)
+    return float32_margin_tolerance(adapter, list(chitchat_pairs("validation", 60))[:16], idk)
 
 
 @pytest.mark.slow

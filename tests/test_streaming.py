@@ -1,8 +1,16 @@
-"""StreamingDialogueDataModule: the training split in LitData chunks, with the in-memory path's guarantees."""
+"""StreamingDialogueDataModule: the training split in LitData chunks, with the in-memory path's guarantees.
+
+The modules written in this process start LitData's writer from a forkserver (``FAST``:
+``optimize_start_method="forkserver"``, torch and lightning_div imported once by the server,
+tests/ddp_utils.py) instead of LitData's default, a spawned interpreter that imports them again for
+every folder written (most of each test's time). What is written and checked is the same; LitData's
+default start method runs in the child processes of the main-guard, two-writer and killed-writer tests.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -25,9 +33,13 @@ def plain(value):
     return value.tolist() if hasattr(value, "tolist") else value
 
 
+#: how the modules of this process write their chunks (the module docstring says why)
+FAST = {"optimize_start_method": "forkserver"}
+
+
 def pair_modules(tmp_path, pairs, **kw):
     args = dict(train=pairs, val=None, tokenizer=tokenizer(), batch_size=4, show_progress=False, **kw)
-    return DialogueDataModule(**args), StreamingDialogueDataModule(stream_dir=tmp_path / "stream", **args)
+    return DialogueDataModule(**args), StreamingDialogueDataModule(stream_dir=tmp_path / "stream", **FAST, **args)
 
 
 def test_same_ids_and_batches_as_the_in_memory_path(tmp_path):
@@ -95,12 +107,12 @@ def test_a_file_source_is_hashed_by_its_bytes(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"context": ["Hi"], "response": "Hello"}\n{"context": ["Bye"], "response": "See you"}\n')
     dm = StreamingDialogueDataModule(
-        train=str(path), val=None, tokenizer=tokenizer(), show_progress=False, stream_dir=tmp_path / "s"
+        train=str(path), val=None, tokenizer=tokenizer(), show_progress=False, stream_dir=tmp_path / "s", **FAST
     )
     first = dm.chunk_dir()
     path.write_text('{"context": ["Hi"], "response": "Hello!"}\n{"context": ["Bye"], "response": "See you"}\n')
     changed = StreamingDialogueDataModule(
-        train=str(path), val=None, tokenizer=tokenizer(), show_progress=False, stream_dir=tmp_path / "s"
+        train=str(path), val=None, tokenizer=tokenizer(), show_progress=False, stream_dir=tmp_path / "s", **FAST
     )
     assert changed.chunk_dir() != first
     assert changed.train_pairs()[0].response == "Hello!"
@@ -158,6 +170,17 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     assert len(list((tmp_path / "s").glob("train-*"))) == 1  # written once, by one process
 
 
+def test_the_process_start_method_is_left_as_it_was(tmp_path):
+    """LitData sets the start method of the whole process (``force=True``); a user's process keeps its own."""
+    import multiprocessing
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    small_module(tmp_path / "stream", list(chitchat_pairs("train", 2))[:6]).chunk_dir()  # LitData set forkserver
+    assert multiprocessing.get_start_method(allow_none=True) == before
+    with pytest.raises(ValueError, match=r"optimize_start_method must be None, 'spawn', 'fork' or 'forkserver'"):
+        small_module(tmp_path / "stream", [("a", "b")], optimize_start_method="threads")
+
+
 def test_missing_litdata_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "litdata", None)
     with pytest.raises(ImportError, match=r"lightning-div\[stream\]"):
@@ -176,7 +199,7 @@ def small_module(stream_dir, pairs, **kw):
         show_progress=False,
         stream_dir=stream_dir,
         chunk_bytes="4kb",
-        **kw,
+        **{**FAST, **kw},
     )
 
 
@@ -288,7 +311,11 @@ def test_a_script_without_a_main_guard_is_told_what_to_do(tmp_path):
         [sys.executable, str(script), str(tmp_path / "stream")], env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
+    # the exception the script died of: the last line of the form "SomeError: ..." (multiprocessing's
+    # resource tracker may still print a warning about LitData's queues after it)
+    raised = [line for line in proc.stderr.splitlines() if re.match(r"\w+(Error|Exception): ", line)]
+    assert raised, proc.stderr[-3000:]
+    last = raised[-1]
     assert last.startswith("RuntimeError: LitData wrote no chunks to ") and 'if __name__ == "__main__":' in last, (
         proc.stderr[-3000:]
     )
@@ -312,7 +339,8 @@ def optimize(**kwargs):  # the chunks written, not yet verified and renamed: bot
 
 litdata.optimize = optimize
 if __name__ == "__main__":
-    print(small_module(stream, list(chitchat_pairs("train", 6))[:40]).chunk_dir())
+    # LitData's own start method here (spawn): the test module's FAST forkserver is for its own process
+    print(small_module(stream, list(chitchat_pairs("train", 6))[:40], optimize_start_method=None).chunk_dir())
 """
 
 

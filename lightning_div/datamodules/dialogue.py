@@ -313,7 +313,8 @@ class DialogueDataModule(pl.LightningDataModule):
 
     def _encode(self, pairs: list[DialoguePair], desc: str) -> EncodedPairs:
         self._ensure_model()
-        show = self.show_progress and self._rank() == 0
+        # no bar for nothing: a run without DRESS has no negatives, and "tokenising negatives: 0it" read as work
+        show = self.show_progress and self._rank() == 0 and len(pairs) > 0
         return encode_pairs(
             pairs,
             self._tokenizer,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -37,7 +38,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -284,6 +285,10 @@ class StreamingDialogueDataModule(DialogueDataModule):
         stream_dir: where the chunk folders go (one per content hash).
         optimize_workers: processes :func:`litdata.optimize` writes with.
         chunk_bytes: the size of one chunk file (LitData's ``chunk_bytes``).
+        optimize_start_method: how those processes start (LitData's ``start_method``): None is
+            LitData's choice (``"spawn"``, ``"fork"`` in a notebook); ``"forkserver"`` starts them
+            from a server whose imports are done once. The process's own start method is left as
+            it was (LitData sets it for the whole process; it is put back after writing).
         **kwargs: as for ``DialogueDataModule``.
 
     Raises:
@@ -300,6 +305,7 @@ class StreamingDialogueDataModule(DialogueDataModule):
         stream_dir: str | os.PathLike = "runs/stream",
         optimize_workers: int = 1,
         chunk_bytes: str | int = "32MB",
+        optimize_start_method: Literal["spawn", "fork", "forkserver"] | None = None,
         **kwargs: Any,
     ) -> None:
         require_litdata()
@@ -311,6 +317,11 @@ class StreamingDialogueDataModule(DialogueDataModule):
         self.stream_dir = Path(stream_dir)
         self.optimize_workers = optimize_workers
         self.chunk_bytes = chunk_bytes
+        if optimize_start_method not in (None, "spawn", "fork", "forkserver"):
+            raise ValueError(
+                f"optimize_start_method must be None, 'spawn', 'fork' or 'forkserver', got {optimize_start_method!r}"
+            )
+        self.optimize_start_method = optimize_start_method
 
     # ------------------------------------------------------------------------------------------
     # Writing the chunks (once per content)
@@ -412,6 +423,8 @@ class StreamingDialogueDataModule(DialogueDataModule):
 
     def _optimize(self, folder: Path, pairs: Sequence[DialoguePair], encoded: EncodedPairs) -> None:
         litdata = require_litdata()
+        # LitData sets the start method of the whole process (force=True); the user's stays theirs
+        start_method = multiprocessing.get_start_method(allow_none=True)
         try:
             litdata.optimize(
                 fn=_Items(encoded, pairs),
@@ -421,12 +434,15 @@ class StreamingDialogueDataModule(DialogueDataModule):
                 num_workers=self.optimize_workers,
                 keep_data_ordered=True,
                 verbose=self.show_progress and self._rank() == 0,
+                start_method=self.optimize_start_method,
             )
         except RuntimeError as e:  # its worker's OSError as text: said as an OSError of that kind, with the path
             failure = _named_failure(e)
             if failure is None:
                 raise
             raise failure from e
+        finally:
+            multiprocessing.set_start_method(start_method, force=True)
 
     @staticmethod
     def _verify(chunks: ChunkedPairs, encoded: EncodedPairs) -> None:
