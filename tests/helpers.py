@@ -76,3 +76,22 @@ def float32_margin_tolerance(adapter, pairs, idk_responses) -> float:
     candidates = [(p.context, r) for p in pairs for r in (*p.all_references, *idk_responses)]
     scores = response_scores(adapter, [c for c, _ in candidates], [r for _, r in candidates])
     return 4 * torch.finfo(torch.float32).eps * max(abs(s) for s in scores)
+
+
+def load_experiment(name: str):
+    """``experiments/<name>.py`` as a module, to call its ``main(argv)`` in this process.
+
+    A test runs an experiment once as a user does (a fresh interpreter); its further runs (a re-run with
+    the seed, ``--before``, ``--merge``) call ``main`` here, which saves an interpreter's imports each.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "experiments"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))  # the scripts import their sibling _ruq_common, as when run directly
+    spec = importlib.util.spec_from_file_location(f"experiment_{name}", folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,13 +1,14 @@
 """Train the tiny demo model for 2 epochs on 2 CPU processes (gloo) with Sem-Ent, RUQ and DRESS attached.
 
-    python tests/sharded_fit.py {ddp,fsdp,fsdp2} OUT_DIR [LEARNING_RATE]
+    python tests/sharded_fit.py {ddp,fsdp,fsdp2} OUT_DIR [LEARNING_RATE [CACHE_DIR]]
 
 ``fsdp``: Lightning's FSDPStrategy wraps the LightningModule from outside with the GPT-2 blocks as
 nested FSDP units (FSDP1), as on GPUs. Lightning passes FSDP ``device_id=None`` on CPU, which torch
 refuses ("FSDP needs a non-CPU accelerator device"), so the strategy here passes the CPU device;
 nothing else changes. ``fsdp2``: ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
 with ``fully_shard`` on every block and on the model in ``configure_model``. ``ddp``: the reference.
-Each rank writes its callbacks' histories (timings left out) to ``OUT_DIR/rank<r>.json``.
+Each rank writes its callbacks' histories (timings left out) to ``OUT_DIR/rank<r>.json``. The clusters
+are cached in ``CACHE_DIR`` (default ``OUT_DIR/cache``): content-addressed, so the three runs can share one.
 tests/test_sharding.py runs it in a subprocess with a timeout, so a hang is a failure.
 """
 
@@ -76,9 +77,10 @@ class SaveHistories(Callback):
         (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(histories))
 
 
-def main(kind: str, out: Path, learning_rate: float = 1e-3) -> None:
+def main(kind: str, out: Path, learning_rate: float = 1e-3, cache: Path | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    common = dict(show_progress=False, batch_size=4, max_new_tokens=6, dirpath=str(out / "cache"))
+    cache = out / "cache" if cache is None else cache
+    common = dict(show_progress=False, batch_size=4, max_new_tokens=6, dirpath=str(cache))
     callbacks = [
         # 10 contexts / batches of 4 and 6 prompts / 4: 3 and 2 batches, so the ranks make different
         # numbers of generate and forward calls (a collective in any of them would hang)
@@ -88,7 +90,7 @@ def main(kind: str, out: Path, learning_rate: float = 1e-3) -> None:
             num_train_prompts=6, num_val_prompts=6, num_plot_prompts=3, num_beams=2, shared_contexts=False, **common
         ),
         # mined at fit start (outside the measurements) and at the end of epoch 0 for epoch 1
-        dress(out, mine_at="start", num_negative_contexts=10, batch_size=4, max_new_tokens=6),
+        dress(out, mine_at="start", num_negative_contexts=10, batch_size=4, max_new_tokens=6, dirpath=str(cache)),
         SaveHistories(out),
     ]
     module: DialogueLM
@@ -120,4 +122,9 @@ def main(kind: str, out: Path, learning_rate: float = 1e-3) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    main(sys.argv[1], Path(sys.argv[2]), *(float(a) for a in sys.argv[3:4]))
+    main(
+        sys.argv[1],
+        Path(sys.argv[2]),
+        *(float(a) for a in sys.argv[3:4]),
+        *(Path(a) for a in sys.argv[4:5]),
+    )

@@ -86,16 +86,40 @@ def test_every_paper_config_parses(config, capsys):
         assert setting in printed, setting
 
 
+#: The shortened demo's callback sizes (configs/demo.yaml's in brackets): every part runs, on fewer prompts
+SHORTENED_CALLBACKS = {
+    "SemanticDiversityMonitor": {"num_contexts": 64},  # (256) as many as the 64 validation examples
+    "RUQMonitor": {"num_train_prompts": 32, "num_val_prompts": 32, "num_plot_prompts": 8},  # (128, 128, 32)
+    "DRESSReweighting": {"num_negative_contexts": 64},  # (256)
+}
+
+
+def shortened_demo_config(tmp_path: Path) -> Path:
+    """configs/demo.yaml with the callbacks' sample sizes of ``SHORTENED_CALLBACKS``, nothing else changed."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    for callback in config["trainer"]["callbacks"]:
+        name = callback["class_path"].rsplit(".", 1)[1]
+        for key, value in SHORTENED_CALLBACKS[name].items():
+            assert key in callback["init_args"], (name, key)  # a size the demo sets: this test follows it
+            callback["init_args"][key] = value
+    path = tmp_path / "demo_shortened.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 @pytest.mark.slow
 def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn):
+    """The demo, shortened: 2 epochs of 4 batches, the callbacks on fewer prompts (``SHORTENED_CALLBACKS``)."""
     monkeypatch.chdir(tmp_path)  # the demo writes runs/demo relative to the working directory
     main(
         [
             "fit",
             "--config",
-            str(ROOT / "configs" / "demo.yaml"),
+            str(shortened_demo_config(tmp_path)),
             "--trainer.max_epochs=2",
-            "--trainer.limit_train_batches=8",
+            "--trainer.limit_train_batches=4",
             "--trainer.limit_val_batches=2",
             "--trainer.enable_progress_bar=false",
             "--data.init_args.max_train_examples=400",

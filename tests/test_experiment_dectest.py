@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_experiment
 from test_experiment_ruq import finite_numbers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +54,9 @@ def test_dectest_temperature_quick(tmp_path):
     assert {"dectest_spearman.png", "dectest_spearman_top_p.png"} <= set(res["figures"])
     for name in res["figures"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # a re-run with the same command and seed scores every set again, exactly: the same ρ and OCA
-    again = run_quick(tmp_path / "again")
+    # a re-run with the same command and seed, in another process (this one: helpers.load_experiment),
+    # scores every set again, exactly: the same ρ and OCA
+    again = load_experiment("dectest_temperature").main(["--quick", "--out", str(tmp_path / "again")])
     for swept in settings["sweeps"]:
         for name in metrics:
             first, second = (

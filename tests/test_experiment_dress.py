@@ -1,14 +1,12 @@
 """experiments/dress_vs_baseline.py --quick: the JSON has every setting, seed and epoch, with finite numbers and statistics."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_experiment
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "dress_vs_baseline.py"
 FINITE_PER_EPOCH = [
     "val_loss",
     "perplexity",
@@ -26,10 +24,7 @@ FINITE_PER_EPOCH = [
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("dress_vs_baseline", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("dress_vs_baseline")
 
 
 def test_welch_interval_and_detectable_difference_match_a_hand_computation():

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +27,7 @@ def finite_numbers(obj, where="results"):
 
 
 @pytest.mark.slow
-def test_ruq_over_training_quick(tmp_path):
+def test_ruq_over_training_quick(tmp_path, capsys):
     out = tmp_path / "ruq"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run(
@@ -69,19 +70,18 @@ def test_ruq_over_training_quick(tmp_path):
     for name in res["figures"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # a re-run of one committed run (one corner, same seed) gives every per-epoch number again, exactly
+    # a re-run of one committed run (one corner, same seed), in another process (this one), gives every
+    # per-epoch number again, exactly; the runs below call the script's main here too (helpers.load_experiment)
+    script = load_experiment("ruq_over_training")
     again_dir = tmp_path / "again"
-    script = str(ROOT / "experiments" / "ruq_over_training.py")
-    cmd = [sys.executable, script, "--quick", "--corners", "0.0,0.4", "--seeds", "3", "--out", str(again_dir)]
-    subprocess.run(cmd, check=True, cwd=tmp_path, env=env, timeout=600)
+    script.main(["--quick", "--corners", "0.0,0.4", "--seeds", "3", "--out", str(again_dir)])
     (again,) = json.loads((again_dir / "results.json").read_text())["runs"]
     first = next(r for r in res["runs"] if (r["dropout"], r["label_smoothing"]) == (0.0, 0.4))
     per_epoch = ("val/loss", "train/loss_epoch", "train/ruq", "val/ruq", "train/ruq_margin", "val/ruq_margin")
     assert [[e[k] for k in per_epoch] for e in again["epochs"]] == [[e[k] for k in per_epoch] for e in first["epochs"]]
 
     # --before: the base model as shipped, validated on the runs' data and prompts before any step
-    cmd = [sys.executable, script, "--quick", "--before", "--seeds", "3", "--out", str(tmp_path / "before")]
-    subprocess.run(cmd, check=True, cwd=tmp_path, env=env, timeout=600)
+    script.main(["--quick", "--before", "--seeds", "3", "--out", str(tmp_path / "before")])
     before = json.loads((tmp_path / "before" / "results.json").read_text())
     finite_numbers(before)
     assert before["experiment"] == "ruq_over_training_before" and [b["seed"] for b in before["before"]] == [3]
@@ -89,15 +89,9 @@ def test_ruq_over_training_quick(tmp_path):
     assert 0.0 <= row["val/ruq"] <= 100.0 and 0.0 <= row["val/ruq_idk2"] <= 100.0
     assert row["val/loss"] < 5.0  # the pretrained weights (a random GPT-2 starts near ln(vocab) > 8)
     assert row["val/loss"] not in [e["val/loss"] for r in res["runs"] for e in r["epochs"]]  # no training step
-    bad = subprocess.run(
-        [sys.executable, script, "--before", "--regime", "scratch", "--out", str(tmp_path / "x")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert bad.returncode == 2 and "the scratch regime has none" in bad.stderr
+    with pytest.raises(SystemExit) as bad:
+        script.main(["--before", "--regime", "scratch", "--out", str(tmp_path / "x")])
+    assert bad.value.code == 2 and "the scratch regime has none" in capsys.readouterr().err
 
     # --merge of parts split by seed: every corner once in the summary, with both seeds' runs
     other = tmp_path / "seed4"
@@ -110,8 +104,7 @@ def test_ruq_over_training_quick(tmp_path):
             e["train/ruq"] = 100.0 - e["train/ruq"]  # another seed's numbers, so the mean is checkable
     (other / "results.json").write_text(json.dumps(part))
     merged_dir = tmp_path / "merged"
-    cmd = [sys.executable, script, "--merge", str(out), str(other), "--out", str(merged_dir)]
-    subprocess.run(cmd, check=True, cwd=tmp_path, env=env, timeout=600)
+    script.main(["--merge", str(out), str(other), "--out", str(merged_dir)])
     merged = json.loads((merged_dir / "results.json").read_text())
     assert merged["settings"]["seeds"] == [3, 4]
     assert [(row["dropout"], row["label_smoothing"]) for row in merged["summary"]] == corners

@@ -183,7 +183,12 @@ def resume_run(root: Path, crash: bool = False, ckpt_path: Path | None = None, s
 
         model = tiny_lm()
         dm = StreamingDialogueDataModule(
-            max_train_examples=160, max_val_examples=16, batch_size=16, show_progress=False, stream_dir=stream_dir
+            max_train_examples=160,
+            max_val_examples=16,
+            batch_size=16,
+            show_progress=False,
+            stream_dir=stream_dir,
+            optimize_start_method="forkserver",  # LitData's writer without a spawned interpreter (test_streaming.py)
         )
     tr = trainer(
         root, callbacks, max_epochs=2, limit_train_batches=None, limit_val_batches=1, enable_checkpointing=crash

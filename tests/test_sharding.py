@@ -307,10 +307,11 @@ def test_fsdp2_full_parameters_on_two_processes():
 MARGIN_TOLERANCE = 1e-6
 
 
-def fit(kind: str, out: Path, learning_rate: float = 1e-3) -> list:
+def fit(kind: str, out: Path, learning_rate: float = 1e-3, cache: Path | None = None) -> list:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cache_arg = [] if cache is None else [str(cache)]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "sharded_fit.py"), kind, str(out), str(learning_rate)],
+        [sys.executable, str(ROOT / "tests" / "sharded_fit.py"), kind, str(out), str(learning_rate), *cache_arg],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -330,9 +331,10 @@ def flat(histories) -> dict:
 @pytest.mark.slow
 @pytest.mark.xdist_group("two_processes")
 def test_sharded_fits_log_what_ddp_logs(tmp_path):
-    ddp = flat(fit("ddp", tmp_path / "ddp"))
-    fsdp1 = flat(fit("fsdp", tmp_path / "fsdp"))
-    fsdp2 = flat(fit("fsdp2", tmp_path / "fsdp2"))
+    cache = tmp_path / "cache"  # one clusters cache: the same gold responses and settings in all three runs
+    ddp = flat(fit("ddp", tmp_path / "ddp", cache=cache))
+    fsdp1 = flat(fit("fsdp", tmp_path / "fsdp", cache=cache))
+    fsdp2 = flat(fit("fsdp2", tmp_path / "fsdp2", cache=cache))
     keys = {k for _, _, k in ddp}
     assert {"val/sem_ent", "val/distinct_1", "val/ruq", "train/ruq", "dress/negatives", "dress/head_share"} <= keys
     assert {e for _, e, k in ddp if k == "val/sem_ent"} == {0.0, 1.0}  # both epochs measured

@@ -36,7 +36,8 @@ class RUQMonitor(ValidationMonitor):
         train_pairs: training evaluation data (pairs or a path); default: the datamodule's.
         val_pairs: validation evaluation data (pairs or a path); default: the datamodule's.
         plot: log the per-position plot every measured validation epoch.
-        num_plot_prompts: prompts used for the plot (its beam search is the costly part).
+        num_plot_prompts: prompts used for the plot (its beam search is the costly part: 64 prompts took
+            most of a quick-start epoch, hence 16).
         num_beams: beam size of the "model output" line of the plot.
         warn_below: alert when val/ruq falls below this (None disables it).
         warn_drop: alert when val/ruq drops by more than this many points since the last
@@ -62,7 +63,7 @@ class RUQMonitor(ValidationMonitor):
         train_pairs: PairsSource | None = None,
         val_pairs: PairsSource | None = None,
         plot: bool = True,
-        num_plot_prompts: int = 64,
+        num_plot_prompts: int = 16,
         num_beams: int = 5,
         warn_below: float | None = None,
         warn_drop: float | None = 10.0,

@@ -152,7 +152,7 @@ class DiversityTrainerCallback(TrainerCallback):
         measure_at_start: bool = False,
         shared_contexts: bool = True,
         ruq_plot: bool = False,
-        num_plot_prompts: int = 64,
+        num_plot_prompts: int = 16,
         num_beams: int = 5,
     ) -> None:
         self.on_error = check_on_error(on_error)
