@@ -88,8 +88,8 @@ def test_every_paper_config_parses(config, capsys):
 
 #: The shortened demo's callback sizes (configs/demo.yaml's in brackets): every part runs, on fewer prompts
 SHORTENED_CALLBACKS = {
-    "SemanticDiversityMonitor": {"num_contexts": 64},  # (256) as many as the 64 validation examples
-    "RUQMonitor": {"num_train_prompts": 32, "num_val_prompts": 32, "num_plot_prompts": 8},  # (128, 128, 32)
+    "SemanticDiversityMonitor": {"num_contexts": 64},  # (128) as many as the 64 validation examples
+    "RUQMonitor": {"num_train_prompts": 32, "num_val_prompts": 32, "num_plot_prompts": 8},  # (64, 64, 16)
     "DRESSReweighting": {"num_negative_contexts": 64},  # (256)
 }
 
