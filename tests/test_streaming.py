@@ -175,8 +175,12 @@ def test_the_process_start_method_is_left_as_it_was(tmp_path):
     import multiprocessing
 
     before = multiprocessing.get_start_method(allow_none=True)
-    small_module(tmp_path / "stream", list(chitchat_pairs("train", 2))[:6]).chunk_dir()  # LitData set forkserver
-    assert multiprocessing.get_start_method(allow_none=True) == before
+    multiprocessing.set_start_method("spawn", force=True)  # the user's, other than the one LitData is given
+    try:
+        small_module(tmp_path / "stream", list(chitchat_pairs("train", 2))[:6]).chunk_dir()  # LitData: forkserver
+        assert multiprocessing.get_start_method(allow_none=True) == "spawn"
+    finally:
+        multiprocessing.set_start_method(before, force=True)
     with pytest.raises(ValueError, match=r"optimize_start_method must be None, 'spawn', 'fork' or 'forkserver'"):
         small_module(tmp_path / "stream", [("a", "b")], optimize_start_method="threads")
 
