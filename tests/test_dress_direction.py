@@ -23,6 +23,10 @@ from lightning_div.model.adapters import resolve_adapter
 from lightning_div.model.dialogue_lm import DialogueLM
 from lightning_div.semantic.clusters import SemanticClusters
 
+#: One worker runs this module's tests one after the other, so the unweighted run (a module fixture) is trained
+#: once: split over two xdist workers it was trained on each (23 s and 27 s of setup).
+pytestmark = pytest.mark.xdist_group("dress_direction")
+
 IDK = "i don't know ."
 K = 4
 TRAIN = [

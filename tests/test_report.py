@@ -18,6 +18,10 @@ from lightning_div.report import build_report, find_run
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
+#: One worker runs this module's tests, so its module fixtures (a real run, a TensorBoard run) are made once:
+#: split over two xdist workers, the run was trained on each (16 s and 14 s of setup).
+pytestmark = pytest.mark.xdist_group("report")
+
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
