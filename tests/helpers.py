@@ -78,20 +78,32 @@ def float32_margin_tolerance(adapter, pairs, idk_responses) -> float:
     return 4 * torch.finfo(torch.float32).eps * max(abs(s) for s in scores)
 
 
+def load_script(folder: str, name: str, module_name: str | None = None):
+    """``<folder>/<name>.py`` of the repository (an experiment, a benchmark) as a module, to call it in this process.
+
+    The module is registered in ``sys.modules`` under ``module_name`` (its classes pickle and its dataclasses
+    resolve there), and the folder is put on ``sys.path``: the scripts import their siblings (``_ruq_common``)
+    as when run directly.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    where = Path(__file__).resolve().parents[1] / folder
+    if str(where) not in sys.path:
+        sys.path.insert(0, str(where))
+    module_name = module_name or f"{folder}_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, where / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_experiment(name: str):
     """``experiments/<name>.py`` as a module, to call its ``main(argv)`` in this process.
 
     A test runs an experiment once as a user does (a fresh interpreter); its further runs (a re-run with
     the seed, ``--before``, ``--merge``) call ``main`` here, which saves an interpreter's imports each.
     """
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parents[1] / "experiments"
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))  # the scripts import their sibling _ruq_common, as when run directly
-    spec = importlib.util.spec_from_file_location(f"experiment_{name}", folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments", name)

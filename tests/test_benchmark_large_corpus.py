@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
+
+from helpers import load_script
 
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.formats import read_chitchat
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def load():
-    spec = importlib.util.spec_from_file_location("bench_large_corpus", ROOT / "benchmarks" / "large_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_large_corpus"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks", "large_corpus", "bench_large_corpus")
 
 
 def test_corpus_is_recombined_chitchat_of_the_asked_size_written_once(tmp_path):

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import load_script
 
 
 def load_scaling():
-    spec = importlib.util.spec_from_file_location("bench_scaling", ROOT / "benchmarks" / "scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_scaling"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks", "scaling", "bench_scaling")
 
 
 def test_exponent_recovers_a_power_law():
