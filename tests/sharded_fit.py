@@ -1,14 +1,17 @@
 """Train the tiny demo model for 2 epochs on 2 CPU processes (gloo) with Sem-Ent, RUQ and DRESS attached.
 
-    python tests/sharded_fit.py {ddp,fsdp,fsdp2} OUT_DIR [LEARNING_RATE [CACHE_DIR]]
+    python tests/sharded_fit.py KIND[,KIND...] OUT_DIR [LEARNING_RATE [CACHE_DIR]]    (KIND: ddp, fsdp, fsdp2)
 
 ``fsdp``: Lightning's FSDPStrategy wraps the LightningModule from outside with the GPT-2 blocks as
 nested FSDP units (FSDP1), as on GPUs. Lightning passes FSDP ``device_id=None`` on CPU, which torch
 refuses ("FSDP needs a non-CPU accelerator device"), so the strategy here passes the CPU device;
 nothing else changes. ``fsdp2``: ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
 with ``fully_shard`` on every block and on the model in ``configure_model``. ``ddp``: the reference.
-Each rank writes its callbacks' histories (timings left out) to ``OUT_DIR/rank<r>.json``. The clusters
-are cached in ``CACHE_DIR`` (default ``OUT_DIR/cache``): content-addressed, so the three runs can share one.
+Each rank writes its callbacks' histories (timings left out) to ``OUT_DIR/<kind>/rank<r>.json``. The clusters
+are cached in ``CACHE_DIR`` (default ``OUT_DIR/cache``): content-addressed, so the runs share one.
+Several kinds are fitted one after another in the same two processes: Lightning launches the second rank
+once (it then finds ``LOCAL_RANK`` set) and keeps the gloo process group for the later fits, so the three
+strategies cost one pair of interpreters, not three. Each fit starts from the same seed and weights.
 tests/test_sharding.py runs it in a subprocess with a timeout, so a hang is a failure.
 """
 
@@ -20,6 +23,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytorch_lightning as pl
 import torch
 from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
 from pytorch_lightning import Callback
@@ -77,9 +81,15 @@ class SaveHistories(Callback):
         (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(histories))
 
 
-def main(kind: str, out: Path, learning_rate: float = 1e-3, cache: Path | None = None) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+def main(kinds: str, out: Path, learning_rate: float = 1e-3, cache: Path | None = None) -> None:
     cache = out / "cache" if cache is None else cache
+    for kind in kinds.split(","):
+        fit(kind, out / kind, learning_rate, cache)
+
+
+def fit(kind: str, out: Path, learning_rate: float, cache: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    pl.seed_everything(0, verbose=False)  # each fit starts from one RNG state, whatever ran before it
     common = dict(show_progress=False, batch_size=4, max_new_tokens=6, dirpath=str(cache))
     callbacks = [
         # 10 contexts / batches of 4 and 6 prompts / 4: 3 and 2 batches, so the ranks make different

@@ -307,21 +307,32 @@ def test_fsdp2_full_parameters_on_two_processes():
 MARGIN_TOLERANCE = 1e-6
 
 
-def fit(kind: str, out: Path, learning_rate: float = 1e-3, cache: Path | None = None) -> list:
+def fit(kinds: list[str], out: Path, learning_rate: float = 1e-3, cache: Path | None = None) -> dict[str, list]:
+    """Fits each strategy in ``kinds`` one after another in one pair of processes; each rank's histories by kind."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cache_arg = [] if cache is None else [str(cache)]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "sharded_fit.py"), kind, str(out), str(learning_rate), *cache_arg],
+        [
+            sys.executable,
+            str(ROOT / "tests" / "sharded_fit.py"),
+            ",".join(kinds),
+            str(out),
+            str(learning_rate),
+            *cache_arg,
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,  # a hang is a failure here, not a stuck CI
+        timeout=300,  # a hang is a failure here, not a stuck CI
     )
-    assert done.returncode == 0, f"{kind}: exit {done.returncode}\n{done.stderr[-4000:]}"
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
-    assert ranks[0] == ranks[1]  # every rank logs the global values
-    return ranks[0]
+    assert done.returncode == 0, f"{kinds}: exit {done.returncode}\n{done.stderr[-4000:]}"
+    histories = {}
+    for kind in kinds:
+        ranks = [json.loads((out / kind / f"rank{r}.json").read_text()) for r in range(2)]
+        assert ranks[0] == ranks[1], kind  # every rank logs the global values
+        histories[kind] = ranks[0]
+    return histories
 
 
 def flat(histories) -> dict:
@@ -331,10 +342,9 @@ def flat(histories) -> dict:
 @pytest.mark.slow
 @pytest.mark.xdist_group("two_processes")
 def test_sharded_fits_log_what_ddp_logs(tmp_path):
-    cache = tmp_path / "cache"  # one clusters cache: the same gold responses and settings in all three runs
-    ddp = flat(fit("ddp", tmp_path / "ddp", cache=cache))
-    fsdp1 = flat(fit("fsdp", tmp_path / "fsdp", cache=cache))
-    fsdp2 = flat(fit("fsdp2", tmp_path / "fsdp2", cache=cache))
+    """DDP, FSDP1 and FSDP2 fits, one after another in one pair of processes (tests/sharded_fit.py), log the same."""
+    runs = fit(["ddp", "fsdp", "fsdp2"], tmp_path, cache=tmp_path / "cache")  # one clusters cache for the three
+    ddp, fsdp1, fsdp2 = (flat(runs[kind]) for kind in ("ddp", "fsdp", "fsdp2"))
     keys = {k for _, _, k in ddp}
     assert {"val/sem_ent", "val/distinct_1", "val/ruq", "train/ruq", "dress/negatives", "dress/head_share"} <= keys
     assert {e for _, e, k in ddp if k == "val/sem_ent"} == {0.0, 1.0}  # both epochs measured
