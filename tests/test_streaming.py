@@ -4,7 +4,9 @@ The modules written in this process start LitData's writer from a forkserver (``
 ``optimize_start_method="forkserver"``, torch and lightning_div imported once by the server,
 tests/ddp_utils.py) instead of LitData's default, a spawned interpreter that imports them again for
 every folder written (most of each test's time). What is written and checked is the same; LitData's
-default start method runs in the child processes of the main-guard, two-writer and killed-writer tests.
+default start method writes in the DDP test and fails, as it should, in the main-guard test's script.
+The two-writer and killed-writer tests' writers are processes forked from that server too
+(tests/streaming_writer.py says why).
 """
 
 from __future__ import annotations
@@ -294,25 +296,39 @@ def test_edited_folder_metadata_is_one_warning_and_a_rewrite(tmp_path, damage):
 
 UNGUARDED = """
 import sys
-from pathlib import Path
-from helpers import chitchat_pairs
-from test_streaming import small_module
 
-small_module(Path(sys.argv[1]), list(chitchat_pairs("train", 6))[:40]).prepare_data()
+from lightning_div.datamodules import StreamingDialogueDataModule
+
+stream_dir, train, tokenizer = sys.argv[1:]
+StreamingDialogueDataModule(
+    train=train, val=None, tokenizer=tokenizer, stream_dir=stream_dir, show_progress=False
+).prepare_data()
 """
 
 
 def test_a_script_without_a_main_guard_is_told_what_to_do(tmp_path):
-    """Issue 44 L6: the parent failed with LitData's `AssertionError: No chunks found`."""
+    """Issue 44 L6: the parent failed with LitData's `AssertionError: No chunks found`.
+
+    A user's script, run as a user runs it (``python unguarded.py``): a data file, a saved tokenizer, the
+    library's import only (LitData's spawned worker imports the script again, so it pays every import twice).
+    """
     import os
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
     script = tmp_path / "unguarded.py"
     script.write_text(UNGUARDED)
-    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'tests'}", "HF_HUB_OFFLINE": "1"}
+    train = tmp_path / "train.jsonl"
+    pairs = list(chitchat_pairs("train", 6))[:40]
+    train.write_text("".join(json.dumps({"context": list(p.context), "response": p.response}) + "\n" for p in pairs))
+    tokenizer().save_pretrained(tmp_path / "tokenizer")
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "stream")], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(script), str(tmp_path / "stream"), str(train), str(tmp_path / "tokenizer")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode != 0
     # the exception the script died of: the last line of the form "SomeError: ..." (multiprocessing's
@@ -325,56 +341,39 @@ def test_a_script_without_a_main_guard_is_told_what_to_do(tmp_path):
     )
 
 
-CHILD = """
-import sys, time
-from pathlib import Path
-import litdata
-from helpers import chitchat_pairs
-from test_streaming import small_module
+def start_writers(tmp_path, mode, count):
+    """``count`` processes writing the same chunks to ``tmp_path / "stream"`` (tests/streaming_writer.py)."""
+    import multiprocessing
 
-stream, marker, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-real = litdata.optimize
+    from streaming_writer import write
 
-def optimize(**kwargs):  # the chunks written, not yet verified and renamed: both writers meet, or one is killed
-    real(**kwargs)
-    marker.with_name(marker.name + "-" + str(__import__("os").getpid())).touch()
-    while mode == "kill" or len(list(marker.parent.glob(marker.name + "-*"))) < 2:
-        time.sleep(0.05)
-
-litdata.optimize = optimize
-if __name__ == "__main__":
-    # LitData's own start method here (spawn): the test module's FAST forkserver is for its own process
-    print(small_module(stream, list(chitchat_pairs("train", 6))[:40], optimize_start_method=None).chunk_dir())
-"""
+    pairs = list(chitchat_pairs("train", 6))[:40]
+    args = (str(tmp_path / "stream"), str(tmp_path / "written"), mode, tokenizer(), pairs)
+    writers = [multiprocessing.get_context("forkserver").Process(target=write, args=args) for _ in range(count)]
+    for writer in writers:
+        writer.start()
+    return writers
 
 
-def run_children(tmp_path, mode, count):
-    import os
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'tests'}", "HF_HUB_OFFLINE": "1"}
-    return [
-        subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path / "stream"), str(tmp_path / "written"), mode],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its LitData workers die with it when killed
-        )
-        for _ in range(count)
-    ]
+def said(tmp_path, writer, what):
+    """What ``writer`` wrote to its ``.out`` (the folder) or ``.err`` (a traceback) file; "" if nothing."""
+    path = tmp_path / f"written.{writer.pid}.{what}"
+    return path.read_text() if path.exists() else ""
 
 
 def test_two_processes_writing_one_folder_keep_the_first(tmp_path):
     """Issue 31 S5: the second writer died with OSError: [Errno 39] Directory not empty."""
-    children = run_children(tmp_path, "meet", 2)
-    outputs = [child.communicate(timeout=300) for child in children]
-    for child, (_, err) in zip(children, outputs):
-        assert child.returncode == 0, err.decode()[-3000:]
-    folders = {out.decode().strip().splitlines()[-1] for out, _ in outputs}
+    writers = start_writers(tmp_path, "meet", 2)
+    try:
+        for writer in writers:
+            writer.join(300)
+    finally:
+        for writer in writers:
+            if writer.is_alive():
+                writer.kill()
+    for writer in writers:
+        assert writer.exitcode == 0, said(tmp_path, writer, "err")[-3000:]
+    folders = {said(tmp_path, writer, "out") for writer in writers}
     assert len(folders) == 1  # both use the one folder
     stream = tmp_path / "stream"
     assert [p.name for p in stream.iterdir()] == [Path(folders.pop()).name]  # and nothing else is left
@@ -388,14 +387,19 @@ def test_a_writer_killed_mid_write_leaves_no_folder_for_long(tmp_path):
     import signal
     import time
 
-    (child,) = run_children(tmp_path, "kill", 1)
-    start = time.monotonic()
-    while not list(tmp_path.glob("written-*")):
-        assert child.poll() is None, child.stderr.read().decode()[-3000:]
-        assert time.monotonic() - start < 300, "the child never wrote its chunks"
-        time.sleep(0.1)
-    os.killpg(child.pid, signal.SIGKILL)
-    child.wait(30)
+    (writer,) = start_writers(tmp_path, "kill", 1)
+    try:
+        start = time.monotonic()
+        while not list(tmp_path.glob("written-*")):
+            assert writer.is_alive(), said(tmp_path, writer, "err")[-3000:]
+            assert time.monotonic() - start < 300, "the writer never wrote its chunks"
+            time.sleep(0.1)
+        os.killpg(writer.pid, signal.SIGKILL)
+        writer.join(30)
+    finally:
+        if writer.is_alive():
+            writer.kill()
+    assert writer.exitcode == -signal.SIGKILL
     stream = tmp_path / "stream"
     (left,) = stream.iterdir()  # the killed writer's temporary folder, chunks in it
     assert list(left.glob("chunk-*.bin"))
