@@ -71,10 +71,16 @@ def test_lines_every_n_steps_and_around_each_measurement(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path):
+def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path, monkeypatch, capsys):
+    """``python -m lightning_div.cli fit`` with stdout a pipe prints the lines; ``LIGHTNING_DIV_PROGRESS=0``
+    silences them. The silenced run is the same command in this process (``main``, stdout captured: no
+    terminal either), so only the first pays a fresh interpreter's imports of Lightning."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
+
+    from lightning_div.cli.main import main
 
     root = Path(__file__).resolve().parents[1]
     config = tmp_path / "c.yaml"
@@ -87,7 +93,10 @@ def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path):
         "data:\n  class_path: DialogueDataModule\n  init_args:\n    train: chitchat:finetune\n"
         "    val: chitchat:validation\n    max_train_examples: 64\n    max_val_examples: 8\n    batch_size: 8\n"
     )
+    # a bare environment, plus the test session's tokenizer cache and thread settings (tests/conftest.py)
+    kept = ("LIGHTNING_DIV_CACHE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "TOKENIZERS_PARALLELISM")
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(root)}
+    env.update({k: os.environ[k] for k in kept if k in os.environ})
     done = subprocess.run(
         [sys.executable, "-m", "lightning_div.cli", "fit", "--config", str(config)],
         cwd=tmp_path,
@@ -100,15 +109,12 @@ def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path):
     assert "lightning-div: fit started: 1 epoch(s)" in done.stdout  # stdout is a pipe here
     assert "lightning-div: training: 4 batches an epoch" in done.stdout
     assert "lightning-div: epoch 0 done in " in done.stdout
-    quiet = subprocess.run(
-        [sys.executable, "-m", "lightning_div.cli", "fit", "--config", str(config)],
-        cwd=tmp_path,
-        env={**env, "LIGHTNING_DIV_PROGRESS": "0"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert quiet.returncode == 0 and "lightning-div: fit started" not in quiet.stdout
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", "0")
+    capsys.readouterr()
+    quiet = main(["fit", "--config", str(config)])
+    out = capsys.readouterr().out
+    assert quiet == 0 and "lightning-div: fit started" not in out
 
 
 def test_a_run_without_negatives_draws_no_tokenising_negatives_bar(capsys, monkeypatch):
