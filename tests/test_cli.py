@@ -88,9 +88,9 @@ def test_every_paper_config_parses(config, capsys):
 
 #: The shortened demo's callback sizes (configs/demo.yaml's in brackets): every part runs, on fewer prompts
 SHORTENED_CALLBACKS = {
-    "SemanticDiversityMonitor": {"num_contexts": 64},  # (128) as many as the 64 validation examples
-    "RUQMonitor": {"num_train_prompts": 32, "num_val_prompts": 32, "num_plot_prompts": 8},  # (64, 64, 16)
-    "DRESSReweighting": {"num_negative_contexts": 64},  # (256)
+    "SemanticDiversityMonitor": {"num_contexts": 32},  # (128) half of the 64 validation examples
+    "RUQMonitor": {"num_train_prompts": 16, "num_val_prompts": 16, "num_plot_prompts": 8},  # (64, 64, 16)
+    "DRESSReweighting": {"num_negative_contexts": 32},  # (256)
 }
 
 
@@ -122,7 +122,7 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn):
             "--trainer.limit_train_batches=4",
             "--trainer.limit_val_batches=2",
             "--trainer.enable_progress_bar=false",
-            "--data.init_args.max_train_examples=400",
+            "--data.init_args.max_train_examples=200",
             "--data.init_args.max_val_examples=64",
             "--data.init_args.show_progress=false",
         ]
@@ -141,7 +141,7 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn):
     assert len(values("val/sem_ent")) == 2 and all(0 <= v <= math.log(20) for v in values("val/sem_ent"))
     assert len(values("val/ruq")) == 2 and len(values("train/ruq")) == 2
     assert len(values("dress/head_clusters")) == 2 and values("dress/weight_min")
-    assert values("val/sem_ent_gold")[0] > 1.0  # 64 real responses spread over 20 real-semantics clusters
+    assert values("val/sem_ent_gold")[0] > 1.0  # 32 real responses spread over 20 real-semantics clusters
     plots = {p.name for p in (tmp_path / "runs/demo/csv/version_0/lightning_div").iterdir()}
     assert {
         "val_cluster_histogram_epoch1.png",
@@ -172,10 +172,10 @@ def test_validate_runs_the_monitors_on_an_untrained_model(tmp_path, monkeypatch,
         [
             "validate",
             "--config",
-            str(ROOT / "configs" / "demo.yaml"),
+            str(shortened_demo_config(tmp_path)),  # the demo on fewer prompts: the path is what is checked
             "--trainer.limit_val_batches=2",
             "--trainer.enable_progress_bar=false",
-            "--data.init_args.max_train_examples=300",
+            "--data.init_args.max_train_examples=160",
             "--data.init_args.max_val_examples=64",
             "--data.init_args.show_progress=false",
         ]
