@@ -1,5 +1,6 @@
 """SemanticDiversityMonitor and RUQMonitor in a real Trainer with CSV, TensorBoard, W&B (offline) and MLflow (files)."""
 
+import copy
 import csv
 import math
 from pathlib import Path
@@ -26,21 +27,40 @@ def _column(rows, key):
     return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
 
 
-@pytest.mark.slow
-def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow-skinny has no SQL store; the file store suffices
+#: The two tests reading the one monitored run (``tracked``): one worker runs them, the run once.
+TRACKED = "monitors_tracked_run"
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory):
+    """The monitors' run with all four trackers, seeded as test_monitors_leave_training_bit_identical's
+    plain run is: its weights and the RNG draw after fit are that test's watched run's (the trackers
+    write what the monitors log; they touch neither weights nor RNG)."""
+    tmp_path = tmp_path_factory.mktemp("tracked")
     sem, ruq = monitors(tmp_path)
     mlflow_uri = f"file:{tmp_path / 'mlruns'}"
-    loggers = [
-        CSVLogger(tmp_path, name="csv"),
-        TensorBoardLogger(tmp_path, name="tb"),
-        WandbLogger(save_dir=str(tmp_path), offline=True, project="lightning-div-test"),
-        MLFlowLogger(experiment_name="lightning-div-test", tracking_uri=mlflow_uri),
-    ]
-    tr = trainer(tmp_path, [sem, ruq], loggers)
-    tr.fit(TinyChat())
-    loggers[2].experiment.finish()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow-skinny has no SQL store; the file store suffices
+        loggers = [
+            CSVLogger(tmp_path, name="csv"),
+            TensorBoardLogger(tmp_path, name="tb"),
+            WandbLogger(save_dir=str(tmp_path), offline=True, project="lightning-div-test"),
+            MLFlowLogger(experiment_name="lightning-div-test", tracking_uri=mlflow_uri),
+        ]
+        torch.manual_seed(123)
+        model = TinyChat()
+        tr = trainer(tmp_path, [sem, ruq], loggers, max_epochs=2)
+        tr.fit(model)
+        after = torch.rand(3)
+        loggers[2].experiment.finish()
+    return tmp_path, tr, loggers, mlflow_uri, copy.deepcopy(model.state_dict()), after
 
+
+@pytest.mark.slow
+@pytest.mark.xdist_group(TRACKED)
+def test_monitors_log_to_every_tracker(tracked, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the file store, read back below
+    tmp_path, tr, loggers, mlflow_uri, _, _ = tracked
     rows = _csv_rows(Path(loggers[0].log_dir) / "metrics.csv")
     k = 4
     sem_ent = _column(rows, "val/sem_ent")
@@ -114,17 +134,16 @@ def test_monitors_log_to_every_tracker(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_monitors_leave_training_bit_identical(tmp_path):
-    """Generation, scoring and embedding at epoch ends must not touch weights, optimiser or RNG stream."""
+@pytest.mark.xdist_group(TRACKED)
+def test_monitors_leave_training_bit_identical(tmp_path, tracked):
+    """Generation, scoring and embedding at epoch ends must not touch weights, optimiser or RNG stream.
 
-    def train(callbacks, root):
-        torch.manual_seed(123)
-        model = TinyChat()
-        trainer(root, callbacks, max_epochs=2).fit(model)
-        return model.state_dict(), torch.rand(3)
-
-    plain, rand_plain = train([], tmp_path / "plain")
-    watched, rand_watched = train(list(monitors(tmp_path / "cache")), tmp_path / "watched")
+    The watched run is ``tracked`` (the monitors and four trackers, the same seed and settings)."""
+    torch.manual_seed(123)
+    model = TinyChat()
+    trainer(tmp_path / "plain", [], max_epochs=2).fit(model)
+    plain, rand_plain = model.state_dict(), torch.rand(3)
+    *_, watched, rand_watched = tracked
     assert plain.keys() == watched.keys()
     for name in plain:
         assert torch.equal(plain[name], watched[name]), name
