@@ -137,15 +137,15 @@ def test_dress_logs_its_clusters_each_round(tmp_path):
 def test_the_per_cluster_figure_counts_the_negatives_after_a_mid_round_resume(tmp_path):
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    def run(root, max_epochs, ckpt_path=None):
+    def run(root, ckpt_path=None):
         # rounds of 2 epochs, mined at fit start: a run resumed at epoch 1 is in the middle of round 0
         cb = dress(tmp_path, mine_at="start", every_n_epochs=2)
-        ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_last=True, every_n_epochs=1)
+        ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1, every_n_epochs=1)  # every epoch's kept
         tr = trainer(
             root,
             [cb, ckpt],
             loggers=[CSVLogger(root, name="csv")],
-            max_epochs=max_epochs,
+            max_epochs=2,
             limit_train_batches=2,
             limit_val_batches=0,
             enable_checkpointing=True,
@@ -153,9 +153,9 @@ def test_the_per_cluster_figure_counts_the_negatives_after_a_mid_round_resume(tm
         tr.fit(tiny_lm(), datamodule=datamodule(), ckpt_path=ckpt_path)
         return cb, Path(tr.loggers[0].log_dir) / "lightning_div"
 
-    full, full_out = run(tmp_path / "full", 2)
-    run(tmp_path / "part", 1)
-    resumed, resumed_out = run(tmp_path / "resumed", 2, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt")
+    full, full_out = run(tmp_path / "full")
+    # resumed from the full run's checkpoint of epoch 0: the state a run stopped after epoch 0 saves
+    resumed, resumed_out = run(tmp_path / "resumed", ckpt_path=tmp_path / "full" / "ckpt" / "epoch=0-step=2.ckpt")
     assert resumed.state.mined_for == full.state.mined_for == 0  # nothing mined again: the same round
     np.testing.assert_array_equal(resumed.state.negative_clusters, full.state.negative_clusters)
     expected = _rows(full_out / "dress_head_clusters_epoch1.csv")
