@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -103,15 +106,92 @@ def _callback(tmp_path, train, val, **kwargs):
     return DiversityTrainerCallback(eval_pairs=list(val), **{**arguments, **kwargs})
 
 
+#: The tests sharing the one real training run (``trained``): one worker runs them, the run once.
+TRAINED = "hf_trainer_run"
+
+
+@dataclass
+class Trained:
+    """What the shared run left, read before any test touches its model or callback."""
+
+    root: Path
+    model: Any
+    tokenizer: Any
+    trainer: Any
+    cb: DiversityTrainerCallback
+    history: list[dict[str, float]]
+    share_history: list
+    last_ruq: float | None
+    last_responses: list[str]
+    wandb_run_dir: Path
+    mlflow_uri: str
+    mlflow_run_id: str
+
+
+def _trained_callback(root: Path, train, val, **kwargs) -> DiversityTrainerCallback:
+    """The shared run's callback: RUQ-train on, five samples in the tables, an alert at any RUQ drop."""
+    settings = dict(train_pairs=list(train), num_train_ruq_prompts=10, log_samples=5, warn_drop=0.0)
+    return _callback(root, train, val, **settings, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Trained:
+    """One 4-step training run, evaluated at steps 2 and 4 and checkpointed at both, reported to
+    TensorBoard, W&B (offline) and MLflow (file store): the equality, tracker, figure and resume tests
+    each trained a run of their own with these settings (the resume test's uninterrupted one)."""
+    import mlflow
+    import wandb
+
+    root = tmp_path_factory.mktemp("trained")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        mp.setenv("MLFLOW_TRACKING_URI", f"file:{root / 'mlruns'}")
+        mp.setenv("MLFLOW_EXPERIMENT_NAME", "lightning-div-hf")
+        mp.setenv("WANDB_DIR", str(root))
+        mp.setenv("WANDB_PROJECT", "lightning-div-hf")
+        mp.chdir(root)  # a tracker set up earlier in the process may write relative to the cwd
+        torch.manual_seed(0)
+        train, val = _data()
+        model, tokenizer = load_base_model()
+        trainer = _trainer(
+            root,
+            model,
+            tokenizer,
+            train,
+            val,
+            report_to=["tensorboard", "wandb", "mlflow"],
+            save_strategy="steps",
+            save_steps=2,
+        )
+        cb = _trained_callback(root, train, val).attach(trainer)
+        assert cb in trainer.callback_handler.callbacks
+        trainer.train()
+        run_dir = Path(wandb.run.dir).parent  # WANDB_DIR is read once per process: ask the run where it is
+        wandb.finish()
+        run = mlflow.last_active_run()  # the tracking URI is process-wide once set: ask MLflow where the run went
+        mlflow_uri = mlflow.get_tracking_uri()
+    return Trained(
+        root,
+        model,
+        tokenizer,
+        trainer,
+        cb,
+        copy.deepcopy(cb.history),
+        copy.deepcopy(cb.share_history),
+        cb.last_ruq,
+        list(cb.last_responses),
+        run_dir,
+        mlflow_uri,
+        run.info.run_id,
+    )
+
+
 @pytest.mark.slow
-def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_path):
-    torch.manual_seed(0)
+@pytest.mark.xdist_group(TRAINED)
+def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(trained, tmp_path):
+    """The shared run (``trained``) logs at every evaluation what the package's functions give."""
     train, val = _data()
-    model, tokenizer = load_base_model()
-    trainer = _trainer(tmp_path, model, tokenizer, train, val)
-    cb = _callback(tmp_path, train, val, train_pairs=list(train), num_train_ruq_prompts=10).attach(trainer)
-    assert cb in trainer.callback_handler.callbacks
-    trainer.train()
+    model, tokenizer, trainer, cb = trained.model, trained.tokenizer, trained.trainer, trained.cb
 
     rows = [r for r in trainer.state.log_history if eval_key("sem_ent") in r]
     assert [r["step"] for r in rows] == [2, 4]  # every evaluation, after the Trainer's own eval log
@@ -127,7 +207,7 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
         assert 0.0 <= row[eval_key("ruq")] <= 100.0
         assert row[eval_key("ruq")] == row[eval_key("ruq_idk1")]
     assert eval_key("sem_ent_gold") in rows[0] and eval_key("sem_ent_gold") not in rows[1]  # once, as the monitor
-    assert cb.history[-1] == {"step": 4.0, **{k: v for k, v in rows[1].items() if k not in ("step", "epoch")}}
+    assert trained.history[-1] == {"step": 4.0, **{k: v for k, v in rows[1].items() if k not in ("step", "epoch")}}
 
     # the fixed samples are the Lightning monitors' draws (seed; seed + 1 for RUQ's validation prompts)
     assert cb.sample() == [val[i] for i in sample_indices(len(val), 12, 0)]
@@ -140,7 +220,7 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
     last = rows[1]
     adapter = HuggingFaceAdapter(model, tokenizer, batch_size=8, max_new_tokens=MAX_NEW, show_progress=False)
     sample = cb.sample()
-    assert adapter.generate([p.context for p in sample]) == cb.last_responses
+    assert adapter.generate([p.context for p in sample]) == trained.last_responses == cb.last_responses
     model.train()
     rng = torch.get_rng_state()
     assert cb.measure(model, tokenizer, tmp_path / "unused")[eval_key("sem_ent")] == last[eval_key("sem_ent")]
@@ -169,9 +249,9 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(tmp_pa
         assert last[name] == pytest.approx(ruq_train[name], rel=1e-5, abs=1e-6), name
 
     # the clusters were fitted once and cached: a second callback reads them back
-    cached = list((tmp_path / "cache").glob("clusters-*.npz"))
+    cached = list((trained.root / "cache").glob("clusters-*.npz"))
     assert len(cached) == 1
-    again = _callback(tmp_path, train, val)
+    again = _callback(trained.root, train, val)
     again.evaluation.prepare(tmp_path / "unused")
     assert again.space.clusters_path == str(cached[0])
 
@@ -299,26 +379,29 @@ def test_a_diverged_model_is_named_not_measured(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_trackers_chart_the_values_as_eval_slash_metric(tmp_path):
-    """report_to="tensorboard": the event file holds eval/sem_ent ... (the Trainer's eval_ -> eval/), the logged values."""
+@pytest.mark.xdist_group(TRAINED)
+def test_the_trackers_chart_the_values_as_eval_slash_metric(trained):
+    """report_to="tensorboard": the event file holds eval/sem_ent ... (the Trainer's eval_ -> eval/), the logged
+    values, at both evaluations' steps (the shared run's)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    train, val = _data()
-    model, tokenizer = load_base_model()
-    trainer = _trainer(tmp_path, model, tokenizer, train, val, report_to="tensorboard", max_steps=2)
-    _callback(tmp_path, train, val, train_pairs=list(train), num_train_ruq_prompts=8).attach(trainer)
-    trainer.train()
-    logged = next(r for r in trainer.state.log_history if eval_key("sem_ent") in r)
+    rows = [r for r in trained.trainer.state.log_history if eval_key("sem_ent") in r]
+    assert [r["step"] for r in rows] == [2, 4]
     charted = {}
-    for events in (tmp_path / "out").rglob("events.out.tfevents.*"):
+    for events in (trained.root / "out").rglob("events.out.tfevents.*"):
         accumulator = EventAccumulator(str(events)).Reload()
         for tag in accumulator.Tags()["scalars"]:
             charted[tag] = [(e.step, e.value) for e in accumulator.Scalars(tag)]
+
+    def logged(key):
+        return [(r["step"], pytest.approx(r[key], rel=1e-6)) for r in rows if key in r]
+
     for metric in ("sem_ent", "sem_ent_gold", "distinct_2", "ead", "ruq", "ruq_margin", "diversity_runtime"):
-        assert charted[f"eval/{metric}"] == [(2, pytest.approx(logged[eval_key(metric)], rel=1e-6))], metric
+        assert charted[f"eval/{metric}"] == logged(eval_key(metric)), metric
+    assert [s for s, _ in charted["eval/sem_ent_gold"]] == [2] and [s for s, _ in charted["eval/sem_ent"]] == [2, 4]
     assert not any(tag.startswith("train/eval") for tag in charted)  # nothing charted under a wrong prefix
     for metric in ("ruq", "ruq_margin"):  # RUQ-train under the Lightning monitor's name
-        assert charted[f"train/{metric}"] == [(2, pytest.approx(logged[metric], rel=1e-6))], metric
+        assert charted[f"train/{metric}"] == logged(metric) and len(logged(metric)) == 2, metric
 
 
 def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
@@ -335,23 +418,17 @@ def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
 
 
 @pytest.mark.slow
-def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(tmp_path, monkeypatch):
+@pytest.mark.xdist_group(TRAINED)
+def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(trained, monkeypatch):
     """report_to tensorboard + wandb (offline) + mlflow (file store): the Lightning monitor's figures
-    and tables, keyed eval/..., at each evaluation's step; PNG and CSV copies in <output_dir>/lightning_div."""
+    and tables, keyed eval/..., at each evaluation's step; PNG and CSV copies in <output_dir>/lightning_div.
+    The run is the shared one (``trained``)."""
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'mlruns'}")
-    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "lightning-div-hf")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_PROJECT", "lightning-div-hf")
-    monkeypatch.chdir(tmp_path)  # a tracker set up earlier in the process may write relative to the cwd
-    train, val = _data()
-    model, tokenizer = load_base_model()
-    trainer = _trainer(tmp_path, model, tokenizer, train, val, report_to=["tensorboard", "wandb", "mlflow"])
-    cb = _callback(tmp_path, train, val, log_samples=5).attach(trainer)
-    trainer.train()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the file store, read back below
+    tmp_path, cb = trained.root, trained.cb
+    steps = [int(r["step"]) for r in trained.history]
     steps = [int(r["step"]) for r in cb.history]
     assert steps == [2, 4]
 
@@ -368,22 +445,13 @@ def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(tmp_path,
     assert any("eval/clusters/cards" in t and v == [2] for t, v in texts.items()), texts  # once
 
     # W&B offline: the figures and tables stored as media of the run
-    import wandb
-
-    run_dir = Path(wandb.run.dir).parent  # WANDB_DIR is read once per process: ask the run where it is
-    wandb.finish()
-    media = [p.name for p in (run_dir / "files" / "media").rglob("*") if p.is_file()]
+    media = [p.name for p in (trained.wandb_run_dir / "files" / "media").rglob("*") if p.is_file()]
     assert sum(n.startswith("cluster_histogram") for n in media) == 2, media
     assert any(n.startswith("samples") and n.endswith(".table.json") for n in media)
     assert any(n.startswith("cards") and n.endswith(".table.json") for n in media)
 
     # MLflow: PNG and JSON artifacts named by the step
-    import mlflow
-
-    run = mlflow.last_active_run()  # the tracking URI is process-wide once set: ask MLflow where the run went
-    client = MlflowClient(mlflow.get_tracking_uri())
-
-    stored = mlflow_artifacts(client, run.info.run_id)
+    stored = mlflow_artifacts(MlflowClient(trained.mlflow_uri), trained.mlflow_run_id)
     assert {
         "eval_cluster_histogram/step_2.png",
         "eval_cluster_histogram/step_4.png",
@@ -400,7 +468,7 @@ def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(tmp_path,
 
     with open(out / "eval_samples_step4.csv", newline="") as f:
         table = list(csv.DictReader(f))
-    assert [r["generated"] for r in table] == cb.last_responses[:5]
+    assert [r["generated"] for r in table] == trained.last_responses[:5]
     assert [r["gold"] for r in table] == [p.response for p in cb.sample()[:5]]
     with open(out / "eval_cluster_shares.csv", newline="") as f:
         shares = list(csv.DictReader(f))
@@ -412,21 +480,18 @@ def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(tmp_path,
 
 
 @pytest.mark.slow
-def test_a_resumed_run_logs_what_the_uninterrupted_one_logs(tmp_path):
+@pytest.mark.xdist_group(TRAINED)
+def test_a_resumed_run_logs_what_the_uninterrupted_one_logs(trained, tmp_path):
     """Resume from the step-2 checkpoint: the step-4 measurement equals the uninterrupted run's, the gold
-    Sem-Ent is not logged again, and the heatmap's history holds both steps (state in trainer_state.json)."""
+    Sem-Ent is not logged again, and the heatmap's history holds both steps (state in trainer_state.json).
+    The uninterrupted run is the shared one (``trained``, checkpointed at steps 2 and 4); the resumed run
+    has its callback's settings, its clusters and no tracker (the trackers hold no state to resume)."""
     train, val = _data()
-
-    def run(root, resume=None):
-        model, tokenizer = load_base_model()
-        trainer = _trainer(root, model, tokenizer, train, val, save_strategy="steps", save_steps=2)
-        trainer.args.output_dir = str(tmp_path / "out")  # both runs resume from / write the same checkpoints
-        cb = _callback(root, train, val, dirpath=tmp_path / "cache", warn_drop=0.0).attach(trainer)
-        trainer.train(resume_from_checkpoint=resume)
-        return cb
-
-    whole = run(tmp_path / "a")
-    resumed = run(tmp_path / "b", resume=str(tmp_path / "out" / "checkpoint-2"))
+    model, tokenizer = load_base_model()
+    trainer = _trainer(tmp_path, model, tokenizer, train, val, save_strategy="steps", save_steps=2)
+    resumed = _trained_callback(tmp_path, train, val, dirpath=trained.root / "cache").attach(trainer)
+    trainer.train(resume_from_checkpoint=str(trained.root / "out" / "checkpoint-2"))
+    whole = trained
     assert [r["step"] for r in whole.history] == [2.0, 4.0] and [r["step"] for r in resumed.history] == [4.0]
     assert eval_key("sem_ent_gold") in whole.history[0] and eval_key("sem_ent_gold") not in resumed.history[0]
     for key, value in whole.history[1].items():
