@@ -1,5 +1,7 @@
 """DRESSReweighting with DialogueDataModule + DialogueLM in a real Trainer: weights, negatives, resume."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,9 @@ from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.dress.weights import dress_weights
+
+#: One worker runs the two tests of the uninterrupted run (a module fixture), so it is trained once.
+pytestmark = pytest.mark.xdist_group("dress_callback")
 
 
 class BatchSpy(Callback):
@@ -23,13 +28,24 @@ class BatchSpy(Callback):
             self.seen.append((trainer.current_epoch, i, w))
 
 
-@pytest.mark.slow
-def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(tmp_path):
-    cb, spy, dm = dress(tmp_path), BatchSpy(), datamodule()
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Two epochs with DRESS's defaults here, uninterrupted (with a CSV logger and a batch spy, which change
+    no training): what the weights test asserts on and what the resume test's resumed run must match bit for bit
+    (one run for both: it was trained twice)."""
+    root = tmp_path_factory.mktemp("full")
+    cb, spy, model, dm = dress(root), BatchSpy(), tiny_lm(), datamodule()
     tr = trainer(
-        tmp_path, [cb, spy], loggers=[CSVLogger(tmp_path)], max_epochs=2, limit_train_batches=None, limit_val_batches=1
+        root, [cb, spy], loggers=[CSVLogger(root)], max_epochs=2, limit_train_batches=None, limit_val_batches=1
     )
-    tr.fit(tiny_lm(), datamodule=dm)
+    tr.fit(model, datamodule=dm)
+    return SimpleNamespace(root=root, cb=cb, spy=spy, model=model, dm=dm, trainer=tr)
+
+
+@pytest.mark.slow
+def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(uninterrupted):
+    run = uninterrupted
+    cb, spy, dm, tr, tmp_path = run.cb, run.spy, run.dm, run.trainer, run.root
     n = len(dm.train_pairs())
     # the gold weights are DRESS weights of the cached gold cluster ids
     with np.load(next((tmp_path / "cache").glob("assignments-clusters-*.npz"))) as stored:
@@ -50,7 +66,9 @@ def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(tmp_path):
 
 
 @pytest.mark.slow
-def test_resumed_run_ends_bit_identical(tmp_path):
+def test_resumed_run_ends_bit_identical(uninterrupted, tmp_path):
+    """Interrupted after 1 of 2 epochs and resumed; the uninterrupted run is the weights test's."""
+
     def run(root, max_epochs, ckpt_path=None, checkpoint=False):
         callbacks = [dress(root)]
         if checkpoint:
@@ -67,7 +85,7 @@ def test_resumed_run_ends_bit_identical(tmp_path):
         tr.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         return callbacks[0], model, dm
 
-    full_cb, full_model, full_dm = run(tmp_path / "full", 2)
+    full_cb, full_model, full_dm = uninterrupted.cb, uninterrupted.model, uninterrupted.dm
     run(tmp_path / "part", 1, checkpoint=True)
     resumed_cb, resumed_model, resumed_dm = run(
         tmp_path / "part", 2, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt"
