@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chitchat_read_once import chitchat_read_once
 from monitor_setup import TinyChat, datamodule, dress, monitors, tiny_lm, trainer
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
@@ -15,6 +16,13 @@ from lightning_div.metrics import cluster_js_divergence, top_cluster_share
 from lightning_div.semantic.cards import ClusterCard
 from lightning_div.semantic.plots import collapse_heatmap, share_histogram
 from lightning_div.views import dress_cluster_view
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _corpus_read_once():
+    """This module's datamodules share one reading of the corpus (tests/chitchat_read_once.py)."""
+    with chitchat_read_once():
+        yield
 
 
 def test_js_divergence_against_a_hand_computation():
