@@ -205,10 +205,15 @@ def count_mining(cb):
     return calls
 
 
-@pytest.mark.slow
-def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(tmp_path):
-    cb = dress(tmp_path, mine_at="start", negative_batches="separate", num_negative_contexts=20)
-    calls, spy, dm = count_mining(cb), BatchSpy(), datamodule()
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The authors' schedule over 3 epochs, uninterrupted: what the start-schedule test asserts on, and what
+    the resume test's resumed run must match bit for bit (one run for both: it was trained twice)."""
+    root = tmp_path_factory.mktemp("full")
+    cb = dress(
+        root, mine_at="start", negative_batches="separate", negative_loss="unlikelihood", num_negative_contexts=16
+    )
+    calls, spy, model, dm = count_mining(cb), BatchSpy(), tiny_lm(), datamodule()
     generated_with = []
     original_generate = cb.generate
 
@@ -217,19 +222,30 @@ def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(tmp_pat
         return original_generate(adapter, contexts, kwargs, desc)
 
     cb.generate = record_generate
-    tr = trainer(tmp_path, [cb, spy], max_epochs=3, limit_train_batches=None, limit_val_batches=1)
-    tr.fit(tiny_lm(), datamodule=dm)
+    trainer(root, [cb, spy], max_epochs=3, limit_train_batches=None, limit_val_batches=1).fit(model, datamodule=dm)
+    return SimpleNamespace(root=root, cb=cb, calls=calls, spy=spy, model=model, dm=dm, generated_with=generated_with)
+
+
+#: One worker runs the two tests of the uninterrupted run (a module fixture), so it is trained once.
+RESUME = "dress_negatives_resume"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group(RESUME)
+def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(uninterrupted):
+    run = uninterrupted
+    cb, calls, spy, dm, generated_with = run.cb, run.calls, run.spy, run.dm, run.generated_with
     # rounds start at epochs 0, 1, 2: epoch 0's at fit start (current epoch 0), the others at the end of the previous
     assert calls == [(0, 0), (0, 1), (1, 2)]
     assert generated_with and all(
         k["no_repeat_ngram_size"] == 0 and k["do_sample"] is False and k["num_beams"] == 1 for k in generated_with
     )
     n = len(dm.train_pairs())
-    # separate: all 20 generations kept (weights 0 outside the head clusters, -1 inside)
-    assert len(cb.state.negative_pairs) == 20 and set(cb.state.negative_weights.tolist()) <= {0.0, -1.0}
+    # separate: all 16 generations kept (weights 0 outside the head clusters, -1 inside)
+    assert len(cb.state.negative_pairs) == 16 and set(cb.state.negative_weights.tolist()) <= {0.0, -1.0}
     assert (cb.state.negative_weights == -1).any()
     # the weights are those of the head clusters of the generations' own assignment
-    clusters = SemanticClusters.load(next((tmp_path / "cache").glob("clusters-*.npz")))
+    clusters = SemanticClusters.load(next((run.root / "cache").glob("clusters-*.npz")))
     ids = clusters.assign(minilm().encode([p.response for p in cb.state.negative_pairs]))
     heads = head_clusters(ids, 4, 0.1)
     np.testing.assert_array_equal(cb.state.heads, heads)
@@ -241,8 +257,7 @@ def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(tmp_pat
         gold = [b for b in batches if all(0 <= i < n for i in b[1])]
         assert len(neg) + len(gold) == len(batches) and neg  # epoch 0 already trains against negatives
         assert all(all(i >= n or i == -1 for i in b[1]) for b in neg)  # never mixed with gold
-        assert sorted(i - n for b in neg for i in b[1] if i >= n) == list(range(20))  # every generation once
-    # the logged summary: what each epoch trained with
+        assert sorted(i - n for b in neg for i in b[1] if i >= n) == list(range(16))  # every generation once
     # the logged summary describes what each epoch trained with: negatives from epoch 0 on
     assert len(cb.history) == 3 and all(r["dress/negatives"] > 0 and r["dress/weight_min"] == -1.0 for r in cb.history)
     assert cb.history[-1]["dress/negatives"] == float((cb.state.negative_weights == -1).sum())
@@ -272,7 +287,10 @@ def test_end_schedule_is_todays(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_mines_each_round_once_and_ends_bit_identical(tmp_path):
+@pytest.mark.xdist_group(RESUME)
+def test_resume_mines_each_round_once_and_ends_bit_identical(uninterrupted, tmp_path):
+    """Interrupted after 2 of 3 epochs and resumed; the uninterrupted run is the start-schedule test's."""
+
     def run(root, max_epochs, ckpt_path=None, checkpoint=False):
         cb = dress(
             root, mine_at="start", negative_batches="separate", negative_loss="unlikelihood", num_negative_contexts=16
@@ -292,7 +310,12 @@ def test_resume_mines_each_round_once_and_ends_bit_identical(tmp_path):
         ).fit(model, datamodule=dm, ckpt_path=ckpt_path)
         return cb, calls, model, dm
 
-    full_cb, full_calls, full_model, full_dm = run(tmp_path / "full", 3)
+    full_cb, full_calls, full_model, full_dm = (
+        uninterrupted.cb,
+        uninterrupted.calls,
+        uninterrupted.model,
+        uninterrupted.dm,
+    )
     _part_cb, part_calls, _, _ = run(tmp_path / "part", 2, checkpoint=True)
     res_cb, res_calls, res_model, res_dm = run(tmp_path / "part", 3, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt")
     assert full_calls == [(0, 0), (0, 1), (1, 2)]
