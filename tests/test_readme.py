@@ -7,6 +7,11 @@ with what it says the user supplies: their own LightningModule (``MyChatbot``, a
 and tokenizer as ``self.model`` / ``self.tokenizer``, nothing else), their ``train.jsonl`` /
 ``valid.jsonl``, and the imports of the quick start. The metric example is a doctest.
 
+Both whole scripts run verbatim with Lightning's own environment default ``PL_TRAINER_LIMIT_TRAIN_BATCHES``
+(read by ``Trainer.__init__`` for an argument the script does not pass), which shortens their epochs: the tests
+check that the scripts run and what they log, not the fine-tuning; the README's measured times are of the
+scripts as a user runs them.
+
 The two quick start runs share one clusters cache (``lightning_div_cache``, the script's default
 under its working directory, a link to one folder): its files are named by the hash of all that
 decides the clusters, so the second run reads what the first fitted, as a user's second run does.
@@ -199,11 +204,15 @@ def _assert_real_diversity(metrics, k):
 @pytest.mark.slow
 @pytest.mark.xdist_group("readme_quick_start")
 def test_quick_start_runs_as_printed(tmp_path, monkeypatch, capsys, recwarn, quick_start_clusters):
+    """The quick start, its epochs cut to 10 of their 13 batches by Lightning's environment default: as many
+    as its ``log_every_n_steps``, so the logging-interval check below is the full run's."""
     _share_clusters_cache(tmp_path, quick_start_clusters)
+    monkeypatch.setenv("PL_TRAINER_LIMIT_TRAIN_BATCHES", "10")
     trainer, metrics = _quick_start_metrics(tmp_path, monkeypatch, capsys, python_block("Quick start"))
     # no logging-interval warning: log_every_n_steps is below the epoch's batches (issue 43 item 3)
     assert not [w for w in recwarn if "log_every_n_steps" in str(w.message)]
     assert type(trainer).__module__.startswith("pytorch_lightning")
+    assert trainer.global_step == 2 * 10  # Lightning's environment default was read
     _assert_real_diversity(metrics, 10)
     assert metrics["val/loss"] < 5.0  # the base model's start, not a model from scratch (5.45 after the old demo)
     assert len(list(quick_start_clusters.glob("clusters-*.npz"))) == 1  # fitted (or read) through the shared cache
@@ -217,8 +226,7 @@ def test_quick_start_runs_under_the_unified_lightning_package(tmp_path, quick_st
 
     The script runs verbatim; Lightning's own environment default ``PL_TRAINER_LIMIT_TRAIN_BATCHES=4``
     (read by ``Trainer.__init__`` for an argument the script does not pass) shortens each epoch to 4 of its
-    13 batches: what this run checks is the binding, the metrics and the figures, not the fine-tuning, which
-    ``test_quick_start_runs_as_printed`` runs in full."""
+    13 batches: what this run checks is the binding, the metrics and the figures."""
     _share_clusters_cache(tmp_path, quick_start_clusters)
     code = python_block("Quick start")
     assert code.startswith("import pytorch_lightning as pl\n")
@@ -287,13 +295,15 @@ def test_add_to_your_trainer_example_runs_as_printed(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_your_own_module_offline_runs_as_printed(tmp_path, monkeypatch, capsys):
+    """The script verbatim, its epochs cut to 4 of their 8 batches by Lightning's environment default."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PL_TRAINER_LIMIT_TRAIN_BATCHES", "4")
     namespace = {"__name__": "__main__"}
     exec(compile(python_block("Your own module, offline"), "README.md: Your own module, offline", "exec"), namespace)
 
     trainer = namespace["trainer"]
     metrics = finite_metrics(trainer)
-    assert trainer.current_epoch == trainer.max_epochs
+    assert trainer.current_epoch == trainer.max_epochs and trainer.global_step == 2 * 4
     # no validation loop: the monitors measured at the training epochs' end, with the data they were given
     _assert_real_diversity(metrics, 8)
     _assert_printed_summary(capsys.readouterr().out, trainer)
