@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,6 +33,9 @@ from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negative
 from lightning_div.dress.losses import dress_loss
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "callbacks" / "dress.md"
+
+#: One worker runs the two tests of the DialogueLM run (a module fixture), so it is trained once.
+OWN_RUN = "dress_protocol_own_run"
 
 
 def docs_example(heading: str = "Your own datamodule") -> dict:
@@ -149,17 +153,13 @@ def test_setup_refuses_a_datamodule_without_the_protocol(tmp_path):
         trainer(tmp_path, [dress(tmp_path, negatives=False)], max_epochs=1).fit(TinyChat())
 
 
-def test_dress_is_the_single_owner_of_weights_and_negatives(tmp_path):
-    dm = datamodule()
-    cb = dress(tmp_path, mine_at="start", num_negative_contexts=8)
-    ckpt = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    tr = trainer(
-        tmp_path, [cb, ckpt], max_epochs=1, limit_train_batches=2, limit_val_batches=0, enable_checkpointing=True
-    )
-    tr.fit(tiny_lm(), datamodule=dm)
+@pytest.mark.xdist_group(OWN_RUN)
+def test_dress_is_the_single_owner_of_weights_and_negatives(own_run):
+    """Asserted on the two-curves test's DialogueLM run (it checkpoints): one fit for both."""
+    cb, dm, root = own_run.cb, own_run.dm, own_run.root
     assert dm.state_dict() == {}  # applied, not owned
     assert dm.sample_weights.tolist() == cb.state.weights.tolist() and dm.negatives == cb.state.negative_pairs
-    checkpoint = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    checkpoint = torch.load(root / "ckpt" / "last.ckpt", weights_only=False)
     assert "DialogueDataModule" not in checkpoint
     assert checkpoint["callbacks"][cb.state_key]["weights"] == cb.state.weights.tolist()
 
@@ -223,28 +223,46 @@ class BatchKinds(pl.Callback):
         self.steps[batch_idx] = ("negative" if bool(negative.all()) else "gold", float(outputs["loss"]))
 
 
-@pytest.mark.parametrize("module", ["docs", "DialogueLM"])
-def test_gold_and_negative_batches_are_logged_as_two_curves(tmp_path, module):
-    import csv
-
-    if module == "docs":
-        MyChatbot = docs_example("Two loss curves: gold and negative")["MyChatbot"]
-        model = MyChatbot(causal_model(), tokenizer())
-    else:
-        model = tiny_lm()
+def two_curves_run(root: Path, model: pl.LightningModule, checkpoint: bool = False) -> SimpleNamespace:
+    """One epoch, negatives mined at the start in batches of their own, every step logged to CSV."""
     kinds = BatchKinds()
-    cb = dress(tmp_path, mine_at="start", negative_batches="separate", num_negative_contexts=16)
-    logger = CSVLogger(tmp_path, name="csv")
+    cb = dress(root, mine_at="start", negative_batches="separate", num_negative_contexts=16)
+    logger = CSVLogger(root, name="csv")
+    callbacks: list[pl.Callback] = [cb, kinds]
+    if checkpoint:  # changes no training
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=root / "ckpt", save_last=True))
+    dm = datamodule()
     tr = trainer(
-        tmp_path,
-        [cb, kinds],
+        root,
+        callbacks,
         loggers=[logger],
         max_epochs=1,
         limit_train_batches=None,
         limit_val_batches=0,
         log_every_n_steps=1,
+        enable_checkpointing=checkpoint,
     )
-    tr.fit(model, datamodule=datamodule())
+    tr.fit(model, datamodule=dm)
+    return SimpleNamespace(root=root, cb=cb, kinds=kinds, logger=logger, dm=dm)
+
+
+@pytest.fixture(scope="module")
+def own_run(tmp_path_factory) -> SimpleNamespace:
+    """DialogueLM + DialogueDataModule + DRESS, checkpointed: the two-curves test's and the single-owner test's."""
+    return two_curves_run(tmp_path_factory.mktemp("own"), tiny_lm(), checkpoint=True)
+
+
+@pytest.mark.xdist_group(OWN_RUN)
+@pytest.mark.parametrize("module", ["docs", "DialogueLM"])
+def test_gold_and_negative_batches_are_logged_as_two_curves(tmp_path, module, request):
+    import csv
+
+    if module == "docs":
+        MyChatbot = docs_example("Two loss curves: gold and negative")["MyChatbot"]
+        run = two_curves_run(tmp_path, MyChatbot(causal_model(), tokenizer()))
+    else:
+        run = request.getfixturevalue("own_run")
+    kinds, logger = run.kinds, run.logger
     with open(Path(logger.log_dir) / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     by_step = {int(r["step"]): r for r in rows if r["train/loss_step"] or r["train/negative_loss_step"]}
