@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -214,18 +215,32 @@ def ids_of(dm):
     return [chunks[i] for i in range(len(chunks))]
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """``small_module``'s folder of 40 pairs, written once: the damage tests each damage a copy of it, and
+    the module then writes it again for real (a write of its own for each test's undamaged folder was half
+    of each test's time)."""
+    return small_module(tmp_path_factory.mktemp("written"), list(chitchat_pairs("train", 6))[:40]).chunk_dir()
+
+
+def copy_of(written, stream_dir):
+    """A copy of the ``written`` folder in ``stream_dir``, where ``small_module(stream_dir, ...)`` looks for it."""
+    return Path(shutil.copytree(written, stream_dir / written.name))
+
+
 def expected_ids(pairs):
     memory = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), show_progress=False)
     encoded = memory._encoded_split("train")
     return [encoded[i] for i in range(len(pairs))]
 
 
-def test_a_damaged_chunk_is_named_when_read_and_written_again_next_run(tmp_path):
+@pytest.mark.xdist_group("streaming_written")  # one worker writes `written` once
+def test_a_damaged_chunk_is_named_when_read_and_written_again_next_run(tmp_path, written):
     """Issue 31 S1: 16 XOR-ed bytes in a chunk gave token id 1515870997 (vocabulary 800) and no error."""
     from lightning_div._internal.io import StaleCacheError
 
     pairs = list(chitchat_pairs("train", 6))[:40]
-    folder = small_module(tmp_path, pairs).chunk_dir()
+    folder = copy_of(written, tmp_path)
     chunk = sorted(folder.glob("chunk-*.bin"))[1]
     data = bytearray(chunk.read_bytes())
     for j in range(200, 216):
@@ -240,11 +255,12 @@ def test_a_damaged_chunk_is_named_when_read_and_written_again_next_run(tmp_path)
     assert ids_of(again) == expected_ids(pairs)
 
 
+@pytest.mark.xdist_group("streaming_written")  # one worker writes `written` once
 @pytest.mark.parametrize("damage", ["a deleted chunk", "a truncated index.json"])
-def test_a_folder_missing_a_chunk_or_its_index_is_written_again(tmp_path, damage):
+def test_a_folder_missing_a_chunk_or_its_index_is_written_again(tmp_path, written, damage):
     """Issue 31 S2 / S7: ChunkWaitTimeoutError or JSONDecodeError on every run."""
     pairs = list(chitchat_pairs("train", 6))[:40]
-    folder = small_module(tmp_path, pairs).chunk_dir()
+    folder = copy_of(written, tmp_path)
     if damage == "a deleted chunk":
         victim = sorted(folder.glob("chunk-*.bin"))[2]
         victim.unlink()
@@ -277,12 +293,13 @@ def _edit_checksums(folder: Path, how: str) -> str:
     return rf"lightning_div\.json: the entry of {name} is not"
 
 
+@pytest.mark.xdist_group("streaming_written")  # one worker writes `written` once
 @pytest.mark.parametrize("damage", ["an edited chunk_size", "bytes -> cytes", "an int entry"])
-def test_edited_folder_metadata_is_one_warning_and_a_rewrite(tmp_path, damage):
+def test_edited_folder_metadata_is_one_warning_and_a_rewrite(tmp_path, written, damage):
     """Issue 44 M4 / M5: an edited index.json failed every run inside LitData (header item count); a damaged
     lightning_div.json gave KeyError / TypeError in prepare_data, every run."""
     pairs = list(chitchat_pairs("train", 6))[:40]
-    folder = small_module(tmp_path, pairs).chunk_dir()
+    folder = copy_of(written, tmp_path)
     message = _edit_index(folder) if damage == "an edited chunk_size" else _edit_checksums(folder, damage)
     with pytest.warns(UserWarning, match=rf"LitData chunks in '{folder}' cannot be used \(.*{message}") as record:
         dm = small_module(tmp_path, pairs)
