@@ -16,14 +16,17 @@ import csv
 import json
 import math
 import os
+import re
 import signal
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from chitchat_read_once import chitchat_read_once
 from ddp_utils import forkserver_ddp
 from helpers import chitchat_pairs, tokenizer
 from monitor_setup import TinyChat, datamodule, dress, minilm, tiny_lm, trainer
@@ -44,6 +47,14 @@ from lightning_div.datamodules.samplers import (
     epoch_window,
 )
 from lightning_div.model.dialogue_lm import DialogueLM
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _corpus_read_once():
+    """This module's dozen datamodules share one reading of the corpus (tests/chitchat_read_once.py)."""
+    with chitchat_read_once():
+        yield
+
 
 CORPUS_METRICS = [
     "val/sem_ent",
@@ -170,9 +181,11 @@ class BatchLog(Callback):
         self.batches.append((trainer.current_epoch, batch["index"].tolist()))
 
 
-def resume_run(root: Path, crash: bool = False, ckpt_path: Path | None = None, stream_dir: Path | None = None):
-    sem, ruq = monitors(root / "cache")
-    dr, batches = dress(root), BatchLog()
+def resume_run(
+    root: Path, cache: Path, crash: bool = False, ckpt_path: Path | None = None, stream_dir: Path | None = None
+):
+    sem, ruq = monitors(cache)
+    dr, batches = dress(root, dirpath=str(cache)), BatchLog()
     callbacks = [sem, ruq, dr, batches]
     if crash:
         callbacks += [CrashAt(CRASH_STEP), ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=CRASH_STEP)]
@@ -201,19 +214,29 @@ def resume_run(root: Path, crash: bool = False, ckpt_path: Path | None = None, s
     return (sem, ruq, dr), model, dm, batches.batches
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted run both resume tests compare with, in memory: the streamed split yields the
+    very same batches, weights and negatives (tests/test_streaming.py), so the streamed crash and
+    resume must match it too. Its clusters cache serves the crashed and resumed runs (not what they test)."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    return resume_run(root, root / "cache"), root / "cache"
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("invariants_resume")  # one worker: the uninterrupted run (a module fixture) runs once
 @pytest.mark.parametrize("data", ["memory", "stream"])
-def test_mid_epoch_resume_matches_the_uninterrupted_run(tmp_path, data):
+def test_mid_epoch_resume_matches_the_uninterrupted_run(tmp_path, data, uninterrupted):
     if data == "stream":
         pytest.importorskip("litdata")
     stream = tmp_path / "stream" if data == "stream" else None
-    full_cbs, full_model, full_dm, full_batches = resume_run(tmp_path / "full", stream_dir=stream)
-    resume_run(tmp_path / "part", crash=True, stream_dir=stream)
+    (full_cbs, full_model, full_dm, full_batches), cache = uninterrupted
+    resume_run(tmp_path / "part", cache, crash=True, stream_dir=stream)
     ckpt = tmp_path / "part" / "ckpt" / f"epoch=1-step={CRASH_STEP}.ckpt"
     assert ckpt.is_file()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cbs, model, dm, batches = resume_run(tmp_path / "part", ckpt_path=ckpt, stream_dir=stream)
+        cbs, model, dm, batches = resume_run(tmp_path / "part", cache, ckpt_path=ckpt, stream_dir=stream)
     # Lightning recognises the train dataloader as resumable (it warns about any other)
     assert not [w for w in caught if "not resumable" in str(w.message)]
 
@@ -277,7 +300,10 @@ def launch(root: Path, devices: int) -> list[list[list[dict[str, float]]]]:
         # ddp_spawn's fresh processes, forked from a server with torch and Lightning imported
         **({"strategy": forkserver_ddp()} if devices > 1 else {}),
     )
-    tr.fit(tiny_lm(learning_rate=0.0), datamodule=datamodule())
+    # the pairs chosen here: the ranks (fresh processes) then do not read the whole corpus again
+    chosen = datamodule()
+    dm = datamodule(train=list(chosen.train_pairs()), val=list(chosen.val_pairs()))
+    tr.fit(tiny_lm(learning_rate=0.0), datamodule=dm)
     return [json.loads((root / f"rank{r}.json").read_text()) for r in range(devices)]
 
 
@@ -322,28 +348,76 @@ class FlakyTensorBoard(TensorBoardLogger):
         return _UploadsFail(super().experiment)
 
 
-def isolation_callbacks(root: Path):
-    return [*monitors(root / "cache"), dress(root, num_negative_contexts=16)]
+#: One worker runs the failure-isolation tests and the same-seed test: two runs (module fixtures) serve all three.
+ISOLATION = "invariants_isolation"
+SEED = 7
+
+
+@dataclass
+class IsolationRun:
+    trainer: pl.Trainer
+    model: DialogueLM
+    csv_logger: CSVLogger
+    caught: list[warnings.WarningMessage]  # every warning of the fit, as pytest.warns records them
+    root: Path
+
+
+def isolation_run(root: Path, cache: Path, loggers, **kwargs) -> IsolationRun:
+    """A run with the monitors and DRESS, seed 7 and dropout on (the training RNG stream matters): the two
+    failure-isolation runs are also section 4's same-seed pair; they share one clusters cache."""
+    model = tiny_lm(dropout=0.1)
+    pl.seed_everything(SEED, workers=True)
+    callbacks = [*monitors(cache), dress(root, num_negative_contexts=16, dirpath=str(cache)), *kwargs.pop("extra", ())]
+    tr = trainer(root, callbacks, loggers, limit_train_batches=4, limit_val_batches=1, log_every_n_steps=1, **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tr.fit(model, datamodule=datamodule())
+    return IsolationRun(tr, model, loggers[0], caught, root)
+
+
+def warned(run: IsolationRun, pattern: str) -> str:
+    """All the run's warning messages (as pytest.warns(RuntimeWarning, match=pattern) checks them)."""
+    assert any(issubclass(w.category, RuntimeWarning) and re.search(pattern, str(w.message)) for w in run.caught)
+    return " ".join(str(w.message) for w in run.caught)
+
+
+@pytest.fixture(scope="module")
+def isolation_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("isolation_cache")
+
+
+@pytest.fixture(scope="module")
+def flaky_tracker_run(tmp_path_factory, isolation_cache) -> IsolationRun:
+    root = tmp_path_factory.mktemp("flaky_tracker")
+    loggers = [CSVLogger(root, name="csv"), FlakyTensorBoard(root, name="tb")]
+    ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_last=True)
+    return isolation_run(root, isolation_cache, loggers, extra=[ckpt], enable_checkpointing=True)
+
+
+@pytest.fixture(scope="module")
+def blocked_plot_dir_run(tmp_path_factory, isolation_cache) -> tuple[IsolationRun, Path]:
+    root = tmp_path_factory.mktemp("blocked_plot_dir")
+    csv_logger = CSVLogger(root, name="csv", version=0)
+    blocked = Path(csv_logger.log_dir) / "lightning_div"  # where the callbacks put figures and tables
+    if os.geteuid() != 0:
+        blocked.mkdir(parents=True)
+        blocked.chmod(0o555)
+    else:  # root writes through any mode bits: block the directory by making its name a file
+        blocked.parent.mkdir(parents=True)
+        blocked.write_text("in the way")
+    try:
+        return isolation_run(root, isolation_cache, [csv_logger]), blocked
+    finally:
+        if blocked.is_dir():
+            blocked.chmod(0o755)
 
 
 @pytest.mark.slow
-def test_a_failing_tracker_costs_warnings_not_the_run(tmp_path, fitted_clusters):
-    fitted_clusters(tmp_path / "cache")  # the clusters are not what this test is about
-    csv_logger = CSVLogger(tmp_path, name="csv")
-    loggers = [csv_logger, FlakyTensorBoard(tmp_path, name="tb")]
-    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    model = tiny_lm()
-    tr = trainer(
-        tmp_path,
-        [*isolation_callbacks(tmp_path), ckpt],
-        loggers,
-        limit_train_batches=2,
-        limit_val_batches=1,
-        enable_checkpointing=True,
-    )
-    with pytest.warns(RuntimeWarning, match=r"could not write val/cluster_histogram to FlakyTensorBoard") as rec:
-        tr.fit(model, datamodule=datamodule())
-    messages = " ".join(str(w.message) for w in rec)
+@pytest.mark.xdist_group(ISOLATION)
+def test_a_failing_tracker_costs_warnings_not_the_run(flaky_tracker_run):
+    run = flaky_tracker_run
+    tr, model, csv_logger, tmp_path = run.trainer, run.model, run.csv_logger, run.root
+    messages = warned(run, r"could not write val/cluster_histogram to FlakyTensorBoard")
     for key in ("val/samples", "val/ruq_plot", "dress/weight_histogram"):
         assert f"could not write {key} to FlakyTensorBoard" in messages
     assert tr.state.finished and tr.current_epoch == 2
@@ -364,23 +438,11 @@ def test_a_failing_tracker_costs_warnings_not_the_run(tmp_path, fitted_clusters)
 
 
 @pytest.mark.slow
-def test_an_unwritable_plot_directory_costs_warnings_not_the_run(tmp_path):
-    csv_logger = CSVLogger(tmp_path, name="csv", version=0)
-    blocked = Path(csv_logger.log_dir) / "lightning_div"  # where the callbacks put figures and tables
-    if os.geteuid() != 0:
-        blocked.mkdir(parents=True)
-        blocked.chmod(0o555)
-    else:  # root writes through any mode bits: block the directory by making its name a file
-        blocked.parent.mkdir(parents=True)
-        blocked.write_text("in the way")
-    try:
-        tr = trainer(tmp_path, isolation_callbacks(tmp_path), [csv_logger], limit_train_batches=2, limit_val_batches=1)
-        with pytest.warns(RuntimeWarning, match="could not write") as rec:
-            tr.fit(tiny_lm(), datamodule=datamodule())
-    finally:
-        if blocked.is_dir():
-            blocked.chmod(0o755)
-    messages = " ".join(str(w.message) for w in rec)
+@pytest.mark.xdist_group(ISOLATION)
+def test_an_unwritable_plot_directory_costs_warnings_not_the_run(blocked_plot_dir_run):
+    run, blocked = blocked_plot_dir_run
+    tr, csv_logger = run.trainer, run.csv_logger
+    messages = warned(run, "could not write")
     for name in (
         "val_cluster_histogram_epoch0.png",
         "val_samples_epoch0.csv",
@@ -493,25 +555,13 @@ def test_ctrl_c_during_generation_ends_the_fit_cleanly(tmp_path, fitted_clusters
 # ------------------------------------------------------------------------------------------- 4. determinism
 
 
-def seeded_run(root: Path, seed: int) -> list[dict[str, str]]:
-    csv_logger = CSVLogger(root, name="csv")
-    model = tiny_lm(dropout=0.1)  # dropout on: the training RNG stream matters
-    pl.seed_everything(seed, workers=True)
-    tr = trainer(
-        root,
-        [*monitors(root / "cache"), dress(root)],
-        [csv_logger],
-        limit_train_batches=4,
-        limit_val_batches=1,
-        log_every_n_steps=1,
-    )
-    tr.fit(model, datamodule=datamodule())
-    return csv_rows(csv_logger)
-
-
 @pytest.mark.slow
-def test_two_runs_with_one_seed_log_identical_metrics(tmp_path):
-    first, second = seeded_run(tmp_path / "a", 7), seeded_run(tmp_path / "b", 7)
+@pytest.mark.xdist_group(ISOLATION)
+def test_two_runs_with_one_seed_log_identical_metrics(flaky_tracker_run, blocked_plot_dir_run):
+    """The failure-isolation runs of section 3 are the pair: seed 7, dropout on (the training RNG stream
+    matters), the monitors and DRESS; they differ only in what could not be written (a tracker's uploads,
+    the plot directory) and in a checkpoint callback, none of which may change a metric."""
+    first, second = csv_rows(flaky_tracker_run.csv_logger), csv_rows(blocked_plot_dir_run[0].csv_logger)
     columns = set(first[0])
     assert set(second[0]) == columns
     assert set(CORPUS_METRICS + ["train/loss_step", "val/loss", "dress/effective_sample_size"]) <= columns
@@ -527,7 +577,7 @@ def test_epochs_without_a_validation_loop_are_measured_at_their_end(tmp_path, fi
     with the values a validated run gets (validation changes neither the weights nor the RNG stream)."""
 
     def run(name, **kwargs):
-        # val_pairs / train_pairs given: no datamodule; the four runs fit the same clusters: once
+        # val_pairs / train_pairs given: no datamodule; the three runs fit the same clusters: once
         sem, ruq = monitors_with_own_data(fitted_clusters(tmp_path / name / "cache"))
         torch.manual_seed(0)
         trainer(tmp_path / name, [sem, ruq], **kwargs).fit(TinyChat())
