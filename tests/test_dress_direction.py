@@ -101,7 +101,10 @@ def test_dress_moves_generations_from_the_dominant_cluster_to_the_tail(mode, unw
     # measured in DRESS's own semantic space: the clusters it fitted on the gold training responses
     clusters = SemanticClusters.load(next((tmp_path / "clusters").glob("clusters-*.npz")))
     encoder = minilm()
-    gold = clusters.assign(encoder.encode([p.response for p in TRAIN]))
+    # the gold responses' ids as DRESS assigned them (its cache beside the clusters): not embedded a second time
+    with np.load(next((tmp_path / "clusters").glob("assignments-clusters-*.npz"))) as stored:
+        gold = stored["ids"]
+    assert len(gold) == len(TRAIN)
     idk = clusters.assign(encoder.encode([IDK]))[0]
     assert np.mean(gold == idk) >= 0.6  # the dominant cluster is the IDK one
 
@@ -111,6 +114,7 @@ def test_dress_moves_generations_from_the_dominant_cluster_to_the_tail(mode, unw
 
     plain_share, plain_ent = share_and_sem_ent(unweighted.generated)
     dress_share, dress_ent = share_and_sem_ent(weighted.generated)
+    print(f"{mode}: dominant share {plain_share:.3f} -> {dress_share:.3f}, Sem-Ent {plain_ent:.3f} -> {dress_ent:.3f}")
     assert plain_share > 0.9  # unweighted training collapses onto the dominant cluster
     assert dress_share < plain_share - 0.5
     if mode == "sampler":
