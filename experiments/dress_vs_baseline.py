@@ -106,10 +106,13 @@ SCRATCH = {
     "settings": list(SETTINGS),
     "seeds_of": {"lambda_0": [0], "lambda_10": [0], "lambda_60": [0]},
 }
+# A smoke test of every code path (negatives, lambda 0 = baseline), sized for the tests: training dominates
+# its cost (one optimizer step of 32 examples ~3 s on one thread), so two steps of 16 an epoch.
 QUICK = dict(
     BASE,
-    train_examples=96,
-    val_examples=24,
+    train_examples=32,
+    batch_size=16,
+    val_examples=16,
     epochs=2,
     num_contexts=16,
     num_negative_contexts=16,
