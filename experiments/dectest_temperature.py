@@ -104,16 +104,16 @@ SCRATCH = dict(
     n_boot=1000,
     seeds=[0, 1],
 )
-QUICK = dict(
+QUICK = dict(  # two sets per value: a smoke test of both sweeps (the test runs it twice)
     BASE,
     max_val_examples=200,
     temperatures=8,
-    sets=32,
+    sets=16,
     set_size=5,
-    max_new_tokens=16,
+    max_new_tokens=12,
     num_clusters=5,
-    cluster_texts=200,
-    n_boot=200,
+    cluster_texts=100,
+    n_boot=100,
     seeds=[0],
 )
 REGIMES = {"base": BASE, "scratch": SCRATCH}
