@@ -27,7 +27,7 @@ Writes ``DIR/results.json`` and the page ``DIR.md`` (default ``docs/results/grpo
 numbers, the per-seed intervals and whether each excludes 0; the reading (does GRPO collapse
 diversity here, does the reward hold it, at what cost to the task reward) is written by hand
 under them, and the page added to ``mkdocs.yml``'s Results.
-``--quick``: one seed, 2 steps, small batches (a smoke test; its numbers mean nothing).
+``--quick``: one seed, 2 steps, small batches, clusters of 100 replies (a smoke test; its numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -370,7 +370,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg["steps"] = args.steps
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2])
     args.out.mkdir(parents=True, exist_ok=True)
-    references = [p.response for p in read_pairs("chitchat:finetune", max_history=1)[:500]]
+    # the clusters' references (--quick: 100, a smoke test)
+    references = [p.response for p in read_pairs("chitchat:finetune", max_history=1)[: 100 if args.quick else 500]]
     space = SemanticSpace(encoder="minilm", num_clusters=8, dirpath=args.out / "cache", show_progress=False)
     space.fit(references)
     runs = []

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_experiment
 
 pytest.importorskip("trl")
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +53,9 @@ def test_grpo_diversity_quick(tmp_path):
     second.parent.mkdir()
     second.write_text(json.dumps(other))
     merged_out = tmp_path / "merged" / "grpo_diversity"
-    cmd = [sys.executable, str(ROOT / "experiments" / "grpo_diversity.py"), "--merge", str(out / "results.json")]
-    subprocess.run([*cmd, str(second), str(second), "--out", str(merged_out)], check=True, timeout=300)
+    # in this process (helpers.load_experiment): a second interpreter's imports cost more than the merge
+    script = load_experiment("grpo_diversity")
+    script.main(["--merge", str(out / "results.json"), str(second), str(second), "--out", str(merged_out)])
     merged = json.loads((merged_out / "results.json").read_text())
     assert merged["seeds"] == [0, 1] and len(merged["runs"]) == 4
     assert [(r["setting"], r["seed"]) for r in merged["runs"]] == [
