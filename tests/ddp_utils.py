@@ -76,6 +76,8 @@ def _worker(
 #: transformers and Lightning again (a spawned rank spent most of a two-process test doing that: 38 s of
 #: a 40 s launch on the loaded 2-core machine, against 2 s forked once the server is up).
 PRELOAD = ["torch", "torch.distributed", "transformers", "pytorch_lightning", "lightning_div", "helpers"]
+# the streaming tests' LitData writers and workers are forked from it too (an ImportError here is ignored)
+PRELOAD += ["litdata", "lightning_div.datamodules.streaming"]
 # read when the forkserver starts (the first forkserver launch: run_distributed's or forkserver_ddp()'s)
 multiprocessing.set_forkserver_preload(PRELOAD)
 
