@@ -72,17 +72,16 @@ SCRATCH = dict(
     num_beams=5,
     seeds=[0, 1],
 )
-# Every code path, sized for the tests (which run a corner three times): two steps of 16 an epoch.
 QUICK = dict(
     BASE,
     corners=[(0.4, 0.2), (0.0, 0.4)],
-    max_train_examples=32,
-    max_val_examples=16,
+    max_train_examples=48,
+    max_val_examples=24,
     epochs=2,
     warmup_steps=2,
-    num_train_prompts=8,
-    num_val_prompts=8,
-    profile_prompts=4,
+    num_train_prompts=12,
+    num_val_prompts=12,
+    profile_prompts=6,
     num_beams=2,
     seeds=[0],
 )
