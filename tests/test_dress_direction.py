@@ -29,6 +29,7 @@ pytestmark = pytest.mark.xdist_group("dress_direction")
 
 IDK = "i don't know ."
 K = 4
+EPOCHS = 6
 TRAIN = [
     DialoguePair(p.context, IDK if i % 5 < 3 else p.response)
     for i, p in enumerate(list(chitchat_pairs("train", 200))[:400])
@@ -74,7 +75,9 @@ def train(tmp_path: Path, mode: str | None) -> Measure:
             )
         )
     pl.Trainer(
-        max_epochs=8,
+        # 6 epochs (was 8), checked by hand on seeds 0-3: unweighted share 1.0 on each; DRESS's share 0.00-0.23
+        # (loss) and 0.06-0.38 (sampler), all below the bar; 0.00 and 0.11 on this test's seed 0
+        max_epochs=EPOCHS,
         accelerator="cpu",
         logger=False,
         enable_checkpointing=False,
@@ -96,7 +99,7 @@ def unweighted(tmp_path_factory):
 def test_dress_moves_generations_from_the_dominant_cluster_to_the_tail(mode, unweighted, tmp_path):
     weighted = train(tmp_path, mode)
     # no logger: the weight histograms go to the cache directory, never to the working directory
-    assert len(list((tmp_path / "clusters" / "plots").glob("dress_weight_histogram_epoch*.png"))) == 8
+    assert len(list((tmp_path / "clusters" / "plots").glob("dress_weight_histogram_epoch*.png"))) == EPOCHS
     assert isinstance(weighted.sampler, WeightedDistributedSampler) == (mode == "sampler")
     # measured in DRESS's own semantic space: the clusters it fitted on the gold training responses
     clusters = SemanticClusters.load(next((tmp_path / "clusters").glob("clusters-*.npz")))
@@ -120,7 +123,7 @@ def test_dress_moves_generations_from_the_dominant_cluster_to_the_tail(mode, unw
     if mode == "sampler":
         assert dress_ent > plain_ent
     # Loss mode: with today's releases (a locally trained tokenizer, transformers' initialisation) this tiny
-    # model has not learned the up-weighted tail responses after 8 epochs; its greedy outputs are fragments
+    # model has not learned the up-weighted tail responses after 6 (or 8) epochs; its greedy outputs are fragments
     # ("'t't't a,.", empty) that land in one cluster, so Sem-Ent is 0 for both runs and only the move away
     # from the dominant cluster is asserted. The same failure at this session's first commit: not a change
     # of the loss (tested against hand computations in test_dress.py / test_label_smoothing.py).
