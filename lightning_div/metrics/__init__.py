@@ -1,5 +1,7 @@
 """Diversity metrics as pure functions (no Lightning) and DDP-exact torchmetrics states."""
 
+from typing import TYPE_CHECKING, Any
+
 from lightning_div.metrics.group import (
     collapsed_share,
     group_classes,
@@ -24,14 +26,30 @@ from lightning_div.metrics.nli import nli_diversity
 from lightning_div.metrics.ruq import ruq_margin, ruq_score
 from lightning_div.metrics.semantic import cluster_histogram, cluster_js_divergence, semantic_entropy, top_cluster_share
 from lightning_div.metrics.sets import NegativeMeanCosine
-from lightning_div.metrics.states import (
-    RUQ,
-    AveragedDistinct,
-    DistinctN,
-    ExpectationAdjustedDistinct,
-    NGramEntropy,
-    SemanticEntropy,
-)
+
+if TYPE_CHECKING:
+    from lightning_div.metrics.states import (
+        RUQ,
+        AveragedDistinct,
+        DistinctN,
+        ExpectationAdjustedDistinct,
+        NGramEntropy,
+        SemanticEntropy,
+    )
+
+# The torchmetrics states import torch and torchmetrics (most of a fresh interpreter's 9 s to import this
+# package's clusters, datamodules or DRESS weights): imported when one is asked for, as the pure functions
+# above need numpy only.
+_STATES = ("RUQ", "AveragedDistinct", "DistinctN", "ExpectationAdjustedDistinct", "NGramEntropy", "SemanticEntropy")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STATES:
+        from lightning_div.metrics import states
+
+        return getattr(states, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "distinct_n",
