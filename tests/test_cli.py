@@ -88,9 +88,9 @@ def test_every_paper_config_parses(config, capsys):
 
 #: The shortened demo's callback sizes (configs/demo.yaml's in brackets): every part runs, on fewer prompts
 SHORTENED_CALLBACKS = {
-    "SemanticDiversityMonitor": {"num_contexts": 32},  # (128) half of the 64 validation examples
-    "RUQMonitor": {"num_train_prompts": 16, "num_val_prompts": 16, "num_plot_prompts": 8},  # (64, 64, 16)
-    "DRESSReweighting": {"num_negative_contexts": 32},  # (256)
+    "SemanticDiversityMonitor": {"num_contexts": 32, "max_new_tokens": 12},  # (128, 24) half of the 64 val examples
+    "RUQMonitor": {"num_train_prompts": 16, "num_val_prompts": 16, "num_plot_prompts": 8, "max_new_tokens": 12},
+    "DRESSReweighting": {"num_negative_contexts": 32, "max_new_tokens": 12},  # (256, 24); RUQ's (64, 64, 16, 24)
 }
 
 
