@@ -232,20 +232,28 @@ class _Collector:
         self.pairs: list[DialoguePair] = []
         self.stats = ReadStats(source=source)
 
-    def pair(
-        self,
-        context: Sequence[str],
-        response: str,
-        references: Sequence[str] = (),
-        where: str = "",
-        context_checked: bool = False,
-    ) -> None:
-        if not context_checked:
-            for i, turn in enumerate(context):
-                check_text(turn, where, f"context[{i}]")
+    def pair(self, context: Sequence[str], response: str, references: Sequence[str] = (), where: str = "") -> None:
+        for i, turn in enumerate(context):
+            check_text(turn, where, f"context[{i}]")
         check_text(response, where, "the response")
         for i, ref in enumerate(references):
             check_text(ref, where, f"references[{i}]")
+        self._add(context, response, tuple(references), where)
+
+    def conversation(self, turns: Sequence[str], where: str) -> None:
+        if len(turns) < 2:
+            self.stats.drop("conversations with fewer than 2 turns")
+            return
+        # each turn is checked once, as the first turn or as a response: a conversation of n turns is n - 1
+        # pairs whose contexts hold its earlier turns, and checking every context again was O(n^2) (most
+        # of the time reading Chit-Chat took)
+        check_text(turns[0], where, "context[0]")
+        for i in range(1, len(turns)):
+            check_text(turns[i], where, "the response")
+            self._add(turns[:i], turns[i], (), where)
+
+    def _add(self, context: Sequence[str], response: str, references: tuple[str, ...], where: str) -> None:
+        """Keeps a checked pair: an empty response is dropped, a long context truncated, both counted."""
         if not response.strip():
             self.stats.drop("empty response")
             return
@@ -253,19 +261,7 @@ class _Collector:
         if self.max_history is not None and len(context) > self.max_history:
             context = context[-self.max_history :]
             self.stats.truncated += 1
-        self.pairs.append(DialoguePair(context, response, tuple(references), source=where))
-
-    def conversation(self, turns: Sequence[str], where: str) -> None:
-        if len(turns) < 2:
-            self.stats.drop("conversations with fewer than 2 turns")
-            return
-        # each turn is checked once, as a response or as the first turn: a conversation of n turns is n - 1
-        # pairs whose contexts hold its earlier turns, and checking every context again was O(n^2) (most
-        # of the time reading Chit-Chat took)
-        if turns:
-            check_text(turns[0], where, "context[0]")
-        for i in range(1, len(turns)):
-            self.pair(turns[:i], turns[i], (), where, context_checked=True)
+        self.pairs.append(DialoguePair(context, response, references, source=where))
 
     def result(self, dedupe: bool = False) -> ReadResult:
         pairs = self.pairs
