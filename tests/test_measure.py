@@ -197,7 +197,7 @@ def test_the_measure_page_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     and lightning_div again (most of what is left is MiniLM embedding the 1,064 replies).
     """
     monkeypatch.chdir(tmp_path)  # the script's relative lightning_div_cache/ and measured/
-    exec(compile(_page_script("measure.md"), str(tmp_path / "measure_responses.py"), "exec"), {"__name__": "__main__"})
+    exec(compile(_page_script("measure.md"), str(ROOT / "docs" / "measure.md"), "exec"), {"__name__": "__main__"})
     values = dict(re.findall(r"^\s*(\w+)\s+([-\d.]+)$", capsys.readouterr().out, re.M))
     # half the replies replaced by "I don't know.": less diverse than the gold replies of the same contexts
     assert 0.0 < float(values["sem_ent"]) < float(values["sem_ent_gold"]) <= math.log(10) + 1e-9
