@@ -109,10 +109,49 @@ def shortened_demo_config(tmp_path: Path) -> Path:
     return path
 
 
+#: The demo's data, shortened, for the demo and validate tests: the same training responses, so the same
+#: clusters file (named by their hash); batches of 8 (the demo's 32): 2 epochs of 4 batches train less
+SHORTENED_DATA = [
+    "--data.init_args.max_train_examples=200",
+    "--data.init_args.max_val_examples=64",
+    "--data.init_args.batch_size=8",
+    "--data.init_args.show_progress=false",
+]
+
+
+@pytest.fixture(scope="module")
+def demo_clusters(tmp_path_factory):
+    """The clusters (and assignments) files of whichever of the demo and validate tests ran first here.
+
+    Both fit the same clusters (the same encoder, k and training responses); the second copies them into
+    its runs/demo/cache and reads them instead of embedding 200 responses and running k-means again.
+    ``share(cache)`` before a run seeds ``cache``; after it, keeps what the run wrote if nothing is kept yet.
+    """
+    import shutil
+
+    kept = tmp_path_factory.mktemp("demo_clusters")
+
+    def share(cache: Path, after: bool = False) -> None:
+        cache.mkdir(parents=True, exist_ok=True)
+        source, target = (cache, kept) if after else (kept, cache)
+        if after and list(kept.glob("*.npz")):
+            return
+        for f in source.glob("*.npz"):
+            shutil.copyfile(f, target / f.name)
+
+    return share
+
+
 @pytest.mark.slow
-def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn):
-    """The demo, shortened: 2 epochs of 4 batches, the callbacks on fewer prompts (``SHORTENED_CALLBACKS``)."""
+@pytest.mark.xdist_group("cli_demo")
+def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn, demo_clusters):
+    """The demo, shortened: 2 epochs of 4 batches of 8, the callbacks on fewer prompts (``SHORTENED_CALLBACKS``).
+
+    Its clusters may come from the validate test's run (``demo_clusters``): the monitor and DRESS still
+    name one file, so a second clusters file in the cache still fails the test.
+    """
     monkeypatch.chdir(tmp_path)  # the demo writes runs/demo relative to the working directory
+    demo_clusters(tmp_path / "runs/demo/cache")
     main(
         [
             "fit",
@@ -122,11 +161,10 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn):
             "--trainer.limit_train_batches=4",
             "--trainer.limit_val_batches=2",
             "--trainer.enable_progress_bar=false",
-            "--data.init_args.max_train_examples=200",
-            "--data.init_args.max_val_examples=64",
-            "--data.init_args.show_progress=false",
+            *SHORTENED_DATA,
         ]
     )
+    demo_clusters(tmp_path / "runs/demo/cache", after=True)
     out = capsys.readouterr().out
     assert "lightning-div: fit finished after 2 epoch(s)" in out and "tensorboard --logdir runs/demo" in out
     # the summary is the last thing printed, after W&B's run history (printed when its run closes)
@@ -166,8 +204,12 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn):
 
 
 @pytest.mark.slow
-def test_validate_runs_the_monitors_on_an_untrained_model(tmp_path, monkeypatch, capsys):
+@pytest.mark.xdist_group("cli_demo")
+def test_validate_runs_the_monitors_on_an_untrained_model(tmp_path, monkeypatch, capsys, demo_clusters):
+    """Its clusters may come from the demo test's run (``demo_clusters``): loaded, not fitted, at the first
+    validation end, which is still where an untrained model's monitors prepare themselves."""
     monkeypatch.chdir(tmp_path)
+    demo_clusters(tmp_path / "runs/demo/cache")
     main(
         [
             "validate",
@@ -175,11 +217,10 @@ def test_validate_runs_the_monitors_on_an_untrained_model(tmp_path, monkeypatch,
             str(shortened_demo_config(tmp_path)),  # the demo on fewer prompts: the path is what is checked
             "--trainer.limit_val_batches=2",
             "--trainer.enable_progress_bar=false",
-            "--data.init_args.max_train_examples=160",
-            "--data.init_args.max_val_examples=64",
-            "--data.init_args.show_progress=false",
+            *SHORTENED_DATA,
         ]
     )
+    demo_clusters(tmp_path / "runs/demo/cache", after=True)
     rows = list(csv.DictReader(open(tmp_path / "runs/demo/csv/version_0/metrics.csv")))
     logged = {k: float(v) for r in rows for k, v in r.items() if v}
     # no fit: the monitors prepare themselves at the first validation end
