@@ -24,6 +24,10 @@ PUBLIC_MODULES = ("lightning_div", "lightning_div.callbacks", "lightning_div.met
 pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
 pytest.importorskip("mkdocstrings_handlers.python", reason="the docs extra is not installed")
 
+#: One worker runs this file's tests, so the site (a module fixture) is built once: split over two xdist
+#: workers it was built on each (13 CPU-seconds a build).
+pytestmark = pytest.mark.xdist_group("docs_site")
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
@@ -61,6 +65,7 @@ def test_api_reference_has_no_raw_sphinx_roles(site):
             assert role not in text, f"{page.relative_to(site)} shows a raw {role} role"
 
 
+@pytest.fixture(scope="module")
 def documented_ids(site: Path) -> set[str]:
     """The anchors mkdocstrings gave the objects it rendered in the API reference."""
     ids: set[str] = set()
@@ -74,9 +79,9 @@ def public_names() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("module,name", public_names())
-def test_public_name_is_in_the_api_reference(site, module, name):
+def test_public_name_is_in_the_api_reference(documented_ids, module, name):
     obj = getattr(importlib.import_module(module), name)
-    ids = documented_ids(site)
+    ids = documented_ids
     # a class or function is documented where it is defined; a constant under its package's module
     defined_in = getattr(obj, "__module__", None)
     if defined_in is not None and hasattr(obj, "__qualname__"):
