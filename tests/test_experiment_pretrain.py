@@ -33,7 +33,8 @@ def run(out: Path) -> dict:
 def test_pretrain_base_quick_is_deterministic_and_writes_a_card(tmp_path):
     first = run(tmp_path / "a")  # as a user runs it: a fresh interpreter, its progress lines on a pipe
     # and again in another process (this one: helpers.load_experiment saves an interpreter's imports)
-    load_experiment("pretrain_base").main(["--quick", "--out", str(tmp_path / "b"), "--threads", "1"])
+    script = load_experiment("pretrain_base")
+    script.main(["--quick", "--out", str(tmp_path / "b"), "--threads", "1"])
     second = json.loads((tmp_path / "b" / "results.json").read_text())
     # the same seed and thread count: the same losses to the last bit, during training and as shipped
     assert [h["heldout_loss"] for h in first["history"]] == [h["heldout_loss"] for h in second["history"]]
@@ -48,4 +49,4 @@ def test_pretrain_base_quick_is_deterministic_and_writes_a_card(tmp_path):
     card = (tmp_path / "a" / "model" / "README.md").read_text()
     assert "pretrain" in card and "MIT License" in card and "--quick" in card
     assert (tmp_path / "a" / "loss.png").stat().st_size > 0
-    assert len(first["samples_before"]) == len(first["samples_after"]) == 20
+    assert len(first["samples_before"]) == len(first["samples_after"]) == script.QUICK_SAMPLES == 4
