@@ -72,13 +72,25 @@ def test_the_base_model_is_package_data():
 
 @pytest.mark.slow
 def test_load_base_model_in_a_fresh_process_is_fast_and_offline():
+    """Also covers what two tests checked in fresh processes of their own (one interpreter start, not three):
+    tests/test_semantic_space.py's test_the_space_needs_no_lightning (lightning_div.semantic.space imports
+    no Lightning) and tests/test_hf_trainer.py's test_the_hugging_face_front_end_imports_no_lightning (nor
+    does the Hugging Face front end, nor lightning_div.callbacks), each checked right after its import."""
     # a new process, no Hub: the import and the load finish in well under the issue's 20 s (not a timing
     # assertion: a timeout that only a hang or a download would reach)
-    code = "from lightning_div import load_base_model; m, t = load_base_model(); print(type(m).__name__)"
+    code = (
+        "import sys, lightning_div.semantic.space; "
+        "print(sorted(m for m in ('pytorch_lightning', 'lightning', 'lightning_fabric') if m in sys.modules)); "
+        "import lightning_div.integrations.transformers; "
+        "print(sorted(m for m in ('pytorch_lightning', 'lightning', 'lightning_div.callbacks') if m in sys.modules)); "
+        "from lightning_div import load_base_model; m, t = load_base_model(); print(type(m).__name__)"
+    )
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "GPT2LMHeadModel"
+    # the space, then the front end, import no Lightning (a tracker may print a line of its own first); the
+    # load prints nothing
+    assert out.stdout.strip().splitlines()[-3:] == ["[]", "[]", "GPT2LMHeadModel"]
 
 
 @pytest.mark.slow

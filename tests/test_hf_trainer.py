@@ -354,16 +354,8 @@ def test_two_processes_log_the_numbers_of_one(tmp_path):
             assert rank0[key] == value, key
 
 
-def test_the_hugging_face_front_end_imports_no_lightning():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, lightning_div.integrations.transformers; "
-        "print(sorted(m for m in ('pytorch_lightning', 'lightning', 'lightning_div.callbacks') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "[]"  # (a tracker may print a line of its own first)
+# That the Hugging Face front end imports no Lightning is checked in the fresh process of
+# tests/test_base_model.py::test_load_base_model_in_a_fresh_process_is_fast_and_offline (one interpreter start, not two).
 
 
 def test_a_diverged_model_is_named_not_measured(tmp_path):
