@@ -21,10 +21,12 @@ from lightning_div.datamodules.samplers import WeightedDistributedSampler
 from lightning_div.metrics import semantic_entropy
 from lightning_div.model.adapters import resolve_adapter
 from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.semantic.cache import assignments_path
 from lightning_div.semantic.clusters import SemanticClusters
 
 #: One worker runs this module's tests one after the other, so the unweighted run (a module fixture) is trained
-#: once: split over two xdist workers it was trained on each (23 s and 27 s of setup).
+#: once: split over two xdist workers it was trained on each (23 s and 27 s of setup). The loss and sampler runs
+#: fit the same clusters: the second reads the first's (``fitted_clusters``, tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("dress_direction")
 
 IDK = "i don't know ."
@@ -49,7 +51,7 @@ class Measure(pl.Callback):
         )
 
 
-def train(tmp_path: Path, mode: str | None) -> Measure:
+def train(clusters_dir: Path | None, mode: str | None) -> Measure:
     pl.seed_everything(0)
     lm = DialogueLM(
         model_name_or_path=None,
@@ -60,20 +62,19 @@ def train(tmp_path: Path, mode: str | None) -> Measure:
     )
     dm = DialogueDataModule(train=TRAIN, val=HELD_OUT[:16], batch_size=16, max_history=2, show_progress=False)
     measure = Measure()
-    callbacks = [measure]
+    callbacks: list[pl.Callback] = [measure]
     if mode is not None:
-        callbacks.append(
-            DRESSReweighting(
-                encoder=minilm(),
-                num_clusters=K,
-                lam=3.0,
-                normalize=True,
-                negatives=False,
-                mode=mode,
-                show_progress=False,
-                dirpath=str(tmp_path / "clusters"),
-            )
+        measure.dress = DRESSReweighting(
+            encoder=minilm(),
+            num_clusters=K,
+            lam=3.0,
+            normalize=True,
+            negatives=False,
+            mode=mode,
+            show_progress=False,
+            dirpath=str(clusters_dir),
         )
+        callbacks.append(measure.dress)
     pl.Trainer(
         # 6 epochs (was 8), checked by hand on seeds 0-3: unweighted share 1.0 on each; DRESS's share 0.00-0.23
         # (loss) and 0.06-0.38 (sampler), all below the bar; 0.00 and 0.11 on this test's seed 0
@@ -90,22 +91,25 @@ def train(tmp_path: Path, mode: str | None) -> Measure:
 
 
 @pytest.fixture(scope="module")
-def unweighted(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("plain"), None)
+def unweighted():
+    return train(None, None)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["loss", "sampler"])
-def test_dress_moves_generations_from_the_dominant_cluster_to_the_tail(mode, unweighted, tmp_path):
-    weighted = train(tmp_path, mode)
+def test_dress_moves_generations_from_the_dominant_cluster_to_the_tail(mode, unweighted, tmp_path, fitted_clusters):
+    weighted = train(fitted_clusters(tmp_path / "clusters"), mode)
     # no logger: the weight histograms go to the cache directory, never to the working directory
     assert len(list((tmp_path / "clusters" / "plots").glob("dress_weight_histogram_epoch*.png"))) == EPOCHS
     assert isinstance(weighted.sampler, WeightedDistributedSampler) == (mode == "sampler")
     # measured in DRESS's own semantic space: the clusters it fitted on the gold training responses
-    clusters = SemanticClusters.load(next((tmp_path / "clusters").glob("clusters-*.npz")))
+    # (the file it fitted or read: the folder holds this worker's other clusters too)
+    path = Path(weighted.dress.space.clusters_path)
+    assert path.parent == tmp_path / "clusters"
+    clusters = SemanticClusters.load(path)
     encoder = minilm()
     # the gold responses' ids as DRESS assigned them (its cache beside the clusters): not embedded a second time
-    with np.load(next((tmp_path / "clusters").glob("assignments-clusters-*.npz"))) as stored:
+    with np.load(assignments_path(path)) as stored:
         gold = stored["ids"]
     assert len(gold) == len(TRAIN)
     idk = clusters.assign(encoder.encode([IDK]))[0]
