@@ -31,9 +31,11 @@ def test_auto_prints_only_when_stdout_is_not_a_terminal(monkeypatch):
 
 
 @pytest.mark.slow
-def test_lines_every_n_steps_and_around_each_measurement(tmp_path):
+def test_lines_every_n_steps_and_around_each_measurement(tmp_path, fitted_clusters):
+    """The lines are what is checked: the monitors read this session's clusters if fitted already (the line
+    before training says "or the cache") and generate 4 tokens (monitor_setup's 10)."""
     out = io.StringIO()
-    sem, ruq = monitors(tmp_path / "cache")
+    sem, ruq = monitors(fitted_clusters(tmp_path / "cache"), max_new_tokens=4)
     progress = PlainProgress(every_n_steps=2, when="always", stream=out)
     fit = trainer(tmp_path, [sem, ruq, progress], max_epochs=2)
     assert find_progress(fit) is progress
