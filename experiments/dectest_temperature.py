@@ -104,11 +104,11 @@ SCRATCH = dict(
     n_boot=1000,
     seeds=[0, 1],
 )
-QUICK = dict(  # two sets per value: a smoke test of both sweeps (the test runs it twice)
+QUICK = dict(  # one set per value: a smoke test of both sweeps (the test runs seed 0 twice)
     BASE,
     max_val_examples=200,
     temperatures=8,
-    sets=16,
+    sets=8,
     set_size=5,
     max_new_tokens=12,
     num_clusters=5,
