@@ -28,22 +28,47 @@ class BatchSpy(Callback):
             self.seen.append((trainer.current_epoch, i, w))
 
 
+def count_mining(cb):
+    """The (epoch, round mined for) of each mining call, recorded around the callback's own method."""
+    calls = []
+    original = cb._mine_negatives
+
+    def spy(trainer, pl_module, for_epoch):
+        calls.append((trainer.current_epoch, for_epoch))
+        return original(trainer, pl_module, for_epoch)
+
+    cb._mine_negatives = spy
+    return calls
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """Two epochs with DRESS's defaults here, uninterrupted (with a CSV logger and a batch spy, which change
-    no training): what the weights test asserts on and what the resume test's resumed run must match bit for bit
-    (one run for both: it was trained twice)."""
+    """Two epochs with DRESS's defaults here, uninterrupted (with a CSV logger, a batch spy and a count of the
+    mining calls, which change no training): what the weights test asserts on and what the resume test's resumed
+    run must match bit for bit (one run for both: it was trained twice)."""
     root = tmp_path_factory.mktemp("full")
     cb, spy, model, dm = dress(root), BatchSpy(), tiny_lm(), datamodule()
+    calls = count_mining(cb)
+    # every epoch's checkpoint kept: the resume test resumes from epoch 0's (the state a run stopped there saves)
+    ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1, every_n_epochs=1)
     tr = trainer(
-        root, [cb, spy], loggers=[CSVLogger(root)], max_epochs=2, limit_train_batches=None, limit_val_batches=1
+        root,
+        [cb, spy, ckpt],
+        loggers=[CSVLogger(root)],
+        max_epochs=2,
+        limit_train_batches=None,
+        limit_val_batches=1,
+        enable_checkpointing=True,
     )
     tr.fit(model, datamodule=dm)
-    return SimpleNamespace(root=root, cb=cb, spy=spy, model=model, dm=dm, trainer=tr)
+    return SimpleNamespace(root=root, cb=cb, spy=spy, model=model, dm=dm, trainer=tr, calls=calls)
 
 
 @pytest.mark.slow
 def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(uninterrupted):
+    """Also today's end-of-epoch schedule with mixed batches (was test_dress_negatives' test_end_schedule_is_todays,
+    a run of its own with the same settings): mined at each epoch's end for the next, none trained in epoch 0,
+    and only the head-cluster generations kept."""
     run = uninterrupted
     cb, spy, dm, tr, tmp_path = run.cb, run.spy, run.dm, run.trainer, run.root
     n = len(dm.train_pairs())
@@ -59,6 +84,8 @@ def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(uninterrupt
     # epoch 1: the negatives mined at the end of epoch 0 are trained on with weight -1
     neg1 = [(i, w) for e, i, w in spy.seen if e == 1 and i >= n]
     assert neg1 and all(w == -1.0 for _, w in neg1)
+    assert run.calls == [(0, 1), (1, 2)]  # at each epoch's end, for the next (also after the last: today's)
+    assert set(cb.state.negative_weights.tolist()) == {-1.0}  # mixed keeps only the head-cluster generations
     assert cb.history[0]["dress/head_clusters"] >= 1
     assert cb.history[0]["dress/weight_min"] == -1.0
     assert tr.log_dir and (tmp_path / "lightning_logs").exists()
@@ -67,28 +94,15 @@ def test_weights_reach_the_batches_and_negatives_join_the_next_epoch(uninterrupt
 
 @pytest.mark.slow
 def test_resumed_run_ends_bit_identical(uninterrupted, tmp_path):
-    """Interrupted after 1 of 2 epochs and resumed; the uninterrupted run is the weights test's."""
-
-    def run(root, max_epochs, ckpt_path=None, checkpoint=False):
-        callbacks = [dress(root)]
-        if checkpoint:
-            callbacks.append(ModelCheckpoint(dirpath=root / "ckpt", save_last=True, every_n_epochs=1))
-        model, dm = tiny_lm(), datamodule()
-        tr = trainer(
-            root,
-            callbacks,
-            max_epochs=max_epochs,
-            limit_train_batches=None,
-            limit_val_batches=1,
-            enable_checkpointing=checkpoint,
-        )
-        tr.fit(model, datamodule=dm, ckpt_path=ckpt_path)
-        return callbacks[0], model, dm
-
+    """Interrupted after 1 of 2 epochs and resumed; the uninterrupted run is the weights test's. The interrupted
+    run is the uninterrupted one's first epoch: it resumes from that run's checkpoint of epoch 0, the state a run
+    stopped after epoch 0 saves (the end schedule mines the next round at every epoch's end, the last too), and
+    reads its clusters (content-addressed, the same gold responses) instead of embedding and fitting them again."""
     full_cb, full_model, full_dm = uninterrupted.cb, uninterrupted.model, uninterrupted.dm
-    run(tmp_path / "part", 1, checkpoint=True)
-    resumed_cb, resumed_model, resumed_dm = run(
-        tmp_path / "part", 2, ckpt_path=tmp_path / "part" / "ckpt" / "last.ckpt"
+    resumed_cb = dress(tmp_path, dirpath=str(uninterrupted.root / "cache"))
+    resumed_model, resumed_dm = tiny_lm(), datamodule()
+    trainer(tmp_path, [resumed_cb], max_epochs=2, limit_train_batches=None, limit_val_batches=1).fit(
+        resumed_model, datamodule=resumed_dm, ckpt_path=next((uninterrupted.root / "ckpt").glob("epoch=0-*.ckpt"))
     )
     np.testing.assert_array_equal(resumed_cb.state.weights, full_cb.state.weights)
     np.testing.assert_array_equal(resumed_cb.state.negative_weights, full_cb.state.negative_weights)

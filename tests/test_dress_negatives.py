@@ -273,17 +273,8 @@ def test_every_n_epochs_mines_at_round_starts_only(tmp_path):
     assert calls == [(0, 0), (1, 2)]  # no round starts at epoch 4 (never trained)
 
 
-@pytest.mark.slow
-def test_end_schedule_is_todays(tmp_path):
-    cb = dress(tmp_path, mine_at="end", negative_batches="mixed", num_negative_contexts=12)
-    calls, spy, dm = count_mining(cb), BatchSpy(), datamodule()
-    trainer(tmp_path, [cb, spy], max_epochs=2, limit_train_batches=None, limit_val_batches=1).fit(
-        tiny_lm(), datamodule=dm
-    )
-    assert calls == [(0, 1), (1, 2)]
-    n = len(dm.train_pairs())
-    assert not any(i >= n for e, idx, _, _ in spy.batches if e == 0 for i in idx)
-    assert set(cb.state.negative_weights.tolist()) == {-1.0}  # mixed keeps only the head-cluster generations
+# Today's end-of-epoch schedule (mixed batches): asserted on test_dress_callback.py's uninterrupted run, which
+# uses those settings (test_weights_reach_the_batches_and_negatives_join_the_next_epoch).
 
 
 @pytest.mark.slow
