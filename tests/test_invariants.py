@@ -185,6 +185,7 @@ def resume_run(
     root: Path, cache: Path, crash: bool = False, ckpt_path: Path | None = None, stream_dir: Path | None = None
 ):
     sem, ruq = monitors(cache)
+    ruq.plot = False  # a figure of the model's beams, no state: what is resumed is measured without it
     dr, batches = dress(root, dirpath=str(cache)), BatchLog()
     callbacks = [sem, ruq, dr, batches]
     if crash:
