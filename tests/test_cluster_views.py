@@ -77,8 +77,8 @@ def _rows(path):
 
 
 @pytest.mark.slow
-def test_monitor_logs_cards_collapse_and_aligned_steps(tmp_path):
-    sem, _ = monitors(tmp_path / "cache")
+def test_monitor_logs_cards_collapse_and_aligned_steps(tmp_path, fitted_clusters):
+    sem, _ = monitors(fitted_clusters(tmp_path / "cache"))
     loggers = [CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb")]
     tr = trainer(tmp_path, [sem], loggers, max_epochs=2)
     tr.fit(TinyChat())
@@ -120,34 +120,17 @@ def test_monitor_logs_cards_collapse_and_aligned_steps(tmp_path):
 
 
 @pytest.mark.slow
-def test_dress_logs_its_clusters_each_round(tmp_path):
-    cb = dress(tmp_path)
-    tr = trainer(
-        tmp_path,
-        [cb],
-        loggers=[CSVLogger(tmp_path, name="csv")],
-        max_epochs=1,
-        limit_train_batches=2,
-        limit_val_batches=0,
-    )
-    tr.fit(tiny_lm(), datamodule=datamodule())
-    out = Path(tr.loggers[0].log_dir) / "lightning_div"
-    assert (out / "dress_clusters_epoch0.png").stat().st_size > 0
-    assert (out / "cluster_cards.csv").is_file()  # logged by DRESS when no monitor did
-    heads = _rows(out / "dress_head_clusters_epoch0.csv")
-    assert [int(r["cluster"]) for r in heads] == [int(h) for h in cb.state.heads]
-    counts = np.bincount(cb.state.negative_clusters, minlength=4)
-    assert [int(r["negatives"]) for r in heads] == [int(counts[h]) for h in cb.state.heads]
-    assert sum(counts) == len(cb.state.negative_pairs)
-
-
-@pytest.mark.slow
-def test_the_per_cluster_figure_counts_the_negatives_after_a_mid_round_resume(tmp_path):
+def test_the_per_cluster_figure_counts_the_negatives_after_a_mid_round_resume(tmp_path, fitted_clusters):
+    """Also what test_dress_logs_its_clusters_each_round asserted on a run of its own (1 epoch, the end schedule),
+    here on the uninterrupted run: DRESS logs its round's clusters figure, the cluster cards (no monitor did) and
+    the head clusters with their negatives."""
     from pytorch_lightning.callbacks import ModelCheckpoint
+
+    cache = fitted_clusters(tmp_path / "cache")  # both runs read it
 
     def run(root, ckpt_path=None):
         # rounds of 2 epochs, mined at fit start: a run resumed at epoch 1 is in the middle of round 0
-        cb = dress(tmp_path, mine_at="start", every_n_epochs=2)
+        cb = dress(tmp_path, mine_at="start", every_n_epochs=2, dirpath=str(cache))
         ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1, every_n_epochs=1)  # every epoch's kept
         tr = trainer(
             root,
@@ -162,6 +145,13 @@ def test_the_per_cluster_figure_counts_the_negatives_after_a_mid_round_resume(tm
         return cb, Path(tr.loggers[0].log_dir) / "lightning_div"
 
     full, full_out = run(tmp_path / "full")
+    assert (full_out / "dress_clusters_epoch0.png").stat().st_size > 0
+    assert (full_out / "cluster_cards.csv").is_file()  # logged by DRESS when no monitor did
+    heads = _rows(full_out / "dress_head_clusters_epoch0.csv")
+    assert [int(r["cluster"]) for r in heads] == [int(h) for h in full.state.heads]
+    counts = np.bincount(full.state.negative_clusters, minlength=4)
+    assert [int(r["negatives"]) for r in heads] == [int(counts[h]) for h in full.state.heads]
+    assert sum(counts) == len(full.state.negative_pairs)
     # resumed from the full run's checkpoint of epoch 0: the state a run stopped after epoch 0 saves
     resumed, resumed_out = run(tmp_path / "resumed", ckpt_path=tmp_path / "full" / "ckpt" / "epoch=0-step=2.ckpt")
     assert resumed.state.mined_for == full.state.mined_for == 0  # nothing mined again: the same round
@@ -173,7 +163,7 @@ def test_the_per_cluster_figure_counts_the_negatives_after_a_mid_round_resume(tm
 
 
 @pytest.mark.slow
-def test_two_named_monitors_write_their_own_cluster_files_and_the_report_pairs_them(tmp_path):
+def test_two_named_monitors_write_their_own_cluster_files_and_the_report_pairs_them(tmp_path, fitted_clusters):
     from monitor_setup import GOLD, VAL, minilm
 
     from lightning_div.callbacks import SemanticDiversityMonitor
@@ -188,7 +178,7 @@ def test_two_named_monitors_write_their_own_cluster_files_and_the_report_pairs_t
         show_progress=False,
         batch_size=8,
         max_new_tokens=8,
-        dirpath=str(tmp_path / "cache"),
+        dirpath=str(fitted_clusters(tmp_path / "cache")),
     )
     a = SemanticDiversityMonitor(num_clusters=4, name="a", **common)
     b = SemanticDiversityMonitor(num_clusters=3, name="b", **common)

@@ -223,10 +223,11 @@ class BatchKinds(pl.Callback):
         self.steps[batch_idx] = ("negative" if bool(negative.all()) else "gold", float(outputs["loss"]))
 
 
-def two_curves_run(root: Path, model: pl.LightningModule, checkpoint: bool = False) -> SimpleNamespace:
-    """One epoch, negatives mined at the start in batches of their own, every step logged to CSV."""
+def two_curves_run(root: Path, model: pl.LightningModule, cache: Path, checkpoint: bool = False) -> SimpleNamespace:
+    """One epoch, negatives mined at the start in batches of their own, every step logged to CSV; the clusters
+    in ``cache`` (the two runs cluster the same gold responses: the second reads the first's)."""
     kinds = BatchKinds()
-    cb = dress(root, mine_at="start", negative_batches="separate", num_negative_contexts=16)
+    cb = dress(root, mine_at="start", negative_batches="separate", num_negative_contexts=16, dirpath=str(cache))
     logger = CSVLogger(root, name="csv")
     callbacks: list[pl.Callback] = [cb, kinds]
     if checkpoint:  # changes no training
@@ -247,19 +248,25 @@ def two_curves_run(root: Path, model: pl.LightningModule, checkpoint: bool = Fal
 
 
 @pytest.fixture(scope="module")
-def own_run(tmp_path_factory) -> SimpleNamespace:
+def clusters_cache(tmp_path_factory) -> Path:
+    """The two-curves runs' clusters cache (content-addressed): one fit for both runs."""
+    return tmp_path_factory.mktemp("clusters")
+
+
+@pytest.fixture(scope="module")
+def own_run(tmp_path_factory, clusters_cache) -> SimpleNamespace:
     """DialogueLM + DialogueDataModule + DRESS, checkpointed: the two-curves test's and the single-owner test's."""
-    return two_curves_run(tmp_path_factory.mktemp("own"), tiny_lm(), checkpoint=True)
+    return two_curves_run(tmp_path_factory.mktemp("own"), tiny_lm(), clusters_cache, checkpoint=True)
 
 
 @pytest.mark.xdist_group(OWN_RUN)
 @pytest.mark.parametrize("module", ["docs", "DialogueLM"])
-def test_gold_and_negative_batches_are_logged_as_two_curves(tmp_path, module, request):
+def test_gold_and_negative_batches_are_logged_as_two_curves(tmp_path, module, request, clusters_cache):
     import csv
 
     if module == "docs":
         MyChatbot = docs_example("Two loss curves: gold and negative")["MyChatbot"]
-        run = two_curves_run(tmp_path, MyChatbot(causal_model(), tokenizer()))
+        run = two_curves_run(tmp_path, MyChatbot(causal_model(), tokenizer()), clusters_cache)
     else:
         run = request.getfixturevalue("own_run")
     kinds, logger = run.kinds, run.logger
