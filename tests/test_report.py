@@ -48,8 +48,17 @@ def test_finds_the_latest_version(run_dir, tmp_path):
         find_run(tmp_path)
 
 
-def test_report_holds_every_part_and_needs_nothing_outside(run_dir):
-    page = build_report(run_dir)
+@pytest.fixture(scope="module")
+def report_html(run_dir, tmp_path_factory) -> Path:
+    """``lightning-div report`` of the shared run, written once (building the page is most of a report's
+    seconds): the content test reads it, the browser opens it. The command writes build_report's page."""
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    assert main(["report", str(run_dir), "--out", str(out)]) == 0
+    return out
+
+
+def test_report_holds_every_part_and_needs_nothing_outside(report_html):
+    page = report_html.read_text(encoding="utf-8")
     for section in ("summary-section", "scalars", "clusters", "ruq", "samples", "dress", "config"):
         assert f'<section id="{section}">' in page, section
     assert 'data-source="cluster_cards.csv"' in page and 'data-source="cluster_shares.csv"' in page
@@ -91,7 +100,7 @@ def test_report_errors_are_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_report_opens_in_a_real_browser(run_dir, tmp_path):
+def test_report_opens_in_a_real_browser(report_html, tmp_path):
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
         pytest.skip(
             "Debian's chromium and chromium-driver are not installed (/usr/bin/chromium, "
@@ -100,8 +109,7 @@ def test_report_opens_in_a_real_browser(run_dir, tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    out = tmp_path / "report.html"
-    assert main(["report", str(run_dir), "--out", str(out)]) == 0
+    out = report_html
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in (
