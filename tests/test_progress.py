@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 
 import pytest
@@ -85,6 +86,10 @@ def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path, monkeypatc
     from lightning_div.cli.main import main
 
     root = Path(__file__).resolve().parents[1]
+    # small files, not the corpus: both runs would read Chit-Chat for 72 pairs of it
+    for split, count in (("train", 40), ("val", 8)):
+        rows = [{"context": [f"how was day {i}?"], "response": f"day {i} was fine, thanks."} for i in range(count)]
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = tmp_path / "c.yaml"
     config.write_text(
         "trainer:\n  max_epochs: 1\n  limit_train_batches: 4\n  limit_val_batches: 1\n  logger: false\n"
@@ -92,8 +97,8 @@ def test_the_command_line_adds_it_when_the_output_is_a_file(tmp_path, monkeypatc
         "model:\n  class_path: DialogueLM\n  init_args:\n    model_name_or_path: null\n"
         "    tokenizer: local:chitchat\n"
         "    from_scratch: {model_type: gpt2, n_layer: 1, n_embd: 32, n_head: 2, n_positions: 128}\n"
-        "data:\n  class_path: DialogueDataModule\n  init_args:\n    train: chitchat:finetune\n"
-        "    val: chitchat:validation\n    max_train_examples: 64\n    max_val_examples: 8\n    batch_size: 8\n"
+        "data:\n  class_path: DialogueDataModule\n  init_args:\n    train: train.jsonl\n    val: val.jsonl\n"
+        "    batch_size: 8\n"
     )
     # a bare environment, plus the test session's tokenizer cache and thread settings (tests/conftest.py)
     kept = ("LIGHTNING_DIV_CACHE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "TOKENIZERS_PARALLELISM")
