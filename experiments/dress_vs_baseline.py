@@ -122,6 +122,7 @@ QUICK = dict(
     seeds=[0],
     settings=["baseline", "dress_nll", "dress_unlikelihood", "lambda_0"],
     seeds_of={},
+    cluster_views=False,  # no Sem-Ent cluster cards or heatmap: figures only, no number in results.json
 )
 REGIMES = {"base": BASE, "scratch": SCRATCH}
 
@@ -217,6 +218,7 @@ def run(
         num_contexts=cfg["num_contexts"],
         lexical_metrics=LEXICAL,
         log_samples=0,
+        cluster_views=cfg.get("cluster_views", True),
         **common,
     )
     ruq = RUQMonitor(
