@@ -314,6 +314,8 @@ def test_resume_mines_each_round_once_and_ends_bit_identical(uninterrupted, tmp_
     assert [for_epoch for _, for_epoch in res_calls] == [2]  # the resumed run mines the round it trains, once
     assert res_cb.state.negative_pairs == full_cb.state.negative_pairs
     np.testing.assert_array_equal(res_cb.state.negative_weights, full_cb.state.negative_weights)
+    # the gold weights: the one way the clusters reach training (the mined generations may all be empty)
+    np.testing.assert_array_equal(res_cb.state.weights, full_cb.state.weights)
     assert res_dm.negatives == full_dm.negatives
     assert {b["negative_loss"] for b in res_dm.train_dataloader()} == {"unlikelihood"}  # with every batch
     assert res_dm.negative_batches == "separate"
