@@ -164,3 +164,16 @@ def dress(tmp_path, **kw) -> DRESSReweighting:
         negative_batches="mixed",
     )
     return DRESSReweighting(**{**args, **kw})
+
+
+def count_mining(cb: DRESSReweighting) -> list[tuple[int, int]]:
+    """The (epoch, round mined for) of each mining call, recorded around the callback's own method."""
+    calls: list[tuple[int, int]] = []
+    original = cb._mine_negatives
+
+    def spy(trainer, pl_module, for_epoch):
+        calls.append((trainer.current_epoch, for_epoch))
+        return original(trainer, pl_module, for_epoch)
+
+    cb._mine_negatives = spy
+    return calls

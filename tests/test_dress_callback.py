@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from monitor_setup import datamodule, dress, tiny_lm, trainer
+from monitor_setup import count_mining, datamodule, dress, tiny_lm, trainer
 from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
@@ -26,19 +26,6 @@ class BatchSpy(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         for i, w in zip(batch["index"].tolist(), batch["sample_weight"].tolist()):
             self.seen.append((trainer.current_epoch, i, w))
-
-
-def count_mining(cb):
-    """The (epoch, round mined for) of each mining call, recorded around the callback's own method."""
-    calls = []
-    original = cb._mine_negatives
-
-    def spy(trainer, pl_module, for_epoch):
-        calls.append((trainer.current_epoch, for_epoch))
-        return original(trainer, pl_module, for_epoch)
-
-    cb._mine_negatives = spy
-    return calls
 
 
 @pytest.fixture(scope="module")

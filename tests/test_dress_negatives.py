@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
+from monitor_setup import count_mining, datamodule, dress, minilm, tiny_lm, trainer
 from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 
@@ -191,18 +191,6 @@ class BatchSpy(Callback):
                 int((batch["labels"] != IGNORE).sum()),
             )
         )
-
-
-def count_mining(cb):
-    calls = []
-    original = cb._mine_negatives
-
-    def spy(trainer, pl_module, for_epoch):
-        calls.append((trainer.current_epoch, for_epoch))
-        return original(trainer, pl_module, for_epoch)
-
-    cb._mine_negatives = spy
-    return calls
 
 
 @pytest.fixture(scope="module")
