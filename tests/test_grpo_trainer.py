@@ -182,10 +182,14 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     expected = group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size)
     for key, value in expected.items():
         assert last[key] == pytest.approx(value, abs=1e-12), key
-    # the reward the trainer logged is quality x DARLING's rarity of those very completions
+    # the reward the trainer logged is (quality - its group's least) x DARLING's floored rarity of those completions
     reward = namespace["reward"]
-    quality = np.array(namespace["about_eight_words"](completions))
-    assert last["reward"] == pytest.approx(float(np.mean(quality * np.array(reward.diversity(completions)))), abs=1e-6)
+    quality = np.array(namespace["about_eight_words"](completions)).reshape(-1, 4)
+    shifted = (quality - quality.min(axis=1, keepdims=True)).reshape(-1)
+    diversity = np.array(reward.diversity(completions))
+    assert diversity.min() >= 0.1
+    assert last["reward"] == pytest.approx(float(np.mean(shifted * diversity)), abs=1e-6)
+    assert "rewards/about_eight_words_x_semantic_diversity/mean" in last
     assert (tmp_path / "grpo_run" / "lightning_div" / "diversity_group_sample_step3.csv").is_file()
 
 

@@ -29,6 +29,7 @@ from lightning_div.metrics.lexical import distinct_n, entropy_from_counts
 
 __all__ = [
     "DIVERSITY_SCORES",
+    "check_floor",
     "check_groups",
     "collapsed_share",
     "group_classes",
@@ -37,6 +38,7 @@ __all__ = [
     "group_semantic_entropy",
     "partition_by_similarity",
     "partition_pairs",
+    "shift_by_group_minimum",
     "split_groups",
 ]
 
@@ -228,7 +230,7 @@ def group_distinct_n(
 
 
 def group_diversity_scores(
-    labels: Sequence[int] | np.ndarray, num_generations: int, score: DiversityScore = "rarity"
+    labels: Sequence[int] | np.ndarray, num_generations: int, score: DiversityScore = "rarity", floor: float = 0.0
 ) -> list[float]:
     """A diversity score per completion, from the classes of its group (DARLING's, by default).
 
@@ -245,16 +247,21 @@ def group_diversity_scores(
     A group of one gets 1.0 under either score (nothing repeats it), so that multiplying it
     into a quality reward leaves the quality unchanged.
 
+    ``floor`` raises every score below it to it: DARLING floors its diversity at 0.1
+    (``max(d, 0.1)``), so that a collapsed group, multiplied into a quality reward, keeps a
+    tenth of its quality signal instead of none.
+
     Args:
         labels: one class id per completion, groups consecutive.
         num_generations: G.
         score: ``"rarity"`` or ``"classes"``.
+        floor: the least score, in [0, 1] (0: no floor).
 
     Returns:
-        One float in [0, 1] per completion, in input order.
+        One float in [floor, 1] per completion, in input order.
 
     Raises:
-        ValueError: an unknown ``score``, or as :func:`group_classes`.
+        ValueError: an unknown ``score``, a ``floor`` outside [0, 1], or as :func:`group_classes`.
 
     Examples:
         One group of 4 with classes 0, 0, 0, 1: the three alike each have 1 of 3 others that
@@ -264,9 +271,15 @@ def group_diversity_scores(
         [0.3333, 0.3333, 0.3333, 1.0]
         >>> group_diversity_scores([0, 0, 0, 1], 4, score="classes")
         [0.5, 0.5, 0.5, 0.5]
+
+        A collapsed group under DARLING's floor:
+
+        >>> group_diversity_scores([7, 7, 7, 7], 4, floor=0.1)
+        [0.1, 0.1, 0.1, 0.1]
     """
     if score not in DIVERSITY_SCORES:
         raise ValueError(f"score must be one of {DIVERSITY_SCORES}, got {score!r}")
+    floor = check_floor(floor)
     groups = _labels(labels, num_generations)
     g = int(num_generations)
     out: list[float] = []
@@ -279,6 +292,51 @@ def group_diversity_scores(
             out.extend([len(classes) / g] * g)
         else:
             out.extend(float((g - counts[k]) / (g - 1)) for k in inverse.reshape(-1))
+    return [max(v, floor) for v in out]
+
+
+def check_floor(floor: Any, name: str = "floor") -> float:
+    """``floor`` as a float, checked: a real number in [0, 1] (not a bool or a string).
+
+    Raises:
+        ValueError: anything else, naming ``name``.
+    """
+    if isinstance(floor, bool) or not isinstance(floor, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number in [0, 1], got {floor!r}")
+    value = float(floor)
+    if not 0.0 <= value <= 1.0:  # NaN fails this too
+        raise ValueError(f"{name} must be a number in [0, 1], got {floor!r}")
+    return value
+
+
+def shift_by_group_minimum(quality: Sequence[float | None], num_generations: int) -> list[float | None]:
+    """Each quality minus the least quality of its group (DARLING's ``add_bias``): every group's worst is 0.
+
+    Multiplying a diversity into a raw quality rewards a rarer completion *less* when the quality
+    is negative (most reward models' scores can be). Shifted, every quality is >= 0, so a higher
+    diversity never lowers a reward; within a group the shift is a constant, so the quality's
+    own order is kept. A ``None`` quality (no score for that completion) takes no part in the
+    minimum and stays ``None``; a group whose qualities are all ``None`` stays so.
+
+    Args:
+        quality: one quality per completion (float or None), groups consecutive.
+        num_generations: G.
+
+    Returns:
+        The shifted qualities, in input order.
+
+    Raises:
+        ValueError: G does not divide the number of qualities.
+
+    Examples:
+        >>> shift_by_group_minimum([-3.0, -1.0, None, -2.0, 5.0, 5.0, 6.0, 4.0], 4)
+        [0.0, 2.0, None, 1.0, 1.0, 1.0, 2.0, 0.0]
+    """
+    out: list[float | None] = []
+    for group in split_groups(quality, num_generations):
+        known = [float(q) for q in group if q is not None]
+        least = min(known) if known else 0.0
+        out.extend(None if q is None else float(q) - least for q in group)
     return out
 
 

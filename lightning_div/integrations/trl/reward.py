@@ -15,7 +15,11 @@ group. :class:`SemanticGroupReward` is that diversity term for TRL's ``GRPOTrain
   entailment in both directions (G (G - 1) NLI pairs per group).
 
 The score is DARLING's by default (``score="rarity"``): the share of the other G - 1 completions
-of the group that mean something else (:func:`~lightning_div.metrics.group.group_diversity_scores`).
+of the group that mean something else (:func:`~lightning_div.metrics.group.group_diversity_scores`),
+floored at 0.1 as DARLING floors it. With a ``quality`` reward the two are multiplied as DARLING's
+trainer does with its ``add_bias`` option: each group's least quality is subtracted first
+(:func:`~lightning_div.metrics.group.shift_by_group_minimum`), so that a rarer completion never
+gets a lower reward.
 
 TRL calls a reward function on each process's slice of the batch, and a prompt's group may
 straddle two processes; the reward gathers the slices (:func:`~.rollouts.gather_batch`), scores
@@ -26,21 +30,24 @@ whole batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from lightning_div._internal.distributed import distributed_map
-from lightning_div.integrations.trl.rollouts import completion_texts, gather_batch
+from lightning_div._internal.distributed import distributed_map, gather_objects, rank_and_world
+from lightning_div.integrations.trl.rollouts import check_grouped, completion_texts
 from lightning_div.metrics.group import (
     DIVERSITY_SCORES,
     DiversityScore,
+    check_floor,
     check_groups,
     group_diversity_scores,
     partition_by_similarity,
     partition_pairs,
+    shift_by_group_minimum,
     split_groups,
 )
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
@@ -152,10 +159,18 @@ class SemanticGroupReward:
     group means what it means, 0 when the whole group means the same. ``score="classes"`` gives
     every completion of a group the group's number of classes / G.
 
-    Combined with a quality reward as DARLING combines them (quality x diversity), in one line:
-    ``SemanticGroupReward(num_generations=8, quality=my_reward)``; ``quality`` is called with the
-    same arguments, and a ``None`` quality stays ``None``. Used alone, add it to the quality reward
-    (TRL sums the reward functions, ``reward_weights`` weigh them).
+    The diversity is floored at ``diversity_floor`` (default 0.1, DARLING's ``max(d, 0.1)``): a
+    collapsed group still passes a tenth of its quality signal on. Combined with a quality reward
+    as DARLING combines them, in one line: ``SemanticGroupReward(num_generations=8,
+    quality=my_reward)`` gives ``(q_i - min_group q) x max(d_i, 0.1)``: the group's least quality
+    is subtracted first (``shift_quality=True``, DARLING's ``add_bias``), so that every shifted
+    quality is >= 0 and a rarer completion never gets a lower reward, whatever the sign of the
+    quality. ``quality`` is called with the same arguments on each process's slice; its values
+    are gathered so that a group straddling two processes is shifted by its whole minimum. A
+    ``None`` quality takes no part in the minimum and stays ``None``. A group whose qualities are
+    all equal gets 0 for every completion (nothing to prefer in quality, and the shifted product
+    carries no diversity signal either). Used alone, add it to the quality reward (TRL sums the
+    reward functions, ``reward_weights`` weigh them).
 
     The clusters (``equivalence="clusters"``) are those of the space: given, read from its disk
     cache, or fitted once, on ``reference_responses`` when given, else on the first batch's
@@ -182,11 +197,17 @@ class SemanticGroupReward:
         dirpath: the clusters' cache directory when the space has none (default ``./lightning_div_cache``).
         device: where the encoder runs (None: CUDA if there is one).
         batch_size: texts per encoder batch, NLI pairs per batch.
-        name: the function's ``__name__``, which TRL logs its mean under (``rewards/<name>/mean``).
+        diversity_floor: the least diversity, in [0, 1] (default 0.1, DARLING's; 0: no floor).
+        shift_quality: subtract each group's least quality before the product (default True,
+            DARLING's ``add_bias``; False: the raw quality).
+        name: the function's ``__name__``, which TRL logs its mean under (``rewards/<name>/mean``);
+            default ``"<quality's __name__>_x_semantic_diversity"`` with a ``quality``, else
+            ``"semantic_group_diversity"``.
 
     Raises:
-        ValueError: a bad ``num_generations``, ``equivalence`` or ``score``, ``"nli"`` without a
-            scorer, or ``space`` beside a space argument.
+        ValueError: a bad ``num_generations``, ``equivalence``, ``score`` or ``diversity_floor``,
+            ``"nli"`` without a scorer, or ``space`` beside a space argument.
+        TypeError: a ``quality`` that is not callable, or a ``shift_quality`` that is not a bool.
     """
 
     def __init__(
@@ -209,7 +230,9 @@ class SemanticGroupReward:
         dirpath: str | Path | None = None,
         device: Any = None,
         batch_size: int = 32,
-        name: str = "semantic_group_diversity",
+        diversity_floor: float = 0.1,
+        shift_quality: bool = True,
+        name: str | None = None,
     ) -> None:
         check_groups(0, num_generations)
         if equivalence not in EQUIVALENCES:
@@ -233,13 +256,23 @@ class SemanticGroupReward:
         self.dirpath = dirpath
         self.device = device
         self.batch_size = batch_size
+        self.diversity_floor = check_floor(diversity_floor, "diversity_floor")
+        if not isinstance(shift_quality, bool):
+            raise TypeError(f"shift_quality must be True or False, got {shift_quality!r}")
+        self.shift_quality = shift_quality
+        self._quality_name = "" if quality is None else str(getattr(quality, "__name__", type(quality).__name__))
+        if name is None:
+            name = "semantic_group_diversity" if quality is None else f"{self._quality_name}_x_semantic_diversity"
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
         self.__name__ = name  # TRL names a reward function by __name__
         self._assigned: tuple[tuple[str, ...], np.ndarray] | None = None
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_generations={self.num_generations}, equivalence={self.equivalence!r}, "
-            f"score={self.score!r}, space={self.space!r})"
+            f"score={self.score!r}, diversity_floor={self.diversity_floor}, shift_quality={self.shift_quality}, "
+            f"space={self.space!r})"
         )
 
     def prepare(self, completions: Sequence[str]) -> None:
@@ -259,7 +292,7 @@ class SemanticGroupReward:
             completions: the whole batch, each prompt's G consecutive (text or conversational).
 
         Returns:
-            One score in [0, 1] per completion.
+            One score in [``diversity_floor``, 1] per completion.
         """
         texts = completion_texts(completions)
         check_groups(len(texts), self.num_generations)
@@ -276,7 +309,7 @@ class SemanticGroupReward:
         )
         if self.equivalence == "clusters":  # the monitor of the same space reuses them (one embedding pass a step)
             self._assigned = (tuple(texts), labels.copy())
-        return group_diversity_scores(labels, self.num_generations, self.score)
+        return group_diversity_scores(labels, self.num_generations, self.score, self.diversity_floor)
 
     def cluster_ids(self, texts: Sequence[str], space: SemanticSpace) -> np.ndarray | None:
         """The cluster ids of ``texts`` if this reward just assigned exactly these texts in ``space``, else None.
@@ -298,32 +331,83 @@ class SemanticGroupReward:
     def __call__(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
     ) -> list[float | None]:
-        """This process's completions' scores, each measured within its whole group.
+        """This process's completions' rewards, each measured within its whole group.
 
         Args:
-            prompts: this process's prompts (passed on to ``quality``).
+            prompts: this process's prompts (passed on to ``quality``; when given, each group of
+                ``num_generations`` must answer one prompt).
             completions: this process's completions, text or conversational.
             **kwargs: TRL's other reward arguments (passed on to ``quality``).
 
         Returns:
-            One float per completion (``quality`` x diversity with a ``quality``; ``None`` where
-            the quality is ``None``).
+            One float per completion: the floored diversity; with a ``quality``,
+            ``(quality - the group's least quality) x floored diversity`` (``shift_quality=False``:
+            the raw quality), ``None`` where the quality is ``None``.
 
         Raises:
-            ValueError: the gathered batch is not whole groups of ``num_generations``.
-            TypeError: a completion that is neither text nor a list of messages.
+            ValueError: the gathered batch is not whole groups of ``num_generations``, a group
+                answers two prompts, or ``quality`` returned a value that is not a finite number.
+            TypeError: a completion that is neither text nor a list of messages, or ``quality``
+                returned something that is not one number per completion.
         """
         if completions is None:
             raise TypeError(f"{self.__name__} needs completions=")
         if isinstance(completions, str):
             raise TypeError("completions must be a list of completions, got one str")
         local = list(completions)
-        # the raw completions travel (not their text): a bad one then fails on every process alike
-        everything, offset = gather_batch(local)
-        scores = self.diversity(everything)[offset : offset + len(local)]
+        local_prompts = None if prompts is None or isinstance(prompts, str) else list(prompts)
+        quality: list[float | None] | None = None
+        problem: Exception | None = None
+        if self.quality is not None:
+            try:
+                quality = self._quality_values(prompts, completions, len(local), kwargs)
+            except (TypeError, ValueError) as error:
+                problem = error
+        # one collective for everything (a process that found a problem still takes part, then every
+        # process raises alike); the raw completions travel, so a bad one fails on every process too
+        parts = gather_objects((local, local_prompts, quality, problem))
+        for part in parts:
+            if part[3] is not None:
+                raise part[3]
+        everything = [c for part in parts for c in part[0]]
+        offset = sum(len(part[0]) for part in parts[: rank_and_world()[0]])
+        if all(part[1] is not None for part in parts):
+            every_prompt = [p for part in parts for p in part[1]]
+            if len(every_prompt) != len(everything):
+                raise ValueError(f"{len(every_prompt)} prompts for {len(everything)} completions")
+            check_grouped(every_prompt, self.num_generations)
+        scores = self.diversity(everything)
         if self.quality is None:
-            return list(scores)
-        quality = list(self.quality(prompts=prompts, completions=completions, **kwargs))
-        if len(quality) != len(local):
-            raise ValueError(f"quality returned {len(quality)} rewards for {len(local)} completions")
-        return [None if q is None else float(q) * d for q, d in zip(quality, scores)]
+            return list(scores[offset : offset + len(local)])
+        every_quality = [q for part in parts for q in part[2]]
+        if self.shift_quality:
+            every_quality = shift_by_group_minimum(every_quality, self.num_generations)
+        rewards = [None if q is None else q * d for q, d in zip(every_quality, scores)]
+        return rewards[offset : offset + len(local)]
+
+    def _quality_values(self, prompts: Any, completions: Any, count: int, kwargs: dict[str, Any]) -> list[float | None]:
+        """``quality``'s rewards for this process's completions, checked: one finite number or None each."""
+        assert self.quality is not None
+        who = f"quality ({self._quality_name})"
+        raw = self.quality(prompts=prompts, completions=completions, **kwargs)
+        if hasattr(raw, "tolist") and not isinstance(raw, (str, bytes)):  # a numpy array or a tensor
+            raw = raw.tolist()
+        if isinstance(raw, (str, bytes, dict)) or not isinstance(raw, Sequence):
+            raise TypeError(
+                f"{who} must return one reward per completion (a list of floats or None), got {type(raw).__name__}"
+                + (f" {raw!r}" if isinstance(raw, (int, float, str)) or raw is None else "")
+            )
+        values = list(raw)
+        if len(values) != count:
+            raise ValueError(f"{who} returned {len(values)} rewards for {count} completions")
+        out: list[float | None] = []
+        for i, q in enumerate(values):
+            if q is None:
+                out.append(None)
+                continue
+            if isinstance(q, (str, bytes)) or not isinstance(q, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{who} returned {q!r} for completion {i}: expected a float or None")
+            if not math.isfinite(float(q)):
+                raise ValueError(f"{who} returned {q!r} for completion {i}: a reward must be a finite number")
+            out.append(float(q))
+        return out
