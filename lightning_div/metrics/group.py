@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from lightning_div._internal.text import TokenizerSpec
+from lightning_div._internal.text import TokenizerSpec, tokenize_all
 from lightning_div.metrics.lexical import distinct_n, entropy_from_counts
 
 __all__ = [
@@ -36,6 +36,8 @@ __all__ = [
     "group_distinct_n",
     "group_diversity_scores",
     "group_semantic_entropy",
+    "group_top_word_share",
+    "length_cut_share",
     "partition_by_similarity",
     "partition_pairs",
     "shift_by_group_minimum",
@@ -227,6 +229,79 @@ def group_distinct_n(
     if not groups:
         return 0.0
     return float(np.mean([distinct_n(g, n, tokenizer, lowercase) for g in groups]))
+
+
+def group_top_word_share(
+    texts: Sequence[str], num_generations: int, tokenizer: TokenizerSpec = "13a", lowercase: bool = True
+) -> float:
+    """The most frequent word's share of a group's words, averaged over groups: a degeneration signal.
+
+    A group's G completions are pooled; a word is a token with a letter or digit in it
+    (punctuation does not count). Ordinary replies keep the share low (about 1/8 for distinct
+    8-word sentences, whether or not the group repeats one sentence); text that falls apart
+    into one word repeated ("you your you your ...", "what what what ...") pushes it towards 1.
+    A short reply repeated has the share of its own most frequent word (1/3 for "I love it").
+
+    Args:
+        texts: the completions, groups consecutive.
+        num_generations: G.
+        tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
+        lowercase: count "What" and "what" as one word (default True).
+
+    Returns:
+        The mean over groups, in [0, 1]; 0.0 for no completions, and for a group without a word.
+
+    Raises:
+        ValueError: G does not divide the number of completions.
+        TypeError: a completion that is not a string.
+
+    Examples:
+        Group 1: "you" is 4 of its 5 words; group 2: 8 distinct words, 1 of 8:
+
+        >>> group_top_word_share(["you your you", "You you!", "we could go there", "I think so too"], 2)
+        0.4625
+    """
+    groups = split_groups(tokenize_all(texts, tokenizer, lowercase, "completions"), num_generations)
+    if not groups:
+        return 0.0
+    shares = []
+    for group in groups:
+        words = [w for tokens in group for w in tokens if any(ch.isalnum() for ch in w)]
+        if not words:
+            shares.append(0.0)
+            continue
+        _, counts = np.unique(words, return_counts=True)
+        shares.append(float(counts.max()) / len(words))
+    return float(np.mean(shares))
+
+
+def length_cut_share(lengths: Sequence[int] | np.ndarray, max_length: int) -> float:
+    """The share of completions cut at the length limit: ``length >= max_length`` tokens.
+
+    Text that falls apart often never ends: every completion runs to the limit.
+
+    Args:
+        lengths: each completion's length in tokens.
+        max_length: the generation's limit (TRL's ``max_completion_length``), an integer >= 1.
+
+    Returns:
+        In [0, 1]; 0.0 for no completions.
+
+    Raises:
+        ValueError: a ``max_length`` that is not an integer >= 1, or a negative or non-integer length.
+
+    Examples:
+        >>> length_cut_share([16, 3, 16, 9], 16)
+        0.5
+    """
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
+        raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
+    values = np.asarray(lengths)
+    if values.size == 0:
+        return 0.0
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer) or (values < 0).any():
+        raise ValueError(f"lengths must be integers >= 0, one per completion, got {list(lengths)[:5]!r}")
+    return float(np.mean(values >= max_length))
 
 
 def group_diversity_scores(

@@ -15,7 +15,14 @@ into the prompt groups of ``num_generations``:
 * ``diversity/collapsed_groups``: the share of groups whose completions all fall in one cluster;
 * ``diversity/group_distinct_2``: distinct-2 within each group, averaged;
 * over all the step's completions: ``diversity/sem_ent``, ``diversity/distinct_1``,
-  ``diversity/distinct_2``, ``diversity/ead``; and ``diversity/runtime`` (seconds).
+  ``diversity/distinct_2``, ``diversity/ead``; and ``diversity/runtime`` (seconds);
+* degeneration signals: ``diversity/group_top_word_share`` (the most frequent word's share of
+  a group's words), ``diversity/length_cut_share`` (the completions cut at the length limit, from
+  TRL's ``completions/clipped_ratio`` of the measured batch) and, with ``reference_model=``,
+  ``diversity/reference_nll`` (mean NLL under that frozen model);
+* ``diversity/collapse_alert`` and ``diversity/breakdown_alert`` (0/1): group Sem-Ent fell
+  against its own start (collapse), or the text fell apart (breakdown; see
+  :class:`~lightning_div.measure.group.GroupAlert`), each also said once in a warning.
 
 The values join the trainer's own metrics of that step (TRL's ``reward``, ``entropy`` ...):
 they go through the trainer's ``log`` into ``trainer.state.log_history`` and every
@@ -42,27 +49,15 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div._internal.tracking import hugging_face_destination
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
+from lightning_div.measure.group import ALERT_SIGNALS, PREFIX, GroupAlert, group_metrics, reference_nll
 from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.metrics import (
-    check_lexical_names,
-    check_lexical_options,
-    collapsed_share,
-    count_vocab,
-    group_classes,
-    group_distinct_n,
-    group_semantic_entropy,
-    lexical_scores,
-    semantic_entropy,
-)
+from lightning_div.metrics import check_lexical_names, check_lexical_options, count_vocab
 from lightning_div.metrics.group import check_groups, split_groups
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
 __all__ = ["GroupDiversityCallback", "group_metrics", "rollouts_of"]
-
-#: The prefix of every key this callback logs (TRL's own keys have none: ``reward``, ``entropy``).
-PREFIX = "diversity/"
 
 
 def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
@@ -84,51 +79,6 @@ def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
             "(trainer._logs['completion'] and trainer.num_generations: TRL's GRPOTrainer and RLOOTrainer)"
         )
     return list(logs["prompt"]), list(logs["completion"]), g
-
-
-def group_metrics(
-    texts: Sequence[str],
-    cluster_ids: Sequence[int] | np.ndarray,
-    num_generations: int,
-    num_clusters: int,
-    lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
-    vocab_size: int | None = None,
-    lexical_options: Options | None = None,
-) -> dict[str, float]:
-    """Every group and batch metric of one step's completions, keyed as logged (``diversity/...``).
-
-    Args:
-        texts: the step's completions, each prompt's G consecutive.
-        cluster_ids: their cluster ids.
-        num_generations: G.
-        num_clusters: k, for the batch Sem-Ent.
-        lexical_metrics: the lexical metrics over the whole batch (names of
-            :func:`~lightning_div.metrics.lexical_scores`).
-        vocab_size: V of EAD.
-        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
-
-    Returns:
-        ``{"diversity/group_sem_ent": ..., ...}``.
-
-    Raises:
-        ValueError: G does not divide the batch, or ids and texts differ in number.
-    """
-    texts = list(texts)
-    ids = np.asarray(cluster_ids, dtype=np.int64)
-    if len(ids) != len(texts):
-        raise ValueError(f"{len(ids)} cluster ids for {len(texts)} completions")
-    check_groups(len(texts), num_generations)
-    options = check_lexical_options(lexical_options)
-    tokenizer, lowercase = options.get("tokenizer", "13a"), options.get("lowercase")
-    out = {
-        "group_sem_ent": group_semantic_entropy(ids, num_generations),
-        "group_clusters": group_classes(ids, num_generations),
-        "collapsed_groups": collapsed_share(ids, num_generations),
-        "group_distinct_2": group_distinct_n(texts, num_generations, 2, tokenizer, lowercase),
-        "sem_ent": semantic_entropy(ids, num_clusters),
-        **lexical_scores(texts, check_lexical_names(lexical_metrics), vocab_size, **options),
-    }
-    return {PREFIX + k: float(v) for k, v in out.items()}
 
 
 class GroupDiversityCallback(TrainerCallback):
@@ -162,9 +112,21 @@ class GroupDiversityCallback(TrainerCallback):
         log_samples: log a table of one group per step (the one with the fewest clusters).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning; ``"raise"``.
         name: goes into every key, ``diversity/<name>/group_sem_ent`` (several callbacks in one trainer).
+        warn_drop: alert (collapse) when group Sem-Ent falls by this share of its start (the mean
+            of the first ``alert_start_steps`` measured steps; None: never).
+        warn_below: alert (collapse) when group Sem-Ent falls below this many nats (None: never).
+        alert_start_steps: measured steps that make each signal's start, and the window of "now".
+        breakdown_top_word: name the alert breakdown when the most frequent word's share of a
+            group's words reaches this (None: never).
+        breakdown_cut_rise: ... when the share cut at the length limit rose this much over its start.
+        breakdown_nll_rise: ... when the reference NLL rose this many nats over its start.
+        reference_model: a frozen model to score the completions' NLL under (e.g. the policy
+            before training; batched, no gradient; None: no NLL).
+        reference_tokenizer: its tokenizer (default: the trainer's ``processing_class``).
 
     Raises:
-        ValueError: a bad ``on_error`` or lexical setting, or ``space`` beside a space argument.
+        ValueError: a bad ``on_error``, lexical setting or alert threshold, or ``space`` beside a
+            space argument.
     """
 
     def __init__(
@@ -188,8 +150,22 @@ class GroupDiversityCallback(TrainerCallback):
         log_samples: bool = True,
         on_error: str = "warn",
         name: str | None = None,
+        warn_drop: float | None = 0.25,
+        warn_below: float | None = None,
+        alert_start_steps: int = 5,
+        breakdown_top_word: float | None = 0.4,
+        breakdown_cut_rise: float | None = 0.3,
+        breakdown_nll_rise: float | None = 1.0,
+        reference_model: Any = None,
+        reference_tokenizer: Any = None,
     ) -> None:
         check_on_error(on_error)
+        #: The collapse / breakdown alert (its state is checkpointed with the run).
+        self.alert = GroupAlert(
+            warn_drop, warn_below, alert_start_steps, breakdown_top_word, breakdown_cut_rise, breakdown_nll_rise
+        )
+        self.reference_model = reference_model
+        self.reference_tokenizer = reference_tokenizer
         if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
             raise ValueError(f"name must be None or a non-empty string without '/', got {name!r}")
         self.space = space_from_arguments(
@@ -283,13 +259,22 @@ class GroupDiversityCallback(TrainerCallback):
 
     # -- measurement -------------------------------------------------------------------------------
 
-    def measure(self, completions: Sequence[Any], num_generations: int, cache_dir: str | Path) -> dict[str, float]:
+    def measure(
+        self,
+        completions: Sequence[Any],
+        num_generations: int,
+        cache_dir: str | Path,
+        prompts: Sequence[Any] | None = None,
+        cut_share: float | None = None,
+    ) -> dict[str, float]:
         """The metrics of one step's completions (the whole batch, every process the same), keyed as logged.
 
         Args:
             completions: the whole generation batch, each prompt's G consecutive (text or conversational).
             num_generations: G.
             cache_dir: the clusters' cache directory when neither the space nor the callback has one.
+            prompts: their prompts (needed for the reference NLL).
+            cut_share: the share of these completions cut at the length limit, when known.
 
         Returns:
             ``{"diversity/group_sem_ent": ..., ...}`` (with ``name``: ``diversity/<name>/...``).
@@ -311,7 +296,48 @@ class GroupDiversityCallback(TrainerCallback):
             self.vocab_size,
             self.lexical_options,
         )
+        if cut_share is not None:
+            values[PREFIX + "length_cut_share"] = float(cut_share)
+        if self.reference_model is not None and prompts is not None:
+            tokenizer = self.reference_tokenizer or getattr(self.trainer, "processing_class", None)
+            if tokenizer is None:
+                raise ValueError(f"{type(self).__name__}: reference_model= needs reference_tokenizer=")
+            values[PREFIX + "reference_nll"] = reference_nll(
+                self.reference_model, tokenizer, [completion_text(q, i) for i, q in enumerate(prompts)], texts
+            )
+        values.update(self.check_alert(values))
         return {self.key(k.removeprefix(PREFIX)): v for k, v in values.items()}
+
+    def check_alert(self, values: dict[str, float], step: int | None = None) -> dict[str, float]:
+        """Feed one measurement to the alert; warn once per kind (first process); the 0/1 alert values.
+
+        Args:
+            values: the measurement, keyed ``diversity/...`` (unnamed).
+            step: the step, in the warning (default: the trainer's global step).
+
+        Returns:
+            ``{"diversity/collapse_alert": 0/1, "diversity/breakdown_alert": 0/1}``.
+        """
+        import warnings
+
+        kind, reasons = self.alert.update({k: values[PREFIX + k] for k in ALERT_SIGNALS if PREFIX + k in values})
+        if kind is not None and kind not in self.alert.warned:
+            self.alert.warned.add(kind)
+            if step is None:
+                step = getattr(getattr(self.trainer, "state", None), "global_step", None)
+            what = (
+                "the text broke down (degeneration, not a collapse of diversity among good answers)"
+                if kind == "breakdown"
+                else "group diversity collapsed"
+            )
+            if rank_and_world()[0] == 0:
+                warnings.warn(
+                    f"{type(self).__name__}: step {step}: {what}: {'; '.join(reasons)}", RuntimeWarning, stacklevel=2
+                )
+        return {
+            PREFIX + "collapse_alert": float(kind == "collapse"),
+            PREFIX + "breakdown_alert": float(kind == "breakdown"),
+        }
 
     def sample_rows(
         self, step: int, prompts: Sequence[Any], completions: Sequence[Any], ids: np.ndarray, num_generations: int
@@ -347,7 +373,15 @@ class GroupDiversityCallback(TrainerCallback):
             if self._last is not None and self._last[0] == fingerprint:
                 m.values.update(self._last[1])
             else:
-                m.values.update(self.measure(completions, g, Path(args.output_dir or ".") / "lightning_div_cache"))
+                m.values.update(
+                    self.measure(
+                        completions,
+                        g,
+                        Path(args.output_dir or ".") / "lightning_div_cache",
+                        prompts,
+                        self._cut_share(),
+                    )
+                )
                 self._last = (fingerprint, dict(m.values))
                 if self.log_samples and state.is_world_process_zero:
                     rows = self.sample_rows(state.global_step, prompts, completions, self._last_ids, g)
@@ -380,6 +414,20 @@ class GroupDiversityCallback(TrainerCallback):
                 if ids is not None:
                     return ids
         return None
+
+    def _cut_share(self) -> float | None:
+        """The latest generation batch's share cut at the length limit, as TRL measured it (None: unknown).
+
+        TRL's GRPO/RLOO trainers append each generation batch's ``completions/clipped_ratio`` (the
+        completions that did not end with EOS, gathered from every process) to
+        ``_metrics["train"]`` until the next log; the last one is the batch in ``_logs``.
+        """
+        metrics = getattr(self.trainer, "_metrics", None)
+        ratios = metrics.get("train", {}).get("completions/clipped_ratio") if isinstance(metrics, dict) else None
+        if not ratios:
+            return None
+        value = float(ratios[-1])
+        return value if np.isfinite(value) else None
 
     def _log(self, values: dict[str, float]) -> None:
         """Into the step's own log: TRL's trainers average ``_metrics["train"]`` into the log they write at
