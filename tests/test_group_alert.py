@@ -52,6 +52,8 @@ def test_degeneration_signals_by_hand():
     assert group_top_word_share(diverse_step(0), G) == pytest.approx(4 / 36)  # "we", "could" ... 4 of 36 words
     assert group_top_word_share(broken_step(0), G) == pytest.approx(4 * 4 / 32)  # "you" is 4 of each 8 words
     assert group_top_word_share(["...", "!", "?", ""], G) == 0.0  # no word in the group
+    # a collapse to one short answer is not a breakdown: replies under 4 words are left out
+    assert group_top_word_share(["Yes."] * 4 + ["yes you your you"] * 4, G) == pytest.approx(0.5)
     assert length_cut_share([16, 16, 3, 16], 16) == 0.75
     assert length_cut_share([], 16) == 0.0
     with pytest.raises(ValueError, match="max_length must be an integer >= 1"):

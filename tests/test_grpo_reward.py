@@ -74,8 +74,8 @@ def test_cosine_threshold_by_hand(tmp_path):
     reward = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=0.9, space=_space(tmp_path))
     assert reward(completions=BATCH) == pytest.approx(EXPECTED)
     assert not reward.space.fitted  # cosine needs the encoder only
-    # a threshold above every pair's similarity: every completion is its own class
-    strict = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=1.01, space=_space(tmp_path))
+    # the highest threshold: only identical directions are equivalent, so every (distinct) completion is its own class
+    strict = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=1.0, space=_space(tmp_path))
     assert strict(completions=BATCH) == [1.0] * 12
 
 

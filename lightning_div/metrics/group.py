@@ -232,47 +232,57 @@ def group_distinct_n(
 
 
 def group_top_word_share(
-    texts: Sequence[str], num_generations: int, tokenizer: TokenizerSpec = "13a", lowercase: bool = True
+    texts: Sequence[str],
+    num_generations: int,
+    tokenizer: TokenizerSpec = "13a",
+    lowercase: bool = True,
+    min_words: int = 4,
 ) -> float:
     """The most frequent word's share of a group's words, averaged over groups: a degeneration signal.
 
-    A group's G completions are pooled; a word is a token with a letter or digit in it
-    (punctuation does not count). Ordinary replies keep the share low (about 1/8 for distinct
-    8-word sentences, whether or not the group repeats one sentence); text that falls apart
-    into one word repeated ("you your you your ...", "what what what ...") pushes it towards 1.
-    A short reply repeated has the share of its own most frequent word (1/3 for "I love it").
+    A group's completions of at least ``min_words`` words are pooled; a word is a token with a
+    letter or digit in it (punctuation does not count). Ordinary replies keep the share low
+    (about 1/8 for distinct 8-word sentences, and the same when the group repeats one sentence:
+    a collapse to one fluent answer does not raise it); text that falls apart into one word
+    repeated ("you your you your ...", "what what what ...") pushes it towards 1. Shorter
+    completions are left out: a reply of one to three words ("Yes.", "I love it") has a high
+    share without repeating anything.
 
     Args:
         texts: the completions, groups consecutive.
         num_generations: G.
         tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
         lowercase: count "What" and "what" as one word (default True).
+        min_words: the fewest words a completion needs to count.
 
     Returns:
-        The mean over groups, in [0, 1]; 0.0 for no completions, and for a group without a word.
+        The mean over the groups with a completion that counts, in [0, 1]; 0.0 when none has one
+        (and for no completions).
 
     Raises:
         ValueError: G does not divide the number of completions.
         TypeError: a completion that is not a string.
 
     Examples:
-        Group 1: "you" is 4 of its 5 words; group 2: 8 distinct words, 1 of 8:
+        Group 1: "you" is 6 of its 8 words; group 2: 8 distinct words; "Yes." is too short to count:
 
-        >>> group_top_word_share(["you your you", "You you!", "we could go there", "I think so too"], 2)
-        0.4625
+        >>> group_top_word_share(["you your you your", "You you you you!", "we could go there", "I think so too"], 2)
+        0.4375
+        >>> group_top_word_share(["Yes.", "Yes.", "Yes.", "Yes."], 4)
+        0.0
     """
     groups = split_groups(tokenize_all(texts, tokenizer, lowercase, "completions"), num_generations)
-    if not groups:
-        return 0.0
     shares = []
     for group in groups:
-        words = [w for tokens in group for w in tokens if any(ch.isalnum() for ch in w)]
-        if not words:
-            shares.append(0.0)
-            continue
-        _, counts = np.unique(words, return_counts=True)
-        shares.append(float(counts.max()) / len(words))
-    return float(np.mean(shares))
+        words = []
+        for tokens in group:
+            kept = [w for w in tokens if any(ch.isalnum() for ch in w)]
+            if len(kept) >= min_words:
+                words += kept
+        if words:
+            _, counts = np.unique(words, return_counts=True)
+            shares.append(float(counts.max()) / len(words))
+    return float(np.mean(shares)) if shares else 0.0
 
 
 def length_cut_share(lengths: Sequence[int] | np.ndarray, max_length: int) -> float:

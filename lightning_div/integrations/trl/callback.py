@@ -60,6 +60,20 @@ from lightning_div.types import ClustersSource, EncoderSource, Options
 __all__ = ["GroupDiversityCallback", "group_metrics", "rollouts_of"]
 
 
+def _fingerprint(completions: Sequence[Any]) -> str:
+    """A generation batch's identity (its completions, compared by their repr)."""
+    return hashlib.sha256(repr(list(completions)).encode()).hexdigest()
+
+
+def _stateful(state: Any) -> dict[str, Any]:
+    """``state.stateful_callbacks``: typed as a list, a dict once the state exists (``TrainerState.__post_init__``)."""
+    stateful: Any = getattr(state, "stateful_callbacks", None)
+    if not isinstance(stateful, dict):
+        stateful = {}
+        state.stateful_callbacks = stateful
+    return stateful
+
+
 def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
     """The latest generation batch of a TRL ``GRPOTrainer`` / ``RLOOTrainer``: ``(prompts, completions, G)``.
 
@@ -85,7 +99,11 @@ class GroupDiversityCallback(TrainerCallback):
     """Group Sem-Ent, clusters per group and collapsed groups of every GRPO/RLOO logging step.
 
     Add it with :meth:`attach` (it reads the trainer's rollouts, which a ``TrainerCallback``
-    given in ``callbacks=[...]`` cannot reach). Under ``accelerate launch`` / ``torchrun`` every
+    given in ``callbacks=[...]`` cannot reach: given there, it warns once and measures nothing).
+    With ``logging_steps > 1`` a log row's values are those of the latest generation batch
+    before the log (TRL's ``reward`` beside them averages every batch since the last log).
+    Evaluation rollouts are never measured; a resumed run measures in the interrupted run's
+    clusters (:meth:`state_dict`, saved in ``trainer_state.json``). Under ``accelerate launch`` / ``torchrun`` every
     process measures the same gathered batch, the embeddings sharded over the processes: 1 and N
     processes give the same values.
 
@@ -190,6 +208,8 @@ class GroupDiversityCallback(TrainerCallback):
         self._last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
         #: Whether the last measurement took its cluster ids from a SemanticGroupReward sharing the space.
         self.reused_reward_ids = False
+        #: The rollouts buffer as the last evaluation left it (not a training batch).
+        self._eval_fingerprint: str | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(space={self.space!r}, name={self.name!r})"
@@ -352,32 +372,130 @@ class GroupDiversityCallback(TrainerCallback):
             for i in groups[best]
         ]
 
+    # -- state -------------------------------------------------------------------------------------
+
+    def state_key(self) -> str:
+        """Where this callback's state sits in ``TrainerState.stateful_callbacks`` (one key per ``name``)."""
+        return "lightning_div.GroupDiversityCallback" + (f"[{self.name}]" if self.name else "")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to measure as the uninterrupted one: the clusters file of the space (and
+        of every SemanticGroupReward's space in the trainer), EAD's vocabulary size and the alert's state."""
+        return {
+            "settings": self.space.settings(),
+            "space": self.space.state_dict(),
+            "reward_spaces": [fn.space.state_dict() for fn in self._group_rewards()],
+            "vocab_size": self.vocab_size,
+            "alert": self.alert.state_dict(),
+        }
+
+    def load_state_dict(self, saved: Any) -> None:
+        """Restore :meth:`state_dict`'s values. A state saved with other space settings, or a damaged one,
+        is not restored: a warning says why and the callback starts afresh (the clusters fitted again)."""
+        import warnings
+
+        if not isinstance(saved, dict) or saved.get("settings") != self.space.settings():
+            got = saved.get("settings") if isinstance(saved, dict) else saved
+            reason = f"was saved with other settings ({got!r:.200}, now {self.space.settings()!r})"
+        else:
+            try:
+                vocab = saved.get("vocab_size")
+                if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
+                    raise ValueError(f"vocab_size {vocab!r} is not an integer >= 1")
+                spaces = saved.get("reward_spaces", [])
+                if not isinstance(saved.get("space"), dict) or not isinstance(spaces, list):
+                    raise ValueError("no space state")
+                self.alert.load_state_dict(saved.get("alert"))
+                self.space.load_state_dict(saved["space"])
+                for fn, space_state in zip(self._group_rewards(), spaces):
+                    if fn.space is not self.space and isinstance(space_state, dict):
+                        fn.space.load_state_dict(space_state)
+                if vocab is not None:
+                    self.vocab_size = vocab
+                return
+            except ValueError as err:
+                self.alert = GroupAlert(
+                    self.alert.warn_drop,
+                    self.alert.warn_below,
+                    self.alert.start_steps,
+                    self.alert.top_word_share,
+                    self.alert.cut_rise,
+                    self.alert.nll_rise,
+                )
+                reason = f"in trainer_state.json is damaged ({err})"
+        warnings.warn(  # a resume happens once per run: each one says it
+            f"{type(self).__name__}: the checkpoint's state {reason}; it starts afresh", RuntimeWarning, stacklevel=2
+        )
+
+    # -- hooks -------------------------------------------------------------------------------------
+
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Fit (or read) the clusters on the reference responses, when there are any."""
+        """Restore a resumed checkpoint's state, then fit (or read) the clusters on the reference responses.
+
+        The state travels in the checkpoint's ``trainer_state.json`` (``stateful_callbacks``, under
+        :meth:`state_key`), which the Trainer has loaded by now: a resumed run reads the clusters the
+        interrupted one used instead of fitting them on the resumed batch.
+        """
+        import warnings
+
         self.memory = RunMemory()  # a new run: its warnings are shown again
-        self.prepare(None, Path(args.output_dir or ".") / "lightning_div_cache")
+        cache_dir = Path(self.dirpath) if self.dirpath else Path(args.output_dir or ".") / "lightning_div_cache"
+        if self.trainer is None:
+            warnings.warn(
+                f"{type(self).__name__} was given to the trainer in callbacks=[...]: a TrainerCallback cannot reach "
+                "the trainer's rollouts, so it measures nothing; build the trainer first, then call "
+                f"{type(self).__name__}(...).attach(trainer)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        for fn in self._group_rewards():  # the reward caches its clusters in this run's folder too
+            if fn.dirpath is None:
+                fn.run_cache_dir = cache_dir
+        if getattr(state, "global_step", 0) > 0:
+            saved = _stateful(state).get(self.state_key())
+            if saved is not None:
+                self.load_state_dict(saved)
+        self.prepare(None, cache_dir)
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        """Mark the rollouts buffer as the evaluation's: they are not measured as a training step's."""
+        if self.trainer is not None:
+            try:
+                self._eval_fingerprint = _fingerprint(rollouts_of(self.trainer)[1])
+            except TypeError:
+                self._eval_fingerprint = None
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        """At a logging step, measure the latest rollouts and add the values to the step's log."""
+        """At a logging step, measure the latest rollouts and add the values to the step's log.
+
+        Only training rollouts are measured: when the buffer still holds an evaluation's rollouts
+        (the step reused a generation batch made before the evaluation), the values of that
+        training batch are logged again.
+        """
         if not control.should_log or self.trainer is None:
             return
         prompts, completions, g = rollouts_of(self.trainer)
         # one generation batch serves several steps when steps_per_generation > 1: measured once
-        fingerprint = hashlib.sha256(repr(completions).encode()).hexdigest()
+        fingerprint = _fingerprint(completions)
+        evaluation = fingerprint == self._eval_fingerprint
+        if evaluation and self._last is None:
+            return  # nothing of training measured yet
         reporter = self.reporter(args)
         who, when = type(self).__name__, f"step {state.global_step}"
         with guarded(self.on_error, self.memory.warn_once, who, "the measurement", when) as m:
-            check_grouped(prompts, g)
-            if self._last is not None and self._last[0] == fingerprint:
+            if evaluation or (self._last is not None and self._last[0] == fingerprint):
+                assert self._last is not None
                 m.values.update(self._last[1])
             else:
+                check_grouped(prompts, g)
                 m.values.update(
                     self.measure(
                         completions,
                         g,
-                        Path(args.output_dir or ".") / "lightning_div_cache",
+                        Path(self.dirpath) if self.dirpath else Path(args.output_dir or ".") / "lightning_div_cache",
                         prompts,
                         self._cut_share(),
                     )
@@ -390,6 +508,8 @@ class GroupDiversityCallback(TrainerCallback):
             return
         m.values[self.key("runtime")] = m.seconds
         self.history.append({"step": float(state.global_step), **reporter.scalars(m.values)})
+        # saved with every later checkpoint: the Trainer writes the whole dict into trainer_state.json
+        _stateful(state)[self.state_key()] = self.state_dict()
 
     def reporter(self, args: TrainingArguments) -> TrackerReporter:
         """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
@@ -403,6 +523,12 @@ class GroupDiversityCallback(TrainerCallback):
         )
 
     # -- inside ------------------------------------------------------------------------------------
+
+    def _group_rewards(self) -> list[Any]:
+        """The trainer's SemanticGroupRewards, in ``reward_funcs`` order."""
+        from lightning_div.integrations.trl.reward import SemanticGroupReward
+
+        return [fn for fn in getattr(self.trainer, "reward_funcs", None) or [] if isinstance(fn, SemanticGroupReward)]
 
     def _reward_ids(self, texts: list[str]) -> np.ndarray | None:
         """The ids a SemanticGroupReward of this trainer, in this space, assigned to these very texts this step."""

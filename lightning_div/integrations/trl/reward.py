@@ -60,6 +60,25 @@ Equivalence = Literal["clusters", "cosine", "nli"]
 EQUIVALENCES = ("clusters", "cosine", "nli")
 
 
+#: Cosine similarities this close below ``threshold`` count as reaching it: float rounding must not
+#: split identical completions (their cosine is 1.0 up to rounding, e.g. 0.9999999999999998).
+COSINE_TOLERANCE = 1e-6
+
+
+def check_threshold(threshold: Any) -> float:
+    """``threshold`` as a float: a finite cosine similarity in [-1, 1] (not a bool or a string).
+
+    Raises:
+        ValueError: anything else, naming ``threshold``.
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+        raise ValueError(f"threshold must be a cosine similarity, a number in [-1, 1], got {threshold!r}")
+    value = float(threshold)
+    if not -1.0 <= value <= 1.0:  # NaN fails this too
+        raise ValueError(f"threshold must be a cosine similarity, a number in [-1, 1], got {threshold!r}")
+    return value
+
+
 def _nli_classes(scorer: Any, groups: list[list[str]]) -> list[list[int]]:
     """Each group's classes by bidirectional entailment: both (i, j) and (j, i) predicted ``entailment``."""
     premises: list[str] = []
@@ -104,7 +123,8 @@ def group_labels(
         num_generations: G.
         equivalence: ``"clusters"``, ``"cosine"`` or ``"nli"`` (see the module).
         space: the semantic space (``"clusters"``: fitted; ``"cosine"``: its encoder).
-        threshold: ``"cosine"``'s similarity from which two completions are equivalent.
+        threshold: ``"cosine"``'s similarity from which two completions are equivalent, in [-1, 1]
+            (similarities within 1e-6 below it count: identical completions reach 1.0).
         nli: ``"nli"``'s scorer: anything with :class:`~lightning_div.nli.scorer.NLIScorer`'s
             ``score_pairs(premises, hypotheses, show_progress)``.
         device: where the encoder runs (None: CUDA if there is one).
@@ -114,7 +134,8 @@ def group_labels(
         int64 array, one class id per completion (ids are comparable within a group only).
 
     Raises:
-        ValueError: G does not divide the batch, an unknown equivalence, or what it needs missing.
+        ValueError: G does not divide the batch, an unknown equivalence, a ``threshold`` outside
+            [-1, 1], or what it needs missing.
     """
     texts = list(texts)
     check_groups(len(texts), num_generations)
@@ -136,6 +157,7 @@ def group_labels(
         return np.asarray([c for group in classes for c in group], dtype=np.int64)
     if space is None:
         raise ValueError(f"equivalence={equivalence!r} needs a SemanticSpace")
+    threshold = check_threshold(threshold)
     if equivalence == "clusters":
         return np.asarray(space.assign(texts, device), dtype=np.int64)
     vectors = np.asarray(space.encode(texts, device), dtype=np.float64)
@@ -145,7 +167,7 @@ def group_labels(
     g = int(num_generations)
     for start in range(0, len(texts), g):
         block = vectors[start : start + g]
-        labels += partition_by_similarity(block @ block.T, threshold)
+        labels += partition_by_similarity(block @ block.T, threshold - COSINE_TOLERANCE)
     return np.asarray(labels, dtype=np.int64)
 
 
@@ -192,9 +214,13 @@ class SemanticGroupReward:
         variance_kept: PCA variance kept.
         kmeans_seed: the k-means seed.
         encoder_kwargs: more ResponseEncoder arguments.
-        threshold: ``"cosine"``'s similarity threshold (default 0.9).
+        threshold: ``"cosine"``'s similarity threshold, in [-1, 1] (default 0.9).
         nli: ``"nli"``'s :class:`~lightning_div.nli.scorer.NLIScorer`.
-        dirpath: the clusters' cache directory when the space has none (default ``./lightning_div_cache``).
+        dirpath: the clusters' cache directory when the space has none (default: the run's
+            ``<output_dir>/lightning_div_cache`` when a
+            :class:`~lightning_div.integrations.trl.GroupDiversityCallback` in the same trainer
+            tells it, else the package's cache, ``$LIGHTNING_DIV_CACHE`` or
+            ``~/.cache/lightning_div``, under ``clusters/``; never the current directory).
         device: where the encoder runs (None: CUDA if there is one).
         batch_size: texts per encoder batch, NLI pairs per batch.
         diversity_floor: the least diversity, in [0, 1] (default 0.1, DARLING's; 0: no floor).
@@ -205,8 +231,10 @@ class SemanticGroupReward:
             ``"semantic_group_diversity"``.
 
     Raises:
-        ValueError: a bad ``num_generations``, ``equivalence``, ``score`` or ``diversity_floor``,
-            ``"nli"`` without a scorer, or ``space`` beside a space argument.
+        ValueError: a bad ``num_generations``, ``equivalence``, ``score``, ``threshold`` or
+            ``diversity_floor``, ``"nli"`` without a scorer, ``space`` beside a space argument, or
+            ``"clusters"`` to be fitted on the first batch with the default k (give
+            ``reference_responses=``, ``clusters=``, ``space=`` or ``num_clusters=``).
         TypeError: a ``quality`` that is not callable, or a ``shift_quality`` that is not a bool.
     """
 
@@ -251,9 +279,11 @@ class SemanticGroupReward:
         self.space = space_from_arguments(
             type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False
         )
-        self.threshold = float(threshold)
+        self.threshold = check_threshold(threshold)
         self.nli = nli
         self.dirpath = dirpath
+        #: The run's cache folder, set by a GroupDiversityCallback of the same trainer (used without ``dirpath``).
+        self.run_cache_dir: Path | None = None
         self.device = device
         self.batch_size = batch_size
         self.diversity_floor = check_floor(diversity_floor, "diversity_floor")
@@ -267,6 +297,22 @@ class SemanticGroupReward:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         self.__name__ = name  # TRL names a reward function by __name__
         self._assigned: tuple[tuple[str, ...], np.ndarray] | None = None
+        if (
+            equivalence == "clusters"
+            and space is None
+            and reference_responses is None
+            and clusters is None
+            and num_clusters is None
+        ):
+            # the default k (20) would be fitted on the first batch alone: GRPO's usual batches (2-8 prompts
+            # x G) hold fewer distinct completions, and the first step would fail
+            raise ValueError(
+                f"{type(self).__name__}(equivalence='clusters') with neither reference_responses= nor clusters= "
+                f"fits its k-means clusters on the first batch's completions, and the default "
+                f"num_clusters={self.space.num_clusters} needs at least that many distinct ones: give "
+                "reference_responses= (e.g. the dataset's reference replies), clusters=, a fitted or shared space=, "
+                "num_clusters= at most the first batch's distinct completions, or equivalence='cosine'"
+            )
 
     def __repr__(self) -> str:
         return (
@@ -283,7 +329,17 @@ class SemanticGroupReward:
         if self.equivalence != "clusters" or self.space.fitted:
             return
         texts = self.reference_responses if self.reference_responses is not None else list(completions)
-        self.space.fit(texts, device=self.device, cache_dir=Path(self.dirpath or "lightning_div_cache"))
+        self.space.fit(texts, device=self.device, cache_dir=self.cache_dir())
+
+    def cache_dir(self) -> Path:
+        """Where fitted clusters are cached when the space has no ``dirpath``: ``dirpath``, else the run's
+        folder a callback gave (:attr:`run_cache_dir`), else the package's cache (``clusters/`` under
+        :func:`~lightning_div.model.loading.cache_root`)."""
+        from lightning_div.model.loading import cache_root
+
+        if self.dirpath is not None:
+            return Path(self.dirpath)
+        return self.run_cache_dir if self.run_cache_dir is not None else cache_root() / "clusters"
 
     def diversity(self, completions: Sequence[Any]) -> list[float]:
         """The diversity score of every completion of a whole batch (no gathering; see :meth:`__call__`).
