@@ -41,8 +41,9 @@ REFERENCES = [f"{t} {i}" for t in TOPICS for i in range(12)]
 # three groups of G = 4; with 2 processes of 6 completions each, the second group straddles them
 BATCH = ["yes a", "yes b", "no c", "maybe d", "hello e", "hello f", "yes g", "yes h", "no i", "no j", "no k", "no l"]
 # group 1: the two "yes" each have 2 of 3 others elsewhere, "no" and "maybe" 3 of 3; group 2: 2 + 2 -> 2/3 each;
-# group 3: all alike -> 0
-EXPECTED = [2 / 3, 2 / 3, 1.0, 1.0] + [2 / 3] * 4 + [0.0] * 4
+# group 3: all alike -> 0, floored at DARLING's 0.1
+RAW = [2 / 3, 2 / 3, 1.0, 1.0] + [2 / 3] * 4 + [0.0] * 4
+EXPECTED = RAW[:8] + [0.1] * 4
 
 
 def _space(tmp_path) -> SemanticSpace:
@@ -64,14 +65,17 @@ def test_clusters_rarity_by_hand(tmp_path):
 def test_classes_score_by_hand(tmp_path):
     reward = _reward(tmp_path, score="classes")
     assert reward(completions=BATCH) == pytest.approx([3 / 4] * 4 + [2 / 4] * 4 + [1 / 4] * 4)
+    # the floor raises every score below it: 3/4 and 1/2 stay, 1/4 becomes 0.3
+    floored = _reward(tmp_path, score="classes", diversity_floor=0.3)
+    assert floored(completions=BATCH) == pytest.approx([3 / 4] * 4 + [2 / 4] * 4 + [0.3] * 4)
 
 
 def test_cosine_threshold_by_hand(tmp_path):
     reward = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=0.9, space=_space(tmp_path))
     assert reward(completions=BATCH) == pytest.approx(EXPECTED)
     assert not reward.space.fitted  # cosine needs the encoder only
-    # a threshold above every pair's similarity: every completion is its own class
-    strict = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=1.01, space=_space(tmp_path))
+    # the highest threshold: only identical directions are equivalent, so every (distinct) completion is its own class
+    strict = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=1.0, space=_space(tmp_path))
     assert strict(completions=BATCH) == [1.0] * 12
 
 
@@ -109,8 +113,66 @@ def test_conversational_completions_and_quality(tmp_path):
 
     combined = _reward(tmp_path, quality=quality)
     out = combined(prompts=["p"] * 12, completions=BATCH, trainer_state=None)
+    # a None quality stays None and takes no part in its group's minimum (1 here, not 0)
+    shifted = [None, 0.0, 1.0, 2.0] + [0.0, 1.0, 2.0, 3.0] * 2
     assert out[0] is None
-    assert out[1:] == pytest.approx([i * e for i, e in zip(range(1, 12), EXPECTED[1:])])
+    assert out[1:] == pytest.approx([q * e for q, e in zip(shifted[1:], EXPECTED[1:])])
+    # the name says it is a product
+    assert combined.__name__ == "quality_x_semantic_diversity"
+    assert _reward(tmp_path, quality=quality, name="mine").__name__ == "mine"
+
+
+# one quality per completion of BATCH: negative in group 2, whose least (-5.0) is on the first of 2 processes
+QUALITY = dict(zip(BATCH, [1.0, 2.0, 0.5, 3.0, -5.0, -1.0, -3.0, -2.0, 4.0, 4.0, 6.0, 5.0]))
+# (q - the group's least q) x max(d, 0.1): group 1 least 0.5, group 2 least -5.0, group 3 least 4.0 (collapsed: 0.1)
+DARLING = [0.5 * 2 / 3, 1.5 * 2 / 3, 0.0, 2.5] + [0.0, 4 * 2 / 3, 2 * 2 / 3, 3 * 2 / 3] + [0.0, 0.0, 0.2, 0.1]
+
+
+def table_quality(prompts, completions, **kwargs):
+    return [QUALITY[c] for c in completions]
+
+
+def test_darlings_reward_by_hand(tmp_path):
+    reward = _reward(tmp_path, quality=table_quality)
+    assert reward(prompts=["p"] * 12, completions=BATCH) == pytest.approx(DARLING)
+    # floor 0 and no shift: the raw product, as before DARLING's settings were the default
+    raw = _reward(tmp_path, quality=table_quality, diversity_floor=0.0, shift_quality=False)
+    assert raw(completions=BATCH) == pytest.approx([QUALITY[t] * d for t, d in zip(BATCH, RAW)])
+    assert _reward(tmp_path, diversity_floor=0)(completions=BATCH) == pytest.approx(RAW)
+
+
+def test_a_collapsed_group_keeps_a_tenth_of_its_quality_signal(tmp_path):
+    collapsed = ["no a", "no b", "no c", "no d"]  # one cluster: diversity 0, floored to 0.1
+
+    def quality(prompts, completions, **kwargs):
+        return [1.0, 2.0, 3.0, 4.0]
+
+    assert _reward(tmp_path, quality=quality)(completions=collapsed) == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert _reward(tmp_path)(completions=collapsed) == pytest.approx([0.1] * 4)  # the floor without a quality too
+    # without the floor the whole group gets 0: no quality signal left in the group that needs it
+    assert _reward(tmp_path, quality=quality, diversity_floor=0.0)(completions=collapsed) == [0.0] * 4
+
+
+def test_a_negative_quality_group_still_prefers_its_rarest_completion(tmp_path):
+    group = ["yes a", "yes b", "yes c", "no d"]  # "no d" is the rarest: diversity 1, the others 1/3
+
+    def negative(prompts, completions, **kwargs):
+        return [-3.0, -2.0, -2.0, -2.0]  # "no d" is as good as "yes b" and "yes c"
+
+    shifted = _reward(tmp_path, quality=negative)(completions=group)
+    assert shifted == pytest.approx([0.0, 1 / 3, 1 / 3, 1.0])
+    assert shifted[3] > shifted[1] == shifted[2]
+    # the raw product inverts the intent: the rarest of the equally good ones gets the lowest reward
+    raw = _reward(tmp_path, quality=negative, shift_quality=False, diversity_floor=0.0)(completions=group)
+    assert raw == pytest.approx([-1.0, -2 / 3, -2 / 3, -2.0])
+
+
+def test_darlings_settings_are_checked(tmp_path):
+    for bad in (-0.1, 1.5, float("nan"), "0.1", True, None):
+        with pytest.raises(ValueError, match="diversity_floor must be a number in"):
+            SemanticGroupReward(num_generations=4, diversity_floor=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="shift_quality must be True or False"):
+        SemanticGroupReward(num_generations=4, shift_quality="yes")  # type: ignore[arg-type]
 
 
 def test_bad_input(tmp_path):
@@ -155,6 +217,7 @@ def _on_two_processes(rank, world, cache):
     nli = SemanticGroupReward(num_generations=4, equivalence="nli", nli=OneWayNLI())
     conversational = [[{"role": "assistant", "content": t}] for t in local]
     scores = clusters(completions=local)
+    darling = SemanticGroupReward(num_generations=4, space=space, quality=table_quality)
     return {
         "gathered": everything,
         "offset": offset,
@@ -163,6 +226,8 @@ def _on_two_processes(rank, world, cache):
         "clusters": scores,
         "cosine": cosine(completions=conversational),
         "nli": nli(completions=local),
+        # group 2 straddles the processes: its least quality (-5.0) is on process 0 only
+        "darling": darling(prompts=[f"p{(6 * rank + i) // 4}" for i in range(6)], completions=local),
     }
 
 
@@ -174,6 +239,7 @@ def test_two_processes_get_what_one_process_gives_for_the_whole_batch(tmp_path):
         assert result["offset"] == 6 * rank
         for kind in ("clusters", "cosine", "nli"):
             assert result[kind] == pytest.approx(EXPECTED[6 * rank : 6 * (rank + 1)]), (rank, kind)
+        assert result["darling"] == pytest.approx(DARLING[6 * rank : 6 * (rank + 1)]), rank
     # the slices put together are exactly one process's answer for the whole batch
     one_reward = _reward(tmp_path / "one")
     one = one_reward(completions=BATCH)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections import defaultdict, deque
@@ -13,9 +14,12 @@ import pytest
 from test_grpo_reward import BATCH, REFERENCES, TopicEncoder
 
 from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward, group_metrics, rollouts_of
+from lightning_div.model.scoring import token_logprobs_batched
 from lightning_div.semantic.space import SemanticSpace
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "grpo.md"
+# logged beside group_metrics' values: the timing and the alert
+NOT_METRICS = ("diversity/runtime", "diversity/collapse_alert", "diversity/breakdown_alert")
 
 
 class StubTrainer:
@@ -53,7 +57,8 @@ def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
     _step(cb, trainer, tmp_path)
     logged = {k: v[0] for k, v in trainer._metrics["train"].items()}
     expected = group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=cb.vocab_size)
-    assert {k: v for k, v in logged.items() if k != "diversity/runtime"} == expected
+    assert {k: v for k, v in logged.items() if k not in NOT_METRICS} == expected
+    assert logged["diversity/collapse_alert"] == logged["diversity/breakdown_alert"] == 0.0
     # groups: clusters 3, 2, 1 -> 2 per group; the last group collapsed
     assert logged["diversity/group_clusters"] == 2.0
     assert logged["diversity/collapsed_groups"] == pytest.approx(1 / 3)
@@ -98,7 +103,7 @@ def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path)
     space.assign = None  # type: ignore[assignment,method-assign]  # a second embedding pass would fail
     _step(cb, trainer, tmp_path)
     assert cb.reused_reward_ids
-    logged = {k: v[0] for k, v in trainer._metrics["train"].items() if k != "diversity/runtime"}
+    logged = {k: v[0] for k, v in trainer._metrics["train"].items() if k not in NOT_METRICS}
     assert logged == expected
     # other texts than the reward's: not reused
     assert reward.cluster_ids(BATCH[:8], space) is None and reward.cluster_ids(BATCH, other.space) is None
@@ -182,10 +187,14 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     expected = group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size)
     for key, value in expected.items():
         assert last[key] == pytest.approx(value, abs=1e-12), key
-    # the reward the trainer logged is quality x DARLING's rarity of those very completions
+    # the reward the trainer logged is (quality - its group's least) x DARLING's floored rarity of those completions
     reward = namespace["reward"]
-    quality = np.array(namespace["about_eight_words"](completions))
-    assert last["reward"] == pytest.approx(float(np.mean(quality * np.array(reward.diversity(completions)))), abs=1e-6)
+    quality = np.array(namespace["about_eight_words"](completions)).reshape(-1, 4)
+    shifted = (quality - quality.min(axis=1, keepdims=True)).reshape(-1)
+    diversity = np.array(reward.diversity(completions))
+    assert diversity.min() >= 0.1
+    assert last["reward"] == pytest.approx(float(np.mean(shifted * diversity)), abs=1e-6)
+    assert "rewards/about_eight_words_x_semantic_diversity/mean" in last
     assert (tmp_path / "grpo_run" / "lightning_div" / "diversity_group_sample_step3.csv").is_file()
 
 
@@ -215,10 +224,16 @@ def test_an_rloo_trainer(tmp_path):
     trainer = trl.RLOOTrainer(
         model=model, reward_funcs=[reward], args=args, train_dataset=prompts, processing_class=tokenizer
     )
-    cb = GroupDiversityCallback(space=space, log_samples=False).attach(trainer)
+    frozen = copy.deepcopy(model)  # the policy before training, as a fluency reference
+    cb = GroupDiversityCallback(space=space, log_samples=False, reference_model=frozen).attach(trainer)
     trainer.train()
     (log,) = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log]
-    _, completions, g = rollouts_of(trainer)
+    rollout_prompts, completions, g = rollouts_of(trainer)
     expected = group_metrics(completions, space.assign(completions), g, 3, vocab_size=cb.vocab_size)
     assert {k: log[k] for k in expected} == pytest.approx(expected)
+    # the degeneration signals of the same rollouts: TRL's own clipped ratio, and the NLL under the frozen copy
+    assert log["diversity/length_cut_share"] == pytest.approx(log["completions/clipped_ratio"])
+    logprobs = token_logprobs_batched(frozen, tokenizer, rollout_prompts, completions, show_progress=False)
+    nll = float(np.mean([-lp.mean().item() for lp in logprobs]))
+    assert log["diversity/reference_nll"] == pytest.approx(nll, rel=1e-5) and nll > 0
     assert log["reward"] == pytest.approx(float(np.mean(reward.diversity(completions))), abs=1e-6)

@@ -9,9 +9,12 @@ hooks, keys and reporting; what it measures comes from here:
   lexical metrics (``prepare(gold)``, ``measure(adapter, sample)`` or ``scores(responses, sample)``);
 * :class:`~lightning_div.measure.ruq.RUQMeasure` and :class:`~lightning_div.measure.ruq.RUQAlert`: RUQ,
   its margin, its plot and its alert;
+* :func:`~lightning_div.measure.group.group_metrics` and :class:`~lightning_div.measure.group.GroupAlert`:
+  GRPO/RLOO group diversity, its degeneration signals, and its collapse / breakdown alert;
 * :class:`~lightning_div.measure.reporting.Reporter`: where results go, implemented by each front end.
 """
 
+from lightning_div.measure.group import GroupAlert, group_metrics, reference_nll
 from lightning_div.measure.guard import Measurement, guarded
 from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
@@ -20,6 +23,7 @@ from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, gene
 
 __all__ = [
     "FixedSample",
+    "GroupAlert",
     "Measurement",
     "RUQAlert",
     "RUQMeasure",
@@ -30,6 +34,8 @@ __all__ = [
     "SemanticResult",
     "TrackerReporter",
     "generate_responses",
+    "group_metrics",
     "guarded",
+    "reference_nll",
     "ruq_profile_figure",
 ]

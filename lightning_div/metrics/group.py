@@ -24,19 +24,23 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from lightning_div._internal.text import TokenizerSpec
+from lightning_div._internal.text import TokenizerSpec, tokenize_all
 from lightning_div.metrics.lexical import distinct_n, entropy_from_counts
 
 __all__ = [
     "DIVERSITY_SCORES",
+    "check_floor",
     "check_groups",
     "collapsed_share",
     "group_classes",
     "group_distinct_n",
     "group_diversity_scores",
     "group_semantic_entropy",
+    "group_top_word_share",
+    "length_cut_share",
     "partition_by_similarity",
     "partition_pairs",
+    "shift_by_group_minimum",
     "split_groups",
 ]
 
@@ -227,8 +231,91 @@ def group_distinct_n(
     return float(np.mean([distinct_n(g, n, tokenizer, lowercase) for g in groups]))
 
 
+def group_top_word_share(
+    texts: Sequence[str],
+    num_generations: int,
+    tokenizer: TokenizerSpec = "13a",
+    lowercase: bool = True,
+    min_words: int = 4,
+) -> float:
+    """The most frequent word's share of a group's words, averaged over groups: a degeneration signal.
+
+    A group's completions of at least ``min_words`` words are pooled; a word is a token with a
+    letter or digit in it (punctuation does not count). Ordinary replies keep the share low
+    (about 1/8 for distinct 8-word sentences, and the same when the group repeats one sentence:
+    a collapse to one fluent answer does not raise it); text that falls apart into one word
+    repeated ("you your you your ...", "what what what ...") pushes it towards 1. Shorter
+    completions are left out: a reply of one to three words ("Yes.", "I love it") has a high
+    share without repeating anything.
+
+    Args:
+        texts: the completions, groups consecutive.
+        num_generations: G.
+        tokenizer: as :func:`~lightning_div.metrics.distinct_n`.
+        lowercase: count "What" and "what" as one word (default True).
+        min_words: the fewest words a completion needs to count.
+
+    Returns:
+        The mean over the groups with a completion that counts, in [0, 1]; 0.0 when none has one
+        (and for no completions).
+
+    Raises:
+        ValueError: G does not divide the number of completions.
+        TypeError: a completion that is not a string.
+
+    Examples:
+        Group 1: "you" is 6 of its 8 words; group 2: 8 distinct words; "Yes." is too short to count:
+
+        >>> group_top_word_share(["you your you your", "You you you you!", "we could go there", "I think so too"], 2)
+        0.4375
+        >>> group_top_word_share(["Yes.", "Yes.", "Yes.", "Yes."], 4)
+        0.0
+    """
+    groups = split_groups(tokenize_all(texts, tokenizer, lowercase, "completions"), num_generations)
+    shares = []
+    for group in groups:
+        words = []
+        for tokens in group:
+            kept = [w for w in tokens if any(ch.isalnum() for ch in w)]
+            if len(kept) >= min_words:
+                words += kept
+        if words:
+            _, counts = np.unique(words, return_counts=True)
+            shares.append(float(counts.max()) / len(words))
+    return float(np.mean(shares)) if shares else 0.0
+
+
+def length_cut_share(lengths: Sequence[int] | np.ndarray, max_length: int) -> float:
+    """The share of completions cut at the length limit: ``length >= max_length`` tokens.
+
+    Text that falls apart often never ends: every completion runs to the limit.
+
+    Args:
+        lengths: each completion's length in tokens.
+        max_length: the generation's limit (TRL's ``max_completion_length``), an integer >= 1.
+
+    Returns:
+        In [0, 1]; 0.0 for no completions.
+
+    Raises:
+        ValueError: a ``max_length`` that is not an integer >= 1, or a negative or non-integer length.
+
+    Examples:
+        >>> length_cut_share([16, 3, 16, 9], 16)
+        0.5
+    """
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
+        raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
+    values = np.asarray(lengths)
+    if values.size == 0:
+        return 0.0
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer) or (values < 0).any():
+        raise ValueError(f"lengths must be integers >= 0, one per completion, got {list(lengths)[:5]!r}")
+    return float(np.mean(values >= max_length))
+
+
 def group_diversity_scores(
-    labels: Sequence[int] | np.ndarray, num_generations: int, score: DiversityScore = "rarity"
+    labels: Sequence[int] | np.ndarray, num_generations: int, score: DiversityScore = "rarity", floor: float = 0.0
 ) -> list[float]:
     """A diversity score per completion, from the classes of its group (DARLING's, by default).
 
@@ -245,16 +332,21 @@ def group_diversity_scores(
     A group of one gets 1.0 under either score (nothing repeats it), so that multiplying it
     into a quality reward leaves the quality unchanged.
 
+    ``floor`` raises every score below it to it: DARLING floors its diversity at 0.1
+    (``max(d, 0.1)``), so that a collapsed group, multiplied into a quality reward, keeps a
+    tenth of its quality signal instead of none.
+
     Args:
         labels: one class id per completion, groups consecutive.
         num_generations: G.
         score: ``"rarity"`` or ``"classes"``.
+        floor: the least score, in [0, 1] (0: no floor).
 
     Returns:
-        One float in [0, 1] per completion, in input order.
+        One float in [floor, 1] per completion, in input order.
 
     Raises:
-        ValueError: an unknown ``score``, or as :func:`group_classes`.
+        ValueError: an unknown ``score``, a ``floor`` outside [0, 1], or as :func:`group_classes`.
 
     Examples:
         One group of 4 with classes 0, 0, 0, 1: the three alike each have 1 of 3 others that
@@ -264,9 +356,15 @@ def group_diversity_scores(
         [0.3333, 0.3333, 0.3333, 1.0]
         >>> group_diversity_scores([0, 0, 0, 1], 4, score="classes")
         [0.5, 0.5, 0.5, 0.5]
+
+        A collapsed group under DARLING's floor:
+
+        >>> group_diversity_scores([7, 7, 7, 7], 4, floor=0.1)
+        [0.1, 0.1, 0.1, 0.1]
     """
     if score not in DIVERSITY_SCORES:
         raise ValueError(f"score must be one of {DIVERSITY_SCORES}, got {score!r}")
+    floor = check_floor(floor)
     groups = _labels(labels, num_generations)
     g = int(num_generations)
     out: list[float] = []
@@ -279,6 +377,51 @@ def group_diversity_scores(
             out.extend([len(classes) / g] * g)
         else:
             out.extend(float((g - counts[k]) / (g - 1)) for k in inverse.reshape(-1))
+    return [max(v, floor) for v in out]
+
+
+def check_floor(floor: Any, name: str = "floor") -> float:
+    """``floor`` as a float, checked: a real number in [0, 1] (not a bool or a string).
+
+    Raises:
+        ValueError: anything else, naming ``name``.
+    """
+    if isinstance(floor, bool) or not isinstance(floor, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number in [0, 1], got {floor!r}")
+    value = float(floor)
+    if not 0.0 <= value <= 1.0:  # NaN fails this too
+        raise ValueError(f"{name} must be a number in [0, 1], got {floor!r}")
+    return value
+
+
+def shift_by_group_minimum(quality: Sequence[float | None], num_generations: int) -> list[float | None]:
+    """Each quality minus the least quality of its group (DARLING's ``add_bias``): every group's worst is 0.
+
+    Multiplying a diversity into a raw quality rewards a rarer completion *less* when the quality
+    is negative (most reward models' scores can be). Shifted, every quality is >= 0, so a higher
+    diversity never lowers a reward; within a group the shift is a constant, so the quality's
+    own order is kept. A ``None`` quality (no score for that completion) takes no part in the
+    minimum and stays ``None``; a group whose qualities are all ``None`` stays so.
+
+    Args:
+        quality: one quality per completion (float or None), groups consecutive.
+        num_generations: G.
+
+    Returns:
+        The shifted qualities, in input order.
+
+    Raises:
+        ValueError: G does not divide the number of qualities.
+
+    Examples:
+        >>> shift_by_group_minimum([-3.0, -1.0, None, -2.0, 5.0, 5.0, 6.0, 4.0], 4)
+        [0.0, 2.0, None, 1.0, 1.0, 1.0, 2.0, 0.0]
+    """
+    out: list[float | None] = []
+    for group in split_groups(quality, num_generations):
+        known = [float(q) for q in group if q is not None]
+        least = min(known) if known else 0.0
+        out.extend(None if q is None else float(q) - least for q in group)
     return out
 
 

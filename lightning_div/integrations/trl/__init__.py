@@ -19,10 +19,17 @@ trainer you build, not by this package (only ``transformers``' callback class is
 
 from lightning_div.integrations.trl.callback import GroupDiversityCallback, group_metrics, rollouts_of
 from lightning_div.integrations.trl.reward import EQUIVALENCES, SemanticGroupReward, group_labels
-from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts, gather_batch
+from lightning_div.integrations.trl.rollouts import (
+    CompletionError,
+    check_grouped,
+    completion_text,
+    completion_texts,
+    gather_batch,
+)
 
 __all__ = [
     "EQUIVALENCES",
+    "CompletionError",
     "GroupDiversityCallback",
     "SemanticGroupReward",
     "check_grouped",

@@ -15,7 +15,14 @@ into the prompt groups of ``num_generations``:
 * ``diversity/collapsed_groups``: the share of groups whose completions all fall in one cluster;
 * ``diversity/group_distinct_2``: distinct-2 within each group, averaged;
 * over all the step's completions: ``diversity/sem_ent``, ``diversity/distinct_1``,
-  ``diversity/distinct_2``, ``diversity/ead``; and ``diversity/runtime`` (seconds).
+  ``diversity/distinct_2``, ``diversity/ead``; and ``diversity/runtime`` (seconds);
+* degeneration signals: ``diversity/group_top_word_share`` (the most frequent word's share of
+  a group's words), ``diversity/length_cut_share`` (the completions cut at the length limit, from
+  TRL's ``completions/clipped_ratio`` of the measured batch) and, with ``reference_model=``,
+  ``diversity/reference_nll`` (mean NLL under that frozen model);
+* ``diversity/collapse_alert`` and ``diversity/breakdown_alert`` (0/1): group Sem-Ent fell
+  against its own start (collapse), or the text fell apart (breakdown; see
+  :class:`~lightning_div.measure.group.GroupAlert`), each also said once in a warning.
 
 The values join the trainer's own metrics of that step (TRL's ``reward``, ``entropy`` ...):
 they go through the trainer's ``log`` into ``trainer.state.log_history`` and every
@@ -42,27 +49,29 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div._internal.tracking import hugging_face_destination
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
+from lightning_div.measure.group import ALERT_SIGNALS, PREFIX, GroupAlert, group_metrics, reference_nll
 from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.metrics import (
-    check_lexical_names,
-    check_lexical_options,
-    collapsed_share,
-    count_vocab,
-    group_classes,
-    group_distinct_n,
-    group_semantic_entropy,
-    lexical_scores,
-    semantic_entropy,
-)
+from lightning_div.metrics import check_lexical_names, check_lexical_options, count_vocab
 from lightning_div.metrics.group import check_groups, split_groups
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
 __all__ = ["GroupDiversityCallback", "group_metrics", "rollouts_of"]
 
-#: The prefix of every key this callback logs (TRL's own keys have none: ``reward``, ``entropy``).
-PREFIX = "diversity/"
+
+def _fingerprint(completions: Sequence[Any]) -> str:
+    """A generation batch's identity (its completions, compared by their repr)."""
+    return hashlib.sha256(repr(list(completions)).encode()).hexdigest()
+
+
+def _stateful(state: Any) -> dict[str, Any]:
+    """``state.stateful_callbacks``: typed as a list, a dict once the state exists (``TrainerState.__post_init__``)."""
+    stateful: Any = getattr(state, "stateful_callbacks", None)
+    if not isinstance(stateful, dict):
+        stateful = {}
+        state.stateful_callbacks = stateful
+    return stateful
 
 
 def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
@@ -86,56 +95,15 @@ def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
     return list(logs["prompt"]), list(logs["completion"]), g
 
 
-def group_metrics(
-    texts: Sequence[str],
-    cluster_ids: Sequence[int] | np.ndarray,
-    num_generations: int,
-    num_clusters: int,
-    lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
-    vocab_size: int | None = None,
-    lexical_options: Options | None = None,
-) -> dict[str, float]:
-    """Every group and batch metric of one step's completions, keyed as logged (``diversity/...``).
-
-    Args:
-        texts: the step's completions, each prompt's G consecutive.
-        cluster_ids: their cluster ids.
-        num_generations: G.
-        num_clusters: k, for the batch Sem-Ent.
-        lexical_metrics: the lexical metrics over the whole batch (names of
-            :func:`~lightning_div.metrics.lexical_scores`).
-        vocab_size: V of EAD.
-        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
-
-    Returns:
-        ``{"diversity/group_sem_ent": ..., ...}``.
-
-    Raises:
-        ValueError: G does not divide the batch, or ids and texts differ in number.
-    """
-    texts = list(texts)
-    ids = np.asarray(cluster_ids, dtype=np.int64)
-    if len(ids) != len(texts):
-        raise ValueError(f"{len(ids)} cluster ids for {len(texts)} completions")
-    check_groups(len(texts), num_generations)
-    options = check_lexical_options(lexical_options)
-    tokenizer, lowercase = options.get("tokenizer", "13a"), options.get("lowercase")
-    out = {
-        "group_sem_ent": group_semantic_entropy(ids, num_generations),
-        "group_clusters": group_classes(ids, num_generations),
-        "collapsed_groups": collapsed_share(ids, num_generations),
-        "group_distinct_2": group_distinct_n(texts, num_generations, 2, tokenizer, lowercase),
-        "sem_ent": semantic_entropy(ids, num_clusters),
-        **lexical_scores(texts, check_lexical_names(lexical_metrics), vocab_size, **options),
-    }
-    return {PREFIX + k: float(v) for k, v in out.items()}
-
-
 class GroupDiversityCallback(TrainerCallback):
     """Group Sem-Ent, clusters per group and collapsed groups of every GRPO/RLOO logging step.
 
     Add it with :meth:`attach` (it reads the trainer's rollouts, which a ``TrainerCallback``
-    given in ``callbacks=[...]`` cannot reach). Under ``accelerate launch`` / ``torchrun`` every
+    given in ``callbacks=[...]`` cannot reach: given there, it warns once and measures nothing).
+    With ``logging_steps > 1`` a log row's values are those of the latest generation batch
+    before the log (TRL's ``reward`` beside them averages every batch since the last log).
+    Evaluation rollouts are never measured; a resumed run measures in the interrupted run's
+    clusters (:meth:`state_dict`, saved in ``trainer_state.json``). Under ``accelerate launch`` / ``torchrun`` every
     process measures the same gathered batch, the embeddings sharded over the processes: 1 and N
     processes give the same values.
 
@@ -162,9 +130,21 @@ class GroupDiversityCallback(TrainerCallback):
         log_samples: log a table of one group per step (the one with the fewest clusters).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning; ``"raise"``.
         name: goes into every key, ``diversity/<name>/group_sem_ent`` (several callbacks in one trainer).
+        warn_drop: alert (collapse) when group Sem-Ent falls by this share of its start (the mean
+            of the first ``alert_start_steps`` measured steps; None: never).
+        warn_below: alert (collapse) when group Sem-Ent falls below this many nats (None: never).
+        alert_start_steps: measured steps that make each signal's start, and the window of "now".
+        breakdown_top_word: name the alert breakdown when the most frequent word's share of a
+            group's words reaches this (None: never).
+        breakdown_cut_rise: ... when the share cut at the length limit rose this much over its start.
+        breakdown_nll_rise: ... when the reference NLL rose this many nats over its start.
+        reference_model: a frozen model to score the completions' NLL under (e.g. the policy
+            before training; batched, no gradient; None: no NLL).
+        reference_tokenizer: its tokenizer (default: the trainer's ``processing_class``).
 
     Raises:
-        ValueError: a bad ``on_error`` or lexical setting, or ``space`` beside a space argument.
+        ValueError: a bad ``on_error``, lexical setting or alert threshold, or ``space`` beside a
+            space argument.
     """
 
     def __init__(
@@ -188,8 +168,22 @@ class GroupDiversityCallback(TrainerCallback):
         log_samples: bool = True,
         on_error: str = "warn",
         name: str | None = None,
+        warn_drop: float | None = 0.25,
+        warn_below: float | None = None,
+        alert_start_steps: int = 5,
+        breakdown_top_word: float | None = 0.4,
+        breakdown_cut_rise: float | None = 0.3,
+        breakdown_nll_rise: float | None = 1.0,
+        reference_model: Any = None,
+        reference_tokenizer: Any = None,
     ) -> None:
         check_on_error(on_error)
+        #: The collapse / breakdown alert (its state is checkpointed with the run).
+        self.alert = GroupAlert(
+            warn_drop, warn_below, alert_start_steps, breakdown_top_word, breakdown_cut_rise, breakdown_nll_rise
+        )
+        self.reference_model = reference_model
+        self.reference_tokenizer = reference_tokenizer
         if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
             raise ValueError(f"name must be None or a non-empty string without '/', got {name!r}")
         self.space = space_from_arguments(
@@ -214,6 +208,8 @@ class GroupDiversityCallback(TrainerCallback):
         self._last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
         #: Whether the last measurement took its cluster ids from a SemanticGroupReward sharing the space.
         self.reused_reward_ids = False
+        #: The rollouts buffer as the last evaluation left it (not a training batch).
+        self._eval_fingerprint: str | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(space={self.space!r}, name={self.name!r})"
@@ -283,13 +279,22 @@ class GroupDiversityCallback(TrainerCallback):
 
     # -- measurement -------------------------------------------------------------------------------
 
-    def measure(self, completions: Sequence[Any], num_generations: int, cache_dir: str | Path) -> dict[str, float]:
+    def measure(
+        self,
+        completions: Sequence[Any],
+        num_generations: int,
+        cache_dir: str | Path,
+        prompts: Sequence[Any] | None = None,
+        cut_share: float | None = None,
+    ) -> dict[str, float]:
         """The metrics of one step's completions (the whole batch, every process the same), keyed as logged.
 
         Args:
             completions: the whole generation batch, each prompt's G consecutive (text or conversational).
             num_generations: G.
             cache_dir: the clusters' cache directory when neither the space nor the callback has one.
+            prompts: their prompts (needed for the reference NLL).
+            cut_share: the share of these completions cut at the length limit, when known.
 
         Returns:
             ``{"diversity/group_sem_ent": ..., ...}`` (with ``name``: ``diversity/<name>/...``).
@@ -311,7 +316,48 @@ class GroupDiversityCallback(TrainerCallback):
             self.vocab_size,
             self.lexical_options,
         )
+        if cut_share is not None:
+            values[PREFIX + "length_cut_share"] = float(cut_share)
+        if self.reference_model is not None and prompts is not None:
+            tokenizer = self.reference_tokenizer or getattr(self.trainer, "processing_class", None)
+            if tokenizer is None:
+                raise ValueError(f"{type(self).__name__}: reference_model= needs reference_tokenizer=")
+            values[PREFIX + "reference_nll"] = reference_nll(
+                self.reference_model, tokenizer, [completion_text(q, i) for i, q in enumerate(prompts)], texts
+            )
+        values.update(self.check_alert(values))
         return {self.key(k.removeprefix(PREFIX)): v for k, v in values.items()}
+
+    def check_alert(self, values: dict[str, float], step: int | None = None) -> dict[str, float]:
+        """Feed one measurement to the alert; warn once per kind (first process); the 0/1 alert values.
+
+        Args:
+            values: the measurement, keyed ``diversity/...`` (unnamed).
+            step: the step, in the warning (default: the trainer's global step).
+
+        Returns:
+            ``{"diversity/collapse_alert": 0/1, "diversity/breakdown_alert": 0/1}``.
+        """
+        import warnings
+
+        kind, reasons = self.alert.update({k: values[PREFIX + k] for k in ALERT_SIGNALS if PREFIX + k in values})
+        if kind is not None and kind not in self.alert.warned:
+            self.alert.warned.add(kind)
+            if step is None:
+                step = getattr(getattr(self.trainer, "state", None), "global_step", None)
+            what = (
+                "the text broke down (degeneration, not a collapse of diversity among good answers)"
+                if kind == "breakdown"
+                else "group diversity collapsed"
+            )
+            if rank_and_world()[0] == 0:
+                warnings.warn(
+                    f"{type(self).__name__}: step {step}: {what}: {'; '.join(reasons)}", RuntimeWarning, stacklevel=2
+                )
+        return {
+            PREFIX + "collapse_alert": float(kind == "collapse"),
+            PREFIX + "breakdown_alert": float(kind == "breakdown"),
+        }
 
     def sample_rows(
         self, step: int, prompts: Sequence[Any], completions: Sequence[Any], ids: np.ndarray, num_generations: int
@@ -326,28 +372,134 @@ class GroupDiversityCallback(TrainerCallback):
             for i in groups[best]
         ]
 
+    # -- state -------------------------------------------------------------------------------------
+
+    def state_key(self) -> str:
+        """Where this callback's state sits in ``TrainerState.stateful_callbacks`` (one key per ``name``)."""
+        return "lightning_div.GroupDiversityCallback" + (f"[{self.name}]" if self.name else "")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to measure as the uninterrupted one: the clusters file of the space (and
+        of every SemanticGroupReward's space in the trainer), EAD's vocabulary size and the alert's state."""
+        return {
+            "settings": self.space.settings(),
+            "space": self.space.state_dict(),
+            "reward_spaces": [fn.space.state_dict() for fn in self._group_rewards()],
+            "vocab_size": self.vocab_size,
+            "alert": self.alert.state_dict(),
+        }
+
+    def load_state_dict(self, saved: Any) -> None:
+        """Restore :meth:`state_dict`'s values. A state saved with other space settings, or a damaged one,
+        is not restored: a warning says why and the callback starts afresh (the clusters fitted again)."""
+        import warnings
+
+        if not isinstance(saved, dict) or saved.get("settings") != self.space.settings():
+            got = saved.get("settings") if isinstance(saved, dict) else saved
+            reason = f"was saved with other settings ({got!r:.200}, now {self.space.settings()!r})"
+        else:
+            try:
+                vocab = saved.get("vocab_size")
+                if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
+                    raise ValueError(f"vocab_size {vocab!r} is not an integer >= 1")
+                spaces = saved.get("reward_spaces", [])
+                if not isinstance(saved.get("space"), dict) or not isinstance(spaces, list):
+                    raise ValueError("no space state")
+                self.alert.load_state_dict(saved.get("alert"))
+                self.space.load_state_dict(saved["space"])
+                for fn, space_state in zip(self._group_rewards(), spaces):
+                    if fn.space is not self.space and isinstance(space_state, dict):
+                        fn.space.load_state_dict(space_state)
+                if vocab is not None:
+                    self.vocab_size = vocab
+                return
+            except ValueError as err:
+                self.alert = GroupAlert(
+                    self.alert.warn_drop,
+                    self.alert.warn_below,
+                    self.alert.start_steps,
+                    self.alert.top_word_share,
+                    self.alert.cut_rise,
+                    self.alert.nll_rise,
+                )
+                reason = f"in trainer_state.json is damaged ({err})"
+        warnings.warn(  # a resume happens once per run: each one says it
+            f"{type(self).__name__}: the checkpoint's state {reason}; it starts afresh", RuntimeWarning, stacklevel=2
+        )
+
+    # -- hooks -------------------------------------------------------------------------------------
+
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Fit (or read) the clusters on the reference responses, when there are any."""
+        """Restore a resumed checkpoint's state, then fit (or read) the clusters on the reference responses.
+
+        The state travels in the checkpoint's ``trainer_state.json`` (``stateful_callbacks``, under
+        :meth:`state_key`), which the Trainer has loaded by now: a resumed run reads the clusters the
+        interrupted one used instead of fitting them on the resumed batch.
+        """
+        import warnings
+
         self.memory = RunMemory()  # a new run: its warnings are shown again
-        self.prepare(None, Path(args.output_dir or ".") / "lightning_div_cache")
+        cache_dir = Path(self.dirpath) if self.dirpath else Path(args.output_dir or ".") / "lightning_div_cache"
+        if self.trainer is None:
+            warnings.warn(
+                f"{type(self).__name__} was given to the trainer in callbacks=[...]: a TrainerCallback cannot reach "
+                "the trainer's rollouts, so it measures nothing; build the trainer first, then call "
+                f"{type(self).__name__}(...).attach(trainer)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        for fn in self._group_rewards():  # the reward caches its clusters in this run's folder too
+            if fn.dirpath is None:
+                fn.run_cache_dir = cache_dir
+        if getattr(state, "global_step", 0) > 0:
+            saved = _stateful(state).get(self.state_key())
+            if saved is not None:
+                self.load_state_dict(saved)
+        self.prepare(None, cache_dir)
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        """Mark the rollouts buffer as the evaluation's: they are not measured as a training step's."""
+        if self.trainer is not None:
+            try:
+                self._eval_fingerprint = _fingerprint(rollouts_of(self.trainer)[1])
+            except TypeError:
+                self._eval_fingerprint = None
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        """At a logging step, measure the latest rollouts and add the values to the step's log."""
+        """At a logging step, measure the latest rollouts and add the values to the step's log.
+
+        Only training rollouts are measured: when the buffer still holds an evaluation's rollouts
+        (the step reused a generation batch made before the evaluation), the values of that
+        training batch are logged again.
+        """
         if not control.should_log or self.trainer is None:
             return
         prompts, completions, g = rollouts_of(self.trainer)
         # one generation batch serves several steps when steps_per_generation > 1: measured once
-        fingerprint = hashlib.sha256(repr(completions).encode()).hexdigest()
+        fingerprint = _fingerprint(completions)
+        evaluation = fingerprint == self._eval_fingerprint
+        if evaluation and self._last is None:
+            return  # nothing of training measured yet
         reporter = self.reporter(args)
         who, when = type(self).__name__, f"step {state.global_step}"
         with guarded(self.on_error, self.memory.warn_once, who, "the measurement", when) as m:
-            check_grouped(prompts, g)
-            if self._last is not None and self._last[0] == fingerprint:
+            if evaluation or (self._last is not None and self._last[0] == fingerprint):
+                assert self._last is not None
                 m.values.update(self._last[1])
             else:
-                m.values.update(self.measure(completions, g, Path(args.output_dir or ".") / "lightning_div_cache"))
+                check_grouped(prompts, g)
+                m.values.update(
+                    self.measure(
+                        completions,
+                        g,
+                        Path(self.dirpath) if self.dirpath else Path(args.output_dir or ".") / "lightning_div_cache",
+                        prompts,
+                        self._cut_share(),
+                    )
+                )
                 self._last = (fingerprint, dict(m.values))
                 if self.log_samples and state.is_world_process_zero:
                     rows = self.sample_rows(state.global_step, prompts, completions, self._last_ids, g)
@@ -356,6 +508,8 @@ class GroupDiversityCallback(TrainerCallback):
             return
         m.values[self.key("runtime")] = m.seconds
         self.history.append({"step": float(state.global_step), **reporter.scalars(m.values)})
+        # saved with every later checkpoint: the Trainer writes the whole dict into trainer_state.json
+        _stateful(state)[self.state_key()] = self.state_dict()
 
     def reporter(self, args: TrainingArguments) -> TrackerReporter:
         """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
@@ -370,6 +524,12 @@ class GroupDiversityCallback(TrainerCallback):
 
     # -- inside ------------------------------------------------------------------------------------
 
+    def _group_rewards(self) -> list[Any]:
+        """The trainer's SemanticGroupRewards, in ``reward_funcs`` order."""
+        from lightning_div.integrations.trl.reward import SemanticGroupReward
+
+        return [fn for fn in getattr(self.trainer, "reward_funcs", None) or [] if isinstance(fn, SemanticGroupReward)]
+
     def _reward_ids(self, texts: list[str]) -> np.ndarray | None:
         """The ids a SemanticGroupReward of this trainer, in this space, assigned to these very texts this step."""
         from lightning_div.integrations.trl.reward import SemanticGroupReward
@@ -380,6 +540,20 @@ class GroupDiversityCallback(TrainerCallback):
                 if ids is not None:
                     return ids
         return None
+
+    def _cut_share(self) -> float | None:
+        """The latest generation batch's share cut at the length limit, as TRL measured it (None: unknown).
+
+        TRL's GRPO/RLOO trainers append each generation batch's ``completions/clipped_ratio`` (the
+        completions that did not end with EOS, gathered from every process) to
+        ``_metrics["train"]`` until the next log; the last one is the batch in ``_logs``.
+        """
+        metrics = getattr(self.trainer, "_metrics", None)
+        ratios = metrics.get("train", {}).get("completions/clipped_ratio") if isinstance(metrics, dict) else None
+        if not ratios:
+            return None
+        value = float(ratios[-1])
+        return value if np.isfinite(value) else None
 
     def _log(self, values: dict[str, float]) -> None:
         """Into the step's own log: TRL's trainers average ``_metrics["train"]`` into the log they write at

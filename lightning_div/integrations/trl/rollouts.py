@@ -11,17 +11,42 @@ the whole batch into its groups. Nothing here imports TRL.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from lightning_div._internal.distributed import gather_objects, rank_and_world
 
-__all__ = ["check_grouped", "completion_text", "completion_texts", "gather_batch"]
+__all__ = ["CompletionError", "check_grouped", "completion_text", "completion_texts", "gather_batch"]
+
+
+class CompletionError(TypeError, ValueError):
+    """A completion that is not text or a list of messages, or text that is not valid Unicode.
+
+    A ``TypeError`` by kind and a ``ValueError`` by cause: the trainer's data, not the code, is
+    wrong, so a callback's ``on_error="warn"`` skips the measurement with a warning instead of
+    stopping training.
+    """
+
+
+def _valid_text(text: str, index: int) -> str:
+    """``text`` if it encodes as UTF-8; a lone surrogate (half of a UTF-16 pair) is named, with its position."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise CompletionError(
+            f"completions[{index}] holds a lone surrogate {text[err.start]!r} at character {err.start}: "
+            "not valid Unicode text (decode the model's output with errors='replace')"
+        ) from None
+    return text
 
 
 def completion_text(completion: Any, index: int = 0) -> str:
     """A completion as text: a string as it is; a conversational completion (a list of messages) as its
     messages' contents joined by newlines (TRL's conversational completions hold one assistant message).
+
+    A message without text content but with ``tool_calls`` stands for its tool calls, written as
+    sorted JSON (two different calls are two different texts).
 
     Args:
         completion: a string, or a list of ``{"role": ..., "content": ...}`` messages whose
@@ -32,30 +57,44 @@ def completion_text(completion: Any, index: int = 0) -> str:
         The text.
 
     Raises:
-        TypeError: anything else, naming ``completions[index]``.
+        CompletionError: anything else (a message with no ``content`` and no ``tool_calls``, a
+            ``content`` that is not text), or text with a lone surrogate, naming ``completions[index]``.
 
     Examples:
         >>> completion_text([{"role": "assistant", "content": "Hi there"}])
         'Hi there'
+        >>> completion_text([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}])
+        '[{"function": {"arguments": "{}", "name": "f"}}]'
     """
     if isinstance(completion, str):
-        return completion
+        return _valid_text(completion, index)
     if isinstance(completion, dict):
         completion = [completion]
     if isinstance(completion, (list, tuple)):
         parts = []
         for message in completion:
-            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(message, dict):
+                raise CompletionError(
+                    f"completions[{index}] has a message {message!r}: expected {{'role': ..., 'content': str}}"
+                )
+            content = message.get("content")
             if isinstance(content, str):
                 parts.append(content)
             elif isinstance(content, list):  # multimodal content blocks: keep the text parts
                 parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-            elif content is not None or not isinstance(message, dict):
-                raise TypeError(
-                    f"completions[{index}] has a message {message!r}: expected {{'role': ..., 'content': str}}"
+            elif content is None and message.get("tool_calls"):
+                parts.append(json.dumps(message["tool_calls"], sort_keys=True, default=str))
+            elif content is None:
+                raise CompletionError(
+                    f"completions[{index}] has a message {message!r:.200} with no 'content' and no 'tool_calls': "
+                    "nothing to measure"
                 )
-        return "\n".join(parts)
-    raise TypeError(
+            else:
+                raise CompletionError(
+                    f"completions[{index}] has a message {message!r:.200}: expected {{'role': ..., 'content': str}}"
+                )
+        return _valid_text("\n".join(parts), index)
+    raise CompletionError(
         f"completions[{index}] is {type(completion).__name__}: expected a string or a list of messages "
         "(TRL's standard or conversational format)"
     )
@@ -65,7 +104,8 @@ def completion_texts(completions: Sequence[Any]) -> list[str]:
     """:func:`completion_text` of every completion.
 
     Raises:
-        TypeError: ``completions`` is a single string, or an element is not a completion.
+        TypeError: ``completions`` is a single string.
+        CompletionError: an element is not a completion (a TypeError and a ValueError).
     """
     if isinstance(completions, str):
         raise TypeError("completions must be a list of completions, got one str")
