@@ -32,8 +32,8 @@ from lightning_div.preference.pools import Pool, Prompt
 
 __all__ = ["CRITERIA", "likelihood_diversity", "semantic_rarity", "word_frequency_diversity"]
 
-#: The criteria chosen by name.
 CRITERIA = ("semantic", "likelihood", "frequency")
+"""The criteria chosen by name."""
 Criterion = Union[str, Callable[[Prompt, list[str]], Sequence[float]]]
 
 

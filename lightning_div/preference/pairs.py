@@ -50,10 +50,10 @@ __all__ = [
     "select_preference_pairs",
 ]
 
-#: The pair rules: DivPO's and the standard DPO pair (best vs worst quality).
 RULES = ("divpo", "dpo")
-#: How ``rho`` cuts a pool's quality: a share of its range of scores, or of its responses by rank.
+"""The pair rules: DivPO's and the standard DPO pair (best vs worst quality)."""
 SPLITS = ("range", "rank")
+"""How ``rho`` cuts a pool's quality: a share of its range of scores, or of its responses by rank."""
 Rule = Literal["divpo", "dpo"]
 Split = Literal["range", "rank"]
 #: Quality: a TRL-style reward function ``f(prompts=..., completions=...) -> list[float]`` over all

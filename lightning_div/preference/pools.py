@@ -35,13 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-__all__ = ["Pool", "as_pool", "build_pools", "read_pools", "write_pools"]
+__all__ = ["POOL_SAMPLING", "Pool", "as_pool", "build_pools", "read_pools", "write_pools"]
 
 #: A prompt: the text the model reads, or chat messages (``[{"role": "user", "content": ...}]``).
 Prompt = Union[str, list[dict[str, str]]]
 
-#: Sampling defaults of :func:`build_pools`: plain ancestral sampling (temperature 1, no top-k or
-#: top-p cut, no n-gram blocking), so that a pool shows what the policy itself would say.
 POOL_SAMPLING: dict[str, Any] = {
     "do_sample": True,
     "temperature": 1.0,
@@ -49,6 +47,8 @@ POOL_SAMPLING: dict[str, Any] = {
     "top_p": 1.0,
     "no_repeat_ngram_size": 0,
 }
+"""Sampling defaults of :func:`build_pools`: plain ancestral sampling (temperature 1, no top-k or top-p cut,
+no n-gram blocking), so that a pool shows what the policy itself would say."""
 
 
 @dataclass
