@@ -378,3 +378,24 @@ def test_the_pairs_command_says_each_mistake_in_one_line(tmp_path, capsys, lines
     assert not (tmp_path / "pairs.jsonl").exists()
     assert main(["pairs", str(tmp_path / "missing.jsonl"), "--out", "x.jsonl"]) == 2
     assert "missing.jsonl: no such file" in capsys.readouterr().err
+
+
+def _build_on_ranks(rank, world, model, tok, path):
+    from lightning_div._internal.distributed import barrier
+
+    pools = build_pools(model, tok, PROMPTS, 3, path=path, chunk_size=2, max_new_tokens=6, seed=3, show_progress=False)
+    barrier()  # rank 0 wrote the file; every rank reads it after the last round
+    return pools, read_pools(path)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
+def test_two_processes_sample_the_pools_one_process_samples(tmp_path):
+    from ddp_utils import run_distributed
+    from helpers import causal_model, tokenizer
+
+    tok, model = tokenizer(), causal_model()
+    single = build_pools(model, tok, PROMPTS, 3, chunk_size=2, max_new_tokens=6, seed=3, show_progress=False)
+    # 3 chunks: rank 0 samples chunks 0 and 2, rank 1 chunk 1; both return all the pools, rank 0 writes them
+    for pools, written in run_distributed(_build_on_ranks, 2, model, tok, str(tmp_path / "ddp.jsonl")):
+        assert pools == single and written == single
