@@ -285,6 +285,8 @@ def test_build_pools_is_seeded_and_a_resumed_build_equals_an_uninterrupted_one(t
     resumed = build_pools(model, tok, PROMPTS, 3, path=path, **kwargs)
     assert resumed == whole and calls["n"] == -100 + 2  # chunks 1 and 2 sampled, chunk 0 read back
     assert path.read_text(encoding="utf-8") == (tmp_path / "whole.jsonl").read_text(encoding="utf-8")
+    # a finished file is read back whole, nothing sampled again (the last chunk, one prompt, included)
+    assert build_pools(model, tok, PROMPTS, 3, path=path, **kwargs) == whole and calls["n"] == -98
 
     with pytest.raises(ValueError, match=r"resumed.jsonl: made with other settings"):
         build_pools(model, tok, PROMPTS, 4, path=path, **kwargs)

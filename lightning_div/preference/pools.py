@@ -348,7 +348,8 @@ def build_pools(
             raise ValueError(f"{target}: {len(done)} pools is not a whole number of chunks of {chunk_size}")
     rank, world = rank_and_world()
     n_chunks = -(-len(checked) // chunk_size)
-    todo = list(range(len(done) // chunk_size, n_chunks))
+    # whole chunks were written, or every pool (the last chunk may be short): start after them
+    todo = list(range(-(-len(done) // chunk_size), n_chunks))
     pools = list(done)
     bar = tqdm(total=len(todo), desc="pools", unit="chunk", disable=bar_disabled(show_progress) or rank != 0)
     # the ranks go through the chunks in rounds of `world`, one chunk each, and write after every round
