@@ -401,3 +401,28 @@ def test_two_processes_sample_the_pools_one_process_samples(tmp_path):
     # 3 chunks: rank 0 samples chunks 0 and 2, rank 1 chunk 1; both return all the pools, rank 0 writes them
     for pools, written in run_distributed(_build_on_ranks, 2, model, tok, str(tmp_path / "ddp.jsonl")):
         assert pools == single and written == single
+
+
+def test_the_pairs_command_fits_the_semantic_criterions_clusters_on_the_pools(tmp_path, capsys):
+    from helpers import causal_model, tokenizer
+
+    from lightning_div.cli.main import main
+
+    # a test-sized encoder (the wiring is checked, not the embeddings): the tiny causal LM, saved as a folder
+    causal_model().save_pretrained(tmp_path / "encoder")
+    tokenizer().save_pretrained(tmp_path / "encoder")
+    pools = _pools_file(tmp_path / "pools.jsonl", CLI_POOLS)
+    out, details = tmp_path / "pairs.jsonl", tmp_path / "details.jsonl"
+    argv = ["pairs", str(pools), "--out", str(out), "--encoder", str(tmp_path / "encoder"), "--num-clusters", "2"]
+    argv += ["--details", str(details), "--quiet"]
+    assert main(argv) == 0
+    info = [json.loads(line) for line in details.read_text(encoding="utf-8").splitlines()]
+    assert [row["pool"] for row in info] == [0, 1, 2] and info[1]["skipped"]
+    for row, pool in zip((info[0], info[2]), (CLI_POOLS[0], CLI_POOLS[2])):
+        n = len(pool["responses"])
+        # rarity = (n - size of the reply's cluster) / (n - 1), one of n values
+        for key in ("chosen_diversity", "rejected_diversity"):
+            assert any(row[key] == pytest.approx((n - size) / (n - 1)) for size in range(1, n + 1))
+        assert row["chosen_quality"] > row["rejected_quality"]
+    assert "2 pairs from 3 pools (divpo, criterion semantic" in capsys.readouterr().out
+    assert not list(tmp_path.glob("lightning_div_pairs_*"))  # the fit's cache went to a temporary folder
