@@ -266,7 +266,7 @@ def _cell(x: dict[str, Any]) -> str:
 
 
 def _text(s: Any) -> str:
-    return str(s).replace("|", "\\|").replace("\n", " ").replace("<|endoftext|>", "")
+    return str(s).replace("<|endoftext|>", "").replace("|", "\\|").replace("\n", " ")
 
 
 def page(result: dict[str, Any]) -> str:
