@@ -51,6 +51,7 @@ from lightning_div.metrics import (
 )
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.scoring import response_scores, token_logprobs_batched
+from lightning_div.preference import Pool, read_pools, select_preference_pairs
 from lightning_div.semantic.cache import load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
 from lightning_div.semantic.encoder import ResponseEncoder
@@ -1764,7 +1765,74 @@ ROWS: list[Row] = [
         ),
         slow=True,
     ),
+    # -- preference pairs (DivPO / DPO) ------------------------------------------------------------------
+    Row(
+        "select_preference_pairs",
+        EMPTY,
+        lambda res, tmp: select_preference_pairs([], rule="dpo"),
+        Returns(lambda v: v.pairs == [] and v.stats["pools"] == 0 or pytest.fail(str(v)), "no pairs, no pools"),
+    ),
+    Row(
+        "read_pools",
+        UTF8,
+        lambda res, tmp: read_pools(write(tmp / "pools.jsonl", b'{"prompt": "\xff"}\n')),
+        Raises(ValueError, r"pools\.jsonl: not UTF-8 text", "“pools.jsonl: not UTF-8 text (…)”"),
+    ),
+    Row(
+        "select_preference_pairs",
+        SAME,
+        lambda res, tmp: _skipped_pool(),
+        Returns(
+            equal({0: "every response has the same quality"}),
+            "the pool is skipped, counted in `.stats` and `.skipped` (its reason), and warned about "
+            "(“1 of 1 pools gave no preference pair and were skipped …”); a pool of one reply is a `ValueError`",
+        ),
+    ),
+    Row(
+        "select_preference_pairs",
+        NAN,
+        lambda res, tmp: select_preference_pairs([Pool("p", ["a", "b"], [0.0, math.nan])], criterion="frequency"),
+        Raises(
+            ValueError,
+            r"pools\[0\]: quality\[1\] is nan",
+            "“pools[0]: quality[1] is nan; scores must be finite numbers”",
+        ),
+    ),
+    Row(
+        "select_preference_pairs",
+        BOOL,
+        lambda res, tmp: select_preference_pairs([{"prompt": "p", "responses": ["a", "b"], "quality": [True, 0]}]),
+        Raises(
+            ValueError,
+            r"pools\[0\]: quality\[0\] = True is not a number",
+            "“pools[0]: quality[0] = True is not a number”",
+        ),
+    ),
+    Row(
+        "lightning-div pairs",
+        CLOBBER,
+        lambda res, tmp: cli(
+            [
+                "pairs",
+                str(write(tmp / "p.jsonl", '{"prompt": "p", "responses": ["a", "b"], "quality": [1, 0]}\n')),
+                "--out",
+                str(tmp / "p.jsonl"),
+            ]
+        ),
+        Exits(
+            r"--out .*p\.jsonl is the input .*p\.jsonl: writing there would destroy it",
+            "“--out p.jsonl is the input p.jsonl: …” (`--details` the same)",
+            "lightning-div pairs",
+        ),
+    ),
 ]
+
+
+def _skipped_pool() -> dict[int, str]:
+    with pytest.warns(UserWarning, match=r"1 of 1 pools gave no preference pair and were skipped"):
+        selection = select_preference_pairs([Pool("p", ["a", "b"], [1.0, 1.0])], criterion="frequency")
+    assert selection.stats["skipped"] == 1 and selection.pairs == []
+    return selection.skipped
 
 
 def _id(row: Row, i: int) -> str:
@@ -1843,6 +1911,9 @@ def test_every_input_and_entry_point_is_in_the_matrix():
         "DialogueDataModule",
         "train_tokenizer",
         "LightningCLI",
+        "select_preference_pairs",
+        "read_pools",
+        "lightning-div pairs",
     ):
         assert name in entries, name
 

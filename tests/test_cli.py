@@ -407,7 +407,7 @@ def test_help_lists_every_subcommand_with_its_description(capsys):
 
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert set(COMMANDS) == {"fit", "validate", "test", "predict", "score", "clusters", "report", "meta-eval"}
+    assert set(COMMANDS) == {"fit", "validate", "test", "predict", "score", "clusters", "report", "meta-eval", "pairs"}
     for name, command in COMMANDS.items():
         assert re.search(rf"^  {re.escape(name)} +{re.escape(command.help)}$", out, re.M), name
     assert main(["--version"]) == 0 and capsys.readouterr().out.startswith("lightning-div 0.")
@@ -550,12 +550,14 @@ def test_help_and_the_commands_that_train_nothing_never_import_lightning(tmp_pat
     run = tmp_path / "run" / "csv" / "version_0"
     run.mkdir(parents=True)
     (run / "metrics.csv").write_text("epoch,step,val/sem_ent\n0,1,0.5\n")
+    (tmp_path / "pools.jsonl").write_text('{"prompt": "p", "responses": ["a b", "c"], "quality": [1, 0]}\n')
     commands = [
         ["--help"],
         ["score", str(gen), "--metrics", "distinct_1", "ead", "--quiet"],
         ["clusters", "show", str(tmp_path / "c.npz")],
         ["report", str(tmp_path / "run"), "--out", str(tmp_path / "r.html")],
         ["meta-eval", "--data", str(ROOT / "tests" / "data" / "con_test_sample.csv"), "--metrics", "avg_distinct"],
+        ["pairs", str(tmp_path / "pools.jsonl"), "--out", str(tmp_path / "pairs.jsonl"), "--criterion", "frequency"],
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC_MODULES = ("lightning_div", "lightning_div.callbacks", "lightning_div.metrics")
+PUBLIC_MODULES = ("lightning_div", "lightning_div.callbacks", "lightning_div.metrics", "lightning_div.preference")
 
 pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
 pytest.importorskip("mkdocstrings_handlers.python", reason="the docs extra is not installed")

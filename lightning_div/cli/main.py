@@ -4,6 +4,7 @@
     lightning-div score generated.txt --gold gold.txt --output scores.json
     lightning-div clusters fit --data train.jsonl --out clusters.npz
     lightning-div report runs/demo --out report.html
+    lightning-div pairs pools.jsonl --out pairs.jsonl
     lightning-div meta-eval --data mcdiv_con.csv --metrics sent_bert
 
 ``fit`` / ``validate`` / ``test`` / ``predict`` are LightningCLI's; the others train nothing and
@@ -39,6 +40,7 @@ COMMANDS = {
     "predict": Command("lightning_div.cli.train", "run predict_step over a dataset (LightningCLI)"),
     "score": Command("lightning_div.cli.score", "score files of generated responses with every metric"),
     "clusters": Command("lightning_div.cli.clusters", "fit semantic clusters, show their cards, assign responses"),
+    "pairs": Command("lightning_div.cli.pairs", "DPO preference pairs (DivPO's rule) from pools of responses"),
     "report": Command("lightning_div.cli.report", "one self-contained HTML page of a run"),
     "meta-eval": Command("lightning_div.cli.meta_eval", "decTest / conTest of diversity metrics (Tevet & Berant)"),
 }
