@@ -28,9 +28,10 @@ def check_lam(lam: Any) -> float:
     Raises:
         ValueError: anything else, naming ``lam``.
     """
-    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not math.isfinite(lam) or lam < 0:
+    value = float(lam) if isinstance(lam, numbers.Real) and not isinstance(lam, bool) else math.nan
+    if not math.isfinite(value) or value < 0:
         raise ValueError(f"lam must be a finite number >= 0 (the gold weights' exponent; the paper: 30), got {lam!r}")
-    return float(lam)
+    return value
 
 
 def check_head_threshold(threshold: Any, name: str = "threshold") -> float:
@@ -39,9 +40,10 @@ def check_head_threshold(threshold: Any, name: str = "threshold") -> float:
     Raises:
         ValueError: anything else, naming ``name``.
     """
-    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0.0 <= threshold < 1.0:
+    value = float(threshold) if isinstance(threshold, numbers.Real) and not isinstance(threshold, bool) else math.nan
+    if not 0.0 <= value < 1.0:  # NaN too
         raise ValueError(f"{name} must be a share in [0, 1) (the paper: 0.1), got {threshold!r}")
-    return float(threshold)
+    return value
 
 
 def check_negative_weight(weight: Any) -> float:
@@ -53,12 +55,13 @@ def check_negative_weight(weight: Any) -> float:
     Raises:
         ValueError: anything else, naming ``negative_weight``.
     """
-    if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight) or weight >= 0:
+    value = float(weight) if isinstance(weight, numbers.Real) and not isinstance(weight, bool) else math.nan
+    if not math.isfinite(value) or value >= 0:
         raise ValueError(
             f"negative_weight must be a finite number < 0 (the paper: -1; a positive weight would reinforce the "
             f"head-cluster generations DRESS pushes away from; negatives=False trains none), got {weight!r}"
         )
-    return float(weight)
+    return value
 
 
 def dress_weights(

@@ -183,12 +183,13 @@ def _checked_points(name: str, value: Any, most: float) -> float | None:
     """A RUQ threshold as given: None, or a finite number in [0, ``most``] (RUQ is a percentage)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    points = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not math.isfinite(points):
         raise ValueError(f"{name} must be a number of RUQ points (or None), got {value!r}")
-    if not 0.0 <= value <= most:
+    if not 0.0 <= points <= most:
         span = "a number >= 0" if math.isinf(most) else f"in [0, {most:g}] (RUQ is a percentage)"
         raise ValueError(f"{name} must be {span}, got {value!r}")
-    return float(value)
+    return points
 
 
 class RUQAlert:

@@ -46,7 +46,8 @@ class FixedSample:
         # None would seed numpy from the operating system: a different sample at every draw, not a fixed one
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"the sample's seed must be an integer >= 0, got {seed!r}")
-        self.size, self.seed = size, int(seed)
+        self.size: int | None = size
+        self.seed: int = int(seed)
         self._indices: list[int] | None = None
         self._pairs: list[DialoguePair] | None = None
 
