@@ -104,11 +104,12 @@ def test_dialogue_pair_has_one_public_home_exported_from_the_package():
     assert "DialoguePair" not in lightning_div.datamodules.__all__
     with pytest.raises(AttributeError, match="no attribute 'DialoguePair'"):
         lightning_div.datamodules.DialoguePair  # noqa: B018 (the access is the test)
-    # the docs, README, examples and tests import it from its home only
+    # the docs, README, examples and tests import it from its home only (the changelog names the old path)
     root = INIT.parents[1]
     old = re.compile(r"from lightning_div\.datamodules(\.formats)? import [^\n]*\bDialoguePair\b")
     files = [*root.glob("*.md"), *root.glob("docs/**/*.md"), *root.glob("tests/*.py"), *root.glob("experiments/*.py")]
-    assert [str(f.relative_to(root)) for f in files if old.search(f.read_text(encoding="utf-8"))] == []
+    stale = [str(f.relative_to(root)) for f in files if old.search(f.read_text(encoding="utf-8"))]
+    assert [f for f in stale if f != "docs/changelog.md"] == []
 
 
 def test_the_layout_table_names_every_module_of_the_package():
