@@ -26,15 +26,18 @@ RUQ's layout, each context with 3 candidates (its reference and two IDK strings)
 built from consecutive chitchat turns to about 4x the candidates' mean token length. Times
 ``candidate_scores`` (each context encoded once, its keys/values reused) against
 ``response_scores`` of the same 3 pairs per context (today's scorer, the context re-encoded
-with each candidate), taking turns in one run; prints the ratio (target >= 1.8) in wall time
-and in CPU time (which moves less with other jobs' load), the largest score difference, and,
-for each, the forwards and positions it feeds the transformer body (padding included: a
-figure of the method, not of the machine's load).
+with each candidate), taking turns in one run: one untimed warm-up round of each at full
+size, then ``--shared-repeats`` timed rounds (default 5). Each round gives one ratio of two
+neighbouring runs; it prints the median ratio and the spread (lowest-highest) over the rounds
+(target >= 1.8) in wall time and in CPU time (which moves less with other jobs' load), the
+median times, the largest score difference, and, for each, the forwards and positions it
+feeds the transformer body (padding included: a figure of the method, not of the machine's load).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -70,6 +73,32 @@ def timed_round_robin(fns: dict, device: torch.device, repeats: int) -> tuple[di
             best[name] = min(best[name], time.perf_counter() - start)
             cpu[name] = min(cpu[name], time.process_time() - start_cpu)
     return best, outputs, cpu
+
+
+def timed_rounds(fns: dict, device: torch.device, repeats: int) -> tuple[dict, dict, dict]:
+    """Every round's wall and CPU time of each function (taking turns), and the last outputs.
+
+    Each round runs every function once, one after the other, so a round's ratio compares two
+    neighbouring runs: load that comes and goes on a shared machine slows both sides of a ratio
+    more alike than the best times of different moments do.
+    """
+    wall: dict = {name: [] for name in fns}
+    cpu: dict = {name: [] for name in fns}
+    outputs: dict = {}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            sync(device)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            outputs[name] = fn()
+            sync(device)
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return wall, outputs, cpu
+
+
+def spread(values: list[float]) -> str:
+    """``median (lowest-highest, n rounds)``, ratios to 2 decimals."""
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f}, {len(values)} rounds)"
 
 
 def naive_scores(model, tok, contexts, responses, fmt, device) -> list[float]:
@@ -206,16 +235,15 @@ def shared_context_comparison(tok, fmt, args, device: torch.device) -> None:
     contexts, candidates, ratio = shared_context_prompts(model, tok, fmt, args.shared_prompts)
     flat_c = [c for c, cs in zip(contexts, candidates) for _ in cs]
     flat_r = [r for cs in candidates for r in cs]
-    candidate_scores(adapter, contexts[:8], candidates[:8])  # warm-up
-    response_scores(adapter, flat_c[:24], flat_r[:24])
-    times, out, cpu = timed_round_robin(
-        {
-            "today": lambda: response_scores(adapter, flat_c, flat_r),
-            "shared": lambda: candidate_scores(adapter, contexts, candidates),
-        },
-        device,
-        args.repeats,
-    )
+    methods = {
+        "today": lambda: response_scores(adapter, flat_c, flat_r),
+        "shared": lambda: candidate_scores(adapter, contexts, candidates),
+    }
+    # warm-up at full size (the allocator's pools, the kernels' plans for every batch shape), untimed
+    timed_rounds(methods, device, 1)
+    times, out, cpu = timed_rounds(methods, device, args.shared_repeats)
+    wall_ratios = [t / s for t, s in zip(times["today"], times["shared"])]
+    cpu_ratios = [t / s for t, s in zip(cpu["today"], cpu["shared"])]
     worst = max(abs(a - b) for a, b in zip(out["today"], [x for g in out["shared"] for x in g]))
     fed = {
         "today": body_positions(model, lambda: response_scores(adapter, flat_c, flat_r)),
@@ -237,18 +265,22 @@ def shared_context_comparison(tok, fmt, args, device: torch.device) -> None:
     print(
         f"most any shared-context scorer can save here (FLOP count, attention left out): {today_cost / shared_cost:.2f}x"
     )
+    med = {name: statistics.median(v) for name, v in times.items()}
+    med_cpu = {name: statistics.median(v) for name, v in cpu.items()}
     print(
-        f"response_scores (context re-encoded per candidate): {times['today']:8.2f} s, "
-        f"CPU {cpu['today']:8.2f} s   {fed['today']}"
+        f"response_scores (context re-encoded per candidate): median {med['today']:8.2f} s, "
+        f"CPU {med_cpu['today']:8.2f} s   {fed['today']}"
     )
     print(
-        f"candidate_scores (context encoded once)          : {times['shared']:8.2f} s, "
-        f"CPU {cpu['shared']:8.2f} s   {fed['shared']}   (max |difference|: {worst:.1e})"
+        f"candidate_scores (context encoded once)          : median {med['shared']:8.2f} s, "
+        f"CPU {med_cpu['shared']:8.2f} s   {fed['shared']}   (max |difference|: {worst:.1e})"
     )
     print(
-        f"shared-context speed-up: {times['today'] / times['shared']:6.2f}x   (target >= 1.8); "
-        f"in CPU time {cpu['today'] / cpu['shared']:.2f}x"
+        "rounds (wall s, today / shared): "
+        + ", ".join(f"{t:.1f}/{s:.1f}" for t, s in zip(times["today"], times["shared"]))
     )
+    print(f"shared-context speed-up, median of the rounds: {spread(wall_ratios)}   (target >= 1.8)")
+    print(f"in CPU time: {spread(cpu_ratios)}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -272,6 +304,12 @@ def main(argv: list[str] | None = None) -> None:
         help="contexts for the shared-context comparison (3 candidates each; 0: skip it)",
     )
     parser.add_argument("--shared-only", action="store_true", help="run only the shared-context comparison")
+    parser.add_argument(
+        "--shared-repeats",
+        type=int,
+        default=5,
+        help="timed rounds of the shared-context comparison after one warm-up round (median and spread printed)",
+    )
     parser.add_argument("--shared-layers", type=int, default=12, help="shared comparison's model (DialoGPT-small: 12)")
     parser.add_argument(
         "--shared-dim", type=int, default=768, help="shared comparison's model width (DialoGPT-small: 768)"

@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from lightning_div.dress.protocol import ReweightableDataModule
     from lightning_div.model.base import load_base_model
     from lightning_div.model.dialogue_lm import DialogueLM
+    from lightning_div.pairs import DialoguePair
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
     from lightning_div.semantic.space import SemanticSpace
@@ -24,6 +25,7 @@ _LAZY = {
     "DRESSReweighting": "lightning_div.callbacks",
     "NLIDiversityMonitor": "lightning_div.callbacks",
     "DialogueDataModule": "lightning_div.datamodules.dialogue",
+    "DialoguePair": "lightning_div.pairs",
     "ReweightableDataModule": "lightning_div.dress.protocol",
     "DialogueLM": "lightning_div.model.dialogue_lm",
     "load_base_model": "lightning_div.model.base",

@@ -7,8 +7,13 @@ losses, the callbacks' own time), in that order, each with its unit: RUQ is a pe
 the losses are in nats, the cluster distance in bits. ``lightning-div fit`` prints the same numbers
 at the end of a run.
 
+A GRPO / RLOO run's group diversity (:class:`~lightning_div.integrations.trl.GroupDiversityCallback`'s
+``diversity/*`` keys) is summarised too: pass the Hugging Face / TRL trainer (its
+``state.log_history`` is read, the last value of each key) or a row of it.
+
 Only the standard library and :mod:`lightning_div.keys`: it imports neither torch nor Lightning, and
-takes a trainer (anything with ``callback_metrics``) or a plain mapping of names to numbers.
+takes a trainer (anything with ``callback_metrics``, or a Hugging Face trainer's ``state.log_history``)
+or a plain mapping of names to numbers.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ UNITS: dict[str, str] = {
     "ruq": "%",
     "ruq_margin": "nats/token",
     "head_clusters": "clusters",
+    "group_sem_ent": "nats",
+    "group_clusters": "clusters",
+    "runtime": "s",
     "effective_sample_size": "examples",
 }
 #: What a number means, where its name does not say it.
@@ -49,10 +57,28 @@ NOTES: dict[str, str] = {
     "ruq_margin": "reference minus IDK log-likelihood",
     "ruq_alert": "1 = RUQ fell (warn_below / warn_drop)",
     "head_share": "share of generated responses in the head clusters",
+    "group_sem_ent": "entropy of each group's clusters, averaged over groups",
+    "group_clusters": "distinct clusters per group, averaged",
+    "collapsed_groups": "share of groups whose completions are all in one cluster",
+    "group_distinct_2": "distinct 2-grams within each group, averaged",
 }
 
 _SECTIONS = ("val", "train", "dress", "timing")
 _ORDER: tuple[str, ...] = (VAL_LOSS, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS) + tuple(k for k in SUMMARY_KEYS if k != VAL_LOSS)
+#: What GroupDiversityCallback logs at a GRPO / RLOO step (``diversity/<metric>``; with a name
+#: ``diversity/<name>/<metric>``), in summary order.
+_GROUP = "diversity"
+_GROUP_ORDER: tuple[str, ...] = (
+    "group_sem_ent",
+    "group_clusters",
+    "collapsed_groups",
+    "group_distinct_2",
+    "sem_ent",
+    "distinct_1",
+    "distinct_2",
+    "ead",
+    "runtime",
+)
 
 
 @dataclass(frozen=True)
@@ -90,12 +116,26 @@ def _as_float(value: Any) -> float | None:
         return None
 
 
+def _log_history(source: Any) -> dict[str, Any] | None:
+    """A Hugging Face / TRL trainer's ``state.log_history`` as one mapping: each key's last logged value."""
+    history = getattr(getattr(source, "state", None), "log_history", None)
+    if not isinstance(history, list):
+        return None
+    merged: dict[str, Any] = {}
+    for row in history:
+        if isinstance(row, Mapping):
+            merged.update(row)
+    return merged
+
+
 def _metrics(source: Any) -> dict[str, float]:
     raw = source if isinstance(source, Mapping) else getattr(source, "callback_metrics", None)
     if not isinstance(raw, Mapping):
+        raw = _log_history(source)
+    if not isinstance(raw, Mapping):
         raise TypeError(
-            f"summary() takes a Lightning Trainer (its callback_metrics) or a mapping of names to numbers, "
-            f"got {type(source).__name__}"
+            f"summary() takes a Lightning Trainer (its callback_metrics), a Hugging Face / TRL trainer (its "
+            f"state.log_history) or a mapping of names to numbers, got {type(source).__name__}"
         )
     out = {}
     for key, value in raw.items():
@@ -121,12 +161,14 @@ def measurements(source: Any) -> list[Measurement]:
 
     The losses first (``val/loss``, then the training loss's epoch mean as ``train/loss``), then the
     monitors' :data:`~lightning_div.keys.SUMMARY_KEYS` in that order, then those of callbacks with a
-    ``name`` (``<name>/val/sem_ent``), then each callback's time (``timing/*``, seconds). Left out:
+    ``name`` (``<name>/val/sem_ent``), then each callback's time (``timing/*``, seconds), then a GRPO /
+    RLOO run's group diversity (``diversity/group_sem_ent`` ..., ``diversity/<name>/...``). Left out:
     per-step values, the per-IDK variants of RUQ (``val/ruq_idk2``), and names this package does not log.
 
     Args:
-        source: a Lightning ``Trainer`` (its ``callback_metrics`` are read) or a mapping of names to
-            numbers (tensors, floats).
+        source: a Lightning ``Trainer`` (its ``callback_metrics`` are read), a Hugging Face / TRL
+            trainer (the last value of each key in its ``state.log_history``) or a mapping of names
+            to numbers (tensors, floats).
 
     Returns:
         One :class:`Measurement` per logged headline number, in summary order.
@@ -149,6 +191,10 @@ def measurements(source: Any) -> list[Measurement]:
     keys = [k for k in _ORDER if k in metrics]
     keys += [f"{n}/{k}" for n in named for k in _ORDER if f"{n}/{k}" in metrics]
     keys += sorted(k for k in metrics if k.startswith("timing/") or any(k.startswith(f"{n}/timing/") for n in named))
+    # a GRPO / RLOO run's group diversity: the unnamed callback's keys, then each named one's
+    groups = sorted({k.split("/")[1] for k in metrics if k.startswith(f"{_GROUP}/") and k.count("/") == 2})
+    for prefix in (f"{_GROUP}/", *(f"{_GROUP}/{g}/" for g in groups)):
+        keys += [prefix + k for k in _GROUP_ORDER if prefix + k in metrics]
     return [Measurement(k, metrics[k], _unit(k), _note(k)) for k in keys]
 
 
@@ -167,7 +213,7 @@ def summary(source: Any, title: str | None = None) -> str:
     """The run's headline numbers as a short table: one line each, ``key  value  unit``.
 
     Args:
-        source: a Lightning ``Trainer`` or a mapping of names to numbers (see :func:`measurements`).
+        source: a Lightning ``Trainer``, a Hugging Face / TRL trainer or a mapping of names to numbers (see :func:`measurements`).
         title: the first line; default ``"lightning-div: <epochs> epoch(s), <steps> steps"`` for a
             trainer, ``"lightning-div"`` for a mapping.
 
@@ -209,7 +255,7 @@ def print_summary(source: Any, title: str | None = None, file: TextIO | None = N
     """Print :func:`summary` (to ``file``, default stdout): the last lines of a training script.
 
     Args:
-        source: a Lightning ``Trainer`` or a mapping of names to numbers.
+        source: a Lightning ``Trainer``, a Hugging Face / TRL trainer or a mapping of names to numbers.
         title: the first line (see :func:`summary`).
         file: where to print (default ``sys.stdout``).
 

@@ -31,6 +31,7 @@ os.environ.setdefault("LIGHTNING_DIV_CACHE", tempfile.mkdtemp(prefix="lightning-
 
 import pytest
 from ddp_utils import free_port
+from session_cleanup import pytest_sessionfinish  # noqa: F401 (the hook: no forkserver outlives the session)
 
 
 def pytest_configure(config):

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,8 @@ from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMo
 from lightning_div.cli.main import main as cli
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
+from lightning_div.dress.guard import CollapseThresholds
+from lightning_div.measure import FixedSample, SemanticMeasure
 from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversity
 from lightning_div.metrics import (
     RUQ,
@@ -80,6 +83,7 @@ DEEP = "JSON nested 100,000 levels deep"
 CLOBBER = "an output file that is an input"
 BOMB = "a YAML alias bomb"
 BOOL = "`true` / `false` where a number belongs"
+SETTING = "a setting of the wrong kind or outside its range"
 INPUTS = (
     EMPTY,
     BLANK,
@@ -102,6 +106,7 @@ INPUTS = (
     CLOBBER,
     BOMB,
     BOOL,
+    SETTING,
 )
 
 HUNDRED_K = "abcd " * 20_000  # 100,000 characters, 20,000 identical words
@@ -165,6 +170,30 @@ class Row:
     run: Callable[[Any, Path], Any]
     expect: Any
     slow: bool = False
+
+
+def group_labels(*args: Any, **kwargs: Any) -> Any:
+    """The TRL front end's ``group_labels``, imported when a row runs (the module imports TRL's pieces)."""
+    from lightning_div.integrations.trl.reward import group_labels
+
+    return group_labels(*args, **kwargs)
+
+
+def gold_dress_state(*args: Any, **kwargs: Any) -> Any:
+    """The Hugging Face front end's ``gold_dress_state``, imported when a row runs (it imports ``transformers.Trainer``)."""
+    from lightning_div.integrations.transformers import gold_dress_state
+
+    return gold_dress_state(*args, **kwargs)
+
+
+class Answers:
+    """A duck-typed NLI scorer answering ``label`` for every pair."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def score_pairs(self, premises: list[str], hypotheses: list[str], show_progress: Any = None) -> Any:
+        return [self.label] * len(premises), np.full((len(premises), 3), 1 / 3)
 
 
 def equal(expected: Any) -> Callable[[Any], None]:
@@ -1713,6 +1742,164 @@ ROWS: list[Row] = [
             r"bool\.jsonl:1: temperature = true is a boolean, not a number$",
             "“bool.jsonl:1: temperature = true is a boolean, not a number” (it was read as a conTest label 1)",
             "lightning-div meta-eval",
+        ),
+    ),
+    # -- a setting of the wrong kind or outside its range ---------------------------------------------------
+    Row(
+        DRESS,
+        SETTING,
+        lambda res, tmp: DRESSReweighting(negative_weight=1.0),
+        Raises(
+            ValueError,
+            r"negative_weight must be a finite number < 0 \(the paper: -1; a positive weight would reinforce",
+            "“negative_weight must be a finite number < 0 (…)” (+1 trained the head clusters' generations as gold "
+            "examples); `lam` < 0, `head_threshold` outside [0, 1), `num_negative_contexts` < 1 the same, at "
+            "construction",
+        ),
+    ),
+    Row(
+        DRESS,
+        SETTING,
+        lambda res, tmp: DRESSReweighting(collapse_thresholds={"ratio": 0.3}),
+        Raises(
+            ValueError,
+            r"collapse_thresholds has no field 'ratio'; its fields are",
+            "a dict of `CollapseThresholds`' fields is taken (it raised `AttributeError` in the guard); an unknown "
+            "field: “collapse_thresholds has no field 'ratio'; its fields are …”",
+        ),
+    ),
+    Row(
+        DRESS,
+        SETTING,
+        lambda res, tmp: DRESSReweighting(collapse_monitor="a/b").guard_monitor(
+            SimpleNamespace(callbacks=[SemanticDiversityMonitor(name="sem")])
+        ),
+        Raises(
+            ValueError,
+            r"collapse_monitor='a/b'\) names no SemanticDiversityMonitor of this Trainer \(their names: 'sem'\)",
+            "“DRESSReweighting(collapse_monitor='a/b') names no SemanticDiversityMonitor of this Trainer (their "
+            "names: 'sem') …”, at fit start; without `collapse_monitor` the only monitor is read, named or not",
+        ),
+    ),
+    Row(
+        RUQM,
+        SETTING,
+        lambda res, tmp: RUQMonitor(idk_responses="Nope"),
+        Raises(
+            ValueError,
+            r"idk_responses must be a list of strings, got one string 'Nope': pass \['Nope'\]",
+            "“idk_responses must be a list of strings, got one string 'Nope': pass ['Nope']” (it became 'N', 'o', "
+            "'p', 'e')",
+        ),
+    ),
+    Row(
+        RUQM,
+        SETTING,
+        lambda res, tmp: RUQMonitor(warn_below="50"),
+        Raises(
+            ValueError,
+            r"warn_below must be a number of RUQ points \(or None\), got '50'",
+            "“warn_below must be a number of RUQ points (or None), got '50'”; 150 and a negative `warn_drop` the same",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.FixedSample",
+        SETTING,
+        lambda res, tmp: FixedSample(8, seed=None),  # type: ignore[arg-type]
+        Raises(
+            ValueError,
+            r"the sample's seed must be an integer >= 0, got None",
+            "“the sample's seed must be an integer >= 0, got None” (a “fixed” sample drawn anew each time; "
+            "`'abc'` was numpy's `TypeError`)",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.FixedSample.load_state_dict",
+        SETTING,
+        lambda res, tmp: FixedSample(8, seed=0).load_state_dict([3, 3, 3]),
+        Raises(
+            ValueError,
+            r"a sample's saved indices repeat a pair, got \[3, 3, 3\]",
+            "“a sample's saved indices repeat a pair, got [3, 3, 3]”; `[]`: “… are empty”; more than the size: "
+            "“a sample of size 2 cannot have 3 saved indices …”",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.SemanticMeasure",
+        SETTING,
+        lambda res, tmp: SemanticMeasure(None, vocab_size=0),  # type: ignore[arg-type]
+        Raises(
+            ValueError,
+            r"vocab_size must be an integer >= 1 \(EAD's vocabulary size\) or None, got 0",
+            "“vocab_size must be an integer >= 1 (EAD's vocabulary size) or None, got 0” (every measurement was "
+            "then skipped)",
+        ),
+    ),
+    Row(
+        "lightning_div.integrations.trl.SemanticGroupReward / group_labels",
+        SETTING,
+        lambda res, tmp: group_labels(["a", "b"], 2, equivalence="nli", nli="roberta-large-mnli"),
+        Raises(
+            ValueError,
+            r"nli='roberta-large-mnli' is a model name, not an NLI scorer: pass nli=NLIScorer\('roberta-large-mnli'\)",
+            "“nli='roberta-large-mnli' is a model name, not an NLI scorer: pass nli=NLIScorer('roberta-large-mnli') "
+            "…”, at construction",
+        ),
+    ),
+    Row(
+        "lightning_div.integrations.trl.SemanticGroupReward / group_labels",
+        SETTING,
+        lambda res, tmp: group_labels(["a", "a"], 2, equivalence="nli", nli=Answers("yes")),
+        Raises(
+            ValueError,
+            r"nli.score_pairs label \[0\] = 'yes' is not one of \('entailment', 'neutral', 'contradiction'\)",
+            "an NLI scorer answering `'yes'`: “nli.score_pairs label [0] = 'yes' is not one of ('entailment', "
+            "'neutral', 'contradiction')”; too few labels: “… returned 1 labels for 2 pairs …” (was `IndexError`); "
+            "`'ENTAILMENT'` is read as entailment (it made nothing equivalent)",
+        ),
+    ),
+    Row(
+        "lightning_div.integrations.transformers.gold_dress_state",
+        SETTING,
+        lambda res, tmp: gold_dress_state(None, ["a"], lam="30"),  # type: ignore[arg-type]
+        Raises(
+            ValueError,
+            r"lam must be a finite number >= 0 \(the gold weights' exponent; the paper: 30\), got '30'",
+            "“lam must be a finite number >= 0 (…), got '30'”, before the clusters are fitted (it was numpy's "
+            "ufunc error after)",
+        ),
+    ),
+    Row(
+        "lightning_div.dress.guard.CollapseThresholds",
+        SETTING,
+        lambda res, tmp: CollapseThresholds(np.float32(0.5)).sem_ent_ratio,
+        Returns(equal(0.5), "0.5: any real number, numpy's `float32` too (it was refused as “must be a number”)"),
+    ),
+    # -- NaN / inf settings ------------------------------------------------------------------------------------
+    Row(
+        RUQM,
+        NAN,
+        lambda res, tmp: RUQMonitor(warn_drop=float("nan")),
+        Raises(ValueError, r"warn_drop must be a number of RUQ points", "“warn_drop must be a number of RUQ points …”"),
+    ),
+    Row(
+        DRESS,
+        NAN,
+        lambda res, tmp: DRESSReweighting(lam=float("nan")),
+        Raises(
+            ValueError,
+            r"lam must be a finite number >= 0",
+            "`lam`: “lam must be a finite number >= 0 …”, at construction",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.SemanticMeasure.load_state_dict",
+        NAN,
+        lambda res, tmp: SemanticMeasure(None).load_state_dict({"share_history": [[3, [float("nan"), 1.0]]]}),  # type: ignore[arg-type]
+        Raises(
+            ValueError,
+            r"share_history at step 3: a share must be a number in \[0, 1\], got nan",
+            "a restored share: “share_history at step 3: a share must be a number in [0, 1], got nan”",
         ),
     ),
     # -- a config class_path to a function ------------------------------------------------------------

@@ -11,9 +11,9 @@ from ddp_utils import forkserver_ddp
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 from scipy.stats import chisquare
 
+from lightning_div import DialoguePair
 from lightning_div.datamodules import (
     DialogueDataModule,
-    DialoguePair,
     Fields,
     Negatives,
     ReaderOptions,

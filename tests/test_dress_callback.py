@@ -1,5 +1,6 @@
 """DRESSReweighting with DialogueDataModule + DialogueLM in a real Trainer: weights, negatives, resume."""
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -104,3 +105,22 @@ def test_sampler_mode_refuses_negatives():
         DRESSReweighting(mode="sampler", negatives=True)
     with pytest.raises(ValueError, match="mode must be one of"):
         DRESSReweighting(mode="weighted")
+
+
+def test_settings_that_cannot_work_are_refused_at_construction():
+    """Issue 54 H6 and L7: negative_weight=+1.0 trained the head clusters' generations as gold examples; lam=-5 or
+    NaN, head_threshold=1.5 and num_negative_contexts=0 were accepted and failed later, or never."""
+    for bad in (1.0, 0.0, float("nan"), -math.inf, "-1", True):
+        with pytest.raises(ValueError, match="negative_weight must be a finite number < 0"):
+            DRESSReweighting(negative_weight=bad)
+    for bad in (-5, float("nan"), math.inf, "30", None):
+        with pytest.raises(ValueError, match="lam must be a finite number >= 0"):
+            DRESSReweighting(lam=bad)
+    for bad in (1.5, 1.0, -0.1, "0.1"):
+        with pytest.raises(ValueError, match=r"head_threshold must be a share in \[0, 1\)"):
+            DRESSReweighting(head_threshold=bad)
+    for bad in (0, -3, 2.5, None, "64"):
+        with pytest.raises(ValueError, match="num_negative_contexts must be an integer >= 1"):
+            DRESSReweighting(num_negative_contexts=bad)
+    ok = DRESSReweighting(lam=np.float32(2), negative_weight=-0.5, head_threshold=0, num_negative_contexts=np.int64(8))
+    assert (ok.lam, ok.negative_weight, ok.head_threshold, ok.num_negative_contexts) == (2.0, -0.5, 0.0, 8)

@@ -14,9 +14,9 @@ import pytorch_lightning as pl
 from helpers import chitchat_pairs
 from monitor_setup import minilm
 
+from lightning_div import DialoguePair
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.datamodules.dialogue import DialogueDataModule
-from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.datamodules.samplers import WeightedDistributedSampler
 from lightning_div.metrics import semantic_entropy
 from lightning_div.model.adapters import resolve_adapter

@@ -13,8 +13,9 @@ import pytest
 import torch
 import yaml
 
+from lightning_div import DialoguePair
 from lightning_div.callbacks import DRESSReweighting
-from lightning_div.datamodules import DialoguePair, Negatives
+from lightning_div.datamodules import Negatives
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "callbacks" / "dress.md"

@@ -15,6 +15,7 @@ import math
 import time
 import warnings
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -182,3 +183,45 @@ def test_defaults_are_the_safe_ones_and_paper_is_one_call_away():
     assert DRESSReweighting.paper().num_negative_contexts == 5000
     with pytest.raises(ValueError, match="on_collapse must be one of"):
         DRESSReweighting(on_collapse="stop")
+
+
+def test_collapse_thresholds_take_any_real_number_and_a_dict_of_their_fields():
+    """Issue 54 M9 and L8: a dict was accepted and the guard then raised AttributeError; numpy's float32 was refused
+    as "must be a number"."""
+    t = CollapseThresholds(np.float32(0.5), top_share_floor=np.float64(0.9))
+    assert (t.sem_ent_ratio, t.top_share_floor) == (0.5, 0.9) and type(t.sem_ent_ratio) is float
+    dress = DRESSReweighting(collapse_thresholds={"sem_ent_ratio": 0.3, "negative_loss_ratio": 2})
+    assert dress.collapse_thresholds == CollapseThresholds(sem_ent_ratio=0.3, negative_loss_ratio=2.0)
+    with pytest.raises(ValueError, match="collapse_thresholds has no field 'ratio'; its fields are sem_ent_ratio"):
+        DRESSReweighting(collapse_thresholds={"ratio": 0.3})
+    with pytest.raises(ValueError, match="CollapseThresholds.top_share_floor must be a number >= 0"):
+        DRESSReweighting(collapse_thresholds={"top_share_floor": "0.8"})
+    with pytest.raises(ValueError, match="collapse_thresholds must be a CollapseThresholds"):
+        DRESSReweighting(collapse_thresholds=0.5)  # type: ignore[arg-type]
+
+
+def test_the_guard_finds_a_named_monitor_or_says_why_it_cannot():
+    """Issue 54 L9 and L7: a monitor with a name logs <name>/val/...; without collapse_monitor= the guard read nothing,
+    silently, and collapse_monitor='a/b' naming no monitor was accepted."""
+    from types import SimpleNamespace
+
+    def guard_reads(*callbacks, **kwargs):
+        dress = DRESSReweighting(**kwargs)
+        return dress.guard_monitor(SimpleNamespace(callbacks=[*callbacks, dress]))
+
+    named, other, unnamed = (SemanticDiversityMonitor(name=n) for n in ("sem", "other", None))
+    assert guard_reads(named) == "sem"  # the only monitor: its keys
+    assert guard_reads(named, unnamed) is None  # the one without a name
+    assert guard_reads() is None  # no monitor: the losses alone, as documented
+    assert guard_reads(named, other, collapse_monitor="other") == "other"
+    with pytest.warns(
+        RuntimeWarning, match=r"2 SemanticDiversityMonitors with names \('sem', 'other'\).*collapse_monitor="
+    ):
+        assert guard_reads(named, other) is None
+    with pytest.raises(
+        ValueError, match=r"collapse_monitor='a/b'\) names no SemanticDiversityMonitor .*'sem', 'other'"
+    ):
+        guard_reads(named, other, collapse_monitor="a/b")
+    for bad in ("", " sem", 5):
+        with pytest.raises(ValueError, match="collapse_monitor must be None or the name of a SemanticDiversityMonitor"):
+            DRESSReweighting(collapse_monitor=bad)

@@ -28,8 +28,9 @@ from helpers import causal_model, tokenizer
 from monitor_setup import TRAIN, TinyChat, collate, datamodule, dress, tiny_lm, trainer
 from pytorch_lightning.loggers import CSVLogger
 
+from lightning_div import DialoguePair
 from lightning_div import ReweightableDataModule as TopLevelProtocol
-from lightning_div.datamodules import DialogueDataModule, DialoguePair, Negatives, ReweightableDataModule
+from lightning_div.datamodules import DialogueDataModule, Negatives, ReweightableDataModule
 from lightning_div.dress.losses import dress_loss
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "callbacks" / "dress.md"

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from lightning_div import DialoguePair
 from lightning_div.datamodules.formats import (
     DataFormatError,
-    DialoguePair,
     Fields,
     as_pair,
     chitchat_conversations,

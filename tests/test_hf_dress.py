@@ -221,3 +221,24 @@ def test_set_dress_refuses_a_dataset_built_for_another_mode_or_state(tmp_path):
         trainer(state, "loss").set_dress(nan, "loss")
     trainer(state, "loss").set_dress(state, "loss")  # the matching pairs are accepted
     trainer(state, "sampler").set_dress(state, "sampler")
+
+
+def test_a_dress_trainer_without_set_dress_refuses_to_train():
+    """Issue 54 H5: without set_dress() the batches carried weights and the run trained the unweighted loss, silently."""
+    # train() refuses before it reads anything Trainer.__init__ sets up: an instance without a model and data
+    # (built in microseconds, not the seconds a Trainer takes) shows the refusal as a real one meets it
+    trainer = DressTrainer.__new__(DressTrainer)
+    with pytest.raises(ValueError, match=r"DressTrainer.train\(\): set_dress\(state, mode=...\) was never called"):
+        trainer.train()
+
+
+def test_gold_dress_state_checks_lam_before_fitting_the_clusters():
+    """Issue 54 L8: lam='30' failed with numpy's ufunc error, after the clusters were fitted."""
+
+    class NoSpace:
+        def fit(self, *args, **kwargs):
+            raise AssertionError("the clusters must not be fitted for a lam that cannot be used")
+
+    for bad in ("30", float("nan"), -1):
+        with pytest.raises(ValueError, match="lam must be a finite number >= 0"):
+            gold_dress_state(NoSpace(), ["a reply"], lam=bad)  # type: ignore[arg-type]

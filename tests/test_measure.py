@@ -203,3 +203,76 @@ def test_the_measure_page_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     assert 0.0 < float(values["sem_ent"]) < float(values["sem_ent_gold"]) <= math.log(10) + 1e-9
     assert float(values["top_cluster_share"]) >= 0.5
     assert (tmp_path / "measured" / "val_cluster_histogram_step0.png").stat().st_size > 0
+
+
+def test_semantic_measure_compares_each_sample_with_its_own_gold_responses():
+    """Issue 54 H4: a second sample was compared with the first sample's gold clusters (cluster_js 1.0, not 0.0)."""
+    measure = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"])
+    measure.prepare(["a x"], SAMPLE)
+    first = measure.scores(["a x", "b y", "c z"], SAMPLE)  # gold clusters [0, 1, 2]
+    assert first.values["cluster_js"] == pytest.approx(0.0)
+    other = [DialoguePair(("x",), "a p"), DialoguePair(("y",), "a q")]  # gold clusters [0, 0]
+    second = measure.scores(["a 1", "a 2"], other)
+    assert second.gold_ids.tolist() == [0, 0] and second.gold_shares == pytest.approx([1.0, 0.0, 0.0])
+    assert second.values["cluster_js"] == pytest.approx(0.0)  # what a fresh measure gives
+    fresh = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"])
+    fresh.prepare(["a x"], other)
+    assert fresh.scores(["a 1", "a 2"], other).values["cluster_js"] == second.values["cluster_js"]
+    again = measure.scores(["b 1", "c 2", "a 3"], SAMPLE)  # back to the first sample: its own gold again
+    assert again.gold_ids.tolist() == [0, 1, 2] and again.values["cluster_js"] == pytest.approx(0.0)
+
+
+def test_semantic_measure_refuses_a_vocabulary_size_below_one_and_a_share_that_is_not_one():
+    """Issue 54 L3 and L7: vocab_size=0 was accepted (every later measurement skipped); a NaN share was restored."""
+    for bad in (0, -3, True, 2.5, "100"):
+        with pytest.raises(ValueError, match="vocab_size must be an integer >= 1"):
+            SemanticMeasure(WordSpace(), vocab_size=bad)  # type: ignore[arg-type]
+    assert SemanticMeasure(WordSpace(), vocab_size=np.int64(7)).vocab_size == 7
+    measure = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"])
+    for bad in (float("nan"), 1.5, -0.1, float("inf")):
+        with pytest.raises(ValueError, match=r"share_history at step 2: a share must be a number in \[0, 1\]"):
+            measure.load_state_dict({"share_history": [[1, [0.5, 0.5]], [2, [bad, 0.5]]]})
+    assert measure.share_history == []  # nothing of a damaged state is kept
+    measure.load_state_dict({"share_history": [[2, [0.0, 1.0]]]})
+    assert measure.share_history == [(2, [0.0, 1.0])]
+
+
+def test_ruq_refuses_one_string_as_the_idk_list_and_alert_thresholds_that_are_not_points():
+    """Issue 54 M8 and L7: idk_responses="Nope" became ['N', 'o', 'p', 'e']; RUQAlert took -5, NaN, 150 and '50'."""
+    with pytest.raises(
+        ValueError, match=r"idk_responses must be a list of strings, got one string 'Nope': pass \['Nope'\]"
+    ):
+        RUQMeasure("Nope")
+    assert RUQMeasure(["Nope"]).idk_responses == ["Nope"]
+    for name, bad in (("warn_drop", -5), ("warn_below", 150), ("warn_below", -1)):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            RUQAlert(**{name: bad})
+    for name, bad in (("warn_drop", float("nan")), ("warn_drop", math.inf), ("warn_below", "50"), ("warn_below", True)):
+        with pytest.raises(ValueError, match=f"{name} must be a number of RUQ points"):
+            RUQAlert(**{name: bad})
+    edges = RUQAlert(warn_below=np.float64(100.0), warn_drop=0)
+    assert (edges.warn_below, edges.warn_drop) == (100.0, 0.0)
+    assert edges.check(99.0, "r") == ["r = 99.0 is below warn_below = 100.0"]
+    assert edges.check(98.5, "r") == [
+        "r = 98.5 is below warn_below = 100.0",
+        "r dropped from 99.0 to 98.5 (more than warn_drop = 0.0)",
+    ]
+
+
+def test_fixed_sample_refuses_a_seed_that_would_not_fix_it_and_damaged_indices():
+    """Issue 54 M7, M11, L8: seed=None drew other pairs at every draw, seed='abc' was numpy's TypeError; [] and
+    [3, 3, 3] were restored (an empty sample, a pair measured three times)."""
+    pairs = [DialoguePair(("c",), str(i)) for i in range(20)]
+    for bad in (None, "abc", -1, 1.5, True):
+        with pytest.raises(ValueError, match="the sample's seed must be an integer >= 0"):
+            FixedSample(8, seed=bad)  # type: ignore[arg-type]
+    assert FixedSample(3, seed=np.int64(4)).draw(pairs) == FixedSample(3, seed=4).draw(pairs)
+    sample = FixedSample(8, seed=0)
+    with pytest.raises(ValueError, match="saved indices are empty"):
+        sample.load_state_dict([])
+    with pytest.raises(ValueError, match=r"saved indices repeat a pair, got \[3, 3, 3\]"):
+        sample.load_state_dict([3, 3, 3])
+    with pytest.raises(ValueError, match="a sample of size 2 cannot have 3 saved indices"):
+        FixedSample(2, seed=0).load_state_dict([0, 1, 2])
+    sample.load_state_dict([4, 1])  # fewer than size: the data had fewer pairs then
+    assert [p.response for p in sample.draw(pairs)] == ["4", "1"]

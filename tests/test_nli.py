@@ -220,3 +220,48 @@ def test_progress_bar_can_be_shown(model, texts, capsys, monkeypatch):
     assert "NLI pairs" in capsys.readouterr().err
     scorer.score_sets([texts[:3]], show_progress=False)
     assert "NLI pairs" not in capsys.readouterr().err
+
+
+class LabelScorer:
+    """A duck-typed NLI scorer answering ``label`` for every pair (``count``: how many labels it returns)."""
+
+    def __init__(self, label, count=None):
+        self.label, self.count = label, count
+
+    def score_pairs(self, premises, hypotheses, show_progress=None):
+        n = len(premises) if self.count is None else self.count
+        return [self.label] * n, np.full((n, 3), 1 / 3)
+
+
+def test_every_reader_of_a_scorers_labels_checks_them():
+    """Issue 54 M6: 'ENTAILMENT' made nothing equivalent (4 identical completions each scored 1.0), 'yes' did the
+    same silently, too few labels raised IndexError, and nli="roberta-large-mnli" failed at the first call."""
+    from lightning_div.integrations.trl.reward import SemanticGroupReward, group_labels
+    from lightning_div.metrics.nli import checked_labels
+    from lightning_div.nli.threshold import _PairCache
+
+    same = ["ok", "ok", "ok", "ok"]
+    assert group_labels(same, 4, equivalence="nli", nli=LabelScorer("ENTAILMENT")).tolist() == [0, 0, 0, 0]
+    assert group_labels(same, 4, equivalence="nli", nli=LabelScorer("neutral")).tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"nli.score_pairs label \[0\] = 'yes' is not one of \('entailment'"):
+        group_labels(same, 4, equivalence="nli", nli=LabelScorer("yes"))
+    with pytest.raises(ValueError, match="nli.score_pairs returned 1 labels for 12 pairs: it must return one per pair"):
+        group_labels(same, 4, equivalence="nli", nli=LabelScorer("entailment", count=1))
+    for call in (
+        lambda: group_labels(same, 4, equivalence="nli", nli="roberta-large-mnli"),
+        lambda: SemanticGroupReward(num_generations=4, equivalence="nli", nli="roberta-large-mnli"),
+    ):
+        with pytest.raises(
+            ValueError, match=r"nli='roberta-large-mnli' is a model name, not an NLI scorer: pass nli=NLIScorer\("
+        ):
+            call()
+    with pytest.raises(ValueError, match="nli must be an NLIScorer or any object with score_pairs"):
+        SemanticGroupReward(num_generations=4, equivalence="nli", nli=object())
+    # Diversity Threshold Generation's pair cache reads them the same way
+    cache = _PairCache(LabelScorer("CONTRADICTION"))
+    cache.add_sets([["a", "b"]])
+    assert cache.set_result(["a", "b"]).counts["contradiction"] == 2
+    with pytest.raises(ValueError, match="scorer.score_pairs returned 3 labels for 2 pairs"):
+        _PairCache(LabelScorer("neutral", count=3)).add_sets([["a", "b"]])
+    with pytest.raises(ValueError, match="must return a list of labels"):
+        checked_labels("entailment", 1)

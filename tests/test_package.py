@@ -2,9 +2,12 @@
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import lightning_div
 
@@ -81,13 +84,33 @@ def test_demo_packages_are_an_extra_not_dependencies():
 
 
 def test_shared_types_live_in_a_small_core_module():
-    # callbacks and the DRESS protocol import DialoguePair without the readers; the old path still works
+    # callbacks and the DRESS protocol import DialoguePair without the readers; the readers use the same types
     code = (
         "import sys, lightning_div.pairs as c; assert 'lightning_div.datamodules.formats' not in sys.modules; "
-        "from lightning_div.datamodules.formats import DialoguePair, DataFormatError, as_pair; "
-        "assert DialoguePair is c.DialoguePair and DataFormatError is c.DataFormatError and as_pair is c.as_pair"
+        "from lightning_div.datamodules.formats import DataFormatError, as_pair; "
+        "assert DataFormatError is c.DataFormatError and as_pair is c.as_pair"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_dialogue_pair_has_one_public_home_exported_from_the_package():
+    """It was importable from lightning_div.pairs, lightning_div.datamodules and its formats module, not lightning_div."""
+    import lightning_div
+    import lightning_div.datamodules
+    import lightning_div.pairs
+
+    assert "DialoguePair" in lightning_div.__all__ and "DialoguePair" in dir(lightning_div)
+    assert lightning_div.DialoguePair is lightning_div.pairs.DialoguePair
+    assert "DialoguePair" not in lightning_div.datamodules.__all__
+    with pytest.raises(AttributeError, match="no attribute 'DialoguePair'"):
+        lightning_div.datamodules.DialoguePair  # noqa: B018 (the access is the test)
+    # the docs, README, examples and tests import it from its home only (the changelog names the old path)
+    root = INIT.parents[1]
+    old = re.compile(r"from lightning_div\.datamodules(\.formats)? import (\([^)]*|[^\n]*)\bDialoguePair\b")
+    files = [*root.glob("*.md"), *root.glob("docs/**/*.md"), *root.glob("tests/*.py")]
+    files += [*root.glob("experiments/*.py"), *root.glob("benchmarks/*.py"), *root.glob("lightning_div/**/*.py")]
+    stale = [str(f.relative_to(root)) for f in files if old.search(f.read_text(encoding="utf-8"))]
+    assert [f for f in stale if f != "docs/changelog.md"] == []
 
 
 def test_the_layout_table_names_every_module_of_the_package():

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from lightning_div.datamodules.formats import DataFormatError, DialoguePair, read_responses
+from lightning_div import DialoguePair
+from lightning_div.datamodules.formats import DataFormatError, read_responses
 
 
 def test_response_sources(tmp_path):

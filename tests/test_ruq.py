@@ -7,8 +7,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from lightning_div import DialoguePair
 from lightning_div.callbacks.ruq import RUQMonitor
-from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.metrics import RUQ, ruq_margin, ruq_score
 from lightning_div.metrics.ruq import reference_scores_of
 

@@ -24,7 +24,8 @@ from ddp_utils import forkserver_ddp
 from helpers import chitchat_pairs, tokenizer
 from test_datamodule import AddNegatives, TinyLM, _seen_by_epoch, quiet_trainer
 
-from lightning_div.datamodules import DialogueDataModule, DialoguePair
+from lightning_div import DialoguePair
+from lightning_div.datamodules import DialogueDataModule
 
 litdata = pytest.importorskip("litdata")
 

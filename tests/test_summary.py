@@ -73,3 +73,40 @@ def test_nothing_measured_and_bad_input():
     assert summary({"val/loss": float("nan")}).endswith("val/loss  nan nats/token")  # shown, not dropped
     with pytest.raises(TypeError, match="takes a Lightning Trainer"):
         summary(object())
+
+
+def test_a_grpo_runs_group_diversity_is_summarised():
+    """Issue 54 L10: a run that logged GroupDiversityCallback's diversity/* keys was "nothing measured yet"."""
+    row = {
+        "reward": 0.5,
+        "diversity/runtime": 0.25,
+        "diversity/sem_ent": 1.5,
+        "diversity/group_clusters": 2.5,
+        "diversity/collapsed_groups": 0.25,
+        "diversity/group_sem_ent": 0.75,
+        "diversity/big/group_sem_ent": 0.5,
+        "step": 4,
+    }
+    got = [(m.key, m.shown()) for m in measurements(row)]
+    assert got == [
+        ("diversity/group_sem_ent", "0.7500 nats"),
+        ("diversity/group_clusters", "2.5000 clusters"),
+        ("diversity/collapsed_groups", "0.2500"),
+        ("diversity/sem_ent", "1.5000 nats"),
+        ("diversity/runtime", "0.2 s"),
+        ("diversity/big/group_sem_ent", "0.5000 nats"),  # a callback with a name, after the unnamed one
+    ]
+
+    class State:  # a Hugging Face / TRL trainer: its state.log_history, each key's last value
+        log_history = [{"diversity/group_sem_ent": 0.25, "step": 2}, {"diversity/group_sem_ent": 1.0, "step": 4}]
+
+    class GRPOTrainer:
+        state = State()
+
+    text = summary(GRPOTrainer())
+    assert "nothing measured" not in text
+    assert text.splitlines()[1].split() == ["diversity/group_sem_ent", "1.0000", "nats", "entropy", "of", "each"] + (
+        "group's clusters, averaged over groups".split()
+    )
+    with pytest.raises(TypeError, match="a Hugging Face / TRL trainer"):
+        summary(object())

@@ -12,15 +12,16 @@ from lightning_div._internal.checks import check_finite_model, warn_if_all_empty
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import new_figure, warn_once
-from lightning_div.callbacks.base import DiversityCallback, override
+from lightning_div.callbacks.base import DiversityCallback, _callbacks, override
 from lightning_div.callbacks.guards import settings_changed
-from lightning_div.datamodules.samplers import sample_indices
+from lightning_div.datamodules.samplers import check_count, sample_indices
 from lightning_div.dress.guard import (
     DRESS_COLLAPSE_ALERT,
     DRESS_NEGATIVES_STOPPED,
     ON_COLLAPSE,
     CollapseThresholds,
     OnCollapse,
+    check_thresholds,
     collapse_reasons,
 )
 from lightning_div.dress.protocol import (
@@ -32,7 +33,14 @@ from lightning_div.dress.protocol import (
     check_choice,
 )
 from lightning_div.dress.state import DressState
-from lightning_div.dress.weights import dress_weights, head_clusters, negative_weights
+from lightning_div.dress.weights import (
+    check_head_threshold,
+    check_lam,
+    check_negative_weight,
+    dress_weights,
+    head_clusters,
+    negative_weights,
+)
 from lightning_div.keys import (
     NEGATIVE,
     NEGATIVE_LOSS,
@@ -124,13 +132,13 @@ class DRESSReweighting(DiversityCallback):
         num_clusters: k of the k-means clusters (default 20, the paper's).
         variance_kept: explained variance the PCA keeps (default 0.9, the paper's).
         kmeans_seed: faiss k-means seed (default 27, the paper's).
-        lam: the exponent lambda of the gold weights (paper: 30).
+        lam: the exponent lambda of the gold weights, a finite number >= 0 (paper: 30).
         normalize: rescale the gold weights to mean 1 (keeps unweighted training's step size;
             default True; the paper: False).
         negatives: mine generated responses of the head clusters each epoch.
         num_negative_contexts: training contexts generated for per epoch (paper: M = 5000).
-        head_threshold: share of the generations above which a cluster is a head cluster (paper: 0.1).
-        negative_weight: the weight of a mined response (paper: -1).
+        head_threshold: share of the generations above which a cluster is a head cluster, in [0, 1) (paper: 0.1).
+        negative_weight: the weight of a mined response, a finite number < 0 (paper: -1).
         mode: ``"loss"`` (weights in the loss) or ``"sampler"`` (weights as draw probabilities;
             needs ``negatives=False``).
         generation_kwargs: overrides of the greedy generation used for mining.
@@ -144,15 +152,19 @@ class DRESSReweighting(DiversityCallback):
         on_collapse: what the degeneration guard does besides logging ``dress/collapse_alert`` and
             warning once: ``"warn"`` (nothing more) or ``"stop_negatives"`` (no negatives after the
             epoch it fired at).
-        collapse_thresholds: when the guard fires (:class:`~lightning_div.dress.guard.CollapseThresholds`;
-            None: its defaults).
-        collapse_monitor: the ``name`` of the SemanticDiversityMonitor whose metrics the guard reads
-            (None: the one without a name).
+        collapse_thresholds: when the guard fires (:class:`~lightning_div.dress.guard.CollapseThresholds`,
+            or a dict of its fields; None: its defaults).
+        collapse_monitor: the ``name`` of the SemanticDiversityMonitor whose metrics the guard reads; it
+            must be in the Trainer (checked when fitting starts). None: the monitor without a name, or
+            the only monitor when it has one; with several named monitors and none unnamed, the guard
+            reads none of them and says so once.
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
 
     Raises:
         ValueError: an unknown ``mode``, ``mine_at``, ``negative_loss``, ``negative_batches`` or ``on_collapse``,
-            ``mode="sampler"`` with ``negatives=True``, or ``space`` together with a space argument.
+            ``mode="sampler"`` with ``negatives=True``, ``space`` together with a space argument, or a
+            ``lam``, ``num_negative_contexts``, ``head_threshold``, ``negative_weight``,
+            ``collapse_thresholds`` or ``collapse_monitor`` outside what is listed above.
     """
 
     kind = "dress"
@@ -210,19 +222,31 @@ class DRESSReweighting(DiversityCallback):
         self.space = space_from_arguments(
             type(self).__name__, space, locals(), batch_size=self.batch_size, show_progress=self.show_progress
         )
-        self.lam = lam
+        self.lam = check_lam(lam)
         self.normalize = normalize
         self.negatives = negatives
-        self.num_negative_contexts = num_negative_contexts
-        self.head_threshold = head_threshold
-        self.negative_weight = negative_weight
+        if num_negative_contexts is None:
+            raise ValueError("num_negative_contexts must be an integer >= 1, got None")
+        self.num_negative_contexts = int(check_count("num_negative_contexts", num_negative_contexts) or 0)
+        self.head_threshold = check_head_threshold(head_threshold, "head_threshold")
+        self.negative_weight = check_negative_weight(negative_weight)
         # checked against MODES / NEGATIVE_LOSSES / NEGATIVE_BATCHES above (check_choice), hence the casts
         self.mode = cast(Mode, mode)
         self.generation_kwargs = dict(generation_kwargs or {})
         self.mine_at = mine_at
         self.on_collapse = cast(OnCollapse, on_collapse)
-        self.collapse_thresholds = collapse_thresholds or CollapseThresholds()
+        self.collapse_thresholds: CollapseThresholds = check_thresholds(collapse_thresholds)
+        if collapse_monitor is not None and (
+            not isinstance(collapse_monitor, str)
+            or not collapse_monitor.strip()
+            or collapse_monitor != collapse_monitor.strip()
+        ):
+            raise ValueError(
+                "collapse_monitor must be None or the name of a SemanticDiversityMonitor (a non-empty string "
+                f"without surrounding spaces), got {collapse_monitor!r}"
+            )
         self.collapse_monitor = collapse_monitor
+        self._guard_monitor = collapse_monitor  # the monitor the guard reads, found at setup (guard_monitor)
         self._layout_seen = False  # this epoch's first batch with negatives was checked (on_train_batch_start)
         #: Everything DRESS decided (weights, negatives and their clusters, the round), checkpointed whole;
         #: ``mined_for`` makes a resumed run mine each round exactly once.
@@ -308,6 +332,42 @@ class DRESSReweighting(DiversityCallback):
         if stage == TrainerFn.FITTING:  # validate/test runs train nothing: DRESS has nothing to do there
             self._datamodule(trainer)
             self.check_trainer(trainer)
+            self._guard_monitor = self.guard_monitor(trainer)
+
+    def guard_monitor(self, trainer: pl.Trainer) -> str | None:
+        """The ``name`` of the SemanticDiversityMonitor whose keys the degeneration guard reads (None: the unnamed one).
+
+        ``collapse_monitor`` when given (it must name a monitor of this Trainer); else the monitor
+        without a name, or the only monitor when it has a name (its keys are ``<name>/val/...``).
+        With several named monitors and none unnamed it cannot choose: a warning (once) says so,
+        and the guard reads the losses alone.
+
+        Raises:
+            ValueError: ``collapse_monitor`` names no SemanticDiversityMonitor of the Trainer.
+        """
+        from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+
+        names = [cb.name for cb in _callbacks(trainer) if isinstance(cb, SemanticDiversityMonitor)]
+        shown = ", ".join(repr(n) for n in names) or "none"
+        if self.collapse_monitor is not None:
+            if self.collapse_monitor not in names:
+                raise ValueError(
+                    f"{type(self).__name__}(collapse_monitor={self.collapse_monitor!r}) names no "
+                    f"SemanticDiversityMonitor of this Trainer (their names: {shown}): the degeneration guard "
+                    "would read nothing of it. Pass the name of one (or None for the one without a name)"
+                )
+            return self.collapse_monitor
+        if not names or None in names:
+            return None
+        if len(names) == 1:
+            return names[0]
+        self.memory.warn_once(
+            f"dress-guard-monitor:{self.name}",
+            f"{type(self).__name__}: {len(names)} SemanticDiversityMonitors with names ({shown}) and none "
+            "without: the degeneration guard reads none of their metrics, only the losses. Pass "
+            "collapse_monitor=<the name of the one to read>",
+        )
+        return None
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -412,7 +472,7 @@ class DRESSReweighting(DiversityCallback):
         if not np.any(self.state.negative_weights != 0):
             # no negative trained this epoch: a train/negative_loss still logged is an earlier epoch's
             metrics = {k: v for k, v in metrics.items() if not k.startswith(TRAIN_NEGATIVE_LOSS)}
-        reasons = collapse_reasons(metrics, self.state.gold_top_share, self.collapse_thresholds, self.collapse_monitor)
+        reasons = collapse_reasons(metrics, self.state.gold_top_share, self.collapse_thresholds, self._guard_monitor)
         # rank 0's reading decides, so every rank mines (or stops) alike
         collapsed = bool(trainer.strategy.broadcast(bool(reasons), src=0))
         m[DRESS_COLLAPSE_ALERT] = float(collapsed)

@@ -1,10 +1,12 @@
-"""Dialogue data: readers for common formats, the DialogueDataModule and the DRESS datamodule protocol."""
+"""Dialogue data: readers for common formats, the DialogueDataModule and the DRESS datamodule protocol.
+
+The pairs they read are :class:`lightning_div.DialoguePair` (defined in :mod:`lightning_div.pairs`, its one home).
+"""
 
 from typing import Any
 
 from lightning_div.datamodules.formats import (
     DataFormatError,
-    DialoguePair,
     Fields,
     ReaderOptions,
     ReadResult,
@@ -27,7 +29,6 @@ _LAZY = {
 
 __all__ = [
     "DataFormatError",
-    "DialoguePair",
     "Fields",
     "Negatives",
     "ReadResult",

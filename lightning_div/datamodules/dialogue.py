@@ -29,7 +29,6 @@ from lightning_div.datamodules.encoding import (
     encode_pairs,
 )
 from lightning_div.datamodules.formats import (
-    DialoguePair,
     ReaderOptions,
     ReadResult,
     ReadStats,
@@ -51,6 +50,7 @@ from lightning_div.dress.protocol import (
 )
 from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
 from lightning_div.model.generation import pad_id_of
+from lightning_div.pairs import DialoguePair
 from lightning_div.types import PairsSource, TokenizerSource
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lightning_div.datamodules.formats import DialoguePair
 from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT, NegativeLoss
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.generation import pad_batch
+from lightning_div.pairs import DialoguePair
 
 IGNORE_INDEX = -100
 PADDING_INDEX = -1  # `index` of a row that only evens out the DDP shards

@@ -29,6 +29,7 @@ Needs nothing but the standard library: the logged values are passed in as numbe
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -41,6 +42,7 @@ __all__ = [
     "ON_COLLAPSE",
     "CollapseThresholds",
     "OnCollapse",
+    "check_thresholds",
     "collapse_reasons",
 ]
 
@@ -78,10 +80,33 @@ class CollapseThresholds:
     def __post_init__(self) -> None:
         for name in ("sem_ent_ratio", "top_share_factor", "top_share_floor", "negative_loss_ratio"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+            # any real number (numpy's float32 too), stored as a float; a bool or a string is not a threshold
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or value < 0:
                 raise ValueError(f"CollapseThresholds.{name} must be a number >= 0, got {value!r}")
+            object.__setattr__(self, name, float(value))  # frozen: set once, here
         if self.top_share_floor > 1:
             raise ValueError(f"CollapseThresholds.top_share_floor is a share in [0, 1], got {self.top_share_floor}")
+
+
+def check_thresholds(value: Any) -> CollapseThresholds:
+    """``collapse_thresholds`` as given: None (the defaults), a :class:`CollapseThresholds`, or a mapping of its fields.
+
+    Raises:
+        ValueError: anything else, or a mapping with a field :class:`CollapseThresholds` does not have.
+    """
+    if value is None:
+        return CollapseThresholds()
+    if isinstance(value, CollapseThresholds):
+        return value
+    if isinstance(value, Mapping):
+        fields = ("sem_ent_ratio", "top_share_factor", "top_share_floor", "negative_loss_ratio")
+        unknown = sorted(str(k) for k in value if k not in fields)
+        if unknown:
+            raise ValueError(f"collapse_thresholds has no field {unknown[0]!r}; its fields are {', '.join(fields)}")
+        return CollapseThresholds(**value)
+    raise ValueError(
+        f"collapse_thresholds must be a CollapseThresholds (or a dict of its fields, or None), got {value!r:.80}"
+    )
 
 
 def _value(metrics: Mapping[str, Any], *keys: str) -> float | None:

@@ -12,11 +12,56 @@ training loop (:mod:`lightning_div.dress.losses`).
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from lightning_div.metrics.semantic import cluster_histogram
+
+
+def check_lam(lam: Any) -> float:
+    """DRESS's exponent lambda as given: a finite number >= 0 (``True`` and ``"30"`` are not numbers).
+
+    Raises:
+        ValueError: anything else, naming ``lam``.
+    """
+    value = float(lam) if isinstance(lam, numbers.Real) and not isinstance(lam, bool) else math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"lam must be a finite number >= 0 (the gold weights' exponent; the paper: 30), got {lam!r}")
+    return value
+
+
+def check_head_threshold(threshold: Any, name: str = "threshold") -> float:
+    """A head-cluster share as given: a number in [0, 1) (a share of 1 or more would make no cluster a head).
+
+    Raises:
+        ValueError: anything else, naming ``name``.
+    """
+    value = float(threshold) if isinstance(threshold, numbers.Real) and not isinstance(threshold, bool) else math.nan
+    if not 0.0 <= value < 1.0:  # NaN too
+        raise ValueError(f"{name} must be a share in [0, 1) (the paper: 0.1), got {threshold!r}")
+    return value
+
+
+def check_negative_weight(weight: Any) -> float:
+    """A mined response's weight as given: a finite number < 0.
+
+    A positive weight would train the head-cluster generations as gold examples, reinforcing
+    what DRESS pushes the model away from; 0 would train nothing (``negatives=False`` says that).
+
+    Raises:
+        ValueError: anything else, naming ``negative_weight``.
+    """
+    value = float(weight) if isinstance(weight, numbers.Real) and not isinstance(weight, bool) else math.nan
+    if not math.isfinite(value) or value >= 0:
+        raise ValueError(
+            f"negative_weight must be a finite number < 0 (the paper: -1; a positive weight would reinforce the "
+            f"head-cluster generations DRESS pushes away from; negatives=False trains none), got {weight!r}"
+        )
+    return value
 
 
 def dress_weights(
@@ -46,8 +91,7 @@ def dress_weights(
         >>> dress_weights([0, 0, 0, 1], num_clusters=2, lam=1).tolist()
         [0.25, 0.25, 0.25, 0.75]
     """
-    if not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam must be a finite number >= 0, got {lam}")
+    lam = check_lam(lam)
     ids = np.asarray(cluster_ids)
     hist = cluster_histogram(ids, num_clusters)
     if hist.sum() == 0:
@@ -80,8 +124,7 @@ def head_clusters(generated_ids: Sequence[int] | np.ndarray, num_clusters: int, 
         >>> head_clusters([0, 0, 0, 1, 2, 2], num_clusters=5, threshold=0.3).tolist()
         [0, 2]
     """
-    if not 0.0 <= threshold < 1.0:
-        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+    threshold = check_head_threshold(threshold)
     hist = cluster_histogram(generated_ids, num_clusters)
     if hist.sum() == 0:
         return np.zeros(0, dtype=np.int64)

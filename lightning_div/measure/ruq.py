@@ -6,6 +6,8 @@ and the Hugging Face :class:`~lightning_div.integrations.transformers.DiversityT
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +27,10 @@ DEFAULT_IDK = ("I don't know.", "I don't know what to do.")
 
 def check_idk_responses(idk_responses: Sequence[str], allow_empty: bool = False) -> list[str]:
     """The IDK strings as a list, or a ValueError: each must be a non-empty string."""
+    if isinstance(idk_responses, (str, bytes)):  # a string is a sequence too: it would become its characters
+        raise ValueError(
+            f"idk_responses must be a list of strings, got one string {idk_responses!r}: pass [{idk_responses!r}]"
+        )
     idk = list(idk_responses)
     if (not idk and not allow_empty) or not all(isinstance(s, str) and s.strip() for s in idk):
         raise ValueError(f"idk_responses must be non-empty strings, got {idk_responses!r}")
@@ -173,14 +179,31 @@ def ruq_profile_figure(profile: dict[str, tuple[np.ndarray, np.ndarray]], num_pr
     return fig
 
 
+def _checked_points(name: str, value: Any, most: float) -> float | None:
+    """A RUQ threshold as given: None, or a finite number in [0, ``most``] (RUQ is a percentage)."""
+    if value is None:
+        return None
+    points = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not math.isfinite(points):
+        raise ValueError(f"{name} must be a number of RUQ points (or None), got {value!r}")
+    if not 0.0 <= points <= most:
+        span = "a number >= 0" if math.isinf(most) else f"in [0, {most:g}] (RUQ is a percentage)"
+        raise ValueError(f"{name} must be {span}, got {value!r}")
+    return points
+
+
 class RUQAlert:
     """Says when RUQ falls below ``warn_below`` or drops by more than ``warn_drop`` points since the last measurement.
 
     Its state is the last value (:attr:`last`), which a resumed run restores.
 
     Args:
-        warn_below: alert below this RUQ (None: never).
-        warn_drop: alert on a drop of more than this many points (None: never).
+        warn_below: alert below this RUQ, a percentage in [0, 100] (None: never).
+        warn_drop: alert on a drop of more than this many points, a number >= 0 (None: never).
+
+    Raises:
+        ValueError: a threshold that is not a number (``"50"``, NaN), a negative ``warn_drop`` or a
+            ``warn_below`` outside [0, 100].
 
     Examples:
         >>> alert = RUQAlert(warn_below=None, warn_drop=10.0)
@@ -189,7 +212,8 @@ class RUQAlert:
     """
 
     def __init__(self, warn_below: float | None = None, warn_drop: float | None = 10.0) -> None:
-        self.warn_below, self.warn_drop = warn_below, warn_drop
+        self.warn_below = _checked_points("warn_below", warn_below, 100.0)
+        self.warn_drop = _checked_points("warn_drop", warn_drop, math.inf)
         #: The last measured RUQ (what ``warn_drop`` compares with).
         self.last: float | None = None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,10 @@ class FixedSample:
 
     Args:
         size: how many pairs (None: all of them).
-        seed: the draw's seed.
+        seed: the draw's seed (an integer >= 0: a sample drawn without one would not be fixed).
+
+    Raises:
+        ValueError: a ``size`` that is not an integer >= 1 or None, or a ``seed`` that is not an integer >= 0.
 
     Examples:
         >>> from lightning_div.pairs import DialoguePair
@@ -39,7 +43,11 @@ class FixedSample:
     def __init__(self, size: int | None, seed: int) -> None:
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"the sample size must be an integer >= 1 or None, got {size!r}")
-        self.size, self.seed = size, seed
+        # None would seed numpy from the operating system: a different sample at every draw, not a fixed one
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise ValueError(f"the sample's seed must be an integer >= 0, got {seed!r}")
+        self.size: int | None = size
+        self.seed: int = int(seed)
         self._indices: list[int] | None = None
         self._pairs: list[DialoguePair] | None = None
 
@@ -87,17 +95,25 @@ class FixedSample:
         """Restore :meth:`state_dict`'s indices; the pairs are picked again from them at the next :meth:`draw`.
 
         Args:
-            indices: a list of integers, or None (nothing drawn yet).
+            indices: a list of distinct integers, at most ``size`` of them, or None (nothing drawn yet).
 
         Raises:
-            ValueError: anything else (a damaged state).
+            ValueError: anything else (a damaged state): an empty list, a repeated index, more indices than ``size``.
         """
+        checked = self.checked_indices(indices)
+        if checked is not None and self.size is not None and len(checked) > self.size:
+            raise ValueError(
+                f"a sample of size {self.size} cannot have {len(checked)} saved indices, got {indices!r:.80}"
+            )
         self._pairs = None
-        self._indices = self.checked_indices(indices)
+        self._indices = checked
 
     @staticmethod
     def checked_indices(indices: Any) -> list[int] | None:
-        """Saved indices as :meth:`load_state_dict` takes them: a list of integers >= 0, or None.
+        """Saved indices as :meth:`load_state_dict` takes them: a non-empty list of distinct integers >= 0, or None.
+
+        A drawn sample is never empty (drawing from no pairs is an error) and never holds a pair
+        twice, so an empty list or a repeated index can only be a damaged state.
 
         Raises:
             ValueError: anything else (a damaged state).
@@ -107,5 +123,9 @@ class FixedSample:
         if not isinstance(indices, (list, tuple)) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
         ):
-            raise ValueError(f"a sample's saved indices must be a list of integers >= 0, got {indices!r}")
+            raise ValueError(f"a sample's saved indices must be a list of integers >= 0, got {indices!r:.80}")
+        if not indices:
+            raise ValueError("a sample's saved indices are empty: a drawn sample holds at least one pair")
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"a sample's saved indices repeat a pair, got {indices!r:.80}")
         return [int(i) for i in indices]

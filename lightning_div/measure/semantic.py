@@ -9,6 +9,7 @@ response per context (sharded over the processes and gathered), assign them to t
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,15 @@ class SemanticResult:
     gold_shares: list[float]
 
 
+def _checked_vocab(vocab_size: Any) -> int | None:
+    """EAD's V as given: an integer >= 1, or None (counted at :meth:`SemanticMeasure.prepare`)."""
+    if vocab_size is not None and (
+        isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 1
+    ):
+        raise ValueError(f"vocab_size must be an integer >= 1 (EAD's vocabulary size) or None, got {vocab_size!r}")
+    return None if vocab_size is None else int(vocab_size)
+
+
 class SemanticMeasure:
     """Sem-Ent (Han et al., 2022), the cluster divergence from the gold responses and the lexical metrics.
 
@@ -112,7 +122,7 @@ class SemanticMeasure:
         show_progress: progress bars.
 
     Raises:
-        ValueError: unknown lexical names or options.
+        ValueError: unknown lexical names or options, or a ``vocab_size`` that is not an integer >= 1 or None.
     """
 
     def __init__(
@@ -128,14 +138,16 @@ class SemanticMeasure:
         self.space = space
         self.lexical_metrics = check_lexical_names(lexical_metrics)
         self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
-        self.vocab_size = vocab_size
+        self.vocab_size = _checked_vocab(vocab_size)
         self.generation_kwargs = dict(generation_kwargs or {})
         self.batch_size, self.show_progress = batch_size, show_progress
         #: Whether ``sem_ent_gold`` was reported in this run (it is reported once).
         self.gold_logged = False
         #: ``(step or epoch, generated share per cluster)`` of every measurement.
         self.share_history: list[tuple[int, list[float]]] = []
-        self._gold_ids: np.ndarray | None = None  # the sample's gold responses never change cluster
+        # the gold responses' cluster ids, by their texts: the same sample is embedded once per run,
+        # another sample (scores() is public: any pairs) gets its own
+        self._gold_ids: tuple[tuple[str, ...], np.ndarray] | None = None
         self._prepared = False
 
     @property
@@ -202,9 +214,10 @@ class SemanticMeasure:
         clusters = self.space.clusters
         k = clusters.num_clusters
         ids = self.space.assign(list(responses), device)
-        if self._gold_ids is None:  # embedded once per run, not at every measurement (same texts, same clusters)
-            self._gold_ids = self.space.assign([p.response for p in sample], device)
-        gold_ids = self._gold_ids
+        gold_texts = tuple(p.response for p in sample)
+        if self._gold_ids is None or self._gold_ids[0] != gold_texts:  # same texts, same clusters: embedded once
+            self._gold_ids = (gold_texts, self.space.assign(list(gold_texts), device))
+        gold_ids = self._gold_ids[1]
         values = {
             "sem_ent": semantic_entropy(ids, k),
             "cluster_js": cluster_js_divergence(clusters.histogram(ids), clusters.histogram(gold_ids)),
@@ -274,6 +287,10 @@ class SemanticMeasure:
             restored = [(int(e), [float(v) for v in s]) for e, s in history]
         except (TypeError, ValueError) as err:
             raise ValueError(f"share_history must be a list of [step, [shares...]], got {history!r:.80}") from err
+        for e, shares in restored:  # a share is a fraction of the responses: a NaN would reach the heatmap
+            bad = [v for v in shares if not 0.0 <= v <= 1.0]
+            if bad:
+                raise ValueError(f"share_history at step {e}: a share must be a number in [0, 1], got {bad[0]!r}")
         self.gold_logged = gold_logged
         self.vocab_size = vocab if vocab is not None else self.vocab_size
         self.share_history = restored

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,62 @@ def normalise_label(label: object, where: str = "label") -> str:
         if name in LABELS:
             return name
     raise ValueError(f"{where} = {label!r} is not one of {LABELS}")
+
+
+def checked_labels(labels: Any, expected: int, who: str = "scorer.score_pairs") -> list[str]:
+    """The labels an NLI scorer returned for ``expected`` pairs, checked and in the canonical names.
+
+    Every reader of a scorer's labels goes through this: a duck-typed scorer that answers
+    ``'ENTAILMENT'`` is read as ``'entailment'``; one that answers ``'yes'``, or returns fewer
+    or more labels than pairs, is an error naming it, not a silent "nothing is equivalent" or an
+    ``IndexError``.
+
+    Args:
+        labels: what the scorer returned (one label per pair).
+        expected: how many pairs it was given.
+        who: the scorer's call, named in the errors.
+
+    Returns:
+        ``"entailment"``, ``"neutral"`` or ``"contradiction"``, one per pair.
+
+    Raises:
+        ValueError: not one label per pair, or a label that is not an NLI class (named by index).
+
+    Examples:
+        >>> checked_labels(("ENTAILMENT", " Neutral"), 2)
+        ['entailment', 'neutral']
+    """
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+        raise ValueError(f"{who} must return a list of labels, one per pair, got {labels!r:.80}")
+    if len(labels) != expected:
+        raise ValueError(f"{who} returned {len(labels)} labels for {expected} pairs: it must return one per pair")
+    return [normalise_label(label, f"{who} label [{i}]") for i, label in enumerate(labels)]
+
+
+def check_pair_scorer(scorer: Any, name: str = "nli") -> Any:
+    """An NLI scorer as given: None, or an object with ``score_pairs(premises, hypotheses, show_progress)``.
+
+    Args:
+        scorer: an :class:`~lightning_div.nli.scorer.NLIScorer` or any object with its ``score_pairs``.
+        name: the argument, named in the errors.
+
+    Returns:
+        ``scorer``, unchanged.
+
+    Raises:
+        ValueError: a model name (a string) or anything else without ``score_pairs``.
+    """
+    if scorer is None or callable(getattr(scorer, "score_pairs", None)):
+        return scorer
+    if isinstance(scorer, str):
+        raise ValueError(
+            f"{name}={scorer!r} is a model name, not an NLI scorer: pass {name}=NLIScorer({scorer!r}) "
+            "(from lightning_div.nli.scorer)"
+        )
+    raise ValueError(
+        f"{name} must be an NLIScorer or any object with score_pairs(premises, hypotheses, show_progress), "
+        f"got {type(scorer).__name__}"
+    )
 
 
 def nli_diversity(

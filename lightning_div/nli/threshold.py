@@ -23,7 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
-from lightning_div.metrics.nli import LABELS, VARIANTS, nli_diversity
+from lightning_div.metrics.nli import LABELS, VARIANTS, checked_labels, nli_diversity
 from lightning_div.metrics.sets import SetMetric
 from lightning_div.model.formatting import Context
 from lightning_div.model.generation import SAMPLING_DEFAULTS
@@ -136,8 +136,9 @@ class _PairCache:
             return
         pairs = list(todo)
         labels, probs = self.scorer.score_pairs([p for p, _ in pairs], [h for _, h in pairs], show_progress=False)
+        labels = checked_labels(labels, len(pairs))
         probs = np.asarray(probs, dtype=np.float64)
-        if len(labels) != len(pairs) or probs.shape != (len(pairs), 3):
+        if probs.shape != (len(pairs), 3):
             raise ValueError(
                 f"scorer.score_pairs returned {len(labels)} labels and probs of shape {probs.shape} "
                 f"for {len(pairs)} pairs; expected {len(pairs)} and ({len(pairs)}, 3)"

@@ -14,7 +14,7 @@ from lightning_div.datamodules.samplers import WeightedDistributedSampler, check
 from lightning_div.dress.losses import dress_loss
 from lightning_div.dress.protocol import MODES, Mode, check_choice
 from lightning_div.dress.state import DressState
-from lightning_div.dress.weights import dress_weights
+from lightning_div.dress.weights import check_lam, dress_weights
 from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT
 from lightning_div.model.formatting import DialogueFormat, is_seq2seq
 from lightning_div.model.generation import pad_id_of
@@ -52,7 +52,11 @@ def gold_dress_state(
 
     Returns:
         The state, without negatives.
+
+    Raises:
+        ValueError: ``lam`` is not a finite number >= 0 (checked before the clusters are fitted).
     """
+    lam = check_lam(lam)
     gold = list(gold_responses)
     space.fit(gold, device=device, cache_dir=cache_dir)
     ids = space.gold_assignments(gold, device=device)
@@ -154,6 +158,10 @@ class DressTrainerMixin:
     trainer.set_dress(state, mode="loss")
     ```
 
+    Training without :meth:`set_dress` is refused (:meth:`train` raises): the batches of
+    :func:`dress_dataset` carry weights that only DRESS's loss reads, so the run would silently
+    train the unweighted loss. For a run without DRESS use the plain trainer class.
+
     ``mode="loss"``: every batch carries its examples' weights and the loss is
     :func:`~lightning_div.dress.losses.dress_loss` (negatives as ``state.negative_loss`` says).
     ``mode="sampler"``: the train sampler draws ``len(dataset)`` examples per epoch with
@@ -202,6 +210,21 @@ class DressTrainerMixin:
         # gradient accumulation steps instead of expecting a loss normalised by num_items_in_batch.
         trainer.model_accepts_loss_kwargs = False
         self.dress_state, self.dress_mode = state, mode
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """The trainer's ``train``, once :meth:`set_dress` has given the DRESS state.
+
+        Raises:
+            ValueError: :meth:`set_dress` was never called (training would silently be without DRESS).
+        """
+        if self.dress_state is None:
+            raise ValueError(
+                f"{type(self).__name__}.train(): set_dress(state, mode=...) was never called, so this run would "
+                "train without DRESS (the batches' weights unread, the plain loss): call "
+                "trainer.set_dress(gold_dress_state(space, gold_responses), mode='loss') first, or train with "
+                "the plain Trainer"
+            )
+        return super().train(*args, **kwargs)  # type: ignore[misc]
 
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         trainer: Any = self

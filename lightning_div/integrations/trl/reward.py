@@ -50,6 +50,7 @@ from lightning_div.metrics.group import (
     shift_by_group_minimum,
     split_groups,
 )
+from lightning_div.metrics.nli import check_pair_scorer, checked_labels
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
@@ -89,6 +90,7 @@ def _nli_classes(scorer: Any, groups: list[list[str]]) -> list[list[int]]:
                 premises += [group[i], group[j]]
                 hypotheses += [group[j], group[i]]
     labels, _ = scorer.score_pairs(premises, hypotheses, show_progress=False) if premises else ([], None)
+    labels = checked_labels(labels, len(premises), "nli.score_pairs")
     out, k = [], 0
     for group in groups:
         equivalent = []
@@ -144,7 +146,7 @@ def group_labels(
     if not texts:
         return np.zeros(0, dtype=np.int64)
     if equivalence == "nli":
-        if nli is None:
+        if check_pair_scorer(nli, "nli") is None:
             raise ValueError("equivalence='nli' needs an NLI scorer: nli=NLIScorer(...)")
         pairs_per_group = max(1, num_generations * (num_generations - 1))
         classes = distributed_map(
@@ -267,7 +269,7 @@ class SemanticGroupReward:
             raise ValueError(f"equivalence must be one of {EQUIVALENCES}, got {equivalence!r}")
         if score not in DIVERSITY_SCORES:
             raise ValueError(f"score must be one of {DIVERSITY_SCORES}, got {score!r}")
-        if equivalence == "nli" and nli is None:
+        if equivalence == "nli" and check_pair_scorer(nli, "nli") is None:
             raise ValueError("equivalence='nli' needs an NLI scorer: nli=NLIScorer(...)")
         if quality is not None and not callable(quality):
             raise TypeError(f"quality must be a reward function, got {type(quality).__name__}")
