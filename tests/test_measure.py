@@ -267,6 +267,10 @@ def test_fixed_sample_refuses_a_seed_that_would_not_fix_it_and_damaged_indices()
         with pytest.raises(ValueError, match="the sample's seed must be an integer >= 0"):
             FixedSample(8, seed=bad)  # type: ignore[arg-type]
     assert FixedSample(3, seed=np.int64(4)).draw(pairs) == FixedSample(3, seed=4).draw(pairs)
+    from lightning_div.callbacks import SemanticDiversityMonitor
+
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got None"):  # when built, not when measuring
+        SemanticDiversityMonitor(seed=None)  # type: ignore[arg-type]
     sample = FixedSample(8, seed=0)
     with pytest.raises(ValueError, match="saved indices are empty"):
         sample.load_state_dict([])

@@ -28,7 +28,7 @@ from lightning_div.callbacks.guards import require_inputs
 from lightning_div.callbacks.progress import find_progress
 from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.measure.sample import FixedSample
+from lightning_div.measure.sample import FixedSample, check_seed
 from lightning_div.measure.semantic import generate_responses
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.model.sharding import check_strategy, full_parameters
@@ -57,7 +57,7 @@ class DiversityCallback(pl.Callback):
 
     Args:
         every_n_epochs: run at the end of every n-th epoch (1 = every epoch).
-        seed: seeds the fixed evaluation sample and any sampling in generation.
+        seed: seeds the fixed evaluation sample and any sampling in generation (an integer >= 0).
         model_attr: the LightningModule's attribute holding the Hugging Face model.
         tokenizer_attr: the LightningModule's attribute holding its tokenizer.
         format: context layout (turn separator, history) shared with training.
@@ -106,7 +106,7 @@ class DiversityCallback(pl.Callback):
             )
         self.name = name
         self.every_n_epochs = every_n_epochs
-        self.seed = seed
+        self.seed = check_seed(seed)  # it seeds the fixed samples: refused here, not at the first measurement
         self.model_attr = model_attr
         self.tokenizer_attr = tokenizer_attr
         self.format = format or DialogueFormat()

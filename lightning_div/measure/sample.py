@@ -9,7 +9,21 @@ from typing import Any
 from lightning_div.datamodules.samplers import sample_indices
 from lightning_div.pairs import DialoguePair
 
-__all__ = ["FixedSample"]
+__all__ = ["FixedSample", "check_seed"]
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """A seed as given: an integer >= 0 (numpy's ``int64`` too), returned as an ``int``.
+
+    None would seed the draw from the operating system, a different sample at every draw;
+    ``True`` and ``"3"`` only look like seeds.
+
+    Raises:
+        ValueError: anything else, naming ``name``.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {seed!r}")
+    return int(seed)
 
 
 class FixedSample:
@@ -43,11 +57,8 @@ class FixedSample:
     def __init__(self, size: int | None, seed: int) -> None:
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"the sample size must be an integer >= 1 or None, got {size!r}")
-        # None would seed numpy from the operating system: a different sample at every draw, not a fixed one
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-            raise ValueError(f"the sample's seed must be an integer >= 0, got {seed!r}")
         self.size: int | None = size
-        self.seed: int = int(seed)
+        self.seed: int = check_seed(seed, "the sample's seed")
         self._indices: list[int] | None = None
         self._pairs: list[DialoguePair] | None = None
 
