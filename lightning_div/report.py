@@ -306,7 +306,7 @@ def _png(fig: Any) -> bytes:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=90)  # laid out by tight_layout already: a second tight pass doubled the drawing
     plt.close(fig)
     return buf.getvalue()
 
@@ -361,8 +361,7 @@ def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[
             ax.set_title(name, fontsize=9)
             ax.set_xlabel("epoch" if per_epoch else "step", fontsize=8)
             ax.tick_params(labelsize=7)
-            if per_epoch:
-                ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.xaxis.get_major_locator().set_params(integer=True)  # epochs and steps are whole numbers
         for ax in list(axes.flat)[len(names) :]:
             ax.axis("off")
         fig.tight_layout()

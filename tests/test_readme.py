@@ -354,3 +354,18 @@ def test_the_dress_line_runs_offline_and_a_hub_default_fails_in_one_message():
     assert e.value.__cause__ is None and e.value.__suppress_context__
     printed = "".join(traceback.format_exception(e.value))
     assert printed.count("Traceback (most recent call last)") == 1, printed
+
+
+def test_grpo_rloo_and_dpo_are_reachable_from_the_readme():
+    """Issue 55 item 4: the README never named GRPO, RLOO or DPO nor linked docs/grpo.md (found through mkdocs.yml)."""
+    grpo = section("GRPO, RLOO and DPO")
+    assert "GroupDiversityCallback(space=space).attach(trainer)" in grpo
+    assert "SemanticGroupReward(num_generations=G, space=space, quality=my_reward)" in grpo
+    assert "](docs/grpo.md)" in grpo and "](docs/dpo.md)" in grpo
+    page = (ROOT / "docs" / "grpo.md").read_text(encoding="utf-8")
+    falls = page.split("\n## When group Sem-Ent falls\n", 1)[1].split("\n## ", 1)[0]
+    for knob in ("SemanticGroupReward", "reward_weights", "temperature", "beta", "num_generations"):
+        assert knob in falls, knob
+    warning = page.split('!!! warning "A binary quality times diversity', 1)[1].split("\n## ", 1)[0]
+    assert "frac_reward_zero_std" in warning and "reward_funcs=[my_quality, reward]" in warning
+    assert "reward_weights=[1.0, 0.5]" in warning
