@@ -324,6 +324,24 @@ def _text_not_math(draw: Callable[_P, _T]) -> Callable[_P, _T]:
     return drawn
 
 
+def _fixed_layout(fig: Any, rows: int, cols: int, width: float, height: float) -> None:
+    """Margins and gaps in inches for ``rows`` x ``cols`` panels of ``width`` x ``height`` inches: room for a
+    title, tick labels and an axis label each. ``tight_layout`` measured every text first, a whole extra
+    drawing of the figure (about half a report's time on a Hugging Face run's 30 curves)."""
+    total_w, total_h = width * cols, height * rows
+    left, right, top, bottom, gap_w, gap_h = 0.6, 0.15, 0.3, 0.45, 0.65, 0.8
+    axes_w = (total_w - left - right - gap_w * (cols - 1)) / cols
+    axes_h = (total_h - top - bottom - gap_h * (rows - 1)) / rows
+    fig.subplots_adjust(
+        left=left / total_w,
+        right=1 - right / total_w,
+        top=1 - top / total_h,
+        bottom=bottom / total_h,
+        wspace=gap_w / axes_w,
+        hspace=gap_h / axes_h,
+    )
+
+
 def _group_of(name: str) -> str:
     """The figure a scalar is drawn in: its first path part (``val``, ``train``, ``dress``, ...). A Hugging
     Face Trainer charts every training scalar under ``train/`` (``train/diversity/group_sem_ent``,
@@ -364,7 +382,7 @@ def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[
             ax.xaxis.get_major_locator().set_params(integer=True)  # epochs and steps are whole numbers
         for ax in list(axes.flat)[len(names) :]:
             ax.axis("off")
-        fig.tight_layout()
+        _fixed_layout(fig, rows, cols, 4.0, 2.6)
         out.append((group, _png(fig)))
     return out
 
