@@ -12,7 +12,10 @@ no scripts or external resources: the file can be mailed, attached to a pull
 request or opened offline.
 
 ``RUN_DIR`` is a run's ``default_root_dir`` (e.g. ``runs/demo``), where the most
-recently written logger version below it is taken, or one version folder.
+recently written logger version below it is taken, or one version folder. A Hugging Face
+``Trainer`` / TRL run is reported from its ``output_dir``: the figures and tables of
+``<output_dir>/lightning_div`` (named ``<key>_step<N>``) and the scalars of the latest
+TensorBoard run below it (``report_to="tensorboard"`` writes ``<output_dir>/runs/<date>/``).
 
 Only files inside ``RUN_DIR`` are read: a path that resolves outside it (a symlinked version
 folder, a ``config.yaml`` linking to ``/etc/passwd``) is skipped and named in the page's notes,
@@ -45,7 +48,8 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 ARTIFACTS = "lightning_div"
-ARTIFACT_NAME = re.compile(r"^(?P<key>.+)_epoch(?P<epoch>\d+)\.(?P<ext>png|csv)$")
+# Lightning names a measurement's files by its epoch, the Hugging Face front ends by the step
+ARTIFACT_NAME = re.compile(r"^(?P<key>.+)_(?P<unit>epoch|step)(?P<epoch>\d+)\.(?P<ext>png|csv)$")
 MAX_TABLE_ROWS = 200
 MAX_CELL_CHARS = 2_000  # a table cell shows this many characters of a longer text
 # the csv module refuses fields over 128 KiB by default: our own files hold whole gold responses
@@ -70,6 +74,7 @@ class RunFiles:
     metrics_csv: Path | None
     artifacts: Path | None
     events: list[Path] = field(default_factory=list)
+    events_dir: Path | None = None
     configs: list[Path] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
@@ -141,6 +146,9 @@ def find_run(run_dir: str | Path) -> RunFiles:
     run.metrics_csv = metrics if metrics.is_file() and run.admit(metrics) else None
     run.artifacts = artifacts if artifacts.is_dir() and run.admit(artifacts) else None
     run.events = [p for p in _event_files(version) if run.admit(p)]
+    run.events_dir = version if run.events else None
+    if run.metrics_csv is None and not run.events:
+        _tensorboard_below(run)
     # LightningCLI saves config.yaml beside the logs: from the version folder up to the run folder, no higher
     folder = version
     while True:
@@ -149,6 +157,37 @@ def find_run(run_dir: str | Path) -> RunFiles:
             break
         folder = folder.parent
     return run
+
+
+def _tensorboard_below(run: RunFiles) -> None:
+    """A Hugging Face / TRL ``output_dir``: its ``lightning_div/`` folder makes it the version, and its
+    scalars are in the TensorBoard run below it (``runs/<date>/``); the most recently written one is read,
+    the others named in ``skipped``."""
+    found = [
+        d
+        for d in sorted(run.version.rglob("*"))
+        if d.is_dir() and d.name != ARTIFACTS and _event_files(d) and run.admit(d)
+    ]
+    if not found:
+        return
+    latest = max(found, key=lambda d: (_written_at(d), str(d)))
+    run.events_dir = latest
+    run.events = [p for p in _event_files(latest) if run.admit(p)]
+    others = [str(d.relative_to(run.version)) for d in found if d != latest]
+    if others:
+        run.skipped.append(
+            f"scalars from the latest TensorBoard run {latest.relative_to(run.version)}; not shown: "
+            + ", ".join(others)
+            + " (give one of them as RUN_DIR to see its scalars)"
+        )
+
+
+def run_inputs(run: RunFiles) -> list[Path]:
+    """Every file of ``run`` the report reads: a page written over one of them would destroy it."""
+    files = [*([run.metrics_csv] if run.metrics_csv else []), *run.events, *run.configs]
+    if run.artifacts is not None:
+        files += sorted(p for p in run.artifacts.iterdir() if p.is_file())
+    return files
 
 
 @contextlib.contextmanager
@@ -188,6 +227,12 @@ def read_metrics(path: Path, notes: list[str]) -> dict[str, list[tuple[float, fl
         except ValueError:
             notes.append(f"{path.name} line {number}: epoch/step are not numbers; left out")
             continue
+        if math.isinf(epoch) or math.isinf(step):
+            notes.append(
+                f"{path.name} line {number}: epoch = {record.get('epoch')!r}, step = {record.get('step')!r} "
+                "is not a finite number; left out"
+            )
+            continue
         for name, cell in record.items():
             if name in ("epoch", "step") or cell == "":
                 continue
@@ -200,26 +245,45 @@ def read_metrics(path: Path, notes: list[str]) -> dict[str, list[tuple[float, fl
     return dict(series)
 
 
-def read_tensorboard(folder: Path, notes: list[str]) -> dict[str, list[tuple[float, float, float]]]:
-    """Per scalar tag, its (epoch, step, value) points from the TensorBoard event files in ``folder``.
+def read_tensorboard(source: Path | Sequence[Path], notes: list[str]) -> dict[str, list[tuple[float, float, float]]]:
+    """Per scalar tag, its (epoch, step, value) points from TensorBoard event files.
 
-    Read with TensorBoard's own ``EventAccumulator``, every point kept (its default samples 10,000 per
-    tag). Lightning logs ``epoch`` beside every scalar at the same step: a point's epoch is that of the
-    ``epoch`` point at its step written closest in time (NaN in a log without one). A file TensorBoard
-    cannot read becomes a note, not an error.
+    ``source`` is the event files to read, or a folder whose ``events.out.tfevents.*`` files are read
+    (:func:`build_report` gives the files it admitted: a link out of the run is never opened). Each
+    file is read with TensorBoard's own ``EventAccumulator``, every point kept (its default samples
+    10,000 per tag). Lightning logs ``epoch`` beside every scalar at the same step, a Hugging Face
+    ``Trainer`` ``train/epoch``: a point's epoch is that of the epoch point at its step written
+    closest in time (NaN in a log without one). A file that cannot be opened, holds no event (empty,
+    or not an event file) or that TensorBoard cannot read becomes a note, not an error.
     """
     from tensorboard.backend.event_processing import event_accumulator
 
-    try:
-        acc = event_accumulator.EventAccumulator(str(folder), size_guidance={event_accumulator.SCALARS: 0})
-        acc.Reload()
-        tags = list(acc.Tags().get(event_accumulator.SCALARS, []))
-        points = {tag: [(e.wall_time, e.step, e.value) for e in acc.Scalars(tag)] for tag in tags}
-    except Exception as err:  # a torn or foreign file: the rest of the page still comes
-        notes.append(f"the TensorBoard event files in {folder.name} could not be read ({type(err).__name__}: {err})")
-        return {}
+    files = _event_files(source) if isinstance(source, Path) else list(source)
+    points: dict[str, list[tuple[float, int, float]]] = defaultdict(list)
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as err:
+            notes.append(f"the TensorBoard event file {path.name} could not be read ({err.strerror or err}); left out")
+            continue
+        try:
+            acc = event_accumulator.EventAccumulator(str(path), size_guidance={event_accumulator.SCALARS: 0})
+            acc.Reload()
+            try:
+                acc.FirstEventTimestamp()
+            except ValueError:  # TensorBoard's way of saying the file held no event at all
+                notes.append(
+                    f"the TensorBoard event file {path.name} holds no event (empty, or not an event file); left out"
+                )
+                continue
+            for tag in acc.Tags().get(event_accumulator.SCALARS, []):
+                points[tag] += [(e.wall_time, e.step, e.value) for e in acc.Scalars(tag)]
+        except Exception as err:  # a torn or foreign file: the rest of the page still comes
+            notes.append(f"the TensorBoard event file {path.name} could not be read ({type(err).__name__}: {err})")
+    epoch_tag = "epoch" if "epoch" in points else "train/epoch"  # Lightning's, else the Trainer's (eval_ -> eval/)
     epochs_at: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for wall, step, value in points.pop("epoch", []):
+    for wall, step, value in points.pop(epoch_tag, []):
         epochs_at[step].append((wall, value))
     if all(value == -1 for _, _, value in points.get("hp_metric", [])):  # TensorBoardLogger's placeholder
         points.pop("hp_metric", None)
@@ -229,7 +293,10 @@ def read_tensorboard(folder: Path, notes: list[str]) -> dict[str, list[tuple[flo
         return min(near, key=lambda p: abs(p[0] - wall))[1] if near else math.nan
 
     return {
-        tag: [(epoch_of(wall, step), float(step), float(value)) for wall, step, value in pts]
+        tag: [
+            (epoch_of(wall, step), float(step), float(value))
+            for wall, step, value in sorted(pts, key=lambda p: (p[1], p[0]))
+        ]
         for tag, pts in points.items()
         if pts
     }
@@ -239,7 +306,7 @@ def _png(fig: Any) -> bytes:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=90)  # laid out by tight_layout already: a second tight pass doubled the drawing
     plt.close(fig)
     return buf.getvalue()
 
@@ -257,6 +324,37 @@ def _text_not_math(draw: Callable[_P, _T]) -> Callable[_P, _T]:
     return drawn
 
 
+def _fixed_layout(fig: Any, rows: int, cols: int, width: float, height: float) -> None:
+    """Margins and gaps in inches for ``rows`` x ``cols`` panels of ``width`` x ``height`` inches: room for a
+    title, tick labels and an axis label each. ``tight_layout`` measured every text first, a whole extra
+    drawing of the figure (about half a report's time on a Hugging Face run's 30 curves)."""
+    total_w, total_h = width * cols, height * rows
+    left, right, top, bottom, gap_w, gap_h = 0.6, 0.15, 0.3, 0.45, 0.65, 0.8
+    axes_w = (total_w - left - right - gap_w * (cols - 1)) / cols
+    axes_h = (total_h - top - bottom - gap_h * (rows - 1)) / rows
+    fig.subplots_adjust(
+        left=left / total_w,
+        right=1 - right / total_w,
+        top=1 - top / total_h,
+        bottom=bottom / total_h,
+        wspace=gap_w / axes_w,
+        hspace=gap_h / axes_h,
+    )
+
+
+def _group_of(name: str) -> str:
+    """The figure a scalar is drawn in: its first path part (``val``, ``train``, ``dress``, ...). A Hugging
+    Face Trainer charts every training scalar under ``train/`` (``train/diversity/group_sem_ent``,
+    ``train/rewards/...``) and every evaluation under ``eval/``: those with a further part are grouped
+    by their first two parts, so that the ``diversity/*`` curves are one figure, not lost among 30."""
+    parts = name.split("/")
+    if len(parts) == 1:
+        return "other"
+    if parts[0] in ("train", "eval") and len(parts) > 2:
+        return f"{parts[0]}/{parts[1]}"
+    return parts[0]
+
+
 @_text_not_math
 def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[tuple[str, bytes]]:
     """One PNG of small plots per metric group (val, train, dress, timing, ...): each metric over epochs
@@ -265,7 +363,7 @@ def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[
 
     groups: dict[str, list[str]] = defaultdict(list)
     for name in sorted(series):
-        groups[name.split("/")[0] if "/" in name else "other"].append(name)
+        groups[_group_of(name)].append(name)
     out = []
     for group, names in sorted(groups.items(), key=lambda kv: (kv[0] not in ("val", "train"), kv[0])):
         cols = min(3, len(names))
@@ -274,23 +372,24 @@ def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[
         for ax, name in zip(axes.flat, names):
             points = series[name]
             epochs = [e for e, _, _ in points]
-            per_epoch = len(points) <= len(set(epochs)) and not any(math.isnan(e) for e in epochs)
+            # a Hugging Face Trainer's epochs are fractions of an epoch: those points are drawn over steps
+            per_epoch = len(points) <= len(set(epochs)) and all(math.isfinite(e) and e.is_integer() for e in epochs)
             x = epochs if per_epoch else [s for _, s, _ in points]
             ax.plot(x, [v for _, _, v in points], marker="o" if len(points) <= 30 else None, markersize=3)
             ax.set_title(name, fontsize=9)
             ax.set_xlabel("epoch" if per_epoch else "step", fontsize=8)
             ax.tick_params(labelsize=7)
-            if per_epoch:
-                ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.xaxis.get_major_locator().set_params(integer=True)  # epochs and steps are whole numbers
         for ax in list(axes.flat)[len(names) :]:
             ax.axis("off")
-        fig.tight_layout()
+        _fixed_layout(fig, rows, cols, 4.0, 2.6)
         out.append((group, _png(fig)))
     return out
 
 
 def latest_artifacts(run: RunFiles) -> tuple[dict[str, tuple[int, Path]], dict[str, tuple[int, Path]]]:
-    """(figures, tables): per key, the file of its latest epoch (files inside the run folder only)."""
+    """(figures, tables): per key, the file of its latest epoch (``_step<N>``: step, the Hugging Face
+    front ends' naming), files inside the run folder only."""
     figures: dict[str, tuple[int, Path]] = {}
     tables: dict[str, tuple[int, Path]] = {}
     if run.artifacts is None:
@@ -318,6 +417,12 @@ def cluster_groups(folder: Path | None) -> list[str]:
             if p.is_file() and p.name.endswith(suffix) and (p.name == suffix or p.name.endswith("_" + suffix)):
                 prefixes.add(p.name[: -len(suffix)])
     return sorted(prefixes)
+
+
+def _unit(path: Path) -> str:
+    """``epoch`` or ``step``: what the number in an artifact's name counts."""
+    m = ARTIFACT_NAME.match(path.name)
+    return m["unit"] if m else "epoch"
 
 
 def _img(data: bytes, alt: str) -> str:
@@ -378,7 +483,7 @@ def _figure(key: str, epoch: int, path: Path, notes: list[str]) -> str:
     if problem:
         notes.append(f"{path.name} is not a complete PNG image ({problem}; torn write?); left out")
         return ""
-    return f'<h3>{html.escape(key)} <span class="note">(epoch {epoch})</span></h3>\n{_img(data, key)}'
+    return f'<h3>{html.escape(key)} <span class="note">({_unit(path)} {epoch})</span></h3>\n{_img(data, key)}'
 
 
 def _png_problem(data: bytes) -> str | None:
@@ -414,7 +519,7 @@ class _Artifacts:
             if kind == "png":
                 out.append(_figure(name, epoch, path, self.notes))
             else:
-                heading = f'<h3>{html.escape(name)} <span class="note">(epoch {epoch})</span></h3>\n'
+                heading = f'<h3>{html.escape(name)} <span class="note">({_unit(path)} {epoch})</span></h3>\n'
                 out.append(heading + _table(path, self.notes))
         return out
 
@@ -449,7 +554,8 @@ def _cluster_parts(run: RunFiles, artifacts: _Artifacts, notes: list[str]) -> li
         return [
             f"<h3>{html.escape(prefix[:-1])}/</h3>" if prefix else "",
             _table(cards, notes, "cluster cards") if admitted(cards) else "",
-            *artifacts.take([f"{prefix}val_cluster_shares", f"{prefix}val_cluster_histogram"], "png"),
+            # a Lightning monitor's val/cluster_*; a Hugging Face Trainer's eval/cluster_* (prefix "eval_")
+            *artifacts.take([f"{prefix}{v}cluster_{f}" for v in ("val_", "") for f in ("shares", "histogram")], "png"),
             ("<h3>generated and gold share per cluster and epoch</h3>\n" + _table(shares, notes))
             if admitted(shares)
             else "",
@@ -473,7 +579,7 @@ def _page(run: RunFiles, series: dict[str, list[tuple[float, float, float]]], se
     headings = re.findall(r'<section id="([^"]+)"><h2>([^<]+)', "".join(present))
     nav = " ".join(f'<a href="#{m}">{t}</a>' for m, t in headings)  # t is escaped already, in its heading
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    epochs = sorted({int(e) for pts in series.values() for e, _, _ in pts if not math.isnan(e)})
+    epochs = sorted({int(e) for pts in series.values() for e, _, _ in pts if math.isfinite(e)})
     span = f"epochs {epochs[0]}-{epochs[-1]}" if epochs else "no epoch measured"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -490,13 +596,23 @@ def build_report(run_dir: str | Path) -> str:
     if run.metrics_csv is not None:
         series = read_metrics(run.metrics_csv, notes)
     elif run.events:
-        series = read_tensorboard(run.version, notes)
+        series = read_tensorboard(run.events, notes)
     else:
         series = {}
-        notes.append("no metrics.csv and no TensorBoard event files (the run had neither logger): no scalar plots")
+        notes.append(
+            "no metrics.csv and no TensorBoard event files (the run had neither logger; a Hugging Face / TRL "
+            'run writes them with report_to="tensorboard"): no scalar plots'
+        )
     artifacts = _Artifacts(run, notes)
     if run.artifacts is None:
         notes.append(f"no {ARTIFACTS}/ folder: no figures or tables from the lightning-div callbacks")
+        # RUN_DIR given as a Hugging Face run's runs/<date>: its figures are two folders up, outside RUN_DIR
+        above = [d for d in Path(run_dir).resolve().parents[:2] if (d / ARTIFACTS).is_dir()]
+        if above:
+            notes.append(
+                f"{above[0] / ARTIFACTS} holds lightning-div figures and tables of this run: give {above[0]} "
+                "(the Trainer's output_dir) as RUN_DIR to see them with these scalars"
+            )
     sections = [
         _section("Summary", "summary-section", _summary(series)),
         _section(
@@ -508,9 +624,14 @@ def build_report(run_dir: str | Path) -> str:
         _section(
             'RUQ: does the model prefer "I don\'t know"?',
             "ruq",
-            artifacts.take(["val_ruq", "train_ruq"], "png") + artifacts.take(["val_ruq", "train_ruq"], "csv"),
+            artifacts.take(["val_ruq", "train_ruq", "eval_ruq"], "png")
+            + artifacts.take(["val_ruq", "train_ruq", "eval_ruq"], "csv"),
         ),
-        _section("Sample responses", "samples", artifacts.take(["val_samples", "train_samples"], "csv")),
+        _section(
+            "Sample responses",
+            "samples",
+            artifacts.take(["val_samples", "train_samples", "eval_samples", "diversity_group_sample"], "csv"),
+        ),
         _section("DRESS", "dress", artifacts.take(["dress"], "png") + artifacts.take(["dress"], "csv")),
         _section("Other figures and tables", "other", artifacts.take([""], "png") + artifacts.take([""], "csv")),
         _section(

@@ -107,3 +107,37 @@ def load_experiment(name: str):
     the seed, ``--before``, ``--merge``) call ``main`` here, which saves an interpreter's imports each.
     """
     return load_script("experiments", name)
+
+
+def report_of_hugging_face_run(output_dir, logged, table_file: str, out) -> str:
+    """``lightning-div report OUTPUT_DIR`` of a real Hugging Face / TRL run (``report_to="tensorboard"``),
+    checked to report like a Lightning run: each of ``logged`` (TensorBoard tag -> the values the trainer
+    logged, in step order) read back from ``<output_dir>/runs/<date>/``, its curves drawn, the sample table
+    ``table_file`` of ``<output_dir>/lightning_div`` on the page. Returns the page."""
+    import math
+    import re
+    from pathlib import Path
+
+    import pytest
+
+    from lightning_div.cli.main import main
+    from lightning_div.report import find_run, read_tensorboard
+
+    run = find_run(output_dir)
+    assert run.version == Path(output_dir) and run.artifacts == Path(output_dir) / "lightning_div"
+    assert run.events and all(p.parent.parent == Path(output_dir) / "runs" for p in run.events)
+    series = read_tensorboard(run.events, notes := [])
+    assert not notes, notes
+    for tag, values in logged.items():
+        assert values, tag
+        assert [v for _, _, v in series[tag]] == pytest.approx(values, rel=1e-6), tag
+        assert all(math.isfinite(e) for e, _, _ in series[tag]), tag  # the Trainer's train/epoch at each step
+    assert main(["report", str(output_dir), "--out", str(out)]) == 0
+    page = Path(out).read_text()
+    assert "no metrics.csv" not in page and "no lightning_div/ folder" not in page
+    scalars = re.search(r'<section id="scalars">(.*?)</section>', page, re.S).group(1)
+    for group in {tag.rsplit("/", 1)[0] for tag in logged}:
+        assert f'<img alt="{group}"' in scalars, group
+    samples = re.search(r'<section id="samples">(.*?)</section>', page, re.S).group(1)
+    assert f'data-source="{table_file}"' in samples
+    return page

@@ -448,6 +448,12 @@ def _mistakes(tmp: Path) -> list[tuple[str, list[str], str]]:
             r"argument --vocab-size: invalid int value: 'x' \(see 'lightning-div score --help'\)",
         ),
         ("score", ["score", str(bad_jsonl), "--quiet"], rf"{bad_jsonl}:2: field 'response' is int, expected a string"),
+        (
+            "score",
+            ["score", str(gold), "--field", "answer"],
+            rf"--field answer names a JSONL/CSV field, but {gold} is a text file with one response a line and no "
+            r"fields: drop --field",
+        ),
         ("clusters", ["clusters", "show", f"{nope}.npz"], rf"{nope}\.npz: no such file"),
         (
             "clusters",

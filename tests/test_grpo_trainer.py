@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from collections import defaultdict, deque
@@ -11,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import report_of_hugging_face_run
 from test_grpo_reward import BATCH, REFERENCES, TopicEncoder
 
 from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward, group_metrics, rollouts_of
@@ -47,6 +47,9 @@ def _step(cb, trainer, tmp_path, step=1, should_log=True):
 
 def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
     trainer = StubTrainer(BATCH)
+    # a TRL prompt ends with the EOS the base model reads after a turn: the sample table showed `<|endoftext|>`
+    trainer._logs["prompt"] = deque(f"turn {i // 4}<|endoftext|>" for i in range(len(BATCH)))
+    trainer.processing_class = SimpleNamespace(all_special_tokens=["<|endoftext|>", "<pad>"])
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES, log_samples=True).attach(trainer)
     assert trainer.callback_handler.callbacks == [cb]
@@ -67,6 +70,10 @@ def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
     rows = (tmp_path / "lightning_div" / "diversity_group_sample_step1.csv").read_text().splitlines()
     assert rows[0] == "step,group,prompt,completion,cluster"
     assert [r.split(",")[3] for r in rows[1:]] == BATCH[8:]
+    assert [r.split(",")[2] for r in rows[1:]] == ["turn 2"] * 4  # the prompt without its special tokens
+    from lightning_div._internal.tracking import shown_text
+
+    assert shown_text("first<|endoftext|>second<|endoftext|>", ["<|endoftext|>"]) == "first / second"  # two turns
     # the same generation batch at the next logging step (steps_per_generation > 1): measured once, logged again
     calls = []
     cb.measure = lambda *a, **k: calls.append(1)  # type: ignore[method-assign]
@@ -196,44 +203,46 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     assert last["reward"] == pytest.approx(float(np.mean(shifted * diversity)), abs=1e-6)
     assert "rewards/about_eight_words_x_semantic_diversity/mean" in last
     assert (tmp_path / "grpo_run" / "lightning_div" / "diversity_group_sample_step3.csv").is_file()
+    # `lightning-div report grpo_run`, as the page says: the diversity/* curves of these very logs, the table
+    logs = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log]
+    tags = {f"train/{k}": [log[k] for log in logs] for k in ("diversity/group_sem_ent", "diversity/group_clusters")}
+    report_of_hugging_face_run(tmp_path / "grpo_run", tags, "diversity_group_sample_step3.csv", tmp_path / "r.html")
+
+
+def _rloo_script() -> str:
+    section = PAGE.read_text(encoding="utf-8").split("\n## RLOO\n", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match, "docs/grpo.md's 'RLOO' has no whole script (a python block)"
+    return match.group(1)
 
 
 @pytest.mark.slow
-def test_an_rloo_trainer(tmp_path):
+def test_the_pages_rloo_script_runs_verbatim_and_its_run_reports(tmp_path, monkeypatch, capsys):
+    """docs/grpo.md's RLOO script as printed (it was one sentence; the config had to be guessed): the callback
+    measures RLOOTrainer's own rollouts, the reward is the group diversity, and `lightning-div report rloo_run`
+    charts the diversity/* curves and shows the group sample table."""
     trl = pytest.importorskip("trl")
-    from datasets import Dataset
-
-    from lightning_div import load_base_model
-
-    model, tokenizer = load_base_model()
-    prompts = Dataset.from_dict({"prompt": [f"hello {i}{tokenizer.eos_token}" for i in range(8)]})
-    space = SemanticSpace(encoder="minilm", num_clusters=3, dirpath=tmp_path / "cache", show_progress=False)
-    args = trl.RLOOConfig(
-        output_dir=str(tmp_path / "rloo"),
-        num_generations=4,
-        per_device_train_batch_size=8,
-        max_completion_length=8,
-        max_steps=1,
-        logging_steps=1,
-        bf16=False,
-        use_cpu=True,
-        report_to="none",
-        seed=0,
-    )
-    reward = SemanticGroupReward(num_generations=4, space=space)
-    trainer = trl.RLOOTrainer(
-        model=model, reward_funcs=[reward], args=args, train_dataset=prompts, processing_class=tokenizer
-    )
-    frozen = copy.deepcopy(model)  # the policy before training, as a fluency reference
-    cb = GroupDiversityCallback(space=space, log_samples=False, reference_model=frozen).attach(trainer)
-    trainer.train()
-    (log,) = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log]
-    rollout_prompts, completions, g = rollouts_of(trainer)
-    expected = group_metrics(completions, space.assign(completions), g, 3, vocab_size=cb.vocab_size)
-    assert {k: log[k] for k in expected} == pytest.approx(expected)
-    # the degeneration signals of the same rollouts: TRL's own clipped ratio, and the NLL under the frozen copy
-    assert log["diversity/length_cut_share"] == pytest.approx(log["completions/clipped_ratio"])
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(_rloo_script(), str(PAGE), "exec"), namespace)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert [line.split(":")[0] for line in lines] == ["step 1", "step 2"]
+    trainer, space, reward = namespace["trainer"], namespace["space"], namespace["reward"]
+    assert isinstance(trainer, trl.RLOOTrainer)
+    logs = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log]
+    assert [log["step"] for log in logs] == [1, 2]
+    cb = trainer.callback_handler.callbacks[-1]
+    _, completions, g = rollouts_of(trainer)
+    assert g == 4 and len(completions) == 8
+    expected = group_metrics(completions, space.assign(completions), g, 4, vocab_size=cb.vocab_size)
+    assert {k: logs[-1][k] for k in expected} == pytest.approx(expected)
+    assert logs[-1]["reward"] == pytest.approx(float(np.mean(reward.diversity(completions))), abs=1e-6)
+    # the degeneration signals of the same rollouts: TRL's own clipped ratio, and the NLL under the frozen base model
+    assert logs[-1]["diversity/length_cut_share"] == pytest.approx(logs[-1]["completions/clipped_ratio"])
+    rollout_prompts = rollouts_of(trainer)[0]
+    frozen, tokenizer = namespace["frozen"], namespace["tokenizer"]
     logprobs = token_logprobs_batched(frozen, tokenizer, rollout_prompts, completions, show_progress=False)
     nll = float(np.mean([-lp.mean().item() for lp in logprobs]))
-    assert log["diversity/reference_nll"] == pytest.approx(nll, rel=1e-5) and nll > 0
-    assert log["reward"] == pytest.approx(float(np.mean(reward.diversity(completions))), abs=1e-6)
+    assert logs[-1]["diversity/reference_nll"] == pytest.approx(nll, rel=1e-5) and nll > 0
+    tags = {f"train/{k}": [log[k] for log in logs] for k in ("diversity/group_sem_ent", "diversity/collapsed_groups")}
+    report_of_hugging_face_run(tmp_path / "rloo_run", tags, "diversity_group_sample_step2.csv", tmp_path / "r.html")

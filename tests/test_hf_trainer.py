@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import float32_margin_tolerance, mlflow_artifacts
+from helpers import float32_margin_tolerance, mlflow_artifacts, report_of_hugging_face_run
 from transformers import Trainer, TrainingArguments
 
 from lightning_div import load_base_model
@@ -394,6 +394,19 @@ def test_the_trackers_chart_the_values_as_eval_slash_metric(trained):
     assert not any(tag.startswith("train/eval") for tag in charted)  # nothing charted under a wrong prefix
     for metric in ("ruq", "ruq_margin"):  # RUQ-train under the Lightning monitor's name
         assert charted[f"train/{metric}"] == logged(metric) and len(logged(metric)) == 2, metric
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group(TRAINED)
+def test_the_report_of_the_output_dir_has_its_curves_samples_and_figures(trained, tmp_path):
+    """`lightning-div report <output_dir>` of the shared run (report_to tensorboard): it said "no metrics.csv and
+    no TensorBoard event files", the lightning_div/ folder making output_dir the run and runs/<date>/ unread."""
+    rows = [r for r in trained.trainer.state.log_history if eval_key("sem_ent") in r]
+    logged = {f"eval/{k}": [r[eval_key(k)] for r in rows] for k in ("sem_ent", "distinct_2", "ead", "ruq")}
+    page = report_of_hugging_face_run(trained.root / "out", logged, "eval_samples_step4.csv", tmp_path / "r.html")
+    assert 'alt="eval/cluster_histogram"' in page and 'alt="eval/cluster_shares"' in page  # the figures
+    assert 'data-source="eval_cluster_cards.csv"' in page  # the cluster cards
+    assert '<img alt="eval"' in page and '<img alt="train"' in page  # eval/sem_ent ... and train/loss, train/ruq
 
 
 def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import report_of_hugging_face_run
 
 pytest.importorskip("trl", reason="the hf extra is not installed: pip install -e '.[hf]'")
 datasets = pytest.importorskip("datasets", reason="the demo extra is not installed")
@@ -84,7 +85,7 @@ def test_sft_trainer_logs_the_monitors_metrics(tmp_path):
         assistant_only_loss=True,
         max_length=128,
         save_strategy="no",
-        report_to="none",
+        report_to="tensorboard",  # for the report of this run, below
         use_cpu=True,
         bf16=False,
         gradient_checkpointing=False,
@@ -121,6 +122,9 @@ def test_sft_trainer_logs_the_monitors_metrics(tmp_path):
     assert adapter.generate([p.context for p in cb.sample()]) == cb.last_responses
     ids = cb.space.assign(cb.last_responses)
     assert rows[-1][eval_key("sem_ent")] == pytest.approx(semantic_entropy(ids, 3), abs=1e-12)
+    # `lightning-div report` of the output_dir: the curves of these very values, the latest sample table
+    logged = {f"eval/{k}": [r[eval_key(k)] for r in rows] for k in ("sem_ent", "distinct_2", "ruq")}
+    report_of_hugging_face_run(tmp_path / "out", logged, "eval_samples_step2.csv", tmp_path / "report.html")
 
 
 def _page_script() -> str:

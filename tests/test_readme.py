@@ -96,8 +96,22 @@ def test_install_shows_the_user_install_first_and_the_developer_install_for_ci()
     install = section("Install")
     blocks = re.findall(r"```bash\n(.*?)```", install, re.DOTALL)
     assert len(blocks) == 2
-    assert blocks[0].startswith('python -m pip install ".[cpu,demo]"') and ".[cpu,demo,hf]" in blocks[0]
-    assert "[dev]" not in blocks[0]
+    assert ".[cpu,demo,hf]" in blocks[0] and "[dev]" not in blocks[0]
+    # the CPU-only line is inside the block a user copies, marked, before the extras (issue 55 item 1: copying
+    # the block gave torch's CUDA build and ~4 GB of NVIDIA wheels); .ci/run installs this block in a venv of
+    # its own and checks that torch is the CPU build
+    lines = blocks[0].splitlines()
+    cpu = next(i for i, line in enumerate(lines) if "--index-url https://download.pytorch.org/whl/cpu" in line)
+    extras = next(i for i, line in enumerate(lines) if line.startswith('python -m pip install ".[cpu,demo]"'))
+    assert (
+        cpu < extras
+        and lines[cpu] == 'python -m pip install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu'
+    )
+    assert lines[cpu - 1].startswith("# CPU-only machine") and "skip this line on a GPU" in lines[cpu - 1]
+    user = re.search(r"```bash\n(.*?)```", install.split("<!-- ci:user-install -->", 1)[1], re.DOTALL).group(1)
+    assert user == blocks[0]
+    run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "readme_block '<!-- ci:user-install -->'" in run and "torch.version.cuda is None" in run
     # .ci/run installs the first block after the marker: the developer install, litdata without its torchvision
     ci = re.search(r"```bash\n(.*?)```", install.split("<!-- ci:install -->", 1)[1], re.DOTALL).group(1)
     assert ci == blocks[1] and '-e ".[dev]"' in ci and '--no-deps "litdata' in ci
@@ -105,6 +119,7 @@ def test_install_shows_the_user_install_first_and_the_developer_install_for_ci()
     # CPU-only machines are told once how to get PyTorch's CPU wheel
     text = README.read_text(encoding="utf-8")
     assert text.count("--index-url https://download.pytorch.org/whl/cpu") == 1
+    assert text.count("<!-- ci:user-install -->") == 1
 
 
 def test_metric_example_is_a_passing_doctest():
@@ -316,3 +331,41 @@ def test_your_own_module_offline_runs_as_printed(tmp_path, monkeypatch, capsys):
     # no validation loop: the monitors measured at the training epochs' end, with the data they were given
     _assert_real_diversity(metrics, 8)
     _assert_printed_summary(capsys.readouterr().out, trainer)
+
+
+def test_the_dress_line_runs_offline_and_a_hub_default_fails_in_one_message():
+    """Issue 55 item 3: the README's ``DRESSReweighting()`` loaded the paper's DialoGPT-large from the Hub and,
+    offline, failed after three chained tracebacks; the line now names the quick start's offline encoder."""
+    import traceback
+
+    from lightning_div.callbacks import DRESSReweighting
+    from lightning_div.semantic.encoder import EncoderLoadError
+
+    (line,) = re.findall(r"`(DRESSReweighting\([^`]*\))`", section("Add it to your Trainer"))
+    dress = eval(line, {"DRESSReweighting": DRESSReweighting})
+    encoder = dress.space.get_encoder("cpu")
+    assert encoder.model_name_or_path == "sentence-transformers/all-MiniLM-L6-v2" and encoder.pooling == "mean"
+    assert encoder.tokenizer("hello")["input_ids"]  # loaded offline (HF_HUB_OFFLINE=1, conftest)
+    assert dress.space.num_clusters == 20  # the fragment's monitor's k
+    with pytest.raises(
+        EncoderLoadError, match=r"cannot load encoder 'microsoft/DialoGPT-large'.*encoder='minilm'"
+    ) as e:
+        _ = DRESSReweighting().space.get_encoder("cpu").tokenizer
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+    printed = "".join(traceback.format_exception(e.value))
+    assert printed.count("Traceback (most recent call last)") == 1, printed
+
+
+def test_grpo_rloo_and_dpo_are_reachable_from_the_readme():
+    """Issue 55 item 4: the README never named GRPO, RLOO or DPO nor linked docs/grpo.md (found through mkdocs.yml)."""
+    grpo = section("GRPO, RLOO and DPO")
+    assert "GroupDiversityCallback(space=space).attach(trainer)" in grpo
+    assert "SemanticGroupReward(num_generations=G, space=space, quality=my_reward)" in grpo
+    assert "](docs/grpo.md)" in grpo and "](docs/dpo.md)" in grpo
+    page = (ROOT / "docs" / "grpo.md").read_text(encoding="utf-8")
+    falls = page.split("\n## When group Sem-Ent falls\n", 1)[1].split("\n## ", 1)[0]
+    for knob in ("SemanticGroupReward", "reward_weights", "temperature", "beta", "num_generations"):
+        assert knob in falls, knob
+    warning = page.split('!!! warning "A binary quality times diversity', 1)[1].split("\n## ", 1)[0]
+    assert "frac_reward_zero_std" in warning and "reward_funcs=[my_quality, reward]" in warning
+    assert "reward_weights=[1.0, 0.5]" in warning

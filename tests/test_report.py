@@ -319,3 +319,151 @@ def test_an_unreadable_event_file_is_a_note(tmp_path):
     (version / "events.out.tfevents.1.host.1.0").write_bytes(b"\x00garbage, not a TFRecord" * 10)
     page = build_report(tmp_path / "run")  # neither an error nor a traceback
     assert '<section id="notes">' in page and "no epoch measured" in page
+
+
+# ------------------------------------------------------------------------------------------------
+# A Hugging Face / TRL run: <output_dir>/lightning_div (files named _step<N>) and <output_dir>/runs/<date>/
+
+
+def hugging_face_run(output_dir: Path, steps=(1, 2, 3)) -> dict[str, list[float]]:
+    """``output_dir`` as a TRL GRPOTrainer with ``report_to="tensorboard"`` and the callback leave it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    art = output_dir / "lightning_div"
+    art.mkdir(parents=True)
+    for step in steps:
+        (art / f"diversity_group_sample_step{step}.csv").write_text(
+            f"step,group,prompt,completion,cluster\n{step},0,hi,reply {step},1\n"
+        )
+    (art / "eval_cluster_histogram_step2.png").write_bytes(png())
+    logged = {"train/diversity/group_sem_ent": [0.25 * s for s in steps], "train/loss": [1.0 / s for s in steps]}
+    writer = SummaryWriter(str(output_dir / "runs" / "Nov28_07-00-00_host"))
+    for i, step in enumerate(steps):
+        writer.add_scalar("train/epoch", 0.125 * step, step)
+        for tag, values in logged.items():
+            writer.add_scalar(tag, values[i], step)
+    writer.close()
+    return logged
+
+
+def test_a_hugging_face_output_dir_reports_its_scalars_samples_and_figures(tmp_path):
+    """Pointed at a GRPO output_dir, the report said "no metrics.csv and no TensorBoard event files": the
+    lightning_div/ folder made output_dir the run and runs/<date>/ below it was not read; its _step<N>
+    tables and figures were not shown either."""
+    hugging_face_run(tmp_path / "grpo")
+    run = find_run(tmp_path / "grpo")
+    assert run.version == tmp_path / "grpo" and run.events_dir == tmp_path / "grpo" / "runs" / "Nov28_07-00-00_host"
+    page = build_report(tmp_path / "grpo")
+    assert "no metrics.csv" not in page
+    assert '<img alt="train/diversity"' in page and '<img alt="train"' in page  # the diversity/* curves apart
+    assert 'data-source="diversity_group_sample_step3.csv"' in page and "reply 3" in page  # the latest step's
+    assert "(step 3)" in page and 'alt="eval/cluster_histogram"' in page
+    from lightning_div.report import read_tensorboard
+
+    series = read_tensorboard(run.events, notes := [])
+    assert not notes and "train/epoch" not in series
+    assert series["train/diversity/group_sem_ent"] == [(0.125, 1.0, 0.25), (0.25, 2.0, 0.5), (0.375, 3.0, 0.75)]
+    # found from a folder above too (the output_dir is the latest run below it)
+    assert find_run(tmp_path).version == tmp_path / "grpo"
+    # pointed at runs/<date>: the curves, and a note where the figures and tables are
+    page = build_report(tmp_path / "grpo" / "runs" / "Nov28_07-00-00_host")
+    assert '<img alt="train/diversity"' in page
+    assert f"give {(tmp_path / 'grpo').resolve()} (the Trainer&#x27;s output_dir) as RUN_DIR" in page
+
+
+def test_two_tensorboard_runs_below_an_output_dir_the_latest_is_read_and_the_other_named(tmp_path):
+    import os
+    import shutil
+
+    hugging_face_run(tmp_path / "out")
+    old = tmp_path / "out" / "runs" / "Nov27_00-00-00_host"
+    shutil.copytree(tmp_path / "out" / "runs" / "Nov28_07-00-00_host", old)
+    for p in old.iterdir():
+        os.utime(p, (1, 1))
+    run = find_run(tmp_path / "out")
+    assert run.events_dir == tmp_path / "out" / "runs" / "Nov28_07-00-00_host"
+    assert any("not shown: runs/Nov27_00-00-00_host" in note for note in run.skipped)
+
+
+def test_report_refuses_to_write_over_a_file_it_reads(tmp_path, capsys):
+    """``report RUN --out RUN/.../metrics.csv`` wrote the page over its own input, exit 0."""
+    version = hand_made_run(tmp_path / "run")
+    before = (version / "metrics.csv").read_bytes()
+    for victim in ("metrics.csv", "lightning_div/val_samples_epoch1.csv"):
+        assert main(["report", str(tmp_path / "run"), "--out", str(version / victim)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {version / victim} is the input {version / victim}: writing there would destroy it" in err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert (version / "metrics.csv").read_bytes() == before
+    logged = hugging_face_run(tmp_path / "hf")
+    (event,) = (tmp_path / "hf" / "runs").rglob("events.out.tfevents.*")
+    assert main(["report", str(tmp_path / "hf"), "--out", str(event)]) == 2
+    assert "is the input" in capsys.readouterr().err and logged
+    assert main(["report", str(tmp_path / "hf"), "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path} is a directory" in capsys.readouterr().err
+    # a new file inside the run folder is no input: written
+    assert main(["report", str(tmp_path / "run"), "--out", str(version / "report.html")]) == 0
+
+
+def test_report_out_creates_missing_folders_and_says_so(tmp_path, capsys):
+    hand_made_run(tmp_path / "run")
+    out = tmp_path / "new" / "dir" / "r.html"
+    assert main(["report", str(tmp_path / "run"), "--out", str(out)]) == 0
+    assert out.is_file() and f"created the folder {out.parent}" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "run"), "--out", str(out)]) == 0  # the folder exists now: no word of it
+    assert "created" not in capsys.readouterr().out
+
+
+def test_an_infinite_epoch_cell_is_a_note_not_a_crash(tmp_path):
+    """An epoch cell ``inf`` in metrics.csv ended the report with OverflowError (exit 1, a traceback)."""
+    version = hand_made_run(tmp_path / "run")
+    (version / "metrics.csv").write_text("epoch,step,val/sem_ent\n0,3,1.5\ninf,7,1.25\n1,9,-inf\n")
+    page = build_report(tmp_path / "run")
+    assert "metrics.csv line 3: epoch = &#x27;inf&#x27;, step = &#x27;7&#x27; is not a finite number; left out" in page
+    assert "epochs 0-1" in page
+
+
+def test_a_symlinked_event_file_from_outside_the_run_is_not_read(tmp_path):
+    """A tfevents file linked from outside the run showed its values though the notes said links are skipped."""
+    import os
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    outside = tmp_path / "outside"
+    writer = SummaryWriter(str(outside))
+    writer.add_scalar("val/sem_ent", 123456.0, 1)  # a headline key: its last value would be in the summary
+    writer.close()
+    version = tmp_path / "run" / "lightning_logs" / "version_0"
+    writer = SummaryWriter(str(version))
+    writer.add_scalar("val/loss", 2.5, 1)
+    writer.close()
+    (linked,) = outside.glob("events.out.tfevents.*")
+    os.symlink(linked, version / "events.out.tfevents.9.elsewhere.1.0")
+    page = build_report(tmp_path / "run")
+    assert "<td>val/sem_ent</td>" not in page and "123456" not in page and "<td>val/loss</td>" in page
+    assert f"skipped {version / 'events.out.tfevents.9.elsewhere.1.0'} (a link to {linked.resolve()}" in page
+
+
+def test_an_empty_or_unreadable_event_file_is_named_in_the_notes(tmp_path):
+    import os
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    version = tmp_path / "run" / "lightning_logs" / "version_0"
+    writer = SummaryWriter(str(version))
+    writer.add_scalar("val/loss", 2.5, 1)
+    writer.close()
+    (version / "events.out.tfevents.1.empty.1.0").write_bytes(b"")
+    locked = version / "events.out.tfevents.2.locked.1.0"
+    locked.write_bytes(b"x")
+    os.chmod(locked, 0)
+    try:
+        page = build_report(tmp_path / "run")
+    finally:
+        os.chmod(locked, 0o600)
+    assert '<img alt="val"' in page  # the readable file's scalars still come
+    assert "the TensorBoard event file events.out.tfevents.1.empty.1.0 holds no event" in page
+    if os.geteuid() != 0:  # root reads a file of mode 0 all the same
+        assert "the TensorBoard event file events.out.tfevents.2.locked.1.0 could not be read" in page
+    else:
+        assert "the TensorBoard event file events.out.tfevents.2.locked.1.0 holds no event" in page

@@ -329,11 +329,13 @@ class Destination:
         sinks: the trackers that take figures and tables.
         step: the x they are logged at.
         tag: what the files' names end with (``epoch_3``, ``step_200``).
+        hidden: special tokens left out of a table's text cells when shown (:func:`shown_text`).
     """
 
     sinks: list[_Sink]
     step: int
     tag: str
+    hidden: tuple[str, ...] = ()
 
 
 def lightning_destination(trainer: Any) -> Destination:
@@ -349,7 +351,36 @@ def hugging_face_destination(trainer: Any) -> Destination:
     The Trainer evaluates by steps, so the files are named by the step as its own checkpoints are.
     """
     step = int(getattr(trainer.state, "global_step", 0))
-    return Destination(_hugging_face_sinks(trainer), step, f"step_{step}")
+    return Destination(_hugging_face_sinks(trainer), step, f"step_{step}", special_tokens(trainer))
+
+
+def special_tokens(trainer: Any) -> tuple[str, ...]:
+    """The special tokens of a trainer's tokenizer (``processing_class``, or a processor's ``tokenizer``):
+    a TRL prompt ends with ``<|endoftext|>`` where the model reads it, which a table need not show."""
+    tokenizer = getattr(trainer, "processing_class", None)
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor holds its tokenizer
+    tokens = getattr(tokenizer, "all_special_tokens", None) or []
+    return tuple(sorted({t for t in tokens if isinstance(t, str) and t}, key=len, reverse=True))
+
+
+def shown_text(value: Any, hidden: Sequence[str]) -> Any:
+    """A table cell as shown: a text without the ``hidden`` special tokens, the turns they separated
+    joined by `` / ``, stripped (``"Hi<|endoftext|>"`` -> ``"Hi"``); any other value as it is.
+
+    Examples:
+        >>> shown_text("How are you?<|endoftext|>", ["<|endoftext|>"])
+        'How are you?'
+        >>> shown_text("Hi<|endoftext|>Hello<|endoftext|>", ["<|endoftext|>"])
+        'Hi / Hello'
+        >>> shown_text(3, ["<|endoftext|>"])
+        3
+    """
+    if not isinstance(value, str) or not any(token in value for token in hidden):
+        return value
+    pieces = [value]
+    for token in hidden:  # the longest first: a token that contains another goes whole
+        pieces = [part for piece in pieces for part in piece.split(token)]
+    return " / ".join(p.strip() for p in pieces if p.strip())
 
 
 def _unpack(destination: Destination | None) -> tuple[list[_Sink], int, str]:
@@ -407,7 +438,8 @@ def log_table(
     never half there.
     """
     sinks, step, tag = _unpack(destination)
-    rows = [list(r) for r in rows]
+    hidden = destination.hidden if destination is not None else ()
+    rows = [[shown_text(c, hidden) for c in r] for r in rows]
     for sink in sinks:
         _try(sink.where, key, lambda: sink.table(key, list(columns), rows, step, tag))
     target = Path(out_dir) / (filename or f"{_safe_name(key)}_{tag.replace('_', '')}.csv")

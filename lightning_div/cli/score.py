@@ -286,6 +286,19 @@ def check_arguments(args: argparse.Namespace) -> None:
     inputs = [("", f) for f in args.responses] + [("--gold", args.gold), ("--clusters", args.clusters)]
     require_files(inputs)
     refuse_overwriting_inputs([("--output", args.output)], inputs)
+    read = [*args.responses, *([args.gold] if args.gold else [])]
+    if args.field is not None and all(_one_response_a_line(f) for f in read):
+        raise UsageError(
+            f"--field {args.field} names a JSONL/CSV field, but {', '.join(read)} "
+            f"{'is a text file' if len(read) == 1 else 'are text files'} with one response a line and no fields: "
+            "drop --field, or give .jsonl / .json / .csv / .tsv files"
+        )
+
+
+def _one_response_a_line(source: str) -> bool:
+    """Whether ``source`` is read as plain text, one response a line (where ``--field`` means nothing)."""
+    path = Path(source)
+    return path.is_file() and path.suffix.lower() in (".txt", ".text", "")
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -311,7 +311,8 @@ class ResponseEncoder:
             try:
                 self._tokenizer = AutoTokenizer.from_pretrained(location)
             except (OSError, ValueError) as e:
-                raise load_error(self.model_name_or_path, e) from e
+                # one message, not the Hub client's chain of three tracebacks: its first line is in ours
+                raise load_error(self.model_name_or_path, e) from None
         return self._tokenizer
 
     @property
@@ -326,7 +327,8 @@ class ResponseEncoder:
             try:
                 model = AutoModel.from_pretrained(location, **shipped)
             except (OSError, ValueError) as e:
-                raise load_error(self.model_name_or_path, e) from e
+                # one message, not the Hub client's chain of three tracebacks: its first line is in ours
+                raise load_error(self.model_name_or_path, e) from None
             dtype = self.half_dtype if device.type == "cuda" else None
             self._model = model.to(device=device, dtype=dtype).eval()
         return self._model
