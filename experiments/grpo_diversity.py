@@ -144,13 +144,14 @@ def lexical_labels(texts: list[str], g: int, threshold: float) -> list[int]:
 
 
 def darling_product(quality: list[float], diversity: list[float], g: int, floor: float) -> list[float]:
-    """DARLING's combination: (quality - its group's minimum) x max(diversity, floor), each group of ``g`` apart."""
-    out: list[float] = []
-    for start in range(0, len(quality), g):
-        q = quality[start : start + g]
-        low = min(q)
-        out += [(qi - low) * max(d, floor) for qi, d in zip(q, diversity[start : start + g])]
-    return out
+    """DARLING's combination, as :class:`~lightning_div.integrations.trl.SemanticGroupReward` makes it.
+
+    (quality - its group's minimum) x max(diversity, floor), each group of ``g`` apart.
+    """
+    from lightning_div.metrics.group import shift_by_group_minimum
+
+    shifted = shift_by_group_minimum(quality, g)
+    return [float(q or 0.0) * max(d, floor) for q, d in zip(shifted, diversity)]
 
 
 def prompt_sets(tokenizer: Any, n_train: int, n_eval: int, max_tokens: int) -> tuple[list[str], list[str]]:
