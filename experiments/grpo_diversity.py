@@ -199,7 +199,10 @@ def sample(
                 )
             new = gen[:, ids["input_ids"].shape[1] :]
             texts += [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
-            cut += [bool(len(row) >= cfg["max_completion_length"] and tokenizer.eos_token_id not in row.tolist()) for row in new]
+            cut += [
+                bool(len(row) >= cfg["max_completion_length"] and tokenizer.eos_token_id not in row.tolist())
+                for row in new
+            ]
     return texts, cut
 
 
@@ -274,6 +277,15 @@ class Ruler:
             "cut_share": 0.0 if cut is None else sum(cut) / len(cut),
             "top_word_share": top_word_share(texts, g),
         }
+
+
+def measure_base(ruler: Ruler, cfg: dict[str, Any], seed: int) -> dict[str, float]:
+    """The untrained base model's held-out measures: the same prompts and sampling seed as every run's."""
+    window = int(ruler.base.config.n_positions) - cfg["max_completion_length"]
+    _, eval_prompts = prompt_sets(ruler.tokenizer, 0, cfg["eval_prompts"], window)
+    g = cfg["num_generations"]
+    texts, cut = sample(ruler.base, ruler.tokenizer, eval_prompts, g, cfg, seed=1000 + seed)
+    return ruler.measure([p for p in eval_prompts for _ in range(g)], texts, g, cut)
 
 
 def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -> dict[str, Any]:
@@ -431,10 +443,17 @@ def ends(steps: list[dict[str, float]], metric: str) -> tuple[float, float]:
     return sum(first) / len(first), sum(last) / len(last)
 
 
-def summarise(runs: list[dict[str, Any]], settings: list[str]) -> dict[str, Any]:
-    """Per setting: held-out means and training ends over seeds; each setting against ``grpo``, paired by seed."""
+def summarise(
+    runs: list[dict[str, Any]], settings: list[str], base: dict[str, dict[str, float]] | None = None
+) -> dict[str, Any]:
+    """Per setting: held-out means and training ends over seeds; each setting against ``grpo``, paired by seed.
+
+    ``base``: the untrained model's held-out measures per seed (a row of its own, the point every run starts from).
+    """
     by = {s: {r["seed"]: r for r in runs if r["setting"] == s} for s in settings}
-    out: dict[str, Any] = {"settings": {}, "difference": {}}
+    out: dict[str, Any] = {"settings": {}, "difference": {}, "base": None}
+    if base:
+        out["base"] = {m: interval([b[m] for b in base.values()]) for m in MEASURES}
     for s in settings:
         rows = list(by[s].values())
         out["settings"][s] = {
@@ -465,6 +484,20 @@ def pilot_rows(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per pilot run: its regime, training ends and held-out primary measures."""
     rows = []
     for part in parts:
+        for seed, held in sorted(part.get("base", {}).items())[:1] if not rows else []:
+            rows.append(
+                {
+                    "setting": "base model, untrained",
+                    "seed": int(seed),
+                    "learning_rate": 0.0,
+                    "beta": 0.0,
+                    "steps": 0,
+                    "scale_rewards": part["config"]["scale_rewards"],
+                    "ends": None,
+                    "held_out": held,
+                    "greedy": [],
+                }
+            )
         for r in part["runs"]:
             cfg = part["config"]
             rows.append(
@@ -554,6 +587,9 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         "| setting | n | " + " | ".join(SHOWN) + " |",
         "|---" * (len(SHOWN) + 2) + "|",
     ]
+    if summary.get("base"):
+        n = summary["base"][SHOWN[0]]["n"]
+        lines.append(f"| base model, untrained | {n} | " + " | ".join(_cell(summary["base"][m]) for m in SHOWN) + " |")
     for s, row in summary["settings"].items():
         n = row["held_out"][SHOWN[0]]["n"]
         lines.append(f"| {s} | {n} | " + " | ".join(_cell(row["held_out"][m]) for m in SHOWN) + " |")
@@ -575,7 +611,12 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         cells = [f"{row['first'][m]['mean']:.3f} -> {row['last'][m]['mean']:.3f}" for m in trained]
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
     lines += ["", "![training curves](grpo_diversity/curves.png)", ""]
-    lines += ["## Cost (mean seconds per run)", "", "| setting | run | GRPO steps | reward | monitor |", "|---|---|---|---|---|"]
+    lines += [
+        "## Cost (mean seconds per run)",
+        "",
+        "| setting | run | GRPO steps | reward | monitor |",
+        "|---|---|---|---|---|",
+    ]
     for s, row in summary["settings"].items():
         lines.append(
             f"| {s} | {row['wall_s']['mean']:.0f} | {row['step_s']['mean']:.0f} | {row['reward_s']['mean']:.1f} "
@@ -585,11 +626,13 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         lines += ["", "## Pilot (one seed per regime; the full settings were fixed after it)", ""]
         cols = ("judge_group_sem_ent", "group_sem_ent", "task_reward", "nll", "top_word_share", "cut_share")
         lines += [
-            "| setting | lr | beta | steps | " + " | ".join(f"{c} first->last" for c in cols) + " | held-out judge Sem-Ent | held-out nll | greedy |",
+            "| setting | lr | beta | steps | "
+            + " | ".join(f"{c} first->last" for c in cols)
+            + " | held-out judge Sem-Ent | held-out nll | greedy |",
             "|---" * (len(cols) + 7) + "|",
         ]
         for p in result["pilot"]:
-            cells = [f"{p['ends'][c][0]:.2f} -> {p['ends'][c][1]:.2f}" for c in cols]
+            cells = [f"{p['ends'][c][0]:.2f} -> {p['ends'][c][1]:.2f}" if p["ends"] else "-" for c in cols]
             greedy = " / ".join(p["greedy"])
             lines.append(
                 f"| {p['setting']} | {p['learning_rate']:g} | {p['beta']:g} | {p['steps']} | "
@@ -653,11 +696,15 @@ def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict
             by_run[(r["setting"], int(r["seed"]))] = r
     runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], SETTINGS.index(k[0])))]
     settings = sorted({r["setting"] for r in runs}, key=list(SETTINGS).index)
+    base: dict[str, dict[str, float]] = {}
+    for part in loaded:
+        base.update(part.get("base", {}))
     result = {
         **first,
         "seeds": sorted({int(r["seed"]) for r in runs}),
+        "base": base,
         "runs": runs,
-        "summary": summarise(runs, settings),
+        "summary": summarise(runs, settings, base),
         "pilot": pilot_rows([json.loads(Path(p).read_text(encoding="utf-8")) for p in pilot or []]),
     }
     write(result, out)
@@ -682,7 +729,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=None,
         help="combine the results.json of runs made apart (e.g. one seed each) into --out; a later part wins",
     )
-    parser.add_argument("--pilot", nargs="+", type=Path, default=None, help="with --merge: the pilot runs' results.json")
+    parser.add_argument(
+        "--pilot", nargs="+", type=Path, default=None, help="with --merge: the pilot runs' results.json"
+    )
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args.merge, args.out, args.pilot)
@@ -705,22 +754,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     space = SemanticSpace(encoder="minilm", num_clusters=8, dirpath=args.out / "cache", show_progress=False)
     space.fit(references)
     # the judge: the untouched base model's own hidden states, clusters fitted on the same replies
-    judge = SemanticSpace(encoder="local:chitchat-gpt2", num_clusters=8, dirpath=args.out / "cache", show_progress=False)
+    judge = SemanticSpace(
+        encoder="local:chitchat-gpt2", num_clusters=8, dirpath=args.out / "cache", show_progress=False
+    )
     judge.fit(references)
     from lightning_div import load_base_model
 
     base, tokenizer = load_base_model()
     base.eval()
     ruler = Ruler(space, judge, base, tokenizer, count_vocab(references))
+    base_held = {str(seed): measure_base(ruler, cfg, seed) for seed in seeds}
     runs = []
     for seed in seeds:
         for setting in args.settings:
             print(f"[grpo_diversity] {setting} seed {seed} ...", flush=True)
             runs.append(run(setting, seed, cfg, ruler, args.out))
             held = runs[-1]["held_out"]
-            print(f"[grpo_diversity] {setting} seed {seed}: " + ", ".join(f"{k} {v:.3f}" for k, v in held.items()), flush=True)
+            print(
+                f"[grpo_diversity] {setting} seed {seed}: " + ", ".join(f"{k} {v:.3f}" for k, v in held.items()),
+                flush=True,
+            )
             # each finished run is kept at once: a long part stopped midway keeps the runs it finished
-            partial = {"experiment": "grpo_diversity", "quick": args.quick, "config": cfg, "seeds": seeds, "runs": runs}
+            partial = {
+                "experiment": "grpo_diversity",
+                "quick": args.quick,
+                "config": cfg,
+                "seeds": seeds,
+                "base": base_held,
+                "runs": runs,
+            }
             from lightning_div._internal.io import atomic_write_text
 
             atomic_write_text(args.out / "partial.json", json.dumps(partial, indent=1, allow_nan=False))
@@ -730,8 +792,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": cfg,
         "seeds": seeds,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared: timings are wall clock on a loaded machine)",
+        "base": base_held,
         "runs": runs,
-        "summary": summarise(runs, list(args.settings)),
+        "summary": summarise(runs, list(args.settings), base_held),
         "pilot": [],
     }
     write(result, args.out)

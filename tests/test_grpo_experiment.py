@@ -79,7 +79,9 @@ def test_grpo_diversity_quick(tmp_path):
     second.write_text(json.dumps(other))
     merged_out = tmp_path / "merged" / "grpo_diversity"
     merged_out.parent.mkdir()
-    (merged_out.parent / "grpo_diversity.md").write_text("# old\n\n## Reading\n\nBy hand, kept.\n\n## Held out\n\nold\n")
+    (merged_out.parent / "grpo_diversity.md").write_text(
+        "# old\n\n## Reading\n\nBy hand, kept.\n\n## Held out\n\nold\n"
+    )
     # in this process (helpers.load_experiment): a second interpreter's imports cost more than the merge
     script = load_experiment("grpo_diversity")
     parts = [str(out / "results.json"), str(second), str(second)]
