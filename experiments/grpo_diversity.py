@@ -114,6 +114,7 @@ QUICK: dict[str, Any] = {
     "eval_prompts": 4,
 }
 EXAMPLE_PROMPTS = 3
+MACHINE = f"{platform.machine()}, {os.cpu_count()} CPUs (shared: timings are wall clock on a loaded machine)"
 WINDOW = 10  # steps averaged at each end of a training curve
 
 
@@ -559,24 +560,10 @@ def figure(result: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def page(result: dict[str, Any], reading: str = "") -> str:
-    """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept."""
-    cfg, summary = result["config"], result["summary"]
-    lines = [
-        "# GRPO and within-group diversity on the base model",
-        "",
-        "Written by `experiments/grpo_diversity.py`"
-        + (" **--quick: a smoke test, the numbers mean nothing**" if result["quick"] else "")
-        + ".",
-        f"GRPO on `local:chitchat-gpt2`, {cfg['steps']} steps of {cfg['prompts']} prompts x G = {cfg['num_generations']}, "
-        f"replies of at most {cfg['max_completion_length']} tokens, learning rate {cfg['learning_rate']}, "
-        f"temperature {cfg['temperature']}, scale_rewards={cfg['scale_rewards']!r}, KL beta {cfg['beta']} (the _kl "
-        f"settings; 0 elsewhere), entropy_coef {cfg['entropy_coef']} (grpo_entropy), seeds {result['seeds']}; "
-        f"task reward: about eight words. Machine: {result['machine']}.",
-        "",
-    ]
-    if reading:
-        lines += [reading.rstrip(), ""]
+def run_sections(result: dict[str, Any]) -> list[str]:
+    """The page's tables of the full runs: held out, the differences with grpo, training ends, cost."""
+    summary = result["summary"]
+    lines: list[str] = []
     lines += [
         "## Held out, after training (mean over seeds, 95 % t-interval)",
         "",
@@ -622,6 +609,31 @@ def page(result: dict[str, Any], reading: str = "") -> str:
             f"| {s} | {row['wall_s']['mean']:.0f} | {row['step_s']['mean']:.0f} | {row['reward_s']['mean']:.1f} "
             f"| {row['monitor_s']['mean']:.1f} |"
         )
+    return lines
+
+
+def page(result: dict[str, Any], reading: str = "") -> str:
+    """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept."""
+    cfg = result["config"]
+    lines = [
+        "# GRPO and within-group diversity on the base model",
+        "",
+        "Written by `experiments/grpo_diversity.py`"
+        + (" **--quick: a smoke test, the numbers mean nothing**" if result["quick"] else "")
+        + ".",
+        f"GRPO on `local:chitchat-gpt2`, {cfg['steps']} steps of {cfg['prompts']} prompts x G = {cfg['num_generations']}, "
+        f"replies of at most {cfg['max_completion_length']} tokens, learning rate {cfg['learning_rate']}, "
+        f"temperature {cfg['temperature']}, scale_rewards={cfg['scale_rewards']!r}, KL beta {cfg['beta']} (the _kl "
+        f"settings; 0 elsewhere), entropy_coef {cfg['entropy_coef']} (grpo_entropy), seeds {result['seeds']}; "
+        f"task reward: about eight words. Machine: {result['machine']}.",
+        "",
+    ]
+    if reading:
+        lines += [reading.rstrip(), ""]
+    if not result["runs"]:
+        lines += ["*No full run yet: the settings above are fixed before the runs; the runs are to come.*", ""]
+    else:
+        lines += run_sections(result)
     if result.get("pilot"):
         lines += ["", "## Pilot (one seed per regime; the full settings were fixed after it)", ""]
         cols = ("judge_group_sem_ent", "group_sem_ent", "task_reward", "nll", "top_word_share", "cut_share")
@@ -639,7 +651,8 @@ def page(result: dict[str, Any], reading: str = "") -> str:
                 + " | ".join(cells)
                 + f" | {p['held_out']['judge_group_sem_ent']:.3f} | {p['held_out']['nll']:.2f} | {_esc(greedy)} |"
             )
-    lines += ["", f"## Examples (seed {result['seeds'][0]})", ""]
+    if result["runs"]:
+        lines += ["", f"## Examples (seed {result['seeds'][0]})", ""]
     for r in result["runs"]:
         if r["seed"] != result["seeds"][0]:
             continue
@@ -674,7 +687,8 @@ def write(result: dict[str, Any], out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.json", json.dumps(result, indent=1, allow_nan=False))
-    figure(result, out / "curves.png")
+    if result["runs"]:
+        figure(result, out / "curves.png")
     md = out.with_suffix(".md")
     atomic_write_text(md, page(result, kept_reading(md)))
 
@@ -686,6 +700,12 @@ def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict
         ValueError: parts made with other settings (config) than the first.
     """
     loaded = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
+    pilots = [json.loads(Path(p).read_text(encoding="utf-8")) for p in pilot or []]
+    if not loaded:  # the pilot alone: the page shows it and the fixed settings, before any full run
+        if not pilots:
+            raise ValueError("--merge needs results.json parts, or --pilot parts")
+        loaded = [{"experiment": "grpo_diversity", "quick": False, "config": dict(FULL), "seeds": [], "runs": []}]
+        loaded[0]["machine"] = pilots[0].get("machine") or MACHINE
     first = loaded[0]
     for path, part in zip(parts, loaded):
         if part["config"] != first["config"] or part["quick"] != first["quick"]:
@@ -705,7 +725,7 @@ def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict
         "base": base,
         "runs": runs,
         "summary": summarise(runs, settings, base),
-        "pilot": pilot_rows([json.loads(Path(p).read_text(encoding="utf-8")) for p in pilot or []]),
+        "pilot": pilot_rows(pilots),
     }
     write(result, out)
     print(f"[grpo_diversity] merged {len(parts)} parts ({len(runs)} runs) into {out / 'results.json'}")
@@ -724,16 +744,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one run per core)")
     parser.add_argument(
         "--merge",
-        nargs="+",
+        nargs="*",
         type=Path,
         default=None,
-        help="combine the results.json of runs made apart (e.g. one seed each) into --out; a later part wins",
+        help="combine the results.json of runs made apart (e.g. one seed each) into --out; a later part wins "
+        "(none, with --pilot: the pilot's page before the full runs)",
     )
     parser.add_argument(
         "--pilot", nargs="+", type=Path, default=None, help="with --merge: the pilot runs' results.json"
     )
     args = parser.parse_args(argv)
-    if args.merge:
+    if args.merge is not None:
         return merge(args.merge, args.out, args.pilot)
 
     import torch
@@ -791,7 +812,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "quick": args.quick,
         "config": cfg,
         "seeds": seeds,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared: timings are wall clock on a loaded machine)",
+        "machine": MACHINE,
         "base": base_held,
         "runs": runs,
         "summary": summarise(runs, list(args.settings), base_held),
