@@ -94,3 +94,10 @@ def test_grpo_diversity_quick(tmp_path):
     text = (merged_out.parent / "grpo_diversity.md").read_text()
     assert "## Reading\n\nBy hand, kept." in text and "old\n" not in text.split("## Reading")[0]
     assert "## Pilot" in text and text.count("## Reading") == 1
+
+    # before any full run: the pilot alone makes the page, with the fixed settings and no run tables
+    alone = tmp_path / "alone" / "grpo_diversity"
+    script.main(["--merge", "--pilot", str(out / "results.json"), "--out", str(alone)])
+    text = (alone.parent / "grpo_diversity.md").read_text()
+    assert "No full run yet" in text and "## Pilot" in text and "## Held out" not in text
+    assert json.loads((alone / "results.json").read_text())["config"] == script.FULL
