@@ -104,6 +104,7 @@ FULL: dict[str, Any] = {
     "scale_rewards": "group",
     "lexical_threshold": 0.5,
     "diversity_floor": 0.1,
+    "mask_truncated": False,
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -356,6 +357,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
         beta=cfg["beta"] if setting.endswith("_kl") else 0.0,
         entropy_coef=cfg["entropy_coef"] if setting == "grpo_entropy" else 0.0,
         scale_rewards=cfg["scale_rewards"],
+        mask_truncated_completions=cfg["mask_truncated"],
         bf16=False,
         use_cpu=True,
         report_to="none",
@@ -494,6 +496,7 @@ def pilot_rows(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "beta": 0.0,
                     "steps": 0,
                     "scale_rewards": part["config"]["scale_rewards"],
+                    "mask_truncated": False,
                     "ends": None,
                     "held_out": held,
                     "greedy": [],
@@ -509,6 +512,7 @@ def pilot_rows(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "beta": cfg["beta"] if r["setting"].endswith("_kl") else 0.0,
                     "steps": cfg["steps"],
                     "scale_rewards": cfg["scale_rewards"],
+                    "mask_truncated": bool(cfg.get("mask_truncated", False)),
                     "ends": {m: ends(r["steps"], m) for m in MEASURES},
                     "held_out": r["held_out"],
                     "greedy": r["examples"]["greedy"][:2],
@@ -638,16 +642,17 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         lines += ["", "## Pilot (one seed per regime; the full settings were fixed after it)", ""]
         cols = ("judge_group_sem_ent", "group_sem_ent", "task_reward", "nll", "top_word_share", "cut_share")
         lines += [
-            "| setting | lr | beta | steps | "
+            "| setting | lr | beta | steps | mask cut | "
             + " | ".join(f"{c} first->last" for c in cols)
             + " | held-out judge Sem-Ent | held-out nll | greedy |",
-            "|---" * (len(cols) + 7) + "|",
+            "|---" * (len(cols) + 8) + "|",
         ]
         for p in result["pilot"]:
             cells = [f"{p['ends'][c][0]:.2f} -> {p['ends'][c][1]:.2f}" if p["ends"] else "-" for c in cols]
             greedy = " / ".join(p["greedy"])
             lines.append(
                 f"| {p['setting']} | {p['learning_rate']:g} | {p['beta']:g} | {p['steps']} | "
+                + ("yes | " if p.get("mask_truncated") else "no | ")
                 + " | ".join(cells)
                 + f" | {p['held_out']['judge_group_sem_ent']:.3f} | {p['held_out']['nll']:.2f} | {_esc(greedy)} |"
             )
@@ -740,6 +745,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=None, help="a pilot's; the full runs use the fixed settings")
     parser.add_argument("--learning-rate", type=float, default=None, help="a pilot's")
     parser.add_argument("--beta", type=float, default=None, help="a pilot's KL beta for the _kl settings")
+    parser.add_argument(
+        "--mask-truncated",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a pilot's GRPOConfig(mask_truncated_completions=...): completions cut at the length limit add no loss",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "grpo_diversity")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one run per core)")
     parser.add_argument(
@@ -765,7 +776,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     cfg = dict(QUICK if args.quick else FULL)
-    for key, value in (("steps", args.steps), ("learning_rate", args.learning_rate), ("beta", args.beta)):
+    pilot_knobs = (
+        ("steps", args.steps),
+        ("learning_rate", args.learning_rate),
+        ("beta", args.beta),
+        ("mask_truncated", args.mask_truncated),
+    )
+    for key, value in pilot_knobs:
         if value is not None:
             cfg[key] = value
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2, 3, 4])
