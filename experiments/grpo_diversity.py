@@ -105,6 +105,7 @@ FULL: dict[str, Any] = {
     "lexical_threshold": 0.5,
     "diversity_floor": 0.1,
     "mask_truncated": False,
+    "task": "eight_words",
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -124,6 +125,17 @@ def about_eight_words(completions: list[Any], **kwargs: Any) -> list[float]:
     from lightning_div.integrations.trl import completion_texts
 
     return [max(0.0, 1 - abs(len(c.split()) - 8) / 8) for c in completion_texts(completions)]
+
+
+def asks_back(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Another task reward with many equally good answers: 1 for a reply of 3 to 15 words that ends with a question."""
+    from lightning_div.integrations.trl import completion_texts
+
+    return [float(c.rstrip().endswith("?") and 3 <= len(c.split()) <= 15) for c in completion_texts(completions)]
+
+
+#: The task rewards a run can be given (``--task``; the config's ``task``).
+TASKS = {"eight_words": about_eight_words, "asks_back": asks_back}
 
 
 def lexical_labels(texts: list[str], g: int, threshold: float) -> list[int]:
@@ -245,8 +257,11 @@ def top_word_share(texts: list[str], g: int) -> float:
 class Ruler:
     """Everything that measures a set of grouped completions: the reward's space, the judge's, the base model."""
 
-    def __init__(self, space: Any, judge: Any, base: Any, tokenizer: Any, vocab_size: int) -> None:
+    def __init__(
+        self, space: Any, judge: Any, base: Any, tokenizer: Any, vocab_size: int, task: Any = about_eight_words
+    ) -> None:
         self.space, self.judge, self.base, self.tokenizer, self.vocab_size = space, judge, base, tokenizer, vocab_size
+        self.task = task
 
     def measure(
         self, prompts: list[str], texts: list[str], g: int, cut: list[bool] | None, ids: Any = None
@@ -273,7 +288,7 @@ class Ruler:
             "distinct_1": group_distinct_n(texts, g, 1),
             "distinct_2": group_distinct_n(texts, g, 2),
             "ead": sum(expectation_adjusted_distinct(grp, self.vocab_size) for grp in groups) / len(groups),
-            "task_reward": sum(about_eight_words(texts)) / len(texts),
+            "task_reward": sum(self.task(texts)) / len(texts),
             "nll": nll_per_token(self.base, self.tokenizer, prompts, texts),
             "length_words": sum(len(t.split()) for t in texts) / len(texts),
             "cut_share": 0.0 if cut is None else sum(cut) / len(cut),
@@ -302,6 +317,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
     from lightning_div.metrics.group import group_diversity_scores
 
     g = cfg["num_generations"]
+    task = TASKS[cfg.get("task", "eight_words")]
     torch.manual_seed(seed)
     model, tokenizer = load_base_model()
     window = int(model.config.n_positions) - cfg["max_completion_length"]
@@ -322,7 +338,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
             return timed(super().__call__, *args, **kwargs)
 
     def task_reward(*args: Any, **kwargs: Any) -> Any:
-        return timed(about_eight_words, *args, **kwargs)
+        return timed(task, *args, **kwargs)
 
     def lexical_reward(completions: list[Any], **kwargs: Any) -> list[float]:
         from lightning_div.integrations.trl import completion_texts
@@ -330,17 +346,15 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
         def score() -> list[float]:
             texts = completion_texts(completions)
             labels = lexical_labels(texts, g, cfg["lexical_threshold"])
-            return darling_product(
-                about_eight_words(texts), group_diversity_scores(labels, g), g, cfg["diversity_floor"]
-            )
+            return darling_product(task(texts), group_diversity_scores(labels, g), g, cfg["diversity_floor"])
 
         return list(timed(score))
 
-    task_reward.__name__ = "about_eight_words"
-    lexical_reward.__name__ = "about_eight_words_x_lexical_diversity"
+    task_reward.__name__ = task.__name__
+    lexical_reward.__name__ = f"{task.__name__}_x_lexical_diversity"
     reward_fn: Any
     if setting in ("grpo_semantic", "grpo_semantic_kl"):
-        reward_fn = TimedSemantic(num_generations=g, space=ruler.space, quality=about_eight_words)
+        reward_fn = TimedSemantic(num_generations=g, space=ruler.space, quality=task)
     elif setting == "grpo_lexical":
         reward_fn = lexical_reward
     else:
@@ -497,6 +511,8 @@ def pilot_rows(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "steps": 0,
                     "scale_rewards": part["config"]["scale_rewards"],
                     "mask_truncated": False,
+                    "temperature": part["config"]["temperature"],
+                    "task": part["config"].get("task", "eight_words"),
                     "ends": None,
                     "held_out": held,
                     "greedy": [],
@@ -513,6 +529,8 @@ def pilot_rows(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "steps": cfg["steps"],
                     "scale_rewards": cfg["scale_rewards"],
                     "mask_truncated": bool(cfg.get("mask_truncated", False)),
+                    "temperature": cfg["temperature"],
+                    "task": cfg.get("task", "eight_words"),
                     "ends": {m: ends(r["steps"], m) for m in MEASURES},
                     "held_out": r["held_out"],
                     "greedy": r["examples"]["greedy"][:2],
@@ -629,7 +647,7 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         f"replies of at most {cfg['max_completion_length']} tokens, learning rate {cfg['learning_rate']}, "
         f"temperature {cfg['temperature']}, scale_rewards={cfg['scale_rewards']!r}, KL beta {cfg['beta']} (the _kl "
         f"settings; 0 elsewhere), entropy_coef {cfg['entropy_coef']} (grpo_entropy), seeds {result['seeds']}; "
-        f"task reward: about eight words. Machine: {result['machine']}.",
+        f"task reward: {cfg.get('task', 'eight_words')}. Machine: {result['machine']}.",
         "",
     ]
     if reading:
@@ -642,16 +660,17 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         lines += ["", "## Pilot (one seed per regime; the full settings were fixed after it)", ""]
         cols = ("judge_group_sem_ent", "group_sem_ent", "task_reward", "nll", "top_word_share", "cut_share")
         lines += [
-            "| setting | lr | beta | steps | mask cut | "
+            "| setting | task | lr | beta | T | steps | mask cut | "
             + " | ".join(f"{c} first->last" for c in cols)
             + " | held-out judge Sem-Ent | held-out nll | greedy |",
-            "|---" * (len(cols) + 8) + "|",
+            "|---" * (len(cols) + 10) + "|",
         ]
         for p in result["pilot"]:
             cells = [f"{p['ends'][c][0]:.2f} -> {p['ends'][c][1]:.2f}" if p["ends"] else "-" for c in cols]
             greedy = " / ".join(p["greedy"])
             lines.append(
-                f"| {p['setting']} | {p['learning_rate']:g} | {p['beta']:g} | {p['steps']} | "
+                f"| {p['setting']} | {p['task']} | {p['learning_rate']:g} | {p['beta']:g} | {p['temperature']:g} | "
+                f"{p['steps']} | "
                 + ("yes | " if p.get("mask_truncated") else "no | ")
                 + " | ".join(cells)
                 + f" | {p['held_out']['judge_group_sem_ent']:.3f} | {p['held_out']['nll']:.2f} | {_esc(greedy)} |"
@@ -745,6 +764,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=None, help="a pilot's; the full runs use the fixed settings")
     parser.add_argument("--learning-rate", type=float, default=None, help="a pilot's")
     parser.add_argument("--beta", type=float, default=None, help="a pilot's KL beta for the _kl settings")
+    parser.add_argument("--temperature", type=float, default=None, help="a pilot's sampling temperature")
+    parser.add_argument("--task", choices=sorted(TASKS), default=None, help="a pilot's task reward")
     parser.add_argument(
         "--mask-truncated",
         action=argparse.BooleanOptionalAction,
@@ -781,6 +802,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ("learning_rate", args.learning_rate),
         ("beta", args.beta),
         ("mask_truncated", args.mask_truncated),
+        ("temperature", args.temperature),
+        ("task", args.task),
     )
     for key, value in pilot_knobs:
         if value is not None:
@@ -800,7 +823,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     base, tokenizer = load_base_model()
     base.eval()
-    ruler = Ruler(space, judge, base, tokenizer, count_vocab(references))
+    ruler = Ruler(space, judge, base, tokenizer, count_vocab(references), TASKS[cfg["task"]])
     base_held = {str(seed): measure_base(ruler, cfg, seed) for seed in seeds}
     runs = []
     for seed in seeds:
