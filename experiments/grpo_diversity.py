@@ -104,7 +104,7 @@ FULL: dict[str, Any] = {
     "scale_rewards": "group",
     "lexical_threshold": 0.5,
     "diversity_floor": 0.1,
-    "mask_truncated": False,
+    "mask_truncated": True,
     "task": "eight_words",
 }
 QUICK: dict[str, Any] = {
