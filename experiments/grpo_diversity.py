@@ -1,33 +1,43 @@
-"""Does GRPO collapse diversity on the base model, and does a semantic group reward hold it? (issue 42)
+"""Does GRPO collapse within-group diversity on the base model, and what holds it? Judged by a ruler the rewards never saw.
 
-    python experiments/grpo_diversity.py [--quick] [--settings grpo grpo_semantic] [--seeds 0 1 2] [--out DIR]
+    python experiments/grpo_diversity.py [--quick] [--settings S ...] [--seeds 0 1 2 3 4] [--out DIR]
+    python experiments/grpo_diversity.py --merge PART/results.json ... [--pilot PILOT/results.json ...] --out DIR
 
-GRPO trains the shipped base model (``local:chitchat-gpt2``) on Chit-Chat prompts with a task
-reward a user could plausibly write and that invites collapse: *reply in about eight words*
-(``1 - |words - 8| / 8``, floored at 0): one safe eight-word reply would maximise it for every
-prompt. Two settings, the same seeds, prompts and hyper-parameters:
+GRPO (TRL's ``GRPOTrainer``) trains the shipped base model (``local:chitchat-gpt2``) on Chit-Chat
+prompts with a task reward a user could write and that has many equally good answers: *reply in
+about eight words* (``1 - |words - 8| / 8``, floored at 0), so one safe eight-word reply would
+maximise it for every prompt. The settings share prompts, seeds and hyper-parameters and differ
+in one thing each:
 
-* ``grpo``: the task reward alone;
-* ``grpo_semantic``: the task reward times DARLING's semantic diversity of the completion within
-  its group (:class:`~lightning_div.integrations.trl.SemanticGroupReward`, clusters of
-  all-MiniLM-L6-v2 embeddings, ``quality=`` the task reward): DARLING's combination.
+* ``grpo``: the task reward alone (TRL's defaults: no KL term, temperature 1);
+* ``grpo_semantic``: DARLING's reward (Li et al., 2025, arXiv 2509.02534), the task reward shifted
+  by its group minimum times the completion's semantic rarity in its group floored at 0.1
+  (:class:`~lightning_div.integrations.trl.SemanticGroupReward`, clusters of all-MiniLM-L6-v2
+  embeddings fitted on 500 Chit-Chat replies, k = 8);
+* ``grpo_kl`` / ``grpo_semantic_kl``: the same two with a KL term to the base model (TRL's ``beta``);
+* ``grpo_lexical``: the same product with a *lexical* equivalence (two completions alike when
+  their word-bigram sets overlap by Jaccard >= 0.5): DARLING's lexical baseline;
+* ``grpo_entropy``: the task reward with TRL's own remedy, an entropy bonus
+  (``GRPOConfig(entropy_coef=...)``).
 
-:class:`~lightning_div.integrations.trl.GroupDiversityCallback` logs, at every step, group
-Sem-Ent, clusters per group and the collapsed share of the training rollouts, and the task
-reward of the same rollouts is recorded beside them (for ``grpo_semantic`` TRL's ``reward`` is
-the product, so the task reward is computed apart). Both share one ``SemanticSpace`` whose
-clusters (k = 8) are fitted once on 500 Chit-Chat reference replies. After training, each run
-samples G completions for a fixed set of held-out validation prompts (the same for every run)
-and measures the same quantities there: the last-step numbers compared between the settings,
-as per-seed differences (``grpo_semantic - grpo``, paired by seed) with a 95 % t-interval.
-Greedy and sampled replies to three fixed prompts are kept as examples, and the wall and reward
-seconds as the cost.
+**The ruler.** The reward's clusters are not the judge. After training each run samples G
+completions for fixed held-out validation prompts and measures them in a *second* semantic space
+that no reward uses: the untouched base model's own last-token hidden states (the Sem-Ent paper's
+choice of the dialogue model as encoder), k-means clusters fitted on the same reference replies;
+beside it within-group distinct-1/2 and EAD, the task reward, the completions' NLL per token
+under the untouched base model (fluency: a reward hack into gibberish shows there), their mean
+length in words, the share cut at the length limit and the most frequent word's share within a
+group (degeneration). Per training step the rollouts get the same group measures (the reward's
+space through :class:`~lightning_div.integrations.trl.GroupDiversityCallback`, and the judge's).
 
-Writes ``DIR/results.json`` and the page ``DIR.md`` (default ``docs/results/grpo_diversity``): the
-numbers, the per-seed intervals and whether each excludes 0; the reading (does GRPO collapse
-diversity here, does the reward hold it, at what cost to the task reward) is written by hand
-under them, and the page added to ``mkdocs.yml``'s Results.
-``--quick``: one seed, 2 steps, small batches, clusters of 100 replies (a smoke test; its numbers mean nothing).
+Primary measures, fixed before the runs: held-out judge group Sem-Ent, task reward, NLL. Each
+setting is compared with ``grpo`` as per-seed paired differences with a 95 % t-interval;
+training curves as first-10 vs last-10 step means. ``--pilot`` parts (one seed per regime, run
+with other ``--learning-rate`` / ``--beta`` / ``--steps``) go in a table of their own.
+
+Writes ``DIR/results.json``, ``DIR/curves.png`` and the page ``DIR.md`` (default
+``docs/results/grpo_diversity``); the reading is written by hand on the page and kept by ``--merge``.
+``--quick``: one seed, 2 steps, small batches, every setting (a smoke test; its numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ import os
 import platform
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +60,64 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SETTINGS = ("grpo", "grpo_semantic")
-METRICS = ("group_sem_ent", "group_clusters", "collapsed_groups", "task_reward")
-FULL = {"steps": 60, "prompts": 4, "num_generations": 8, "max_completion_length": 24, "eval_prompts": 32}
-QUICK = {"steps": 2, "prompts": 2, "num_generations": 4, "max_completion_length": 8, "eval_prompts": 4}
+SETTINGS = ("grpo", "grpo_semantic", "grpo_kl", "grpo_semantic_kl", "grpo_lexical", "grpo_entropy")
+#: The measures of a set of grouped completions (held out and per training step).
+MEASURES = (
+    "judge_group_sem_ent",
+    "judge_group_clusters",
+    "group_sem_ent",
+    "group_clusters",
+    "collapsed_groups",
+    "distinct_1",
+    "distinct_2",
+    "ead",
+    "task_reward",
+    "nll",
+    "length_words",
+    "cut_share",
+    "top_word_share",
+)
+PRIMARY = ("judge_group_sem_ent", "task_reward", "nll")
+#: The page's held-out table (the rest are in results.json).
+SHOWN = (
+    "judge_group_sem_ent",
+    "judge_group_clusters",
+    "group_sem_ent",
+    "distinct_2",
+    "ead",
+    "task_reward",
+    "nll",
+    "length_words",
+    "cut_share",
+    "top_word_share",
+)
+FULL: dict[str, Any] = {
+    "steps": 120,
+    "prompts": 4,
+    "num_generations": 8,
+    "max_completion_length": 24,
+    "eval_prompts": 32,
+    "learning_rate": 5e-4,
+    "beta": 0.04,
+    "entropy_coef": 0.01,
+    "temperature": 1.0,
+    "scale_rewards": "group",
+    "lexical_threshold": 0.5,
+    "diversity_floor": 0.1,
+    "mask_truncated": True,
+    "task": "eight_words",
+}
+QUICK: dict[str, Any] = {
+    **FULL,
+    "steps": 2,
+    "prompts": 2,
+    "num_generations": 4,
+    "max_completion_length": 8,
+    "eval_prompts": 4,
+}
 EXAMPLE_PROMPTS = 3
+MACHINE = f"{platform.machine()}, {os.cpu_count()} CPUs (shared: timings are wall clock on a loaded machine)"
+WINDOW = 10  # steps averaged at each end of a training curve
 
 
 def about_eight_words(completions: list[Any], **kwargs: Any) -> list[float]:
@@ -61,6 +125,47 @@ def about_eight_words(completions: list[Any], **kwargs: Any) -> list[float]:
     from lightning_div.integrations.trl import completion_texts
 
     return [max(0.0, 1 - abs(len(c.split()) - 8) / 8) for c in completion_texts(completions)]
+
+
+def asks_back(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Another task reward with many equally good answers: 1 for a reply of 3 to 15 words that ends with a question."""
+    from lightning_div.integrations.trl import completion_texts
+
+    return [float(c.rstrip().endswith("?") and 3 <= len(c.split()) <= 15) for c in completion_texts(completions)]
+
+
+#: The task rewards a run can be given (``--task``; the config's ``task``).
+TASKS = {"eight_words": about_eight_words, "asks_back": asks_back}
+
+
+def lexical_labels(texts: list[str], g: int, threshold: float) -> list[int]:
+    """Classes within each group: completions alike when their word-bigram sets overlap by Jaccard >= ``threshold``.
+
+    A completion of fewer than two words is compared by its word set (an empty one equals only other empty ones).
+    """
+    from lightning_div.metrics.group import partition_by_similarity, split_groups
+
+    def grams(text: str) -> frozenset[tuple[str, ...]]:
+        words = text.lower().split()
+        return frozenset(zip(words, words[1:])) if len(words) > 1 else frozenset((w,) for w in words)
+
+    labels: list[int] = []
+    for group in split_groups(texts, g):
+        sets = [grams(t) for t in group]
+        sim = [[1.0 if a == b else len(a & b) / max(1, len(a | b)) for b in sets] for a in sets]
+        labels += partition_by_similarity(sim, threshold)
+    return labels
+
+
+def darling_product(quality: list[float], diversity: list[float], g: int, floor: float) -> list[float]:
+    """DARLING's combination, as :class:`~lightning_div.integrations.trl.SemanticGroupReward` makes it.
+
+    (quality - its group's minimum) x max(diversity, floor), each group of ``g`` apart.
+    """
+    from lightning_div.metrics.group import shift_by_group_minimum
+
+    shifted = shift_by_group_minimum(quality, g)
+    return [float(q or 0.0) * max(d, floor) for q, d in zip(shifted, diversity)]
 
 
 def prompt_sets(tokenizer: Any, n_train: int, n_eval: int, max_tokens: int) -> tuple[list[str], list[str]]:
@@ -81,48 +186,139 @@ def prompt_sets(tokenizer: Any, n_train: int, n_eval: int, max_tokens: int) -> t
     return turns("chitchat:finetune", n_train), turns("chitchat:validation", n_eval)
 
 
-def sample(model: Any, tokenizer: Any, prompts: list[str], n: int, cfg: dict[str, Any], seed: int) -> list[str]:
-    """``n`` completions per prompt (greedy when ``n`` is 0: one), each prompt's consecutive."""
+def sample(
+    model: Any, tokenizer: Any, prompts: list[str], n: int, cfg: dict[str, Any], seed: int
+) -> tuple[list[str], list[bool]]:
+    """``n`` completions per prompt (greedy when ``n`` is 0: one), each prompt's consecutive, and which were cut.
+
+    A completion is *cut* when it reached ``max_completion_length`` tokens without an end-of-sequence token.
+    """
     import torch
 
-    out: list[str] = []
+    texts: list[str] = []
+    cut: list[bool] = []
     model.eval()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for prompt in prompts:
             ids = tokenizer(prompt, return_tensors="pt")
-            kwargs = {"do_sample": False} if n == 0 else {"do_sample": True, "num_return_sequences": n, "top_k": 0}
+            kwargs: dict[str, Any] = (
+                {"do_sample": False}
+                if n == 0
+                else {"do_sample": True, "num_return_sequences": n, "top_k": 0, "temperature": cfg["temperature"]}
+            )
             with torch.inference_mode():
                 gen = model.generate(
                     **ids, max_new_tokens=cfg["max_completion_length"], pad_token_id=tokenizer.pad_token_id, **kwargs
                 )
-            out += tokenizer.batch_decode(gen[:, ids["input_ids"].shape[1] :], skip_special_tokens=True)
-    return [t.strip() for t in out]
+            new = gen[:, ids["input_ids"].shape[1] :]
+            texts += [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
+            cut += [
+                bool(len(row) >= cfg["max_completion_length"] and tokenizer.eos_token_id not in row.tolist())
+                for row in new
+            ]
+    return texts, cut
 
 
-def measure(space: Any, texts: list[str], g: int) -> dict[str, float]:
-    """Group Sem-Ent, clusters per group, collapsed share and task reward of whole groups of ``g``."""
-    from lightning_div.metrics import collapsed_share, group_classes, group_semantic_entropy
+def nll_per_token(model: Any, tokenizer: Any, prompts: list[str], completions: list[str]) -> float:
+    """Mean NLL per token of the completions' tokens given their prompts, under ``model`` (empty completions add none)."""
+    import torch
 
-    ids = space.assign(texts)
-    return {
-        "group_sem_ent": group_semantic_entropy(ids, g),
-        "group_clusters": group_classes(ids, g),
-        "collapsed_groups": collapsed_share(ids, g),
-        "task_reward": sum(about_eight_words(texts)) / len(texts),
-    }
+    total, count = 0.0, 0
+    model.eval()
+    window = int(model.config.n_positions)
+    for prompt, completion in zip(prompts, completions):
+        p = tokenizer(prompt)["input_ids"]
+        c = tokenizer(completion)["input_ids"] if completion else []
+        if not c:
+            continue
+        ids = (p + c)[-window:]
+        k = min(len(c), len(ids) - 1)
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([ids])).logits[0]
+        logp = torch.log_softmax(logits[-k - 1 : -1].float(), dim=-1)
+        target = torch.tensor(ids[-k:])
+        total += float(-logp.gather(1, target[:, None]).sum())
+        count += k
+    return total / count if count else 0.0
 
 
-def run(setting: str, seed: int, cfg: dict[str, Any], space: Any, out: Path) -> dict[str, Any]:
-    """One GRPO run: per-step training metrics, held-out metrics after training, examples, cost."""
+def top_word_share(texts: list[str], g: int) -> float:
+    """The most frequent word's share of a group's words, averaged over groups (0 for a group without words)."""
+    from lightning_div.metrics.group import split_groups
+
+    shares = []
+    for group in split_groups(texts, g):
+        words = [w for t in group for w in t.lower().split()]
+        shares.append(Counter(words).most_common(1)[0][1] / len(words) if words else 0.0)
+    return sum(shares) / len(shares) if shares else 0.0
+
+
+class Ruler:
+    """Everything that measures a set of grouped completions: the reward's space, the judge's, the base model."""
+
+    def __init__(
+        self, space: Any, judge: Any, base: Any, tokenizer: Any, vocab_size: int, task: Any = about_eight_words
+    ) -> None:
+        self.space, self.judge, self.base, self.tokenizer, self.vocab_size = space, judge, base, tokenizer, vocab_size
+        self.task = task
+
+    def measure(
+        self, prompts: list[str], texts: list[str], g: int, cut: list[bool] | None, ids: Any = None
+    ) -> dict[str, float]:
+        """Every measure of :data:`MEASURES` over whole groups of ``g`` (``cut`` None: cut_share is 0, read elsewhere)."""
+        from lightning_div.metrics import (
+            collapsed_share,
+            expectation_adjusted_distinct,
+            group_classes,
+            group_distinct_n,
+            group_semantic_entropy,
+        )
+        from lightning_div.metrics.group import split_groups
+
+        ids = self.space.assign(texts) if ids is None else ids
+        judged = self.judge.assign(texts)
+        groups = split_groups(texts, g)
+        return {
+            "judge_group_sem_ent": group_semantic_entropy(judged, g),
+            "judge_group_clusters": group_classes(judged, g),
+            "group_sem_ent": group_semantic_entropy(ids, g),
+            "group_clusters": group_classes(ids, g),
+            "collapsed_groups": collapsed_share(ids, g),
+            "distinct_1": group_distinct_n(texts, g, 1),
+            "distinct_2": group_distinct_n(texts, g, 2),
+            "ead": sum(expectation_adjusted_distinct(grp, self.vocab_size) for grp in groups) / len(groups),
+            "task_reward": sum(self.task(texts)) / len(texts),
+            "nll": nll_per_token(self.base, self.tokenizer, prompts, texts),
+            "length_words": sum(len(t.split()) for t in texts) / len(texts),
+            "cut_share": 0.0 if cut is None else sum(cut) / len(cut),
+            "top_word_share": top_word_share(texts, g),
+        }
+
+
+def measure_base(ruler: Ruler, cfg: dict[str, Any], seed: int) -> dict[str, float]:
+    """The untrained base model's held-out measures: the same prompts and sampling seed as every run's."""
+    window = int(ruler.base.config.n_positions) - cfg["max_completion_length"]
+    _, eval_prompts = prompt_sets(ruler.tokenizer, 0, cfg["eval_prompts"], window)
+    g = cfg["num_generations"]
+    texts, cut = sample(ruler.base, ruler.tokenizer, eval_prompts, g, cfg, seed=1000 + seed)
+    return ruler.measure([p for p in eval_prompts for _ in range(g)], texts, g, cut)
+
+
+def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -> dict[str, Any]:
+    """One GRPO run: per-step training measures, held-out measures after training, examples, cost."""
+    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from lightning_div import load_base_model
     from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward, rollouts_of
+    from lightning_div.metrics.group import group_diversity_scores
 
     g = cfg["num_generations"]
+    task = TASKS[cfg.get("task", "eight_words")]
+    torch.manual_seed(seed)
     model, tokenizer = load_base_model()
     window = int(model.config.n_positions) - cfg["max_completion_length"]
     train_prompts, eval_prompts = prompt_sets(tokenizer, cfg["steps"] * cfg["prompts"], cfg["eval_prompts"], window)
@@ -142,12 +338,27 @@ def run(setting: str, seed: int, cfg: dict[str, Any], space: Any, out: Path) -> 
             return timed(super().__call__, *args, **kwargs)
 
     def task_reward(*args: Any, **kwargs: Any) -> Any:
-        return timed(about_eight_words, *args, **kwargs)
+        return timed(task, *args, **kwargs)
 
-    task_reward.__name__ = "about_eight_words"
-    reward_fn: Any = (
-        task_reward if setting == "grpo" else TimedSemantic(num_generations=g, space=space, quality=about_eight_words)
-    )
+    def lexical_reward(completions: list[Any], **kwargs: Any) -> list[float]:
+        from lightning_div.integrations.trl import completion_texts
+
+        def score() -> list[float]:
+            texts = completion_texts(completions)
+            labels = lexical_labels(texts, g, cfg["lexical_threshold"])
+            return darling_product(task(texts), group_diversity_scores(labels, g), g, cfg["diversity_floor"])
+
+        return list(timed(score))
+
+    task_reward.__name__ = task.__name__
+    lexical_reward.__name__ = f"{task.__name__}_x_lexical_diversity"
+    reward_fn: Any
+    if setting in ("grpo_semantic", "grpo_semantic_kl"):
+        reward_fn = TimedSemantic(num_generations=g, space=ruler.space, quality=task)
+    elif setting == "grpo_lexical":
+        reward_fn = lexical_reward
+    else:
+        reward_fn = task_reward
     args = GRPOConfig(
         output_dir=str(out / "runs" / f"{setting}_seed{seed}"),
         num_generations=g,
@@ -156,13 +367,18 @@ def run(setting: str, seed: int, cfg: dict[str, Any], space: Any, out: Path) -> 
         max_steps=cfg["steps"],
         logging_steps=1,
         learning_rate=cfg["learning_rate"],
-        temperature=1.0,
+        temperature=cfg["temperature"],
+        beta=cfg["beta"] if setting.endswith("_kl") else 0.0,
+        entropy_coef=cfg["entropy_coef"] if setting == "grpo_entropy" else 0.0,
+        scale_rewards=cfg["scale_rewards"],
+        mask_truncated_completions=cfg["mask_truncated"],
         bf16=False,
         use_cpu=True,
         report_to="none",
         save_strategy="no",
         seed=seed,
         data_seed=seed,
+        disable_tqdm=True,
     )
     trainer = GRPOTrainer(
         model=model,
@@ -172,29 +388,42 @@ def run(setting: str, seed: int, cfg: dict[str, Any], space: Any, out: Path) -> 
         processing_class=tokenizer,
     )
     steps: list[dict[str, float]] = []
+    measure_s = [0.0]
 
-    class TaskReward(TrainerCallback):  # type: ignore[misc]
-        """The task reward of the step's rollouts (for grpo_semantic TRL's reward is the product)."""
+    class StepMeasures(TrainerCallback):  # type: ignore[misc]
+        """The judge's and the base model's measures of the step's rollouts (the reward's space: the monitor)."""
 
         def on_step_end(self, a: Any, state: Any, control: Any, **k: Any) -> None:
-            completions = rollouts_of(trainer)[1]
-            steps.append(
-                {"step": state.global_step, "task_reward": sum(about_eight_words(completions)) / len(completions)}
-            )
+            start = time.perf_counter()
+            prompts, completions, _ = rollouts_of(trainer)
+            from lightning_div.integrations.trl import completion_texts
 
-    trainer.add_callback(TaskReward())
-    monitor = GroupDiversityCallback(space=space, log_samples=False).attach(trainer)
+            texts = completion_texts(completions)
+            row = ruler.measure([str(p) for p in prompts], texts, g, None, ids=[0] * len(texts))
+            steps.append({"step": float(state.global_step), **row})
+            measure_s[0] += time.perf_counter() - start
+
+    trainer.add_callback(StepMeasures())
+    monitor = GroupDiversityCallback(space=ruler.space, log_samples=False).attach(trainer)
     start = time.perf_counter()
     trainer.train()
     wall_s = time.perf_counter() - start
+    logs = {int(h["step"]): h for h in trainer.state.log_history if "step_time" in h or "reward" in h}
     for row, measured in zip(steps, monitor.history):
-        row.update({m: measured[f"diversity/{m}"] for m in METRICS if m != "task_reward"})
+        for m in ("group_sem_ent", "group_clusters", "collapsed_groups"):
+            row[m] = measured[f"diversity/{m}"]
+        log = logs.get(int(row["step"]), {})
+        row["cut_share"] = float(log.get("completions/clipped_ratio", 0.0))
+        row["token_entropy"] = float(log.get("entropy", 0.0))
+        row["kl"] = float(log.get("kl", 0.0))
+        row["step_time"] = float(log.get("step_time", 0.0))
     trained = trainer.model
-    held_out = measure(space, sample(trained, tokenizer, eval_prompts, g, cfg, seed=1000 + seed), g)
+    texts, cut = sample(trained, tokenizer, eval_prompts, g, cfg, seed=1000 + seed)
+    held_out = ruler.measure([p for p in eval_prompts for _ in range(g)], texts, g, cut)
     examples = {
         "prompts": [p.removesuffix(tokenizer.eos_token) for p in eval_prompts[:EXAMPLE_PROMPTS]],
-        "greedy": sample(trained, tokenizer, eval_prompts[:EXAMPLE_PROMPTS], 0, cfg, seed),
-        "sampled": sample(trained, tokenizer, eval_prompts[:EXAMPLE_PROMPTS], 3, cfg, seed),
+        "greedy": sample(trained, tokenizer, eval_prompts[:EXAMPLE_PROMPTS], 0, cfg, seed)[0],
+        "sampled": sample(trained, tokenizer, eval_prompts[:EXAMPLE_PROMPTS], 3, cfg, seed)[0],
     }
     return {
         "setting": setting,
@@ -205,6 +434,8 @@ def run(setting: str, seed: int, cfg: dict[str, Any], space: Any, out: Path) -> 
         "wall_s": wall_s,
         "reward_s": reward_s[0],
         "monitor_s": sum(h["diversity/runtime"] for h in monitor.history),
+        "judge_s": measure_s[0],
+        "step_s": sum(r["step_time"] for r in steps),
     }
 
 
@@ -221,28 +452,91 @@ def interval(values: list[float]) -> dict[str, float | int | None]:
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
-def summarise(runs: list[dict[str, Any]], settings: list[str]) -> dict[str, Any]:
-    """Per setting: held-out and last-training-step means over seeds; the paired differences between settings."""
+def ends(steps: list[dict[str, float]], metric: str) -> tuple[float, float]:
+    """The mean of the first and of the last :data:`WINDOW` steps (fewer when the run is shorter)."""
+    k = max(1, min(WINDOW, len(steps) // 2))
+    first = [s[metric] for s in steps[:k]]
+    last = [s[metric] for s in steps[-k:]]
+    return sum(first) / len(first), sum(last) / len(last)
+
+
+def summarise(
+    runs: list[dict[str, Any]], settings: list[str], base: dict[str, dict[str, float]] | None = None
+) -> dict[str, Any]:
+    """Per setting: held-out means and training ends over seeds; each setting against ``grpo``, paired by seed.
+
+    ``base``: the untrained model's held-out measures per seed (a row of its own, the point every run starts from).
+    """
     by = {s: {r["seed"]: r for r in runs if r["setting"] == s} for s in settings}
-    out: dict[str, Any] = {"settings": {}, "difference": None}
+    out: dict[str, Any] = {"settings": {}, "difference": {}, "base": None}
+    if base:
+        out["base"] = {m: interval([b[m] for b in base.values()]) for m in MEASURES}
     for s in settings:
         rows = list(by[s].values())
         out["settings"][s] = {
-            "held_out": {m: interval([r["held_out"][m] for r in rows]) for m in METRICS},
-            "last_step": {m: interval([r["steps"][-1][m] for r in rows]) for m in METRICS},
-            # does training move it? the last training step minus the first, per seed (the same prompts' groups
-            # are not compared: each step draws its own prompts, so this is a trend, not a paired measurement)
-            "change": {m: interval([r["steps"][-1][m] - r["steps"][0][m] for r in rows]) for m in METRICS},
+            "held_out": {m: interval([r["held_out"][m] for r in rows]) for m in MEASURES},
+            "first": {m: interval([ends(r["steps"], m)[0] for r in rows]) for m in MEASURES},
+            "last": {m: interval([ends(r["steps"], m)[1] for r in rows]) for m in MEASURES},
+            # last-10 minus first-10 per seed: a trend (each step draws its own prompts), not a paired measurement
+            "change": {m: interval([ends(r["steps"], m)[1] - ends(r["steps"], m)[0] for r in rows]) for m in MEASURES},
             "wall_s": interval([r["wall_s"] for r in rows]),
             "reward_s": interval([r["reward_s"] for r in rows]),
+            "monitor_s": interval([r["monitor_s"] for r in rows]),
+            "step_s": interval([r["step_s"] for r in rows]),
         }
-    if set(SETTINGS) <= set(settings):
-        seeds = sorted(set(by["grpo"]) & set(by["grpo_semantic"]))
-        out["difference"] = {
-            m: interval([by["grpo_semantic"][k]["held_out"][m] - by["grpo"][k]["held_out"][m] for k in seeds])
-            for m in METRICS
-        }
+    if "grpo" in by:
+        for s in settings:
+            if s == "grpo":
+                continue
+            seeds = sorted(set(by["grpo"]) & set(by[s]))
+            if seeds:
+                out["difference"][s] = {
+                    m: interval([by[s][k]["held_out"][m] - by["grpo"][k]["held_out"][m] for k in seeds])
+                    for m in MEASURES
+                }
     return out
+
+
+def pilot_rows(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per pilot run: its regime, training ends and held-out primary measures."""
+    rows = []
+    for part in parts:
+        for seed, held in sorted(part.get("base", {}).items())[:1] if not rows else []:
+            rows.append(
+                {
+                    "setting": "base model, untrained",
+                    "seed": int(seed),
+                    "learning_rate": 0.0,
+                    "beta": 0.0,
+                    "steps": 0,
+                    "scale_rewards": part["config"]["scale_rewards"],
+                    "mask_truncated": False,
+                    "temperature": part["config"]["temperature"],
+                    "task": part["config"].get("task", "eight_words"),
+                    "ends": None,
+                    "held_out": held,
+                    "greedy": [],
+                }
+            )
+        for r in part["runs"]:
+            cfg = part["config"]
+            rows.append(
+                {
+                    "setting": r["setting"],
+                    "seed": r["seed"],
+                    "learning_rate": cfg["learning_rate"],
+                    "beta": cfg["beta"] if r["setting"].endswith("_kl") else 0.0,
+                    "steps": cfg["steps"],
+                    "scale_rewards": cfg["scale_rewards"],
+                    "mask_truncated": bool(cfg.get("mask_truncated", False)),
+                    "temperature": cfg["temperature"],
+                    "task": cfg.get("task", "eight_words"),
+                    "ends": {m: ends(r["steps"], m) for m in MEASURES},
+                    "held_out": r["held_out"],
+                    "greedy": r["examples"]["greedy"][:2],
+                }
+            )
+    return rows
 
 
 def _cell(x: dict[str, Any]) -> str:
@@ -251,51 +545,138 @@ def _cell(x: dict[str, Any]) -> str:
     return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
 
 
-def page(result: dict[str, Any]) -> str:
-    """The results page (markdown) from results.json's content."""
-    cfg, summary = result["config"], result["summary"]
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def figure(result: dict[str, Any], path: Path) -> None:
+    """Judge group Sem-Ent, reward-space group Sem-Ent and task reward over training steps: mean and band per setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    metrics = ("judge_group_sem_ent", "group_sem_ent", "task_reward", "nll")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4))
+    for ax, m in zip(axes, metrics):
+        for s in result["summary"]["settings"]:
+            runs = [r for r in result["runs"] if r["setting"] == s]
+            values = np.array([[row[m] for row in r["steps"]] for r in runs])
+            steps = [row["step"] for row in runs[0]["steps"]]
+            kernel = np.ones(min(5, values.shape[1])) / min(5, values.shape[1])  # a 5-step moving mean per seed
+            smooth = np.array([np.convolve(v, kernel, mode="valid") for v in values])
+            x = steps[len(steps) - smooth.shape[1] :]
+            mean = smooth.mean(axis=0)
+            ax.plot(x, mean, label=s)
+            if len(runs) > 1:
+                sd = smooth.std(axis=0, ddof=1) / math.sqrt(len(runs))
+                ax.fill_between(x, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.2)
+        ax.set_title(m.replace("_", " "), fontsize=10)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def run_sections(result: dict[str, Any]) -> list[str]:
+    """The page's tables of the full runs: held out, the differences with grpo, training ends, cost."""
+    summary = result["summary"]
+    lines: list[str] = []
+    lines += [
+        "## Held out, after training (mean over seeds, 95 % t-interval)",
+        "",
+        "`judge_*`: the base model's own space, which no reward uses; `group_sem_ent`: the semantic reward's "
+        "space (all-MiniLM-L6-v2); `nll`: per token under the untouched base model; `length_words` beside every "
+        "diversity figure.",
+        "",
+        "| setting | n | " + " | ".join(SHOWN) + " |",
+        "|---" * (len(SHOWN) + 2) + "|",
+    ]
+    if summary.get("base"):
+        n = summary["base"][SHOWN[0]]["n"]
+        lines.append(f"| base model, untrained | {n} | " + " | ".join(_cell(summary["base"][m]) for m in SHOWN) + " |")
+    for s, row in summary["settings"].items():
+        n = row["held_out"][SHOWN[0]]["n"]
+        lines.append(f"| {s} | {n} | " + " | ".join(_cell(row["held_out"][m]) for m in SHOWN) + " |")
+    if summary["difference"]:
+        lines += ["", "## Each setting minus grpo, held out, paired by seed (95 % t-interval)", ""]
+        lines += ["| setting | " + " | ".join(SHOWN) + " |", "|---" * (len(SHOWN) + 1) + "|"]
+        for s, diff in summary["difference"].items():
+            cells = []
+            for m in SHOWN:
+                d = diff[m]
+                mark = "" if d["low"] is None or d["low"] <= 0 <= d["high"] else " *"
+                cells.append(_cell(d) + mark)
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        lines += ["", "`*`: the interval excludes 0."]
+    lines += ["", f"## Training rollouts: first {WINDOW} steps -> last {WINDOW} (mean over seeds)", ""]
+    trained = ("judge_group_sem_ent", "group_sem_ent", "distinct_2", "task_reward", "nll", "length_words", "cut_share")
+    lines += ["| setting | " + " | ".join(trained) + " |", "|---" * (len(trained) + 1) + "|"]
+    for s, row in summary["settings"].items():
+        cells = [f"{row['first'][m]['mean']:.3f} -> {row['last'][m]['mean']:.3f}" for m in trained]
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    lines += ["", "![training curves](grpo_diversity/curves.png)", ""]
+    lines += [
+        "## Cost (mean seconds per run)",
+        "",
+        "| setting | run | GRPO steps | reward | monitor |",
+        "|---|---|---|---|---|",
+    ]
+    for s, row in summary["settings"].items():
+        lines.append(
+            f"| {s} | {row['wall_s']['mean']:.0f} | {row['step_s']['mean']:.0f} | {row['reward_s']['mean']:.1f} "
+            f"| {row['monitor_s']['mean']:.1f} |"
+        )
+    return lines
+
+
+def page(result: dict[str, Any], reading: str = "") -> str:
+    """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept."""
+    cfg = result["config"]
     lines = [
-        "# GRPO and semantic group diversity on the base model",
+        "# GRPO and within-group diversity on the base model",
         "",
         "Written by `experiments/grpo_diversity.py`"
         + (" **--quick: a smoke test, the numbers mean nothing**" if result["quick"] else "")
         + ".",
         f"GRPO on `local:chitchat-gpt2`, {cfg['steps']} steps of {cfg['prompts']} prompts x G = {cfg['num_generations']}, "
-        f"replies of at most {cfg['max_completion_length']} tokens, learning rate {cfg['learning_rate']}, seeds "
-        f"{result['seeds']}; task reward: about eight words. Machine: {result['machine']}.",
+        f"replies of at most {cfg['max_completion_length']} tokens, learning rate {cfg['learning_rate']}, "
+        f"temperature {cfg['temperature']}, scale_rewards={cfg['scale_rewards']!r}, KL beta {cfg['beta']} (the _kl "
+        f"settings; 0 elsewhere), entropy_coef {cfg['entropy_coef']} (grpo_entropy), seeds {result['seeds']}; "
+        f"task reward: {cfg.get('task', 'eight_words')}. Machine: {result['machine']}.",
         "",
-        "## Held out, after training (mean over seeds, 95 % t-interval)",
-        "",
-        "| setting | " + " | ".join(METRICS) + " | wall s | reward s |",
-        "|---" * (len(METRICS) + 3) + "|",
     ]
-    for s, row in summary["settings"].items():
-        cells = [_cell(row["held_out"][m]) for m in METRICS]
-        lines.append(
-            f"| {s} | " + " | ".join(cells) + f" | {row['wall_s']['mean']:.0f} | {row['reward_s']['mean']:.1f} |"
-        )
-    lines += ["", "## Last training step minus the first (mean over seeds, 95 % t-interval)", ""]
-    lines += ["| setting | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
-    for s, row in summary["settings"].items():
-        lines.append(f"| {s} | " + " | ".join(_cell(row["change"][m]) for m in METRICS) + " |")
-    if summary["difference"]:
-        lines += ["", "## grpo_semantic - grpo, held out, paired by seed (95 % t-interval)", ""]
-        for m in METRICS:
-            d = summary["difference"][m]
-            verdict = (
-                "one seed: no interval"
-                if d["low"] is None
-                else ("the interval excludes 0" if d["low"] > 0 or d["high"] < 0 else "the interval includes 0")
+    if reading:
+        lines += [reading.rstrip(), ""]
+    if not result["runs"]:
+        lines += ["*No full run yet: the settings above are fixed before the runs; the runs are to come.*", ""]
+    else:
+        lines += run_sections(result)
+    if result.get("pilot"):
+        lines += ["", "## Pilot (one seed per regime; the full settings were fixed after it)", ""]
+        cols = ("judge_group_sem_ent", "group_sem_ent", "task_reward", "nll", "top_word_share", "cut_share")
+        lines += [
+            "| setting | task | lr | beta | T | steps | mask cut | "
+            + " | ".join(f"{c} first->last" for c in cols)
+            + " | held-out judge Sem-Ent | held-out nll | greedy |",
+            "|---" * (len(cols) + 10) + "|",
+        ]
+        for p in result["pilot"]:
+            cells = [f"{p['ends'][c][0]:.2f} -> {p['ends'][c][1]:.2f}" if p["ends"] else "-" for c in cols]
+            greedy = " / ".join(p["greedy"])
+            lines.append(
+                f"| {p['setting']} | {p['task']} | {p['learning_rate']:g} | {p['beta']:g} | {p['temperature']:g} | "
+                f"{p['steps']} | "
+                + ("yes | " if p.get("mask_truncated") else "no | ")
+                + " | ".join(cells)
+                + f" | {p['held_out']['judge_group_sem_ent']:.3f} | {p['held_out']['nll']:.2f} | {_esc(greedy)} |"
             )
-            lines.append(f"* {m}: {_cell(d)} ({verdict})")
-    lines += ["", "## Per training step (mean over seeds)", "", "| setting | step | " + " | ".join(METRICS) + " |"]
-    lines.append("|---" * (len(METRICS) + 2) + "|")
-    for s in summary["settings"]:
-        runs = [r for r in result["runs"] if r["setting"] == s]
-        for i in range(len(runs[0]["steps"])):
-            values = [sum(r["steps"][i][m] for r in runs) / len(runs) for m in METRICS]
-            lines.append(f"| {s} | {runs[0]['steps'][i]['step']} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
-    lines += ["", "## Examples (seed " + str(result["seeds"][0]) + ")", ""]
+    if result["runs"]:
+        lines += ["", f"## Examples (seed {result['seeds'][0]})", ""]
     for r in result["runs"]:
         if r["seed"] != result["seeds"][0]:
             continue
@@ -304,21 +685,51 @@ def page(result: dict[str, Any]) -> str:
         k = len(ex["sampled"]) // max(1, len(ex["prompts"]))
         for i, p in enumerate(ex["prompts"]):
             sampled = " / ".join(ex["sampled"][i * k : (i + 1) * k])
-            cells = [p, ex["greedy"][i], sampled]
-            lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+            lines.append("| " + " | ".join(_esc(c) for c in (p, ex["greedy"][i], sampled)) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
 
-def merge(parts: list[Path], out: Path) -> dict[str, Any]:
+READING_START = "## Reading"
+
+
+def kept_reading(path: Path) -> str:
+    """The hand-written reading of an existing page: from its ``## Reading`` heading to the next ``## `` heading."""
+    if not path.exists():
+        return ""
+    text = path.read_text(encoding="utf-8")
+    start = text.find("\n" + READING_START)
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + 1)
+    return text[start + 1 : end if end >= 0 else len(text)]
+
+
+def write(result: dict[str, Any], out: Path) -> None:
+    """results.json, the curves and the page (keeping its reading), each written whole or not at all."""
+    from lightning_div._internal.io import atomic_write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "results.json", json.dumps(result, indent=1, allow_nan=False))
+    if result["runs"]:
+        figure(result, out / "curves.png")
+    md = out.with_suffix(".md")
+    atomic_write_text(md, page(result, kept_reading(md)))
+
+
+def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict[str, Any]:
     """One results.json and page from parts run apart (each run once: a later part's run of a setting and seed wins).
 
     Raises:
         ValueError: parts made with other settings (config) than the first.
     """
-    from lightning_div._internal.io import atomic_write_text
-
     loaded = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
+    pilots = [json.loads(Path(p).read_text(encoding="utf-8")) for p in pilot or []]
+    if not loaded:  # the pilot alone: the page shows it and the fixed settings, before any full run
+        if not pilots:
+            raise ValueError("--merge needs results.json parts, or --pilot parts")
+        loaded = [{"experiment": "grpo_diversity", "quick": False, "config": dict(FULL), "seeds": [], "runs": []}]
+        loaded[0]["machine"] = pilots[0].get("machine") or MACHINE
     first = loaded[0]
     for path, part in zip(parts, loaded):
         if part["config"] != first["config"] or part["quick"] != first["quick"]:
@@ -327,17 +738,20 @@ def merge(parts: list[Path], out: Path) -> dict[str, Any]:
     for part in loaded:
         for r in part["runs"]:
             by_run[(r["setting"], int(r["seed"]))] = r
-    runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], k[0]))]
+    runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], SETTINGS.index(k[0])))]
     settings = sorted({r["setting"] for r in runs}, key=list(SETTINGS).index)
+    base: dict[str, dict[str, float]] = {}
+    for part in loaded:
+        base.update(part.get("base", {}))
     result = {
         **first,
         "seeds": sorted({int(r["seed"]) for r in runs}),
+        "base": base,
         "runs": runs,
-        "summary": summarise(runs, settings),
+        "summary": summarise(runs, settings, base),
+        "pilot": pilot_rows(pilots),
     }
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "results.json", json.dumps(result, indent=1, allow_nan=False))
-    atomic_write_text(out.with_suffix(".md"), page(result))
+    write(result, out)
     print(f"[grpo_diversity] merged {len(parts)} parts ({len(runs)} runs) into {out / 'results.json'}")
     return result
 
@@ -346,52 +760,105 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0 1 2 (--quick: 0)")
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0 1 2 3 4 (--quick: 0)")
+    parser.add_argument("--steps", type=int, default=None, help="a pilot's; the full runs use the fixed settings")
+    parser.add_argument("--learning-rate", type=float, default=None, help="a pilot's")
+    parser.add_argument("--beta", type=float, default=None, help="a pilot's KL beta for the _kl settings")
+    parser.add_argument("--temperature", type=float, default=None, help="a pilot's sampling temperature")
+    parser.add_argument("--task", choices=sorted(TASKS), default=None, help="a pilot's task reward")
+    parser.add_argument(
+        "--mask-truncated",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a pilot's GRPOConfig(mask_truncated_completions=...): completions cut at the length limit add no loss",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "grpo_diversity")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (one run per core)")
     parser.add_argument(
         "--merge",
-        nargs="+",
+        nargs="*",
         type=Path,
         default=None,
-        help="combine the results.json of runs made apart (e.g. one seed each) into --out; a later part wins",
+        help="combine the results.json of runs made apart (e.g. one seed each) into --out; a later part wins "
+        "(none, with --pilot: the pilot's page before the full runs)",
+    )
+    parser.add_argument(
+        "--pilot", nargs="+", type=Path, default=None, help="with --merge: the pilot runs' results.json"
     )
     args = parser.parse_args(argv)
-    if args.merge:
-        return merge(args.merge, args.out)
+    if args.merge is not None:
+        return merge(args.merge, args.out, args.pilot)
+
+    import torch
 
     from lightning_div import SemanticSpace
-    from lightning_div._internal.io import atomic_write_text
     from lightning_div.datamodules import read_pairs
+    from lightning_div.metrics import count_vocab
 
-    cfg = dict(QUICK if args.quick else FULL, learning_rate=args.learning_rate)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
-    seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2])
+    torch.set_num_threads(args.threads)
+    cfg = dict(QUICK if args.quick else FULL)
+    pilot_knobs = (
+        ("steps", args.steps),
+        ("learning_rate", args.learning_rate),
+        ("beta", args.beta),
+        ("mask_truncated", args.mask_truncated),
+        ("temperature", args.temperature),
+        ("task", args.task),
+    )
+    for key, value in pilot_knobs:
+        if value is not None:
+            cfg[key] = value
+    seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2, 3, 4])
     args.out.mkdir(parents=True, exist_ok=True)
     # the clusters' references (--quick: 100, a smoke test)
     references = [p.response for p in read_pairs("chitchat:finetune", max_history=1)[: 100 if args.quick else 500]]
     space = SemanticSpace(encoder="minilm", num_clusters=8, dirpath=args.out / "cache", show_progress=False)
     space.fit(references)
+    # the judge: the untouched base model's own hidden states, clusters fitted on the same replies
+    judge = SemanticSpace(
+        encoder="local:chitchat-gpt2", num_clusters=8, dirpath=args.out / "cache", show_progress=False
+    )
+    judge.fit(references)
+    from lightning_div import load_base_model
+
+    base, tokenizer = load_base_model()
+    base.eval()
+    ruler = Ruler(space, judge, base, tokenizer, count_vocab(references), TASKS[cfg["task"]])
+    base_held = {str(seed): measure_base(ruler, cfg, seed) for seed in seeds}
     runs = []
     for seed in seeds:
         for setting in args.settings:
             print(f"[grpo_diversity] {setting} seed {seed} ...", flush=True)
-            runs.append(run(setting, seed, cfg, space, args.out))
+            runs.append(run(setting, seed, cfg, ruler, args.out))
             held = runs[-1]["held_out"]
-            print(f"[grpo_diversity] {setting} seed {seed}: " + ", ".join(f"{k} {v:.3f}" for k, v in held.items()))
+            print(
+                f"[grpo_diversity] {setting} seed {seed}: " + ", ".join(f"{k} {v:.3f}" for k, v in held.items()),
+                flush=True,
+            )
+            # each finished run is kept at once: a long part stopped midway keeps the runs it finished
+            partial = {
+                "experiment": "grpo_diversity",
+                "quick": args.quick,
+                "config": cfg,
+                "seeds": seeds,
+                "base": base_held,
+                "runs": runs,
+            }
+            from lightning_div._internal.io import atomic_write_text
+
+            atomic_write_text(args.out / "partial.json", json.dumps(partial, indent=1, allow_nan=False))
     result = {
         "experiment": "grpo_diversity",
         "quick": args.quick,
         "config": cfg,
         "seeds": seeds,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared: timings are wall clock on a loaded machine)",
+        "machine": MACHINE,
+        "base": base_held,
         "runs": runs,
-        "summary": summarise(runs, list(args.settings)),
+        "summary": summarise(runs, list(args.settings), base_held),
+        "pilot": [],
     }
-    atomic_write_text(args.out / "results.json", json.dumps(result, indent=1, allow_nan=False))
-    atomic_write_text(args.out.with_suffix(".md"), page(result))
+    write(result, args.out)
     print(f"[grpo_diversity] wrote {args.out / 'results.json'} and {args.out.with_suffix('.md')}")
     return result
 

@@ -1,4 +1,4 @@
-"""experiments/grpo_diversity.py --quick runs as a user runs it and writes a complete results.json and page."""
+"""experiments/grpo_diversity.py --quick runs as a user runs it and writes a complete results.json, figure and page."""
 
 from __future__ import annotations
 
@@ -14,37 +14,62 @@ from helpers import load_experiment
 
 pytest.importorskip("trl")
 ROOT = Path(__file__).resolve().parents[1]
+# every code path of the six settings: the KL term and the semantic product (grpo_semantic_kl), the lexical
+# product and TRL's entropy bonus, beside the baseline the differences are taken against
+QUICK_SETTINGS = ["grpo", "grpo_semantic_kl", "grpo_lexical", "grpo_entropy"]
+
+
+def test_darling_product_and_lexical_classes_by_hand():
+    script = load_experiment("grpo_diversity")
+    # a group of 4: qualities 0.5, 1, 1, 0 (min 0) and diversities 1, 0 (a collapsed pair), 0, 1 -> floor 0.1
+    assert script.darling_product([0.5, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], 4, 0.1) == pytest.approx(
+        [0.5, 0.1, 0.1, 0.0]
+    )
+    # negative qualities: shifted by the group minimum (-3), so the rarer completion still earns more
+    assert script.darling_product([-1.0, -1.0, -3.0], [1.0, 0.5, 0.5], 3, 0.1) == pytest.approx([2.0, 1.0, 0.0])
+    # bigram Jaccard: "a b c" ~ "a b c d" (2 of 3 bigrams), "x y" alone; the empty reply equals the empty one
+    assert script.lexical_labels(["a b c", "a b c d", "x y", ""], 4, 0.5) == [0, 0, 1, 2]
+    assert script.lexical_labels(["", "", "a", "a"], 2, 0.5) == [0, 0, 0, 0]
+    assert script.top_word_share(["you you", "your you", "a b", "c d"], 2) == pytest.approx((3 / 4 + 1 / 4) / 2)
 
 
 @pytest.mark.slow
 def test_grpo_diversity_quick(tmp_path):
     out = tmp_path / "results" / "grpo_diversity"
     cmd = [sys.executable, str(ROOT / "experiments" / "grpo_diversity.py"), "--quick", "--out", str(out)]
+    cmd += ["--settings", *QUICK_SETTINGS]
     subprocess.run(cmd, check=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=1200)
     res = json.loads((out / "results.json").read_text())  # allow_nan=False wrote it: every number is finite
     assert res["experiment"] == "grpo_diversity" and res["quick"] is True and res["seeds"] == [0]
-    assert [(r["setting"], r["seed"]) for r in res["runs"]] == [("grpo", 0), ("grpo_semantic", 0)]
+    assert [(r["setting"], r["seed"]) for r in res["runs"]] == [(s, 0) for s in QUICK_SETTINGS]
     g = res["config"]["num_generations"]
     for run in res["runs"]:
         assert [s["step"] for s in run["steps"]] == list(range(1, res["config"]["steps"] + 1))
         for row in [*run["steps"], run["held_out"]]:
-            assert 0.0 <= row["group_sem_ent"] <= math.log(g) + 1e-9
-            assert 1.0 <= row["group_clusters"] <= g and 0.0 <= row["collapsed_groups"] <= 1.0
-            assert 0.0 <= row["task_reward"] <= 1.0
+            for space in ("group_sem_ent", "judge_group_sem_ent"):
+                assert 0.0 <= row[space] <= math.log(g) + 1e-9
+            assert 1.0 <= row["group_clusters"] <= g and 1.0 <= row["judge_group_clusters"] <= g
+            assert 0.0 <= row["task_reward"] <= 1.0 and 0.0 <= row["cut_share"] <= 1.0
+            assert 0.0 < row["top_word_share"] <= 1.0 and row["nll"] > 0 and row["length_words"] > 0
         assert len(run["examples"]["greedy"]) == 3 and len(run["examples"]["sampled"]) == 9
-        assert run["wall_s"] > run["reward_s"] > 0
-    # the difference is paired by seed; with one seed it has no interval (None, not NaN)
+        assert run["wall_s"] > run["reward_s"] > 0 and run["step_s"] > 0
+    # TRL's knobs reached the runs: a KL term only in the _kl setting, an entropy bonus only in grpo_entropy
+    assert all(s["kl"] > 0 for s in res["runs"][1]["steps"]) and all(s["kl"] == 0 for s in res["runs"][0]["steps"])
+    # each setting is compared with grpo, paired by seed; with one seed there is no interval (None, not NaN)
     diff = res["summary"]["difference"]
-    assert diff["group_sem_ent"]["n"] == 1 and diff["group_sem_ent"]["low"] is None
-    grpo, semantic = (res["runs"][0]["held_out"], res["runs"][1]["held_out"])
-    assert diff["task_reward"]["mean"] == pytest.approx(semantic["task_reward"] - grpo["task_reward"])
-    steps = res["runs"][0]["steps"]
-    change = res["summary"]["settings"]["grpo"]["change"]["group_sem_ent"]
-    assert change["mean"] == pytest.approx(steps[-1]["group_sem_ent"] - steps[0]["group_sem_ent"])
+    assert sorted(diff) == sorted(QUICK_SETTINGS[1:])
+    assert diff["grpo_lexical"]["judge_group_sem_ent"]["n"] == 1 and diff["grpo_lexical"]["nll"]["low"] is None
+    grpo, entropy = res["runs"][0]["held_out"], res["runs"][3]["held_out"]
+    assert diff["grpo_entropy"]["task_reward"]["mean"] == pytest.approx(entropy["task_reward"] - grpo["task_reward"])
+    steps = res["runs"][0]["steps"]  # 2 steps: the first and last "ten" are one step each
+    change = res["summary"]["settings"]["grpo"]["change"]["judge_group_sem_ent"]
+    assert change["mean"] == pytest.approx(steps[-1]["judge_group_sem_ent"] - steps[0]["judge_group_sem_ent"])
     page = (out.parent / "grpo_diversity.md").read_text()
-    assert "--quick: a smoke test" in page and "| grpo_semantic |" in page and "(one seed: no interval)" in page
+    assert "--quick: a smoke test" in page and "| grpo_semantic_kl |" in page and "curves.png" in page
+    assert (out / "curves.png").stat().st_size > 1000
 
-    # parts run apart (a seed each) merge into one results.json: each setting and seed once, a later part winning
+    # parts run apart (a seed each) merge into one results.json: each setting and seed once, a later part winning;
+    # the page's hand-written reading survives the merge, and pilot parts get a table of their own
     other = json.loads((out / "results.json").read_text())
     for r in other["runs"]:
         r["seed"] = 1
@@ -53,16 +78,26 @@ def test_grpo_diversity_quick(tmp_path):
     second.parent.mkdir()
     second.write_text(json.dumps(other))
     merged_out = tmp_path / "merged" / "grpo_diversity"
+    merged_out.parent.mkdir()
+    (merged_out.parent / "grpo_diversity.md").write_text(
+        "# old\n\n## Reading\n\nBy hand, kept.\n\n## Held out\n\nold\n"
+    )
     # in this process (helpers.load_experiment): a second interpreter's imports cost more than the merge
     script = load_experiment("grpo_diversity")
-    script.main(["--merge", str(out / "results.json"), str(second), str(second), "--out", str(merged_out)])
+    parts = [str(out / "results.json"), str(second), str(second)]
+    script.main(["--merge", *parts, "--pilot", str(out / "results.json"), "--out", str(merged_out)])
     merged = json.loads((merged_out / "results.json").read_text())
-    assert merged["seeds"] == [0, 1] and len(merged["runs"]) == 4
-    assert [(r["setting"], r["seed"]) for r in merged["runs"]] == [
-        ("grpo", 0),
-        ("grpo_semantic", 0),
-        ("grpo", 1),
-        ("grpo_semantic", 1),
-    ]
-    assert merged["summary"]["difference"]["group_sem_ent"]["n"] == 2
-    assert (merged_out.parent / "grpo_diversity.md").exists()
+    assert merged["seeds"] == [0, 1] and len(merged["runs"]) == 8
+    assert [(r["setting"], r["seed"]) for r in merged["runs"]] == [(s, k) for k in (0, 1) for s in QUICK_SETTINGS]
+    assert merged["summary"]["difference"]["grpo_lexical"]["task_reward"]["n"] == 2
+    assert [p["setting"] for p in merged["pilot"]] == QUICK_SETTINGS
+    text = (merged_out.parent / "grpo_diversity.md").read_text()
+    assert "## Reading\n\nBy hand, kept." in text and "old\n" not in text.split("## Reading")[0]
+    assert "## Pilot" in text and text.count("## Reading") == 1
+
+    # before any full run: the pilot alone makes the page, with the fixed settings and no run tables
+    alone = tmp_path / "alone" / "grpo_diversity"
+    script.main(["--merge", "--pilot", str(out / "results.json"), "--out", str(alone)])
+    text = (alone.parent / "grpo_diversity.md").read_text()
+    assert "No full run yet" in text and "## Pilot" in text and "## Held out" not in text
+    assert json.loads((alone / "results.json").read_text())["config"] == script.FULL
