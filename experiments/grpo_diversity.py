@@ -662,8 +662,8 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         lines += [
             "| setting | task | lr | beta | T | steps | mask cut | "
             + " | ".join(f"{c} first->last" for c in cols)
-            + " | held-out judge Sem-Ent | held-out nll | greedy |",
-            "|---" * (len(cols) + 10) + "|",
+            + " | held-out judge Sem-Ent | held-out distinct-2 | held-out nll | held-out words | greedy |",
+            "|---" * (len(cols) + 12) + "|",
         ]
         for p in result["pilot"]:
             cells = [f"{p['ends'][c][0]:.2f} -> {p['ends'][c][1]:.2f}" if p["ends"] else "-" for c in cols]
@@ -673,7 +673,8 @@ def page(result: dict[str, Any], reading: str = "") -> str:
                 f"{p['steps']} | "
                 + ("yes | " if p.get("mask_truncated") else "no | ")
                 + " | ".join(cells)
-                + f" | {p['held_out']['judge_group_sem_ent']:.3f} | {p['held_out']['nll']:.2f} | {_esc(greedy)} |"
+                + f" | {p['held_out']['judge_group_sem_ent']:.3f} | {p['held_out']['distinct_2']:.3f} "
+                + f"| {p['held_out']['nll']:.2f} | {p['held_out']['length_words']:.1f} | {_esc(greedy)} |"
             )
     if result["runs"]:
         lines += ["", f"## Examples (seed {result['seeds'][0]})", ""]
