@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _stats import interval
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -226,19 +227,6 @@ def run_seed(
             flush=True,
         )
     return runs
-
-
-def interval(values: list[float]) -> dict[str, float | int | None]:
-    """Mean and 95 % t-interval of per-seed values (None for the interval with fewer than 2 seeds)."""
-    from scipy import stats
-
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return {"mean": mean, "low": None, "high": None, "n": n}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:

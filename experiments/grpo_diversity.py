@@ -53,6 +53,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from _stats import interval
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -437,19 +439,6 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
         "judge_s": measure_s[0],
         "step_s": sum(r["step_time"] for r in steps),
     }
-
-
-def interval(values: list[float]) -> dict[str, float | int | None]:
-    """Mean and 95 % t-interval of per-seed values (None for the interval with fewer than 2 seeds)."""
-    from scipy import stats
-
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return {"mean": mean, "low": None, "high": None, "n": n}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
 def ends(steps: list[dict[str, float]], metric: str) -> tuple[float, float]:
