@@ -172,6 +172,13 @@ class Row:
     slow: bool = False
 
 
+def _trl() -> Any:
+    """The TRL front end, imported when a row runs (it imports TRL's pieces)."""
+    import lightning_div.integrations.trl as trl
+
+    return trl
+
+
 def group_labels(*args: Any, **kwargs: Any) -> Any:
     """The TRL front end's ``group_labels``, imported when a row runs (the module imports TRL's pieces)."""
     from lightning_div.integrations.trl.reward import group_labels
@@ -1856,6 +1863,18 @@ ROWS: list[Row] = [
             "an NLI scorer answering `'yes'`: “nli.score_pairs label [0] = 'yes' is not one of ('entailment', "
             "'neutral', 'contradiction')”; too few labels: “… returned 1 labels for 2 pairs …” (was `IndexError`); "
             "`'ENTAILMENT'` is read as entailment (it made nothing equivalent)",
+        ),
+    ),
+    Row(
+        "lightning_div.integrations.trl.SemanticGroupReward / GroupDiversityCallback",
+        SETTING,
+        lambda res, tmp: _trl().SemanticGroupReward(num_generations=4, reference_responses=[]),
+        Raises(
+            ValueError,
+            r"SemanticGroupReward\(reference_responses=\[\]\) has no texts to fit the clusters on",
+            "“SemanticGroupReward(reference_responses=[]) has no texts to fit the clusters on: give some, or leave "
+            "reference_responses=None” (it said “no gold training responses” at the first fit); one string is "
+            "refused too; `GroupDiversityCallback` the same, at construction",
         ),
     ),
     Row(

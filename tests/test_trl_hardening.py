@@ -198,3 +198,19 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
         GroupDiversityCallback(space=_space(tmp_path)).load_state_dict(
             {**saved["lightning_div.GroupDiversityCallback"], "vocab_size": "x"}
         )
+
+
+@pytest.mark.parametrize("cls", [SemanticGroupReward, GroupDiversityCallback])
+def test_empty_or_one_string_reference_responses_are_named(cls):
+    # reference_responses=[] failed at the first fit with "no gold training responses", naming no argument;
+    # one string was taken as a list of its characters
+    build = (
+        (lambda refs: cls(num_generations=4, reference_responses=refs))
+        if cls is SemanticGroupReward
+        else (lambda refs: cls(reference_responses=refs))
+    )
+    with pytest.raises(ValueError, match=rf"{cls.__name__}\(reference_responses=\[\]\) has no texts to fit"):
+        build([])
+    with pytest.raises(ValueError, match=r"reference_responses=\.\.\.\) must be a list of texts, got one string"):
+        build("I like tea.")
+    assert build(("a", "b")).reference_responses == ["a", "b"]

@@ -91,3 +91,22 @@ def warn_if_all_empty(responses: Sequence[str], who: str, what: str) -> None:
             "the model only produces its end token (diverged, or not trained yet); "
             "the diversity logged for them is that of empty text",
         )
+
+
+def optional_texts(texts: Sequence[str] | None, who: str, name: str) -> list[str] | None:
+    """``texts`` as a list, or None; an empty list or one string is refused naming the argument.
+
+    An empty list given for texts to fit clusters on would otherwise fail later with a message that
+    names no argument ("no gold training responses"); None means "not given" and is the way to say it.
+
+    Raises:
+        ValueError: one string, or no texts.
+    """
+    if texts is None:
+        return None
+    if isinstance(texts, str):
+        raise ValueError(f"{who}({name}=...) must be a list of texts, got one string: pass [{texts[:40]!r}]")
+    out = list(texts)
+    if not out:
+        raise ValueError(f"{who}({name}=[]) has no texts to fit the clusters on: give some, or leave {name}=None")
+    return out

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from lightning_div._internal.checks import optional_texts
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div._internal.tracking import hugging_face_destination
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
@@ -189,7 +190,7 @@ class GroupDiversityCallback(TrainerCallback):
         self.space = space_from_arguments(
             type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False
         )
-        self.reference_responses = None if reference_responses is None else list(reference_responses)
+        self.reference_responses = optional_texts(reference_responses, type(self).__name__, "reference_responses")
         self.reference_column = reference_column
         self.lexical_metrics = check_lexical_names(lexical_metrics)
         self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)

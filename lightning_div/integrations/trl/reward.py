@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from lightning_div._internal.checks import optional_texts
 from lightning_div._internal.distributed import distributed_map, gather_objects, rank_and_world
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_texts
 from lightning_div.metrics.group import (
@@ -277,7 +278,7 @@ class SemanticGroupReward:
         self.equivalence: Equivalence = equivalence
         self.score: DiversityScore = score
         self.quality = quality
-        self.reference_responses = None if reference_responses is None else list(reference_responses)
+        self.reference_responses = optional_texts(reference_responses, type(self).__name__, "reference_responses")
         self.space = space_from_arguments(
             type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False
         )
