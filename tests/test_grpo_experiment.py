@@ -90,7 +90,9 @@ def test_grpo_diversity_quick(tmp_path):
     assert merged["seeds"] == [0, 1] and len(merged["runs"]) == 8
     assert [(r["setting"], r["seed"]) for r in merged["runs"]] == [(s, k) for k in (0, 1) for s in QUICK_SETTINGS]
     assert merged["summary"]["difference"]["grpo_lexical"]["task_reward"]["n"] == 2
-    assert [p["setting"] for p in merged["pilot"]] == QUICK_SETTINGS
+    # the untrained base model first (measured on the same prompts and sampling seed), then each pilot run
+    assert [p["setting"] for p in merged["pilot"]] == ["base model, untrained", *QUICK_SETTINGS]
+    assert merged["pilot"][0]["held_out"] == res["base"]["0"] and merged["pilot"][0]["ends"] is None
     text = (merged_out.parent / "grpo_diversity.md").read_text()
     assert "## Reading\n\nBy hand, kept." in text and "old\n" not in text.split("## Reading")[0]
     assert "## Pilot" in text and text.count("## Reading") == 1
