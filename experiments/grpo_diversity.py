@@ -735,6 +735,7 @@ def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict
         base.update(part.get("base", {}))
     result = {
         **first,
+        "machine": first.get("machine") or MACHINE,  # a part's partial.json (a run stopped midway) has none
         "seeds": sorted({int(r["seed"]) for r in runs}),
         "base": base,
         "runs": runs,
