@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 def interval(values: list[float]) -> dict[str, float | int | None]:
@@ -16,3 +17,10 @@ def interval(values: list[float]) -> dict[str, float | int | None]:
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+
+
+def cell(x: dict[str, Any]) -> str:
+    """An :func:`interval` as a table cell: the mean, and the interval in brackets when there is one."""
+    if x["low"] is None:
+        return f"{x['mean']:.3f}"
+    return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _stats import cell as _cell
 from _stats import interval
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -245,12 +246,6 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     m: interval([by[s][k]["held_out"][m] - by["dpo"][k]["held_out"][m] for k in seeds]) for m in METRICS
                 }
     return out
-
-
-def _cell(x: dict[str, Any]) -> str:
-    if x["low"] is None:
-        return f"{x['mean']:.3f}"
-    return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
 
 
 def _text(s: Any) -> str:

@@ -53,6 +53,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from _stats import cell as _cell
 from _stats import interval
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -526,12 +527,6 @@ def pilot_rows(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return rows
-
-
-def _cell(x: dict[str, Any]) -> str:
-    if x["low"] is None:
-        return f"{x['mean']:.3f}"
-    return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
 
 
 def _esc(text: str) -> str:
