@@ -577,7 +577,7 @@ def test_an_empty_ruq_sample_is_the_monitors_error():
     """Issue 41: HF's ruq() raised 'max() arg is an empty sequence'; both front ends share RUQMeasure's error."""
     cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")])
     with pytest.raises(ValueError, match="RUQ sample is empty"):
-        cb.evaluation.ruq.compute(None, [])
+        cb.evaluation.ruq.measure(None, [])
     assert type(cb.evaluation.ruq) is type(RUQMonitor().ruq)
     assert cb.evaluation.alert.alert.__func__ is RUQMonitor().alert.alert.__func__  # one alert
 

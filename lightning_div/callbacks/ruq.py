@@ -121,7 +121,7 @@ class RUQMonitor(ValidationMonitor):
 
     def compute(self, adapter: DialogueModelAdapter, pairs: Sequence[DialoguePair]) -> dict[str, float]:
         """RUQ and its margin for every IDK string over ``pairs`` (:meth:`lightning_div.measure.ruq.RUQMeasure.compute`)."""
-        return self.ruq.compute(adapter, pairs)
+        return self.ruq.measure(adapter, pairs)
 
     def _plot(
         self,

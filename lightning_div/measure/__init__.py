@@ -1,7 +1,9 @@
 """The measurement core: everything the front ends measure, written once, with no trainer.
 
 A front end (the Lightning callbacks, the Hugging Face callback, the TRL group callback) adapts
-hooks, keys and reporting; what it measures comes from here:
+hooks, keys and reporting; what it measures comes from here, every measurement with the one
+shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure`` / ``state_dict`` /
+``load_state_dict`` / ``settings``):
 
 * :class:`~lightning_div.measure.sample.FixedSample`: the evaluation sample, drawn once, restored on resume;
 * :func:`~lightning_div.measure.guard.guarded`: the error policy (``on_error``) and the timing;
@@ -14,6 +16,7 @@ hooks, keys and reporting; what it measures comes from here:
 * :class:`~lightning_div.measure.reporting.Reporter`: where results go, implemented by each front end.
 """
 
+from lightning_div.measure.base import Measure
 from lightning_div.measure.group import GroupAlert, group_metrics, reference_nll
 from lightning_div.measure.guard import Measurement, guarded
 from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
@@ -24,6 +27,7 @@ from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, gene
 __all__ = [
     "FixedSample",
     "GroupAlert",
+    "Measure",
     "Measurement",
     "RUQAlert",
     "RUQMeasure",

@@ -100,7 +100,10 @@ class RUQMeasure:
             desc=f"RUQ scoring ({sum(len(rs) for _, rs in prompts)} pairs)",
         )
 
-    def compute(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
+    def prepare(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to make ready: RUQ scores with the model it is given (here for the :class:`~lightning_div.measure.base.Measure` shape)."""
+
+    def measure(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
         """``ruq``, ``ruq_margin``, ``ruq_idk<j>`` and ``ruq_margin_idk<j>`` over ``pairs``.
 
         Args:
@@ -151,6 +154,28 @@ class RUQMeasure:
         items = [(p.context, [rs[i] for rs in lines.values()]) for i, p in enumerate(pairs)]
         logprobs = self.logprobs(adapter, items)
         return {name: profile_from_logprobs([per[k] for per in logprobs]) for k, name in enumerate(lines)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Empty: RUQ keeps nothing between measurements (its alert keeps the last value: :class:`RUQAlert`)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (nothing to restore).
+
+        Raises:
+            ValueError: a state that is not a dict.
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"a RUQMeasure state must be a dict, got {state!r:.80}")
+
+    def settings(self) -> dict[str, Any]:
+        """The measurement's configuration (IDK strings, reference choice, scoring), JSON-ready."""
+        return {
+            "idk_responses": list(self.idk_responses),
+            "reference": self.reference,
+            "shared_contexts": self.shared_contexts,
+            "batch_size": self.batch_size,
+        }
 
 
 def ruq_profile_figure(profile: dict[str, tuple[np.ndarray, np.ndarray]], num_prompts: int, title: str) -> Any:

@@ -18,6 +18,7 @@ import numpy as np
 
 from lightning_div._internal.checks import warn_if_all_empty
 from lightning_div._internal.distributed import distributed_map
+from lightning_div.measure.base import plain
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     check_lexical_names,
@@ -256,6 +257,17 @@ class SemanticMeasure:
         self.share_history.append((int(at), result.shares))
         return result
 
+    def settings(self) -> dict[str, Any]:
+        """The measurement's configuration (the space's settings, the lexical metrics, generation), JSON-ready."""
+        return {
+            "space": self.space.settings(),
+            "lexical_metrics": list(self.lexical_metrics),
+            "lexical_options": plain(self.lexical_options),
+            "vocab_size": self.vocab_size,
+            "generation_kwargs": plain(self.generation_kwargs),
+            "batch_size": self.batch_size,
+        }
+
     def forget(self) -> None:
         """Start afresh: the clusters are made ready again at the next :meth:`prepare`, the gold Sem-Ent reported again."""
         self._prepared, self._gold_ids, self.gold_logged = False, None, False
@@ -272,8 +284,10 @@ class SemanticMeasure:
         """Restore :meth:`state_dict`.
 
         Raises:
-            ValueError: a damaged state (a field of the wrong type), naming the field.
+            ValueError: a damaged state (not a dict, or a field of the wrong type), naming the field.
         """
+        if not isinstance(state, dict):
+            raise ValueError(f"a SemanticMeasure state must be a dict, got {state!r:.80}")
         gold_logged, vocab, history = (
             state.get("gold_logged", False),
             state.get("vocab_size"),
