@@ -6,7 +6,10 @@ import json
 
 import pytest
 
+import numpy as np
+
 from lightning_div.measure.base import Measure
+from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.ruq import RUQMeasure
 from lightning_div.measure.semantic import SemanticMeasure
 from lightning_div.semantic.space import SemanticSpace
@@ -15,6 +18,7 @@ from lightning_div.semantic.space import SemanticSpace
 MEASURES = {
     "semantic": lambda: SemanticMeasure(SemanticSpace(encoder="minilm", num_clusters=4), vocab_size=50),
     "ruq": lambda: RUQMeasure(("I don't know.",)),
+    "nli": lambda: NLIMeasure(scorer="roberta-large-mnli", n=2),
 }
 
 
@@ -43,3 +47,43 @@ def test_the_settings_say_what_was_measured_with():
         "shared_contexts": True,
         "batch_size": 32,
     }
+
+
+class EchoSets:
+    """A stand-in adapter: context "same" gets n copies of "a", any other n distinct responses."""
+
+    def generate(self, contexts, num_return_sequences, **kwargs):
+        n = num_return_sequences
+        return [r for c in contexts for r in (["a"] * n if c[-1] == "same" else [f"r{i}" for i in range(n)])]
+
+
+class EqualityScorer:
+    """A stand-in NLI scorer: equal texts entail each other, different ones contradict (probability 1)."""
+
+    def score_sets(self, sets, show_progress=None):
+        from lightning_div.nli.scorer import SetResult, ordered_pairs
+
+        out = []
+        for responses in sets:
+            labels = tuple(
+                "entailment" if responses[i] == responses[j] else "contradiction"
+                for i, j in ordered_pairs(len(responses))
+            )
+            probs = np.array([[1.0, 0, 0] if lab == "entailment" else [0, 0, 1.0] for lab in labels])
+            out.append(SetResult(tuple(responses), labels, probs))
+        return out
+
+
+def test_nli_measure_without_a_trainer():
+    """n = 3: "same" has 6 entailed ordered pairs (baseline -6), the other 6 contradictions (+6); the means."""
+    measure = NLIMeasure(scorer=EqualityScorer(), n=3, batch_size=3)  # one context per batch
+    measure.prepare()
+    values = measure.measure(EchoSets(), [["hi", "same"], ["hi", "other"]])
+    assert values["nli_div_baseline"] == 0.0 and values["nli_div_neutral"] == 0.0
+    assert values["nli_div_confidence"] == 0.0
+    assert values["nli_pairs_entailment"] == 3.0 and values["nli_pairs_contradiction"] == 3.0
+    assert measure.measure(EchoSets(), [["other"]])["nli_div_baseline"] == 6.0
+    with pytest.raises(ValueError, match="n must be >= 2"):
+        NLIMeasure(n=1)
+    with pytest.raises(ValueError, match=r"prepare\(\) must load the scorer"):
+        NLIMeasure(scorer=EqualityScorer()).measure(EchoSets(), [["x"]])
