@@ -247,7 +247,7 @@ def test_two_processes_get_what_one_process_gives_for_the_whole_batch(tmp_path):
     metrics = group_metrics(BATCH, one_reward.space.assign(BATCH), 4, 4, vocab_size=10)
     assert results[0]["metrics"] == results[1]["metrics"] == metrics
     # group 1: 3 clusters (2 + 1 + 1), group 2: 2 (2 + 2), group 3: 1
-    assert metrics["diversity/group_clusters"] == pytest.approx(2.0)
-    assert metrics["diversity/collapsed_groups"] == pytest.approx(1 / 3)
+    assert metrics["group_clusters"] == pytest.approx(2.0)
+    assert metrics["collapsed_groups"] == pytest.approx(1 / 3)
     h1 = -(0.5 * np.log(0.5) + 2 * 0.25 * np.log(0.25))
-    assert metrics["diversity/group_sem_ent"] == pytest.approx((h1 + np.log(2) + 0.0) / 3)
+    assert metrics["group_sem_ent"] == pytest.approx((h1 + np.log(2) + 0.0) / 3)

@@ -59,7 +59,10 @@ def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
     assert not trainer._metrics["train"]  # not a logging step: nothing measured
     _step(cb, trainer, tmp_path)
     logged = {k: v[0] for k, v in trainer._metrics["train"].items()}
-    expected = group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=cb.vocab_size)
+    expected = {
+        "diversity/" + k: v
+        for k, v in group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=cb.vocab_size).items()
+    }
     assert {k: v for k, v in logged.items() if k not in NOT_METRICS} == expected
     assert logged["diversity/collapse_alert"] == logged["diversity/breakdown_alert"] == 0.0
     # groups: clusters 3, 2, 1 -> 2 per group; the last group collapsed
@@ -105,7 +108,7 @@ def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path)
     trainer = StubTrainer(BATCH)
     trainer.reward_funcs = [other, reward]
     reward(completions=BATCH)  # the step's reward call: the whole batch assigned once
-    expected = group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=16)
+    expected = {"diversity/" + k: v for k, v in group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=16).items()}
     cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(trainer)
     space.assign = None  # type: ignore[assignment,method-assign]  # a second embedding pass would fail
     _step(cb, trainer, tmp_path)
@@ -191,7 +194,7 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     ids = space.assign(completions)
     cb = trainer.callback_handler.callbacks[-1]
     assert isinstance(cb, GroupDiversityCallback)
-    expected = group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size)
+    expected = {"diversity/" + k: v for k, v in group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size).items()}
     for key, value in expected.items():
         assert last[key] == pytest.approx(value, abs=1e-12), key
     # the reward the trainer logged is (quality - its group's least) x DARLING's floored rarity of those completions
@@ -234,7 +237,10 @@ def test_the_pages_rloo_script_runs_verbatim_and_its_run_reports(tmp_path, monke
     cb = trainer.callback_handler.callbacks[-1]
     _, completions, g = rollouts_of(trainer)
     assert g == 4 and len(completions) == 8
-    expected = group_metrics(completions, space.assign(completions), g, 4, vocab_size=cb.vocab_size)
+    expected = {
+        "diversity/" + k: v
+        for k, v in group_metrics(completions, space.assign(completions), g, 4, vocab_size=cb.vocab_size).items()
+    }
     assert {k: logs[-1][k] for k in expected} == pytest.approx(expected)
     assert logs[-1]["reward"] == pytest.approx(float(np.mean(reward.diversity(completions))), abs=1e-6)
     # the degeneration signals of the same rollouts: TRL's own clipped ratio, and the NLL under the frozen base model

@@ -9,6 +9,7 @@ import pytest
 import numpy as np
 
 from lightning_div.measure.base import Measure
+from lightning_div.measure.group import GroupMeasure
 from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.ruq import RUQMeasure
 from lightning_div.measure.semantic import SemanticMeasure
@@ -19,6 +20,7 @@ MEASURES = {
     "semantic": lambda: SemanticMeasure(SemanticSpace(encoder="minilm", num_clusters=4), vocab_size=50),
     "ruq": lambda: RUQMeasure(("I don't know.",)),
     "nli": lambda: NLIMeasure(scorer="roberta-large-mnli", n=2),
+    "group": lambda: GroupMeasure(SemanticSpace(encoder="minilm", num_clusters=4), vocab_size=20),
 }
 
 
@@ -33,7 +35,7 @@ def test_every_measure_has_the_shape_and_its_state_round_trips(make):
     fresh = make()
     fresh.load_state_dict(state)
     assert fresh.state_dict() == state and fresh.settings() == settings
-    with pytest.raises(ValueError, match="state must be a dict"):
+    with pytest.raises(ValueError, match=r"state must be a dict"):
         fresh.load_state_dict("garbage")  # type: ignore[arg-type]
 
 
@@ -87,3 +89,38 @@ def test_nli_measure_without_a_trainer():
         NLIMeasure(n=1)
     with pytest.raises(ValueError, match=r"prepare\(\) must load the scorer"):
         NLIMeasure(scorer=EqualityScorer()).measure(EchoSets(), [["x"]])
+
+
+class FirstWordSpace:
+    """A stand-in SemanticSpace: the cluster is the first word's index in ("a", "b", "c", "d")."""
+
+    clusters_source = None
+
+    def __init__(self):
+        self.fitted, self.fitted_on = False, None
+        self.clusters = type("Clusters", (), {"num_clusters": 4})()
+
+    def fit(self, texts, **where):
+        self.fitted, self.fitted_on = True, list(texts)
+
+    def assign(self, texts, device=None):
+        return np.array(["abcd".index(t[0]) for t in texts], dtype=np.int64)
+
+
+def test_group_measure_without_a_trainer():
+    """G = 2: group 1 is two clusters (entropy ln 2), group 2 one (0); unprefixed keys; groups checked first."""
+    space = FirstWordSpace()
+    group = GroupMeasure(space, lexical_metrics=["distinct_1"], vocab_size=None)
+    group.prepare(None)
+    assert not space.fitted  # no references: it waits for the first batch
+    group.prepare(["a x", "b y"])
+    assert space.fitted_on == ["a x", "b y"] and group.ready  # EAD is not measured: no V needed
+    values = group.measure(["a x", "b y", "c z", "c z"], 2, cut_share=0.5)
+    assert values["group_sem_ent"] == pytest.approx(np.log(2) / 2)
+    assert values["group_clusters"] == 1.5 and values["collapsed_groups"] == 0.5
+    assert values["distinct_1"] == pytest.approx(6 / 8) and values["length_cut_share"] == 0.5
+    assert not any("/" in k for k in values) and group.last_ids.tolist() == [0, 1, 2, 2]
+    with pytest.raises(ValueError, match="3 completions .* 2"):
+        group.measure(["a", "b", "c"], 2)
+    with pytest.raises(ValueError, match="vocab_size 0 is not an integer >= 1"):
+        group.load_state_dict({"space": {}, "vocab_size": 0})

@@ -184,7 +184,7 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
     with pytest.warns(RuntimeWarning, match="step 2: group diversity collapsed"):
         resumed, resumed_space = run(resumed_batch, resumed_state, tmp_path / "cache")
     assert resumed_space.clusters_path == space.clusters_path
-    assert resumed._last_ids.tolist() == space.assign(resumed_batch).tolist()
+    assert resumed.group.last_ids.tolist() == space.assign(resumed_batch).tolist()
     assert resumed.vocab_size == interrupted.vocab_size  # counted on the first batch, not the resumed one
     assert resumed.alert.values["group_sem_ent"] == [start, 0.0]  # the alert's start carried over
     assert resumed.history[-1]["diversity/collapse_alert"] == 1.0

@@ -11,14 +11,17 @@ shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure``
   lexical metrics (``prepare(gold)``, ``measure(adapter, sample)`` or ``scores(responses, sample)``);
 * :class:`~lightning_div.measure.ruq.RUQMeasure` and :class:`~lightning_div.measure.ruq.RUQAlert`: RUQ,
   its margin, its plot and its alert;
-* :func:`~lightning_div.measure.group.group_metrics` and :class:`~lightning_div.measure.group.GroupAlert`:
+* :class:`~lightning_div.measure.nli.NLIMeasure`: NLI diversity of sampled response sets and
+  Diversity Threshold Generation;
+* :class:`~lightning_div.measure.group.GroupMeasure`, :func:`~lightning_div.measure.group.group_metrics` and :class:`~lightning_div.measure.group.GroupAlert`:
   GRPO/RLOO group diversity, its degeneration signals, and its collapse / breakdown alert;
 * :class:`~lightning_div.measure.reporting.Reporter`: where results go, implemented by each front end.
 """
 
 from lightning_div.measure.base import Measure
-from lightning_div.measure.group import GroupAlert, group_metrics, reference_nll
+from lightning_div.measure.group import GroupAlert, GroupMeasure, group_metrics, reference_nll
 from lightning_div.measure.guard import Measurement, guarded
+from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.measure.sample import FixedSample
@@ -27,8 +30,10 @@ from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, gene
 __all__ = [
     "FixedSample",
     "GroupAlert",
+    "GroupMeasure",
     "Measure",
     "Measurement",
+    "NLIMeasure",
     "RUQAlert",
     "RUQMeasure",
     "RecordingReporter",

@@ -50,15 +50,17 @@ from lightning_div._internal.checks import optional_texts
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div._internal.tracking import hugging_face_destination
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
-from lightning_div.measure.group import ALERT_SIGNALS, PREFIX, GroupAlert, group_metrics, reference_nll
+from lightning_div.measure.group import ALERT_SIGNALS, GroupAlert, GroupMeasure, group_metrics
 from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.metrics import check_lexical_names, check_lexical_options, count_vocab
-from lightning_div.metrics.group import check_groups, split_groups
+from lightning_div.metrics.group import split_groups
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import ClustersSource, EncoderSource, Options
 
-__all__ = ["GroupDiversityCallback", "group_metrics", "rollouts_of"]
+__all__ = ["PREFIX", "GroupDiversityCallback", "group_metrics", "rollouts_of"]
+
+#: The prefix of every key this front end logs (TRL's own keys have none: ``reward``, ``entropy``).
+PREFIX = "diversity/"
 
 
 def _fingerprint(completions: Sequence[Any]) -> str:
@@ -183,20 +185,22 @@ class GroupDiversityCallback(TrainerCallback):
         self.alert = GroupAlert(
             warn_drop, warn_below, alert_start_steps, breakdown_top_word, breakdown_cut_rise, breakdown_nll_rise
         )
-        self.reference_model = reference_model
-        self.reference_tokenizer = reference_tokenizer
         if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
             raise ValueError(f"name must be None or a non-empty string without '/', got {name!r}")
-        self.space = space_from_arguments(
-            type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False
+        #: What it measures (:class:`~lightning_div.measure.group.GroupMeasure`); this callback adds hooks,
+        #: keys, the alert and reporting.
+        self.group = GroupMeasure(
+            space_from_arguments(type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False),
+            lexical_metrics,
+            lexical_options,
+            vocab_size,
+            device,
+            reference_model,
+            reference_tokenizer,
         )
         self.reference_responses = optional_texts(reference_responses, type(self).__name__, "reference_responses")
         self.reference_column = reference_column
-        self.lexical_metrics = check_lexical_names(lexical_metrics)
-        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
-        self.vocab_size = vocab_size
         self.dirpath = dirpath
-        self.device = device
         self.log_samples = log_samples
         self.on_error = on_error
         self.name = name
@@ -206,7 +210,6 @@ class GroupDiversityCallback(TrainerCallback):
         self._last: tuple[str, dict[str, float]] | None = None
         #: What this run has warned about (made anew at each training run).
         self.memory = RunMemory()
-        self._last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
         #: Whether the last measurement took its cluster ids from a SemanticGroupReward sharing the space.
         self.reused_reward_ids = False
         #: The rollouts buffer as the last evaluation left it (not a training batch).
@@ -214,6 +217,20 @@ class GroupDiversityCallback(TrainerCallback):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(space={self.space!r}, name={self.name!r})"
+
+    @property
+    def space(self) -> SemanticSpace:
+        """The semantic space it measures in."""
+        return self.group.space
+
+    @property
+    def vocab_size(self) -> int | None:
+        """EAD's V (counted at the first :meth:`prepare` when not given)."""
+        return self.group.vocab_size
+
+    @vocab_size.setter
+    def vocab_size(self, value: int | None) -> None:
+        self.group.vocab_size = value
 
     def attach(self, trainer: Any) -> GroupDiversityCallback:
         """Add this callback to a TRL ``GRPOTrainer`` or ``RLOOTrainer``.
@@ -242,7 +259,7 @@ class GroupDiversityCallback(TrainerCallback):
         return self
 
     def key(self, metric: str) -> str:
-        """``diversity/<metric>``, or ``diversity/<name>/<metric>`` with a name."""
+        """``diversity/<metric>``, or ``diversity/<name>/<metric>`` with a name: the one place the prefix is added."""
         return f"{PREFIX}{self.name}/{metric}" if self.name else PREFIX + metric
 
     # -- the clusters ------------------------------------------------------------------------------
@@ -263,20 +280,12 @@ class GroupDiversityCallback(TrainerCallback):
         return [completion_text(r, i) for i, r in enumerate(dataset[self.reference_column])]  # type: ignore[index]
 
     def prepare(self, fit_on: Sequence[str] | None, cache_dir: str | Path) -> None:
-        """Fit (or read) the clusters once and count EAD's vocabulary; every process must call it."""
-        needs_vocab = self.vocab_size is None and "ead" in self.lexical_metrics
-        if self.space.fitted and not needs_vocab:
+        """Fit (or read) the clusters once, on the references else ``fit_on``, and count EAD's vocabulary;
+        every process must call it."""
+        if self.group.ready:
             return  # every later step: nothing to read again
         references = self.references()
-        texts = references if references is not None else fit_on
-        if not self.space.fitted:
-            if texts is None and self.space.clusters_source is None:
-                return  # no references: wait for the first step's completions
-            self.space.fit(texts, device=self.device, cache_dir=Path(self.dirpath or cache_dir))
-        if needs_vocab and texts:
-            self.vocab_size = count_vocab(
-                texts, self.lexical_options.get("tokenizer", "13a"), self.lexical_options.get("lowercase")
-            )
+        self.group.prepare(references if references is not None else fit_on, Path(self.dirpath or cache_dir))
 
     # -- measurement -------------------------------------------------------------------------------
 
@@ -301,47 +310,34 @@ class GroupDiversityCallback(TrainerCallback):
             ``{"diversity/group_sem_ent": ..., ...}`` (with ``name``: ``diversity/<name>/...``).
         """
         texts = completion_texts(completions)
-        check_groups(len(texts), num_generations)
         self.prepare(texts, cache_dir)
         ids = self._reward_ids(texts)
         self.reused_reward_ids = ids is not None
-        if ids is None:
-            ids = self.space.assign(texts, self.device)
-        self._last_ids = ids
-        values = group_metrics(
+        with_nll = self.group.reference_model is not None and prompts is not None
+        values = self.group.measure(
             texts,
-            ids,
             num_generations,
-            self.space.clusters.num_clusters,
-            self.lexical_metrics,
-            self.vocab_size,
-            self.lexical_options,
+            ids=ids,
+            cut_share=cut_share,
+            prompts=[completion_text(q, i) for i, q in enumerate(prompts)] if with_nll and prompts else None,
+            tokenizer=getattr(self.trainer, "processing_class", None),
         )
-        if cut_share is not None:
-            values[PREFIX + "length_cut_share"] = float(cut_share)
-        if self.reference_model is not None and prompts is not None:
-            tokenizer = self.reference_tokenizer or getattr(self.trainer, "processing_class", None)
-            if tokenizer is None:
-                raise ValueError(f"{type(self).__name__}: reference_model= needs reference_tokenizer=")
-            values[PREFIX + "reference_nll"] = reference_nll(
-                self.reference_model, tokenizer, [completion_text(q, i) for i, q in enumerate(prompts)], texts
-            )
         values.update(self.check_alert(values))
-        return {self.key(k.removeprefix(PREFIX)): v for k, v in values.items()}
+        return {self.key(k): v for k, v in values.items()}
 
     def check_alert(self, values: dict[str, float], step: int | None = None) -> dict[str, float]:
         """Feed one measurement to the alert; warn once per kind (first process); the 0/1 alert values.
 
         Args:
-            values: the measurement, keyed ``diversity/...`` (unnamed).
+            values: the measurement, by unprefixed name (:meth:`GroupMeasure.measure`'s).
             step: the step, in the warning (default: the trainer's global step).
 
         Returns:
-            ``{"diversity/collapse_alert": 0/1, "diversity/breakdown_alert": 0/1}``.
+            ``{"collapse_alert": 0/1, "breakdown_alert": 0/1}`` (unprefixed).
         """
         import warnings
 
-        kind, reasons = self.alert.update({k: values[PREFIX + k] for k in ALERT_SIGNALS if PREFIX + k in values})
+        kind, reasons = self.alert.update({k: values[k] for k in ALERT_SIGNALS if k in values})
         if kind is not None and kind not in self.alert.warned:
             self.alert.warned.add(kind)
             if step is None:
@@ -355,10 +351,7 @@ class GroupDiversityCallback(TrainerCallback):
                 warnings.warn(
                     f"{type(self).__name__}: step {step}: {what}: {'; '.join(reasons)}", RuntimeWarning, stacklevel=2
                 )
-        return {
-            PREFIX + "collapse_alert": float(kind == "collapse"),
-            PREFIX + "breakdown_alert": float(kind == "breakdown"),
-        }
+        return {"collapse_alert": float(kind == "collapse"), "breakdown_alert": float(kind == "breakdown")}
 
     def sample_rows(
         self, step: int, prompts: Sequence[Any], completions: Sequence[Any], ids: np.ndarray, num_generations: int
@@ -384,9 +377,8 @@ class GroupDiversityCallback(TrainerCallback):
         of every SemanticGroupReward's space in the trainer), EAD's vocabulary size and the alert's state."""
         return {
             "settings": self.space.settings(),
-            "space": self.space.state_dict(),
+            **self.group.state_dict(),  # "space" and "vocab_size"
             "reward_spaces": [fn.space.state_dict() for fn in self._group_rewards()],
-            "vocab_size": self.vocab_size,
             "alert": self.alert.state_dict(),
         }
 
@@ -400,19 +392,14 @@ class GroupDiversityCallback(TrainerCallback):
             reason = f"was saved with other settings ({got!r:.200}, now {self.space.settings()!r})"
         else:
             try:
-                vocab = saved.get("vocab_size")
-                if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
-                    raise ValueError(f"vocab_size {vocab!r} is not an integer >= 1")
                 spaces = saved.get("reward_spaces", [])
-                if not isinstance(saved.get("space"), dict) or not isinstance(spaces, list):
+                if not isinstance(spaces, list):
                     raise ValueError("no space state")
                 self.alert.load_state_dict(saved.get("alert"))
-                self.space.load_state_dict(saved["space"])
+                self.group.load_state_dict(saved)
                 for fn, space_state in zip(self._group_rewards(), spaces):
                     if fn.space is not self.space and isinstance(space_state, dict):
                         fn.space.load_state_dict(space_state)
-                if vocab is not None:
-                    self.vocab_size = vocab
                 return
             except ValueError as err:
                 self.alert = GroupAlert(
@@ -503,7 +490,7 @@ class GroupDiversityCallback(TrainerCallback):
                 )
                 self._last = (fingerprint, dict(m.values))
                 if self.log_samples and state.is_world_process_zero:
-                    rows = self.sample_rows(state.global_step, prompts, completions, self._last_ids, g)
+                    rows = self.sample_rows(state.global_step, prompts, completions, self.group.last_ids, g)
                     reporter.table(self.key("group_sample"), ["step", "group", "prompt", "completion", "cluster"], rows)
         if m.error is not None:
             return
