@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-import numpy as np
-
 from lightning_div.measure.base import Measure
+from lightning_div.measure.dress import NegativeMiner
 from lightning_div.measure.group import GroupMeasure
 from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.ruq import RUQMeasure
@@ -21,6 +21,7 @@ MEASURES = {
     "ruq": lambda: RUQMeasure(("I don't know.",)),
     "nli": lambda: NLIMeasure(scorer="roberta-large-mnli", n=2),
     "group": lambda: GroupMeasure(SemanticSpace(encoder="minilm", num_clusters=4), vocab_size=20),
+    "dress_mining": lambda: NegativeMiner(SemanticSpace(encoder="minilm", num_clusters=4), head_threshold=0.2),
 }
 
 
@@ -124,3 +125,24 @@ def test_group_measure_without_a_trainer():
         group.measure(["a", "b", "c"], 2)
     with pytest.raises(ValueError, match="vocab_size 0 is not an integer >= 1"):
         group.load_state_dict({"space": {}, "vocab_size": 0})
+
+
+class EchoLast:
+    """A stand-in adapter: the response to a context is its last turn."""
+
+    def generate(self, contexts, **kwargs):
+        return [c[-1] for c in contexts]
+
+
+def test_negative_miner_without_a_trainer():
+    """5 generations, 3 in cluster a (60 %), 1 in b, 1 in c; head_threshold 0.3: a is the head, its 3 are negatives."""
+    miner = NegativeMiner(FirstWordSpace(), head_threshold=0.3, negative_weight=-0.5)
+    contexts = [["q", t] for t in ("a1", "a2", "a3", "b", "c")]
+    mined = miner.measure(EchoLast(), contexts, keep_zero_weights=False)
+    assert [p.response for p in mined.pairs] == ["a1", "a2", "a3"] and mined.pairs[0].context == ("q", "a1")
+    assert mined.weights.tolist() == [-0.5] * 3 and mined.clusters.tolist() == [0, 0, 0]
+    assert mined.heads.tolist() == [0] and mined.head_share == pytest.approx(0.6)
+    kept = miner.negatives_of(contexts, [c[-1] for c in contexts], np.array([0, 0, 0, 1, 2]))
+    assert kept.weights.tolist() == [-0.5, -0.5, -0.5, 0.0, 0.0]  # separate batches keep the zero weights
+    with pytest.raises(ValueError, match="head_threshold must be a share"):
+        NegativeMiner(FirstWordSpace(), head_threshold=1.5)

@@ -29,8 +29,8 @@ from lightning_div.callbacks.progress import find_progress
 from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.measure.sample import FixedSample, check_seed
-from lightning_div.measure.semantic import generate_responses
 from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.generation import generate_responses
 from lightning_div.model.sharding import check_strategy, full_parameters
 from lightning_div.pairs import DialoguePair
 
@@ -305,7 +305,7 @@ class DiversityCallback(pl.Callback):
         desc: str = "generating",
     ) -> list[str]:
         """One response per context, batches sharded across processes and gathered in order
-        (:func:`~lightning_div.measure.semantic.generate_responses`)."""
+        (:func:`~lightning_div.model.generation.generate_responses`)."""
         return generate_responses(adapter, contexts, generation_kwargs, self.batch_size, self.show_progress, desc)
 
     def reporter(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> TrackerReporter:

@@ -25,7 +25,7 @@ from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.measure.sample import FixedSample
-from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, generate_responses
+from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
 
 __all__ = [
     "FixedSample",
@@ -42,7 +42,6 @@ __all__ = [
     "SemanticMeasure",
     "SemanticResult",
     "TrackerReporter",
-    "generate_responses",
     "group_metrics",
     "guarded",
     "reference_nll",

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.distributed import distributed_map, rank_and_world
-from lightning_div.measure.semantic import generate_responses
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference, ruq_per_idk
+from lightning_div.model.generation import generate_responses
 from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
 from lightning_div.pairs import DialoguePair
 

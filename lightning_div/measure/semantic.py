@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.checks import warn_if_all_empty
-from lightning_div._internal.distributed import distributed_map
 from lightning_div.measure.base import plain
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
@@ -29,49 +28,11 @@ from lightning_div.metrics import (
     semantic_entropy,
     top_cluster_share,
 )
+from lightning_div.model.generation import generate_responses
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace
 
-__all__ = ["SemanticMeasure", "SemanticResult", "generate_responses"]
-
-
-def generate_responses(
-    adapter: Any,
-    contexts: Sequence[Sequence[str]],
-    generation_kwargs: dict[str, Any] | None = None,
-    batch_size: int = 32,
-    show_progress: bool = False,
-    desc: str = "generating",
-) -> list[str]:
-    """One response per context, batches sharded across the processes and gathered back in order.
-
-    Every process must call it with the same contexts; every process gets every response.
-
-    Args:
-        adapter: the model (a :class:`~lightning_div.model.adapters.DialogueModelAdapter`).
-        contexts: the contexts, each a list of turns.
-        generation_kwargs: passed to ``adapter.generate`` (greedy with 3-gram blocking by default).
-        batch_size: contexts per batch (batches hold contexts of similar length).
-        show_progress: a progress bar on the first process.
-        desc: the bar's label.
-
-    Returns:
-        The responses, in the order of ``contexts``.
-    """
-    kwargs = dict(generation_kwargs or {})
-
-    def gen(batch: list[list[str]]) -> list[str]:
-        return list(adapter.generate(batch, **kwargs))
-
-    turns = [list(c) for c in contexts]
-    return distributed_map(
-        gen,
-        turns,
-        batch_size,
-        sort_key=[sum(map(len, c)) for c in turns],
-        show_progress=show_progress,
-        desc=f"{desc} ({len(turns)} contexts)",
-    )
+__all__ = ["SemanticMeasure", "SemanticResult"]
 
 
 @dataclass
