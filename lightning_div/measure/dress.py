@@ -125,7 +125,7 @@ class NegativeMiner:
         w = negative_weights(ids, heads, self.negative_weight)
         keep = np.arange(len(w)) if keep_zero_weights else np.flatnonzero(w != 0)
         return MinedNegatives(
-            [DialoguePair(tuple(contexts[i]), generated[i], source="dress-negative") for i in keep],
+            [DialoguePair(tuple(contexts[i]), generated[i], source="dress-negative") for i in keep.tolist()],
             w[keep],
             ids[keep],
             heads,
