@@ -39,7 +39,7 @@ The keys are :func:`eval_key`'s: the trackers chart them as ``eval/sem_ent`` ...
 
 ```python
 trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
-DiversityTrainerCallback(eval_pairs=val_pairs, gold_responses=train_responses, encoder="minilm").attach(trainer)
+DiversityTrainerCallback(val_pairs, train_responses, space=SemanticSpace(encoder="minilm")).attach(trainer)
 trainer.train()  # trainer.state.log_history holds {"eval_sem_ent": ..., "eval_ruq": ..., "step": ...}
 ```
 

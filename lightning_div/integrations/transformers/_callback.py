@@ -21,14 +21,12 @@ from lightning_div.integrations.transformers._evaluation import EvaluationResult
 from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
 from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.measure.ruq import DEFAULT_IDK, RUQAlert, RUQMeasure, check_idk_responses, ruq_profile_figure
+from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.measure.semantic import SemanticMeasure
-from lightning_div.metrics import DEFAULT_LEXICAL
-from lightning_div.metrics.ruq import ReferenceChoice
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.pairs import DialoguePair
-from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.types import PairsSource, ResponsesSource
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table
 
 __all__ = ["DiversityTrainerCallback"]
@@ -40,6 +38,42 @@ def _stateful(state: TrainerState) -> dict[str, Any]:
     if not isinstance(stateful, dict):
         stateful = state.stateful_callbacks = {}  # type: ignore[assignment]
     return stateful
+
+
+def _measures(
+    who: str,
+    measures: Sequence[SemanticMeasure | RUQMeasure] | None,
+    space: SemanticSpace | None,
+    batch_size: int,
+    show_progress: bool,
+) -> tuple[SemanticMeasure, RUQMeasure | None]:
+    """The callback's SemanticMeasure and RUQMeasure: the ones given, or the defaults in ``space``.
+
+    Raises:
+        ValueError: ``space`` beside ``measures``, or measures that are not one SemanticMeasure
+            and at most one RUQMeasure.
+    """
+    if measures is None:
+        space = space or SemanticSpace(batch_size=batch_size, show_progress=show_progress)
+        if not isinstance(space, SemanticSpace):
+            raise ValueError(f"{who}: space must be a lightning_div.SemanticSpace, got {type(space).__name__}")
+        semantic = SemanticMeasure(space, batch_size=batch_size, show_progress=show_progress)
+        return semantic, RUQMeasure(batch_size=batch_size, show_progress=show_progress)
+    if space is not None:
+        raise ValueError(
+            f"{who}: space= and measures= were both given: space= is the default measures' space; with "
+            "measures=, give the space to the SemanticMeasure (SemanticMeasure(space))"
+        )
+    given = list(measures)
+    semantic_given = [m for m in given if isinstance(m, SemanticMeasure)]
+    ruq_given = [m for m in given if isinstance(m, RUQMeasure)]
+    others = [type(m).__name__ for m in given if not isinstance(m, (SemanticMeasure, RUQMeasure))]
+    if others or len(semantic_given) != 1 or len(ruq_given) > 1:
+        raise ValueError(
+            f"{who}: measures must be one SemanticMeasure and at most one RUQMeasure, got "
+            f"{[type(m).__name__ for m in given]}"
+        )
+    return semantic_given[0], (ruq_given[0] if ruq_given else None)
 
 
 class DiversityTrainerCallback(TrainerCallback):
@@ -56,31 +90,36 @@ class DiversityTrainerCallback(TrainerCallback):
     ``dirpath``, default ``<output_dir>/lightning_div_cache``: a Lightning run with the same
     encoder, settings and gold responses wrote the same file).
 
+    What it measures is the measures it is given (``measures=``): one
+    :class:`~lightning_div.measure.semantic.SemanticMeasure` (Sem-Ent, the cluster divergence, the
+    lexical metrics) and at most one :class:`~lightning_div.measure.ruq.RUQMeasure`; by default both,
+    in ``space`` (a private :class:`~lightning_div.semantic.space.SemanticSpace` with the default
+    encoder when None). The common case is one line::
+
+        DiversityTrainerCallback(val_pairs, train_responses, space=SemanticSpace(encoder="minilm")).attach(trainer)
+
+    and any setting of a measure is the measure's own::
+
+        DiversityTrainerCallback(
+            val_pairs,
+            train_responses,
+            measures=[SemanticMeasure(SemanticSpace(encoder="minilm", num_clusters=8)), RUQMeasure(reference="first")],
+        )
+
     Args:
         eval_pairs: the evaluation dialogues as text: ``[(context, response), ...]`` pairs or any
             source :func:`~lightning_div.datamodules.read_pairs` reads (the trainer's
             ``eval_dataset`` is tokenized, so it cannot be read back).
         gold_responses: the gold training responses the clusters are fitted on (a list, a file,
-            or a source ``read_pairs`` reads); not needed with ``clusters`` or a fitted ``space``.
-        space: a :class:`~lightning_div.semantic.space.SemanticSpace` to measure in (share one
-            with other callbacks); None = a private one from the arguments below. Both: an error.
-        encoder: the response encoder (default ``lightning_div.keys.DEFAULT_ENCODER``;
-            ``"minilm"`` works offline).
-        clusters: fitted SemanticClusters or a saved file; None = fit on ``gold_responses``.
-        num_clusters: k (default 20).
-        variance_kept: PCA variance kept (default 0.9).
-        kmeans_seed: the k-means seed (default 27).
-        encoder_kwargs: more ResponseEncoder arguments.
+            or a source ``read_pairs`` reads); not needed with given or fitted clusters.
+        measures: what to measure: one SemanticMeasure and at most one RUQMeasure (none: no RUQ);
+            None = both with their defaults, in ``space``.
+        space: the space of the default measures (share one with other callbacks); with
+            ``measures=``, the space is the SemanticMeasure's (both: an error).
         num_contexts: size of the generation sample (None = all evaluation pairs).
-        generation_kwargs: overrides of the greedy + ``no_repeat_ngram_size=3`` default.
-        lexical_metrics: which lexical metrics to log (see :func:`~lightning_div.metrics.lexical_scores`).
-        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
-        vocab_size: V of EAD; default: counted from the gold responses.
-        idk_responses: RUQ's IDK strings, the first is the headline; empty = no RUQ.
         num_ruq_prompts: size of RUQ's sample (None = all evaluation pairs).
         train_pairs: training dialogues as text (as ``eval_pairs``) for RUQ-train; None = no RUQ-train.
         num_train_ruq_prompts: size of RUQ-train's sample (None = all training pairs).
-        reference: with several references per prompt, ``"lowest"`` or ``"first"`` (see RUQMonitor).
         warn_below: alert when ``eval_ruq`` falls below this (None disables it).
         warn_drop: alert when ``eval_ruq`` drops by more than this many points since the last
             measurement (None disables it). An alert is a warning and ``eval_ruq_alert`` = 1 (else 0),
@@ -89,10 +128,10 @@ class DiversityTrainerCallback(TrainerCallback):
         tokenizer: the model's tokenizer; None = the trainer's ``processing_class``.
         format: the token layout (default ``DialogueFormat()``: DialoGPT's ``turn<eos>...``); it
             must be the one the model is trained with.
-        batch_size: contexts per generation batch, pairs per scoring batch, texts per encoder batch.
+        batch_size: contexts per generation batch of the model (and of the default measures and space).
         max_new_tokens: the generation length limit.
         dirpath: the clusters' cache directory (default ``<args.output_dir>/lightning_div_cache``).
-        show_progress: progress bars while generating, scoring, embedding and fitting (the monitors' bars).
+        show_progress: progress bars (of the default measures and space).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning and training
             continues; ``"raise"`` re-raises.
         name: goes into every key, ``eval_<name>/sem_ent`` (several callbacks in one trainer).
@@ -100,18 +139,15 @@ class DiversityTrainerCallback(TrainerCallback):
         cluster_views: log the cluster cards, the steps x clusters heatmap and the shares CSV
             (the histogram is always logged), as the monitor's ``cluster_views``.
         measure_at_start: measure once before the first training step as well (a baseline, logged at step 0).
-        shared_contexts: score a prompt's references and IDK strings after one pass over its context
-            (as RUQMonitor's ``shared_contexts``); ``False`` scores pair by pair, bit-identical on any
-            number of processes.
         ruq_plot: log RUQ's per-position plot (``eval/ruq_plot``, the paper's Figure 1, as RUQMonitor's
             ``plot``) at every evaluation. Off by default: its beam search costs more than the rest of RUQ.
         num_plot_prompts: prompts the plot is drawn over.
         num_beams: beam size of the plot's model-output line.
 
     Raises:
-        ValueError: a bad setting (``on_error``, lexical names or options, ``reference``, an
-            empty IDK string, a sample size that is not an integer >= 1), or ``space`` together
-            with a space argument.
+        ValueError: a bad setting (``on_error``, ``name``, a sample size that is not an integer >= 1),
+            measures that are not one SemanticMeasure and at most one RUQMeasure, or ``space`` together
+            with ``measures``.
     """
 
     def __init__(
@@ -119,23 +155,12 @@ class DiversityTrainerCallback(TrainerCallback):
         eval_pairs: PairsSource | Sequence[DialoguePair],
         gold_responses: ResponsesSource | None = None,
         *,
+        measures: Sequence[SemanticMeasure | RUQMeasure] | None = None,
         space: SemanticSpace | None = None,
-        encoder: EncoderSource | None = None,
-        clusters: ClustersSource | None = None,
-        num_clusters: int | None = None,
-        variance_kept: float | None = None,
-        kmeans_seed: int | None = None,
-        encoder_kwargs: Options | None = None,
         num_contexts: int | None = 256,
-        generation_kwargs: Options | None = None,
-        lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
-        lexical_options: Options | None = None,
-        vocab_size: int | None = None,
-        idk_responses: Sequence[str] = DEFAULT_IDK,
         num_ruq_prompts: int | None = 256,
         train_pairs: PairsSource | Sequence[DialoguePair] | None = None,
         num_train_ruq_prompts: int | None = 256,
-        reference: ReferenceChoice = "lowest",
         warn_below: float | None = None,
         warn_drop: float | None = 10.0,
         seed: int = 0,
@@ -150,7 +175,6 @@ class DiversityTrainerCallback(TrainerCallback):
         log_samples: int = 8,
         cluster_views: bool = True,
         measure_at_start: bool = False,
-        shared_contexts: bool = True,
         ruq_plot: bool = False,
         num_plot_prompts: int = 16,
         num_beams: int = 5,
@@ -160,10 +184,7 @@ class DiversityTrainerCallback(TrainerCallback):
             raise ValueError(f"name must be None or a non-empty string without surrounding spaces, got {name!r}")
         if isinstance(log_samples, bool) or not isinstance(log_samples, int) or log_samples < 0:
             raise ValueError(f"log_samples must be an integer >= 0, got {log_samples!r}")
-        space = space_from_arguments(
-            type(self).__name__, space, locals(), batch_size=batch_size, show_progress=show_progress
-        )
-        idk = check_idk_responses(idk_responses, allow_empty=True)
+        semantic, ruq = _measures(type(self).__name__, measures, space, batch_size, show_progress)
         #: What an evaluation measures, and its state (:mod:`lightning_div.measure`'s pieces).
         self.evaluation = TrainerEvaluation(
             type(self).__name__,
@@ -177,10 +198,8 @@ class DiversityTrainerCallback(TrainerCallback):
                 num_train_ruq_prompts,
                 seed,
             ),
-            SemanticMeasure(
-                space, lexical_metrics, lexical_options, vocab_size, generation_kwargs, batch_size, show_progress
-            ),
-            RUQMeasure(idk, reference, shared_contexts, batch_size, show_progress) if idk else None,
+            semantic,
+            ruq,
             RUQAlert(warn_below, warn_drop),
             format or DialogueFormat(),
             batch_size,
@@ -189,7 +208,7 @@ class DiversityTrainerCallback(TrainerCallback):
             dirpath,
             (num_plot_prompts, num_beams) if ruq_plot else None,
         )
-        self.num_contexts, self.train_pairs_arg, self.idk_responses = num_contexts, train_pairs, idk
+        self.num_contexts, self.train_pairs_arg = num_contexts, train_pairs
         self.tokenizer, self.show_progress, self.name = tokenizer, show_progress, name
         self.log_samples, self.cluster_views, self.measure_at_start = log_samples, cluster_views, measure_at_start
         self.trainer: Any = None
