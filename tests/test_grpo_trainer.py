@@ -137,7 +137,9 @@ def test_reference_column_of_the_training_dataset(tmp_path):
 
 def test_bad_trainers_and_batches(tmp_path):
     with pytest.raises(TypeError, match="keeps no rollouts"):
-        GroupDiversityCallback(encoder=TopicEncoder()).attach(SimpleNamespace(callback_handler=None))
+        GroupDiversityCallback(space=SemanticSpace(encoder=TopicEncoder())).attach(
+            SimpleNamespace(callback_handler=None)
+        )
     trainer = StubTrainer(BATCH[:10], g=4)
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(trainer)
@@ -157,8 +159,10 @@ def test_bad_trainers_and_batches(tmp_path):
         GroupDiversityCallback(space=space, name="strict").attach(trainer)
     with pytest.raises(ValueError, match="on_error"):
         GroupDiversityCallback(on_error="ignore")
-    with pytest.raises(ValueError, match="space= and encoder="):
-        GroupDiversityCallback(space=space, encoder="minilm")
+    with pytest.raises(TypeError, match="space must be a lightning_div.SemanticSpace, got str"):
+        GroupDiversityCallback(space="minilm")
+    with pytest.raises(ValueError, match="name must be None or a non-empty string"):
+        GroupDiversityCallback(space=space, name="a/b")
     assert rollouts_of(trainer)[2] == 4
 
 

@@ -108,12 +108,12 @@ def test_the_rewards_default_cache_is_not_the_working_directory(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LIGHTNING_DIV_CACHE", str(tmp_path / "user_cache"))
     completions = [f"{t} {i}" for t in TOPICS for i in range(4)]
-    reward = SemanticGroupReward(num_generations=4, encoder=TopicEncoder(), num_clusters=4)
+    reward = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=4))
     reward(completions=completions)
     assert not (tmp_path / "lightning_div_cache").exists()
     assert {p.parent for p in (tmp_path / "user_cache").rglob("*.npz")} == {tmp_path / "user_cache" / "clusters"}
     # beside a GroupDiversityCallback of the same trainer: the run's own folder, as the callbacks use
-    shared = SemanticGroupReward(num_generations=4, encoder=TopicEncoder(), num_clusters=3)
+    shared = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=3))
     trainer = StubTrainer(completions)
     trainer.reward_funcs = [shared]
     cb = GroupDiversityCallback(space=_space(tmp_path / "cb")).attach(trainer)
@@ -125,7 +125,7 @@ def test_the_rewards_defaults_refuse_to_fit_k_20_on_one_batch():
     with pytest.raises(ValueError, match=r"the default num_clusters=20 needs at least that many distinct ones: give"):
         SemanticGroupReward(num_generations=4)
     # any of the remedies is accepted
-    SemanticGroupReward(num_generations=4, num_clusters=4)
+    SemanticGroupReward(num_generations=4, space=SemanticSpace(num_clusters=4))
     SemanticGroupReward(num_generations=4, reference_responses=REFERENCES)
     SemanticGroupReward(num_generations=4, equivalence="cosine")
 

@@ -172,7 +172,16 @@ class DRESSReweighting(DiversityCallback):
         #: What a round mines (:class:`~lightning_div.measure.dress.NegativeMiner`); this callback chooses when and where.
         self.miner = NegativeMiner(
             space_from_arguments(
-                type(self).__name__, space, locals(), batch_size=self.batch_size, show_progress=self.show_progress
+                type(self).__name__,
+                space,
+                encoder=encoder,
+                clusters=clusters,
+                num_clusters=num_clusters,
+                variance_kept=variance_kept,
+                kmeans_seed=kmeans_seed,
+                encoder_kwargs=encoder_kwargs,
+                batch_size=self.batch_size,
+                show_progress=self.show_progress,
             ),
             head_threshold,
             negative_weight,

@@ -32,7 +32,31 @@ from lightning_div.model.generation import generate_responses
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace
 
-__all__ = ["SemanticMeasure", "SemanticResult"]
+__all__ = ["SemanticMeasure", "SemanticResult", "check_clusters_source"]
+
+
+def check_clusters_source(
+    space: SemanticSpace, gold_given: bool, who: str, alternative: str = "or a fitted space="
+) -> None:
+    """Check that the clusters have a source: gold responses to fit them on, given clusters, or a fitted space.
+
+    The one "needs gold responses" check of every front end (each raises it when it starts, not
+    at its first measurement).
+
+    Args:
+        space: the semantic space.
+        gold_given: whether gold training responses were given (or found).
+        who: the front end, named in the error.
+        alternative: the front end's other way to give them, ending the error's list.
+
+    Raises:
+        ValueError: no gold responses and no clusters to measure in.
+    """
+    if not gold_given and space.clusters_source is None and not space.fitted:
+        raise ValueError(
+            f"{who} needs gold training responses to fit its semantic clusters: pass "
+            f"gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, {alternative}"
+        )
 
 
 @dataclass
@@ -143,11 +167,7 @@ class SemanticMeasure:
             ValueError: no gold responses and no clusters to measure in.
         """
         if not self._prepared:
-            if gold is None and self.space.clusters_source is None and not self.space.fitted:
-                raise ValueError(
-                    f"{who} needs gold training responses to fit its semantic clusters: pass "
-                    "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or a fitted space="
-                )
+            check_clusters_source(self.space, gold is not None, who)
             self.space.fit(gold, device=device, broadcast=broadcast, cache_dir=cache_dir)
             self._prepared = True
         if self.vocab_size is None and "ead" in self.lexical_metrics:

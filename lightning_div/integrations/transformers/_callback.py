@@ -7,37 +7,35 @@ and the trainer's ``report_to`` trackers.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from lightning_div._internal.distributed import rank_and_world
-from lightning_div._internal.tracking import hugging_face_destination
+from lightning_div.integrations._frontend import (
+    attach,
+    run_output_dir,
+    stateful,
+    tracker_reporter,
+    warn_fresh_start,
+)
 from lightning_div.integrations.transformers._data import EvaluationData
 from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation
 from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
+from lightning_div.keys import check_name
 from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.measure.semantic import SemanticMeasure
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.pairs import DialoguePair
-from lightning_div.semantic.space import SemanticSpace
+from lightning_div.semantic.cache import run_cache_dir
+from lightning_div.semantic.space import SemanticSpace, given_space
 from lightning_div.types import PairsSource, ResponsesSource
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table
 
 __all__ = ["DiversityTrainerCallback"]
-
-
-def _stateful(state: TrainerState) -> dict[str, Any]:
-    """``state.stateful_callbacks``: typed as a list, a dict once the state exists (``TrainerState.__post_init__``)."""
-    stateful: Any = state.stateful_callbacks
-    if not isinstance(stateful, dict):
-        stateful = state.stateful_callbacks = {}  # type: ignore[assignment]
-    return stateful
 
 
 def _measures(
@@ -54,9 +52,7 @@ def _measures(
             and at most one RUQMeasure.
     """
     if measures is None:
-        space = space or SemanticSpace(batch_size=batch_size, show_progress=show_progress)
-        if not isinstance(space, SemanticSpace):
-            raise ValueError(f"{who}: space must be a lightning_div.SemanticSpace, got {type(space).__name__}")
+        space = given_space(who, space, batch_size=batch_size, show_progress=show_progress)
         semantic = SemanticMeasure(space, batch_size=batch_size, show_progress=show_progress)
         return semantic, RUQMeasure(batch_size=batch_size, show_progress=show_progress)
     if space is not None:
@@ -180,8 +176,7 @@ class DiversityTrainerCallback(TrainerCallback):
         num_beams: int = 5,
     ) -> None:
         self.on_error = check_on_error(on_error)
-        if name is not None and (not isinstance(name, str) or not name.strip() or name != name.strip()):
-            raise ValueError(f"name must be None or a non-empty string without surrounding spaces, got {name!r}")
+        name = check_name(name)
         if isinstance(log_samples, bool) or not isinstance(log_samples, int) or log_samples < 0:
             raise ValueError(f"log_samples must be an integer >= 0, got {log_samples!r}")
         semantic, ruq = _measures(type(self).__name__, measures, space, batch_size, show_progress)
@@ -257,17 +252,7 @@ class DiversityTrainerCallback(TrainerCallback):
             ValueError: another attached DiversityTrainerCallback with the same ``name`` (they
                 would log over each other's keys), or this one attached to another trainer.
         """
-        if self.trainer is not None and self.trainer is not trainer:
-            raise ValueError(f"{type(self).__name__} is already attached to another trainer")
-        for cb in trainer.callback_handler.callbacks:
-            if isinstance(cb, DiversityTrainerCallback) and cb is not self and cb.name == self.name:
-                raise ValueError(
-                    f"two {type(self).__name__}s in this trainer have name={self.name!r}, so they would log the "
-                    "same keys: give each its own name=... (it goes into the keys: 'eval_<name>/...')"
-                )
-        if self not in trainer.callback_handler.callbacks:
-            trainer.add_callback(self)
-        self.trainer = trainer
+        attach(self, trainer)
         return self
 
     def log_key(self, key: str) -> str:
@@ -305,13 +290,8 @@ class DiversityTrainerCallback(TrainerCallback):
     def reporter(self, output_dir: str | Path) -> TrackerReporter:
         """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
         ``<output_dir>/lightning_div/``, scalars through ``trainer.log``, this run's memory."""
-        return TrackerReporter(
-            hugging_face_destination(self.trainer),
-            Path(output_dir) / "lightning_div",
-            lambda values: self.trainer.log(dict(values)),  # a copy: Trainer.log adds "epoch" to its dict
-            self.memory,
-            rank_and_world()[0] == 0,
-        )
+        # a copy: Trainer.log adds "epoch" to its dict
+        return tracker_reporter(self.trainer, output_dir, lambda values: self.trainer.log(dict(values)), self.memory)
 
     def log_views(self, output_dir: str | Path) -> None:
         """The last measurement's figures and tables to the trainer's trackers and ``<output_dir>/lightning_div/``.
@@ -357,17 +337,14 @@ class DiversityTrainerCallback(TrainerCallback):
             self.memory.scope(),
             guarded(self.on_error, self.memory.warn_once, who, "the measurement", f"step {state.global_step}") as m,
         ):
-            m.values.update(self.measure(model, tokenizer, Path(args.output_dir or ".") / "lightning_div_cache"))
+            m.values.update(self.measure(model, tokenizer, run_cache_dir(run_output_dir(args))))
         if self._last is not None and m.error is None and state.is_world_process_zero:
-            self.log_views(args.output_dir or ".")
+            self.log_views(run_output_dir(args))
         m.values[eval_key("diversity_runtime")] = m.seconds
-        reporter = self.reporter(args.output_dir or ".")
+        reporter = self.reporter(run_output_dir(args))
         logged = reporter.scalars({self.log_key(k): float(v) for k, v in m.values.items()})
         self.history.append({"step": float(state.global_step), **logged})
-        # Saved with every later checkpoint: the Trainer writes the whole dict into trainer_state.json.
-        # Not an ExportableState: restore_callback_states_from_checkpoint would rebuild the callback
-        # from saved constructor arguments, and the evaluation pairs are no JSON.
-        _stateful(state)[self.state_key()] = self.state_dict()
+        stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
         return logged
 
     # -- state -------------------------------------------------------------------------------------
@@ -396,9 +373,7 @@ class DiversityTrainerCallback(TrainerCallback):
                 return
             except ValueError as err:
                 reason = f"in trainer_state.json is damaged ({err})"
-        warnings.warn(  # a resume happens once per run: each one says it
-            f"{type(self).__name__}: the checkpoint's state {reason}; it starts afresh", RuntimeWarning, stacklevel=2
-        )
+        warn_fresh_start(type(self).__name__, reason)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -416,7 +391,7 @@ class DiversityTrainerCallback(TrainerCallback):
         """
         self.memory = RunMemory()  # a new run: its warnings and once-only tables are shown again
         if state.global_step > 0:
-            saved = _stateful(state).get(self.state_key())
+            saved = stateful(state).get(self.state_key())
             if saved is not None:
                 self.load_state_dict(saved)
         else:  # a fresh run logs its gold Sem-Ent, even after an evaluate() before train()

@@ -2,7 +2,7 @@
 
 ```python
 trainer = GRPOTrainer(model=model, reward_funcs=[my_reward], args=args, train_dataset=prompts)
-GroupDiversityCallback(encoder="minilm", num_clusters=8).attach(trainer)
+GroupDiversityCallback(space=SemanticSpace(encoder="minilm", num_clusters=8)).attach(trainer)
 trainer.train()  # trainer.state.log_history: {"diversity/group_sem_ent": ..., "reward": ..., "step": ...}
 ```
 
@@ -48,14 +48,22 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from lightning_div._internal.checks import optional_texts
 from lightning_div._internal.distributed import rank_and_world
-from lightning_div._internal.tracking import hugging_face_destination
+from lightning_div.integrations._frontend import (
+    attach,
+    run_output_dir,
+    stateful,
+    tracker_reporter,
+    warn_fresh_start,
+)
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
+from lightning_div.keys import check_name
 from lightning_div.measure.group import ALERT_SIGNALS, GroupAlert, GroupMeasure, group_metrics
 from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.metrics.group import split_groups
-from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import ClustersSource, EncoderSource, Options
+from lightning_div.semantic.cache import run_cache_dir
+from lightning_div.semantic.space import SemanticSpace, given_space
+from lightning_div.types import Options
 
 __all__ = ["PREFIX", "GroupDiversityCallback", "group_metrics", "rollouts_of"]
 
@@ -66,15 +74,6 @@ PREFIX = "diversity/"
 def _fingerprint(completions: Sequence[Any]) -> str:
     """A generation batch's identity (its completions, compared by their repr)."""
     return hashlib.sha256(repr(list(completions)).encode()).hexdigest()
-
-
-def _stateful(state: Any) -> dict[str, Any]:
-    """``state.stateful_callbacks``: typed as a list, a dict once the state exists (``TrainerState.__post_init__``)."""
-    stateful: Any = getattr(state, "stateful_callbacks", None)
-    if not isinstance(stateful, dict):
-        stateful = {}
-        state.stateful_callbacks = stateful
-    return stateful
 
 
 def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
@@ -111,16 +110,9 @@ class GroupDiversityCallback(TrainerCallback):
     processes give the same values.
 
     Args:
-        space: a :class:`~lightning_div.semantic.space.SemanticSpace` (share it with a
-            :class:`~lightning_div.integrations.trl.SemanticGroupReward`); None = a private one
-            from the arguments below. Both: an error.
-        encoder: the response encoder (default ``lightning_div.keys.DEFAULT_ENCODER``; ``"minilm"``
-            works offline).
-        clusters: fitted SemanticClusters or a saved file.
-        num_clusters: k (default 20); at most the number of distinct texts fitted on.
-        variance_kept: PCA variance kept.
-        kmeans_seed: the k-means seed.
-        encoder_kwargs: more ResponseEncoder arguments.
+        space: the :class:`~lightning_div.semantic.space.SemanticSpace` to measure in (its encoder,
+            clusters, k ...; share it with a :class:`~lightning_div.integrations.trl.SemanticGroupReward`);
+            None = a private one with the default settings.
         reference_responses: texts to fit the clusters on (and to count EAD's vocabulary from).
         reference_column: a column of the trainer's ``train_dataset`` holding reference responses
             (text or conversational), used when ``reference_responses`` is None.
@@ -129,7 +121,7 @@ class GroupDiversityCallback(TrainerCallback):
         vocab_size: V of EAD; default: counted from the references, else from the first measured step.
         dirpath: the clusters' cache directory (default ``<output_dir>/lightning_div_cache``).
         device: where the encoder runs (None: CUDA if there is one).
-        batch_size: texts per encoder batch.
+        batch_size: texts per encoder batch (of the private space).
         log_samples: log a table of one group per step (the one with the fewest clusters).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning; ``"raise"``.
         name: goes into every key, ``diversity/<name>/group_sem_ent`` (several callbacks in one trainer).
@@ -146,20 +138,14 @@ class GroupDiversityCallback(TrainerCallback):
         reference_tokenizer: its tokenizer (default: the trainer's ``processing_class``).
 
     Raises:
-        ValueError: a bad ``on_error``, lexical setting or alert threshold, or ``space`` beside a
-            space argument.
+        ValueError: a bad ``on_error``, ``name``, lexical setting or alert threshold.
+        TypeError: a ``space`` that is not a SemanticSpace.
     """
 
     def __init__(
         self,
         *,
         space: SemanticSpace | None = None,
-        encoder: EncoderSource | None = None,
-        clusters: ClustersSource | None = None,
-        num_clusters: int | None = None,
-        variance_kept: float | None = None,
-        kmeans_seed: int | None = None,
-        encoder_kwargs: Options | None = None,
         reference_responses: Sequence[str] | None = None,
         reference_column: str | None = None,
         lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
@@ -185,12 +171,10 @@ class GroupDiversityCallback(TrainerCallback):
         self.alert = GroupAlert(
             warn_drop, warn_below, alert_start_steps, breakdown_top_word, breakdown_cut_rise, breakdown_nll_rise
         )
-        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
-            raise ValueError(f"name must be None or a non-empty string without '/', got {name!r}")
         #: What it measures (:class:`~lightning_div.measure.group.GroupMeasure`); this callback adds hooks,
         #: keys, the alert and reporting.
         self.group = GroupMeasure(
-            space_from_arguments(type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False),
+            given_space(type(self).__name__, space, batch_size=batch_size, show_progress=False),
             lexical_metrics,
             lexical_options,
             vocab_size,
@@ -203,7 +187,7 @@ class GroupDiversityCallback(TrainerCallback):
         self.dirpath = dirpath
         self.log_samples = log_samples
         self.on_error = on_error
-        self.name = name
+        self.name = check_name(name)
         self.trainer: Any = None
         #: Every measurement, ``{"step": ..., "diversity/...": ...}`` (every process alike).
         self.history: list[dict[str, float]] = []
@@ -246,16 +230,7 @@ class GroupDiversityCallback(TrainerCallback):
             ValueError: attached to another trainer already, or another GroupDiversityCallback with the same name.
         """
         rollouts_of(trainer)
-        if self.trainer is not None and self.trainer is not trainer:
-            raise ValueError(f"{type(self).__name__} is already attached to another trainer")
-        for cb in trainer.callback_handler.callbacks:
-            if isinstance(cb, GroupDiversityCallback) and cb is not self and cb.name == self.name:
-                raise ValueError(
-                    f"two {type(self).__name__}s in this trainer have name={self.name!r}: give each its own name=..."
-                )
-        if self not in trainer.callback_handler.callbacks:
-            trainer.add_callback(self)
-        self.trainer = trainer
+        attach(self, trainer)
         return self
 
     def key(self, metric: str) -> str:
@@ -385,8 +360,6 @@ class GroupDiversityCallback(TrainerCallback):
     def load_state_dict(self, saved: Any) -> None:
         """Restore :meth:`state_dict`'s values. A state saved with other space settings, or a damaged one,
         is not restored: a warning says why and the callback starts afresh (the clusters fitted again)."""
-        import warnings
-
         if not isinstance(saved, dict) or saved.get("settings") != self.space.settings():
             got = saved.get("settings") if isinstance(saved, dict) else saved
             reason = f"was saved with other settings ({got!r:.200}, now {self.space.settings()!r})"
@@ -411,9 +384,7 @@ class GroupDiversityCallback(TrainerCallback):
                     self.alert.nll_rise,
                 )
                 reason = f"in trainer_state.json is damaged ({err})"
-        warnings.warn(  # a resume happens once per run: each one says it
-            f"{type(self).__name__}: the checkpoint's state {reason}; it starts afresh", RuntimeWarning, stacklevel=2
-        )
+        warn_fresh_start(type(self).__name__, reason)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -429,7 +400,7 @@ class GroupDiversityCallback(TrainerCallback):
         import warnings
 
         self.memory = RunMemory()  # a new run: its warnings are shown again
-        cache_dir = Path(self.dirpath) if self.dirpath else Path(args.output_dir or ".") / "lightning_div_cache"
+        cache_dir = run_cache_dir(run_output_dir(args), self.dirpath)
         if self.trainer is None:
             warnings.warn(
                 f"{type(self).__name__} was given to the trainer in callbacks=[...]: a TrainerCallback cannot reach "
@@ -443,7 +414,7 @@ class GroupDiversityCallback(TrainerCallback):
             if fn.dirpath is None:
                 fn.run_cache_dir = cache_dir
         if getattr(state, "global_step", 0) > 0:
-            saved = _stateful(state).get(self.state_key())
+            saved = stateful(state).get(self.state_key())
             if saved is not None:
                 self.load_state_dict(saved)
         self.prepare(None, cache_dir)
@@ -483,7 +454,7 @@ class GroupDiversityCallback(TrainerCallback):
                     self.measure(
                         completions,
                         g,
-                        Path(self.dirpath) if self.dirpath else Path(args.output_dir or ".") / "lightning_div_cache",
+                        run_cache_dir(run_output_dir(args), self.dirpath),
                         prompts,
                         self._cut_share(),
                     )
@@ -496,19 +467,12 @@ class GroupDiversityCallback(TrainerCallback):
             return
         m.values[self.key("runtime")] = m.seconds
         self.history.append({"step": float(state.global_step), **reporter.scalars(m.values)})
-        # saved with every later checkpoint: the Trainer writes the whole dict into trainer_state.json
-        _stateful(state)[self.state_key()] = self.state_dict()
+        stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
 
     def reporter(self, args: TrainingArguments) -> TrackerReporter:
         """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
         ``<output_dir>/lightning_div/``, scalars into the step's own log, this run's memory."""
-        return TrackerReporter(
-            hugging_face_destination(self.trainer),
-            Path(args.output_dir or ".") / "lightning_div",
-            self._log,
-            self.memory,
-            rank_and_world()[0] == 0,
-        )
+        return tracker_reporter(self.trainer, run_output_dir(args), self._log, self.memory)
 
     # -- inside ------------------------------------------------------------------------------------
 
