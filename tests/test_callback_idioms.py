@@ -16,7 +16,7 @@ from monitor_setup import TinyChat, trainer
 
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
 from lightning_div.callbacks.base import DiversityCallback
-from lightning_div.callbacks.guards import optional_part
+from lightning_div.callbacks.checks import optional_part
 
 
 class Failing(DiversityCallback):

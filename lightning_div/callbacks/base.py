@@ -24,10 +24,10 @@ else:  # pragma: no cover - depends on the Python version
 
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.tracking import artifact_dir, lightning_destination, log_scalars
-from lightning_div.callbacks.guards import require_inputs
+from lightning_div.callbacks.checks import require_inputs
 from lightning_div.callbacks.progress import find_progress
 from lightning_div.keys import check_name
-from lightning_div.measure.guard import check_on_error, guarded
+from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.measure.sample import FixedSample, check_seed
 from lightning_div.model.formatting import DialogueFormat

@@ -13,9 +13,9 @@ from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import new_figure, warn_once
 from lightning_div.callbacks.base import DiversityCallback, _callbacks, override
-from lightning_div.callbacks.guards import settings_changed
+from lightning_div.callbacks.checks import settings_changed
 from lightning_div.datamodules.samplers import check_count, sample_indices
-from lightning_div.dress.guard import (
+from lightning_div.dress.degeneration import (
     DRESS_COLLAPSE_ALERT,
     DRESS_NEGATIVES_STOPPED,
     ON_COLLAPSE,
@@ -102,7 +102,7 @@ class DRESSReweighting(DiversityCallback):
         on_collapse: what the degeneration guard does besides logging ``dress/collapse_alert`` and
             warning once: ``"warn"`` (nothing more) or ``"stop_negatives"`` (no negatives after the
             epoch it fired at).
-        collapse_thresholds: when the guard fires (:class:`~lightning_div.dress.guard.CollapseThresholds`,
+        collapse_thresholds: when the guard fires (:class:`~lightning_div.dress.degeneration.CollapseThresholds`,
             or a dict of its fields; None: its defaults).
         collapse_monitor: the ``name`` of the SemanticDiversityMonitor whose metrics the guard reads; it
             must be in the Trainer (checked when fitting starts). None: the monitor without a name, or
@@ -240,7 +240,7 @@ class DRESSReweighting(DiversityCallback):
         Raw gold weights (``normalize=False``) and negatives trained with weight -1 on the NLL
         (``negative_loss="nll"``), mined greedily at each round's start from 5,000 training
         contexts into batches of their own. Fine-tuning with -1 x NLL destabilised one of five
-        seeds and, at a higher learning rate, wrecked a model within an epoch (issue 43), so the
+        seeds and, at a higher learning rate, wrecked a model within an epoch (``docs/callbacks/dress.md``), so the
         degeneration guard stays on (``on_collapse="warn"``: it changes no training).
 
         Examples:
@@ -444,7 +444,7 @@ class DRESSReweighting(DiversityCallback):
             )
 
     def _guard(self, trainer: pl.Trainer, m: dict[str, float]) -> None:
-        """The degeneration guard (lightning_div.dress.guard): log the alert, warn once, stop mining if asked."""
+        """The degeneration guard (lightning_div.dress.degeneration): log the alert, warn once, stop mining if asked."""
         if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return
         metrics = dict(trainer.callback_metrics)

@@ -7,7 +7,7 @@ from typing import Any
 from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.guards import optional_part, settings_changed
+from lightning_div.callbacks.checks import optional_part, settings_changed
 from lightning_div.keys import val_key
 from lightning_div.measure.nli import NLIMeasure
 from lightning_div.pairs import DialoguePair

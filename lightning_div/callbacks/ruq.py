@@ -7,7 +7,7 @@ from typing import Any
 
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.guards import optional_part, settings_changed
+from lightning_div.callbacks.checks import optional_part, settings_changed
 from lightning_div.keys import RUQ_ALERT, train_key, val_key
 from lightning_div.measure.ruq import DEFAULT_IDK, RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.metrics.ruq import ReferenceChoice

@@ -8,7 +8,7 @@ from typing import Any
 from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.guards import require_inputs, settings_changed
+from lightning_div.callbacks.checks import require_inputs, settings_changed
 from lightning_div.keys import val_key
 from lightning_div.measure.reporting import Reporter
 from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, check_clusters_source

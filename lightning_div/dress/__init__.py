@@ -7,7 +7,7 @@ callback and a datamodule, ``state`` everything DRESS decided (what it checkpoin
 and draws), and ``guard`` the signs that training with DRESS collapsed the generations.
 """
 
-from lightning_div.dress.guard import ON_COLLAPSE, CollapseThresholds, collapse_reasons
+from lightning_div.dress.degeneration import ON_COLLAPSE, CollapseThresholds, collapse_reasons
 from lightning_div.dress.losses import DressLoss, dress_loss, unlikelihood_per_example, weighted_lm_loss
 from lightning_div.dress.protocol import Negatives, ReweightableDataModule
 from lightning_div.dress.state import DressState

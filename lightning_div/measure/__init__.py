@@ -6,7 +6,7 @@ shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure``
 ``load_state_dict`` / ``settings``):
 
 * :class:`~lightning_div.measure.sample.FixedSample`: the evaluation sample, drawn once, restored on resume;
-* :func:`~lightning_div.measure.guard.guarded`: the error policy (``on_error``) and the timing;
+* :func:`~lightning_div.measure.errors.guarded`: the error policy (``on_error``) and the timing;
 * :class:`~lightning_div.measure.semantic.SemanticMeasure`: Sem-Ent, the cluster divergence and the
   lexical metrics (``prepare(gold)``, ``measure(adapter, sample)`` or ``scores(responses, sample)``);
 * :class:`~lightning_div.measure.ruq.RUQMeasure` and :class:`~lightning_div.measure.ruq.RUQAlert`: RUQ,
@@ -19,8 +19,8 @@ shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure``
 """
 
 from lightning_div.measure.base import Measure
+from lightning_div.measure.errors import Measurement, guarded
 from lightning_div.measure.group import GroupAlert, GroupMeasure, group_metrics, reference_nll
-from lightning_div.measure.guard import Measurement, guarded
 from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure

@@ -133,7 +133,7 @@ class SemanticMeasure:
         self.share_history: list[tuple[int, list[float]]] = []
         # the gold responses' cluster ids, by their texts: the same sample is embedded once per run,
         # another sample (scores() is public: any pairs) gets its own
-        self._gold_ids: tuple[tuple[str, ...], np.ndarray] | None = None
+        self._cached_gold_cluster_ids: tuple[tuple[str, ...], np.ndarray] | None = None
         self._prepared = False
 
     @property
@@ -197,9 +197,11 @@ class SemanticMeasure:
         k = clusters.num_clusters
         ids = self.space.assign(list(responses), device)
         gold_texts = tuple(p.response for p in sample)
-        if self._gold_ids is None or self._gold_ids[0] != gold_texts:  # same texts, same clusters: embedded once
-            self._gold_ids = (gold_texts, self.space.assign(list(gold_texts), device))
-        gold_ids = self._gold_ids[1]
+        if (
+            self._cached_gold_cluster_ids is None or self._cached_gold_cluster_ids[0] != gold_texts
+        ):  # same texts, same clusters: embedded once
+            self._cached_gold_cluster_ids = (gold_texts, self.space.assign(list(gold_texts), device))
+        gold_ids = self._cached_gold_cluster_ids[1]
         values = {
             "sem_ent": semantic_entropy(ids, k),
             "cluster_js": cluster_js_divergence(clusters.histogram(ids), clusters.histogram(gold_ids)),
@@ -251,7 +253,7 @@ class SemanticMeasure:
 
     def forget(self) -> None:
         """Start afresh: the clusters are made ready again at the next :meth:`prepare`, the gold Sem-Ent reported again."""
-        self._prepared, self._gold_ids, self.gold_logged = False, None, False
+        self._prepared, self._cached_gold_cluster_ids, self.gold_logged = False, None, False
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue as the uninterrupted one."""

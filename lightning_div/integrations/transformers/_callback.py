@@ -24,7 +24,7 @@ from lightning_div.integrations.transformers._data import EvaluationData
 from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation
 from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
 from lightning_div.keys import check_name
-from lightning_div.measure.guard import check_on_error, guarded
+from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.measure.semantic import SemanticMeasure

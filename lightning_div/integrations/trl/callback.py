@@ -57,8 +57,8 @@ from lightning_div.integrations._frontend import (
 )
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
 from lightning_div.keys import check_name
+from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.group import ALERT_SIGNALS, GroupAlert, GroupMeasure, group_metrics
-from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.metrics.group import split_groups
 from lightning_div.semantic.cache import run_cache_dir
