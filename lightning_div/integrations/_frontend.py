@@ -8,7 +8,7 @@ hooks around :mod:`lightning_div.measure`; the scaffolding around those loops is
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ def run_output_dir(args: Any) -> Path:
 
 
 def tracker_reporter(
-    trainer: Any, out: str | Path, log: Callable[[Mapping[str, float]], None], memory: RunMemory
+    trainer: Any, out: str | Path, log: Callable[[dict[str, float]], None], memory: RunMemory
 ) -> TrackerReporter:
     """A front end's reporter: the trainer's ``report_to`` trackers at its global step, files in
     ``<out>/lightning_div/``, scalars through ``log``, this run's memory."""
