@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Measure", "plain"]
+__all__ = ["Measure", "Stateless", "plain"]
 
 
 def plain(value: Any) -> Any:
@@ -68,3 +68,27 @@ class Measure(Protocol):
     def settings(self) -> dict[str, Any]:
         """The measurement's configuration as a plain, JSON-serialisable dict (for the run's record)."""
         ...
+
+
+class Stateless:
+    """The state part of :class:`Measure` for a measurement that keeps nothing between measurements.
+
+    Its ``state_dict`` is empty and ``load_state_dict`` accepts any dict (the checkpoint's field is
+    kept, so a measure that gains state later reads old checkpoints); ``prepare`` has nothing to do.
+    """
+
+    def prepare(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to make ready."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Empty: nothing is kept between measurements."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (nothing to restore).
+
+        Raises:
+            ValueError: a state that is not a dict.
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"a {type(self).__name__} state must be a dict, got {state!r:.80}")

@@ -14,7 +14,7 @@ import numpy as np
 
 from lightning_div._internal.checks import warn_if_all_empty
 from lightning_div.dress.weights import check_head_threshold, check_negative_weight, head_clusters, negative_weights
-from lightning_div.measure.base import plain
+from lightning_div.measure.base import Stateless, plain
 from lightning_div.model.generation import generate_responses
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace
@@ -41,7 +41,7 @@ class MinedNegatives:
     head_share: float
 
 
-class NegativeMiner:
+class NegativeMiner(Stateless):
     """Mine DRESS's negatives: the model's greedy responses that fall in its over-produced (head) clusters.
 
     Args:
@@ -68,9 +68,6 @@ class NegativeMiner:
         self.head_threshold = check_head_threshold(head_threshold, "head_threshold")
         self.negative_weight = check_negative_weight(negative_weight)
         self.batch_size, self.show_progress = batch_size, show_progress
-
-    def prepare(self, *args: Any, **kwargs: Any) -> None:
-        """Nothing of its own to make ready: the space's clusters are fitted by whoever owns the space."""
 
     def measure(
         self,
@@ -131,19 +128,6 @@ class NegativeMiner:
             heads,
             float(np.isin(ids, heads).mean()) if len(ids) else 0.0,
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        """Empty: the mined negatives are the DRESS state's (:class:`~lightning_div.dress.state.DressState`)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (nothing to restore).
-
-        Raises:
-            ValueError: a state that is not a dict.
-        """
-        if not isinstance(state, dict):
-            raise ValueError(f"a NegativeMiner state must be a dict, got {state!r:.80}")
 
     def settings(self) -> dict[str, Any]:
         """The mining's configuration (the space's settings, the head threshold, the negatives' weight), JSON-ready."""

@@ -12,14 +12,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_div._internal.distributed import distributed_map
-from lightning_div.measure.base import plain
+from lightning_div.measure.base import Stateless, plain
 from lightning_div.semantic.space import describe
 from lightning_div.types import Options, ScorerSource
 
 __all__ = ["NLIMeasure"]
 
 
-class NLIMeasure:
+class NLIMeasure(Stateless):
     """NLI diversity of ``n`` sampled responses per context, and optionally Diversity Threshold Generation.
 
     :meth:`prepare` loads the scorer (once), :meth:`measure` gives ``nli_div_baseline``,
@@ -180,19 +180,6 @@ class NLIMeasure:
             desc="Diversity Threshold Generation",
         )
         return dict(threshold_stats(rows))
-
-    def state_dict(self) -> dict[str, Any]:
-        """Empty: NLI diversity keeps nothing between measurements."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (nothing to restore).
-
-        Raises:
-            ValueError: a state that is not a dict.
-        """
-        if not isinstance(state, dict):
-            raise ValueError(f"an NLIMeasure state must be a dict, got {state!r:.80}")
 
     def settings(self) -> dict[str, Any]:
         """The measurement's configuration (scorer, sampling, threshold generation), JSON-ready."""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.distributed import distributed_map, rank_and_world
+from lightning_div.measure.base import Stateless
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference, ruq_per_idk
 from lightning_div.model.generation import generate_responses
 from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
@@ -37,7 +38,7 @@ def check_idk_responses(idk_responses: Sequence[str], allow_empty: bool = False)
     return idk
 
 
-class RUQMeasure:
+class RUQMeasure(Stateless):
     """RUQ and its margin against every IDK string, over a sample of pairs (one batched, sharded scoring pass).
 
     RUQ = 100 x the share of prompts whose reference has a higher length-normalised
@@ -100,9 +101,6 @@ class RUQMeasure:
             desc=f"RUQ scoring ({sum(len(rs) for _, rs in prompts)} pairs)",
         )
 
-    def prepare(self, *args: Any, **kwargs: Any) -> None:
-        """Nothing to make ready: RUQ scores with the model it is given (here for the :class:`~lightning_div.measure.base.Measure` shape)."""
-
     def measure(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
         """``ruq``, ``ruq_margin``, ``ruq_idk<j>`` and ``ruq_margin_idk<j>`` over ``pairs``.
 
@@ -154,19 +152,6 @@ class RUQMeasure:
         items = [(p.context, [rs[i] for rs in lines.values()]) for i, p in enumerate(pairs)]
         logprobs = self.logprobs(adapter, items)
         return {name: profile_from_logprobs([per[k] for per in logprobs]) for k, name in enumerate(lines)}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Empty: RUQ keeps nothing between measurements (its alert keeps the last value: :class:`RUQAlert`)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (nothing to restore).
-
-        Raises:
-            ValueError: a state that is not a dict.
-        """
-        if not isinstance(state, dict):
-            raise ValueError(f"a RUQMeasure state must be a dict, got {state!r:.80}")
 
     def settings(self) -> dict[str, Any]:
         """The measurement's configuration (IDK strings, reference choice, scoring), JSON-ready."""
