@@ -291,6 +291,8 @@ def test_a_callback_passed_in_callbacks_says_to_attach_it(tmp_path):
 def test_bad_settings_are_refused_when_built():
     with pytest.raises(ValueError, match="on_error"):
         DiversityTrainerCallback(eval_pairs=[("hi", "hello")], on_error="ignore")
+    with pytest.raises(ValueError, match="without surrounding spaces and without '/'"):
+        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], name="a/b")
     space = SemanticSpace(encoder="minilm")
     with pytest.raises(ValueError, match="space= and measures= were both given"):
         DiversityTrainerCallback(eval_pairs=[("hi", "hello")], space=space, measures=[SemanticMeasure(space)])
