@@ -20,7 +20,7 @@ At each evaluation (``on_evaluate``; also before the first step with ``measure_a
 * score the references and the IDK strings of a fixed sample of ``num_ruq_prompts`` evaluation
   pairs (drawn with ``seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
   validation sample) and log ``eval_ruq``, ``eval_ruq_margin`` and, per IDK string,
-  ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ), and
+  ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (without a RUQMeasure in ``measures=``, no RUQ), and
   ``eval_ruq_alert`` (see ``warn_below`` / ``warn_drop``); with ``train_pairs``, the same on a
   fixed sample of ``num_train_ruq_prompts`` training pairs (drawn with ``seed``, as RUQMonitor
   draws its training prompts), logged as ``ruq``, ``ruq_margin`` ... (``<name>/ruq`` with a

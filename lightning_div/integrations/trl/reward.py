@@ -228,10 +228,10 @@ class SemanticGroupReward:
 
     Raises:
         ValueError: a bad ``num_generations``, ``equivalence``, ``score``, ``threshold`` or
-            ``diversity_floor``, ``"nli"`` without a scorer, ``space`` beside a space argument, or
-            ``"clusters"`` to be fitted on the first batch with the default k (give
-            ``reference_responses=``, ``clusters=``, ``space=`` or ``num_clusters=``).
-        TypeError: a ``quality`` that is not callable, or a ``shift_quality`` that is not a bool.
+            ``diversity_floor``, ``"nli"`` without a scorer, or ``"clusters"`` to be fitted on the
+            first batch with the default k (give ``reference_responses=`` or ``space=``).
+        TypeError: a ``quality`` that is not callable, a ``shift_quality`` that is not a bool, or a
+            ``space`` that is not a SemanticSpace.
     """
 
     def __init__(
