@@ -15,23 +15,18 @@ input raises :class:`DataFormatError` whose message starts with ``file:line``.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from lightning_div._internal.extras import missing_extra
+from lightning_div.chitchat import check_split, chitchat_conversations
 from lightning_div.pairs import DataFormatError, DialoguePair, _str_list, as_pair
 
-SPLITS = ("train", "validation", "test", "pretrain", "finetune")
-# Chit-Chat's training split is cut in two: "pretrain", the conversations the shipped base model
-# (lightning_div.model.base) learned from, and "finetune", a held-out slice it never saw, on which
-# the demo and the experiments fine-tune it. "train" is still the whole training split.
-FINETUNE_FRACTION = 0.1
 EOU = "__eou__"
 CONTEXT_SEPARATOR = " __eou__ "
 REFERENCES_SEPARATOR = " ||| "
@@ -83,89 +78,9 @@ def conversation_to_pairs(turns: Sequence[str], max_history: int | None = None, 
     return pairs
 
 
-def _unit_hash(key: str) -> float:
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little") / 2.0**64
-
-
-def split_of(key: str, fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)) -> str:
-    """Deterministic split of a conversation by a hash of its id (independent of file order)."""
-    u = _unit_hash(key)
-    if u < fractions[0]:
-        return "train"
-    return "validation" if u < fractions[0] + fractions[1] else "test"
-
-
-def in_split(key: str, split: str) -> bool:
-    """Whether conversation ``key`` belongs to ``split`` (``pretrain`` and ``finetune`` cut ``train`` apart).
-
-    ``finetune`` is a second, independent hash of the id below :data:`FINETUNE_FRACTION`, so the
-    three original splits are unchanged.
-    """
-    base = split_of(key)
-    if split in ("pretrain", "finetune"):
-        return base == "train" and (_unit_hash("finetune:" + key) < FINETUNE_FRACTION) == (split == "finetune")
-    return base == split
-
-
-def _check_split(split: str) -> str:
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is unknown; use one of {SPLITS}")
-    return split
-
-
 def _check_max_history(max_history: int | None) -> None:
     if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
         raise ValueError(f"max_history must be an int >= 1 or None, got {max_history!r}")
-
-
-def missing_extra(package: str, what: str) -> ImportError:
-    """The error for an optional package of the ``demo`` extra that is not installed."""
-    return ImportError(
-        f"{what} needs the package {package!r}, which comes with the demo extra: "
-        f'pip install "lightning-div[demo]" (or pip install {package})'
-    )
-
-
-@lru_cache(maxsize=1)
-def _chitchat_corpus() -> dict:
-    try:
-        import chitchat_dataset
-    except ModuleNotFoundError as err:
-        raise missing_extra("chitchat-dataset", 'the Chit-Chat corpus (train="chitchat")') from err
-
-    return chitchat_dataset.Dataset()
-
-
-def chitchat_conversations(split: str = "train", max_conversations: int | None = None) -> list[tuple[str, list[str]]]:
-    """(conversation id, turns) of the embedded Chit-Chat corpus (BYU PCC lab; PyPI ``chitchat-dataset``).
-
-    7,168 real open-domain conversations (138,737 turns), of which 4,017 have at least two
-    turns and are kept: 3,610 / 190 / 217 in train / validation / test. Consecutive
-    messages of one speaker form one turn. Split by a hash of the conversation id
-    (about 90/5/5 %), so the split does not depend on file order. The training split is
-    also cut into ``pretrain`` (about 90 %, what the shipped base model learned from) and
-    ``finetune`` (about 10 %, held out from it): see :func:`in_split`.
-    """
-    _check_split(split)
-    if max_conversations is not None and (
-        isinstance(max_conversations, bool) or not isinstance(max_conversations, int) or max_conversations < 1
-    ):
-        # checked up front: 0 used to return one conversation (the limit was tested after appending)
-        raise ValueError(f"max_conversations must be an int >= 1 or None, got {max_conversations!r}")
-    data = _chitchat_corpus()
-    out = []
-    for conv_id in sorted(data):
-        if not in_split(conv_id, split):
-            continue
-        turns = [
-            " ".join(u["text"].strip() for u in message if u["text"].strip()) for message in data[conv_id]["messages"]
-        ]
-        turns = [t for t in turns if t]
-        if len(turns) >= 2:
-            out.append((conv_id, turns))
-        if max_conversations is not None and len(out) >= max_conversations:
-            break
-    return out
 
 
 def read_chitchat(
@@ -871,7 +786,7 @@ def read_pairs(
     common: dict[str, Any] = dict(max_history=max_history, dedupe=dedupe)
     if isinstance(source, str) and (source == "chitchat" or source.startswith("chitchat:")):
         chosen = source.partition(":")[2] or split
-        return read_chitchat_pairs(_check_split(chosen), max_conversations=max_conversations, **common)
+        return read_chitchat_pairs(check_split(chosen), max_conversations=max_conversations, **common)
     if _is_hf_dataset(source):
         return read_hf(source, split=split, fields=fields, **common)
     if isinstance(source, (str, os.PathLike)):

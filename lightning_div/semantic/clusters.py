@@ -701,3 +701,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return float(a) == float(b)
     return a == b
+
+
+ClustersSource = str | Path | SemanticClusters
+"""A saved SemanticClusters file, or a fitted SemanticClusters: what a ``clusters=`` argument accepts (see :mod:`lightning_div.types`)."""

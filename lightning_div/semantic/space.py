@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from lightning_div.keys import DEFAULT_ENCODER
-from lightning_div.semantic.clusters import SemanticClusters, fingerprint_texts
-from lightning_div.types import ClustersSource, EncoderSource, Options
+from lightning_div.semantic.clusters import ClustersSource, SemanticClusters, fingerprint_texts
+from lightning_div.semantic.encoder import EncoderSource
+from lightning_div.types import Options
 
 __all__ = ["Broadcast", "SPACE_ARGUMENTS", "SemanticSpace", "describe", "space_from_arguments"]
 
