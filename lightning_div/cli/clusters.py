@@ -197,9 +197,9 @@ def assign_command(args: argparse.Namespace) -> int:
         + ("" if gold is None else f"; JS divergence from the gold shares {result['cluster_js']:.4f} bits")
     )
     if args.output:
-        from lightning_div._internal.tracking import write_atomic
+        from lightning_div._internal.io import atomic_write_with
 
-        write_atomic(args.output, lambda f: json.dump(result, f, indent=2))
+        atomic_write_with(args.output, lambda f: json.dump(result, f, indent=2))
         say(f"written to {args.output}")
     return 0
 

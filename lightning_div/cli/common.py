@@ -88,7 +88,7 @@ def describe(err: BaseException) -> str:
     else:
         message = str(err) or type(err).__name__
     message = " ".join(message.split())
-    if len(message) > MAX_MESSAGE:  # a value quoted whole (an expanded YAML alias: 5.2 MB) is no longer one line
+    if len(message) > MAX_MESSAGE:  # a value quoted whole (an expanded YAML alias: 5.2 MB) would not fit on one line
         message = f"{message[:MAX_MESSAGE]} … ({len(message):,} characters, the first {MAX_MESSAGE:,} shown)"
     return terminal_safe(message)
 
