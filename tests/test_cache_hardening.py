@@ -123,11 +123,7 @@ def test_a_damaged_clusters_file_is_a_value_error_naming_it(tmp_path):
 
 def test_a_writer_killed_mid_write_leaves_no_temporary_file_for_long(tmp_path):
     """Issue 31 CB7: SIGKILL during a cache write left ``.clusters-<h>.npz.*.tmp`` forever."""
-    import signal
-    import subprocess
-    import sys
-
-    from test_hardening import ENV, wait_for
+    from helpers import kill_when_ready
 
     probe, cache, ready = tmp_path / "probe", tmp_path / "cache", tmp_path / "ready"
     probe.mkdir()
@@ -141,13 +137,7 @@ def test_a_writer_killed_mid_write_leaves_no_temporary_file_for_long(tmp_path):
         "    f.write(b'half'); f.flush()\n"
         f"    pathlib.Path({str(ready)!r}).touch(); time.sleep(600)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", child], env=ENV, stderr=subprocess.PIPE)
-    try:
-        wait_for(ready, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        proc.kill()
+    kill_when_ready(child, ready)
     (left,) = cache.glob(".clusters-*.npz.*.tmp")  # what the killed writer left
     first = load(cache)  # the next run fits, writes and cleans up after the dead writer
     assert not list(cache.glob(".*.tmp")), list(cache.iterdir())

@@ -107,10 +107,10 @@ def test_dialogue_lm_trains_negatives_with_the_loss_the_batch_names_never_the_da
         "negative": torch.tensor([False, True]),
     }
     # a datamodule that says otherwise is not asked (issue 33: the loss kind travels with the batch)
-    lm._trainer = SimpleNamespace(datamodule=SimpleNamespace(negative_loss="nll", negatives=None))
+    lm.trainer = SimpleNamespace(datamodule=SimpleNamespace(negative_loss="nll", negatives=None))
     logits = lm(batch)
     for name in ("nll", "unlikelihood"):
-        parts = lm._loss({**batch, "negative_loss": name}, weighted=True)
+        parts = lm.loss({**batch, "negative_loss": name}, weighted=True)
         expected = weighted_lm_loss(logits, labels, batch["sample_weight"], negative_loss=name)
         assert parts.loss.item() == pytest.approx(expected.item(), rel=1e-6)
         # each part over its own rows and their tokens: the gold row (2 targets), the negative row (3)
@@ -121,9 +121,9 @@ def test_dialogue_lm_trains_negatives_with_the_loss_the_batch_names_never_the_da
         # the whole loss is the token-weighted mean of the two parts (after the causal shift: 2 and 3 targets)
         assert parts.loss.item() == pytest.approx((2 * gold.item() + 3 * negative.item()) / 5, rel=1e-6)
     with pytest.raises(ValueError, match="negative_loss must be one of"):
-        lm._loss({**batch, "negative_loss": "bounded"}, weighted=True)
+        lm.loss({**batch, "negative_loss": "bounded"}, weighted=True)
     # validation and test weigh every example alike, whatever the batch carries
-    plain = lm._loss({**batch, "negative_loss": "unlikelihood"}, weighted=False)
+    plain = lm.loss({**batch, "negative_loss": "unlikelihood"}, weighted=False)
     assert plain.loss.item() == pytest.approx(weighted_lm_loss(logits, labels).item(), rel=1e-6)
 
 
@@ -170,7 +170,7 @@ def test_target_less_padding_rows_add_no_tokens():
     assert batch["index"].tolist() == [1, -1] and batch["sample_weight"].tolist() == [-1.0, 0.0]
     assert (batch["labels"][1] != IGNORE).sum() == 0  # the padding row: context only, no target
     assert batch["input_ids"][1, :2].tolist() == [1, 2]
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match=r"^index 6 out of range for 2 examples$"):
         ds[3 * 2]
 
 

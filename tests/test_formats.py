@@ -1,6 +1,7 @@
 """Readers: every format on small files written here, every malformed case named by file and line."""
 
 import json
+import re
 
 import pytest
 
@@ -29,7 +30,7 @@ def write(tmp_path, name, text, encoding="utf-8"):
 
 def error_at(path_or_name, line, call):
     """Run call; it must raise DataFormatError whose message starts with '<file>:<line>:'."""
-    with pytest.raises(DataFormatError) as e:
+    with pytest.raises(DataFormatError, match=rf"^{re.escape(f'{path_or_name}:{line}:')}") as e:
         call()
     assert str(e.value).startswith(f"{path_or_name}:{line}:"), str(e.value)
     return str(e.value)

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import CHILD_ENV, kill_when_ready, quiet_trainer
+from monitor_setup import common, fit, ruq_monitor
 
 from lightning_div._internal.io import load_assignments, save_assignments
 from lightning_div.cli.main import main
@@ -34,7 +36,6 @@ from lightning_div.semantic.cache import assignments_path, load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "HF_HUB_OFFLINE": "1"}
 
 
 class CountingEncoder:
@@ -65,14 +66,6 @@ def fit_cached(cache: Path, encoder=None, **kw):
         return (cached.clusters, cached.assignments), encoder
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
-    start = time.monotonic()
-    while not path.exists():
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "child exited"
-        assert time.monotonic() - start < timeout, "child never reached the write"
-        time.sleep(0.05)
-
-
 # ------------------------------------------------------------------------------------------------
 # 1. Every file is written atomically and verified when read
 
@@ -91,14 +84,7 @@ def test_a_killed_writer_leaves_the_old_file_intact(tmp_path):
             Path({str(ready)!r}).touch()
             time.sleep(600)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", child], env=ENV, stderr=subprocess.PIPE)
-    try:
-        wait_for(ready, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        proc.kill()
-    assert proc.returncode == -signal.SIGKILL
+    assert kill_when_ready(child, ready) == -signal.SIGKILL
     assert json.loads(target.read_text()) == {"old": 1}  # a reader never sees the half-written one
 
 
@@ -122,13 +108,7 @@ def test_assignments_killed_mid_write_are_recomputed_not_a_crash(tmp_path):
         io.os.replace = slow_replace
         fit_cached(Path({str(cache)!r}))
     """)
-    proc = subprocess.Popen([sys.executable, "-c", child], env=ENV, stderr=subprocess.PIPE)
-    try:
-        wait_for(ready, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        proc.kill()
+    kill_when_ready(child, ready)
     assert list(cache.glob("clusters-*.npz")) and not list(cache.glob("assignments-*.npz"))
     (clusters, ids), encoder = fit_cached(cache)  # the next run: clusters from disk, ids assigned again
     assert encoder.calls == 1 and ids.shape == (120,)
@@ -315,7 +295,7 @@ def test_a_config_cannot_class_path_a_command(tmp_path, where):
         data["init_args"][arg] = value
     else:
         callbacks = [{"class_path": CB + owner, "init_args": {arg: value}}]
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(SystemExit, match=r"^2$") as info:
         parse(tmp_path, data, callbacks)
     assert info.value.code == 2
     assert not marker.exists()
@@ -345,7 +325,11 @@ def test_the_typed_arguments_still_take_what_they_accept(tmp_path):
         sem.space.encoder_source == "minilm" and sem.space.clusters_source == "saved.npz" and sem.val_pairs_arg == pairs
     )
     assert sem.generation_kwargs == {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]}
-    assert ruq.val_pairs_arg == "val.jsonl" and cli.datamodule._sources["train"] == pairs
+    assert ruq.val_pairs_arg == "val.jsonl"
+    assert [(p.context, p.response, p.references) for p in cli.datamodule.train_pairs()] == [
+        (("hi",), "hello", ()),
+        (("a", "b"), "c", ("d",)),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -391,24 +375,7 @@ def test_score_refuses_a_system_labelled_gold_and_a_file_given_twice(tmp_path, c
 # 4. A failing extra keeps what was measured
 
 
-def fit(tmp_path, callbacks, module=None, datamodule=None, **kw):
-    from monitor_setup import TinyChat, trainer
-
-    tr = trainer(
-        tmp_path / "root", callbacks, **{"max_epochs": 1, "limit_train_batches": 1, "limit_val_batches": 1, **kw}
-    )
-    tr.fit(module if module is not None else TinyChat(), datamodule=datamodule)
-    return tr
-
-
-def common(tmp_path, **kw):
-    return {"show_progress": False, "batch_size": 8, "max_new_tokens": 6, "dirpath": str(tmp_path / "cache"), **kw}
-
-
 def test_a_failing_ruq_plot_keeps_ruq_and_its_alert(tmp_path, monkeypatch):
-    from monitor_setup import TRAIN, VAL
-
-    from lightning_div.callbacks import RUQMonitor
 
     def broken(*args, **kwargs):
         raise RuntimeError("beam search exploded")
@@ -416,16 +383,7 @@ def test_a_failing_ruq_plot_keeps_ruq_and_its_alert(tmp_path, monkeypatch):
     import lightning_div.measure.ruq as ruq_core
 
     monkeypatch.setattr(ruq_core, "generate_responses", broken)  # only the plot's beam search generates
-    cb = RUQMonitor(
-        num_train_prompts=4,
-        num_val_prompts=4,
-        train_pairs=TRAIN,
-        val_pairs=VAL,
-        num_plot_prompts=2,
-        num_beams=2,
-        plot=True,
-        **common(tmp_path),
-    )
+    cb = ruq_monitor(tmp_path, num_train_prompts=4, num_val_prompts=4, num_plot_prompts=2, plot=True)
     with pytest.warns(
         RuntimeWarning,
         match=r"RUQMonitor: the RUQ plot failed at epoch 0: RuntimeError\('beam "
@@ -507,9 +465,7 @@ def test_cr_only_line_ends_are_lines(tmp_path):
 
 
 def test_a_second_run_in_the_same_process_warns_again(tmp_path):
-    from monitor_setup import TRAIN, VAL, TinyChat
-
-    from lightning_div.callbacks import RUQMonitor
+    from monitor_setup import TinyChat
 
     def nan_module():
         module = TinyChat()
@@ -518,20 +474,11 @@ def test_a_second_run_in_the_same_process_warns_again(tmp_path):
         return module
 
     for run in range(2):  # a notebook: the same callback class, a second fit
-        cb = RUQMonitor(
-            num_train_prompts=4,
-            num_val_prompts=4,
-            train_pairs=TRAIN,
-            val_pairs=VAL,
-            plot=False,
-            **common(tmp_path / str(run)),
-        )
+        cb = ruq_monitor(tmp_path / str(run), num_train_prompts=4, num_val_prompts=4)
         with pytest.warns(RuntimeWarning, match=r"RUQMonitor skipped train RUQ at epoch 0"):
             fit(tmp_path / str(run), [cb], module=nan_module())
     # and within one run, once: two epochs, one warning per kind
-    cb = RUQMonitor(
-        num_train_prompts=4, num_val_prompts=4, train_pairs=TRAIN, val_pairs=VAL, plot=False, **common(tmp_path / "2")
-    )
+    cb = ruq_monitor(tmp_path / "2", num_train_prompts=4, num_val_prompts=4)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         fit(tmp_path / "2", [cb], module=nan_module(), max_epochs=2)
@@ -776,7 +723,7 @@ def test_score_says_what_is_missing_and_what_it_leaves_out(tmp_path, capsys):
 def test_the_console_script_exits_with_the_code(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "lightning_div.cli.main", "score", str(tmp_path / "nope.txt")],
-        env=ENV,
+        env=CHILD_ENV,
         capture_output=True,
         text=True,
         timeout=300,
@@ -1012,7 +959,7 @@ def test_the_base_model_loads_ready_to_fine_tune_and_silently():
         print(float(model(input_ids=ids, labels=ids).loss))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", probe], env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", probe], env=CHILD_ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "loss_type" not in proc.stderr and float(proc.stdout) > 0, proc.stderr
 
@@ -1039,7 +986,6 @@ def test_progress_output_that_fails_never_stops_training(what, tmp_path, caplog)
     import io
     import logging
 
-    from pytorch_lightning import Trainer
     from test_datamodule import TinyLM
 
     from lightning_div.callbacks.progress import PlainProgress
@@ -1057,9 +1003,7 @@ def test_progress_output_that_fails_never_stops_training(what, tmp_path, caplog)
         stream = open("/dev/full", "w")
     progress = PlainProgress(every_n_steps=1, when="always", stream=stream)
     dm = DialogueDataModule(train=[("hi", "hello")] * 8, val=None, batch_size=2, show_progress=False)
-    trainer = Trainer(
-        max_epochs=2, callbacks=[progress], logger=False, enable_checkpointing=False, enable_progress_bar=False
-    )
+    trainer = quiet_trainer(max_epochs=2, callbacks=[progress])
     with caplog.at_level(logging.WARNING, logger="lightning_div.callbacks.progress"):
         trainer.fit(TinyLM(), datamodule=dm)
     assert trainer.state.finished and trainer.global_step == 8  # both epochs trained
@@ -1101,7 +1045,7 @@ def test_a_bogus_lightning_package_is_one_line():
     # L5: LIGHTNING_DIV_LIGHTNING=bogus lightning-div fit printed an ImportError traceback, exit 1
     proc = subprocess.run(
         [sys.executable, "-m", "lightning_div.cli", "fit", "--help"],
-        env={**ENV, "LIGHTNING_DIV_LIGHTNING": "bogus"},
+        env={**CHILD_ENV, "LIGHTNING_DIV_LIGHTNING": "bogus"},
         capture_output=True,
         text=True,
         timeout=300,
@@ -1117,7 +1061,7 @@ def test_the_lightning_package_variable_against_the_scripts_package_is_named():
     probe = "import warnings; warnings.simplefilter('always'); import pytorch_lightning; import lightning_div.callbacks"
     proc = subprocess.run(
         [sys.executable, "-c", probe],
-        env={**ENV, "LIGHTNING_DIV_LIGHTNING": "lightning"},
+        env={**CHILD_ENV, "LIGHTNING_DIV_LIGHTNING": "lightning"},
         capture_output=True,
         text=True,
         timeout=300,

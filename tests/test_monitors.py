@@ -253,9 +253,17 @@ def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):
 
 def test_the_validated_epoch_is_checkpointed(tmp_path):
     """Resumed from a checkpoint written after validation but before the epoch's end, the epoch is not re-measured."""
+    from types import SimpleNamespace
+
+    from lightning_div._internal.lightning import TrainerFn
+    from lightning_div.callbacks.base import ValidationMonitor
+
     sem, ruq = monitors(tmp_path)
+    at_epoch_3 = SimpleNamespace(sanity_checking=False, current_epoch=3, state=SimpleNamespace(fn=TrainerFn.FITTING))
     for cb in (sem, ruq):
-        cb._validated_epoch = 3
+        measured: list[tuple[str, int]] = []
+        cb.measure_validation = lambda trainer, module: measured.append(("first", trainer.current_epoch))
+        cb.on_validation_epoch_end(at_epoch_3, None)  # epoch 3 validated and measured, then checkpointed
         fresh = type(cb)(
             **(
                 {"encoder": "unused", "val_pairs": [("a", "b")], "gold_responses": ["b"]}
@@ -263,12 +271,18 @@ def test_the_validated_epoch_is_checkpointed(tmp_path):
                 else {"train_pairs": [("a", "b")], "val_pairs": [("a", "b")]}
             )
         )
+        fresh.measure_validation = lambda trainer, module: measured.append(("resumed", trainer.current_epoch))
         fresh.load_state_dict(cb.state_dict())
-        assert fresh._validated_epoch == 3
+        assert fresh.state_dict()["validated_epoch"] == 3
+        # the resumed run ends epoch 3 (the validation monitor's part of the hook): not measured again
+        ValidationMonitor.on_train_epoch_end(fresh, at_epoch_3, None)
+        assert measured == [("first", 3)]
         state = cb.state_dict()
         del state["validated_epoch"]  # a checkpoint from before this field: measured as before
         fresh.load_state_dict(state)
-        assert fresh._validated_epoch is None
+        assert fresh.state_dict()["validated_epoch"] is None
+        ValidationMonitor.on_train_epoch_end(fresh, at_epoch_3, None)
+        assert measured == [("first", 3), ("resumed", 3)]
 
 
 def test_lexical_options_are_checked_and_reach_the_metrics():
