@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from monitor_setup import count_mining, datamodule, dress, minilm, tiny_lm, trainer
+from monitor_setup import count_mining, datamodule, dress, fit, minilm, tiny_lm, trainer
 from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 
@@ -315,3 +315,42 @@ def test_bad_arguments_are_named():
     for arg, value in (("mine_at", "middle"), ("negative_loss", "ul"), ("negative_batches", "own")):
         with pytest.raises(ValueError, match=arg):
             DRESSReweighting(**{arg: value})
+
+
+def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
+    from monitor_setup import datamodule, dress, tiny_lm, trainer
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from lightning_div.dress.weights import dress_weights
+
+    first = dress(tmp_path, negatives=False, lam=2.0)
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    tr = trainer(
+        tmp_path, [first, ckpt], max_epochs=1, limit_train_batches=1, limit_val_batches=0, enable_checkpointing=True
+    )
+    tr.fit(tiny_lm(), datamodule=datamodule())
+    with np.load(next((tmp_path / "cache").glob("assignments-*.npz"))) as stored:
+        ids = stored["ids"]
+    np.testing.assert_array_equal(first.state.weights, dress_weights(ids, 4, lam=2.0, normalize=True))  # the default
+
+    second = dress(tmp_path, negatives=False, lam=30.0)
+    tr = trainer(tmp_path, [second], max_epochs=2, limit_train_batches=1, limit_val_batches=0)
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"DRESSReweighting: the checkpoint was made with other settings "
+        r"\(lam 2\.0 -> 30\.0\): the weights are recomputed",
+    ):
+        tr.fit(tiny_lm(), datamodule=datamodule(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    np.testing.assert_array_equal(second.state.weights, dress_weights(ids, 4, lam=30.0, normalize=True))
+
+
+def test_dress_mines_no_negatives_from_a_diverged_model(tmp_path):
+    from monitor_setup import datamodule, dress, tiny_lm
+
+    lm = tiny_lm(learning_rate=0.0)
+    with torch.no_grad():
+        lm.model.transformer.ln_f.weight.fill_(float("nan"))
+    cb = dress(tmp_path, negatives=True, num_negative_contexts=8)
+    with pytest.warns(RuntimeWarning, match=r"DRESSReweighting: the model has diverged"):
+        fit(tmp_path, [cb], module=lm, datamodule=datamodule(), limit_val_batches=0)
+    assert cb.state.negative_pairs == [] and len(cb.state.weights) == 160
