@@ -60,12 +60,12 @@ def test_missing_demo_packages_name_the_extra(monkeypatch):
     from lightning_div.datamodules import formats
 
     monkeypatch.setitem(sys.modules, "chitchat_dataset", None)  # None in sys.modules: the import fails
-    formats._chitchat_corpus.cache_clear()
+    formats._chitchat_corpus.cache_clear()  # read already in this process: read it again, without the package
     with pytest.raises(
         ImportError, match=r"lightning-div\[demo\].*chitchat-dataset|chitchat-dataset.*lightning-div\[demo\]"
     ):
-        formats._chitchat_corpus()
-    formats._chitchat_corpus.cache_clear()
+        formats.chitchat_conversations("train", max_conversations=1)
+    formats._chitchat_corpus.cache_clear()  # the corpus is read once per process: forget the failed read
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(ImportError, match=r"lightning-div\[demo\]"):
         formats.read_hf("some/folder")
