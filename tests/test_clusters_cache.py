@@ -87,14 +87,14 @@ def test_random_byte_flips_in_a_cache_entry_never_crash(tmp_path, which):
 
 def without_niter(path: Path) -> None:
     """Rewrite a clusters file with ``niter`` taken out of its config (its hash made to match, as an older writer's)."""
-    from lightning_div.semantic.clusters import _hash_config
+    from lightning_div.semantic.clusters_io import hash_config
 
     with np.load(path) as data:
         arrays = {name: np.array(data[name]) for name in data.files}
     config = json.loads(str(arrays["config"]))
     del config["niter"]
     arrays["config"] = np.array(json.dumps(config))
-    arrays["config_hash"] = np.array(_hash_config(config))
+    arrays["config_hash"] = np.array(hash_config(config))
     with open(path, "wb") as f:
         np.savez(f, **arrays)
 

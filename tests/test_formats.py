@@ -6,11 +6,11 @@ import re
 import pytest
 
 from lightning_div import DialoguePair
+from lightning_div.chitchat import chitchat_conversations
 from lightning_div.datamodules.formats import (
     DataFormatError,
     Fields,
     as_pair,
-    chitchat_conversations,
     conversation_to_pairs,
     read_chitchat,
     read_csv,

@@ -9,13 +9,13 @@ from transformers import TrainingArguments
 
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.dialogue import DialogueDataModule
-from lightning_div.dress.protocol import Negatives
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import dress_weights
 from lightning_div.integrations.transformers import DressTrainer, dress_dataset, gold_dress_state
 from lightning_div.model.base import BASE_MODEL
 from lightning_div.model.dialogue_lm import DialogueLM
 from lightning_div.pairs import DialoguePair
+from lightning_div.reweighting import Negatives
 from lightning_div.semantic.space import SemanticSpace
 
 

@@ -18,8 +18,8 @@ from lightning_div import load_base_model
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues, encode_pairs
-from lightning_div.datamodules.samplers import sample_indices
 from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
+from lightning_div.measure.sample import sample_indices
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     cluster_js_divergence,

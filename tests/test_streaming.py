@@ -129,7 +129,7 @@ def test_a_file_source_is_hashed_by_its_bytes(tmp_path):
 
 def test_weights_negatives_and_sampler_mode_as_in_memory(tmp_path):
     """DRESS's protocol on the streaming path: loss weights by index, negatives appended, weighted draws."""
-    from lightning_div.dress.protocol import Negatives
+    from lightning_div.reweighting import Negatives
 
     pairs = list(chitchat_pairs("train", 4))[:12]
     memory, stream = pair_modules(tmp_path, pairs)

@@ -55,8 +55,10 @@ from lightning_div.measure.guard import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.metrics import check_lexical_names, check_lexical_options, count_vocab
 from lightning_div.metrics.group import check_groups, split_groups
+from lightning_div.semantic.clusters import ClustersSource
+from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import ClustersSource, EncoderSource, Options
+from lightning_div.types import Options
 
 __all__ = ["GroupDiversityCallback", "group_metrics", "rollouts_of"]
 

@@ -52,8 +52,10 @@ from lightning_div.metrics.group import (
     split_groups,
 )
 from lightning_div.metrics.nli import check_pair_scorer, checked_labels
+from lightning_div.semantic.clusters import ClustersSource
+from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import ClustersSource, EncoderSource, Options
+from lightning_div.types import Options
 
 __all__ = ["EQUIVALENCES", "Equivalence", "SemanticGroupReward", "group_labels"]
 
