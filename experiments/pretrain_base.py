@@ -55,7 +55,7 @@ def log(msg: str) -> None:
 
 def pretraining_stream(tokenizer: Any, max_conversations: int | None = None) -> list[np.ndarray]:
     """The token ids of each pretraining conversation: every turn followed by EOS (DialoGPT's layout)."""
-    from lightning_div.datamodules.formats import chitchat_conversations
+    from lightning_div.chitchat import chitchat_conversations
 
     eos = tokenizer.eos_token_id
     out = []

@@ -10,10 +10,10 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
     from lightning_div.datamodules.dialogue import DialogueDataModule
     from lightning_div.dress.losses import dress_loss, weighted_lm_loss
-    from lightning_div.dress.protocol import ReweightableDataModule
     from lightning_div.model.base import load_base_model
     from lightning_div.model.dialogue_lm import DialogueLM
     from lightning_div.pairs import DialoguePair
+    from lightning_div.reweighting import ReweightableDataModule
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
     from lightning_div.semantic.space import SemanticSpace
@@ -26,7 +26,7 @@ _LAZY = {
     "NLIDiversityMonitor": "lightning_div.callbacks",
     "DialogueDataModule": "lightning_div.datamodules.dialogue",
     "DialoguePair": "lightning_div.pairs",
-    "ReweightableDataModule": "lightning_div.dress.protocol",
+    "ReweightableDataModule": "lightning_div.reweighting",
     "DialogueLM": "lightning_div.model.dialogue_lm",
     "load_base_model": "lightning_div.model.base",
     "ResponseEncoder": "lightning_div.semantic.encoder",

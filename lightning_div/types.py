@@ -6,6 +6,11 @@ command while the config is parsed. Typed with these aliases, an argument accept
 plain values (a path or name, a list of pairs or strings) or the classes named here (and
 their subclasses), so such a config is refused before anything runs. Python callers are
 not restricted by annotations: a duck-typed encoder object still works there.
+
+The aliases that name a class of a part live beside that class, so that this module imports no
+part: :data:`~lightning_div.semantic.encoder.EncoderSource`,
+:data:`~lightning_div.semantic.clusters.ClustersSource` and
+:data:`~lightning_div.nli.scorer.ScorerSource`.
 """
 
 from __future__ import annotations
@@ -13,10 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
-
-from lightning_div.nli.scorer import NLIScorer
-from lightning_div.semantic.clusters import SemanticClusters
-from lightning_div.semantic.encoder import ResponseEncoder
 
 Scalar = None | bool | int | float | str
 PlainValue = Scalar | list[Scalar] | list[list[Scalar]] | dict[str, Scalar]
@@ -34,12 +35,3 @@ TokenizerSource = str | Path | PreTrainedTokenizerBase
 
 ResponsesSource = str | Path | list[str]
 """A path (one response a line, JSONL, CSV, ...) or a list of responses."""
-
-EncoderSource = str | Path | ResponseEncoder
-"""A model name or path (``"minilm"`` for the offline all-MiniLM-L6-v2), or a ResponseEncoder."""
-
-ClustersSource = str | Path | SemanticClusters
-"""A saved SemanticClusters file, or a fitted SemanticClusters."""
-
-ScorerSource = str | Path | NLIScorer
-"""An NLI model name or path, or an NLIScorer."""

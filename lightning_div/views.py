@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div._internal.tracking import _safe_name, write_atomic
+from lightning_div._internal.io import atomic_write_with
+from lightning_div._internal.tracking import _safe_name
 from lightning_div.dress.state import DressState
 from lightning_div.keys import CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE
 from lightning_div.measure.reporting import Reporter
@@ -117,7 +118,7 @@ def log_collapse(
             )
 
     try:
-        write_atomic(Path(reporter.out_dir) / artifact_file(CLUSTER_SHARES_FILE, log_key), write)
+        atomic_write_with(Path(reporter.out_dir) / artifact_file(CLUSTER_SHARES_FILE, log_key), write)
     except OSError:  # the figures above already warned about this directory; training goes on
         pass
 

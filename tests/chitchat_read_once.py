@@ -15,6 +15,7 @@ from functools import cache
 import pytest
 
 from lightning_div.datamodules import formats
+from lightning_div.datamodules.formats import dispatch
 
 
 @contextmanager
@@ -27,5 +28,5 @@ def chitchat_read_once() -> Iterator[None]:
         return formats.ReadResult(pairs, copy.deepcopy(pairs.stats))
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(formats, "read_chitchat_pairs", a_copy)
+        mp.setattr(dispatch, "read_chitchat_pairs", a_copy)  # where read_pairs looks it up
         yield

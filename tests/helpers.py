@@ -1,8 +1,20 @@
-"""Shared test fixtures' builders: real chitchat text, a locally trained tokenizer, tiny models."""
+"""Shared test fixtures' builders: real chitchat text, a locally trained tokenizer, tiny models, a quiet
+Lightning Trainer, a child process killed mid-write.
+
+The tiny user LightningModule, the monitors built on it and its one-epoch ``fit`` are in ``monitor_setup``;
+pytest fixtures (the fitted-clusters cache, the two-process port) are in ``conftest``.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from functools import cache
+from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import RobertaConfig, RobertaForSequenceClassification
@@ -141,3 +153,48 @@ def report_of_hugging_face_run(output_dir, logged, table_file: str, out) -> str:
     samples = re.search(r'<section id="samples">(.*?)</section>', page, re.S).group(1)
     assert f'data-source="{table_file}"' in samples
     return page
+
+
+def quiet_trainer(**kwargs: Any) -> Any:
+    """A ``pl.Trainer`` on the CPU that writes nothing and prints nothing: no logger, no checkpoints, no
+    progress bar, no model summary, no sanity validation. ``kwargs`` override any of these."""
+    import pytorch_lightning as pl
+
+    defaults: dict[str, Any] = dict(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    return pl.Trainer(**{**defaults, **kwargs})
+
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The environment of a child Python process: the repository and tests/ importable, offline.
+CHILD_ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "HF_HUB_OFFLINE": "1"}
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until ``path`` exists; fail if ``proc`` exits first or ``timeout`` seconds pass."""
+    start = time.monotonic()
+    while not path.exists():
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "child exited"
+        assert time.monotonic() - start < timeout, "child never reached the write"
+        time.sleep(0.05)
+
+
+def kill_when_ready(child: str, ready: Path) -> int:
+    """Run ``python -c child``, SIGKILL it once it has created ``ready`` (mid-write), and return its exit code.
+
+    The child touches ``ready`` where it is to be killed (a file half written) and then sleeps.
+    """
+    proc = subprocess.Popen([sys.executable, "-c", child], env=CHILD_ENV, stderr=subprocess.PIPE)
+    try:
+        wait_for(ready, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    return proc.returncode

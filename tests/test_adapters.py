@@ -178,7 +178,9 @@ def test_resolve_adapter_picks_the_right_wrapper():
 
 
 def test_resolve_adapter_error_shows_both_ways():
-    with pytest.raises(TypeError) as err:
+    with pytest.raises(
+        TypeError, match=r"^cannot reach a dialogue model through HFModule: it has no attribute 'model' "
+    ) as err:
         resolve_adapter(HFModule(False))  # attributes are called net/tok, not model/tokenizer
     msg = str(err.value)
     assert "'model'" in msg and "'tokenizer'" in msg and "HFModule" in msg

@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import causal_model, tokenizer
+from monitor_setup import common, fit, ruq_monitor
 
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
 from lightning_div.cli.main import main as cli
@@ -372,7 +373,7 @@ def evil_config(tmp: Path, where: str) -> None:
     config.write_text(
         yaml.safe_dump({"model": model, "data": data, "trainer": {"callbacks": callbacks, "logger": False}})
     )
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(SystemExit, match=r"^2$") as info:  # argparse's exit code is the exception's text
         DiversityCLI(
             LightningModule,
             LightningDataModule,
@@ -427,20 +428,7 @@ def non_utf8(tmp: Path, name: str, first: str, second: bytes) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------
-# Callback runs: the tiny user module of monitor_setup, one short epoch
-
-
-def fit(tmp: Path, callbacks: list, module: Any = None, datamodule: Any = None, **kw: Any) -> Any:
-    from monitor_setup import TinyChat, trainer
-
-    args = dict(max_epochs=1, limit_train_batches=1, limit_val_batches=1)
-    tr = trainer(tmp / "root", callbacks, **{**args, **kw})
-    tr.fit(module if module is not None else TinyChat(), datamodule=datamodule)
-    return tr, callbacks[0]
-
-
-def common(tmp: Path, **kw: Any) -> dict[str, Any]:
-    return {"show_progress": False, "batch_size": 8, "max_new_tokens": 6, "dirpath": str(tmp / "cache"), **kw}
+# Callback runs: the tiny user module of monitor_setup, one short epoch (monitor_setup.fit)
 
 
 def sem(tmp: Path, res: Resources, **kw: Any) -> SemanticDiversityMonitor:
@@ -456,21 +444,6 @@ def sem(tmp: Path, res: Resources, **kw: Any) -> SemanticDiversityMonitor:
         lexical_metrics=["distinct_1", "distinct_2"],
     )
     return SemanticDiversityMonitor(**{**args, **common(tmp), **kw})
-
-
-def ruq(tmp: Path, **kw: Any) -> RUQMonitor:
-    from monitor_setup import TRAIN, VAL
-
-    args = dict(
-        num_train_prompts=6,
-        num_val_prompts=6,
-        train_pairs=TRAIN,
-        val_pairs=VAL,
-        num_plot_prompts=3,
-        num_beams=2,
-        plot=False,
-    )
-    return RUQMonitor(**{**args, **common(tmp), **kw})
 
 
 def nli(tmp: Path, **kw: Any) -> NLIDiversityMonitor:
@@ -803,7 +776,7 @@ ROWS: list[Row] = [
     Row(
         RUQM,
         EMPTY,
-        lambda res, tmp: fit(tmp, [ruq(tmp, train_pairs=[])]),
+        lambda res, tmp: fit(tmp, [ruq_monitor(tmp, train_pairs=[])]),
         Raises(DataFormatError, r"^train_pairs: no pairs given", "“train_pairs: no pairs given”, at fit start"),
     ),
     Row(
@@ -959,7 +932,7 @@ ROWS: list[Row] = [
     Row(
         RUQM,
         UTF8,
-        lambda res, tmp: fit(tmp, [ruq(tmp, val_pairs=str(non_utf8(tmp, "v.jsonl", "{}", b"\xff")))]),
+        lambda res, tmp: fit(tmp, [ruq_monitor(tmp, val_pairs=str(non_utf8(tmp, "v.jsonl", "{}", b"\xff")))]),
         Raises(DataFormatError, r"v\.jsonl:2: not valid UTF-8", "“v.jsonl:2: not valid UTF-8 …”, at fit start"),
     ),
     # -- context longer than the model window --------------------------------------------------
@@ -985,14 +958,16 @@ ROWS: list[Row] = [
             fit(
                 tmp,
                 [
-                    ruq(
+                    ruq_monitor(
                         tmp,
                         val_pairs=[(["hello there " * 3000], "yes"), ("hi", "ok")],
                         num_val_prompts=None,
                         on_error="raise",
                     )
                 ],
-            )[1].history
+            )
+            .callbacks[0]
+            .history
         ),
         Returns(
             lambda h: [r["val/ruq"] for r in h if "val/ruq" in r][0] in (0.0, 50.0, 100.0) or pytest.fail(h),
@@ -1230,7 +1205,7 @@ ROWS: list[Row] = [
     Row(
         RUQM,
         NAN,
-        lambda res, tmp: fit(tmp, [ruq(tmp)], module=nan_module()),
+        lambda res, tmp: fit(tmp, [ruq_monitor(tmp)], module=nan_module()),
         Completes(
             r"RUQMonitor skipped (train|validation) RUQ at epoch 0: .*NaN log-probability",
             (),
@@ -1256,7 +1231,7 @@ ROWS: list[Row] = [
     Row(
         RUQM,
         NOPAD,
-        lambda res, tmp: fit(tmp, [ruq(tmp, on_error="raise")])[1].history,
+        lambda res, tmp: fit(tmp, [ruq_monitor(tmp, on_error="raise")]).callbacks[0].history,
         Returns(
             lambda h: (
                 all(0 <= r[k] <= 100 for r in h for k in ("train/ruq", "val/ruq") if k in r)
@@ -1289,7 +1264,7 @@ ROWS: list[Row] = [
         )
         for cb, make in (
             (SDM, lambda res, tmp: sem(tmp, res)),
-            (RUQM, lambda res, tmp: ruq(tmp)),
+            (RUQM, lambda res, tmp: ruq_monitor(tmp)),
             (NLIM, lambda res, tmp: nli(tmp)),
             (DRESS, lambda res, tmp: dress(tmp, res)),
         )
@@ -1949,7 +1924,7 @@ ROWS: list[Row] = [
     Row(
         RUQM,
         READONLY,
-        lambda res, tmp: (read_only_plots(tmp), fit(tmp, [ruq(tmp, plot=True)]))[1],
+        lambda res, tmp: (read_only_plots(tmp), fit(tmp, [ruq_monitor(tmp, plot=True)]))[1],
         Completes(
             r"could not write val/ruq_plot to .*training continues",
             ("val/ruq", "train/ruq"),
@@ -2063,7 +2038,8 @@ def test_bad_input(row: Row, res: Resources, tmp_path: Path, capsys: pytest.Capt
         expect.check(row.run(res, tmp_path))
     else:
         with pytest.warns(RuntimeWarning, match=expect.warning):
-            trainer, callback = row.run(res, tmp_path)
+            trainer = row.run(res, tmp_path)
+        callback = trainer.callbacks[0]  # the row's one monitor
         assert trainer.state.finished and trainer.current_epoch == 1  # the epoch ran to its end
         logged = {k: v for entry in callback.history for k, v in entry.items()}
         for key in expect.logged:

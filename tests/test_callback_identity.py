@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from monitor_setup import TRAIN, VAL, TinyChat, trainer
+from monitor_setup import TRAIN, VAL, TinyChat, fit, trainer
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
@@ -32,26 +32,25 @@ def two_ruq_monitors():
     )
 
 
-def fit(root, callbacks, max_epochs, ckpt_path=None):
+def fit_with_checkpoints(root, callbacks, max_epochs, ckpt_path=None):
+    """``monitor_setup.fit`` of 2 training batches an epoch, checkpointed (``last.ckpt``) and logged to CSV."""
     ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_last=True)
-    tr = trainer(
+    return fit(
         root,
         [*callbacks, ckpt],
         loggers=[CSVLogger(root, name="csv")],
         max_epochs=max_epochs,
         enable_checkpointing=True,
         limit_train_batches=2,
-        limit_val_batches=1,
+        ckpt_path=ckpt_path,
     )
-    tr.fit(TinyChat(), ckpt_path=ckpt_path)
-    return tr
 
 
 def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path):
     short, long = two_ruq_monitors()
     assert short.state_key == "RUQMonitor{'name': 'idk_short', 'idk_responses': (\"I don't know.\",)}"
     assert long.state_key != short.state_key
-    tr = fit(tmp_path, [short, long], max_epochs=1)
+    tr = fit_with_checkpoints(tmp_path, [short, long], max_epochs=1)
     keys = set(tr.callback_metrics)
     for name in ("idk_short", "idk_long"):
         assert {
@@ -71,7 +70,9 @@ def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path
 
     # stopped after epoch 0; fresh instances resume from the checkpoint and each gets its own state back
     short2, long2 = two_ruq_monitors()
-    tr2 = fit(tmp_path / "resumed", [long2, short2], max_epochs=2, ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    tr2 = fit_with_checkpoints(
+        tmp_path / "resumed", [long2, short2], max_epochs=2, ckpt_path=tmp_path / "ckpt" / "last.ckpt"
+    )
     for before, after in ((short, short2), (long, long2)):
         n = len(before.history)  # one entry per measurement: train RUQ, validation RUQ
         assert n == 2 and after.history[:n] == before.history  # restored, then epoch 1 appended
@@ -87,7 +88,7 @@ def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path
 
 def test_a_checkpoint_with_the_bare_class_name_key_of_0_1_is_said_not_restored(tmp_path):
     short, _ = two_ruq_monitors()
-    fit(tmp_path, [short], max_epochs=1)
+    fit_with_checkpoints(tmp_path, [short], max_epochs=1)
     path = tmp_path / "ckpt" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=False)
     checkpoint["callbacks"] = {
@@ -97,7 +98,7 @@ def test_a_checkpoint_with_the_bare_class_name_key_of_0_1_is_said_not_restored(t
     torch.save(checkpoint, path)
     short2, _ = two_ruq_monitors()
     with pytest.warns(RuntimeWarning, match=r"under the key 'RUQMonitor', which lightning-div 0.1 wrote.*not restored"):
-        fit(tmp_path / "resumed", [short2], max_epochs=2, ckpt_path=path)
+        fit_with_checkpoints(tmp_path / "resumed", [short2], max_epochs=2, ckpt_path=path)
     assert short.history and short2.history[0]["epoch"] == 1.0  # started afresh: epoch 0's history is not there
 
 

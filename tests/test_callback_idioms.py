@@ -9,10 +9,11 @@ OSError ...): one warning, the epoch's values skipped, training goes on. A progr
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 import torch
-from monitor_setup import TinyChat, trainer
+from monitor_setup import fit
 
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
 from lightning_div.callbacks.base import DiversityCallback
@@ -41,10 +42,6 @@ class Failing(DiversityCallback):
                     raise self.error
 
 
-def fit(tmp_path, callback: Failing) -> None:
-    trainer(tmp_path, [callback], max_epochs=2, limit_train_batches=1, limit_val_batches=0).fit(TinyChat())
-
-
 @pytest.mark.parametrize(
     "error",
     [
@@ -63,7 +60,7 @@ def test_a_failure_of_the_model_or_data_is_reported_and_training_continues(tmp_p
         match=rf"Failing skipped the failing measurement at epoch 0: "
         rf"{type(error).__name__}\(.*training continues",
     ):
-        fit(tmp_path, cb)
+        fit(tmp_path, [cb], max_epochs=2, limit_val_batches=0)
     assert cb.epochs_ended == [0, 1]  # the second epoch ran
     assert "failing/value" not in cb.history[0] and "timing/failing_s" in cb.history[0]  # skipped, timed
     assert cb.history[1]["failing/value"] == 1.0  # the next epoch measures again
@@ -84,22 +81,22 @@ def test_a_failure_of_the_model_or_data_is_reported_and_training_continues(tmp_p
 @pytest.mark.parametrize("optional", [False, True], ids=["measuring", "optional_part"])
 def test_a_programming_error_in_a_measurement_propagates(tmp_path, error, optional):
     cb = Failing(error, at=0, optional=optional)
-    with pytest.raises(type(error)):
-        fit(tmp_path, cb)
+    with pytest.raises(type(error), match=re.escape(str(error))):
+        fit(tmp_path, [cb], max_epochs=2, limit_val_batches=0)
     assert cb.epochs_ended == [0]  # training stopped at it
 
 
 def test_an_optional_part_that_fails_keeps_the_values_measured_before_it(tmp_path):
     cb = Failing(OSError("the plot cannot be written"), at=0, optional=True)
     with pytest.warns(RuntimeWarning, match="the optional part failed at epoch 0: OSError"):
-        fit(tmp_path, cb)
+        fit(tmp_path, [cb], max_epochs=2, limit_val_batches=0)
     assert cb.history[0]["failing/value"] == 1.0 and cb.epochs_ended == [0, 1]
 
 
 def test_on_error_raise_lets_a_runtime_error_through(tmp_path):
     cb = Failing(RuntimeError("out of memory"), at=1, on_error="raise")
     with pytest.raises(RuntimeError, match="out of memory"):
-        fit(tmp_path, cb)
+        fit(tmp_path, [cb], max_epochs=2, limit_val_batches=0)
     assert cb.epochs_ended == [0, 1]
 
 
@@ -125,7 +122,9 @@ def test_resolve_pairs_takes_one_name():
     cb = Failing(RuntimeError())
     pairs = cb.resolve_pairs(None, VAL[:3], "val_pairs")
     assert [p.response for p in pairs] == [p.response for p in VAL[:3]]
-    with pytest.raises(TypeError):  # the fourth argument of 0.1 (it always equalled the name) is gone
+    with pytest.raises(
+        TypeError, match=r"resolve_pairs\(\) takes 4 positional arguments but 5 were given"
+    ):  # the fourth argument of 0.1 (it always equalled the name) is gone
         cb.resolve_pairs(None, VAL[:3], "val_pairs", "val_pairs")  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="has no data: .*val_pairs="):
         cb.resolve_pairs(None, None, "val_pairs")

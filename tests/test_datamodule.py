@@ -8,7 +8,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from ddp_utils import forkserver_ddp
-from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
+from helpers import causal_model, chitchat_pairs, quiet_trainer, seq2seq_model, tokenizer
 from scipy.stats import chisquare
 
 from lightning_div import DialoguePair
@@ -33,18 +33,6 @@ PAIRS = [
     (["Hi there", "How are you?"], "Fine"),
     ("Tell me about your weekend plans please", "I will go hiking with my sister and her dog"),
 ]
-
-
-def quiet_trainer(**kwargs):
-    defaults = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
-    return pl.Trainer(**{**defaults, **kwargs})
 
 
 class TinyLM(pl.LightningModule):
@@ -605,7 +593,7 @@ trainer:
     assert dm.reader == ReaderOptions(fields=Fields(response="reply"))
     # a misspelt option is refused while the config is parsed, before anything runs
     config.write_text(f"data:\n  train: {data}\n  reader:\n    fields: {{contxt: history}}\n")
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match=r"^2$"):  # argparse's usage error: exit code 2
         LightningCLI(TinyLM, DialogueDataModule, run=False, args=["--config", str(config)])
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import quiet_trainer
 from monitor_setup import minilm
 
 from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
@@ -64,14 +65,8 @@ def fit(tmp_path, dress: DRESSReweighting):
         encoder=minilm(), num_clusters=K, log_samples=0, lexical_metrics=(), cluster_views=False, **common
     )
     spy = Spy()
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_epochs=2,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
         reload_dataloaders_every_n_epochs=1,
         callbacks=[sem, dress, spy],
     )

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from monitor_setup import count_mining, datamodule, dress, minilm, tiny_lm, trainer
+from monitor_setup import count_mining, datamodule, dress, fit, minilm, tiny_lm, trainer
 from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 
@@ -107,10 +107,10 @@ def test_dialogue_lm_trains_negatives_with_the_loss_the_batch_names_never_the_da
         "negative": torch.tensor([False, True]),
     }
     # a datamodule that says otherwise is not asked (issue 33: the loss kind travels with the batch)
-    lm._trainer = SimpleNamespace(datamodule=SimpleNamespace(negative_loss="nll", negatives=None))
+    lm.trainer = SimpleNamespace(datamodule=SimpleNamespace(negative_loss="nll", negatives=None))
     logits = lm(batch)
     for name in ("nll", "unlikelihood"):
-        parts = lm._loss({**batch, "negative_loss": name}, weighted=True)
+        parts = lm.loss({**batch, "negative_loss": name}, weighted=True)
         expected = weighted_lm_loss(logits, labels, batch["sample_weight"], negative_loss=name)
         assert parts.loss.item() == pytest.approx(expected.item(), rel=1e-6)
         # each part over its own rows and their tokens: the gold row (2 targets), the negative row (3)
@@ -121,9 +121,9 @@ def test_dialogue_lm_trains_negatives_with_the_loss_the_batch_names_never_the_da
         # the whole loss is the token-weighted mean of the two parts (after the causal shift: 2 and 3 targets)
         assert parts.loss.item() == pytest.approx((2 * gold.item() + 3 * negative.item()) / 5, rel=1e-6)
     with pytest.raises(ValueError, match="negative_loss must be one of"):
-        lm._loss({**batch, "negative_loss": "bounded"}, weighted=True)
+        lm.loss({**batch, "negative_loss": "bounded"}, weighted=True)
     # validation and test weigh every example alike, whatever the batch carries
-    plain = lm._loss({**batch, "negative_loss": "unlikelihood"}, weighted=False)
+    plain = lm.loss({**batch, "negative_loss": "unlikelihood"}, weighted=False)
     assert plain.loss.item() == pytest.approx(weighted_lm_loss(logits, labels).item(), rel=1e-6)
 
 
@@ -170,7 +170,7 @@ def test_target_less_padding_rows_add_no_tokens():
     assert batch["index"].tolist() == [1, -1] and batch["sample_weight"].tolist() == [-1.0, 0.0]
     assert (batch["labels"][1] != IGNORE).sum() == 0  # the padding row: context only, no target
     assert batch["input_ids"][1, :2].tolist() == [1, 2]
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match=r"^index 6 out of range for 2 examples$"):
         ds[3 * 2]
 
 
@@ -315,3 +315,42 @@ def test_bad_arguments_are_named():
     for arg, value in (("mine_at", "middle"), ("negative_loss", "ul"), ("negative_batches", "own")):
         with pytest.raises(ValueError, match=arg):
             DRESSReweighting(**{arg: value})
+
+
+def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
+    from monitor_setup import datamodule, dress, tiny_lm, trainer
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from lightning_div.dress.weights import dress_weights
+
+    first = dress(tmp_path, negatives=False, lam=2.0)
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    tr = trainer(
+        tmp_path, [first, ckpt], max_epochs=1, limit_train_batches=1, limit_val_batches=0, enable_checkpointing=True
+    )
+    tr.fit(tiny_lm(), datamodule=datamodule())
+    with np.load(next((tmp_path / "cache").glob("assignments-*.npz"))) as stored:
+        ids = stored["ids"]
+    np.testing.assert_array_equal(first.state.weights, dress_weights(ids, 4, lam=2.0, normalize=True))  # the default
+
+    second = dress(tmp_path, negatives=False, lam=30.0)
+    tr = trainer(tmp_path, [second], max_epochs=2, limit_train_batches=1, limit_val_batches=0)
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"DRESSReweighting: the checkpoint was made with other settings "
+        r"\(lam 2\.0 -> 30\.0\): the weights are recomputed",
+    ):
+        tr.fit(tiny_lm(), datamodule=datamodule(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    np.testing.assert_array_equal(second.state.weights, dress_weights(ids, 4, lam=30.0, normalize=True))
+
+
+def test_dress_mines_no_negatives_from_a_diverged_model(tmp_path):
+    from monitor_setup import datamodule, dress, tiny_lm
+
+    lm = tiny_lm(learning_rate=0.0)
+    with torch.no_grad():
+        lm.model.transformer.ln_f.weight.fill_(float("nan"))
+    cb = dress(tmp_path, negatives=True, num_negative_contexts=8)
+    with pytest.warns(RuntimeWarning, match=r"DRESSReweighting: the model has diverged"):
+        fit(tmp_path, [cb], module=lm, datamodule=datamodule(), limit_val_batches=0)
+    assert cb.state.negative_pairs == [] and len(cb.state.weights) == 160

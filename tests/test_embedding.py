@@ -239,3 +239,25 @@ def test_ddp_ranks_encode_shards_and_return_the_single_process_result(tmp_path):
         np.testing.assert_array_equal(rank_centroids, centroids)  # rank 1 got rank 0's clusters
         np.testing.assert_array_equal(rank_ids, per_rank[0][2])
     assert len(list((tmp_path / "ddp").glob("clusters-*.npz"))) == 1
+
+
+def test_a_model_in_memory_is_fingerprinted_by_its_weights():
+    from helpers import causal_model, tokenizer
+
+    from lightning_div.semantic.encoder import ResponseEncoder
+
+    tok = tokenizer()
+    a = ResponseEncoder.from_model(causal_model(seed=0), tok)
+    b = ResponseEncoder.from_model(causal_model(seed=1), tok)
+    assert a.name == b.name and a.fingerprint != b.fingerprint
+    assert a.fingerprint == ResponseEncoder.from_model(causal_model(seed=0), tok).fingerprint
+
+
+def test_the_minilm_alias_works_in_the_callbacks():
+    from monitor_setup import minilm
+
+    from lightning_div import SemanticSpace
+
+    enc = SemanticSpace(encoder="minilm", batch_size=8, show_progress=False).get_encoder(torch.device("cpu"))
+    assert enc.name == "sentence-transformers/all-MiniLM-L6-v2@mean"
+    np.testing.assert_allclose(enc.encode(["hello there"]), minilm().encode(["hello there"]), atol=1e-6)

@@ -41,7 +41,7 @@ def test_pretrain_base_quick_is_deterministic_and_writes_a_card(tmp_path):
     assert first["heldout_loss_shipped"] == second["heldout_loss_shipped"]
     assert first["heldout_loss_final"] < first["heldout_loss_start"]  # it learned something
     # the conversations are the pretrain split only: never a validation, test or finetune conversation
-    from lightning_div.datamodules.formats import chitchat_conversations
+    from lightning_div.chitchat import chitchat_conversations
 
     pretrain = {c for c, _ in chitchat_conversations("pretrain")}
     held_out = {c for split in ("validation", "test", "finetune") for c, _ in chitchat_conversations(split)}

@@ -89,7 +89,7 @@ def test_ruq_over_training_quick(tmp_path, capsys):
     assert 0.0 <= row["val/ruq"] <= 100.0 and 0.0 <= row["val/ruq_idk2"] <= 100.0
     assert row["val/loss"] < 5.0  # the pretrained weights (a random GPT-2 starts near ln(vocab) > 8)
     assert row["val/loss"] not in [e["val/loss"] for r in res["runs"] for e in r["epochs"]]  # no training step
-    with pytest.raises(SystemExit) as bad:
+    with pytest.raises(SystemExit, match=r"^2$") as bad:
         script.main(["--before", "--regime", "scratch", "--out", str(tmp_path / "x")])
     assert bad.value.code == 2 and "the scratch regime has none" in capsys.readouterr().err
 

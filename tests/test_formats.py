@@ -1,15 +1,16 @@
 """Readers: every format on small files written here, every malformed case named by file and line."""
 
 import json
+import re
 
 import pytest
 
 from lightning_div import DialoguePair
+from lightning_div.chitchat import chitchat_conversations
 from lightning_div.datamodules.formats import (
     DataFormatError,
     Fields,
     as_pair,
-    chitchat_conversations,
     conversation_to_pairs,
     read_chitchat,
     read_csv,
@@ -18,6 +19,7 @@ from lightning_div.datamodules.formats import (
     read_json,
     read_pairs,
     read_parlai,
+    read_responses,
 )
 
 
@@ -29,7 +31,7 @@ def write(tmp_path, name, text, encoding="utf-8"):
 
 def error_at(path_or_name, line, call):
     """Run call; it must raise DataFormatError whose message starts with '<file>:<line>:'."""
-    with pytest.raises(DataFormatError) as e:
+    with pytest.raises(DataFormatError, match=rf"^{re.escape(f'{path_or_name}:{line}:')}") as e:
         call()
     assert str(e.value).startswith(f"{path_or_name}:{line}:"), str(e.value)
     return str(e.value)
@@ -424,3 +426,39 @@ def test_read_responses(tmp_path):
         read_responses(["a", 1])
     bad = write(tmp_path, "bad.txt", b"fine\n\xff\n")
     error_at(bad, 2, lambda: read_responses(bad))
+
+
+SURROGATE_JSONL = '{"context": ["hi"], "response": "fine"}\n{"context": ["yo"], "response": "x \\ud83d y"}\n'
+
+
+def test_a_lone_surrogate_is_refused_with_file_and_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(SURROGATE_JSONL)
+    where = r"d\.jsonl:2: the response contains a lone surrogate \(U\+D83D at character 3\)"
+    with pytest.raises(DataFormatError, match=where):
+        read_pairs(path)
+    with pytest.raises(DataFormatError, match=where):
+        read_responses(path)
+    from lightning_div.datamodules.dialogue import DialogueDataModule
+
+    with pytest.raises(DataFormatError, match=where):
+        DialogueDataModule(train=str(path), val=None).train_pairs()
+    with pytest.raises(DataFormatError, match=r"responses\[1\]: the response contains a lone surrogate"):
+        read_responses(["ok", "bad \ud83d"])
+    with pytest.raises(DataFormatError, match=r"pairs\[0\]: context\[1\] contains a lone surrogate"):
+        read_pairs([(["a", "\udc00"], "b")])
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text('{"context": ["hi"], "response": "x \\ud83d\\ude00 y"}\n')  # a whole pair is a character
+    assert read_pairs(ok)[0].response == "x \U0001f600 y"
+
+
+def test_cr_only_line_ends_are_lines(tmp_path):
+    path = tmp_path / "old-mac.txt"
+    path.write_bytes(b"first\rsecond\r\rfourth\r")
+    assert read_responses(path) == ["first", "second", "", "fourth"]
+    crlf = tmp_path / "win.txt"
+    crlf.write_bytes(b"first\r\nsecond\r\n")
+    assert read_responses(crlf) == ["first", "second"]
+    dd = tmp_path / "dialogues_text.txt"
+    dd.write_bytes(b"hi __eou__ hello __eou__\rhow are you __eou__ fine __eou__\r")
+    assert [p.response for p in read_pairs(dd, format="dailydialog")] == ["hello", "fine"]

@@ -1,5 +1,7 @@
 """Batched generation: same text as one-by-one decoding, order kept, deterministic sampling, long contexts."""
 
+import warnings
+
 import pytest
 import torch
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
@@ -170,3 +172,13 @@ def test_sampling_paths_reach_generate_without_ngram_blocking(kind):
     assert greedy["do_sample"] is False and greedy["no_repeat_ngram_size"] == 3
     assert greedy.get("encoder_no_repeat_ngram_size") == (3 if kind == "seq2seq" else None)
     assert asked["no_repeat_ngram_size"] == 3 and asked["encoder_no_repeat_ngram_size"] == 0
+
+
+def test_all_empty_generations_are_named():
+    from lightning_div._internal.checks import warn_if_all_empty
+
+    with pytest.warns(RuntimeWarning, match=r"X: all 3 responses generated for the sample are empty"):
+        warn_if_all_empty(["", " ", "\n"], "X", "the sample")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_all_empty(["", "ok"], "X", "the sample")

@@ -9,6 +9,7 @@ import pytest
 from ddp_utils import run_distributed
 
 from lightning_div.integrations.trl import (
+    GroupDiversityCallback,
     SemanticGroupReward,
     completion_text,
     gather_batch,
@@ -46,8 +47,8 @@ RAW = [2 / 3, 2 / 3, 1.0, 1.0] + [2 / 3] * 4 + [0.0] * 4
 EXPECTED = RAW[:8] + [0.1] * 4
 
 
-def _space(tmp_path) -> SemanticSpace:
-    return SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+def _space(tmp_path, **kwargs) -> SemanticSpace:
+    return SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False, **kwargs)
 
 
 def _reward(tmp_path, **kwargs) -> SemanticGroupReward:
@@ -251,3 +252,95 @@ def test_two_processes_get_what_one_process_gives_for_the_whole_batch(tmp_path):
     assert metrics["collapsed_groups"] == pytest.approx(1 / 3)
     h1 = -(0.5 * np.log(0.5) + 2 * 0.25 * np.log(0.25))
     assert metrics["group_sem_ent"] == pytest.approx((h1 + np.log(2) + 0.0) / 3)
+
+
+PROMPTS = [f"p{i // 4}" for i in range(12)]
+
+
+# Bad input and odd runs (each case failed before its fix)
+
+
+def test_a_group_must_answer_one_prompt(tmp_path):
+    reward = _reward(tmp_path)
+    assert len(reward(prompts=PROMPTS, completions=BATCH)) == 12
+    # num_generations=8 on 2 prompts x 4 completions: the groups would mix prompts
+    eight = SemanticGroupReward(num_generations=8, space=_space(tmp_path), reference_responses=REFERENCES)
+    with pytest.raises(ValueError, match="completion 4 answers another prompt than completion 0 of its group"):
+        eight(prompts=PROMPTS[:8], completions=BATCH[:8])
+    with pytest.raises(ValueError, match="11 prompts for 12 completions"):
+        reward(prompts=PROMPTS[:11], completions=BATCH)
+    # conversational prompts are compared as they are
+    chat = [[{"role": "user", "content": p}] for p in PROMPTS]
+    assert len(reward(prompts=chat, completions=BATCH)) == 12
+
+
+@pytest.mark.parametrize(
+    "returned, error, match",
+    [
+        (None, TypeError, r"quality \(bad\) must return one reward per completion .* got NoneType None"),
+        (0.5, TypeError, r"quality \(bad\) must return one reward per completion .* got float 0.5"),
+        ("abc", TypeError, r"quality \(bad\) must return one reward per completion .* got str 'abc'"),
+        ([1.0] * 11, ValueError, r"quality \(bad\) returned 11 rewards for 12 completions"),
+        ([float("nan")] + [1.0] * 11, ValueError, r"returned nan for completion 0: a reward must be a finite number"),
+        ([1.0, float("inf")] + [1.0] * 10, ValueError, r"returned inf for completion 1: a reward must be a finite"),
+        (["0.5"] * 12, TypeError, r"quality \(bad\) returned '0.5' for completion 0: expected a float or None"),
+    ],
+)
+def test_a_bad_quality_is_named(tmp_path, returned, error, match):
+    def bad(prompts, completions, **kwargs):
+        return returned
+
+    with pytest.raises(error, match=match):
+        _reward(tmp_path, quality=bad)(prompts=PROMPTS, completions=BATCH)
+
+
+def test_a_quality_may_return_an_array(tmp_path):
+    def arrays(prompts, completions, **kwargs):
+        return np.arange(12, dtype=np.float32)
+
+    out = _reward(tmp_path, quality=arrays, diversity_floor=0.0)(prompts=PROMPTS, completions=BATCH)
+    assert out[:4] == pytest.approx([0.0, 2 / 3, 2.0, 3.0])  # shifted by 0: 0, 1 x 2/3, 2 x 1, 3 x 1
+
+
+def test_the_cosine_threshold_is_checked_and_identical_completions_reach_1(tmp_path):
+    for bad in (1.5, -2, float("nan"), "0.9", True):
+        with pytest.raises(ValueError, match=r"threshold must be a cosine similarity, a number in \[-1, 1\]"):
+            SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=bad, space=_space(tmp_path))
+
+    class OneDirection:
+        """Every text the same direction, whose normalised self-cosine rounds to 0.9999999999999998."""
+
+        name = "one-direction"
+
+        def encode(self, texts):
+            return np.tile(np.asarray([1.0, 2.0, 3.0, 4.0], dtype=np.float32), (len(texts), 1))
+
+    space = SemanticSpace(encoder=OneDirection(), dirpath=tmp_path, show_progress=False)
+    reward = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=1.0, space=space)
+    # one class: a collapsed group, DARLING's floor for everyone (was 1.0 each: rounding split identical texts)
+    assert reward(completions=["same"] * 4) == pytest.approx([0.1] * 4)
+
+
+def test_the_rewards_defaults_refuse_to_fit_k_20_on_one_batch():
+    with pytest.raises(ValueError, match=r"the default num_clusters=20 needs at least that many distinct ones: give"):
+        SemanticGroupReward(num_generations=4)
+    # any of the remedies is accepted
+    SemanticGroupReward(num_generations=4, space=SemanticSpace(num_clusters=4))
+    SemanticGroupReward(num_generations=4, reference_responses=REFERENCES)
+    SemanticGroupReward(num_generations=4, equivalence="cosine")
+
+
+@pytest.mark.parametrize("cls", [SemanticGroupReward, GroupDiversityCallback])
+def test_empty_or_one_string_reference_responses_are_named(cls):
+    # reference_responses=[] failed at the first fit with "no gold training responses", naming no argument;
+    # one string was taken as a list of its characters
+    build = (
+        (lambda refs: cls(num_generations=4, reference_responses=refs))
+        if cls is SemanticGroupReward
+        else (lambda refs: cls(reference_responses=refs))
+    )
+    with pytest.raises(ValueError, match=rf"{cls.__name__}\(reference_responses=\[\]\) has no texts to fit"):
+        build([])
+    with pytest.raises(ValueError, match=r"reference_responses=\.\.\.\) must be a list of texts, got one string"):
+        build("I like tea.")
+    assert build(("a", "b")).reference_responses == ["a", "b"]

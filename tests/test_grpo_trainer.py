@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import warnings
 from collections import defaultdict, deque
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,9 +13,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from helpers import report_of_hugging_face_run
-from test_grpo_reward import BATCH, REFERENCES, TopicEncoder
+from test_grpo_reward import BATCH, REFERENCES, TOPICS, TopicEncoder, _reward, _space
 
-from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward, group_metrics, rollouts_of
+from lightning_div.integrations.trl import (
+    GroupDiversityCallback,
+    SemanticGroupReward,
+    completion_text,
+    group_metrics,
+    rollouts_of,
+)
 from lightning_div.model.scoring import token_logprobs_batched
 from lightning_div.semantic.space import SemanticSpace
 
@@ -256,3 +264,110 @@ def test_the_pages_rloo_script_runs_verbatim_and_its_run_reports(tmp_path, monke
     assert logs[-1]["diversity/reference_nll"] == pytest.approx(nll, rel=1e-5) and nll > 0
     tags = {f"train/{k}": [log[k] for log in logs] for k in ("diversity/group_sem_ent", "diversity/collapsed_groups")}
     report_of_hugging_face_run(tmp_path / "rloo_run", tags, "diversity_group_sample_step2.csv", tmp_path / "r.html")
+
+
+# Bad input and odd runs (each case failed before its fix)
+
+
+def test_bad_completions_are_named_and_the_callback_only_warns(tmp_path):
+    calls = [[{"role": "assistant", "tool_calls": [{"function": {"name": n, "arguments": "{}"}}]}] for n in "ab"]
+    assert completion_text(calls[0]) != completion_text(calls[1])  # two different tool calls, two texts
+    with pytest.raises(TypeError, match=r"completions\[2\] has a message .* with no 'content' and no 'tool_calls'"):
+        completion_text([{"role": "assistant"}], 2)
+    surrogate = ["yes a", "yes \ud800 b", "no c", "no d"]
+    with pytest.raises(ValueError, match=r"completions\[1\] holds a lone surrogate '\\ud800' at character 4"):
+        _reward(tmp_path)(completions=surrogate)
+    # in the callback the same data is a failed measurement: a warning (on_error="warn"), training goes on
+    for bad in (surrogate, [[{"role": "assistant", "content": 5}]] + [[{"role": "assistant", "content": "x"}]] * 3):
+        trainer = StubTrainer(bad)
+        cb = GroupDiversityCallback(space=_space(tmp_path), reference_responses=REFERENCES).attach(trainer)
+        with pytest.warns(RuntimeWarning, match=r"completions\[[01]\]"):
+            _step(cb, trainer, tmp_path)
+        assert not trainer._metrics["train"]
+
+
+def test_the_rewards_default_cache_is_not_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LIGHTNING_DIV_CACHE", str(tmp_path / "user_cache"))
+    completions = [f"{t} {i}" for t in TOPICS for i in range(4)]
+    reward = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=4))
+    reward(completions=completions)
+    assert not (tmp_path / "lightning_div_cache").exists()
+    assert {p.parent for p in (tmp_path / "user_cache").rglob("*.npz")} == {tmp_path / "user_cache" / "clusters"}
+    # beside a GroupDiversityCallback of the same trainer: the run's own folder, as the callbacks use
+    shared = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=3))
+    trainer = StubTrainer(completions)
+    trainer.reward_funcs = [shared]
+    cb = GroupDiversityCallback(space=_space(tmp_path / "cb")).attach(trainer)
+    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path / "run")), SimpleNamespace(global_step=0), None)
+    assert shared.cache_dir() == tmp_path / "run" / "lightning_div_cache"
+
+
+def test_a_callback_given_in_callbacks_says_it_measures_nothing(tmp_path):
+    cb = GroupDiversityCallback(space=_space(tmp_path))
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    with pytest.warns(RuntimeWarning, match=r"given to the trainer in callbacks=\[...\].*attach\(trainer\)"):
+        cb.on_train_begin(args, SimpleNamespace(global_step=0), None)
+    cb.on_step_end(args, SimpleNamespace(global_step=1), SimpleNamespace(should_log=True))  # nothing, no error
+    assert cb.history == []
+
+
+def test_evaluation_rollouts_are_not_logged_as_training(tmp_path):
+    trainer = StubTrainer(BATCH)
+    cb = GroupDiversityCallback(space=_space(tmp_path), reference_responses=REFERENCES).attach(trainer)
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    cb.on_train_begin(args, SimpleNamespace(global_step=0), None)
+    _step(cb, trainer, tmp_path, step=1)
+    trained = trainer._metrics["train"]["diversity/group_sem_ent"][0]
+    # an evaluation fills the buffer with its own rollouts (every group collapsed), then a step that reuses
+    # the generation batch made before it (num_iterations=2) logs: the training batch's values again
+    trainer._logs["completion"] = deque(["no x"] * 12)
+    cb.on_evaluate(args, SimpleNamespace(global_step=1), None)
+    _step(cb, trainer, tmp_path, step=2)
+    assert trainer._metrics["train"]["diversity/group_sem_ent"] == [trained, trained]
+    # a new training generation is measured
+    trainer._logs["completion"] = deque(["no y"] * 12)
+    _step(cb, trainer, tmp_path, step=3)
+    assert trainer._metrics["train"]["diversity/group_sem_ent"][-1] == 0.0
+
+
+def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
+    """No references: the clusters are fitted on the first step's completions, and a resume must not refit them."""
+    first_batch = [f"{t} {i}" for t in TOPICS for i in range(3)]
+    resumed_batch = ["yes z"] * 4 + ["no z"] * 8  # fitted on, these would make other clusters
+
+    def run(batch, state, cache):
+        space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=cache, show_progress=False)
+        trainer = StubTrainer(batch)
+        cb = GroupDiversityCallback(space=space, log_samples=False, alert_start_steps=1).attach(trainer)
+        cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), state, None)
+        state.global_step += 1
+        trainer.state = state
+        cb.on_step_end(SimpleNamespace(output_dir=str(tmp_path)), state, SimpleNamespace(should_log=True))
+        return cb, space
+
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True, stateful_callbacks={})
+    interrupted, space = run(first_batch, state, tmp_path / "cache")
+    (start,) = interrupted.alert.values["group_sem_ent"]
+    assert start > 0
+    # trainer_state.json, written at the checkpoint and read back at the resume
+    saved = json.loads(json.dumps(state.stateful_callbacks))
+    assert saved["lightning_div.GroupDiversityCallback"]["vocab_size"] == interrupted.vocab_size
+    resumed_state = SimpleNamespace(global_step=1, is_world_process_zero=True, stateful_callbacks=saved)
+    with pytest.warns(RuntimeWarning, match="step 2: group diversity collapsed"):
+        resumed, resumed_space = run(resumed_batch, resumed_state, tmp_path / "cache")
+    assert resumed_space.clusters_path == space.clusters_path
+    assert resumed.group.last_ids.tolist() == space.assign(resumed_batch).tolist()
+    assert resumed.vocab_size == interrupted.vocab_size  # counted on the first batch, not the resumed one
+    assert resumed.alert.values["group_sem_ent"] == [start, 0.0]  # the alert's start carried over
+    assert resumed.history[-1]["diversity/collapse_alert"] == 1.0
+    # a state saved with other settings is said, and the run starts afresh
+    other = GroupDiversityCallback(space=_space(tmp_path, kmeans_seed=7))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        other.load_state_dict(saved["lightning_div.GroupDiversityCallback"])
+    assert any("was saved with other settings" in str(w.message) for w in caught)
+    with pytest.warns(RuntimeWarning, match=r"is damaged \(vocab_size 'x' is not an integer >= 1\)"):
+        GroupDiversityCallback(space=_space(tmp_path)).load_state_dict(
+            {**saved["lightning_div.GroupDiversityCallback"], "vocab_size": "x"}
+        )

@@ -9,13 +9,13 @@ from transformers import TrainingArguments
 
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.dialogue import DialogueDataModule
-from lightning_div.dress.protocol import Negatives
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import dress_weights
 from lightning_div.integrations.transformers import DressTrainer, dress_dataset, gold_dress_state
 from lightning_div.model.base import BASE_MODEL
 from lightning_div.model.dialogue_lm import DialogueLM
 from lightning_div.pairs import DialoguePair
+from lightning_div.reweighting import Negatives
 from lightning_div.semantic.space import SemanticSpace
 
 
@@ -89,13 +89,13 @@ def test_the_loss_is_dialoguelms_on_the_same_batch(tmp_path, smoothing):
     lm.model.train()  # dropout is on in training: run both under one seed
     for batch in batches:
         torch.manual_seed(1)
-        expected = lm._loss(batch, weighted=True).loss
+        expected = lm.loss(batch, weighted=True).loss
         torch.manual_seed(1)
         got = trainer.compute_loss(lm.model, dict(batch))
         assert torch.allclose(got, expected, rtol=1e-6, atol=1e-7), (float(got), float(expected))
     lm.model.eval()  # evaluation: the plain NLL, unweighted, as DialogueLM's validation_step
     batch = batches[0]
-    assert torch.allclose(trainer.compute_loss(lm.model, dict(batch)), lm._loss(batch, weighted=False).loss)
+    assert torch.allclose(trainer.compute_loss(lm.model, dict(batch)), lm.loss(batch, weighted=False).loss)
 
 
 def test_gold_dress_state_holds_dressreweightings_weights(tmp_path):

@@ -18,9 +18,9 @@ from lightning_div import load_base_model
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues, encode_pairs
-from lightning_div.datamodules.samplers import sample_indices
 from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
 from lightning_div.measure.ruq import DEFAULT_IDK, RUQMeasure
+from lightning_div.measure.sample import sample_indices
 from lightning_div.measure.semantic import SemanticMeasure
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
@@ -145,6 +145,7 @@ def trained(tmp_path_factory) -> Trained:
     TensorBoard, W&B (offline) and MLflow (file store): the equality, tracker, figure and resume tests
     each trained a run of their own with these settings (the resume test's uninterrupted one)."""
     import mlflow
+
     import wandb
 
     root = tmp_path_factory.mktemp("trained")

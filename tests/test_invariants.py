@@ -529,7 +529,7 @@ def test_ctrl_c_during_generation_ends_the_fit_cleanly(tmp_path, fitted_clusters
     tr = trainer(tmp_path, [watch, dr, ckpt], limit_train_batches=2, limit_val_batches=1, enable_checkpointing=True)
     handler = signal.getsignal(signal.SIGINT)
     try:
-        with pytest.raises(SystemExit) as exit_info:  # Lightning's graceful shutdown on KeyboardInterrupt
+        with pytest.raises(SystemExit, match=r"^1$") as exit_info:  # Lightning's graceful shutdown on KeyboardInterrupt
             tr.fit(model, datamodule=datamodule())
     finally:
         signal.signal(signal.SIGINT, handler)  # Lightning ignores further Ctrl+C from then on

@@ -67,8 +67,8 @@ def test_dialogue_lm_smooths_training_but_measures_plain_nll():
     logits = module(batch)
     smoothed = weighted_lm_loss(logits, batch["labels"], label_smoothing=0.3)
     plain = weighted_lm_loss(logits, batch["labels"])
-    assert float(module._loss(batch, weighted=True).loss) == pytest.approx(float(smoothed), rel=1e-6)
-    assert float(module._loss(batch, weighted=False).loss) == pytest.approx(float(plain), rel=1e-6)
+    assert float(module.loss(batch, weighted=True).loss) == pytest.approx(float(smoothed), rel=1e-6)
+    assert float(module.loss(batch, weighted=False).loss) == pytest.approx(float(plain), rel=1e-6)
     assert float(smoothed) != pytest.approx(float(plain), rel=1e-4)
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
+from helpers import CHILD_ENV
 
 from lightning_div._internal.lightning import ENVIRONMENT_VARIABLE, choose_package
 
@@ -34,3 +39,36 @@ def test_this_process_binds_every_class_to_one_package():
     assert issubclass(DialogueDataModule, pytorch_lightning.LightningDataModule)
     assert issubclass(SemanticDiversityMonitor, pytorch_lightning.Callback)
     assert issubclass(PlainProgress, pytorch_lightning.Callback)
+
+
+def test_a_bogus_lightning_package_is_one_line():
+    # L5: LIGHTNING_DIV_LIGHTNING=bogus lightning-div fit printed an ImportError traceback, exit 1
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_div.cli", "fit", "--help"],
+        env={**CHILD_ENV, "LIGHTNING_DIV_LIGHTNING": "bogus"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == (
+        "lightning-div fit: error: LIGHTNING_DIV_LIGHTNING='bogus': use 'lightning' or 'pytorch_lightning'\n"
+    )
+
+
+def test_the_lightning_package_variable_against_the_scripts_package_is_named():
+    # L5: LIGHTNING_DIV_LIGHTNING=lightning with a pytorch_lightning Trainer: "model must be a LightningModule"
+    probe = "import warnings; warnings.simplefilter('always'); import pytorch_lightning; import lightning_div.callbacks"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**CHILD_ENV, "LIGHTNING_DIV_LIGHTNING": "lightning"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(
+        r"LIGHTNING_DIV_LIGHTNING='lightning' binds lightning-div's classes to lightning\.pytorch, "
+        r"but this process imported pytorch_lightning already: a pytorch_lightning Trainer refuses them",
+        proc.stderr,
+    ), proc.stderr

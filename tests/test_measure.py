@@ -160,9 +160,12 @@ def test_guarded_applies_the_error_policy_and_times_the_block():
         raise OSError("disk full")
     assert m.values == {} and isinstance(m.error, OSError)
     assert said[0][0] == "Probe:a thing:OSError" and said[0][1].startswith("Probe skipped a thing at step 4: OSError")
-    with pytest.raises(RuntimeError), guarded("raise", lambda *_: None, "Probe", "a thing", "step 4"):
+    with pytest.raises(RuntimeError, match=r"^stop$"), guarded("raise", lambda *_: None, "Probe", "a thing", "step 4"):
         raise RuntimeError("stop")
-    with pytest.raises(TypeError), guarded("warn", lambda *_: None, "Probe", "a thing", "step 4"):
+    with (
+        pytest.raises(TypeError, match=r"^a programming error always propagates$"),
+        guarded("warn", lambda *_: None, "Probe", "a thing", "step 4"),
+    ):
         raise TypeError("a programming error always propagates")
     with pytest.raises(ValueError, match="on_error must be"), guarded("ignore", lambda *_: None, "P", "w", "s"):
         pass

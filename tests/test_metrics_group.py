@@ -110,7 +110,7 @@ def test_bad_settings_are_named():
         group_classes([1, 0.5], 2)
     with pytest.raises(ValueError, match="score must be one of"):
         group_diversity_scores([0, 1], 2, score="entropy")  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^texts\[1\] is NoneType, expected str$"):
         group_distinct_n(["a", None], 2)  # type: ignore[list-item]
 
 

@@ -3,12 +3,13 @@
 import copy
 import csv
 import math
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import mlflow_artifacts
-from monitor_setup import TRAIN, TinyChat, collate, monitors, trainer
+from monitor_setup import TRAIN, TinyChat, collate, common, fit, monitors, trainer
 from pytorch_lightning.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from torch.utils.data import DataLoader
 
@@ -253,9 +254,17 @@ def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):
 
 def test_the_validated_epoch_is_checkpointed(tmp_path):
     """Resumed from a checkpoint written after validation but before the epoch's end, the epoch is not re-measured."""
+    from types import SimpleNamespace
+
+    from lightning_div._internal.lightning import TrainerFn
+    from lightning_div.callbacks.base import ValidationMonitor
+
     sem, ruq = monitors(tmp_path)
+    at_epoch_3 = SimpleNamespace(sanity_checking=False, current_epoch=3, state=SimpleNamespace(fn=TrainerFn.FITTING))
     for cb in (sem, ruq):
-        cb._validated_epoch = 3
+        measured: list[tuple[str, int]] = []
+        cb.measure_validation = lambda trainer, module: measured.append(("first", trainer.current_epoch))
+        cb.on_validation_epoch_end(at_epoch_3, None)  # epoch 3 validated and measured, then checkpointed
         fresh = type(cb)(
             **(
                 {"encoder": "unused", "val_pairs": [("a", "b")], "gold_responses": ["b"]}
@@ -263,12 +272,18 @@ def test_the_validated_epoch_is_checkpointed(tmp_path):
                 else {"train_pairs": [("a", "b")], "val_pairs": [("a", "b")]}
             )
         )
+        fresh.measure_validation = lambda trainer, module: measured.append(("resumed", trainer.current_epoch))
         fresh.load_state_dict(cb.state_dict())
-        assert fresh._validated_epoch == 3
+        assert fresh.state_dict()["validated_epoch"] == 3
+        # the resumed run ends epoch 3 (the validation monitor's part of the hook): not measured again
+        ValidationMonitor.on_train_epoch_end(fresh, at_epoch_3, None)
+        assert measured == [("first", 3)]
         state = cb.state_dict()
         del state["validated_epoch"]  # a checkpoint from before this field: measured as before
         fresh.load_state_dict(state)
-        assert fresh._validated_epoch is None
+        assert fresh.state_dict()["validated_epoch"] is None
+        ValidationMonitor.on_train_epoch_end(fresh, at_epoch_3, None)
+        assert measured == [("first", 3), ("resumed", 3)]
 
 
 def test_lexical_options_are_checked_and_reach_the_metrics():
@@ -312,3 +327,68 @@ def test_a_model_with_finite_weights_but_nan_logits_is_named_diverged(tmp_path):
     logged = {k for row in cb.history for k in row}
     assert "val/sem_ent" not in logged and "val/distinct_1" not in logged  # no 0.0 from empty output
     assert logged == {"epoch", "timing/semantic_diversity_s"}
+
+
+def test_resume_with_other_clusters_refits_them(tmp_path):
+    from lightning_div.callbacks import SemanticDiversityMonitor
+
+    old = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
+    old.load_sample_state([0])
+    old.space.clusters_path, old.measure.gold_logged = str(tmp_path / "c4.npz"), True
+    new = SemanticDiversityMonitor(encoder="minilm", num_clusters=8, val_pairs=[("a", "b")], gold_responses=["x"])
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"other settings \(num_clusters 4 -> 8\): the clusters and the "
+        r"validation sample are made again",
+    ):
+        new.load_state_dict(old.state_dict())
+    assert new.space.clusters_path is None and new.state_dict()["indices"] is None and not new.measure.gold_logged
+    assert new.history == old.history
+    same = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # unchanged settings: restored silently, as before
+        same.load_state_dict(old.state_dict())
+    assert same.space.clusters_path == str(tmp_path / "c4.npz") and same.state_dict()["indices"] == [0]
+    assert same.measure.gold_logged
+
+
+def test_a_diverged_model_is_named_not_measured(tmp_path):
+    from monitor_setup import GOLD, VAL, TinyChat, minilm
+
+    from lightning_div.callbacks import SemanticDiversityMonitor
+
+    module = TinyChat()
+    with torch.no_grad():
+        module.model.transformer.ln_f.weight.fill_(float("nan"))
+    cb = SemanticDiversityMonitor(
+        encoder=minilm(),
+        num_clusters=4,
+        num_contexts=4,
+        val_pairs=VAL,
+        gold_responses=GOLD[:120],
+        log_samples=0,
+        **common(tmp_path),
+    )
+    # the NaN spreads to every weight at the first optimiser step: the first few are named
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"SemanticDiversityMonitor: the model has diverged: its weights hold NaN "
+        r"or inf \(model\.transformer\.wte\.weight, .*\); nothing it generates",
+    ):
+        fit(tmp_path, [cb], module=module)
+    logged = {k for row in cb.history for k in row}
+    assert "val/sem_ent" not in logged and "val/distinct_1" not in logged  # no 0.0 from empty output
+
+
+def test_a_callback_lists_every_missing_input_at_once(tmp_path):
+    from lightning_div.callbacks import RUQMonitor, SemanticDiversityMonitor
+
+    with pytest.raises(
+        ValueError,
+        match=r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=\[\(context, "
+        r"reference\), \.\.\.\] .* `val_pairs\(\)` method; gold_responses="
+        r"\[response, \.\.\.\] .* `gold_train_responses\(\)` method",
+    ):
+        fit(tmp_path, [SemanticDiversityMonitor(encoder="minilm", **common(tmp_path))])
+    with pytest.raises(ValueError, match=r"RUQMonitor is missing 2 input\(s\): train_pairs=.*; val_pairs="):
+        fit(tmp_path, [RUQMonitor(**common(tmp_path))])

@@ -57,15 +57,16 @@ def test_missing_demo_packages_name_the_extra(monkeypatch):
     # the demo's corpus and Hugging Face datasets are in the `demo` extra: without them, the error says so
     import pytest
 
+    from lightning_div import chitchat
     from lightning_div.datamodules import formats
 
     monkeypatch.setitem(sys.modules, "chitchat_dataset", None)  # None in sys.modules: the import fails
-    formats._chitchat_corpus.cache_clear()
+    chitchat._chitchat_corpus.cache_clear()  # read already in this process: read it again, without the package
     with pytest.raises(
         ImportError, match=r"lightning-div\[demo\].*chitchat-dataset|chitchat-dataset.*lightning-div\[demo\]"
     ):
-        formats._chitchat_corpus()
-    formats._chitchat_corpus.cache_clear()
+        chitchat.chitchat_conversations("train", max_conversations=1)
+    chitchat._chitchat_corpus.cache_clear()  # the corpus is read once per process: forget the failed read
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(ImportError, match=r"lightning-div\[demo\]"):
         formats.read_hf("some/folder")

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
+import os
 import re
 
 import pytest
+from helpers import quiet_trainer
 from monitor_setup import TinyChat, monitors, trainer
+from test_cli import _fit_config
 
 from lightning_div.callbacks import PlainProgress
 from lightning_div.callbacks.progress import find_progress
+from lightning_div.cli.main import main
 
 
 def test_arguments_are_checked():
@@ -139,3 +145,76 @@ def test_a_run_without_negatives_draws_no_tokenising_negatives_bar(capsys, monke
     err = capsys.readouterr().err
     assert "tokenising train" in err  # the bar is there for the work that is done
     assert "tokenising negatives" not in err
+
+
+class _FailingStream:
+    def __init__(self, err: Exception) -> None:
+        self.err, self.writes = err, 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        raise self.err
+
+    def flush(self) -> None:
+        raise self.err
+
+
+@pytest.mark.parametrize("what", ["a closed stream", "a broken pipe", "/dev/full"])
+def test_progress_output_that_fails_never_stops_training(what, tmp_path, caplog):
+    # M10: ValueError (I/O operation on closed file), BrokenPipeError, ENOSPC each aborted fit
+    import io
+    import logging
+
+    from test_datamodule import TinyLM
+
+    from lightning_div.callbacks.progress import PlainProgress
+    from lightning_div.datamodules import DialogueDataModule
+
+    stream: object
+    if what == "a closed stream":
+        stream = io.StringIO()
+        stream.close()
+    elif what == "a broken pipe":
+        stream = _FailingStream(BrokenPipeError(errno.EPIPE, "Broken pipe"))
+    else:
+        if not os.path.exists("/dev/full"):
+            pytest.skip("no /dev/full here")
+        stream = open("/dev/full", "w")
+    progress = PlainProgress(every_n_steps=1, when="always", stream=stream)
+    dm = DialogueDataModule(train=[("hi", "hello")] * 8, val=None, batch_size=2, show_progress=False)
+    trainer = quiet_trainer(max_epochs=2, callbacks=[progress])
+    with caplog.at_level(logging.WARNING, logger="lightning_div.callbacks.progress"):
+        trainer.fit(TinyLM(), datamodule=dm)
+    assert trainer.state.finished and trainer.global_step == 8  # both epochs trained
+    warned = [r for r in caplog.records if "writing a progress line failed" in r.getMessage()]
+    assert len(warned) == 1 and "training continues" in warned[0].getMessage()
+    if what == "/dev/full":
+        with contextlib.suppress(OSError):  # its buffer cannot be flushed either
+            stream.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", ["FALSE", "False", "OFF", "No", "00", " off ", "n"])
+def test_progress_switch_reads_like_the_ecosystem(value, monkeypatch, capsys):
+    # L4: only lowercase "0"/"false"/"no"/"off" silenced the printer
+    from lightning_div.callbacks.progress import PlainProgress
+
+    monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", value)
+    progress = PlainProgress(when="always")
+    assert not progress.active
+    progress.measurement_started("X", "y", 0)
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", value.replace("0", "1") if value == "00" else "TRUE")
+    assert progress.active
+
+
+def test_a_progress_switch_of_no_known_value_is_refused(monkeypatch, tmp_path, capsys):
+    from lightning_div.callbacks.progress import PlainProgress
+
+    monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", "maybe")
+    with pytest.raises(ValueError, match=r"LIGHTNING_DIV_PROGRESS='maybe' is not a switch: use 0/1, false/true"):
+        PlainProgress()
+    assert main(["fit", "--config", str(_fit_config(tmp_path, "local:chitchat-gpt2"))]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "lightning-div fit: error: LIGHTNING_DIV_PROGRESS='maybe' is not a switch: use 0/1, false/true, no/yes or "
+        "off/on (any case)"
+    )

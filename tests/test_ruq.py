@@ -5,6 +5,8 @@ import math
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import quiet_trainer
+from monitor_setup import fit, ruq_monitor
 from torch.utils.data import DataLoader
 
 from lightning_div import DialoguePair
@@ -131,14 +133,10 @@ def test_monitor_logs_margins_every_epoch(tmp_path):
         on_error="raise",
         dirpath=str(tmp_path),
     )
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         callbacks=[monitor],
         max_epochs=2,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        num_sanity_val_steps=2,  # Lightning's default, which this run was written with
         default_root_dir=str(tmp_path),
     )
     trainer.fit(FixedModel())
@@ -222,3 +220,22 @@ def test_ruq_per_idk_splits_each_prompts_scores_by_hand():
     with pytest.raises(ValueError, match="prompt 1: 3 scores for 2 references and 2 IDK strings"):
         ruq_per_idk([[-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0]], [1, 2], 2)
     assert ruq_per_idk([[-1.0]], [1], 0) == {}
+
+
+def test_a_failing_ruq_plot_keeps_ruq_and_its_alert(tmp_path, monkeypatch):
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("beam search exploded")
+
+    import lightning_div.measure.ruq as ruq_core
+
+    monkeypatch.setattr(ruq_core, "generate_responses", broken)  # only the plot's beam search generates
+    cb = ruq_monitor(tmp_path, num_train_prompts=4, num_val_prompts=4, num_plot_prompts=2, plot=True)
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"RUQMonitor: the RUQ plot failed at epoch 0: RuntimeError\('beam "
+        r"search exploded'\); the values measured before it are logged",
+    ):
+        fit(tmp_path, [cb])
+    logged = {k for row in cb.history for k in row}
+    assert {"val/ruq", "val/ruq_idk1", "val/ruq_idk2", "val/ruq_alert", "train/ruq"} <= logged

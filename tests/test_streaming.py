@@ -41,6 +41,11 @@ def plain(value):
 FAST = {"optimize_start_method": "forkserver"}
 
 
+def gold_ids(dm):
+    """The token ids of ``dm``'s gold training examples, as its training dataset holds them (negatives after)."""
+    return dm.train_dataset().encoded.parts[0]
+
+
 def pair_modules(tmp_path, pairs, **kw):
     args = dict(train=pairs, val=None, tokenizer=tokenizer(), batch_size=4, show_progress=False, **kw)
     return DialogueDataModule(**args), StreamingDialogueDataModule(stream_dir=tmp_path / "stream", **FAST, **args)
@@ -52,9 +57,9 @@ def test_same_ids_and_batches_as_the_in_memory_path(tmp_path):
     memory.setup("fit")
     stream.prepare_data()
     stream.setup("fit")
-    chunks = stream._encoded_split("train")
+    chunks = gold_ids(stream)
     assert isinstance(chunks, ChunkedPairs) and len(chunks) == len(pairs)
-    encoded = memory._encoded_split("train")
+    encoded = gold_ids(memory)
     assert [chunks[i] for i in range(len(pairs))] == [encoded[i] for i in range(len(pairs))]
     assert chunks[-1] == encoded[len(pairs) - 1]
     # the text is kept too: the monitors sample training pairs, DRESS embeds the gold responses
@@ -124,7 +129,7 @@ def test_a_file_source_is_hashed_by_its_bytes(tmp_path):
 
 def test_weights_negatives_and_sampler_mode_as_in_memory(tmp_path):
     """DRESS's protocol on the streaming path: loss weights by index, negatives appended, weighted draws."""
-    from lightning_div.dress.protocol import Negatives
+    from lightning_div.reweighting import Negatives
 
     pairs = list(chitchat_pairs("train", 4))[:12]
     memory, stream = pair_modules(tmp_path, pairs)
@@ -212,7 +217,7 @@ def small_module(stream_dir, pairs, **kw):
 
 
 def ids_of(dm):
-    chunks = dm._encoded_split("train")
+    chunks = gold_ids(dm)
     return [chunks[i] for i in range(len(chunks))]
 
 
@@ -231,7 +236,7 @@ def copy_of(written, stream_dir):
 
 def expected_ids(pairs):
     memory = DialogueDataModule(train=pairs, val=None, tokenizer=tokenizer(), show_progress=False)
-    encoded = memory._encoded_split("train")
+    encoded = gold_ids(memory)
     return [encoded[i] for i in range(len(pairs))]
 
 

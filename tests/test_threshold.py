@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import tiny_nli_model, tokenizer
+from monitor_setup import common, fit
 
 from lightning_div.metrics import NegativeMeanCosine, averaged_distinct
 from lightning_div.nli.scorer import NLIScorer
@@ -370,3 +371,30 @@ def test_set_metric_pieces_live_in_metrics_sets_without_aliases_at_their_old_hom
     assert sets.SetMetric is meta_eval.SetMetric
     assert not hasattr(threshold, "NegativeMeanCosine") and not hasattr(threshold, "fewer_than_two")
     assert sets.NegativeMeanCosine.__module__ == "lightning_div.metrics.sets"
+
+
+def test_failing_threshold_generation_keeps_nli_diversity(tmp_path, monkeypatch):
+    from helpers import tiny_nli_model, tokenizer
+    from monitor_setup import VAL
+
+    from lightning_div.callbacks import NLIDiversityMonitor
+    from lightning_div.nli import threshold
+    from lightning_div.nli.scorer import NLIScorer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no more samples")
+
+    monkeypatch.setattr(threshold, "diversity_threshold_generate_many", broken)
+    scorer = NLIScorer.from_model(tiny_nli_model(), tokenizer(True), show_progress=False)  # with a pad token
+    cb = NLIDiversityMonitor(
+        scorer=scorer, num_contexts=2, n=2, threshold_generation=True, max_samples=3, val_pairs=VAL, **common(tmp_path)
+    )
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"Diversity Threshold Generation failed at epoch 0: "
+        r"RuntimeError\('no more samples'\)",
+    ):
+        fit(tmp_path, [cb])
+    logged = {k: v for row in cb.history for k, v in row.items()}
+    assert "val/nli_div_baseline" in logged and -2 <= logged["val/nli_div_baseline"] <= 2  # n=2: 2 ordered pairs
+    assert "val/threshold_start_diversity" not in logged

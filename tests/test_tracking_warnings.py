@@ -3,7 +3,9 @@
 import warnings
 
 import pytest
+import torch
 from lightning_utilities.core.rank_zero import WarningCache, rank_zero_only
+from monitor_setup import fit, ruq_monitor
 
 from lightning_div._internal import tracking
 from lightning_div._internal.tracking import warn_once, warnings_of_run
@@ -66,3 +68,24 @@ def test_each_front_end_owns_its_runs_memory():
         "two callbacks log different 'clusters/cards' under one key: the first one's is kept; give the "
         "callbacks distinct name=... so that each logs its own"
     ]
+
+
+def test_a_second_run_in_the_same_process_warns_again(tmp_path):
+    from monitor_setup import TinyChat
+
+    def nan_module():
+        module = TinyChat()
+        with torch.no_grad():
+            module.model.transformer.ln_f.weight.fill_(float("nan"))
+        return module
+
+    for run in range(2):  # a notebook: the same callback class, a second fit
+        cb = ruq_monitor(tmp_path / str(run), num_train_prompts=4, num_val_prompts=4)
+        with pytest.warns(RuntimeWarning, match=r"RUQMonitor skipped train RUQ at epoch 0"):
+            fit(tmp_path / str(run), [cb], module=nan_module())
+    # and within one run, once: two epochs, one warning per kind
+    cb = ruq_monitor(tmp_path / "2", num_train_prompts=4, num_val_prompts=4)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        fit(tmp_path / "2", [cb], module=nan_module(), max_epochs=2)
+    assert len([w for w in record if "skipped train RUQ" in str(w.message)]) == 1

@@ -43,6 +43,7 @@ __all__ = [
     "StaleCacheError",
     "atomic_directory",
     "atomic_write",
+    "atomic_write_with",
     "atomic_write_bytes",
     "atomic_write_text",
     "file_digest",
@@ -205,6 +206,24 @@ def atomic_write(
         if tmp is not None:
             with contextlib.suppress(OSError):
                 tmp.unlink()
+
+
+def atomic_write_with(path: str | os.PathLike, write: Callable[[IO[Any]], Any], mode: str = "w") -> Path:
+    """Call ``write(file)`` on an :func:`atomic_write` file: for callers that hold a writer function.
+
+    Text mode (``"w"``) writes UTF-8 with ``newline=""`` (what :mod:`csv` wants); ``"wb"`` writes
+    bytes. The missing parent directories are created. Returns the path.
+    """
+    text = "b" not in mode
+    with atomic_write(
+        path,
+        "w" if text else "wb",
+        encoding="utf-8" if text else None,
+        newline="" if text else None,
+        make_parents=True,
+    ) as f:
+        write(f)
+    return Path(path)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

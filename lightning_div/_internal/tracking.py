@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_div._internal.io import atomic_write
+from lightning_div._internal.io import atomic_write_with
 
 log = logging.getLogger("lightning_div")
 
@@ -160,23 +160,6 @@ def log_step(trainer: Any) -> int:
     if stepped is None or getattr(state, "value", state) != "fit":
         return step
     return max(stepped - (0 if getattr(trainer, "validating", False) else 1), 0)
-
-
-def write_atomic(target: Path, write: Any, mode: str = "w") -> None:
-    """``write(file)`` into a temporary file beside ``target``, then rename: never a half-written file.
-
-    Text mode writes UTF-8 with ``newline=""`` (what :mod:`csv` wants); the parents are created.
-    A thin form of :func:`lightning_div._internal.io.atomic_write` for callers that hold a writer function.
-    """
-    text = "b" not in mode
-    with atomic_write(
-        target,
-        "w" if text else "wb",
-        encoding="utf-8" if text else None,
-        newline="" if text else None,
-        make_parents=True,
-    ) as f:
-        write(f)
 
 
 def _try(where: str, what: str, fn: Any) -> bool:
@@ -417,7 +400,7 @@ def log_figure(destination: Destination | None, key: str, fig: Any, out_dir: Pat
         for sink in sinks:
             _try(sink.where, key, lambda: sink.image(key, image, step, tag))
     target = Path(out_dir) / f"{_safe_name(key)}_{tag.replace('_', '')}.png"
-    if _try(str(target), key, lambda: write_atomic(target, lambda f: f.write(data), "wb")):
+    if _try(str(target), key, lambda: atomic_write_with(target, lambda f: f.write(data), "wb")):
         png = target
     return png
 
@@ -450,6 +433,6 @@ def log_table(
         writer.writerows([csv_safe(c) for c in r] for r in rows)
 
     def save() -> None:
-        write_atomic(target, write)
+        atomic_write_with(target, write)
 
     return target if _try(str(target), key, save) else None

@@ -75,14 +75,14 @@ def optional_part(callback: Any, trainer: Any, what: str) -> Iterator[None]:
         )
 
 
-def _same(a: Any, b: Any) -> bool:
+def _equal_as_numbers_item_by_item(a: Any, b: Any) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         try:
             return float(a) == float(b)
         except (TypeError, ValueError):
             return False
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_equal_as_numbers_item_by_item(x, y) for x, y in zip(a, b))
     return a == b
 
 
@@ -100,7 +100,7 @@ def settings_changed(
     changes = [
         f"{name} {saved.get(name)!r} -> {value!r}"
         for name, value in current.items()
-        if name in saved and not _same(saved.get(name), value)
+        if name in saved and not _equal_as_numbers_item_by_item(saved.get(name), value)
     ]
     if changes:
         # not warn_once: a resume happens once per run, and each one must say it

@@ -14,7 +14,7 @@ from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import new_figure, warn_once
 from lightning_div.callbacks.base import DiversityCallback, _callbacks, override
 from lightning_div.callbacks.checks import settings_changed
-from lightning_div.datamodules.samplers import check_count, sample_indices
+from lightning_div.datamodules.samplers import check_count
 from lightning_div.dress.degeneration import (
     DRESS_COLLAPSE_ALERT,
     DRESS_NEGATIVES_STOPPED,
@@ -23,14 +23,6 @@ from lightning_div.dress.degeneration import (
     OnCollapse,
     check_thresholds,
     collapse_reasons,
-)
-from lightning_div.dress.protocol import (
-    MODES,
-    NEGATIVE_BATCHES,
-    Mode,
-    NegativeBatches,
-    ReweightableDataModule,
-    check_choice,
 )
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import (
@@ -47,10 +39,21 @@ from lightning_div.keys import (
 )
 from lightning_div.measure.dress import NegativeMiner
 from lightning_div.measure.reporting import Reporter
+from lightning_div.measure.sample import sample_indices
 from lightning_div.metrics.semantic import cluster_histogram
 from lightning_div.model.sharding import full_parameters
+from lightning_div.reweighting import (
+    MODES,
+    NEGATIVE_BATCHES,
+    Mode,
+    NegativeBatches,
+    ReweightableDataModule,
+    check_choice,
+)
+from lightning_div.semantic.clusters import ClustersSource
+from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import ClustersSource, EncoderSource, Options
+from lightning_div.types import Options
 from lightning_div.views import log_dress_round
 
 MINE_AT = ("start", "end")
@@ -61,7 +64,7 @@ class DRESSReweighting(DiversityCallback):
 
     At fit start it fits (or reads) the clusters of the gold training responses in its
     :class:`~lightning_div.semantic.space.SemanticSpace`, computes the weights and hands them to the
-    datamodule (:meth:`~lightning_div.dress.protocol.ReweightableDataModule.apply_weights`). With
+    datamodule (:meth:`~lightning_div.reweighting.ReweightableDataModule.apply_weights`). With
     ``negatives=True`` it mines, at every round (``mine_at``), the model's responses that fall in its
     head clusters (:class:`~lightning_div.measure.dress.NegativeMiner`) and trains them with
     ``negative_weight`` and ``negative_loss``. A degeneration guard

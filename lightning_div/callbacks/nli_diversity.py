@@ -10,8 +10,9 @@ from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.checks import optional_part, settings_changed
 from lightning_div.keys import val_key
 from lightning_div.measure.nli import NLIMeasure
+from lightning_div.nli.scorer import ScorerSource
 from lightning_div.pairs import DialoguePair
-from lightning_div.types import Options, PairsSource, ScorerSource
+from lightning_div.types import Options, PairsSource
 
 
 class NLIDiversityMonitor(ValidationMonitor):

@@ -14,8 +14,10 @@ from lightning_div.measure.reporting import Reporter
 from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, check_clusters_source
 from lightning_div.metrics import DEFAULT_LEXICAL
 from lightning_div.pairs import DialoguePair
+from lightning_div.semantic.clusters import ClustersSource
+from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import ClustersSource, EncoderSource, Options, PairsSource, ResponsesSource
+from lightning_div.types import Options, PairsSource, ResponsesSource
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table
 
 

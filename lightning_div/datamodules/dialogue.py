@@ -5,7 +5,7 @@ tokenises them once at ``setup`` with the project's one token layout
 (:class:`lightning_div.model.formatting.DialogueFormat`), and yields batches with
 ``input_ids``, ``attention_mask``, ``labels``, ``sample_weight`` and ``index``. The
 DRESS callback reaches it through one method, :meth:`DialogueDataModule.apply_weights`
-(the :class:`~lightning_div.dress.protocol.ReweightableDataModule` protocol).
+(the :class:`~lightning_div.reweighting.ReweightableDataModule` protocol).
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ from lightning_div.datamodules.samplers import (
     check_count,
     check_sampling_weights,
 )
-from lightning_div.dress.protocol import (
+from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
+from lightning_div.model.generation import pad_id_of
+from lightning_div.pairs import DialoguePair
+from lightning_div.reweighting import (
     MODES,
     Mode,
     Negatives,
     check_choice,
 )
-from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
-from lightning_div.model.generation import pad_id_of
-from lightning_div.pairs import DialoguePair
 from lightning_div.types import PairsSource, TokenizerSource
 
 log = logging.getLogger(__name__)
@@ -343,7 +343,7 @@ class DialogueDataModule(pl.LightningDataModule):
                 self._encoded_split(name)
 
     # ------------------------------------------------------------------------------------------
-    # Reweighting (lightning_div.dress.protocol.ReweightableDataModule)
+    # Reweighting (lightning_div.reweighting.ReweightableDataModule)
 
     @property
     def sample_weights(self) -> np.ndarray:
@@ -402,7 +402,7 @@ class DialogueDataModule(pl.LightningDataModule):
     def apply_weights(self, weights: np.ndarray, negatives: Negatives | None = None, mode: Mode = "loss") -> None:
         """Train on these weights and negatives from the next train dataloader on (the DRESS protocol).
 
-        Implements :class:`~lightning_div.dress.protocol.ReweightableDataModule`. In
+        Implements :class:`~lightning_div.reweighting.ReweightableDataModule`. In
         ``"loss"`` mode the weights ride in ``batch["sample_weight"]`` (negatives at index
         ``len(train_pairs()) + position``, in batches of their own with
         ``negatives.batches="separate"``); in ``"sampler"`` mode the train dataloader draws
@@ -427,7 +427,7 @@ class DialogueDataModule(pl.LightningDataModule):
         negatives = Negatives() if negatives is None else negatives
         if not isinstance(negatives, Negatives):
             raise ValueError(
-                f"negatives must be a lightning_div.dress.protocol.Negatives (or None), got {type(negatives).__name__}"
+                f"negatives must be a lightning_div.reweighting.Negatives (or None), got {type(negatives).__name__}"
             )
         trainer = self._trainer_or_none()
         if self._train_loader_built and trainer is not None and not _reload_every(trainer):

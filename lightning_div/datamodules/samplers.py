@@ -363,16 +363,3 @@ class ResumableDataLoader(DataLoader):
                 f"got sampler {type(self.sampler).__name__} and batch_size {self.batch_size}"
             )
         self.sampler.skip_at_start(int(state_dict["epoch"]), batches * self.batch_size)
-
-
-def sample_indices(n_total: int, n: int | None, seed: int) -> np.ndarray:
-    """The fixed evaluation samples of both front ends: a random subset of ``range(n_total)`` (all of it when n is None or >= n_total), sorted.
-
-    A function of its arguments only, so every process, a resumed run and the Hugging Face
-    callback draw the same subset.
-    """
-    if n is None or n >= n_total:
-        return np.arange(n_total)
-    if n < 1:
-        raise ValueError(f"the sample size must be >= 1 or None, got {n}")
-    return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))

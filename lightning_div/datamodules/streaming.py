@@ -277,7 +277,7 @@ class StreamingDialogueDataModule(DialogueDataModule):
     Takes every argument of ``DialogueDataModule`` plus the three below. The training data is
     read, tokenised and written once (``prepare_data``, on one process per node); every
     process then reads examples by index from the chunks. It implements the DRESS protocol
-    (:class:`~lightning_div.dress.protocol.ReweightableDataModule`): weights stay one
+    (:class:`~lightning_div.reweighting.ReweightableDataModule`): weights stay one
     float per example in memory (8 bytes), negatives are tokenised in memory and appended.
 
     Args:

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div.dress.protocol import NegativeBatches, Negatives
 from lightning_div.dress.weights import effective_sample_size
 from lightning_div.keys import (
     DRESS_EFFECTIVE_SAMPLE_SIZE,
@@ -31,6 +30,7 @@ from lightning_div.keys import (
     NegativeLoss,
 )
 from lightning_div.pairs import DialoguePair
+from lightning_div.reweighting import NegativeBatches, Negatives
 
 __all__ = ["DressState"]
 

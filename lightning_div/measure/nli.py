@@ -13,8 +13,9 @@ from typing import Any
 
 from lightning_div._internal.distributed import distributed_map
 from lightning_div.measure.base import Stateless, plain
+from lightning_div.nli.scorer import ScorerSource
 from lightning_div.semantic.space import describe
-from lightning_div.types import Options, ScorerSource
+from lightning_div.types import Options
 
 __all__ = ["NLIMeasure"]
 

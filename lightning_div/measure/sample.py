@@ -6,10 +6,11 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from lightning_div.datamodules.samplers import sample_indices
+import numpy as np
+
 from lightning_div.pairs import DialoguePair
 
-__all__ = ["FixedSample", "check_seed"]
+__all__ = ["FixedSample", "check_seed", "sample_indices"]
 
 
 def check_seed(seed: Any, name: str = "seed") -> int:
@@ -26,10 +27,23 @@ def check_seed(seed: Any, name: str = "seed") -> int:
     return int(seed)
 
 
+def sample_indices(n_total: int, n: int | None, seed: int) -> np.ndarray:
+    """The fixed evaluation samples of both front ends: a random subset of ``range(n_total)`` (all of it when n is None or >= n_total), sorted.
+
+    A function of its arguments only, so every process, a resumed run and the Hugging Face
+    callback draw the same subset.
+    """
+    if n is None or n >= n_total:
+        return np.arange(n_total)
+    if n < 1:
+        raise ValueError(f"the sample size must be >= 1 or None, got {n}")
+    return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))
+
+
 class FixedSample:
     """``size`` pairs drawn with ``seed`` the first time they are asked for, then the same ones at every measurement.
 
-    The draw is :func:`~lightning_div.datamodules.samplers.sample_indices`: a function of the
+    The draw is :func:`sample_indices`: a function of the
     number of pairs, ``size`` and ``seed`` only, so every process draws the same pairs. The
     indices are the state (:meth:`state_dict`): indices restored from a checkpoint win over a
     new draw, so a resumed run measures the very same examples, unless the data shrank below

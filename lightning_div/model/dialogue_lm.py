@@ -127,10 +127,20 @@ class DialogueLM(pl.LightningModule):
             ).logits
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
-    def _loss(self, batch: dict[str, Any], weighted: bool) -> DressLoss:
-        # The batch says how to weight it and how to train its negatives (sample_weight, negative,
-        # negative_loss: DRESS's fields); validation and test weigh every example alike and measure
-        # the plain NLL, training smooths the targets if asked.
+    def loss(self, batch: dict[str, Any], weighted: bool = True) -> DressLoss:
+        """The loss of a :class:`~lightning_div.DialogueDataModule` batch, as training or validation takes it.
+
+        Args:
+            batch: a batch of the datamodule (``input_ids``, ``attention_mask``, ``labels``; in training
+                also DRESS's ``sample_weight``, ``negative`` and ``negative_loss`` when it reweights).
+            weighted: True (training, ``training_step``): the batch's weights and negatives count and the
+                targets are smoothed by ``label_smoothing``. False (validation and test): every example
+                alike, the plain mean negative log-likelihood of the target tokens.
+
+        Returns:
+            The loss to backpropagate and its gold and negative parts
+            (:class:`~lightning_div.dress.losses.DressLoss`).
+        """
         fields = batch if weighted else {}
         smoothing = float(self.hparams["label_smoothing"]) if weighted else 0.0
         return dress_loss(self(batch), batch["labels"], fields, causal=not self.seq2seq, label_smoothing=smoothing)
@@ -141,7 +151,7 @@ class DialogueLM(pl.LightningModule):
         A batch that mixes both (``negative_batches="mixed"``) logs each part under its key, each
         over its own target tokens; the loss trained on is the whole batch's.
         """
-        parts = self._loss(batch, weighted=True)
+        parts = self.loss(batch, weighted=True)
         size = batch["labels"].size(0)
         for key, value in ((TRAIN_LOSS, parts.gold), (TRAIN_NEGATIVE_LOSS, parts.negative)):
             if value is not None:
@@ -149,11 +159,11 @@ class DialogueLM(pl.LightningModule):
         return parts.loss
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        loss = self._loss(batch, weighted=False).loss
+        loss = self.loss(batch, weighted=False).loss
         self.log(VAL_LOSS, loss, on_epoch=True, prog_bar=True, sync_dist=True, batch_size=batch["labels"].size(0))
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        loss = self._loss(batch, weighted=False).loss
+        loss = self.loss(batch, weighted=False).loss
         self.log(TEST_LOSS, loss, on_epoch=True, sync_dist=True, batch_size=batch["labels"].size(0))
 
     def configure_optimizers(self) -> Any:

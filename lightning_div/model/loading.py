@@ -60,7 +60,7 @@ def load_tokenizer(spec: str, vocab_size: int = 4000, seq2seq: bool = False) -> 
 
         return AutoTokenizer.from_pretrained(resolve_model_name(spec, "tokenizer"))
     if spec == LOCAL_TOKENIZER:
-        from lightning_div.datamodules.formats import chitchat_conversations
+        from lightning_div.chitchat import chitchat_conversations
         from lightning_div.model.tiny import train_tokenizer
 
         texts = [turn for _, turns in chitchat_conversations("train") for turn in turns]

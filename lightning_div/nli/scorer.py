@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -384,3 +385,7 @@ class NLIScorer:
 
     def __repr__(self) -> str:
         return f"NLIScorer({type(self.model).__name__}, batch_size={self.batch_size}, device={self.device})"
+
+
+ScorerSource = str | Path | NLIScorer
+"""An NLI model name or path, or an NLIScorer: what a ``scorer=`` argument accepts (see :mod:`lightning_div.types`)."""

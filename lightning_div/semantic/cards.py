@@ -235,14 +235,15 @@ def cluster_labels(cards: Sequence[ClusterCard] | None, num_clusters: int) -> li
 
 def write_cards_csv(cards: Sequence[ClusterCard], path: str | os.PathLike) -> Path:
     """Write the cards as CSV (:data:`CARD_COLUMNS`) atomically: a temporary file renamed into place."""
-    from lightning_div._internal.tracking import csv_safe, write_atomic
+    from lightning_div._internal.io import atomic_write_with
+    from lightning_div._internal.tracking import csv_safe
 
     def write(f: Any) -> None:  # gold text in a spreadsheet: formula-like cells neutralised
         writer = csv.writer(f)
         writer.writerow(CARD_COLUMNS)
         writer.writerows([csv_safe(v) for v in c.row()] for c in cards)
 
-    write_atomic(Path(path), write)
+    atomic_write_with(Path(path), write)
     return Path(path)
 
 

@@ -13,9 +13,10 @@ trains on all points (slower on CPU, same partition quality in our benchmark).
 A fitted object is saved with its PCA, centroids and a config (encoder name and weights
 fingerprint, k, seed, variance kept, niter, nredo, sampling, data fingerprint), so a resumed or later run
 reuses identical clusters; ``load(path, expected=...)`` refuses a file fitted under a
-different config and names each differing field.
+different config and names each differing field. The file itself (its fields, its checks) is
+:mod:`lightning_div.semantic.clusters_io`.
 
-This module is the algorithm (``fit`` / ``assign`` / ``save`` / ``load``). Whether to fit
+This module is the algorithm (``fit`` / ``assign``; ``save`` / ``load`` through the file module). Whether to fit
 (a cache file named by content hash, fitted on rank 0 and broadcast) is decided in
 :mod:`lightning_div.semantic.cache`; the encoder and clusters a callback measures in are one
 :class:`~lightning_div.semantic.space.SemanticSpace`.
@@ -24,7 +25,6 @@ This module is the algorithm (``fit`` / ``assign`` / ``save`` / ``load``). Wheth
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -37,23 +37,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
-from lightning_div._internal.io import atomic_write
 from lightning_div.metrics import cluster_histogram
+from lightning_div.semantic.clusters_io import hash_config, read_clusters_file, write_clusters_file
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-CONFIG_FIELDS = (
-    "encoder_name",
-    "encoder_fingerprint",
-    "num_clusters",
-    "seed",
-    "variance_kept",
-    "niter",
-    "nredo",
-    "max_points_per_centroid",
-    "data_fingerprint",
-)
 # faiss's own advice: fewer than this many points per centroid gives unreliable centroids
 MIN_POINTS_PER_CENTROID = 39
 
@@ -187,7 +175,7 @@ class SemanticClusters:
     @property
     def config_hash(self) -> str:
         """16 hex characters identifying ``config`` (e.g. for a cache file name)."""
-        return _hash_config(self.config)
+        return hash_config(self.config)
 
     @property
     def fitted(self) -> bool:
@@ -478,6 +466,8 @@ class SemanticClusters:
     def save(self, path: str | os.PathLike) -> Path:
         """Write PCA, centroids and config to ``path`` (.npz, written atomically); returns the path.
 
+        The file's format is :mod:`lightning_div.semantic.clusters_io`'s.
+
         Args:
             path: the ``.npz`` file to write.
 
@@ -488,32 +478,7 @@ class SemanticClusters:
             OSError: the path cannot be written (no temporary file is left behind).
         """
         self._require_fitted()
-        path = Path(path)
-        # a file object: np.savez would otherwise append ".npz"; atomic: a kill mid-write leaves no partial file
-        mean, components, centroids = self._arrays()
-        extra: dict[str, Any] = (
-            {}
-            if self.cards is None  # optional: files without cards still load
-            else {"cards": np.array(json.dumps([c.to_dict() for c in self.cards]))}
-        )
-        try:
-            with atomic_write(path, "wb") as f:
-                np.savez(
-                    f,
-                    format_version=np.int64(FORMAT_VERSION),
-                    config=np.array(json.dumps(self.config)),
-                    config_hash=np.array(self.config_hash),
-                    pca_mean=mean,
-                    pca_components=components,
-                    centroids=centroids,
-                    explained_variance=np.float64(self.explained_variance),
-                    inertia=np.float64(np.nan if self.inertia is None else self.inertia),
-                    **extra,
-                )
-        except OSError as e:
-            message = f"cannot save SemanticClusters to {str(path)!r}: {e.strerror or e}"
-            raise (type(e)(e.errno, message) if e.errno is not None else type(e)(message)) from e
-        return path
+        return write_clusters_file(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, expected: dict[str, Any] | None = None) -> SemanticClusters:
@@ -535,70 +500,7 @@ class SemanticClusters:
             FileNotFoundError: no file at ``path``.
             ValueError: a damaged or foreign file, or one fitted under another config.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no SemanticClusters file at {str(path)!r}")
-        where = repr(str(path))
-        contents = _read_contents(path)
-        config = contents["config"]
-        if _hash_config(config) != contents["config_hash"]:
-            raise ValueError(f"{where}: its config does not match its config hash (edited or corrupted)")
-        if expected is not None:
-            unknown = sorted(set(expected) - set(CONFIG_FIELDS))
-            if unknown:
-                raise ValueError(f"unknown config fields {unknown}; known: {list(CONFIG_FIELDS)}")
-            diffs = [
-                f"{name}: file has {config.get(name)!r}, requested {value!r}"
-                for name, value in expected.items()
-                if not _same(config.get(name), value)
-            ]
-            if diffs:
-                raise ValueError(f"{where} was fitted with a different config — " + "; ".join(diffs))
-        # absent in files written before it existed: the only field a file may lack
-        missing = [name for name in CONFIG_FIELDS if name not in config and name != "encoder_fingerprint"]
-        if missing:
-            raise ValueError(
-                f"{where}: its config has no {', '.join(missing)} (written by another version, or edited); "
-                "fit the clusters again"
-            )
-        try:
-            return cls._from_contents(contents)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a config value of the wrong type
-            raise ValueError(f"{where} is not a usable SemanticClusters file ({type(e).__name__}: {e})") from e
-
-    @classmethod
-    def _from_contents(cls, contents: dict[str, Any]) -> SemanticClusters:
-        """The clusters :func:`_read_contents` read, checked for shape (the file's name added by the caller)."""
-        config = contents["config"]
-        out = cls(
-            num_clusters=config["num_clusters"],
-            variance_kept=config["variance_kept"],
-            niter=config["niter"],
-            nredo=config["nredo"],
-            seed=config["seed"],
-            encoder_name=config["encoder_name"],
-            max_points_per_centroid=config["max_points_per_centroid"],
-        )
-        out.data_fingerprint = config["data_fingerprint"]
-        out.encoder_fingerprint = config.get("encoder_fingerprint")
-        out.pca_mean, out.pca_components = contents["pca_mean"], contents["pca_components"]
-        out.centroids = contents["centroids"]
-        inertia = contents["inertia"]
-        out.explained_variance, out.inertia = contents["explained_variance"], (None if np.isnan(inertia) else inertia)
-        if out.pca_mean.ndim != 1 or out.pca_components.shape[1:] != out.pca_mean.shape:
-            raise ValueError(f"PCA mean {out.pca_mean.shape} and components {out.pca_components.shape} do not fit")
-        if out.centroids.shape != (out.num_clusters, out.n_components):
-            raise ValueError(
-                f"centroids have shape {out.centroids.shape}, expected ({out.num_clusters}, {out.n_components})"
-            )
-        if contents["cards"] is not None:
-            from lightning_div.semantic.cards import cards_from_dicts
-
-            loaded = cards_from_dicts(contents["cards"]) or []
-            if len(loaded) != out.num_clusters:
-                raise ValueError(f"{len(loaded)} cluster cards for {out.num_clusters} clusters")
-            out.cards = loaded
-        return out
+        return read_clusters_file(cls, path, expected)
 
     def _state(self) -> dict[str, Any]:
         return {
@@ -614,33 +516,6 @@ class SemanticClusters:
     def _set_state(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
-
-
-def _read_contents(path: Path) -> dict[str, Any]:
-    """Everything a clusters file holds, as plain values; any failure is a ValueError naming the file.
-
-    A damaged zip fails in many ways (``BadZipFile``, a "compression method not supported"
-    ``NotImplementedError``, an "encrypted" ``RuntimeError``, a ``tokenize.TokenError`` from a
-    garbled array header, ...), none of them a bug of ours: every one means "not a usable file".
-    """
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            version = int(data["format_version"])
-            if version != FORMAT_VERSION:
-                raise ValueError(f"it has format version {version}; this version reads {FORMAT_VERSION}")
-            contents: dict[str, Any] = {
-                "config": json.loads(str(data["config"])),
-                "config_hash": str(data["config_hash"]),
-                **{name: np.array(data[name]) for name in ("pca_mean", "pca_components", "centroids")},
-                "explained_variance": float(data["explained_variance"]),
-                "inertia": float(data["inertia"]),
-                "cards": json.loads(str(data["cards"])) if "cards" in data.files else None,
-            }
-    except Exception as e:  # any failure to parse is a damaged file (see above)
-        raise ValueError(f"{str(path)!r} is not a SemanticClusters file ({type(e).__name__}: {e})") from e
-    if not isinstance(contents["config"], dict):
-        raise ValueError(f"{str(path)!r} is not a SemanticClusters file (its config is not a JSON object)")
-    return contents
 
 
 def _count_distinct(x: np.ndarray) -> int:
@@ -693,11 +568,5 @@ def _project(x: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndar
     return np.ascontiguousarray((x - mean) @ components.T, dtype=np.float32)
 
 
-def _hash_config(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return float(a) == float(b)
-    return a == b
+ClustersSource = str | Path | SemanticClusters
+"""A saved SemanticClusters file, or a fitted SemanticClusters: what a ``clusters=`` argument accepts (see :mod:`lightning_div.types`)."""

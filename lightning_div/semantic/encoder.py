@@ -21,6 +21,7 @@ import json
 import logging
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -511,3 +512,7 @@ class ResponseEncoder:
                 f"dtype='float32' if it runs in half precision"
             )
         return out
+
+
+EncoderSource = str | Path | ResponseEncoder
+"""A model name or path (``"minilm"`` for the offline all-MiniLM-L6-v2), or a ResponseEncoder: what an ``encoder=`` argument accepts (see :mod:`lightning_div.types`)."""

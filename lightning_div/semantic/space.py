@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from lightning_div.keys import DEFAULT_ENCODER
-from lightning_div.semantic.clusters import SemanticClusters, fingerprint_texts
-from lightning_div.types import ClustersSource, EncoderSource, Options
+from lightning_div.semantic.clusters import ClustersSource, SemanticClusters, fingerprint_texts
+from lightning_div.semantic.encoder import EncoderSource
+from lightning_div.types import Options
 
 __all__ = ["Broadcast", "SPACE_ARGUMENTS", "SemanticSpace", "describe", "given_space", "space_from_arguments"]
 
@@ -120,7 +121,7 @@ class SemanticSpace:
         self._clusters: SemanticClusters | None = None
         self._own_file = False  # clusters_path is our cache entry (cards may be written into it), not the user's
         self._gold_fingerprint: str | None = None
-        self._gold_ids: np.ndarray | None = None
+        self._fitted_text_ids: np.ndarray | None = None  # the cluster id of each text fit() was given, once known
 
     def __repr__(self) -> str:
         state = "fitted" if self._clusters is not None else "not fitted"
@@ -263,9 +264,9 @@ class SemanticSpace:
             raise ValueError(
                 "gold_assignments(texts) needs the texts this SemanticSpace was fitted on: fit(texts) first"
             )
-        if self._gold_ids is None:
+        if self._fitted_text_ids is None:
             return self._keep_ids(self.clusters.assign(self.encode(gold, device)))
-        return self._gold_ids
+        return self._fitted_text_ids
 
     def assign(self, texts: Sequence[str], device: Any = None) -> np.ndarray:
         """The cluster id of each text (embedded, then nearest centroid).
@@ -407,7 +408,7 @@ class SemanticSpace:
         clusters = self.clusters
         embeddings = self.encode(gold, device)
         clusters.describe(gold, embeddings)
-        if self._gold_ids is None:  # the embeddings are at hand: the ids cost no second pass
+        if self._fitted_text_ids is None:  # the embeddings are at hand: the ids cost no second pass
             self._keep_ids(clusters.assign(embeddings))
         if self._own_file and self.clusters_path and rank_and_world()[0] == 0:
             clusters.save(self.clusters_path)
@@ -415,7 +416,7 @@ class SemanticSpace:
     def _keep_ids(self, ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
         ids.setflags(write=False)  # one array for every callback sharing the space: an edit in place is an error
-        self._gold_ids = ids
+        self._fitted_text_ids = ids
         return ids
 
 

@@ -12,13 +12,13 @@ from transformers import Trainer
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs
 from lightning_div.datamodules.samplers import WeightedDistributedSampler, check_sampling_weights
 from lightning_div.dress.losses import dress_loss
-from lightning_div.dress.protocol import MODES, Mode, check_choice
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import check_lam, dress_weights
 from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT
 from lightning_div.model.formatting import DialogueFormat, is_seq2seq
 from lightning_div.model.generation import pad_id_of
 from lightning_div.pairs import DialoguePair
+from lightning_div.reweighting import MODES, Mode, check_choice
 from lightning_div.semantic.space import SemanticSpace
 
 __all__ = ["DRESS_FIELDS", "DressTrainer", "DressTrainerMixin", "dress_dataset", "gold_dress_state"]

@@ -10,7 +10,8 @@ dataloader must be rebuilt when new negatives arrive) and calls
 :meth:`ReweightableDataModule.apply_weights` whenever they change. The datamodule keeps
 no copy in its checkpoint and never changes the Trainer.
 
-This module needs only numpy, so a datamodule can import it without Lightning or torch.
+This module needs only numpy, so a datamodule can import it without Lightning or torch; it sits
+below both DRESS and the data side (neither imports the other through it).
 """
 
 from __future__ import annotations

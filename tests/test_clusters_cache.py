@@ -1,30 +1,34 @@
-"""Issue 31, round three: the clusters' disk cache under damage, kills and umasks.
+"""The clusters' disk cache (lightning_div.semantic.cache): damage, kills, umasks, the encoder's weights in the key.
 
 A cache entry that cannot be loaded *for any reason* is a cache miss (rebuilt, said once),
-never a traceback on every later run; temporary files a killed writer left are cleaned up;
-what lightning-div writes is as readable as the umask allows.
+never a traceback on every later run; assignments killed mid-write or of other clusters are
+recomputed; temporary files a killed writer left are cleaned up; what lightning-div writes is
+as readable as the umask allows; other weights at one encoder path get their own clusters.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import textwrap
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import kill_when_ready
 
-from lightning_div.semantic.cache import load_or_fit_clusters
+from lightning_div._internal.io import load_assignments, save_assignments
+from lightning_div.semantic.cache import assignments_path, load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
 
-TEXTS = [f"response number {i}" for i in range(60)]
-VECTORS = {t: np.random.default_rng(i).normal(size=8).astype(np.float32) for i, t in enumerate(TEXTS)}
+FIXED_TEXTS = [f"response number {i}" for i in range(60)]
+VECTORS = {t: np.random.default_rng(i).normal(size=8).astype(np.float32) for i, t in enumerate(FIXED_TEXTS)}
 
 
 class Encoder:
-    """Fixed 8-d embeddings of TEXTS (no model), counting its calls."""
+    """Fixed 8-d embeddings of FIXED_TEXTS (no model), counting its calls."""
 
     name, fingerprint = "enc", "w1"
 
@@ -41,7 +45,7 @@ def load(cache: Path, encoder: Encoder | None = None):
         warnings.filterwarnings("ignore", message=".*faiss recommends")
         return load_or_fit_clusters(
             cache,
-            TEXTS,
+            FIXED_TEXTS,
             encoder or Encoder(),
             with_assignments=True,
             num_clusters=3,
@@ -83,14 +87,14 @@ def test_random_byte_flips_in_a_cache_entry_never_crash(tmp_path, which):
 
 def without_niter(path: Path) -> None:
     """Rewrite a clusters file with ``niter`` taken out of its config (its hash made to match, as an older writer's)."""
-    from lightning_div.semantic.clusters import _hash_config
+    from lightning_div.semantic.clusters_io import hash_config
 
     with np.load(path) as data:
         arrays = {name: np.array(data[name]) for name in data.files}
     config = json.loads(str(arrays["config"]))
     del config["niter"]
     arrays["config"] = np.array(json.dumps(config))
-    arrays["config_hash"] = np.array(_hash_config(config))
+    arrays["config_hash"] = np.array(hash_config(config))
     with open(path, "wb") as f:
         np.savez(f, **arrays)
 
@@ -123,11 +127,7 @@ def test_a_damaged_clusters_file_is_a_value_error_naming_it(tmp_path):
 
 def test_a_writer_killed_mid_write_leaves_no_temporary_file_for_long(tmp_path):
     """Issue 31 CB7: SIGKILL during a cache write left ``.clusters-<h>.npz.*.tmp`` forever."""
-    import signal
-    import subprocess
-    import sys
-
-    from test_hardening import ENV, wait_for
+    from helpers import kill_when_ready
 
     probe, cache, ready = tmp_path / "probe", tmp_path / "cache", tmp_path / "ready"
     probe.mkdir()
@@ -141,13 +141,7 @@ def test_a_writer_killed_mid_write_leaves_no_temporary_file_for_long(tmp_path):
         "    f.write(b'half'); f.flush()\n"
         f"    pathlib.Path({str(ready)!r}).touch(); time.sleep(600)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", child], env=ENV, stderr=subprocess.PIPE)
-    try:
-        wait_for(ready, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        proc.kill()
+    kill_when_ready(child, ready)
     (left,) = cache.glob(".clusters-*.npz.*.tmp")  # what the killed writer left
     first = load(cache)  # the next run fits, writes and cleans up after the dead writer
     assert not list(cache.glob(".*.tmp")), list(cache.iterdir())
@@ -205,3 +199,149 @@ def test_files_written_honour_the_umask(tmp_path):
     assert cached.path.stat().st_mode & 0o777 == 0o644
     assert folder.stat().st_mode & 0o777 == 0o755 and (folder / "tokenizer.json").stat().st_mode & 0o777 == 0o644
     assert private.stat().st_mode & 0o777 == 0o600  # a stricter umask is honoured too
+
+
+# Atomic writes, verified reads, the encoder's weights in the key
+
+
+class CountingEncoder:
+    """Deterministic 8-d embeddings of texts (a hash per text), counting its calls."""
+
+    name = "counting"
+    fingerprint = "weights-1"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += 1
+        out = np.stack([np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8) for t in texts])
+        return out.astype(np.float32)
+
+
+TEXTS = [f"response number {i}" for i in range(120)]
+
+
+def fit_cached(cache: Path, encoder=None, **kw):
+    encoder = encoder or CountingEncoder()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*faiss recommends")
+        cached = load_or_fit_clusters(
+            cache, TEXTS, encoder, with_assignments=True, num_clusters=4, niter=10, nredo=1, show_progress=False, **kw
+        )
+        return (cached.clusters, cached.assignments), encoder
+
+
+def test_assignments_killed_mid_write_are_recomputed_not_a_crash(tmp_path):
+    """The reported crash: a kill while the assignments were written broke every later run."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    ready = tmp_path / "ready"
+    child = textwrap.dedent(f"""
+        import os, time
+        from pathlib import Path
+        import lightning_div._internal.io as io
+        from test_clusters_cache import fit_cached
+
+        real_replace = os.replace
+        def slow_replace(src, dst):  # the assignments file is written, not yet in place: killed here
+            if Path(dst).name.startswith("assignments-"):
+                Path({str(ready)!r}).touch()
+                time.sleep(600)
+            real_replace(src, dst)
+        io.os.replace = slow_replace
+        fit_cached(Path({str(cache)!r}))
+    """)
+    kill_when_ready(child, ready)
+    assert list(cache.glob("clusters-*.npz")) and not list(cache.glob("assignments-*.npz"))
+    (clusters, ids), encoder = fit_cached(cache)  # the next run: clusters from disk, ids assigned again
+    assert encoder.calls == 1 and ids.shape == (120,)
+    np.testing.assert_array_equal(ids, clusters.assign(CountingEncoder().encode(TEXTS)))
+
+
+def test_a_truncated_assignments_file_is_refitted_with_one_warning(tmp_path):
+    (clusters, ids), _ = fit_cached(tmp_path)
+    ids_file = assignments_path(tmp_path / f"clusters-{clusters.config_hash}.npz")
+    data = ids_file.read_bytes()
+    ids_file.write_bytes(data[: len(data) // 2])  # what a plain np.save left behind when killed
+    with pytest.warns(
+        UserWarning,
+        match=rf"cached assignments cannot be used \('.*{ids_file.name}' is not a "
+        "complete assignments file",
+    ):
+        (_, again), encoder = fit_cached(tmp_path)
+    assert encoder.calls == 1
+    np.testing.assert_array_equal(again, ids)
+    (_, third), encoder = fit_cached(tmp_path)  # rewritten: the next run reads it
+    assert encoder.calls == 0 and np.array_equal(third, ids)
+
+
+def test_assignments_of_other_clusters_are_detected(tmp_path):
+    (clusters, ids), _ = fit_cached(tmp_path)
+    ids_file = assignments_path(tmp_path / f"clusters-{clusters.config_hash}.npz")
+    save_assignments(ids_file, (ids + 1) % 4, "0" * 64, 4)  # another clusters file's ids
+    with pytest.warns(UserWarning, match=r"belongs to clusters 0000"):
+        (_, again), _ = fit_cached(tmp_path)
+    np.testing.assert_array_equal(again, ids)
+    with pytest.raises(ValueError, match=r"holds 120 ids .* for 7 texts"):
+        load_assignments(ids_file, load_hash(tmp_path, clusters), 4, 7)
+    save_assignments(ids_file, np.full(120, 9), load_hash(tmp_path, clusters), 4)
+    with pytest.raises(ValueError, match=r"ids in \[9, 9\], outside \[0, 4\)"):
+        load_assignments(ids_file, load_hash(tmp_path, clusters), 4, 120)
+
+
+def load_hash(cache: Path, clusters: SemanticClusters) -> str:
+    from lightning_div._internal.io import file_digest
+
+    return file_digest(cache / f"clusters-{clusters.config_hash}.npz")
+
+
+def test_a_damaged_cached_clusters_file_is_refitted_with_one_warning(tmp_path):
+    (clusters, ids), _ = fit_cached(tmp_path)
+    path = tmp_path / f"clusters-{clusters.config_hash}.npz"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.warns(UserWarning, match=rf"cached clusters '.*{path.name}' cannot be used") as record:
+        (again, again_ids), encoder = fit_cached(tmp_path)
+    assert len([w for w in record if "cannot be used" in str(w.message)]) == 1
+    assert encoder.calls == 1
+    np.testing.assert_array_equal(again.centroids, clusters.centroids)  # same config and seed: same clusters
+    np.testing.assert_array_equal(again_ids, ids)
+
+
+def test_a_users_own_clusters_file_of_another_config_is_still_an_error(tmp_path):
+    (clusters, _), _ = fit_cached(tmp_path / "a")
+    mine = clusters.save(tmp_path / "mine.npz")
+    with pytest.raises(ValueError, match=r"mine\.npz' was fitted with a different config — num_clusters"):
+        load_or_fit_clusters(mine, TEXTS, CountingEncoder(), num_clusters=5, show_progress=False)
+
+
+def test_other_weights_at_the_same_path_get_their_own_clusters(tmp_path):
+    from helpers import causal_model, tokenizer
+
+    from lightning_div.semantic.encoder import ResponseEncoder
+
+    path = tmp_path / "encoder"
+    tok = tokenizer()
+    causal_model(seed=0).save_pretrained(path)
+    tok.save_pretrained(path)
+    texts = [f"response {i} about topic {i % 5}" for i in range(60)]
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def clusters():
+        enc = ResponseEncoder(str(path), show_progress=False, batch_size=16)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return enc, load_or_fit_clusters(
+                cache, texts, enc, num_clusters=3, niter=10, nredo=1, show_progress=False
+            ).clusters
+
+    enc_a, a = clusters()
+    time.sleep(0.01)
+    causal_model(seed=1).save_pretrained(path)  # same name, other weights
+    enc_b, b = clusters()
+    assert enc_a.name == enc_b.name and enc_a.fingerprint != enc_b.fingerprint
+    assert len(list(cache.glob("clusters-*.npz"))) == 2  # not the old cache entry
+    assert not np.allclose(a.pca_mean, b.pca_mean)
+    _, again = clusters()  # unchanged weights: the cache is reused
+    np.testing.assert_array_equal(again.centroids, b.centroids)

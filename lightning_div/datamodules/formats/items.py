@@ -1,0 +1,34 @@
+"""Pairs given in memory: DialoguePairs, (context, response) tuples or record dicts, each checked like a file's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from lightning_div.datamodules.formats.records import Fields, ReadResult, _add_record, _Collector
+from lightning_div.pairs import DataFormatError, as_pair
+
+
+def pairs_from_items(
+    items: Iterable[Any],
+    max_history: int | None = None,
+    dedupe: bool = False,
+    fields: Fields = Fields(),
+    name: str = "pairs",
+) -> ReadResult:
+    """Normalise DialoguePairs, (context, response) / (context, [references]) tuples or record dicts.
+
+    Errors name the index of the bad item, e.g. ``pairs[3]: response must be a string``.
+    """
+    out = _Collector(name, max_history)
+    for i, item in enumerate(items):
+        where = f"{name}[{i}]"
+        if isinstance(item, dict):
+            _add_record(out, item, where, fields)
+            continue
+        pair = as_pair(item, where)
+        out.pair(pair.context, pair.response, pair.references, pair.source or where)
+        out.stats.records += 1
+    if out.stats.records == 0:
+        raise DataFormatError(name, "no pairs given")
+    return out.result(dedupe)
