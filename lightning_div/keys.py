@@ -14,6 +14,7 @@ import re
 from typing import Literal, get_args
 
 __all__ = [
+    "check_name",
     "CLUSTER_CARDS_FILE",
     "CLUSTER_JS",
     "CLUSTER_SHARES_FILE",
@@ -68,6 +69,24 @@ TRAIN_LOSS = "train/loss"
 TRAIN_NEGATIVE_LOSS = "train/negative_loss"
 VAL_LOSS = "val/loss"
 TEST_LOSS = "test/loss"
+
+
+def check_name(name: object) -> str | None:
+    """A callback's ``name`` (it goes into every key it logs): None, or a non-empty string without
+    surrounding spaces and without ``/`` (the keys' separator). The one rule of every front end:
+    Lightning, Hugging Face and TRL.
+
+    Raises:
+        ValueError: any other value.
+    """
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or "/" in name:
+        raise ValueError(
+            "name must be None or a non-empty string without surrounding spaces and without '/' (it prefixes "
+            f"the logged keys), got {name!r}"
+        )
+    return name
 
 
 def val_key(metric: str) -> str:

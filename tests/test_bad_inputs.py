@@ -38,7 +38,7 @@ from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMo
 from lightning_div.cli.main import main as cli
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
-from lightning_div.dress.guard import CollapseThresholds
+from lightning_div.dress.degeneration import CollapseThresholds
 from lightning_div.measure import FixedSample, SemanticMeasure
 from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversity
 from lightning_div.metrics import (
@@ -1864,7 +1864,7 @@ ROWS: list[Row] = [
         ),
     ),
     Row(
-        "lightning_div.dress.guard.CollapseThresholds",
+        "lightning_div.dress.degeneration.CollapseThresholds",
         SETTING,
         lambda res, tmp: CollapseThresholds(np.float32(0.5)).sem_ent_ratio,
         Returns(equal(0.5), "0.5: any real number, numpy's `float32` too (it was refused as “must be a number”)"),

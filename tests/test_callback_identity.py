@@ -123,3 +123,5 @@ def test_state_keys_are_built_from_identifying_arguments():
     )
     with pytest.raises(ValueError, match="name must be None or a non-empty string"):
         RUQMonitor(name=" ")
+    with pytest.raises(ValueError, match="without surrounding spaces and without '/'"):
+        RUQMonitor(name="a/b")  # one rule on every front end: '/' separates the keys' parts

@@ -17,7 +17,7 @@ from monitor_setup import fit
 
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
 from lightning_div.callbacks.base import DiversityCallback
-from lightning_div.callbacks.guards import optional_part
+from lightning_div.callbacks.checks import optional_part
 
 
 class Failing(DiversityCallback):

@@ -24,7 +24,7 @@ from monitor_setup import minilm
 
 from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
 from lightning_div.datamodules import DialogueDataModule
-from lightning_div.dress.guard import CollapseThresholds, collapse_reasons
+from lightning_div.dress.degeneration import CollapseThresholds, collapse_reasons
 from lightning_div.model.dialogue_lm import DialogueLM
 
 # Chosen once (issue 43's run, made small): 64 training examples, 48 validation contexts, k = 8, learning rate 1e-3.

@@ -203,13 +203,13 @@ def uninterrupted(tmp_path_factory):
     )
     calls, spy, model, dm = count_mining(cb), BatchSpy(), tiny_lm(), datamodule()
     generated_with = []
-    original_generate = cb.generate
+    original_mine = cb.miner.measure
 
-    def record_generate(adapter, contexts, kwargs, desc="generating"):
-        generated_with.append(dict(kwargs))
-        return original_generate(adapter, contexts, kwargs, desc)
+    def record_generate(adapter, contexts, **kwargs):
+        generated_with.append(dict(kwargs["generation_kwargs"]))
+        return original_mine(adapter, contexts, **kwargs)
 
-    cb.generate = record_generate
+    cb.miner.measure = record_generate
     trainer(root, [cb, spy], max_epochs=3, limit_train_batches=None, limit_val_batches=1).fit(model, datamodule=dm)
     return SimpleNamespace(root=root, cb=cb, calls=calls, spy=spy, model=model, dm=dm, generated_with=generated_with)
 

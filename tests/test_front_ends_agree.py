@@ -17,6 +17,8 @@ from lightning_div import load_base_model
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
+from lightning_div.measure import RUQMeasure, SemanticMeasure
+from lightning_div.semantic.space import SemanticSpace
 
 SETTINGS = dict(show_progress=False, batch_size=8, max_new_tokens=10, seed=0, on_error="raise")
 SEMANTIC = (
@@ -109,11 +111,11 @@ def test_lightning_and_hugging_face_measure_the_same_numbers(tmp_path):
         data_collator=lambda batch: collate(batch, tok, model),
         processing_class=tok,
     )
+    space = SemanticSpace(encoder=minilm(), num_clusters=4, batch_size=8, show_progress=False)
     cb = DiversityTrainerCallback(
         eval_pairs=VAL,
         gold_responses=GOLD,
-        encoder=minilm(),
-        num_clusters=4,
+        measures=[SemanticMeasure(space, batch_size=8), RUQMeasure(batch_size=8)],
         num_contexts=12,
         num_ruq_prompts=10,
         train_pairs=TRAIN,

@@ -44,8 +44,7 @@ def labels(texts: list[str]) -> list[int]:
 
 
 def metrics(texts: list[str]) -> dict[str, float]:
-    values = group_metrics(texts, labels(texts), G, len(TOPICS), vocab_size=50)
-    return {k.removeprefix("diversity/"): v for k, v in values.items()}
+    return group_metrics(texts, labels(texts), G, len(TOPICS), vocab_size=50)
 
 
 def test_degeneration_signals_by_hand():

@@ -248,10 +248,10 @@ def test_two_processes_get_what_one_process_gives_for_the_whole_batch(tmp_path):
     metrics = group_metrics(BATCH, one_reward.space.assign(BATCH), 4, 4, vocab_size=10)
     assert results[0]["metrics"] == results[1]["metrics"] == metrics
     # group 1: 3 clusters (2 + 1 + 1), group 2: 2 (2 + 2), group 3: 1
-    assert metrics["diversity/group_clusters"] == pytest.approx(2.0)
-    assert metrics["diversity/collapsed_groups"] == pytest.approx(1 / 3)
+    assert metrics["group_clusters"] == pytest.approx(2.0)
+    assert metrics["collapsed_groups"] == pytest.approx(1 / 3)
     h1 = -(0.5 * np.log(0.5) + 2 * 0.25 * np.log(0.25))
-    assert metrics["diversity/group_sem_ent"] == pytest.approx((h1 + np.log(2) + 0.0) / 3)
+    assert metrics["group_sem_ent"] == pytest.approx((h1 + np.log(2) + 0.0) / 3)
 
 
 PROMPTS = [f"p{i // 4}" for i in range(12)]
@@ -325,7 +325,7 @@ def test_the_rewards_defaults_refuse_to_fit_k_20_on_one_batch():
     with pytest.raises(ValueError, match=r"the default num_clusters=20 needs at least that many distinct ones: give"):
         SemanticGroupReward(num_generations=4)
     # any of the remedies is accepted
-    SemanticGroupReward(num_generations=4, num_clusters=4)
+    SemanticGroupReward(num_generations=4, space=SemanticSpace(num_clusters=4))
     SemanticGroupReward(num_generations=4, reference_responses=REFERENCES)
     SemanticGroupReward(num_generations=4, equivalence="cosine")
 

@@ -67,7 +67,10 @@ def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
     assert not trainer._metrics["train"]  # not a logging step: nothing measured
     _step(cb, trainer, tmp_path)
     logged = {k: v[0] for k, v in trainer._metrics["train"].items()}
-    expected = group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=cb.vocab_size)
+    expected = {
+        "diversity/" + k: v
+        for k, v in group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=cb.vocab_size).items()
+    }
     assert {k: v for k, v in logged.items() if k not in NOT_METRICS} == expected
     assert logged["diversity/collapse_alert"] == logged["diversity/breakdown_alert"] == 0.0
     # groups: clusters 3, 2, 1 -> 2 per group; the last group collapsed
@@ -113,7 +116,7 @@ def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path)
     trainer = StubTrainer(BATCH)
     trainer.reward_funcs = [other, reward]
     reward(completions=BATCH)  # the step's reward call: the whole batch assigned once
-    expected = group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=16)
+    expected = {"diversity/" + k: v for k, v in group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=16).items()}
     cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(trainer)
     space.assign = None  # type: ignore[assignment,method-assign]  # a second embedding pass would fail
     _step(cb, trainer, tmp_path)
@@ -142,7 +145,9 @@ def test_reference_column_of_the_training_dataset(tmp_path):
 
 def test_bad_trainers_and_batches(tmp_path):
     with pytest.raises(TypeError, match="keeps no rollouts"):
-        GroupDiversityCallback(encoder=TopicEncoder()).attach(SimpleNamespace(callback_handler=None))
+        GroupDiversityCallback(space=SemanticSpace(encoder=TopicEncoder())).attach(
+            SimpleNamespace(callback_handler=None)
+        )
     trainer = StubTrainer(BATCH[:10], g=4)
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(trainer)
@@ -162,8 +167,10 @@ def test_bad_trainers_and_batches(tmp_path):
         GroupDiversityCallback(space=space, name="strict").attach(trainer)
     with pytest.raises(ValueError, match="on_error"):
         GroupDiversityCallback(on_error="ignore")
-    with pytest.raises(ValueError, match="space= and encoder="):
-        GroupDiversityCallback(space=space, encoder="minilm")
+    with pytest.raises(TypeError, match="space must be a lightning_div.SemanticSpace, got str"):
+        GroupDiversityCallback(space="minilm")
+    with pytest.raises(ValueError, match="name must be None or a non-empty string"):
+        GroupDiversityCallback(space=space, name="a/b")
     assert rollouts_of(trainer)[2] == 4
 
 
@@ -199,7 +206,7 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     ids = space.assign(completions)
     cb = trainer.callback_handler.callbacks[-1]
     assert isinstance(cb, GroupDiversityCallback)
-    expected = group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size)
+    expected = {"diversity/" + k: v for k, v in group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size).items()}
     for key, value in expected.items():
         assert last[key] == pytest.approx(value, abs=1e-12), key
     # the reward the trainer logged is (quality - its group's least) x DARLING's floored rarity of those completions
@@ -242,7 +249,10 @@ def test_the_pages_rloo_script_runs_verbatim_and_its_run_reports(tmp_path, monke
     cb = trainer.callback_handler.callbacks[-1]
     _, completions, g = rollouts_of(trainer)
     assert g == 4 and len(completions) == 8
-    expected = group_metrics(completions, space.assign(completions), g, 4, vocab_size=cb.vocab_size)
+    expected = {
+        "diversity/" + k: v
+        for k, v in group_metrics(completions, space.assign(completions), g, 4, vocab_size=cb.vocab_size).items()
+    }
     assert {k: logs[-1][k] for k in expected} == pytest.approx(expected)
     assert logs[-1]["reward"] == pytest.approx(float(np.mean(reward.diversity(completions))), abs=1e-6)
     # the degeneration signals of the same rollouts: TRL's own clipped ratio, and the NLL under the frozen base model
@@ -280,12 +290,12 @@ def test_the_rewards_default_cache_is_not_the_working_directory(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LIGHTNING_DIV_CACHE", str(tmp_path / "user_cache"))
     completions = [f"{t} {i}" for t in TOPICS for i in range(4)]
-    reward = SemanticGroupReward(num_generations=4, encoder=TopicEncoder(), num_clusters=4)
+    reward = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=4))
     reward(completions=completions)
     assert not (tmp_path / "lightning_div_cache").exists()
     assert {p.parent for p in (tmp_path / "user_cache").rglob("*.npz")} == {tmp_path / "user_cache" / "clusters"}
     # beside a GroupDiversityCallback of the same trainer: the run's own folder, as the callbacks use
-    shared = SemanticGroupReward(num_generations=4, encoder=TopicEncoder(), num_clusters=3)
+    shared = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=3))
     trainer = StubTrainer(completions)
     trainer.reward_funcs = [shared]
     cb = GroupDiversityCallback(space=_space(tmp_path / "cb")).attach(trainer)
@@ -347,7 +357,7 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
     with pytest.warns(RuntimeWarning, match="step 2: group diversity collapsed"):
         resumed, resumed_space = run(resumed_batch, resumed_state, tmp_path / "cache")
     assert resumed_space.clusters_path == space.clusters_path
-    assert resumed._last_ids.tolist() == space.assign(resumed_batch).tolist()
+    assert resumed.group.last_ids.tolist() == space.assign(resumed_batch).tolist()
     assert resumed.vocab_size == interrupted.vocab_size  # counted on the first batch, not the resumed one
     assert resumed.alert.values["group_sem_ent"] == [start, 0.0]  # the alert's start carried over
     assert resumed.history[-1]["diversity/collapse_alert"] == 1.0

@@ -19,7 +19,9 @@ from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues, encode_pairs
 from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
+from lightning_div.measure.ruq import DEFAULT_IDK, RUQMeasure
 from lightning_div.measure.sample import sample_indices
+from lightning_div.measure.semantic import SemanticMeasure
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     cluster_js_divergence,
@@ -31,6 +33,7 @@ from lightning_div.metrics import (
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.generation import pad_batch
 from lightning_div.pairs import DialoguePair
+from lightning_div.semantic.space import SemanticSpace
 
 K = 4
 #: what the Trainer itself reports at an evaluation besides eval_loss
@@ -90,11 +93,13 @@ def _trainer(tmp_path, model, tokenizer, train, val, **args):
     )
 
 
-def _callback(tmp_path, train, val, **kwargs):
+def _callback(tmp_path, train, val, idk_responses=DEFAULT_IDK, shared_contexts=True, **kwargs):
+    """The tests' callback: Sem-Ent in a MiniLM space of K clusters, and RUQ unless ``idk_responses=()``."""
+    space = SemanticSpace(encoder="minilm", num_clusters=K, batch_size=8, show_progress=False)
+    ruq = [RUQMeasure(idk_responses, shared_contexts=shared_contexts, batch_size=8)] if idk_responses else []
     arguments = {
         "gold_responses": [p.response for p in train],
-        "encoder": "minilm",
-        "num_clusters": K,
+        "measures": [SemanticMeasure(space, batch_size=8), *ruq],
         "num_contexts": 12,
         "num_ruq_prompts": 10,
         "max_new_tokens": MAX_NEW,
@@ -140,6 +145,7 @@ def trained(tmp_path_factory) -> Trained:
     TensorBoard, W&B (offline) and MLflow (file store): the equality, tracker, figure and resume tests
     each trained a run of their own with these settings (the resume test's uninterrupted one)."""
     import mlflow
+
     import wandb
 
     root = tmp_path_factory.mktemp("trained")
@@ -286,21 +292,26 @@ def test_a_callback_passed_in_callbacks_says_to_attach_it(tmp_path):
 def test_bad_settings_are_refused_when_built():
     with pytest.raises(ValueError, match="on_error"):
         DiversityTrainerCallback(eval_pairs=[("hi", "hello")], on_error="ignore")
-    with pytest.raises(ValueError, match="idk_responses"):
-        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], idk_responses=["  "])
-    with pytest.raises(ValueError, match="lexical_options"):
-        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], lexical_options={"tokeniser": "13a"})
-    with pytest.raises(ValueError, match="space= and encoder="):
-        from lightning_div.semantic.space import SemanticSpace
-
-        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], space=SemanticSpace(encoder="minilm"), encoder="minilm")
+    with pytest.raises(ValueError, match="without surrounding spaces and without '/'"):
+        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], name="a/b")
+    space = SemanticSpace(encoder="minilm")
+    with pytest.raises(ValueError, match="space= and measures= were both given"):
+        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], space=space, measures=[SemanticMeasure(space)])
+    for measures in ([RUQMeasure()], [SemanticMeasure(space), SemanticMeasure(space)], [SemanticMeasure(space), 1]):
+        with pytest.raises(ValueError, match="measures must be one SemanticMeasure and at most one RUQMeasure"):
+            DiversityTrainerCallback(eval_pairs=[("hi", "hello")], measures=measures)
+    default = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], space=space)  # the one-line common case
+    assert default.space is space and default.evaluation.ruq is not None
+    assert default.evaluation.ruq.idk_responses == list(DEFAULT_IDK)
 
 
 def test_a_failed_measurement_warns_and_training_goes_on(tmp_path):
     train, val = _data()
     model, tokenizer = load_base_model()
     trainer = _trainer(tmp_path, model, tokenizer, train, val)
-    DiversityTrainerCallback(eval_pairs=list(val), encoder="minilm", show_progress=False).attach(trainer)
+    DiversityTrainerCallback(eval_pairs=list(val), space=SemanticSpace(encoder="minilm"), show_progress=False).attach(
+        trainer
+    )
     with pytest.warns(RuntimeWarning, match="needs gold training responses"):
         metrics = trainer.evaluate()  # no gold responses, no clusters: skipped with a warning, timing still logged
     assert "eval_diversity_runtime" in metrics and "eval_loss" in metrics
@@ -529,7 +540,7 @@ def test_a_misconfigured_callback_raises_when_training_starts(tmp_path):
         (dict(eval_pairs=list(val), gold_responses=None), "needs gold training responses"),
     ):
         trainer = _trainer(tmp_path, model, tokenizer, train, val)
-        DiversityTrainerCallback(**kwargs, encoder="minilm", show_progress=False).attach(trainer)
+        DiversityTrainerCallback(**kwargs, space=SemanticSpace(encoder="minilm"), show_progress=False).attach(trainer)
         with pytest.raises(ValueError, match=match):
             trainer.train()
         assert trainer.state.global_step == 0  # before the first step
@@ -577,7 +588,7 @@ def test_an_empty_ruq_sample_is_the_monitors_error():
     """Issue 41: HF's ruq() raised 'max() arg is an empty sequence'; both front ends share RUQMeasure's error."""
     cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")])
     with pytest.raises(ValueError, match="RUQ sample is empty"):
-        cb.evaluation.ruq.compute(None, [])
+        cb.evaluation.ruq.measure(None, [])
     assert type(cb.evaluation.ruq) is type(RUQMonitor().ruq)
     assert cb.evaluation.alert.alert.__func__ is RUQMonitor().alert.alert.__func__  # one alert
 

@@ -25,6 +25,7 @@ from lightning_div.integrations.transformers import (  # noqa: E402
 from lightning_div.metrics import semantic_entropy  # noqa: E402
 from lightning_div.model.adapters import HuggingFaceAdapter  # noqa: E402
 from lightning_div.model.formatting import DialogueFormat  # noqa: E402
+from lightning_div.semantic.space import SemanticSpace  # noqa: E402
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "hugging-face.md"
 
@@ -101,8 +102,7 @@ def test_sft_trainer_logs_the_monitors_metrics(tmp_path):
     cb = DiversityTrainerCallback(
         eval_pairs=val,
         gold_responses=[p.response for p in train],
-        encoder="minilm",
-        num_clusters=3,
+        space=SemanticSpace(encoder="minilm", num_clusters=3, show_progress=False),
         num_contexts=10,
         num_ruq_prompts=8,
         max_new_tokens=10,

@@ -109,12 +109,12 @@ def test_semantic_measure_generates_keeps_its_history_and_restores_it():
 def test_ruq_hand_computed_and_an_empty_sample_is_one_error():
     ruq = RUQMeasure(("I don't know.",), shared_contexts=False)
     pairs = [DialoguePair(("q",), "fine thanks"), DialoguePair(("q",), "I know it", ("sure",))]
-    values = ruq.compute(ScriptedModel(), pairs)
+    values = ruq.measure(ScriptedModel(), pairs)
     # prompt 1: reference -1 > IDK -2; prompt 2: "lowest" reference is "I know it" at -2, not above -2
     assert values["ruq"] == values["ruq_idk1"] == pytest.approx(50.0)
     assert values["ruq_margin"] == pytest.approx(((-1 + 2) + (-2 + 2)) / 2)
     with pytest.raises(ValueError, match="RUQ sample is empty"):
-        ruq.compute(ScriptedModel(), [])
+        ruq.measure(ScriptedModel(), [])
     with pytest.raises(ValueError, match="idk_responses must be non-empty strings"):
         RUQMeasure(("",))
 

@@ -4,7 +4,7 @@
   NaN or inf is named, instead of logging 0.0 diversity computed from its empty output;
 * :data:`MEASUREMENT_ERRORS`: the errors a measurement may fail with and training survive.
 
-No Lightning here (:mod:`lightning_div.callbacks.guards` holds the Lightning callbacks' own checks).
+No Lightning here (:mod:`lightning_div.callbacks.checks` holds the Lightning callbacks' own checks).
 """
 
 from __future__ import annotations

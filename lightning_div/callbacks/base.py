@@ -24,15 +24,17 @@ else:  # pragma: no cover - depends on the Python version
 
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.tracking import artifact_dir, lightning_destination, log_scalars
-from lightning_div.callbacks.guards import require_inputs
+from lightning_div.callbacks.checks import require_inputs
 from lightning_div.callbacks.progress import find_progress
-from lightning_div.measure.guard import check_on_error, guarded
+from lightning_div.keys import check_name
+from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.measure.sample import FixedSample, check_seed
-from lightning_div.measure.semantic import generate_responses
 from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.generation import generate_responses
 from lightning_div.model.sharding import check_strategy, full_parameters
 from lightning_div.pairs import DialoguePair
+from lightning_div.semantic.cache import run_cache_dir
 
 if TYPE_CHECKING:  # the adapters import the scoring and generation code: only when a callback asks for one
     from lightning_div.model.adapters import DialogueModelAdapter
@@ -99,12 +101,7 @@ class DiversityCallback(pl.Callback):
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         check_on_error(on_error)
-        if name is not None and (not isinstance(name, str) or not name.strip() or name != name.strip()):
-            raise ValueError(
-                f"name must be None or a non-empty string without surrounding spaces (it prefixes "
-                f"the logged keys), got {name!r}"
-            )
-        self.name = name
+        self.name = check_name(name)
         self.every_n_epochs = every_n_epochs
         self.seed = check_seed(seed)  # it seeds the fixed samples: refused here, not at the first measurement
         self.model_attr = model_attr
@@ -184,7 +181,7 @@ class DiversityCallback(pl.Callback):
 
     def cache_dir(self, trainer: pl.Trainer) -> Path:
         # Not ".../lightning_div": run from a source checkout, that would write into the package itself.
-        return Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "lightning_div_cache"
+        return run_cache_dir(trainer.default_root_dir, self.dirpath)
 
     def output_dir(self, trainer: pl.Trainer) -> Path:
         return artifact_dir(trainer, self.cache_dir(trainer) / "plots")
@@ -305,7 +302,7 @@ class DiversityCallback(pl.Callback):
         desc: str = "generating",
     ) -> list[str]:
         """One response per context, batches sharded across processes and gathered in order
-        (:func:`~lightning_div.measure.semantic.generate_responses`)."""
+        (:func:`~lightning_div.model.generation.generate_responses`)."""
         return generate_responses(adapter, contexts, generation_kwargs, self.batch_size, self.show_progress, desc)
 
     def reporter(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> TrackerReporter:

@@ -8,14 +8,14 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from lightning_div._internal.checks import check_finite_model, warn_if_all_empty
+from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import new_figure, warn_once
 from lightning_div.callbacks.base import DiversityCallback, _callbacks, override
-from lightning_div.callbacks.guards import settings_changed
+from lightning_div.callbacks.checks import settings_changed
 from lightning_div.datamodules.samplers import check_count
-from lightning_div.dress.guard import (
+from lightning_div.dress.degeneration import (
     DRESS_COLLAPSE_ALERT,
     DRESS_NEGATIVES_STOPPED,
     ON_COLLAPSE,
@@ -26,12 +26,8 @@ from lightning_div.dress.guard import (
 )
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import (
-    check_head_threshold,
     check_lam,
-    check_negative_weight,
     dress_weights,
-    head_clusters,
-    negative_weights,
 )
 from lightning_div.keys import (
     NEGATIVE,
@@ -41,11 +37,11 @@ from lightning_div.keys import (
     TRAIN_NEGATIVE_LOSS,
     NegativeLoss,
 )
+from lightning_div.measure.dress import NegativeMiner
 from lightning_div.measure.reporting import Reporter
 from lightning_div.measure.sample import sample_indices
 from lightning_div.metrics.semantic import cluster_histogram
 from lightning_div.model.sharding import full_parameters
-from lightning_div.pairs import DialoguePair
 from lightning_div.reweighting import (
     MODES,
     NEGATIVE_BATCHES,
@@ -66,65 +62,19 @@ MINE_AT = ("start", "end")
 class DRESSReweighting(DiversityCallback):
     """Weights gold training responses by the rarity of their semantic cluster, w = (1 - p_train(c))^lam.
 
-    It measures in a :class:`~lightning_div.semantic.space.SemanticSpace`: ``space=`` (give it
-    the :class:`~lightning_div.callbacks.SemanticDiversityMonitor`'s and both use one encoder
-    and one set of clusters) or a private one from ``encoder``, ``clusters``, ``num_clusters``,
-    ``variance_kept``, ``kmeans_seed`` and ``encoder_kwargs``. At fit start: loads or fits the
-    clusters of the gold training responses (cached in ``dirpath``: the monitor's private space
-    with the same settings reads the same file), computes the weights and hands them to the
-    datamodule (:meth:`~lightning_div.reweighting.ReweightableDataModule.apply_weights`, with
-    the mode). With ``negatives=True`` it generates greedily for
-    ``num_negative_contexts`` training contexts, finds the head clusters (share >
-    ``head_threshold``) and trains on those generated responses with ``negative_weight``:
+    At fit start it fits (or reads) the clusters of the gold training responses in its
+    :class:`~lightning_div.semantic.space.SemanticSpace`, computes the weights and hands them to the
+    datamodule (:meth:`~lightning_div.reweighting.ReweightableDataModule.apply_weights`). With
+    ``negatives=True`` it mines, at every round (``mine_at``), the model's responses that fall in its
+    head clusters (:class:`~lightning_div.measure.dress.NegativeMiner`) and trains them with
+    ``negative_weight`` and ``negative_loss``. A degeneration guard
+    (:mod:`lightning_div.dress.degeneration`) reads the run's metrics at every epoch's end, logs
+    ``dress/collapse_alert`` and can stop the negatives (``on_collapse``). Everything it decided is one
+    :class:`~lightning_div.dress.state.DressState` (:attr:`state`), checkpointed whole: a resumed
+    run continues with bit-identical weights.
 
-    - ``mine_at="start"`` (the authors): at the start of every round of
-      ``every_n_epochs`` epochs, so epoch 0 already trains against the initial model's
-      head clusters; greedy *without* n-gram blocking (``generation_kwargs`` can still
-      override). The model at the start of epoch e is the model at the end of epoch
-      e - 1, so the mining for epoch e > 0 runs at the end of epoch e - 1 (it has to come
-      before Lightning builds epoch e's dataloader); epoch 0's (or a resumed run's
-      first round's) runs at fit start.
-    - ``mine_at="end"``: at the end of every ``every_n_epochs``-th epoch for the
-      following epochs, with the adapter's greedy defaults (3-gram blocking); epoch 0
-      trains on gold responses only.
-
-    ``negative_loss`` says how a negative weight is trained; it travels with every training
-    batch (``batch["negative_loss"]``, with ``batch["negative"]`` marking the negatives), which
-    :func:`lightning_div.dress.losses.dress_loss` reads: ``"unlikelihood"`` (the default) =
-    |weight| x -log(1 - p(y_t)) a token (Welleck et al., 2020), bounded; ``"nll"`` = weight x NLL,
-    the paper's unbounded gradient ascent.
-
-    The defaults are the safe ones the project's results support (``docs/results/dress_vs_baseline.md``):
-    unlikelihood negatives and gold weights normalised to mean 1 (``normalize=True``), which
-    every measured run used. The paper's exact settings (raw weights, -1 x NLL) are one call
-    away: :meth:`paper`.
-
-    A degeneration guard (:mod:`lightning_div.dress.guard`) reads, at every epoch's end, what the
-    run logged (the SemanticDiversityMonitor's ``val/sem_ent``, ``val/sem_ent_gold``,
-    ``val/top_cluster_share``; the module's ``train/loss`` and ``train/negative_loss``), logs
-    ``dress/collapse_alert`` (1.0 when the generations collapsed) and warns once;
-    ``on_collapse="stop_negatives"`` also stops mining negatives for the rest of the fit (the
-    gold weights stay; ``dress/negatives_stopped``). A ``"loss"``-mode batch that lacks DRESS's
-    fields, names another ``negative_loss``, or mixes negatives into gold batches under
-    ``negative_batches="separate"`` gets a warning (once).
-    ``negative_batches="separate"`` (the authors): all generated responses, the
-    zero-weight ones outside head clusters included, are trained in batches of their
-    own, so the token denominator of a negative batch counts them too;
-    ``"mixed"``: only the head-cluster responses are kept and shuffled in with the gold
-    examples. Logs ``dress/head_clusters``, ``dress/head_share`` (share of the mined
-    generations in head clusters), ``dress/negatives`` (count with a non-zero weight),
-    ``dress/weight_mean``, ``dress/weight_min``, ``dress/weight_max``,
-    ``dress/effective_sample_size`` and a weight histogram at every epoch end.
-
-    ``mode="loss"``: batches carry ``sample_weight``; the ``training_step`` calls
-    ``lightning_div.dress.losses.dress_loss(logits, labels, batch)`` (DialogueLM does).
-    ``mode="sampler"``: examples are drawn in proportion to their
-    weights and the loss stays unweighted — for modules whose loss cannot change;
-    negative weights cannot be expressed by sampling, so ``negatives`` must be False.
-
-    Everything it decided is one :class:`~lightning_div.dress.state.DressState` (:attr:`state`):
-    weights, head clusters, negatives and the clusters they came from, the round: checkpointed
-    together, so a resumed run continues with bit-identical weights and the same figures.
+    The schedule, the losses, the batches, the guard, the figures and what a datamodule must do
+    are in the user guide, ``docs/callbacks/dress.md``; :meth:`paper` gives the authors' settings.
 
     Args:
         space: the semantic space (shared by identity with the callbacks given the same object);
@@ -155,7 +105,7 @@ class DRESSReweighting(DiversityCallback):
         on_collapse: what the degeneration guard does besides logging ``dress/collapse_alert`` and
             warning once: ``"warn"`` (nothing more) or ``"stop_negatives"`` (no negatives after the
             epoch it fired at).
-        collapse_thresholds: when the guard fires (:class:`~lightning_div.dress.guard.CollapseThresholds`,
+        collapse_thresholds: when the guard fires (:class:`~lightning_div.dress.degeneration.CollapseThresholds`,
             or a dict of its fields; None: its defaults).
         collapse_monitor: the ``name`` of the SemanticDiversityMonitor whose metrics the guard reads; it
             must be in the Trainer (checked when fitting starts). None: the monitor without a name, or
@@ -222,8 +172,24 @@ class DRESSReweighting(DiversityCallback):
                 "DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
                 "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss."
             )
-        self.space = space_from_arguments(
-            type(self).__name__, space, locals(), batch_size=self.batch_size, show_progress=self.show_progress
+        #: What a round mines (:class:`~lightning_div.measure.dress.NegativeMiner`); this callback chooses when and where.
+        self.miner = NegativeMiner(
+            space_from_arguments(
+                type(self).__name__,
+                space,
+                encoder=encoder,
+                clusters=clusters,
+                num_clusters=num_clusters,
+                variance_kept=variance_kept,
+                kmeans_seed=kmeans_seed,
+                encoder_kwargs=encoder_kwargs,
+                batch_size=self.batch_size,
+                show_progress=self.show_progress,
+            ),
+            head_threshold,
+            negative_weight,
+            self.batch_size,
+            self.show_progress,
         )
         self.lam = check_lam(lam)
         self.normalize = normalize
@@ -231,8 +197,6 @@ class DRESSReweighting(DiversityCallback):
         if num_negative_contexts is None:
             raise ValueError("num_negative_contexts must be an integer >= 1, got None")
         self.num_negative_contexts = int(check_count("num_negative_contexts", num_negative_contexts) or 0)
-        self.head_threshold = check_head_threshold(head_threshold, "head_threshold")
-        self.negative_weight = check_negative_weight(negative_weight)
         # checked against MODES / NEGATIVE_LOSSES / NEGATIVE_BATCHES above (check_choice), hence the casts
         self.mode = cast(Mode, mode)
         self.generation_kwargs = dict(generation_kwargs or {})
@@ -257,6 +221,21 @@ class DRESSReweighting(DiversityCallback):
             negative_loss=cast(NegativeLoss, negative_loss), negative_batches=cast(NegativeBatches, negative_batches)
         )
 
+    @property
+    def space(self) -> SemanticSpace:
+        """The semantic space of the weights and the negatives."""
+        return self.miner.space
+
+    @property
+    def head_threshold(self) -> float:
+        """The share of the generations from which a cluster is a head cluster."""
+        return self.miner.head_threshold
+
+    @property
+    def negative_weight(self) -> float:
+        """The weight of a mined negative."""
+        return self.miner.negative_weight
+
     @classmethod
     def paper(cls, **kwargs: Any) -> DRESSReweighting:
         """DRESS with the authors' exact settings (:attr:`PAPER_SETTINGS`); ``kwargs`` override or add.
@@ -264,7 +243,7 @@ class DRESSReweighting(DiversityCallback):
         Raw gold weights (``normalize=False``) and negatives trained with weight -1 on the NLL
         (``negative_loss="nll"``), mined greedily at each round's start from 5,000 training
         contexts into batches of their own. Fine-tuning with -1 x NLL destabilised one of five
-        seeds and, at a higher learning rate, wrecked a model within an epoch (issue 43), so the
+        seeds and, at a higher learning rate, wrecked a model within an epoch (``docs/callbacks/dress.md``), so the
         degeneration guard stays on (``on_collapse="warn"``: it changes no training).
 
         Examples:
@@ -468,7 +447,7 @@ class DRESSReweighting(DiversityCallback):
             )
 
     def _guard(self, trainer: pl.Trainer, m: dict[str, float]) -> None:
-        """The degeneration guard (lightning_div.dress.guard): log the alert, warn once, stop mining if asked."""
+        """The degeneration guard (lightning_div.dress.degeneration): log the alert, warn once, stop mining if asked."""
         if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return
         metrics = dict(trainer.callback_metrics)
@@ -562,21 +541,17 @@ class DRESSReweighting(DiversityCallback):
         key = for_epoch - 1 if self.mine_at == "end" else for_epoch
         idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * key)
         chosen = [list(contexts[i]) for i in idx]
-        generated = self.generate(adapter, chosen, self.mining_generation_kwargs(pl_module), "DRESS negatives")
-        warn_if_all_empty(generated, type(self).__name__, "the negatives")
-        ids = self.space.assign(generated, pl_module.device)  # fitted at fit start, on every rank
-        heads = head_clusters(ids, self.space.clusters.num_clusters, self.head_threshold)
-        w = negative_weights(ids, heads, self.negative_weight)
-        # "separate" keeps the zero-weight generations too: they count in their batches' token denominator.
-        keep = np.arange(len(w)) if self.state.negative_batches == "separate" else np.flatnonzero(w != 0)
-        self.state.set_negatives(
-            [DialoguePair(tuple(chosen[i]), generated[i], source="dress-negative") for i in keep],
-            w[keep],
-            ids[keep],  # the cluster each came from: the per-cluster figure counts them, also after a resume
-            heads,
-            float(np.isin(ids, heads).mean()) if len(ids) else 0.0,
-            for_epoch,
+        mined = self.miner.measure(
+            adapter,
+            chosen,
+            generation_kwargs=self.mining_generation_kwargs(pl_module),
+            # "separate" keeps the zero-weight generations too: they count in their batches' token denominator
+            keep_zero_weights=self.state.negative_batches == "separate",
+            device=pl_module.device,  # the space was fitted at fit start, on every rank
+            who=type(self).__name__,
         )
+        # the cluster each came from: the per-cluster figure counts them, also after a resume
+        self.state.set_negatives(mined.pairs, mined.weights, mined.clusters, mined.heads, mined.head_share, for_epoch)
 
     def _plot(self, trainer: pl.Trainer, reporter: Reporter, weights: np.ndarray) -> None:
         fig, ax = new_figure(figsize=(6, 3.5))

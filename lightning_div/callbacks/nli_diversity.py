@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_div._internal.checks import check_finite_model
-from lightning_div._internal.distributed import distributed_map
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.guards import optional_part, settings_changed
+from lightning_div.callbacks.checks import optional_part, settings_changed
 from lightning_div.keys import val_key
-from lightning_div.model.adapters import DialogueModelAdapter
+from lightning_div.measure.nli import NLIMeasure
 from lightning_div.nli.scorer import ScorerSource
 from lightning_div.pairs import DialoguePair
 from lightning_div.types import Options, PairsSource
@@ -70,45 +69,32 @@ class NLIDiversityMonitor(ValidationMonitor):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if n < 2:
-            raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")
-        from lightning_div.nli.threshold import NLI_METRICS, RANK_BY
-
-        for arg, value in (
-            ("threshold_metric", threshold_metric),
-            ("threshold_diversity_metric", threshold_diversity_metric),
-        ):
-            if value is not None and value not in NLI_METRICS:
-                raise ValueError(f"{arg}={value!r} is unknown; use one of {NLI_METRICS}")
-        if threshold_rank_by not in RANK_BY:
-            raise ValueError(f"threshold_rank_by={threshold_rank_by!r} is unknown; use one of {RANK_BY}")
-        if threshold_generation and max_samples < n:
-            raise ValueError(f"max_samples ({max_samples}) must be >= n ({n}): it counts the first n samples")
+        #: What it measures (:mod:`lightning_div.measure.nli`); this callback adds hooks, keys and reporting.
+        self.nli = NLIMeasure(
+            scorer=scorer,
+            n=n,
+            top_p=top_p,
+            generation_kwargs=generation_kwargs,
+            threshold=threshold,
+            max_samples=max_samples,
+            threshold_metric=threshold_metric,
+            threshold_diversity_metric=threshold_diversity_metric,
+            threshold_rank_by=threshold_rank_by,
+            threshold_generation=threshold_generation,
+            scorer_kwargs=scorer_kwargs,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            show_progress=self.show_progress,
+        )
         self.scorer_arg = scorer
-        self.scorer_kwargs: dict[str, Any] = dict(scorer_kwargs or {})  # NLIScorer checks them
         self.num_contexts = num_contexts
-        self.n = n
-        self.top_p = top_p
-        self.generation_kwargs = dict(generation_kwargs or {})
         self.threshold_generation = threshold_generation
-        self.threshold = threshold
-        self.max_samples = max_samples
-        self.threshold_metric = threshold_metric
-        self.threshold_diversity_metric = threshold_diversity_metric
-        self.threshold_rank_by = threshold_rank_by
         self.val_pairs_arg = val_pairs
-        self._scorer: Any = None
 
     def scorer(self, pl_module: pl.LightningModule) -> Any:
-        if self._scorer is None:
-            if isinstance(self.scorer_arg, str):
-                from lightning_div.nli.scorer import NLIScorer
-
-                kw = {"show_progress": False, "batch_size": self.batch_size, **self.scorer_kwargs}
-                self._scorer = NLIScorer(self.scorer_arg, device=pl_module.device, **kw)
-            else:
-                self._scorer = self.scorer_arg
-        return self._scorer
+        """The NLI scorer, loaded on the module's device at the first call."""
+        self.nli.prepare(pl_module.device)
+        return self.nli.scorer
 
     def sample(self, trainer: pl.Trainer) -> list[DialoguePair]:
         return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_contexts, self.seed)
@@ -122,73 +108,15 @@ class NLIDiversityMonitor(ValidationMonitor):
         self.sample(trainer)  # missing data is a configuration error: report it now
 
     def measure_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from lightning_div.model.generation import generate_sets
-        from lightning_div.nli.scorer import mean_set_stats
-
         with self.measuring(trainer, pl_module, "NLI diversity") as m:
-            adapter, scorer = self.adapter(pl_module), self.scorer(pl_module)
+            adapter = self.adapter(pl_module)
+            self.nli.prepare(pl_module.device)
             check_finite_model(pl_module, type(self).__name__, adapter)
             contexts = [list(p.context) for p in self.sample(trainer)]
-            key = [sum(map(len, c)) for c in contexts]
-            per_batch = max(1, self.batch_size // self.n)  # the adapter batches contexts x n sequences
-            sampling = {"top_p": self.top_p, "show_progress": False, **self.generation_kwargs}
-
-            def score(batch: list[list[str]]) -> list[dict[str, float]]:
-                sets = generate_sets(adapter, batch, self.n, **sampling)
-                return [r.stats() for r in scorer.score_sets(sets, show_progress=False)]
-
-            rows = distributed_map(
-                score,
-                contexts,
-                per_batch,
-                sort_key=key,
-                show_progress=self.show_progress,
-                desc=f"NLI diversity ({len(contexts)} contexts x {self.n})",
-            )
-            m.update({val_key(k): v for k, v in mean_set_stats(rows).items()})
+            m.update({val_key(k): v for k, v in self.nli.measure(adapter, contexts).items()})
             if self.threshold_generation:
                 with optional_part(self, trainer, "Diversity Threshold Generation"):  # NLI values are kept
-                    self._threshold_generation(m, adapter, scorer, contexts, key, per_batch, sampling)
-
-    def _threshold_generation(
-        self,
-        m: dict[str, float],
-        adapter: DialogueModelAdapter,
-        scorer: Any,
-        contexts: list[list[str]],
-        key: list[int],
-        per_batch: int,
-        sampling: dict[str, Any],
-    ) -> None:
-        from lightning_div.nli.threshold import diversity_threshold_generate_many, threshold_stats
-
-        def dtg(batch: list[list[str]]) -> list[dict[str, float]]:
-            results = diversity_threshold_generate_many(
-                adapter,
-                batch,
-                scorer,
-                n=self.n,
-                threshold=self.threshold,
-                max_samples=self.max_samples,
-                top_p=self.top_p,
-                metric=self.threshold_metric,
-                seed=self.seed,
-                show_progress=False,
-                diversity_metric=self.threshold_diversity_metric,
-                rank_by=self.threshold_rank_by,
-                **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")},
-            )
-            return [r.stats() for r in results]
-
-        rows = distributed_map(
-            dtg,
-            contexts,
-            per_batch,
-            sort_key=key,
-            show_progress=self.show_progress,
-            desc="Diversity Threshold Generation",
-        )
-        m.update({val_key(k): v for k, v in threshold_stats(rows).items()})
+                    m.update({val_key(k): v for k, v in self.nli.measure_threshold(adapter, contexts).items()})
 
     def state_key_args(self) -> dict[str, Any]:
         from lightning_div.semantic.space import describe

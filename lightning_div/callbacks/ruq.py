@@ -7,7 +7,7 @@ from typing import Any
 
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.guards import optional_part, settings_changed
+from lightning_div.callbacks.checks import optional_part, settings_changed
 from lightning_div.keys import RUQ_ALERT, train_key, val_key
 from lightning_div.measure.ruq import DEFAULT_IDK, RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.metrics.ruq import ReferenceChoice
@@ -121,7 +121,7 @@ class RUQMonitor(ValidationMonitor):
 
     def compute(self, adapter: DialogueModelAdapter, pairs: Sequence[DialoguePair]) -> dict[str, float]:
         """RUQ and its margin for every IDK string over ``pairs`` (:meth:`lightning_div.measure.ruq.RUQMeasure.compute`)."""
-        return self.ruq.compute(adapter, pairs)
+        return self.ruq.measure(adapter, pairs)
 
     def _plot(
         self,

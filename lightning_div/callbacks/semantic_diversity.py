@@ -8,10 +8,10 @@ from typing import Any
 from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.guards import require_inputs, settings_changed
+from lightning_div.callbacks.checks import require_inputs, settings_changed
 from lightning_div.keys import val_key
 from lightning_div.measure.reporting import Reporter
-from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
+from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, check_clusters_source
 from lightning_div.metrics import DEFAULT_LEXICAL
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.clusters import ClustersSource
@@ -99,7 +99,16 @@ class SemanticDiversityMonitor(ValidationMonitor):
     ) -> None:
         super().__init__(**kwargs)
         space = space_from_arguments(
-            type(self).__name__, space, locals(), batch_size=self.batch_size, show_progress=self.show_progress
+            type(self).__name__,
+            space,
+            encoder=encoder,
+            clusters=clusters,
+            num_clusters=num_clusters,
+            variance_kept=variance_kept,
+            kmeans_seed=kmeans_seed,
+            encoder_kwargs=encoder_kwargs,
+            batch_size=self.batch_size,
+            show_progress=self.show_progress,
         )
         #: The measurement (:class:`~lightning_div.measure.semantic.SemanticMeasure`): its space, metrics and state.
         self.measure = SemanticMeasure(
@@ -182,12 +191,12 @@ class SemanticDiversityMonitor(ValidationMonitor):
         if self.measure.ready:
             return
         gold = self.gold_responses(trainer)
-        if gold is None and self.space.clusters_source is None and not self.space.fitted:
-            raise ValueError(
-                f"{type(self).__name__} needs gold training responses to fit its semantic clusters: pass "
-                "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or use a "
-                "datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)"
-            )
+        check_clusters_source(
+            self.space,
+            gold is not None,
+            type(self).__name__,
+            "or use a datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)",
+        )
         with self.announced(trainer, "the semantic clusters (embedding and k-means, or the cache)"):
             self.measure.prepare(gold, sample, **self.space_context(trainer, pl_module), who=type(self).__name__)
 

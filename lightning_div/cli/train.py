@@ -117,7 +117,7 @@ def training_user_errors() -> tuple[type[BaseException], ...]:
     malformed data file, a model or encoder that cannot be loaded (an OSError) and missing callback
     inputs are not.
     """
-    from lightning_div.callbacks.guards import MissingInputsError
+    from lightning_div.callbacks.checks import MissingInputsError
     from lightning_div.pairs import DataFormatError
 
     return (OSError, DataFormatError, MissingInputsError)

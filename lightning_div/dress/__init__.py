@@ -9,7 +9,7 @@ that training with DRESS collapsed the generations. The contract between the
 both DRESS and the data side, so that a datamodule implements it without importing DRESS.
 """
 
-from lightning_div.dress.guard import ON_COLLAPSE, CollapseThresholds, collapse_reasons
+from lightning_div.dress.degeneration import ON_COLLAPSE, CollapseThresholds, collapse_reasons
 from lightning_div.dress.losses import DressLoss, dress_loss, unlikelihood_per_example, weighted_lm_loss
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import dress_weights, effective_sample_size, head_clusters, negative_weights

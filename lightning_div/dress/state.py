@@ -63,7 +63,7 @@ class DressState:
             every training batch (``batch["negative_loss"]``).
         negative_batches: ``"separate"`` (batches of their own) or ``"mixed"`` (among the gold).
         gold_top_share: the largest cluster's share of the gold training responses: the degeneration
-            guard's reference (:mod:`lightning_div.dress.guard`; None: not computed yet).
+            guard's reference (:mod:`lightning_div.dress.degeneration`; None: not computed yet).
         negatives_stopped_at: the epoch at whose end the guard stopped mining negatives
             (``on_collapse="stop_negatives"``; None: never): no round is mined after it, also on resume.
     """

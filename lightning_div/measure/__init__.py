@@ -1,30 +1,39 @@
 """The measurement core: everything the front ends measure, written once, with no trainer.
 
 A front end (the Lightning callbacks, the Hugging Face callback, the TRL group callback) adapts
-hooks, keys and reporting; what it measures comes from here:
+hooks, keys and reporting; what it measures comes from here, every measurement with the one
+shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure`` / ``state_dict`` /
+``load_state_dict`` / ``settings``):
 
 * :class:`~lightning_div.measure.sample.FixedSample`: the evaluation sample, drawn once, restored on resume;
-* :func:`~lightning_div.measure.guard.guarded`: the error policy (``on_error``) and the timing;
+* :func:`~lightning_div.measure.errors.guarded`: the error policy (``on_error``) and the timing;
 * :class:`~lightning_div.measure.semantic.SemanticMeasure`: Sem-Ent, the cluster divergence and the
   lexical metrics (``prepare(gold)``, ``measure(adapter, sample)`` or ``scores(responses, sample)``);
 * :class:`~lightning_div.measure.ruq.RUQMeasure` and :class:`~lightning_div.measure.ruq.RUQAlert`: RUQ,
   its margin, its plot and its alert;
-* :func:`~lightning_div.measure.group.group_metrics` and :class:`~lightning_div.measure.group.GroupAlert`:
+* :class:`~lightning_div.measure.nli.NLIMeasure`: NLI diversity of sampled response sets and
+  Diversity Threshold Generation;
+* :class:`~lightning_div.measure.group.GroupMeasure`, :func:`~lightning_div.measure.group.group_metrics` and :class:`~lightning_div.measure.group.GroupAlert`:
   GRPO/RLOO group diversity, its degeneration signals, and its collapse / breakdown alert;
 * :class:`~lightning_div.measure.reporting.Reporter`: where results go, implemented by each front end.
 """
 
-from lightning_div.measure.group import GroupAlert, group_metrics, reference_nll
-from lightning_div.measure.guard import Measurement, guarded
+from lightning_div.measure.base import Measure
+from lightning_div.measure.errors import Measurement, guarded
+from lightning_div.measure.group import GroupAlert, GroupMeasure, group_metrics, reference_nll
+from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.measure.sample import FixedSample
-from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, generate_responses
+from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
 
 __all__ = [
     "FixedSample",
     "GroupAlert",
+    "GroupMeasure",
+    "Measure",
     "Measurement",
+    "NLIMeasure",
     "RUQAlert",
     "RUQMeasure",
     "RecordingReporter",
@@ -33,7 +42,6 @@ __all__ = [
     "SemanticMeasure",
     "SemanticResult",
     "TrackerReporter",
-    "generate_responses",
     "group_metrics",
     "guarded",
     "reference_nll",

@@ -3,6 +3,8 @@
 The TRL front end (:class:`~lightning_div.integrations.trl.GroupDiversityCallback`) adapts hooks
 and keys; what it measures comes from here:
 
+* :class:`GroupMeasure`: the clusters made ready once, then every step's values (the
+  :class:`~lightning_div.measure.base.Measure` shape; unprefixed keys, the front end names them);
 * :func:`group_metrics`: group Sem-Ent, clusters per group, the collapsed share, and the
   lexical metrics of one step's completions;
 * degeneration signals from the same completions: within-group distinct-2 and the most frequent
@@ -22,14 +24,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lightning_div.measure.base import plain
 from lightning_div.metrics import (
     check_lexical_names,
     check_lexical_options,
     collapsed_share,
+    count_vocab,
     group_classes,
     group_distinct_n,
     group_semantic_entropy,
@@ -37,12 +42,10 @@ from lightning_div.metrics import (
     semantic_entropy,
 )
 from lightning_div.metrics.group import check_groups, group_top_word_share
+from lightning_div.semantic.space import SemanticSpace
 from lightning_div.types import Options
 
-__all__ = ["ALERT_SIGNALS", "GroupAlert", "group_metrics", "reference_nll"]
-
-#: The prefix of every group key (TRL's own keys have none: ``reward``, ``entropy``).
-PREFIX = "diversity/"
+__all__ = ["ALERT_SIGNALS", "GroupAlert", "GroupMeasure", "group_metrics", "reference_nll"]
 
 #: The values :meth:`GroupAlert.update` reads (unprefixed keys); the last three may be missing.
 ALERT_SIGNALS = ("group_sem_ent", "group_top_word_share", "length_cut_share", "reference_nll")
@@ -57,7 +60,7 @@ def group_metrics(
     vocab_size: int | None = None,
     lexical_options: Options | None = None,
 ) -> dict[str, float]:
-    """Every group and batch metric of one step's completions, keyed as logged (``diversity/...``).
+    """Every group and batch metric of one step's completions, by unprefixed name.
 
     Args:
         texts: the step's completions, each prompt's G consecutive.
@@ -70,8 +73,8 @@ def group_metrics(
         lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
 
     Returns:
-        ``{"diversity/group_sem_ent": ..., ...}``, with the degeneration signals
-        ``diversity/group_distinct_2`` and ``diversity/group_top_word_share``.
+        ``{"group_sem_ent": ..., ...}``, with the degeneration signals ``group_distinct_2`` and
+        ``group_top_word_share``.
 
     Raises:
         ValueError: G does not divide the batch, or ids and texts differ in number.
@@ -81,6 +84,19 @@ def group_metrics(
     if len(ids) != len(texts):
         raise ValueError(f"{len(ids)} cluster ids for {len(texts)} completions")
     check_groups(len(texts), num_generations)
+    return _group_values(texts, ids, num_generations, num_clusters, lexical_metrics, vocab_size, lexical_options)
+
+
+def _group_values(
+    texts: list[str],
+    ids: np.ndarray,
+    num_generations: int,
+    num_clusters: int,
+    lexical_metrics: Sequence[str],
+    vocab_size: int | None,
+    lexical_options: Options | None,
+) -> dict[str, float]:
+    """:func:`group_metrics` of texts and ids already checked (same number, G dividing it)."""
     options = check_lexical_options(lexical_options)
     tokenizer, lowercase = options.get("tokenizer", "13a"), options.get("lowercase")
     out = {
@@ -92,7 +108,7 @@ def group_metrics(
         "sem_ent": semantic_entropy(ids, num_clusters),
         **lexical_scores(texts, check_lexical_names(lexical_metrics), vocab_size, **options),
     }
-    return {PREFIX + k: float(v) for k, v in out.items()}
+    return {k: float(v) for k, v in out.items()}
 
 
 def reference_nll(
@@ -129,6 +145,151 @@ def reference_nll(
         model, tokenizer, list(prompts), list(completions), batch_size=batch_size, show_progress=False
     )
     return float(np.mean([-float(lp.float().mean()) for lp in logprobs]))
+
+
+class GroupMeasure:
+    """Group diversity of GRPO/RLOO rollouts, one generation batch at a time, in one semantic space.
+
+    :meth:`prepare` fits (or reads) the clusters once, on reference responses or on the first
+    batch, and counts EAD's vocabulary; :meth:`measure` gives :func:`group_metrics`' values of a
+    batch (its groups checked once), with the degeneration signals it is given or can compute
+    (``length_cut_share``, ``reference_nll``). Its state is the clusters file and EAD's vocabulary size.
+
+    Args:
+        space: the semantic space (share it with a reward that clusters the same completions).
+        lexical_metrics: the lexical metrics over the whole batch.
+        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
+        vocab_size: V of EAD; None: counted at :meth:`prepare`.
+        device: where the encoder runs (None: CUDA if there is one).
+        reference_model: a frozen model to score the completions' NLL under (None: no NLL).
+        reference_tokenizer: its tokenizer (else the one :meth:`measure` is given).
+
+    Raises:
+        ValueError: unknown lexical names or options.
+    """
+
+    def __init__(
+        self,
+        space: SemanticSpace,
+        lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
+        lexical_options: Options | None = None,
+        vocab_size: int | None = None,
+        device: Any = None,
+        reference_model: Any = None,
+        reference_tokenizer: Any = None,
+    ) -> None:
+        self.space = space
+        self.lexical_metrics = check_lexical_names(lexical_metrics)
+        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
+        self.vocab_size = vocab_size
+        self.device = device
+        self.reference_model, self.reference_tokenizer = reference_model, reference_tokenizer
+        #: The cluster ids of the last measured batch, in its order.
+        self.last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the clusters are fitted and EAD's vocabulary is known (when EAD is measured)."""
+        return self.space.fitted and not (self.vocab_size is None and "ead" in self.lexical_metrics)
+
+    def prepare(self, texts: Sequence[str] | None, cache_dir: str | Path | None = None) -> None:
+        """Fit (or read) the clusters once and count EAD's vocabulary; every process must call it.
+
+        Args:
+            texts: what to fit on and count from (reference responses, else a batch's completions);
+                None: wait for texts, unless the space has clusters of its own.
+            cache_dir: the clusters' cache directory when the space has no ``dirpath``.
+        """
+        if self.ready:
+            return  # every later step: nothing to read again
+        if not self.space.fitted:
+            if texts is None and self.space.clusters_source is None:
+                return  # no references: wait for the first step's completions
+            self.space.fit(texts, device=self.device, cache_dir=None if cache_dir is None else Path(cache_dir))
+        if self.vocab_size is None and "ead" in self.lexical_metrics and texts:
+            self.vocab_size = count_vocab(
+                list(texts), self.lexical_options.get("tokenizer", "13a"), self.lexical_options.get("lowercase")
+            )
+
+    def measure(
+        self,
+        texts: Sequence[str],
+        num_generations: int,
+        *,
+        ids: np.ndarray | None = None,
+        cut_share: float | None = None,
+        prompts: Sequence[str] | None = None,
+        tokenizer: Any = None,
+    ) -> dict[str, float]:
+        """The values of one generation batch, by unprefixed name (every process alike).
+
+        Args:
+            texts: the batch's completions, each prompt's G consecutive.
+            num_generations: G.
+            ids: their cluster ids when already known (a reward in this space assigned them); None: assigned here.
+            cut_share: the share of these completions cut at the length limit, when known.
+            prompts: their prompts as text (for the reference NLL).
+            tokenizer: the reference model's tokenizer when it was not given at construction.
+
+        Returns:
+            :func:`group_metrics`' values, with ``length_cut_share`` and ``reference_nll`` when known.
+
+        Raises:
+            ValueError: G does not divide the batch, or a reference model without a tokenizer.
+        """
+        texts = list(texts)
+        check_groups(len(texts), num_generations)  # once, before the encoder runs
+        if ids is None:
+            ids = self.space.assign(texts, self.device)
+        self.last_ids = np.asarray(ids, dtype=np.int64)
+        if len(self.last_ids) != len(texts):
+            raise ValueError(f"{len(self.last_ids)} cluster ids for {len(texts)} completions")
+        values = _group_values(
+            texts,
+            self.last_ids,
+            num_generations,
+            self.space.clusters.num_clusters,
+            self.lexical_metrics,
+            self.vocab_size,
+            self.lexical_options,
+        )
+        if cut_share is not None:
+            values["length_cut_share"] = float(cut_share)
+        if self.reference_model is not None and prompts is not None:
+            tokenizer = self.reference_tokenizer or tokenizer
+            if tokenizer is None:
+                raise ValueError("reference_model= needs reference_tokenizer=")
+            values["reference_nll"] = reference_nll(self.reference_model, tokenizer, list(prompts), texts)
+        return values
+
+    def state_dict(self) -> dict[str, Any]:
+        """The clusters file of the space and EAD's vocabulary size (JSON-ready)."""
+        return {"space": self.space.state_dict(), "vocab_size": self.vocab_size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            ValueError: a state that is not a dict with a ``space`` dict, or a ``vocab_size`` that is not an integer >= 1.
+        """
+        if not isinstance(state, dict) or not isinstance(state.get("space"), dict):
+            raise ValueError(f"a GroupMeasure state must be a dict with a 'space' dict, got {state!r:.80}")
+        vocab = state.get("vocab_size")
+        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
+            raise ValueError(f"vocab_size {vocab!r} is not an integer >= 1")
+        self.space.load_state_dict(state["space"])
+        if vocab is not None:
+            self.vocab_size = vocab
+
+    def settings(self) -> dict[str, Any]:
+        """The measurement's configuration (the space's settings, the lexical metrics), JSON-ready."""
+        return {
+            "space": self.space.settings(),
+            "lexical_metrics": list(self.lexical_metrics),
+            "lexical_options": plain(self.lexical_options),
+            "vocab_size": self.vocab_size,
+            "reference_model": None if self.reference_model is None else type(self.reference_model).__name__,
+        }
 
 
 def _check_threshold(value: Any, name: str, low: float, high: float | None = None) -> float | None:

@@ -3,7 +3,8 @@
 The measurement core computes; a reporter says where its scalars, figures and tables go, at
 which step, whether this process is the one that writes, and what a run has already shown
 (once-only tables, warnings). Each front end builds its reporter from its own trainer
-(:func:`lightning_reporter` in the Lightning callbacks, the Hugging Face callback's own), and
+(:meth:`~lightning_div.callbacks.base.DiversityCallback.reporter` in the Lightning callbacks,
+:func:`~lightning_div.integrations._frontend.tracker_reporter` in the Hugging Face and TRL ones), and
 owns the :class:`RunMemory` it keeps across the run's measurements: nothing is set on the
 user's trainer and nothing is kept in a module global.
 """

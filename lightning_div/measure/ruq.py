@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.distributed import distributed_map, rank_and_world
-from lightning_div.measure.semantic import generate_responses
+from lightning_div.measure.base import Stateless
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference, ruq_per_idk
+from lightning_div.model.generation import generate_responses
 from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
 from lightning_div.pairs import DialoguePair
 
@@ -37,7 +38,7 @@ def check_idk_responses(idk_responses: Sequence[str], allow_empty: bool = False)
     return idk
 
 
-class RUQMeasure:
+class RUQMeasure(Stateless):
     """RUQ and its margin against every IDK string, over a sample of pairs (one batched, sharded scoring pass).
 
     RUQ = 100 x the share of prompts whose reference has a higher length-normalised
@@ -100,7 +101,7 @@ class RUQMeasure:
             desc=f"RUQ scoring ({sum(len(rs) for _, rs in prompts)} pairs)",
         )
 
-    def compute(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
+    def measure(self, adapter: Any, pairs: Sequence[DialoguePair]) -> dict[str, float]:
         """``ruq``, ``ruq_margin``, ``ruq_idk<j>`` and ``ruq_margin_idk<j>`` over ``pairs``.
 
         Args:
@@ -151,6 +152,15 @@ class RUQMeasure:
         items = [(p.context, [rs[i] for rs in lines.values()]) for i, p in enumerate(pairs)]
         logprobs = self.logprobs(adapter, items)
         return {name: profile_from_logprobs([per[k] for per in logprobs]) for k, name in enumerate(lines)}
+
+    def settings(self) -> dict[str, Any]:
+        """The measurement's configuration (IDK strings, reference choice, scoring), JSON-ready."""
+        return {
+            "idk_responses": list(self.idk_responses),
+            "reference": self.reference,
+            "shared_contexts": self.shared_contexts,
+            "batch_size": self.batch_size,
+        }
 
 
 def ruq_profile_figure(profile: dict[str, tuple[np.ndarray, np.ndarray]], num_prompts: int, title: str) -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.checks import warn_if_all_empty
-from lightning_div._internal.distributed import distributed_map
+from lightning_div.measure.base import plain
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     check_lexical_names,
@@ -28,49 +28,35 @@ from lightning_div.metrics import (
     semantic_entropy,
     top_cluster_share,
 )
+from lightning_div.model.generation import generate_responses
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace
 
-__all__ = ["SemanticMeasure", "SemanticResult", "generate_responses"]
+__all__ = ["SemanticMeasure", "SemanticResult", "check_clusters_source"]
 
 
-def generate_responses(
-    adapter: Any,
-    contexts: Sequence[Sequence[str]],
-    generation_kwargs: dict[str, Any] | None = None,
-    batch_size: int = 32,
-    show_progress: bool = False,
-    desc: str = "generating",
-) -> list[str]:
-    """One response per context, batches sharded across the processes and gathered back in order.
+def check_clusters_source(
+    space: SemanticSpace, gold_given: bool, who: str, alternative: str = "or a fitted space="
+) -> None:
+    """Check that the clusters have a source: gold responses to fit them on, given clusters, or a fitted space.
 
-    Every process must call it with the same contexts; every process gets every response.
+    The one "needs gold responses" check of every front end (each raises it when it starts, not
+    at its first measurement).
 
     Args:
-        adapter: the model (a :class:`~lightning_div.model.adapters.DialogueModelAdapter`).
-        contexts: the contexts, each a list of turns.
-        generation_kwargs: passed to ``adapter.generate`` (greedy with 3-gram blocking by default).
-        batch_size: contexts per batch (batches hold contexts of similar length).
-        show_progress: a progress bar on the first process.
-        desc: the bar's label.
+        space: the semantic space.
+        gold_given: whether gold training responses were given (or found).
+        who: the front end, named in the error.
+        alternative: the front end's other way to give them, ending the error's list.
 
-    Returns:
-        The responses, in the order of ``contexts``.
+    Raises:
+        ValueError: no gold responses and no clusters to measure in.
     """
-    kwargs = dict(generation_kwargs or {})
-
-    def gen(batch: list[list[str]]) -> list[str]:
-        return list(adapter.generate(batch, **kwargs))
-
-    turns = [list(c) for c in contexts]
-    return distributed_map(
-        gen,
-        turns,
-        batch_size,
-        sort_key=[sum(map(len, c)) for c in turns],
-        show_progress=show_progress,
-        desc=f"{desc} ({len(turns)} contexts)",
-    )
+    if not gold_given and space.clusters_source is None and not space.fitted:
+        raise ValueError(
+            f"{who} needs gold training responses to fit its semantic clusters: pass "
+            f"gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, {alternative}"
+        )
 
 
 @dataclass
@@ -147,7 +133,7 @@ class SemanticMeasure:
         self.share_history: list[tuple[int, list[float]]] = []
         # the gold responses' cluster ids, by their texts: the same sample is embedded once per run,
         # another sample (scores() is public: any pairs) gets its own
-        self._gold_ids: tuple[tuple[str, ...], np.ndarray] | None = None
+        self._cached_gold_cluster_ids: tuple[tuple[str, ...], np.ndarray] | None = None
         self._prepared = False
 
     @property
@@ -181,11 +167,7 @@ class SemanticMeasure:
             ValueError: no gold responses and no clusters to measure in.
         """
         if not self._prepared:
-            if gold is None and self.space.clusters_source is None and not self.space.fitted:
-                raise ValueError(
-                    f"{who} needs gold training responses to fit its semantic clusters: pass "
-                    "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or a fitted space="
-                )
+            check_clusters_source(self.space, gold is not None, who)
             self.space.fit(gold, device=device, broadcast=broadcast, cache_dir=cache_dir)
             self._prepared = True
         if self.vocab_size is None and "ead" in self.lexical_metrics:
@@ -215,9 +197,11 @@ class SemanticMeasure:
         k = clusters.num_clusters
         ids = self.space.assign(list(responses), device)
         gold_texts = tuple(p.response for p in sample)
-        if self._gold_ids is None or self._gold_ids[0] != gold_texts:  # same texts, same clusters: embedded once
-            self._gold_ids = (gold_texts, self.space.assign(list(gold_texts), device))
-        gold_ids = self._gold_ids[1]
+        if (
+            self._cached_gold_cluster_ids is None or self._cached_gold_cluster_ids[0] != gold_texts
+        ):  # same texts, same clusters: embedded once
+            self._cached_gold_cluster_ids = (gold_texts, self.space.assign(list(gold_texts), device))
+        gold_ids = self._cached_gold_cluster_ids[1]
         values = {
             "sem_ent": semantic_entropy(ids, k),
             "cluster_js": cluster_js_divergence(clusters.histogram(ids), clusters.histogram(gold_ids)),
@@ -256,9 +240,20 @@ class SemanticMeasure:
         self.share_history.append((int(at), result.shares))
         return result
 
+    def settings(self) -> dict[str, Any]:
+        """The measurement's configuration (the space's settings, the lexical metrics, generation), JSON-ready."""
+        return {
+            "space": self.space.settings(),
+            "lexical_metrics": list(self.lexical_metrics),
+            "lexical_options": plain(self.lexical_options),
+            "vocab_size": self.vocab_size,
+            "generation_kwargs": plain(self.generation_kwargs),
+            "batch_size": self.batch_size,
+        }
+
     def forget(self) -> None:
         """Start afresh: the clusters are made ready again at the next :meth:`prepare`, the gold Sem-Ent reported again."""
-        self._prepared, self._gold_ids, self.gold_logged = False, None, False
+        self._prepared, self._cached_gold_cluster_ids, self.gold_logged = False, None, False
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue as the uninterrupted one."""
@@ -272,8 +267,10 @@ class SemanticMeasure:
         """Restore :meth:`state_dict`.
 
         Raises:
-            ValueError: a damaged state (a field of the wrong type), naming the field.
+            ValueError: a damaged state (not a dict, or a field of the wrong type), naming the field.
         """
+        if not isinstance(state, dict):
+            raise ValueError(f"a SemanticMeasure state must be a dict, got {state!r:.80}")
         gold_logged, vocab, history = (
             state.get("gold_logged", False),
             state.get("vocab_size"),

@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
-from lightning_div._internal.distributed import length_batches
+from lightning_div._internal.distributed import distributed_map, length_batches
 from lightning_div.model.formatting import Context, DialogueFormat, as_turns, is_seq2seq
 
 #: Evaluation decoding (the Sem-Ent authors'; docs/paper-settings.md): greedy with 3-gram blocking.
@@ -261,3 +261,42 @@ def generate_sets(adapter: Any, contexts: Sequence[Context], n: int, **generatio
             f"{len(contexts)} contexts x {n}; expected {len(contexts) * n}"
         )
     return [list(flat[i * n : (i + 1) * n]) for i in range(len(contexts))]
+
+
+def generate_responses(
+    adapter: Any,
+    contexts: Sequence[Sequence[str]],
+    generation_kwargs: dict[str, Any] | None = None,
+    batch_size: int = 32,
+    show_progress: bool = False,
+    desc: str = "generating",
+) -> list[str]:
+    """One response per context, batches sharded across the processes and gathered back in order.
+
+    Every process must call it with the same contexts; every process gets every response.
+
+    Args:
+        adapter: the model (a :class:`~lightning_div.model.adapters.DialogueModelAdapter`).
+        contexts: the contexts, each a list of turns.
+        generation_kwargs: passed to ``adapter.generate`` (greedy with 3-gram blocking by default).
+        batch_size: contexts per batch (batches hold contexts of similar length).
+        show_progress: a progress bar on the first process.
+        desc: the bar's label.
+
+    Returns:
+        The responses, in the order of ``contexts``.
+    """
+    kwargs = dict(generation_kwargs or {})
+
+    def gen(batch: list[list[str]]) -> list[str]:
+        return list(adapter.generate(batch, **kwargs))
+
+    turns = [list(c) for c in contexts]
+    return distributed_map(
+        gen,
+        turns,
+        batch_size,
+        sort_key=[sum(map(len, c)) for c in turns],
+        show_progress=show_progress,
+        desc=f"{desc} ({len(turns)} contexts)",
+    )

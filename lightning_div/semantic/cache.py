@@ -55,6 +55,16 @@ class CachedClusters:
     assignments: np.ndarray | None = None
 
 
+#: The folder of a run's cached clusters, under its output directory (every front end's default).
+RUN_CACHE = "lightning_div_cache"
+
+
+def run_cache_dir(root: str | os.PathLike | None, dirpath: str | os.PathLike | None = None) -> Path:
+    """Where a front end caches its clusters: ``dirpath`` when given, else ``<root>/lightning_div_cache``
+    (``root``: the run's output directory, the Lightning trainer's ``default_root_dir``; None: the current one)."""
+    return Path(dirpath) if dirpath else Path(root or ".") / RUN_CACHE
+
+
 def cache_file(directory: str | os.PathLike, clusters: SemanticClusters) -> Path:
     """The cache file of clusters with this config in ``directory``: ``clusters-<config_hash>.npz``."""
     return Path(directory) / f"clusters-{clusters.config_hash}.npz"

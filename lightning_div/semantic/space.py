@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from lightning_div.semantic.clusters import ClustersSource, SemanticClusters, fi
 from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.types import Options
 
-__all__ = ["Broadcast", "SPACE_ARGUMENTS", "SemanticSpace", "describe", "space_from_arguments"]
+__all__ = ["Broadcast", "SPACE_ARGUMENTS", "SemanticSpace", "describe", "given_space", "space_from_arguments"]
 
 #: ``(obj, src) -> obj``: a collective that sends rank ``src``'s object to every rank (e.g.
 #: ``trainer.strategy.broadcast``).
@@ -420,36 +420,47 @@ class SemanticSpace:
         return ids
 
 
-def space_from_arguments(
-    owner: str, space: SemanticSpace | None, given: Mapping[str, Any] | None = None, **arguments: Any
-) -> SemanticSpace:
-    """The space a callback uses: ``space`` itself, or a private one built from its space arguments.
+def given_space(owner: str, space: SemanticSpace | None, **private: Any) -> SemanticSpace:
+    """The space a front end that takes only ``space=`` measures in: ``space``, or a private one.
+
+    Args:
+        owner: the front end's class name (for the error).
+        space: a space given by the user, or None.
+        **private: ``batch_size`` / ``show_progress`` of a private space (the space's defaults otherwise).
+
+    Raises:
+        TypeError: ``space`` is not a SemanticSpace.
+    """
+    if space is None:
+        return SemanticSpace(**private)
+    if not isinstance(space, SemanticSpace):
+        raise TypeError(f"{owner}: space must be a lightning_div.SemanticSpace, got {type(space).__name__}")
+    return space
+
+
+def space_from_arguments(owner: str, space: SemanticSpace | None, **arguments: Any) -> SemanticSpace:
+    """The space of a Lightning callback, which takes the space's settings flat (``LightningCLI`` needs
+    them there): ``space`` itself, or a private one built from the settings.
 
     Args:
         owner: the callback's class name (for the error).
         space: a space given by the user, or None.
-        given: where the callback's :data:`SPACE_ARGUMENTS` are read from (its constructor's
-            ``locals()``: every front end takes them under the same names), or None.
-        **arguments: the :data:`SPACE_ARGUMENTS` (None = not given: the space's default), when not
-            in ``given``, plus ``batch_size`` and ``show_progress`` (used only for a private space).
+        **arguments: the :data:`SPACE_ARGUMENTS`, by explicit keyword (None = not given: the space's
+            default), and ``batch_size`` / ``show_progress`` (used only for a private space).
 
     Returns:
         The SemanticSpace.
 
     Raises:
         ValueError: ``space`` and any space argument given together.
+        TypeError: ``space`` is not a SemanticSpace.
     """
-    arguments = {**{k: v for k, v in (given or {}).items() if k in SPACE_ARGUMENTS}, **arguments}
-    given = {k: v for k, v in arguments.items() if k in SPACE_ARGUMENTS and v is not None}
-    if space is not None:
-        if given:
-            raise ValueError(
-                f"{owner}: space= and {', '.join(f'{k}=' for k in given)} were both given: the space's "
-                "settings live on the SemanticSpace (SemanticSpace(encoder=..., num_clusters=...)); pass them "
-                "there, or drop space= for a space of this callback's own"
-            )
-        if not isinstance(space, SemanticSpace):
-            raise TypeError(f"{owner}: space must be a lightning_div.SemanticSpace, got {type(space).__name__}")
-        return space
+    given = {k: arguments[k] for k in SPACE_ARGUMENTS if arguments.get(k) is not None}
     private = {k: v for k, v in arguments.items() if k not in SPACE_ARGUMENTS}
-    return SemanticSpace(**given, **private)
+    if space is not None and given:
+        raise ValueError(
+            f"{owner}: space= and {', '.join(f'{k}=' for k in given)} were both given: the space's "
+            "settings live on the SemanticSpace (SemanticSpace(encoder=..., num_clusters=...)); pass them "
+            "there, or drop space= for a space of this callback's own"
+        )
+    return given_space(owner, space, **private) if space is not None else SemanticSpace(**given, **private)

@@ -20,7 +20,7 @@ At each evaluation (``on_evaluate``; also before the first step with ``measure_a
 * score the references and the IDK strings of a fixed sample of ``num_ruq_prompts`` evaluation
   pairs (drawn with ``seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
   validation sample) and log ``eval_ruq``, ``eval_ruq_margin`` and, per IDK string,
-  ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (``idk_responses=()`` skips RUQ), and
+  ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (without a RUQMeasure in ``measures=``, no RUQ), and
   ``eval_ruq_alert`` (see ``warn_below`` / ``warn_drop``); with ``train_pairs``, the same on a
   fixed sample of ``num_train_ruq_prompts`` training pairs (drawn with ``seed``, as RUQMonitor
   draws its training prompts), logged as ``ruq``, ``ruq_margin`` ... (``<name>/ruq`` with a
@@ -39,7 +39,7 @@ The keys are :func:`eval_key`'s: the trackers chart them as ``eval/sem_ent`` ...
 
 ```python
 trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
-DiversityTrainerCallback(eval_pairs=val_pairs, gold_responses=train_responses, encoder="minilm").attach(trainer)
+DiversityTrainerCallback(val_pairs, train_responses, space=SemanticSpace(encoder="minilm")).attach(trainer)
 trainer.train()  # trainer.state.log_history holds {"eval_sem_ent": ..., "eval_ruq": ..., "step": ...}
 ```
 

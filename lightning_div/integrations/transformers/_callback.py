@@ -7,41 +7,69 @@ and the trainer's ``report_to`` trackers.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from lightning_div._internal.distributed import rank_and_world
-from lightning_div._internal.tracking import hugging_face_destination
+from lightning_div.integrations._frontend import (
+    attach,
+    run_output_dir,
+    stateful,
+    tracker_reporter,
+    warn_fresh_start,
+)
 from lightning_div.integrations.transformers._data import EvaluationData
 from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation
 from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
-from lightning_div.measure.guard import check_on_error, guarded
+from lightning_div.keys import check_name
+from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.measure.ruq import DEFAULT_IDK, RUQAlert, RUQMeasure, check_idk_responses, ruq_profile_figure
+from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
 from lightning_div.measure.semantic import SemanticMeasure
-from lightning_div.metrics import DEFAULT_LEXICAL
-from lightning_div.metrics.ruq import ReferenceChoice
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.pairs import DialoguePair
-from lightning_div.semantic.clusters import ClustersSource
-from lightning_div.semantic.encoder import EncoderSource
-from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import Options, PairsSource, ResponsesSource
+from lightning_div.semantic.cache import run_cache_dir
+from lightning_div.semantic.space import SemanticSpace, given_space
+from lightning_div.types import PairsSource, ResponsesSource
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table
 
 __all__ = ["DiversityTrainerCallback"]
 
 
-def _stateful(state: TrainerState) -> dict[str, Any]:
-    """``state.stateful_callbacks``: typed as a list, a dict once the state exists (``TrainerState.__post_init__``)."""
-    stateful: Any = state.stateful_callbacks
-    if not isinstance(stateful, dict):
-        stateful = state.stateful_callbacks = {}  # type: ignore[assignment]
-    return stateful
+def _measures(
+    who: str,
+    measures: Sequence[SemanticMeasure | RUQMeasure] | None,
+    space: SemanticSpace | None,
+    batch_size: int,
+    show_progress: bool,
+) -> tuple[SemanticMeasure, RUQMeasure | None]:
+    """The callback's SemanticMeasure and RUQMeasure: the ones given, or the defaults in ``space``.
+
+    Raises:
+        ValueError: ``space`` beside ``measures``, or measures that are not one SemanticMeasure
+            and at most one RUQMeasure.
+    """
+    if measures is None:
+        space = given_space(who, space, batch_size=batch_size, show_progress=show_progress)
+        semantic = SemanticMeasure(space, batch_size=batch_size, show_progress=show_progress)
+        return semantic, RUQMeasure(batch_size=batch_size, show_progress=show_progress)
+    if space is not None:
+        raise ValueError(
+            f"{who}: space= and measures= were both given: space= is the default measures' space; with "
+            "measures=, give the space to the SemanticMeasure (SemanticMeasure(space))"
+        )
+    given = list(measures)
+    semantic_given = [m for m in given if isinstance(m, SemanticMeasure)]
+    ruq_given = [m for m in given if isinstance(m, RUQMeasure)]
+    others = [type(m).__name__ for m in given if not isinstance(m, (SemanticMeasure, RUQMeasure))]
+    if others or len(semantic_given) != 1 or len(ruq_given) > 1:
+        raise ValueError(
+            f"{who}: measures must be one SemanticMeasure and at most one RUQMeasure, got "
+            f"{[type(m).__name__ for m in given]}"
+        )
+    return semantic_given[0], (ruq_given[0] if ruq_given else None)
 
 
 class DiversityTrainerCallback(TrainerCallback):
@@ -58,31 +86,36 @@ class DiversityTrainerCallback(TrainerCallback):
     ``dirpath``, default ``<output_dir>/lightning_div_cache``: a Lightning run with the same
     encoder, settings and gold responses wrote the same file).
 
+    What it measures is the measures it is given (``measures=``): one
+    :class:`~lightning_div.measure.semantic.SemanticMeasure` (Sem-Ent, the cluster divergence, the
+    lexical metrics) and at most one :class:`~lightning_div.measure.ruq.RUQMeasure`; by default both,
+    in ``space`` (a private :class:`~lightning_div.semantic.space.SemanticSpace` with the default
+    encoder when None). The common case is one line::
+
+        DiversityTrainerCallback(val_pairs, train_responses, space=SemanticSpace(encoder="minilm")).attach(trainer)
+
+    and any setting of a measure is the measure's own::
+
+        DiversityTrainerCallback(
+            val_pairs,
+            train_responses,
+            measures=[SemanticMeasure(SemanticSpace(encoder="minilm", num_clusters=8)), RUQMeasure(reference="first")],
+        )
+
     Args:
         eval_pairs: the evaluation dialogues as text: ``[(context, response), ...]`` pairs or any
             source :func:`~lightning_div.datamodules.read_pairs` reads (the trainer's
             ``eval_dataset`` is tokenized, so it cannot be read back).
         gold_responses: the gold training responses the clusters are fitted on (a list, a file,
-            or a source ``read_pairs`` reads); not needed with ``clusters`` or a fitted ``space``.
-        space: a :class:`~lightning_div.semantic.space.SemanticSpace` to measure in (share one
-            with other callbacks); None = a private one from the arguments below. Both: an error.
-        encoder: the response encoder (default ``lightning_div.keys.DEFAULT_ENCODER``;
-            ``"minilm"`` works offline).
-        clusters: fitted SemanticClusters or a saved file; None = fit on ``gold_responses``.
-        num_clusters: k (default 20).
-        variance_kept: PCA variance kept (default 0.9).
-        kmeans_seed: the k-means seed (default 27).
-        encoder_kwargs: more ResponseEncoder arguments.
+            or a source ``read_pairs`` reads); not needed with given or fitted clusters.
+        measures: what to measure: one SemanticMeasure and at most one RUQMeasure (none: no RUQ);
+            None = both with their defaults, in ``space``.
+        space: the space of the default measures (share one with other callbacks); with
+            ``measures=``, the space is the SemanticMeasure's (both: an error).
         num_contexts: size of the generation sample (None = all evaluation pairs).
-        generation_kwargs: overrides of the greedy + ``no_repeat_ngram_size=3`` default.
-        lexical_metrics: which lexical metrics to log (see :func:`~lightning_div.metrics.lexical_scores`).
-        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
-        vocab_size: V of EAD; default: counted from the gold responses.
-        idk_responses: RUQ's IDK strings, the first is the headline; empty = no RUQ.
         num_ruq_prompts: size of RUQ's sample (None = all evaluation pairs).
         train_pairs: training dialogues as text (as ``eval_pairs``) for RUQ-train; None = no RUQ-train.
         num_train_ruq_prompts: size of RUQ-train's sample (None = all training pairs).
-        reference: with several references per prompt, ``"lowest"`` or ``"first"`` (see RUQMonitor).
         warn_below: alert when ``eval_ruq`` falls below this (None disables it).
         warn_drop: alert when ``eval_ruq`` drops by more than this many points since the last
             measurement (None disables it). An alert is a warning and ``eval_ruq_alert`` = 1 (else 0),
@@ -91,10 +124,10 @@ class DiversityTrainerCallback(TrainerCallback):
         tokenizer: the model's tokenizer; None = the trainer's ``processing_class``.
         format: the token layout (default ``DialogueFormat()``: DialoGPT's ``turn<eos>...``); it
             must be the one the model is trained with.
-        batch_size: contexts per generation batch, pairs per scoring batch, texts per encoder batch.
+        batch_size: contexts per generation batch of the model (and of the default measures and space).
         max_new_tokens: the generation length limit.
         dirpath: the clusters' cache directory (default ``<args.output_dir>/lightning_div_cache``).
-        show_progress: progress bars while generating, scoring, embedding and fitting (the monitors' bars).
+        show_progress: progress bars (of the default measures and space).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning and training
             continues; ``"raise"`` re-raises.
         name: goes into every key, ``eval_<name>/sem_ent`` (several callbacks in one trainer).
@@ -102,18 +135,15 @@ class DiversityTrainerCallback(TrainerCallback):
         cluster_views: log the cluster cards, the steps x clusters heatmap and the shares CSV
             (the histogram is always logged), as the monitor's ``cluster_views``.
         measure_at_start: measure once before the first training step as well (a baseline, logged at step 0).
-        shared_contexts: score a prompt's references and IDK strings after one pass over its context
-            (as RUQMonitor's ``shared_contexts``); ``False`` scores pair by pair, bit-identical on any
-            number of processes.
         ruq_plot: log RUQ's per-position plot (``eval/ruq_plot``, the paper's Figure 1, as RUQMonitor's
             ``plot``) at every evaluation. Off by default: its beam search costs more than the rest of RUQ.
         num_plot_prompts: prompts the plot is drawn over.
         num_beams: beam size of the plot's model-output line.
 
     Raises:
-        ValueError: a bad setting (``on_error``, lexical names or options, ``reference``, an
-            empty IDK string, a sample size that is not an integer >= 1), or ``space`` together
-            with a space argument.
+        ValueError: a bad setting (``on_error``, ``name``, a sample size that is not an integer >= 1),
+            measures that are not one SemanticMeasure and at most one RUQMeasure, or ``space`` together
+            with ``measures``.
     """
 
     def __init__(
@@ -121,23 +151,12 @@ class DiversityTrainerCallback(TrainerCallback):
         eval_pairs: PairsSource | Sequence[DialoguePair],
         gold_responses: ResponsesSource | None = None,
         *,
+        measures: Sequence[SemanticMeasure | RUQMeasure] | None = None,
         space: SemanticSpace | None = None,
-        encoder: EncoderSource | None = None,
-        clusters: ClustersSource | None = None,
-        num_clusters: int | None = None,
-        variance_kept: float | None = None,
-        kmeans_seed: int | None = None,
-        encoder_kwargs: Options | None = None,
         num_contexts: int | None = 256,
-        generation_kwargs: Options | None = None,
-        lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
-        lexical_options: Options | None = None,
-        vocab_size: int | None = None,
-        idk_responses: Sequence[str] = DEFAULT_IDK,
         num_ruq_prompts: int | None = 256,
         train_pairs: PairsSource | Sequence[DialoguePair] | None = None,
         num_train_ruq_prompts: int | None = 256,
-        reference: ReferenceChoice = "lowest",
         warn_below: float | None = None,
         warn_drop: float | None = 10.0,
         seed: int = 0,
@@ -152,20 +171,15 @@ class DiversityTrainerCallback(TrainerCallback):
         log_samples: int = 8,
         cluster_views: bool = True,
         measure_at_start: bool = False,
-        shared_contexts: bool = True,
         ruq_plot: bool = False,
         num_plot_prompts: int = 16,
         num_beams: int = 5,
     ) -> None:
         self.on_error = check_on_error(on_error)
-        if name is not None and (not isinstance(name, str) or not name.strip() or name != name.strip()):
-            raise ValueError(f"name must be None or a non-empty string without surrounding spaces, got {name!r}")
+        name = check_name(name)
         if isinstance(log_samples, bool) or not isinstance(log_samples, int) or log_samples < 0:
             raise ValueError(f"log_samples must be an integer >= 0, got {log_samples!r}")
-        space = space_from_arguments(
-            type(self).__name__, space, locals(), batch_size=batch_size, show_progress=show_progress
-        )
-        idk = check_idk_responses(idk_responses, allow_empty=True)
+        semantic, ruq = _measures(type(self).__name__, measures, space, batch_size, show_progress)
         #: What an evaluation measures, and its state (:mod:`lightning_div.measure`'s pieces).
         self.evaluation = TrainerEvaluation(
             type(self).__name__,
@@ -179,10 +193,8 @@ class DiversityTrainerCallback(TrainerCallback):
                 num_train_ruq_prompts,
                 seed,
             ),
-            SemanticMeasure(
-                space, lexical_metrics, lexical_options, vocab_size, generation_kwargs, batch_size, show_progress
-            ),
-            RUQMeasure(idk, reference, shared_contexts, batch_size, show_progress) if idk else None,
+            semantic,
+            ruq,
             RUQAlert(warn_below, warn_drop),
             format or DialogueFormat(),
             batch_size,
@@ -191,7 +203,7 @@ class DiversityTrainerCallback(TrainerCallback):
             dirpath,
             (num_plot_prompts, num_beams) if ruq_plot else None,
         )
-        self.num_contexts, self.train_pairs_arg, self.idk_responses = num_contexts, train_pairs, idk
+        self.num_contexts, self.train_pairs_arg = num_contexts, train_pairs
         self.tokenizer, self.show_progress, self.name = tokenizer, show_progress, name
         self.log_samples, self.cluster_views, self.measure_at_start = log_samples, cluster_views, measure_at_start
         self.trainer: Any = None
@@ -240,17 +252,7 @@ class DiversityTrainerCallback(TrainerCallback):
             ValueError: another attached DiversityTrainerCallback with the same ``name`` (they
                 would log over each other's keys), or this one attached to another trainer.
         """
-        if self.trainer is not None and self.trainer is not trainer:
-            raise ValueError(f"{type(self).__name__} is already attached to another trainer")
-        for cb in trainer.callback_handler.callbacks:
-            if isinstance(cb, DiversityTrainerCallback) and cb is not self and cb.name == self.name:
-                raise ValueError(
-                    f"two {type(self).__name__}s in this trainer have name={self.name!r}, so they would log the "
-                    "same keys: give each its own name=... (it goes into the keys: 'eval_<name>/...')"
-                )
-        if self not in trainer.callback_handler.callbacks:
-            trainer.add_callback(self)
-        self.trainer = trainer
+        attach(self, trainer)
         return self
 
     def log_key(self, key: str) -> str:
@@ -288,13 +290,8 @@ class DiversityTrainerCallback(TrainerCallback):
     def reporter(self, output_dir: str | Path) -> TrackerReporter:
         """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
         ``<output_dir>/lightning_div/``, scalars through ``trainer.log``, this run's memory."""
-        return TrackerReporter(
-            hugging_face_destination(self.trainer),
-            Path(output_dir) / "lightning_div",
-            lambda values: self.trainer.log(dict(values)),  # a copy: Trainer.log adds "epoch" to its dict
-            self.memory,
-            rank_and_world()[0] == 0,
-        )
+        # a copy: Trainer.log adds "epoch" to its dict
+        return tracker_reporter(self.trainer, output_dir, lambda values: self.trainer.log(dict(values)), self.memory)
 
     def log_views(self, output_dir: str | Path) -> None:
         """The last measurement's figures and tables to the trainer's trackers and ``<output_dir>/lightning_div/``.
@@ -340,17 +337,14 @@ class DiversityTrainerCallback(TrainerCallback):
             self.memory.scope(),
             guarded(self.on_error, self.memory.warn_once, who, "the measurement", f"step {state.global_step}") as m,
         ):
-            m.values.update(self.measure(model, tokenizer, Path(args.output_dir or ".") / "lightning_div_cache"))
+            m.values.update(self.measure(model, tokenizer, run_cache_dir(run_output_dir(args))))
         if self._last is not None and m.error is None and state.is_world_process_zero:
-            self.log_views(args.output_dir or ".")
+            self.log_views(run_output_dir(args))
         m.values[eval_key("diversity_runtime")] = m.seconds
-        reporter = self.reporter(args.output_dir or ".")
+        reporter = self.reporter(run_output_dir(args))
         logged = reporter.scalars({self.log_key(k): float(v) for k, v in m.values.items()})
         self.history.append({"step": float(state.global_step), **logged})
-        # Saved with every later checkpoint: the Trainer writes the whole dict into trainer_state.json.
-        # Not an ExportableState: restore_callback_states_from_checkpoint would rebuild the callback
-        # from saved constructor arguments, and the evaluation pairs are no JSON.
-        _stateful(state)[self.state_key()] = self.state_dict()
+        stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
         return logged
 
     # -- state -------------------------------------------------------------------------------------
@@ -379,9 +373,7 @@ class DiversityTrainerCallback(TrainerCallback):
                 return
             except ValueError as err:
                 reason = f"in trainer_state.json is damaged ({err})"
-        warnings.warn(  # a resume happens once per run: each one says it
-            f"{type(self).__name__}: the checkpoint's state {reason}; it starts afresh", RuntimeWarning, stacklevel=2
-        )
+        warn_fresh_start(type(self).__name__, reason)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -399,7 +391,7 @@ class DiversityTrainerCallback(TrainerCallback):
         """
         self.memory = RunMemory()  # a new run: its warnings and once-only tables are shown again
         if state.global_step > 0:
-            saved = _stateful(state).get(self.state_key())
+            saved = stateful(state).get(self.state_key())
             if saved is not None:
                 self.load_state_dict(saved)
         else:  # a fresh run logs its gold Sem-Ent, even after an evaluate() before train()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_div.measure.sample import FixedSample
+from lightning_div.measure.semantic import check_clusters_source
 from lightning_div.pairs import DialoguePair
 
 __all__ = ["EvaluationData"]
@@ -104,11 +105,7 @@ class EvaluationData:
         """
         self.sample()
         self.train_ruq_sample()
-        if self.gold_responses_arg is None and space.clusters_source is None and not space.fitted:
-            raise ValueError(
-                f"{self.who} needs gold training responses to fit its semantic clusters: pass "
-                "gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, or a fitted space="
-            )
+        check_clusters_source(space, self.gold_responses_arg is not None, self.who)
 
     def state_dict(self) -> dict[str, list[int] | None]:
         """Each sample's indices."""

@@ -117,12 +117,12 @@ class TrainerEvaluation:
         out = {eval_key(n): v for n, v in result.values.items()}
         profile = None
         if self.ruq is not None:
-            values = self.ruq.compute(adapter, self.data.ruq_sample())
+            values = self.ruq.measure(adapter, self.data.ruq_sample())
             out.update({eval_key(n): v for n, v in values.items()})
             out[eval_key("ruq_alert")] = self.ruq_alert(values["ruq"])
             train_sample = self.data.train_ruq_sample()
             if train_sample:  # un-prefixed keys are the Trainer's training metrics: charted as train/ruq
-                out.update(self.ruq.compute(adapter, train_sample))
+                out.update(self.ruq.measure(adapter, train_sample))
             if self.plot is not None:  # every process: generation and scoring are sharded
                 pairs = self.data.ruq_sample()[: self.plot[0]]
                 profile = (self.ruq.profile(adapter, pairs, self.plot[1]), len(pairs))

@@ -2,7 +2,7 @@
 
 ```python
 trainer = GRPOTrainer(model=model, reward_funcs=[my_reward], args=args, train_dataset=prompts)
-GroupDiversityCallback(encoder="minilm", num_clusters=8).attach(trainer)
+GroupDiversityCallback(space=SemanticSpace(encoder="minilm", num_clusters=8)).attach(trainer)
 trainer.train()  # trainer.state.log_history: {"diversity/group_sem_ent": ..., "reward": ..., "step": ...}
 ```
 
@@ -48,33 +48,32 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from lightning_div._internal.checks import optional_texts
 from lightning_div._internal.distributed import rank_and_world
-from lightning_div._internal.tracking import hugging_face_destination
+from lightning_div.integrations._frontend import (
+    attach,
+    run_output_dir,
+    stateful,
+    tracker_reporter,
+    warn_fresh_start,
+)
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
-from lightning_div.measure.group import ALERT_SIGNALS, PREFIX, GroupAlert, group_metrics, reference_nll
-from lightning_div.measure.guard import check_on_error, guarded
+from lightning_div.keys import check_name
+from lightning_div.measure.errors import check_on_error, guarded
+from lightning_div.measure.group import ALERT_SIGNALS, GroupAlert, GroupMeasure, group_metrics
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.metrics import check_lexical_names, check_lexical_options, count_vocab
-from lightning_div.metrics.group import check_groups, split_groups
-from lightning_div.semantic.clusters import ClustersSource
-from lightning_div.semantic.encoder import EncoderSource
-from lightning_div.semantic.space import SemanticSpace, space_from_arguments
+from lightning_div.metrics.group import split_groups
+from lightning_div.semantic.cache import run_cache_dir
+from lightning_div.semantic.space import SemanticSpace, given_space
 from lightning_div.types import Options
 
-__all__ = ["GroupDiversityCallback", "group_metrics", "rollouts_of"]
+__all__ = ["PREFIX", "GroupDiversityCallback", "group_metrics", "rollouts_of"]
+
+#: The prefix of every key this front end logs (TRL's own keys have none: ``reward``, ``entropy``).
+PREFIX = "diversity/"
 
 
 def _fingerprint(completions: Sequence[Any]) -> str:
     """A generation batch's identity (its completions, compared by their repr)."""
     return hashlib.sha256(repr(list(completions)).encode()).hexdigest()
-
-
-def _stateful(state: Any) -> dict[str, Any]:
-    """``state.stateful_callbacks``: typed as a list, a dict once the state exists (``TrainerState.__post_init__``)."""
-    stateful: Any = getattr(state, "stateful_callbacks", None)
-    if not isinstance(stateful, dict):
-        stateful = {}
-        state.stateful_callbacks = stateful
-    return stateful
 
 
 def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
@@ -111,16 +110,9 @@ class GroupDiversityCallback(TrainerCallback):
     processes give the same values.
 
     Args:
-        space: a :class:`~lightning_div.semantic.space.SemanticSpace` (share it with a
-            :class:`~lightning_div.integrations.trl.SemanticGroupReward`); None = a private one
-            from the arguments below. Both: an error.
-        encoder: the response encoder (default ``lightning_div.keys.DEFAULT_ENCODER``; ``"minilm"``
-            works offline).
-        clusters: fitted SemanticClusters or a saved file.
-        num_clusters: k (default 20); at most the number of distinct texts fitted on.
-        variance_kept: PCA variance kept.
-        kmeans_seed: the k-means seed.
-        encoder_kwargs: more ResponseEncoder arguments.
+        space: the :class:`~lightning_div.semantic.space.SemanticSpace` to measure in (its encoder,
+            clusters, k ...; share it with a :class:`~lightning_div.integrations.trl.SemanticGroupReward`);
+            None = a private one with the default settings.
         reference_responses: texts to fit the clusters on (and to count EAD's vocabulary from).
         reference_column: a column of the trainer's ``train_dataset`` holding reference responses
             (text or conversational), used when ``reference_responses`` is None.
@@ -129,7 +121,7 @@ class GroupDiversityCallback(TrainerCallback):
         vocab_size: V of EAD; default: counted from the references, else from the first measured step.
         dirpath: the clusters' cache directory (default ``<output_dir>/lightning_div_cache``).
         device: where the encoder runs (None: CUDA if there is one).
-        batch_size: texts per encoder batch.
+        batch_size: texts per encoder batch (of the private space).
         log_samples: log a table of one group per step (the one with the fewest clusters).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning; ``"raise"``.
         name: goes into every key, ``diversity/<name>/group_sem_ent`` (several callbacks in one trainer).
@@ -146,20 +138,14 @@ class GroupDiversityCallback(TrainerCallback):
         reference_tokenizer: its tokenizer (default: the trainer's ``processing_class``).
 
     Raises:
-        ValueError: a bad ``on_error``, lexical setting or alert threshold, or ``space`` beside a
-            space argument.
+        ValueError: a bad ``on_error``, ``name``, lexical setting or alert threshold.
+        TypeError: a ``space`` that is not a SemanticSpace.
     """
 
     def __init__(
         self,
         *,
         space: SemanticSpace | None = None,
-        encoder: EncoderSource | None = None,
-        clusters: ClustersSource | None = None,
-        num_clusters: int | None = None,
-        variance_kept: float | None = None,
-        kmeans_seed: int | None = None,
-        encoder_kwargs: Options | None = None,
         reference_responses: Sequence[str] | None = None,
         reference_column: str | None = None,
         lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
@@ -185,30 +171,29 @@ class GroupDiversityCallback(TrainerCallback):
         self.alert = GroupAlert(
             warn_drop, warn_below, alert_start_steps, breakdown_top_word, breakdown_cut_rise, breakdown_nll_rise
         )
-        self.reference_model = reference_model
-        self.reference_tokenizer = reference_tokenizer
-        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
-            raise ValueError(f"name must be None or a non-empty string without '/', got {name!r}")
-        self.space = space_from_arguments(
-            type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False
+        #: What it measures (:class:`~lightning_div.measure.group.GroupMeasure`); this callback adds hooks,
+        #: keys, the alert and reporting.
+        self.group = GroupMeasure(
+            given_space(type(self).__name__, space, batch_size=batch_size, show_progress=False),
+            lexical_metrics,
+            lexical_options,
+            vocab_size,
+            device,
+            reference_model,
+            reference_tokenizer,
         )
         self.reference_responses = optional_texts(reference_responses, type(self).__name__, "reference_responses")
         self.reference_column = reference_column
-        self.lexical_metrics = check_lexical_names(lexical_metrics)
-        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
-        self.vocab_size = vocab_size
         self.dirpath = dirpath
-        self.device = device
         self.log_samples = log_samples
         self.on_error = on_error
-        self.name = name
+        self.name = check_name(name)
         self.trainer: Any = None
         #: Every measurement, ``{"step": ..., "diversity/...": ...}`` (every process alike).
         self.history: list[dict[str, float]] = []
         self._last: tuple[str, dict[str, float]] | None = None
         #: What this run has warned about (made anew at each training run).
         self.memory = RunMemory()
-        self._last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
         #: Whether the last measurement took its cluster ids from a SemanticGroupReward sharing the space.
         self.reused_reward_ids = False
         #: The rollouts buffer as the last evaluation left it (not a training batch).
@@ -216,6 +201,20 @@ class GroupDiversityCallback(TrainerCallback):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(space={self.space!r}, name={self.name!r})"
+
+    @property
+    def space(self) -> SemanticSpace:
+        """The semantic space it measures in."""
+        return self.group.space
+
+    @property
+    def vocab_size(self) -> int | None:
+        """EAD's V (counted at the first :meth:`prepare` when not given)."""
+        return self.group.vocab_size
+
+    @vocab_size.setter
+    def vocab_size(self, value: int | None) -> None:
+        self.group.vocab_size = value
 
     def attach(self, trainer: Any) -> GroupDiversityCallback:
         """Add this callback to a TRL ``GRPOTrainer`` or ``RLOOTrainer``.
@@ -231,20 +230,11 @@ class GroupDiversityCallback(TrainerCallback):
             ValueError: attached to another trainer already, or another GroupDiversityCallback with the same name.
         """
         rollouts_of(trainer)
-        if self.trainer is not None and self.trainer is not trainer:
-            raise ValueError(f"{type(self).__name__} is already attached to another trainer")
-        for cb in trainer.callback_handler.callbacks:
-            if isinstance(cb, GroupDiversityCallback) and cb is not self and cb.name == self.name:
-                raise ValueError(
-                    f"two {type(self).__name__}s in this trainer have name={self.name!r}: give each its own name=..."
-                )
-        if self not in trainer.callback_handler.callbacks:
-            trainer.add_callback(self)
-        self.trainer = trainer
+        attach(self, trainer)
         return self
 
     def key(self, metric: str) -> str:
-        """``diversity/<metric>``, or ``diversity/<name>/<metric>`` with a name."""
+        """``diversity/<metric>``, or ``diversity/<name>/<metric>`` with a name: the one place the prefix is added."""
         return f"{PREFIX}{self.name}/{metric}" if self.name else PREFIX + metric
 
     # -- the clusters ------------------------------------------------------------------------------
@@ -265,20 +255,12 @@ class GroupDiversityCallback(TrainerCallback):
         return [completion_text(r, i) for i, r in enumerate(dataset[self.reference_column])]  # type: ignore[index]
 
     def prepare(self, fit_on: Sequence[str] | None, cache_dir: str | Path) -> None:
-        """Fit (or read) the clusters once and count EAD's vocabulary; every process must call it."""
-        needs_vocab = self.vocab_size is None and "ead" in self.lexical_metrics
-        if self.space.fitted and not needs_vocab:
+        """Fit (or read) the clusters once, on the references else ``fit_on``, and count EAD's vocabulary;
+        every process must call it."""
+        if self.group.ready:
             return  # every later step: nothing to read again
         references = self.references()
-        texts = references if references is not None else fit_on
-        if not self.space.fitted:
-            if texts is None and self.space.clusters_source is None:
-                return  # no references: wait for the first step's completions
-            self.space.fit(texts, device=self.device, cache_dir=Path(self.dirpath or cache_dir))
-        if needs_vocab and texts:
-            self.vocab_size = count_vocab(
-                texts, self.lexical_options.get("tokenizer", "13a"), self.lexical_options.get("lowercase")
-            )
+        self.group.prepare(references if references is not None else fit_on, Path(self.dirpath or cache_dir))
 
     # -- measurement -------------------------------------------------------------------------------
 
@@ -303,47 +285,34 @@ class GroupDiversityCallback(TrainerCallback):
             ``{"diversity/group_sem_ent": ..., ...}`` (with ``name``: ``diversity/<name>/...``).
         """
         texts = completion_texts(completions)
-        check_groups(len(texts), num_generations)
         self.prepare(texts, cache_dir)
         ids = self._reward_ids(texts)
         self.reused_reward_ids = ids is not None
-        if ids is None:
-            ids = self.space.assign(texts, self.device)
-        self._last_ids = ids
-        values = group_metrics(
+        with_nll = self.group.reference_model is not None and prompts is not None
+        values = self.group.measure(
             texts,
-            ids,
             num_generations,
-            self.space.clusters.num_clusters,
-            self.lexical_metrics,
-            self.vocab_size,
-            self.lexical_options,
+            ids=ids,
+            cut_share=cut_share,
+            prompts=[completion_text(q, i) for i, q in enumerate(prompts)] if with_nll and prompts else None,
+            tokenizer=getattr(self.trainer, "processing_class", None),
         )
-        if cut_share is not None:
-            values[PREFIX + "length_cut_share"] = float(cut_share)
-        if self.reference_model is not None and prompts is not None:
-            tokenizer = self.reference_tokenizer or getattr(self.trainer, "processing_class", None)
-            if tokenizer is None:
-                raise ValueError(f"{type(self).__name__}: reference_model= needs reference_tokenizer=")
-            values[PREFIX + "reference_nll"] = reference_nll(
-                self.reference_model, tokenizer, [completion_text(q, i) for i, q in enumerate(prompts)], texts
-            )
         values.update(self.check_alert(values))
-        return {self.key(k.removeprefix(PREFIX)): v for k, v in values.items()}
+        return {self.key(k): v for k, v in values.items()}
 
     def check_alert(self, values: dict[str, float], step: int | None = None) -> dict[str, float]:
         """Feed one measurement to the alert; warn once per kind (first process); the 0/1 alert values.
 
         Args:
-            values: the measurement, keyed ``diversity/...`` (unnamed).
+            values: the measurement, by unprefixed name (:meth:`GroupMeasure.measure`'s).
             step: the step, in the warning (default: the trainer's global step).
 
         Returns:
-            ``{"diversity/collapse_alert": 0/1, "diversity/breakdown_alert": 0/1}``.
+            ``{"collapse_alert": 0/1, "breakdown_alert": 0/1}`` (unprefixed).
         """
         import warnings
 
-        kind, reasons = self.alert.update({k: values[PREFIX + k] for k in ALERT_SIGNALS if PREFIX + k in values})
+        kind, reasons = self.alert.update({k: values[k] for k in ALERT_SIGNALS if k in values})
         if kind is not None and kind not in self.alert.warned:
             self.alert.warned.add(kind)
             if step is None:
@@ -357,10 +326,7 @@ class GroupDiversityCallback(TrainerCallback):
                 warnings.warn(
                     f"{type(self).__name__}: step {step}: {what}: {'; '.join(reasons)}", RuntimeWarning, stacklevel=2
                 )
-        return {
-            PREFIX + "collapse_alert": float(kind == "collapse"),
-            PREFIX + "breakdown_alert": float(kind == "breakdown"),
-        }
+        return {"collapse_alert": float(kind == "collapse"), "breakdown_alert": float(kind == "breakdown")}
 
     def sample_rows(
         self, step: int, prompts: Sequence[Any], completions: Sequence[Any], ids: np.ndarray, num_generations: int
@@ -386,35 +352,27 @@ class GroupDiversityCallback(TrainerCallback):
         of every SemanticGroupReward's space in the trainer), EAD's vocabulary size and the alert's state."""
         return {
             "settings": self.space.settings(),
-            "space": self.space.state_dict(),
+            **self.group.state_dict(),  # "space" and "vocab_size"
             "reward_spaces": [fn.space.state_dict() for fn in self._group_rewards()],
-            "vocab_size": self.vocab_size,
             "alert": self.alert.state_dict(),
         }
 
     def load_state_dict(self, saved: Any) -> None:
         """Restore :meth:`state_dict`'s values. A state saved with other space settings, or a damaged one,
         is not restored: a warning says why and the callback starts afresh (the clusters fitted again)."""
-        import warnings
-
         if not isinstance(saved, dict) or saved.get("settings") != self.space.settings():
             got = saved.get("settings") if isinstance(saved, dict) else saved
             reason = f"was saved with other settings ({got!r:.200}, now {self.space.settings()!r})"
         else:
             try:
-                vocab = saved.get("vocab_size")
-                if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
-                    raise ValueError(f"vocab_size {vocab!r} is not an integer >= 1")
                 spaces = saved.get("reward_spaces", [])
-                if not isinstance(saved.get("space"), dict) or not isinstance(spaces, list):
+                if not isinstance(spaces, list):
                     raise ValueError("no space state")
                 self.alert.load_state_dict(saved.get("alert"))
-                self.space.load_state_dict(saved["space"])
+                self.group.load_state_dict(saved)
                 for fn, space_state in zip(self._group_rewards(), spaces):
                     if fn.space is not self.space and isinstance(space_state, dict):
                         fn.space.load_state_dict(space_state)
-                if vocab is not None:
-                    self.vocab_size = vocab
                 return
             except ValueError as err:
                 self.alert = GroupAlert(
@@ -426,9 +384,7 @@ class GroupDiversityCallback(TrainerCallback):
                     self.alert.nll_rise,
                 )
                 reason = f"in trainer_state.json is damaged ({err})"
-        warnings.warn(  # a resume happens once per run: each one says it
-            f"{type(self).__name__}: the checkpoint's state {reason}; it starts afresh", RuntimeWarning, stacklevel=2
-        )
+        warn_fresh_start(type(self).__name__, reason)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -444,7 +400,7 @@ class GroupDiversityCallback(TrainerCallback):
         import warnings
 
         self.memory = RunMemory()  # a new run: its warnings are shown again
-        cache_dir = Path(self.dirpath) if self.dirpath else Path(args.output_dir or ".") / "lightning_div_cache"
+        cache_dir = run_cache_dir(run_output_dir(args), self.dirpath)
         if self.trainer is None:
             warnings.warn(
                 f"{type(self).__name__} was given to the trainer in callbacks=[...]: a TrainerCallback cannot reach "
@@ -458,7 +414,7 @@ class GroupDiversityCallback(TrainerCallback):
             if fn.dirpath is None:
                 fn.run_cache_dir = cache_dir
         if getattr(state, "global_step", 0) > 0:
-            saved = _stateful(state).get(self.state_key())
+            saved = stateful(state).get(self.state_key())
             if saved is not None:
                 self.load_state_dict(saved)
         self.prepare(None, cache_dir)
@@ -498,32 +454,25 @@ class GroupDiversityCallback(TrainerCallback):
                     self.measure(
                         completions,
                         g,
-                        Path(self.dirpath) if self.dirpath else Path(args.output_dir or ".") / "lightning_div_cache",
+                        run_cache_dir(run_output_dir(args), self.dirpath),
                         prompts,
                         self._cut_share(),
                     )
                 )
                 self._last = (fingerprint, dict(m.values))
                 if self.log_samples and state.is_world_process_zero:
-                    rows = self.sample_rows(state.global_step, prompts, completions, self._last_ids, g)
+                    rows = self.sample_rows(state.global_step, prompts, completions, self.group.last_ids, g)
                     reporter.table(self.key("group_sample"), ["step", "group", "prompt", "completion", "cluster"], rows)
         if m.error is not None:
             return
         m.values[self.key("runtime")] = m.seconds
         self.history.append({"step": float(state.global_step), **reporter.scalars(m.values)})
-        # saved with every later checkpoint: the Trainer writes the whole dict into trainer_state.json
-        _stateful(state)[self.state_key()] = self.state_dict()
+        stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
 
     def reporter(self, args: TrainingArguments) -> TrackerReporter:
         """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
         ``<output_dir>/lightning_div/``, scalars into the step's own log, this run's memory."""
-        return TrackerReporter(
-            hugging_face_destination(self.trainer),
-            Path(args.output_dir or ".") / "lightning_div",
-            self._log,
-            self.memory,
-            rank_and_world()[0] == 0,
-        )
+        return tracker_reporter(self.trainer, run_output_dir(args), self._log, self.memory)
 
     # -- inside ------------------------------------------------------------------------------------
 

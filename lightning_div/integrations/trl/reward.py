@@ -52,10 +52,7 @@ from lightning_div.metrics.group import (
     split_groups,
 )
 from lightning_div.metrics.nli import check_pair_scorer, checked_labels
-from lightning_div.semantic.clusters import ClustersSource
-from lightning_div.semantic.encoder import EncoderSource
-from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import Options
+from lightning_div.semantic.space import SemanticSpace, given_space
 
 __all__ = ["EQUIVALENCES", "Equivalence", "SemanticGroupReward", "group_labels"]
 
@@ -210,15 +207,9 @@ class SemanticGroupReward:
         score: ``"rarity"`` (default) or ``"classes"``.
         quality: a reward function to multiply the diversity into (None: the diversity alone).
         reference_responses: texts to fit the clusters on (e.g. the dataset's reference replies).
-        space: a :class:`~lightning_div.semantic.space.SemanticSpace` (None: a private one from
-            the arguments below; both: an error).
-        encoder: the space's encoder (default ``lightning_div.keys.DEFAULT_ENCODER``; ``"minilm"``
-            works offline).
-        clusters: fitted SemanticClusters or a saved file.
-        num_clusters: k (default 20); at most the number of distinct completions fitted on.
-        variance_kept: PCA variance kept.
-        kmeans_seed: the k-means seed.
-        encoder_kwargs: more ResponseEncoder arguments.
+        space: the :class:`~lightning_div.semantic.space.SemanticSpace` (its encoder, clusters, k ...;
+            k at most the number of distinct completions fitted on); None = a private one with the
+            default settings.
         threshold: ``"cosine"``'s similarity threshold, in [-1, 1] (default 0.9).
         nli: ``"nli"``'s :class:`~lightning_div.nli.scorer.NLIScorer`.
         dirpath: the clusters' cache directory when the space has none (default: the run's
@@ -237,10 +228,10 @@ class SemanticGroupReward:
 
     Raises:
         ValueError: a bad ``num_generations``, ``equivalence``, ``score``, ``threshold`` or
-            ``diversity_floor``, ``"nli"`` without a scorer, ``space`` beside a space argument, or
-            ``"clusters"`` to be fitted on the first batch with the default k (give
-            ``reference_responses=``, ``clusters=``, ``space=`` or ``num_clusters=``).
-        TypeError: a ``quality`` that is not callable, or a ``shift_quality`` that is not a bool.
+            ``diversity_floor``, ``"nli"`` without a scorer, or ``"clusters"`` to be fitted on the
+            first batch with the default k (give ``reference_responses=`` or ``space=``).
+        TypeError: a ``quality`` that is not callable, a ``shift_quality`` that is not a bool, or a
+            ``space`` that is not a SemanticSpace.
     """
 
     def __init__(
@@ -252,12 +243,6 @@ class SemanticGroupReward:
         quality: Callable[..., Sequence[float | None]] | None = None,
         reference_responses: Sequence[str] | None = None,
         space: SemanticSpace | None = None,
-        encoder: EncoderSource | None = None,
-        clusters: ClustersSource | None = None,
-        num_clusters: int | None = None,
-        variance_kept: float | None = None,
-        kmeans_seed: int | None = None,
-        encoder_kwargs: Options | None = None,
         threshold: float = 0.9,
         nli: Any = None,
         dirpath: str | Path | None = None,
@@ -281,9 +266,7 @@ class SemanticGroupReward:
         self.score: DiversityScore = score
         self.quality = quality
         self.reference_responses = optional_texts(reference_responses, type(self).__name__, "reference_responses")
-        self.space = space_from_arguments(
-            type(self).__name__, space, locals(), batch_size=batch_size, show_progress=False
-        )
+        self.space = given_space(type(self).__name__, space, batch_size=batch_size, show_progress=False)
         self.threshold = check_threshold(threshold)
         self.nli = nli
         self.dirpath = dirpath
@@ -302,21 +285,16 @@ class SemanticGroupReward:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         self.__name__ = name  # TRL names a reward function by __name__
         self._assigned: tuple[tuple[str, ...], np.ndarray] | None = None
-        if (
-            equivalence == "clusters"
-            and space is None
-            and reference_responses is None
-            and clusters is None
-            and num_clusters is None
-        ):
+        if equivalence == "clusters" and space is None and reference_responses is None:
             # the default k (20) would be fitted on the first batch alone: GRPO's usual batches (2-8 prompts
             # x G) hold fewer distinct completions, and the first step would fail
             raise ValueError(
-                f"{type(self).__name__}(equivalence='clusters') with neither reference_responses= nor clusters= "
+                f"{type(self).__name__}(equivalence='clusters') with neither reference_responses= nor space= "
                 f"fits its k-means clusters on the first batch's completions, and the default "
                 f"num_clusters={self.space.num_clusters} needs at least that many distinct ones: give "
-                "reference_responses= (e.g. the dataset's reference replies), clusters=, a fitted or shared space=, "
-                "num_clusters= at most the first batch's distinct completions, or equivalence='cosine'"
+                "reference_responses= (e.g. the dataset's reference replies), a space= with clusters= or "
+                "num_clusters= at most the first batch's distinct completions (or a fitted or shared one), "
+                "or equivalence='cosine'"
             )
 
     def __repr__(self) -> str:

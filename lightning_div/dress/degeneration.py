@@ -1,7 +1,8 @@
 """DRESS's degeneration guard: has training with DRESS collapsed the generations?
 
 DRESS's negatives push the model away from its own generations. The paper's −1 × NLL has no
-bound, and a run can go from fluent replies to ``'asd f asd f f …'`` within an epoch (issue 43).
+bound, and a run can go from fluent replies to ``'asd f asd f f …'`` within an epoch (the collapsed
+fine-tuning runs at a high learning rate in ``docs/callbacks/dress.md``, 'Degeneration guard').
 :func:`collapse_reasons` reads what a run has logged (``trainer.callback_metrics``: the
 :class:`~lightning_div.callbacks.SemanticDiversityMonitor`'s ``val/sem_ent``,
 ``val/sem_ent_gold`` and ``val/top_cluster_share``, the module's ``train/loss`` and
@@ -9,19 +10,19 @@ bound, and a run can go from fluent replies to ``'asd f asd f f …'`` within an
 
 * **Sem-Ent far below the gold's**: ``val/sem_ent`` < ``sem_ent_ratio`` (0.5) × ``val/sem_ent_gold``.
   Fine-tuning the base model, healthy runs stayed at 0.80–0.97 of the gold's (every setting of
-  ``docs/results/dress_vs_baseline.md``, 31 runs, 500 contexts); the collapsed runs of issue 43
-  were at 0.0 and 0.09.
+  ``docs/results/dress_vs_baseline.md``, 31 runs, 500 contexts); the collapsed high-learning-rate
+  runs were at 0.0 and 0.09.
 * **One cluster takes the generations**: ``val/top_cluster_share`` > max(``top_share_floor`` (0.8),
-  ``top_share_factor`` (2) × the gold training responses' top share). Issue 43's collapsed runs:
-  0.97 and 1.0; healthy fine-tuning runs: 0.09–0.23 (k = 20, 500 contexts), 0.28 (issue 43 with
-  unlikelihood negatives, k = 10), and up to 0.67 in ``tests/test_dress_guard.py``'s tiny setting
+  ``top_share_factor`` (2) × the gold training responses' top share). The collapsed runs:
+  0.97 and 1.0; healthy fine-tuning runs: 0.09–0.23 (k = 20, 500 contexts), 0.28 (the same high learning
+  rate with unlikelihood negatives, k = 10), and up to 0.67 in ``tests/test_dress_guard.py``'s tiny setting
   (k = 8, 48 contexts, 8 new tokens: short generic replies crowd one cluster without any collapse),
   which is why the floor sits at 0.8 and not at one half.
 * **The negatives' loss runs away from the gold loss**: ``train/negative_loss`` < −
   ``negative_loss_ratio`` (1) × ``train/loss`` (epoch means). Only −1 × NLL can do this
   (unlikelihood is ≥ 0): the negatives' term then outweighs the gold term of the update.
   Fine-tuning with normalised weights it stayed at 0.04–0.43 of the gold loss (all 15 epochs of
-  ``dress_nll``); from scratch, where −1 × NLL hurt every seed, 0.9–1.8; issue 43's collapse, −29.6.
+  ``dress_nll``); from scratch, where −1 × NLL hurt every seed, 0.9–1.8; the collapsed run, −29.6.
 
 Needs nothing but the standard library: the logged values are passed in as numbers.
 """
