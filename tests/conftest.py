@@ -17,6 +17,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# W&B writes its offline runs into ./wandb unless told otherwise: a run in the repository root would make
+# ruff take "wandb" for a first-party package (and leave files to commit by mistake).
+os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="lightning-div-test-wandb-"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # OpenMP threads otherwise spin while waiting, which on a busy 2-core machine makes faiss and torch 10x slower.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

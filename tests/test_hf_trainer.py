@@ -145,7 +145,6 @@ def trained(tmp_path_factory) -> Trained:
     TensorBoard, W&B (offline) and MLflow (file store): the equality, tracker, figure and resume tests
     each trained a run of their own with these settings (the resume test's uninterrupted one)."""
     import mlflow
-
     import wandb
 
     root = tmp_path_factory.mktemp("trained")

@@ -16,7 +16,7 @@ from lightning_div._internal.distributed import rank_and_world
 from lightning_div._internal.tracking import hugging_face_destination
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 
-__all__ = ["run_output_dir", "stateful", "tracker_reporter", "warn_fresh_start"]
+__all__ = ["attach", "run_output_dir", "stateful", "tracker_reporter", "warn_fresh_start"]
 
 
 def attach(callback: Any, trainer: Any) -> None:

@@ -4,10 +4,10 @@ Sem-Ent (:class:`~lightning_div.measure.semantic.SemanticMeasure`), RUQ
 (:class:`~lightning_div.measure.ruq.RUQMeasure`), NLI diversity
 (:class:`~lightning_div.measure.nli.NLIMeasure`), the GRPO/RLOO group metrics
 (:class:`~lightning_div.measure.group.GroupMeasure`) and DRESS's negative mining
-(:class:`~lightning_div.dress.mining.NegativeMiner`) follow it, so a front end is a loop of
+(:class:`~lightning_div.measure.dress.NegativeMiner`) follow it, so a front end is a loop of
 hooks -> measures -> reporter: it calls :meth:`Measure.prepare` once, :meth:`Measure.measure` at
-each measurement, keeps :meth:`Measure.state_dict` in its checkpoint and writes
-:meth:`Measure.settings` into the run's record. No method needs a trainer.
+each measurement and keeps :meth:`Measure.state_dict` in its checkpoint; :meth:`Measure.settings`
+says what the measurement was configured with, as plain JSON. No method needs a trainer.
 """
 
 from __future__ import annotations
