@@ -19,8 +19,8 @@ def interval(values: list[float]) -> dict[str, float | int | None]:
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
-def cell(x: dict[str, Any]) -> str:
+def cell(x: dict[str, Any], digits: int = 3) -> str:
     """An :func:`interval` as a table cell: the mean, and the interval in brackets when there is one."""
     if x["low"] is None:
-        return f"{x['mean']:.3f}"
-    return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
+        return f"{x['mean']:.{digits}f}"
+    return f"{x['mean']:.{digits}f} [{x['low']:.{digits}f}, {x['high']:.{digits}f}]"

@@ -473,6 +473,10 @@ def summarise(
             "reward_s": interval([r["reward_s"] for r in rows]),
             "monitor_s": interval([r["monitor_s"] for r in rows]),
             "step_s": interval([r["step_s"] for r in rows]),
+            # shares of the run's own GRPO step time (TRL's step_time, which holds the reward's calls): a ratio
+            # per run, so a run slowed by a loaded machine or paused counts as much as a quiet one
+            "reward_share": interval([100 * r["reward_s"] / r["step_s"] for r in rows]),
+            "monitor_share": interval([100 * r["monitor_s"] / r["step_s"] for r in rows]),
         }
     if "grpo" in by:
         for s in settings:
@@ -605,15 +609,15 @@ def run_sections(result: dict[str, Any]) -> list[str]:
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
     lines += ["", "![training curves](grpo_diversity/curves.png)", ""]
     lines += [
-        "## Cost (mean seconds per run)",
+        "## Cost (mean seconds per run; shares: % of the run's GRPO step time, per run, then averaged)",
         "",
-        "| setting | run | GRPO steps | reward | monitor |",
-        "|---|---|---|---|---|",
+        "| setting | run | GRPO steps | reward | monitor | reward % of steps | monitor % of steps |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s, row in summary["settings"].items():
         lines.append(
             f"| {s} | {row['wall_s']['mean']:.0f} | {row['step_s']['mean']:.0f} | {row['reward_s']['mean']:.1f} "
-            f"| {row['monitor_s']['mean']:.1f} |"
+            f"| {row['monitor_s']['mean']:.1f} | {_cell(row['reward_share'], 1)} | {_cell(row['monitor_share'], 1)} |"
         )
     return lines
 
