@@ -488,6 +488,15 @@ def summarise(
                     m: interval([by[s][k]["held_out"][m] - by["grpo"][k]["held_out"][m] for k in seeds])
                     for m in MEASURES
                 }
+    # the semantic reward's effect where the KL term keeps the text fluent: against its own baseline, grpo_kl
+    seeds = sorted(set(by.get("grpo_kl", {})) & set(by.get("grpo_semantic_kl", {})))
+    if seeds:
+        out["difference_kl"] = {
+            "grpo_semantic_kl": {
+                m: interval([by["grpo_semantic_kl"][k]["held_out"][m] - by["grpo_kl"][k]["held_out"][m] for k in seeds])
+                for m in MEASURES
+            }
+        }
     return out
 
 
@@ -592,14 +601,14 @@ def run_sections(result: dict[str, Any]) -> list[str]:
         lines.append(f"| {s} | {n} | " + " | ".join(_cell(row["held_out"][m]) for m in SHOWN) + " |")
     if summary["difference"]:
         lines += ["", "## Each setting minus grpo, held out, paired by seed (95 % t-interval)", ""]
-        lines += ["| setting | " + " | ".join(SHOWN) + " |", "|---" * (len(SHOWN) + 1) + "|"]
-        for s, diff in summary["difference"].items():
-            cells = []
-            for m in SHOWN:
-                d = diff[m]
-                mark = "" if d["low"] is None or d["low"] <= 0 <= d["high"] else " *"
-                cells.append(_cell(d) + mark)
-            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        lines += _difference_table(summary["difference"])
+        if summary.get("difference_kl"):
+            lines += [
+                "",
+                "## grpo_semantic_kl minus grpo_kl: the semantic reward under the KL term, paired by seed",
+                "",
+            ]
+            lines += _difference_table(summary["difference_kl"])
         lines += ["", "`*`: the interval excludes 0."]
     lines += ["", f"## Training rollouts: first {WINDOW} steps -> last {WINDOW} (mean over seeds)", ""]
     trained = ("judge_group_sem_ent", "group_sem_ent", "distinct_2", "task_reward", "nll", "length_words", "cut_share")
@@ -619,6 +628,19 @@ def run_sections(result: dict[str, Any]) -> list[str]:
             f"| {s} | {row['wall_s']['mean']:.0f} | {row['step_s']['mean']:.0f} | {row['reward_s']['mean']:.1f} "
             f"| {row['monitor_s']['mean']:.1f} | {_cell(row['reward_share'], 1)} | {_cell(row['monitor_share'], 1)} |"
         )
+    return lines
+
+
+def _difference_table(differences: dict[str, dict[str, Any]]) -> list[str]:
+    """Paired differences as table lines, ``*`` where the interval excludes 0."""
+    lines = ["| setting | " + " | ".join(SHOWN) + " |", "|---" * (len(SHOWN) + 1) + "|"]
+    for s, diff in differences.items():
+        cells = []
+        for m in SHOWN:
+            d = diff[m]
+            mark = "" if d["low"] is None or d["low"] <= 0 <= d["high"] else " *"
+            cells.append(_cell(d) + mark)
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -103,3 +103,38 @@ def test_grpo_diversity_quick(tmp_path):
     text = (alone.parent / "grpo_diversity.md").read_text()
     assert "No full run yet" in text and "## Pilot" in text and "## Held out" not in text
     assert json.loads((alone / "results.json").read_text())["config"] == script.FULL
+
+
+def test_the_semantic_reward_under_kl_is_paired_with_grpo_kl():
+    """grpo_semantic_kl is compared with its own baseline (grpo_kl), seed by seed, beside the differences with grpo."""
+    script = load_experiment("grpo_diversity")
+
+    def run(setting: str, seed: int, value: float) -> dict:
+        held = {m: value for m in script.MEASURES}
+        steps = [{"step": i + 1, **held} for i in range(2)]
+        return {
+            "setting": setting,
+            "seed": seed,
+            "held_out": held,
+            "steps": steps,
+            "wall_s": 10.0,
+            "reward_s": 1.0,
+            "monitor_s": 0.5,
+            "step_s": 8.0,
+        }
+
+    runs = [
+        run("grpo", 0, 0.1),
+        run("grpo_kl", 0, 1.0),
+        run("grpo_semantic_kl", 0, 1.5),
+        run("grpo", 1, 0.2),
+        run("grpo_kl", 1, 2.0),
+        run("grpo_semantic_kl", 1, 2.1),
+    ]
+    summary = script.summarise(runs, ["grpo", "grpo_kl", "grpo_semantic_kl"], {})
+    d = summary["difference_kl"]["grpo_semantic_kl"]["judge_group_sem_ent"]
+    assert d["n"] == 2 and d["mean"] == pytest.approx((0.5 + 0.1) / 2)
+    assert summary["difference"]["grpo_semantic_kl"]["nll"]["mean"] == pytest.approx((1.4 + 1.9) / 2)
+    assert summary["settings"]["grpo"]["reward_share"]["mean"] == pytest.approx(12.5)
+    page = "\n".join(script.run_sections({"summary": summary, "runs": runs, "seeds": [0, 1], "base": {}}))
+    assert "## grpo_semantic_kl minus grpo_kl" in page
