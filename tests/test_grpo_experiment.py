@@ -110,7 +110,7 @@ def test_the_semantic_reward_under_kl_is_paired_with_grpo_kl():
     script = load_experiment("grpo_diversity")
 
     def run(setting: str, seed: int, value: float) -> dict:
-        held = {m: value for m in script.MEASURES}
+        held = dict.fromkeys(script.MEASURES, value)
         steps = [{"step": i + 1, **held} for i in range(2)]
         return {
             "setting": setting,
