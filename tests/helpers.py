@@ -198,3 +198,15 @@ def kill_when_ready(child: str, ready: Path) -> int:
     finally:
         proc.kill()
     return proc.returncode
+
+
+# The tiny DialogueLM a LightningCLI config names in the tests (a 1-layer GPT-2 from scratch, local tokenizer).
+TINY_CLI_MODEL: dict[str, Any] = {
+    "class_path": "lightning_div.DialogueLM",
+    "init_args": {
+        "model_name_or_path": None,
+        "tokenizer": "local:chitchat",
+        "tokenizer_vocab_size": 300,
+        "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 64},
+    },
+}

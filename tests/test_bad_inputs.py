@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import causal_model, tokenizer
+from helpers import TINY_CLI_MODEL, causal_model, tokenizer
 from monitor_setup import common, fit, ruq_monitor
 
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
@@ -360,15 +360,7 @@ def evil_config(tmp: Path, where: str) -> None:
         data["init_args"][arg] = command
     else:
         callbacks = [{"class_path": f"lightning_div.callbacks.{owner}", "init_args": {arg: command}}]
-    model = {
-        "class_path": "lightning_div.DialogueLM",
-        "init_args": {
-            "model_name_or_path": None,
-            "tokenizer": "local:chitchat",
-            "tokenizer_vocab_size": 300,
-            "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 64},
-        },
-    }
+    model = TINY_CLI_MODEL
     config = tmp / "config.yaml"
     config.write_text(
         yaml.safe_dump({"model": model, "data": data, "trainer": {"callbacks": callbacks, "logger": False}})

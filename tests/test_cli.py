@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import CHILD_ENV
+from helpers import CHILD_ENV, TINY_CLI_MODEL
 from test_base_model import _base_copy, _truncate
 
 from lightning_div.cli.main import main
@@ -724,15 +724,7 @@ def test_quiet_hides_the_loading_weights_bar(tmp_path, capsys):
 # A config cannot run code through our arguments; score keys systems by a unique label; errors in one line
 
 
-MODEL = {
-    "class_path": "lightning_div.DialogueLM",
-    "init_args": {
-        "model_name_or_path": None,
-        "tokenizer": "local:chitchat",
-        "tokenizer_vocab_size": 300,
-        "from_scratch": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 64},
-    },
-}
+MODEL = TINY_CLI_MODEL
 
 
 def parse(tmp_path: Path, data: dict, callbacks: list) -> object:
