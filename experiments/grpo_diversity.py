@@ -2,6 +2,7 @@
 
     python experiments/grpo_diversity.py [--quick] [--settings S ...] [--seeds 0 1 2 3 4] [--out DIR]
     python experiments/grpo_diversity.py --merge PART/results.json ... [--pilot PILOT/results.json ...] --out DIR
+    python experiments/grpo_diversity.py --settings grpo_lexical --lexical-threshold matched --seeds 0 1 2 --out DIR
 
 GRPO (TRL's ``GRPOTrainer``) trains the shipped base model (``local:chitchat-gpt2``) on Chit-Chat
 prompts with a task reward a user could write and that has many equally good answers: *reply in
@@ -38,6 +39,13 @@ with other ``--learning-rate`` / ``--beta`` / ``--steps``) go in a table of thei
 Writes ``DIR/results.json``, ``DIR/curves.png`` and the page ``DIR.md`` (default
 ``docs/results/grpo_diversity``); the reading is written by hand on the page and kept by ``--merge``.
 ``--quick``: one seed, 2 steps, small batches, every setting (a smoke test; its numbers mean nothing).
+
+**The lexical threshold, matched.** ``--lexical-threshold matched`` replaces the fixed 0.5 (which
+made two completions almost never alike: ``grpo_lexical`` was then ``grpo``) by the threshold of
+:data:`LEXICAL_GRID` whose mean lexical rarity on the *untrained* base model's rollouts is nearest
+the semantic reward's on the same rollouts, so both products start from the same granularity. The
+rule reads no trained run. Such runs are named ``grpo_lexical_j<threshold>`` on the page, and their
+part carries the calibration table.
 """
 
 from __future__ import annotations
@@ -119,6 +127,10 @@ QUICK: dict[str, Any] = {
     "eval_prompts": 4,
 }
 EXAMPLE_PROMPTS = 3
+#: The word-bigram Jaccard thresholds ``--lexical-threshold matched`` chooses from.
+LEXICAL_GRID = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)  # 0.02: about one shared bigram in 24 tokens
+#: The calibration's rollouts: this many training prompts x G, sampled from the base model with this seed.
+CALIBRATION_PROMPTS, CALIBRATION_SEED = 32, 2000
 MACHINE = f"{platform.machine()}, {os.cpu_count()} CPUs (shared: timings are wall clock on a loaded machine)"
 WINDOW = 10  # steps averaged at each end of a training curve
 
@@ -308,6 +320,40 @@ def measure_base(ruler: Ruler, cfg: dict[str, Any], seed: int) -> dict[str, floa
     return ruler.measure([p for p in eval_prompts for _ in range(g)], texts, g, cut)
 
 
+def mean_rarity(labels: list[int], g: int) -> float:
+    """The mean of DARLING's per-completion rarity (no floor): 1 when no completion has a twin in its group."""
+    from lightning_div.metrics.group import group_diversity_scores
+
+    scores = group_diversity_scores(labels, g)
+    return sum(scores) / len(scores)
+
+
+def calibrate_lexical(ruler: Ruler, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The lexical threshold matched to the semantic reward's granularity on the untrained base model's rollouts.
+
+    G completions for each of the first :data:`CALIBRATION_PROMPTS` training prompts (seed
+    :data:`CALIBRATION_SEED`, the runs' sampling settings); the semantic reward's mean rarity on
+    them (its clusters) against the lexical one at each threshold of :data:`LEXICAL_GRID`; the
+    threshold nearest wins (the higher on a tie). Nothing trained is read, so the choice cannot
+    follow a result.
+    """
+    g = cfg["num_generations"]
+    window = int(ruler.base.config.n_positions) - cfg["max_completion_length"]
+    prompts, _ = prompt_sets(ruler.tokenizer, CALIBRATION_PROMPTS, 0, window)
+    texts, _ = sample(ruler.base, ruler.tokenizer, prompts, g, cfg, seed=CALIBRATION_SEED)
+    semantic = mean_rarity([int(i) for i in ruler.space.assign(texts)], g)
+    lexical = {t: mean_rarity(lexical_labels(texts, g, t), g) for t in LEXICAL_GRID}
+    chosen = min(LEXICAL_GRID, key=lambda t: (abs(lexical[t] - semantic), -t))
+    return {
+        "prompts": len(prompts),
+        "num_generations": g,
+        "seed": CALIBRATION_SEED,
+        "semantic_rarity": semantic,
+        "lexical_rarity": {f"{t:g}": r for t, r in lexical.items()},
+        "chosen": chosen,
+    }
+
+
 def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -> dict[str, Any]:
     """One GRPO run: per-step training measures, held-out measures after training, examples, cost."""
     import torch
@@ -343,13 +389,17 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
     def task_reward(*args: Any, **kwargs: Any) -> Any:
         return timed(task, *args, **kwargs)
 
+    lexical_rarity: list[float] = []  # per reward call: how much the lexical equivalence saw alike
+
     def lexical_reward(completions: list[Any], **kwargs: Any) -> list[float]:
         from lightning_div.integrations.trl import completion_texts
 
         def score() -> list[float]:
             texts = completion_texts(completions)
             labels = lexical_labels(texts, g, cfg["lexical_threshold"])
-            return darling_product(task(texts), group_diversity_scores(labels, g), g, cfg["diversity_floor"])
+            diversity = group_diversity_scores(labels, g)
+            lexical_rarity.append(sum(diversity) / len(diversity))
+            return darling_product(task(texts), diversity, g, cfg["diversity_floor"])
 
         return list(timed(score))
 
@@ -439,6 +489,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
         "monitor_s": sum(h["diversity/runtime"] for h in monitor.history),
         "judge_s": measure_s[0],
         "step_s": sum(r["step_time"] for r in steps),
+        **({"lexical_threshold": cfg["lexical_threshold"], "lexical_rarity": lexical_rarity} if lexical_rarity else {}),
     }
 
 
@@ -631,6 +682,35 @@ def run_sections(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def lexical_section(result: dict[str, Any]) -> list[str]:
+    """The matched lexical threshold's calibration, and how much each lexical run's equivalence saw alike."""
+    cal = result["lexical_calibration"]
+    lines = [
+        "",
+        "## The lexical threshold, matched to the semantic reward (added after the fixed runs)",
+        "",
+        f"Mean rarity (DARLING's per-completion diversity, no floor; 1 = no completion has a twin in its group) on "
+        f"the untrained base model's rollouts, {cal['prompts']} training prompts x G = {cal['num_generations']}, "
+        f"sampling seed {cal['seed']}: the semantic reward's clusters {cal['semantic_rarity']:.3f}; chosen: the "
+        f"nearest threshold, **{cal['chosen']:g}**.",
+        "",
+        "| word-bigram Jaccard threshold | " + " | ".join(cal["lexical_rarity"]) + " |",
+        "|---" * (len(cal["lexical_rarity"]) + 1) + "|",
+        "| lexical mean rarity | " + " | ".join(f"{r:.3f}" for r in cal["lexical_rarity"].values()) + " |",
+    ]
+    lexical = [r for r in result["runs"] if r.get("lexical_rarity")]
+    if lexical:
+        lines += [
+            "",
+            f"In training, the lexical reward's mean rarity, first {WINDOW} reward calls -> last {WINDOW}:",
+            "",
+        ]
+        for r in lexical:
+            first, last = ends([{"x": v} for v in r["lexical_rarity"]], "x")
+            lines.append(f"- {r['setting']} seed {r['seed']}: {first:.3f} -> {last:.3f}")
+    return lines
+
+
 def _difference_table(differences: dict[str, dict[str, Any]]) -> list[str]:
     """Paired differences as table lines, ``*`` where the interval excludes 0."""
     lines = ["| setting | " + " | ".join(SHOWN) + " |", "|---" * (len(SHOWN) + 1) + "|"]
@@ -656,7 +736,8 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         f"GRPO on `local:chitchat-gpt2`, {cfg['steps']} steps of {cfg['prompts']} prompts x G = {cfg['num_generations']}, "
         f"replies of at most {cfg['max_completion_length']} tokens, learning rate {cfg['learning_rate']}, "
         f"temperature {cfg['temperature']}, scale_rewards={cfg['scale_rewards']!r}, KL beta {cfg['beta']} (the _kl "
-        f"settings; 0 elsewhere), entropy_coef {cfg['entropy_coef']} (grpo_entropy), seeds {result['seeds']}; "
+        f"settings; 0 elsewhere), entropy_coef {cfg['entropy_coef']} (grpo_entropy), word-bigram Jaccard threshold "
+        f"{cfg['lexical_threshold']} (grpo_lexical), seeds {result['seeds']}; "
         f"task reward: {cfg.get('task', 'eight_words')}. Machine: {result['machine']}.",
         "",
     ]
@@ -666,6 +747,8 @@ def page(result: dict[str, Any], reading: str = "") -> str:
         lines += ["*No full run yet: the settings above are fixed before the runs; the runs are to come.*", ""]
     else:
         lines += run_sections(result)
+    if result.get("lexical_calibration"):
+        lines += lexical_section(result)
     if result.get("pilot"):
         lines += ["", "## Pilot (one seed per regime; the full settings were fixed after it)", ""]
         cols = ("judge_group_sem_ent", "group_sem_ent", "task_reward", "nll", "top_word_share", "cut_share")
@@ -728,11 +811,29 @@ def write(result: dict[str, Any], out: Path) -> None:
     atomic_write_text(md, page(result, kept_reading(md)))
 
 
+def setting_order(setting: str) -> tuple[int, str]:
+    """Settings in :data:`SETTINGS` order, a lexical run at another threshold after ``grpo_lexical``."""
+    return SETTINGS.index(setting.split("_j")[0]), setting
+
+
+def run_name(run: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """A run's name on the page: ``grpo_lexical`` at a threshold other than the fixed one is ``grpo_lexical_j<t>``."""
+    threshold = run.get("lexical_threshold", cfg["lexical_threshold"])
+    if run["setting"] != "grpo_lexical" or threshold == FULL["lexical_threshold"]:
+        return str(run["setting"])
+    return f"grpo_lexical_j{threshold:g}"
+
+
+def _fixed(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A config without the lexical threshold: parts that differ only in it merge (their runs named apart)."""
+    return {k: v for k, v in cfg.items() if k != "lexical_threshold"}
+
+
 def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict[str, Any]:
     """One results.json and page from parts run apart (each run once: a later part's run of a setting and seed wins).
 
     Raises:
-        ValueError: parts made with other settings (config) than the first.
+        ValueError: parts made with other settings (config) than the others, the lexical threshold aside.
     """
     loaded = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
     pilots = [json.loads(Path(p).read_text(encoding="utf-8")) for p in pilot or []]
@@ -741,16 +842,24 @@ def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict
             raise ValueError("--merge needs results.json parts, or --pilot parts")
         loaded = [{"experiment": "grpo_diversity", "quick": False, "config": dict(FULL), "seeds": [], "runs": []}]
         loaded[0]["machine"] = pilots[0].get("machine") or MACHINE
-    first = loaded[0]
+    # the fixed settings' part heads the page; a part run at a matched lexical threshold differs in that alone
+    first = next((p for p in loaded if p["config"]["lexical_threshold"] == FULL["lexical_threshold"]), loaded[0])
     for path, part in zip(parts, loaded):
-        if part["config"] != first["config"] or part["quick"] != first["quick"]:
-            raise ValueError(f"{path}: made with other settings than {parts[0]}: {part['config']} vs {first['config']}")
+        if _fixed(part["config"]) != _fixed(first["config"]) or part["quick"] != first["quick"]:
+            raise ValueError(f"{path}: made with other settings than the others: {part['config']} vs {first['config']}")
     by_run: dict[tuple[str, int], dict[str, Any]] = {}
+    calibration = None
     for part in loaded:
+        if calibration and part.get("lexical_calibration") not in (None, calibration):
+            raise ValueError(
+                f"parts disagree on the lexical calibration: {part['lexical_calibration']} vs {calibration}"
+            )
+        calibration = part.get("lexical_calibration") or calibration
         for r in part["runs"]:
+            r = {**r, "setting": run_name(r, part["config"])}
             by_run[(r["setting"], int(r["seed"]))] = r
-    runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], SETTINGS.index(k[0])))]
-    settings = sorted({r["setting"] for r in runs}, key=list(SETTINGS).index)
+    runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], setting_order(k[0])))]
+    settings = sorted({r["setting"] for r in runs}, key=setting_order)
     base: dict[str, dict[str, float]] = {}
     for part in loaded:
         base.update(part.get("base", {}))
@@ -762,10 +871,24 @@ def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict
         "runs": runs,
         "summary": summarise(runs, settings, base),
         "pilot": pilot_rows(pilots),
+        **({"lexical_calibration": calibration} if calibration else {}),
     }
     write(result, out)
     print(f"[grpo_diversity] merged {len(parts)} parts ({len(runs)} runs) into {out / 'results.json'}")
     return result
+
+
+def _threshold(text: str) -> float | str:
+    """``--lexical-threshold``: ``matched``, or a Jaccard threshold in (0, 1]."""
+    if text == "matched":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected 'matched' or a number in (0, 1], got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -783,6 +906,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="a pilot's GRPOConfig(mask_truncated_completions=...): completions cut at the length limit add no loss",
+    )
+    parser.add_argument(
+        "--lexical-threshold",
+        type=_threshold,
+        default=None,
+        help="grpo_lexical's word-bigram Jaccard threshold: a number in (0, 1], or 'matched' (see above)",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "grpo_diversity")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one run per core)")
@@ -836,6 +965,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base, tokenizer = load_base_model()
     base.eval()
     ruler = Ruler(space, judge, base, tokenizer, count_vocab(references), TASKS[cfg["task"]])
+    calibration = calibrate_lexical(ruler, cfg) if args.lexical_threshold == "matched" else None
+    if calibration:
+        cfg["lexical_threshold"] = calibration["chosen"]
+        print(f"[grpo_diversity] lexical threshold matched: {calibration}", flush=True)
+    elif args.lexical_threshold is not None:
+        cfg["lexical_threshold"] = args.lexical_threshold
     base_held = {str(seed): measure_base(ruler, cfg, seed) for seed in seeds}
     runs = []
     for seed in seeds:
@@ -855,6 +990,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "seeds": seeds,
                 "base": base_held,
                 "runs": runs,
+                **({"lexical_calibration": calibration} if calibration else {}),
             }
             from lightning_div._internal.io import atomic_write_text
 
@@ -869,6 +1005,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "runs": runs,
         "summary": summarise(runs, list(args.settings), base_held),
         "pilot": [],
+        **({"lexical_calibration": calibration} if calibration else {}),
     }
     write(result, args.out)
     print(f"[grpo_diversity] wrote {args.out / 'results.json'} and {args.out.with_suffix('.md')}")
