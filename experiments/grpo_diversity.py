@@ -328,6 +328,11 @@ def mean_rarity(labels: list[int], g: int) -> float:
     return sum(scores) / len(scores)
 
 
+def nearest_threshold(lexical: dict[float, float], semantic: float) -> float:
+    """The threshold whose lexical mean rarity is nearest ``semantic`` (the higher threshold on a tie)."""
+    return min(lexical, key=lambda t: (abs(lexical[t] - semantic), -t))
+
+
 def calibrate_lexical(ruler: Ruler, cfg: dict[str, Any]) -> dict[str, Any]:
     """The lexical threshold matched to the semantic reward's granularity on the untrained base model's rollouts.
 
@@ -343,7 +348,7 @@ def calibrate_lexical(ruler: Ruler, cfg: dict[str, Any]) -> dict[str, Any]:
     texts, _ = sample(ruler.base, ruler.tokenizer, prompts, g, cfg, seed=CALIBRATION_SEED)
     semantic = mean_rarity([int(i) for i in ruler.space.assign(texts)], g)
     lexical = {t: mean_rarity(lexical_labels(texts, g, t), g) for t in LEXICAL_GRID}
-    chosen = min(LEXICAL_GRID, key=lambda t: (abs(lexical[t] - semantic), -t))
+    chosen = nearest_threshold(lexical, semantic)
     return {
         "prompts": len(prompts),
         "num_generations": g,

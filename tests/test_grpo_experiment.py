@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -31,6 +32,14 @@ def test_darling_product_and_lexical_classes_by_hand():
     assert script.lexical_labels(["a b c", "a b c d", "x y", ""], 4, 0.5) == [0, 0, 1, 2]
     assert script.lexical_labels(["", "", "a", "a"], 2, 0.5) == [0, 0, 0, 0]
     assert script.top_word_share(["you you", "your you", "a b", "c d"], 2) == pytest.approx((3 / 4 + 1 / 4) / 2)
+    # the matched lexical threshold: nearest the semantic rarity, the higher threshold on a tie
+    assert script.nearest_threshold({0.05: 0.7, 0.1: 0.9, 0.5: 1.0}, 0.75) == 0.05
+    assert script.nearest_threshold({0.05: 0.7, 0.1: 0.9, 0.5: 1.0}, 0.8) == 0.1
+    assert script.mean_rarity([0, 0, 1, 2], 4) == pytest.approx((2 / 3 + 2 / 3 + 1 + 1) / 4)
+    assert script._threshold("matched") == "matched" and script._threshold("0.2") == 0.2
+    for bad in ("0", "1.5", "nan", "loose"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected 'matched' or a number"):
+            script._threshold(bad)
 
 
 @pytest.mark.slow
@@ -53,6 +62,12 @@ def test_grpo_diversity_quick(tmp_path):
             assert 0.0 < row["top_word_share"] <= 1.0 and row["nll"] > 0 and row["length_words"] > 0
         assert len(run["examples"]["greedy"]) == 3 and len(run["examples"]["sampled"]) == 9
         assert run["wall_s"] > run["reward_s"] > 0 and run["step_s"] > 0
+        # the lexical reward records how much it saw alike, a mean rarity per reward call (one per step here)
+        if run["setting"] == "grpo_lexical":
+            assert run["lexical_threshold"] == 0.5 and len(run["lexical_rarity"]) == res["config"]["steps"]
+            assert all(0.0 <= r <= 1.0 for r in run["lexical_rarity"])
+        else:
+            assert "lexical_rarity" not in run
     # TRL's knobs reached the runs: a KL term only in the _kl setting, an entropy bonus only in grpo_entropy
     assert all(s["kl"] > 0 for s in res["runs"][1]["steps"]) and all(s["kl"] == 0 for s in res["runs"][0]["steps"])
     # each setting is compared with grpo, paired by seed; with one seed there is no interval (None, not NaN)
@@ -138,3 +153,69 @@ def test_the_semantic_reward_under_kl_is_paired_with_grpo_kl():
     assert summary["settings"]["grpo"]["reward_share"]["mean"] == pytest.approx(12.5)
     page = "\n".join(script.run_sections({"summary": summary, "runs": runs, "seeds": [0, 1], "base": {}}))
     assert "## grpo_semantic_kl minus grpo_kl" in page
+
+
+def test_a_matched_lexical_threshold_merges_beside_the_fixed_runs(tmp_path):
+    """A grpo_lexical part at another threshold merges as grpo_lexical_j<t>, paired with grpo, calibration kept."""
+    script = load_experiment("grpo_diversity")
+
+    def run(setting: str, seed: int, value: float, **extra: object) -> dict:
+        held = dict.fromkeys(script.MEASURES, value)
+        steps = [{"step": i + 1, **held} for i in range(2)]
+        examples = {"prompts": ["hi"], "greedy": ["a b"], "sampled": ["a b"]}
+        timing = {"wall_s": 10.0, "reward_s": 1.0, "monitor_s": 0.5, "step_s": 8.0}
+        return {
+            "setting": setting,
+            "seed": seed,
+            "held_out": held,
+            "steps": steps,
+            "examples": examples,
+            **timing,
+            **extra,
+        }
+
+    def part(name: str, threshold: float, runs: list[dict], calibration: dict | None = None) -> str:
+        body = {
+            "experiment": "grpo_diversity",
+            "quick": False,
+            "config": {**script.FULL, "lexical_threshold": threshold},
+        }
+        body |= {"seeds": [0, 1], "machine": "test", "base": {}, "runs": runs}
+        if calibration:
+            body["lexical_calibration"] = calibration
+        path = tmp_path / name
+        path.write_text(json.dumps(body))
+        return str(path)
+
+    calibration = {
+        "prompts": 32,
+        "num_generations": 8,
+        "seed": 2000,
+        "semantic_rarity": 0.6,
+        "lexical_rarity": {"0.05": 0.9, "0.5": 1.0},
+        "chosen": 0.05,
+    }
+    fixed = part("fixed.json", 0.5, [run(s, k, 1.0 + k) for k in (0, 1) for s in ("grpo", "grpo_lexical")])
+    matched_runs = [
+        run("grpo_lexical", k, 2.0 + 2 * k, lexical_threshold=0.05, lexical_rarity=[1.0, 0.8]) for k in (0, 1)
+    ]
+    matched = part("matched.json", 0.05, matched_runs, calibration)
+    out = tmp_path / "merged" / "grpo_diversity"
+    result = script.merge([Path(matched), Path(fixed)], out)
+    # the fixed settings head the page (the part at the fixed threshold), and both lexical settings keep their runs
+    assert result["config"]["lexical_threshold"] == 0.5 and result["lexical_calibration"] == calibration
+    assert list(result["summary"]["settings"]) == ["grpo", "grpo_lexical", "grpo_lexical_j0.05"]
+    diff = result["summary"]["difference"]["grpo_lexical_j0.05"]["judge_group_sem_ent"]
+    assert diff["n"] == 2 and diff["mean"] == pytest.approx(((2.0 - 1.0) + (4.0 - 2.0)) / 2)
+    text = (out.parent / "grpo_diversity.md").read_text()
+    assert "chosen: the nearest threshold, **0.05**" in text and "- grpo_lexical_j0.05 seed 1: 1.000 -> 0.800" in text
+    # a part that differs in anything else, or a calibration that disagrees, is refused
+    other = part("other.json", 0.5, [run("grpo", 2, 1.0)])
+    body = json.loads(Path(other).read_text())
+    body["config"]["steps"] = 7
+    Path(other).write_text(json.dumps(body))
+    with pytest.raises(ValueError, match="made with other settings"):
+        script.merge([Path(fixed), Path(other)], out)
+    second = part("second.json", 0.05, matched_runs, {**calibration, "semantic_rarity": 0.7})
+    with pytest.raises(ValueError, match="disagree on the lexical calibration"):
+        script.merge([Path(matched), Path(second)], out)
