@@ -8,11 +8,12 @@ from collections import deque
 from types import SimpleNamespace
 
 import pytest
+from ddp_utils import run_distributed
 from test_grpo_reward import TOPICS, TopicEncoder
 from test_grpo_trainer import StubTrainer, _step
 
 from lightning_div.integrations.trl import GroupDiversityCallback
-from lightning_div.measure.group import GroupAlert, group_metrics
+from lightning_div.measure.group import GroupAlert, group_metrics, reference_nll
 from lightning_div.metrics.group import group_top_word_share, length_cut_share
 from lightning_div.semantic.space import SemanticSpace
 
@@ -187,3 +188,33 @@ def test_the_callback_names_a_breakdown_from_trls_clipped_ratio(tmp_path):
     assert logged["diversity/run/breakdown_alert"] == [0.0, 0.0, 1.0, 1.0]
     assert logged["diversity/run/collapse_alert"] == [0.0] * 4  # not called a collapse
     assert cb.alert.warned == {"breakdown"}
+
+
+def _reference_nll_on(rank: int, world_size: int) -> tuple[float, int]:
+    """The reference NLL of fixed pairs on this process, and how many pairs this process scored itself."""
+    from helpers import causal_model, chitchat_pairs, tokenizer
+
+    import lightning_div.model.scoring as scoring
+
+    scored = [0]
+    real = scoring.token_logprobs_batched
+
+    def counting(model, tok, contexts, responses, **kwargs):
+        scored[0] += len(responses)
+        return real(model, tok, contexts, responses, **kwargs)
+
+    scoring.token_logprobs_batched = counting
+    pairs = chitchat_pairs("train", 10)[:10]
+    prompts, replies = [p.context[-1] for p in pairs], [p.response for p in pairs]
+    return reference_nll(causal_model(), tokenizer(), prompts, replies, batch_size=3), scored[0]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
+def test_the_reference_nll_is_split_across_processes_and_equals_one_process():
+    """Every process measures the whole batch: each scores its share of the batches, and all get one process's value."""
+    single, scored = _reference_nll_on(0, 1)
+    assert scored == 10 and single > 0
+    per_rank = run_distributed(_reference_nll_on, 2, timeout_s=120)
+    assert [value for value, _ in per_rank] == [single, single]
+    assert [n for _, n in per_rank] == [6, 4]  # batches of 3, 3, 3, 1: rank 0 the first and third, rank 1 the others

@@ -122,6 +122,11 @@ def reference_nll(
     Each completion's mean over its tokens, then the mean over completions. Under the untouched
     base model it is a fluency signal: text that falls apart gets improbable.
 
+    Under torch.distributed every process must call it with the same pairs (a front end measures
+    the whole gathered batch on each): the batches are split across the processes and the
+    per-completion values gathered, so each process runs 1/W of the forward passes and all get
+    the single-process value (the same batches, so the same numbers).
+
     Args:
         model: a Hugging Face causal or seq2seq LM (e.g. the policy before training).
         tokenizer: its tokenizer.
@@ -135,16 +140,25 @@ def reference_nll(
     Raises:
         ValueError: prompts and completions differ in number.
     """
+    from lightning_div._internal.distributed import distributed_map
     from lightning_div.model.scoring import token_logprobs_batched
 
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
     if not completions:
         return 0.0
-    logprobs = token_logprobs_batched(
-        model, tokenizer, list(prompts), list(completions), batch_size=batch_size, show_progress=False
-    )
-    return float(np.mean([-float(lp.float().mean()) for lp in logprobs]))
+
+    def score(pairs: list[tuple[str, str]]) -> list[float]:
+        contexts, replies = [p for p, _ in pairs], [c for _, c in pairs]
+        logprobs = token_logprobs_batched(
+            model, tokenizer, contexts, replies, batch_size=len(pairs), show_progress=False
+        )
+        return [-float(lp.float().mean()) for lp in logprobs]
+
+    pairs = list(zip(prompts, completions))
+    lengths = [len(p) + len(c) for p, c in pairs]  # characters: similar lengths share a batch, little padding
+    nll = distributed_map(score, pairs, batch_size, sort_key=lengths, show_progress=False, desc="reference NLL")
+    return float(np.mean(nll))
 
 
 class GroupMeasure:
