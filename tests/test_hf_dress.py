@@ -96,6 +96,10 @@ def test_the_loss_is_dialoguelms_on_the_same_batch(tmp_path, smoothing):
     lm.model.eval()  # evaluation: the plain NLL, unweighted, as DialogueLM's validation_step
     batch = batches[0]
     assert torch.allclose(trainer.compute_loss(lm.model, dict(batch)), lm.loss(batch, weighted=False).loss)
+    # the same before set_dress (an evaluate() first): it was the Trainer's own loss, with the DRESS fields
+    # passed into the model's forward, another number than the NLL the Lightning path validates with
+    fresh = DressTrainer(model=lm.model, args=args, train_dataset=dataset, data_collator=collator)
+    assert torch.allclose(fresh.compute_loss(lm.model, dict(batch)), lm.loss(batch, weighted=False).loss)
 
 
 def test_gold_dress_state_holds_dressreweightings_weights(tmp_path):

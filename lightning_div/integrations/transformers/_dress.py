@@ -242,8 +242,13 @@ class DressTrainerMixin:
         return_outputs: bool = False,
         num_items_in_batch: Any = None,
     ) -> Any:
-        """:func:`~lightning_div.dress.losses.dress_loss` of the batch (its DRESS fields are not given to the model)."""
-        if self.dress_state is None:
+        """:func:`~lightning_div.dress.losses.dress_loss` of the batch (its DRESS fields are not given to the model).
+
+        In evaluation the loss is the plain NLL, with or without a state: a :meth:`evaluate` before
+        :meth:`set_dress` on batches of :func:`dress_dataset` drops their DRESS fields instead of
+        passing them to the model's forward.
+        """
+        if self.dress_state is None and not any(k in inputs for k in DRESS_FIELDS):
             return super().compute_loss(  # type: ignore[misc]
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
@@ -256,7 +261,8 @@ class DressTrainerMixin:
             model_inputs.pop("labels")
         outputs = model(**model_inputs)
         smoothing = float(trainer.args.label_smoothing_factor) if model.training else 0.0
-        weighted = fields if model.training else {}  # evaluation measures the plain NLL, as DialogueLM does
+        # evaluation measures the plain NLL, as DialogueLM does (training without a state: train() refused it)
+        weighted = fields if model.training and self.dress_state is not None else {}
         loss = dress_loss(outputs.logits, labels, weighted, causal=not seq2seq, label_smoothing=smoothing).loss
         return (loss, outputs) if return_outputs else loss
 
