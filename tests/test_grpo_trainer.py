@@ -79,6 +79,9 @@ def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
     assert cb.vocab_size == 4 + 12  # counted once from the references: 4 topic words and the numbers 0..11
     # the sample table: the group with the fewest clusters, the collapsed third one
     rows = (tmp_path / "lightning_div" / "diversity_group_sample_step1.csv").read_text().splitlines()
+    record = json.loads((tmp_path / "lightning_div" / "settings" / "GroupDiversityCallback.json").read_text())
+    assert record["measures"] == [{"measure": "GroupMeasure", "settings": cb.group.settings()}]
+    assert record["measures"][0]["settings"]["space"]["num_clusters"] == 4  # what the numbers were measured with
     assert rows[0] == "step,group,prompt,completion,cluster"
     assert [r.split(",")[3] for r in rows[1:]] == BATCH[8:]
     assert [r.split(",")[2] for r in rows[1:]] == ["turn 2"] * 4  # the prompt without its special tokens

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -479,6 +480,11 @@ def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(trained, 
     out = tmp_path / "out" / "lightning_div"
     for name in ("eval_cluster_histogram_step2.png", "eval_cluster_shares_step4.png", "eval_cluster_cards.csv"):
         assert (out / name).stat().st_size > 0, name
+    # the run's record of what the numbers were measured with: the callback's measures and their settings
+    record = json.loads((out / "settings" / "DiversityTrainerCallback.json").read_text())
+    measures = [cb.evaluation.semantic, cb.evaluation.ruq]
+    assert record["measures"] == [{"measure": type(m).__name__, "settings": m.settings()} for m in measures]
+    assert [m["measure"] for m in record["measures"]] == ["SemanticMeasure", "RUQMeasure"]
     import csv
 
     with open(out / "eval_samples_step4.csv", newline="") as f:

@@ -7,10 +7,12 @@ import json
 import numpy as np
 import pytest
 
+from lightning_div._internal.tracking import Destination
 from lightning_div.measure.base import Measure
 from lightning_div.measure.dress import NegativeMiner
 from lightning_div.measure.group import GroupMeasure
 from lightning_div.measure.nli import NLIMeasure
+from lightning_div.measure.reporting import RecordingReporter, RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQMeasure
 from lightning_div.measure.semantic import SemanticMeasure
 from lightning_div.semantic.space import SemanticSpace
@@ -50,6 +52,40 @@ def test_the_settings_say_what_was_measured_with():
         "shared_contexts": True,
         "batch_size": 32,
     }
+
+
+def test_the_run_records_the_settings_once_and_again_when_they_change(tmp_path):
+    """Reporter.record_settings: rank zero writes <out>/settings/<who>.json at the first call, then only on a change."""
+    reporter = RecordingReporter(tmp_path)
+    ruq, semantic = MEASURES["ruq"](), MEASURES["semantic"]()
+    path = reporter.record_settings("SemanticDiversityMonitor-a", [semantic, ruq])
+    assert path == tmp_path / "settings" / "SemanticDiversityMonitor-a.json"
+    record = json.loads(path.read_text())
+    assert record["who"] == "SemanticDiversityMonitor-a" and record["lightning_div"]
+    assert record["measures"] == [
+        {"measure": "SemanticMeasure", "settings": semantic.settings()},
+        {"measure": "RUQMeasure", "settings": ruq.settings()},
+    ]
+    assert reporter.record_settings("SemanticDiversityMonitor-a", [semantic, ruq]) is None  # unchanged: not rewritten
+    semantic.batch_size = 8  # a changed configuration is recorded again
+    assert reporter.record_settings("SemanticDiversityMonitor-a", [semantic, ruq]) == path
+    assert json.loads(path.read_text())["measures"][0]["settings"]["batch_size"] == 8
+    assert [p.name for p in (tmp_path / "settings").iterdir()] == [path.name]  # no temporary file left
+
+    class Odd:  # a value JSON cannot hold is its repr, not a failed run
+        def settings(self):
+            return {"device": object.__new__(Odd)}
+
+        def __repr__(self):
+            return "Odd()"
+
+    assert json.loads(reporter.record_settings("odd", [Odd()]).read_text())["measures"][0]["settings"] == {
+        "device": "Odd()"
+    }
+    assert reporter.record_settings("nothing", []) is None and not (tmp_path / "settings" / "nothing.json").exists()
+    # another process: writes nothing
+    other = TrackerReporter(Destination([], 0, "step_0"), tmp_path / "rank1", print, RunMemory(), is_rank_zero=False)
+    assert other.record_settings("x", [ruq]) is None and not (tmp_path / "rank1").exists()
 
 
 class EchoSets:

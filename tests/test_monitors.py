@@ -2,8 +2,10 @@
 
 import copy
 import csv
+import json
 import math
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -132,6 +134,16 @@ def test_monitors_log_to_every_tracker(tracked, monkeypatch):
         assert (out / name).stat().st_size > 0, name
     table = _csv_rows(out / "val_samples_epoch1.csv")
     assert len(table) == 4 and all(0 <= int(r["cluster"]) < k for r in table)
+    # the run's record of what the numbers were measured with: each monitor's measure and its settings
+    sem = next(c for c in tr.callbacks if isinstance(c, SemanticDiversityMonitor))
+    record = json.loads((out / "settings" / "SemanticDiversityMonitor.json").read_text())
+    assert record["lightning_div"] == version("lightning-div") and record["who"] == "SemanticDiversityMonitor"
+    assert record["measures"] == [{"measure": "SemanticMeasure", "settings": sem.measure.settings()}]
+    assert record["measures"][0]["settings"]["space"]["num_clusters"] == k
+    ruq = next(c for c in tr.callbacks if isinstance(c, RUQMonitor))
+    record = json.loads((out / "settings" / "RUQMonitor.json").read_text())
+    assert record["measures"] == [{"measure": "RUQMeasure", "settings": ruq.ruq.settings()}]
+    assert record["measures"][0]["settings"]["idk_responses"][0] == "I don't know."
 
 
 @pytest.mark.slow

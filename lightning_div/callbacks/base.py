@@ -305,6 +305,11 @@ class DiversityCallback(pl.Callback):
         (:func:`~lightning_div.model.generation.generate_responses`)."""
         return generate_responses(adapter, contexts, generation_kwargs, self.batch_size, self.show_progress, desc)
 
+    def measures(self) -> list[Any]:
+        """The :class:`~lightning_div.measure.base.Measure` objects this callback measures with (their
+        ``settings()`` go into the run's ``settings/`` record); none by default."""
+        return []
+
     def reporter(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> TrackerReporter:
         """This callback's :class:`~lightning_div.measure.reporting.Reporter`: the trainer's loggers at
         Lightning's step, files in :meth:`output_dir`, scalars through ``pl_module.log``, this run's memory."""
@@ -387,6 +392,9 @@ class DiversityCallback(pl.Callback):
         m.values[timing_key or f"timing/{self.kind}_s"] = m.seconds
         with self.memory.scope():
             logged = log_scalars(pl_module, {self.log_key(k): v for k, v in m.values.items()}, type(self).__name__)
+            if m.error is None:  # the run's record of what these numbers were measured with
+                who = type(self).__name__ + (f"-{self.name}" if self.name else "")
+                self.reporter(trainer, pl_module).record_settings(who, self.measures())
         self.history.append({"epoch": float(trainer.current_epoch), **logged})
         if progress is not None:
             progress.measurement_done(label, what, trainer.current_epoch, m.seconds, logged)

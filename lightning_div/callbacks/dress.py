@@ -565,6 +565,9 @@ class DRESSReweighting(DiversityCallback):
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), **self.space.identity()}
 
+    def measures(self) -> list[Any]:
+        return [self.miner]
+
     def settings(self) -> dict[str, Any]:
         """What the checkpointed weights and negatives depend on: a change makes them stale on resume."""
         return {

@@ -118,6 +118,9 @@ class NLIDiversityMonitor(ValidationMonitor):
                 with optional_part(self, trainer, "Diversity Threshold Generation"):  # NLI values are kept
                     m.update({val_key(k): v for k, v in self.nli.measure_threshold(adapter, contexts).items()})
 
+    def measures(self) -> list[Any]:
+        return [self.nli]
+
     def state_key_args(self) -> dict[str, Any]:
         from lightning_div.semantic.space import describe
 

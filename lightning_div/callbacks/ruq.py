@@ -168,6 +168,9 @@ class RUQMonitor(ValidationMonitor):
                 with optional_part(self, trainer, "the RUQ plot"):  # val/ruq and the alert are kept
                     self._plot(trainer, pl_module, adapter, pairs)
 
+    def measures(self) -> list[Any]:
+        return [self.ruq]
+
     def settings(self) -> dict[str, Any]:
         """What the checkpointed samples and last value depend on: a change makes them stale on resume."""
         return {

@@ -244,6 +244,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     # -- checkpointing --------------------------------------------------------------------------
 
+    def measures(self) -> list[Any]:
+        return [self.measure]
+
     def settings(self) -> dict[str, Any]:
         """What the checkpointed state depends on (clusters, sample): a change makes it stale on resume."""
         return {**self.space.settings(), "num_contexts": self.num_contexts, "seed": self.seed}

@@ -11,6 +11,7 @@ user's trainer and nothing is kept in a module global.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -83,10 +84,13 @@ class RunMemory:
     Attributes:
         warned: the keys :meth:`Reporter.warn_once` has warned about.
         shown: once-only key -> the token it was first shown with.
+        recorded: who -> the settings record last written for it.
     """
 
     warned: set[str] = field(default_factory=set)
     shown: dict[str, str] = field(default_factory=dict)
+    #: who -> the settings record last written for it (:meth:`TrackerReporter.record_settings`)
+    recorded: dict[str, str] = field(default_factory=dict)
 
     @contextmanager
     def scope(self) -> Iterator[None]:
@@ -169,6 +173,43 @@ class TrackerReporter:
 
     def warn_once(self, key: str, message: str) -> None:
         self.memory.warn_once(key, message)
+
+    def record_settings(self, who: str, measures: Sequence[Any]) -> Path | None:
+        """Write what ``who`` measured with, each measure's ``settings()``, to ``<out_dir>/settings/<who>.json``.
+
+        The run's record of the configuration behind its numbers (the encoder, the clusters, the
+        sample, the lexical options ...): written by the first process, atomically, at the first
+        measurement and again only when the settings change. A value JSON cannot hold is written as its ``repr``.
+
+        Args:
+            who: the front end's label, the file's name (its class, and its ``name`` when it has one).
+            measures: the :class:`~lightning_div.measure.base.Measure` objects it measured with.
+
+        Returns:
+            The file's path when this call wrote it, else None.
+        """
+        if not self.is_rank_zero or not measures:
+            return None
+        from importlib.metadata import PackageNotFoundError, version
+
+        from lightning_div._internal.io import atomic_write_text
+
+        try:
+            installed = version("lightning-div")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            installed = "unknown"
+        record = {
+            "lightning_div": installed,
+            "who": who,
+            "measures": [{"measure": type(m).__name__, "settings": m.settings()} for m in measures],
+        }
+        text = json.dumps(record, indent=1, sort_keys=True, default=repr, allow_nan=False) + "\n"
+        if self.memory.recorded.get(who) == text:
+            return None
+        (self.out_dir / "settings").mkdir(parents=True, exist_ok=True)
+        path = atomic_write_text(self.out_dir / "settings" / f"{who}.json", text)
+        self.memory.recorded[who] = text
+        return path
 
 
 class RecordingReporter(TrackerReporter):

@@ -343,6 +343,9 @@ class DiversityTrainerCallback(TrainerCallback):
         m.values[eval_key("diversity_runtime")] = m.seconds
         reporter = self.reporter(run_output_dir(args))
         logged = reporter.scalars({self.log_key(k): float(v) for k, v in m.values.items()})
+        if m.error is None:  # the run's record of what these numbers were measured with
+            measures = [x for x in (self.evaluation.semantic, self.evaluation.ruq) if x is not None]
+            reporter.record_settings(type(self).__name__ + (f"-{self.name}" if self.name else ""), measures)
         self.history.append({"step": float(state.global_step), **logged})
         stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
         return logged

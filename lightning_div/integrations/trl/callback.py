@@ -465,6 +465,8 @@ class GroupDiversityCallback(TrainerCallback):
                     reporter.table(self.key("group_sample"), ["step", "group", "prompt", "completion", "cluster"], rows)
         if m.error is not None:
             return
+        # the run's record of what these numbers were measured with
+        reporter.record_settings(type(self).__name__ + (f"-{self.name}" if self.name else ""), [self.group])
         m.values[self.key("runtime")] = m.seconds
         self.history.append({"step": float(state.global_step), **reporter.scalars(m.values)})
         stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
