@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 from pathlib import Path
@@ -14,7 +16,7 @@ from pytorch_lightning.loggers import CSVLogger
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.cli.main import main
-from lightning_div.report import build_report, find_run
+from lightning_div.report import build_report, find_run, run_inputs
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
@@ -467,3 +469,20 @@ def test_an_empty_or_unreadable_event_file_is_named_in_the_notes(tmp_path):
         assert "the TensorBoard event file events.out.tfevents.2.locked.1.0 could not be read" in page
     else:
         assert "the TensorBoard event file events.out.tfevents.2.locked.1.0 holds no event" in page
+
+
+def test_the_page_says_what_each_callback_measured_with(tmp_path):
+    """The callbacks' settings records (lightning_div/settings/*.json) are shown as JSON; a torn one is a note."""
+    version = hand_made_run(tmp_path / "run")
+    folder = version / "lightning_div" / "settings"
+    folder.mkdir()
+    record = {"lightning_div": "0.2.0", "who": "SemanticDiversityMonitor", "measures": [{"measure": "SemanticMeasure"}]}
+    (folder / "SemanticDiversityMonitor.json").write_text(json.dumps(record))
+    (folder / "RUQMonitor.json").write_text('{"who": "RUQ')  # a record cut short
+    page = build_report(tmp_path / "run")
+    config = page.split('<section id="config">')[1].split("</section>")[0]
+    assert "<h3>measured with: SemanticDiversityMonitor</h3>" in config
+    assert html.escape(json.dumps(record, indent=1, sort_keys=True)) in config
+    assert "measured with: RUQMonitor" not in config
+    assert "settings/RUQMonitor.json could not be read (JSONDecodeError" in page
+    assert folder / "RUQMonitor.json" in run_inputs(find_run(tmp_path / "run"))  # --out may not overwrite it
