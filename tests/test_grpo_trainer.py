@@ -81,6 +81,7 @@ def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
     rows = (tmp_path / "lightning_div" / "diversity_group_sample_step1.csv").read_text().splitlines()
     record = json.loads((tmp_path / "lightning_div" / "settings" / "GroupDiversityCallback.json").read_text())
     assert record["measures"] == [{"measure": "GroupMeasure", "settings": cb.group.settings()}]
+    assert "callback" not in record  # the rollouts are the trainer's: nothing of its own around the measure
     assert record["measures"][0]["settings"]["space"]["num_clusters"] == 4  # what the numbers were measured with
     assert rows[0] == "step,group,prompt,completion,cluster"
     assert [r.split(",")[3] for r in rows[1:]] == BATCH[8:]

@@ -485,6 +485,7 @@ def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(trained, 
     measures = [cb.evaluation.semantic, cb.evaluation.ruq]
     assert record["measures"] == [{"measure": type(m).__name__, "settings": m.settings()} for m in measures]
     assert [m["measure"] for m in record["measures"]] == ["SemanticMeasure", "RUQMeasure"]
+    assert record["callback"] == json.loads(json.dumps(cb.settings()))  # the samples around them
     import csv
 
     with open(out / "eval_samples_step4.csv", newline="") as f:

@@ -70,6 +70,10 @@ def test_the_run_records_the_settings_once_and_again_when_they_change(tmp_path):
     semantic.batch_size = 8  # a changed configuration is recorded again
     assert reporter.record_settings("SemanticDiversityMonitor-a", [semantic, ruq]) == path
     assert json.loads(path.read_text())["measures"][0]["settings"]["batch_size"] == 8
+    assert "callback" not in json.loads(path.read_text())
+    # the front end's own settings around its measures (its sample), as "callback"
+    assert reporter.record_settings("SemanticDiversityMonitor-a", [semantic, ruq], {"num_contexts": 24}) == path
+    assert json.loads(path.read_text())["callback"] == {"num_contexts": 24}
     assert [p.name for p in (tmp_path / "settings").iterdir()] == [path.name]  # no temporary file left
 
     class Odd:  # a value JSON cannot hold is its repr, not a failed run

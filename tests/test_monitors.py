@@ -140,6 +140,7 @@ def test_monitors_log_to_every_tracker(tracked, monkeypatch):
     assert record["lightning_div"] == version("lightning-div") and record["who"] == "SemanticDiversityMonitor"
     assert record["measures"] == [{"measure": "SemanticMeasure", "settings": sem.measure.settings()}]
     assert record["measures"][0]["settings"]["space"]["num_clusters"] == k
+    assert record["callback"] == sem.settings() and record["callback"]["num_contexts"] == 24  # its sample
     ruq = next(c for c in tr.callbacks if isinstance(c, RUQMonitor))
     record = json.loads((out / "settings" / "RUQMonitor.json").read_text())
     assert record["measures"] == [{"measure": "RUQMeasure", "settings": ruq.ruq.settings()}]

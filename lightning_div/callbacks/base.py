@@ -394,7 +394,8 @@ class DiversityCallback(pl.Callback):
             logged = log_scalars(pl_module, {self.log_key(k): v for k, v in m.values.items()}, type(self).__name__)
             if m.error is None:  # the run's record of what these numbers were measured with
                 who = type(self).__name__ + (f"-{self.name}" if self.name else "")
-                self.reporter(trainer, pl_module).record_settings(who, self.measures())
+                own = getattr(self, "settings", None)  # the sample and the schedule around the measures
+                self.reporter(trainer, pl_module).record_settings(who, self.measures(), own() if own else None)
         self.history.append({"epoch": float(trainer.current_epoch), **logged})
         if progress is not None:
             progress.measurement_done(label, what, trainer.current_epoch, m.seconds, logged)

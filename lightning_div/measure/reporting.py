@@ -174,7 +174,9 @@ class TrackerReporter:
     def warn_once(self, key: str, message: str) -> None:
         self.memory.warn_once(key, message)
 
-    def record_settings(self, who: str, measures: Sequence[Any]) -> Path | None:
+    def record_settings(
+        self, who: str, measures: Sequence[Any], callback: Mapping[str, Any] | None = None
+    ) -> Path | None:
         """Write what ``who`` measured with, each measure's ``settings()``, to ``<out_dir>/settings/<who>.json``.
 
         The run's record of the configuration behind its numbers (the encoder, the clusters, the
@@ -184,6 +186,8 @@ class TrackerReporter:
         Args:
             who: the front end's label, the file's name (its class, and its ``name`` when it has one).
             measures: the :class:`~lightning_div.measure.base.Measure` objects it measured with.
+            callback: the front end's own settings around them (its sample size and seed, DRESS's
+                lambda ...), recorded as ``"callback"``; None: none.
 
         Returns:
             The file's path when this call wrote it, else None.
@@ -202,6 +206,7 @@ class TrackerReporter:
             "lightning_div": installed,
             "who": who,
             "measures": [{"measure": type(m).__name__, "settings": m.settings()} for m in measures],
+            **({"callback": dict(callback)} if callback is not None else {}),
         }
         text = json.dumps(record, indent=1, sort_keys=True, default=repr, allow_nan=False) + "\n"
         if self.memory.recorded.get(who) == text:

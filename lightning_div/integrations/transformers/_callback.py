@@ -345,7 +345,8 @@ class DiversityTrainerCallback(TrainerCallback):
         logged = reporter.scalars({self.log_key(k): float(v) for k, v in m.values.items()})
         if m.error is None:  # the run's record of what these numbers were measured with
             measures = [x for x in (self.evaluation.semantic, self.evaluation.ruq) if x is not None]
-            reporter.record_settings(type(self).__name__ + (f"-{self.name}" if self.name else ""), measures)
+            who = type(self).__name__ + (f"-{self.name}" if self.name else "")
+            reporter.record_settings(who, measures, self.settings())
         self.history.append({"step": float(state.global_step), **logged})
         stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
         return logged
