@@ -87,6 +87,11 @@ def test_the_run_records_the_settings_once_and_again_when_they_change(tmp_path):
         "device": "Odd()"
     }
     assert reporter.record_settings("nothing", []) is None and not (tmp_path / "settings" / "nothing.json").exists()
+    # a folder that cannot be written (a file where it should be): one warning, and training goes on
+    (tmp_path / "blocked").write_text("a file, not a folder")
+    blocked = RecordingReporter(tmp_path / "blocked")
+    with pytest.warns(RuntimeWarning, match=r"the settings record .*blocked/settings/x\.json was not written"):
+        assert blocked.record_settings("x", [ruq]) is None
     # another process: writes nothing
     other = TrackerReporter(Destination([], 0, "step_0"), tmp_path / "rank1", print, RunMemory(), is_rank_zero=False)
     assert other.record_settings("x", [ruq]) is None and not (tmp_path / "rank1").exists()

@@ -181,7 +181,8 @@ class TrackerReporter:
 
         The run's record of the configuration behind its numbers (the encoder, the clusters, the
         sample, the lexical options ...): written by the first process, atomically, at the first
-        measurement and again only when the settings change. A value JSON cannot hold is written as its ``repr``.
+        measurement and again only when the settings change. A value JSON cannot hold is written as its
+        ``repr``; a file that cannot be written is warned about once and the run goes on.
 
         Args:
             who: the front end's label, the file's name (its class, and its ``name`` when it has one).
@@ -211,8 +212,15 @@ class TrackerReporter:
         text = json.dumps(record, indent=1, sort_keys=True, default=repr, allow_nan=False) + "\n"
         if self.memory.recorded.get(who) == text:
             return None
-        (self.out_dir / "settings").mkdir(parents=True, exist_ok=True)
-        path = atomic_write_text(self.out_dir / "settings" / f"{who}.json", text)
+        path = self.out_dir / "settings" / f"{who}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+        except OSError as err:  # a record that cannot be written must not end the training run
+            self.memory.warn_once(
+                f"settings:{who}", f"lightning-div: the settings record {path} was not written: {err}"
+            )
+            return None
         self.memory.recorded[who] = text
         return path
 
