@@ -190,8 +190,9 @@ def test_the_callback_names_a_breakdown_from_trls_clipped_ratio(tmp_path):
     assert cb.alert.warned == {"breakdown"}
 
 
-def _reference_nll_on(rank: int, world_size: int) -> tuple[float, int]:
-    """The reference NLL of fixed pairs on this process, and how many pairs this process scored itself."""
+def _reference_nll_on(rank: int, world_size: int) -> tuple[float, int, float, int]:
+    """The reference NLL of fixed pairs on this process and how many pairs it scored itself: with a plain
+    model, then with the same model marked as DeepSpeed ZeRO-3 marks its partitioned parameters."""
     from helpers import causal_model, chitchat_pairs, tokenizer
 
     import lightning_div.model.scoring as scoring
@@ -203,18 +204,27 @@ def _reference_nll_on(rank: int, world_size: int) -> tuple[float, int]:
         scored[0] += len(responses)
         return real(model, tok, contexts, responses, **kwargs)
 
-    scoring.token_logprobs_batched = counting
     pairs = chitchat_pairs("train", 10)[:10]
     prompts, replies = [p.context[-1] for p in pairs], [p.response for p in pairs]
-    return reference_nll(causal_model(), tokenizer(), prompts, replies, batch_size=3), scored[0]
+    model = causal_model()
+    scoring.token_logprobs_batched = counting
+    try:
+        plain = reference_nll(model, tokenizer(), prompts, replies, batch_size=3), scored[0]
+        next(model.parameters()).ds_id = 0  # a forward is now a collective: every process scores every batch
+        scored[0] = 0
+        sharded = reference_nll(model, tokenizer(), prompts, replies, batch_size=3), scored[0]
+    finally:
+        scoring.token_logprobs_batched = real  # the single-process call runs in the test's own process
+    return (*plain, *sharded)
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("two_processes")
 def test_the_reference_nll_is_split_across_processes_and_equals_one_process():
     """Every process measures the whole batch: each scores its share of the batches, and all get one process's value."""
-    single, scored = _reference_nll_on(0, 1)
-    assert scored == 10 and single > 0
+    single, scored, single_sharded, _ = _reference_nll_on(0, 1)
+    assert scored == 10 and single > 0 and single_sharded == single
     per_rank = run_distributed(_reference_nll_on, 2, timeout_s=120)
-    assert [value for value, _ in per_rank] == [single, single]
-    assert [n for _, n in per_rank] == [6, 4]  # batches of 3, 3, 3, 1: rank 0 the first and third, rank 1 the others
+    assert [r[0] for r in per_rank] == [single, single] and [r[2] for r in per_rank] == [single, single]
+    assert [r[1] for r in per_rank] == [6, 4]  # batches of 3, 3, 3, 1: rank 0 the first and third, rank 1 the others
+    assert [r[3] for r in per_rank] == [10, 10]  # a sharded reference model: the same forwards on every process

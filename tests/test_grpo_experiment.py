@@ -34,7 +34,8 @@ def test_darling_product_and_lexical_classes_by_hand():
     assert script.top_word_share(["you you", "your you", "a b", "c d"], 2) == pytest.approx((3 / 4 + 1 / 4) / 2)
     # the matched lexical threshold: nearest the semantic rarity, the higher threshold on a tie
     assert script.nearest_threshold({0.05: 0.7, 0.1: 0.9, 0.5: 1.0}, 0.75) == 0.05
-    assert script.nearest_threshold({0.05: 0.7, 0.1: 0.9, 0.5: 1.0}, 0.8) == 0.1
+    assert script.nearest_threshold({0.05: 0.7, 0.1: 0.9, 0.5: 1.0}, 0.85) == 0.1
+    assert script.nearest_threshold({0.1: 0.5, 0.2: 1.0}, 0.75) == 0.2  # an exact tie (in binary too)
     assert script.mean_rarity([0, 0, 1, 2], 4) == pytest.approx((2 / 3 + 2 / 3 + 1 + 1) / 4)
     assert script._threshold("matched") == "matched" and script._threshold("0.2") == 0.2
     for bad in ("0", "1.5", "nan", "loose"):

@@ -76,16 +76,13 @@ def test_the_run_records_the_settings_once_and_again_when_they_change(tmp_path):
     assert json.loads(path.read_text())["callback"] == {"num_contexts": 24}
     assert [p.name for p in (tmp_path / "settings").iterdir()] == [path.name]  # no temporary file left
 
-    class Odd:  # a value JSON cannot hold is its repr, not a failed run
+    class Odd:  # values JSON cannot hold are written as plain() makes them, never a failed run
         def settings(self):
-            return {"device": object.__new__(Odd)}
+            return {"device": object.__new__(Odd), 3: "an int key", "temperature": float("nan")}
 
-        def __repr__(self):
-            return "Odd()"
-
-    assert json.loads(reporter.record_settings("odd", [Odd()]).read_text())["measures"][0]["settings"] == {
-        "device": "Odd()"
-    }
+    record = json.loads(reporter.record_settings("odd", [Odd()], {"top_p": float("inf"), 1: None}).read_text())
+    assert record["measures"][0]["settings"] == {"device": "Odd", "3": "an int key", "temperature": "nan"}
+    assert record["callback"] == {"top_p": "inf", "1": None}
     assert reporter.record_settings("nothing", []) is None and not (tmp_path / "settings" / "nothing.json").exists()
     # a folder that cannot be written (a file where it should be): one warning, and training goes on
     (tmp_path / "blocked").write_text("a file, not a folder")

@@ -224,6 +224,10 @@ def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
     )
     assert 0 <= row["val/threshold_start_criterion"] <= pairs
     assert -pairs <= row["val/threshold_start_diversity"] <= pairs and -pairs <= row["val/threshold_end_diversity"]
+    # the run's record: the NLI measure's settings and the monitor's sample around it
+    record = json.loads((Path(tr.log_dir) / "lightning_div" / "settings" / "NLIDiversityMonitor.json").read_text())
+    assert record["measures"] == [{"measure": "NLIMeasure", "settings": cb.nli.settings()}]
+    assert record["callback"] == {"num_contexts": 5, "seed": 0}
 
 
 def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):

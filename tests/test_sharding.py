@@ -28,7 +28,7 @@ from helpers import causal_model, tokenizer
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.model.generation import generate_batched
-from lightning_div.model.sharding import check_strategy, full_parameters
+from lightning_div.model.sharding import check_strategy, forward_communicates, full_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 IDS = torch.tensor([[5, 17, 33, 2, 40], [7, 7, 19, 60, 3]])
@@ -207,6 +207,8 @@ def _fsdp1(rank, nested, use_orig_params):
     model.zero_grad(set_to_none=True)
     shards = [p.detach().clone() for p in model.parameters()]
     out = {"units": sum(isinstance(m, FSDP) for m in model.modules())}
+    # a forward of it is a collective (the reference NLL then runs every batch on every process)
+    out["communicates"] = forward_communicates(model) and not forward_communicates(reference)
     holder = torch.nn.Module()
     holder.model = model  # full_parameters finds FSDP inside the LightningModule (user-wrapped)
     with full_parameters(holder):
@@ -253,7 +255,7 @@ def _fsdp2(rank, world):
     def state():
         return [(g.is_sharded, g.is_unsharded, g.post_forward_mesh_info) for g in groups]
 
-    out = {}
+    out: dict = {"communicates": forward_communicates(model) and not forward_communicates(reference)}
     for phase in ("before any forward", "after training", "after a forward without backward"):
         if phase == "after training":
             _train_step(model)
@@ -295,6 +297,7 @@ def test_fsdp2_full_parameters_on_two_processes():
     """FSDP2 (``fully_shard``) runs on CPU with gloo in torch 2.13: tested like FSDP1."""
     for rank, out in enumerate(run_distributed(_fsdp2, 2, timeout_s=60)):
         assert out.pop("loss_after"), rank
+        assert out.pop("communicates"), rank  # fully_shard's DTensor parameters: a forward is a collective
         # the states the block started from: all sharded, then the root left unsharded by a forward alone
         assert [checks.pop("root_sharded_before") for checks in out.values()] == [True, True, False]
         for phase, checks in out.items():

@@ -310,6 +310,11 @@ class DiversityCallback(pl.Callback):
         ``settings()`` go into the run's ``settings/`` record); none by default."""
         return []
 
+    def settings(self) -> dict[str, Any] | None:
+        """This callback's own settings around its measures (its sample, its schedule), JSON-ready: what
+        a checkpoint's state depends on, and the ``"callback"`` part of the run's record; None: none."""
+        return None
+
     def reporter(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> TrackerReporter:
         """This callback's :class:`~lightning_div.measure.reporting.Reporter`: the trainer's loggers at
         Lightning's step, files in :meth:`output_dir`, scalars through ``pl_module.log``, this run's memory."""
@@ -394,8 +399,7 @@ class DiversityCallback(pl.Callback):
             logged = log_scalars(pl_module, {self.log_key(k): v for k, v in m.values.items()}, type(self).__name__)
             if m.error is None:  # the run's record of what these numbers were measured with
                 who = type(self).__name__ + (f"-{self.name}" if self.name else "")
-                own = getattr(self, "settings", None)  # the sample and the schedule around the measures
-                self.reporter(trainer, pl_module).record_settings(who, self.measures(), own() if own else None)
+                self.reporter(trainer, pl_module).record_settings(who, self.measures(), self.settings())
         self.history.append({"epoch": float(trainer.current_epoch), **logged})
         if progress is not None:
             progress.measurement_done(label, what, trainer.current_epoch, m.seconds, logged)

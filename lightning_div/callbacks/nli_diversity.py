@@ -121,6 +121,10 @@ class NLIDiversityMonitor(ValidationMonitor):
     def measures(self) -> list[Any]:
         return [self.nli]
 
+    def settings(self) -> dict[str, Any]:
+        """What the checkpointed sample depends on: a change makes it stale on resume."""
+        return {"num_contexts": self.num_contexts, "seed": self.seed}
+
     def state_key_args(self) -> dict[str, Any]:
         from lightning_div.semantic.space import describe
 
@@ -131,13 +135,14 @@ class NLIDiversityMonitor(ValidationMonitor):
         return {
             **super().state_dict(),
             "indices": self.sample_state().get("val"),
-            "settings": {"num_contexts": self.num_contexts, "seed": self.seed},
+            "settings": self.settings(),
         }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.forget_samples()
-        current = {"num_contexts": self.num_contexts, "seed": self.seed}
-        if not settings_changed(self, state_dict.get("settings"), current, "the validation sample is drawn again"):
+        if not settings_changed(
+            self, state_dict.get("settings"), self.settings(), "the validation sample is drawn again"
+        ):
             self.load_sample_state(state_dict.get("indices"))

@@ -125,7 +125,9 @@ def reference_nll(
     Under torch.distributed every process must call it with the same pairs (a front end measures
     the whole gathered batch on each): the batches are split across the processes and the
     per-completion values gathered, so each process runs 1/W of the forward passes and all get
-    the single-process value (the same batches, so the same numbers).
+    the single-process value (the same batches, so the same numbers). A sharded reference model
+    (FSDP, DeepSpeed ZeRO-3), whose every forward is a collective, scores all the batches on
+    every process instead: uneven shares would leave the processes waiting on each other.
 
     Args:
         model: a Hugging Face causal or seq2seq LM (e.g. the policy before training).
@@ -138,10 +140,12 @@ def reference_nll(
         The mean NLL; 0.0 for no completions.
 
     Raises:
-        ValueError: prompts and completions differ in number.
+        ValueError: prompts and completions differ in number, or ``batch_size`` < 1.
+        RuntimeError: the scoring failed on one of several processes (each process raises, naming it).
     """
-    from lightning_div._internal.distributed import distributed_map
+    from lightning_div._internal.distributed import batch_plan, distributed_map
     from lightning_div.model.scoring import token_logprobs_batched
+    from lightning_div.model.sharding import forward_communicates
 
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
@@ -157,7 +161,12 @@ def reference_nll(
 
     pairs = list(zip(prompts, completions))
     lengths = [len(p) + len(c) for p, c in pairs]  # characters: similar lengths share a batch, little padding
-    nll = distributed_map(score, pairs, batch_size, sort_key=lengths, show_progress=False, desc="reference NLL")
+    if forward_communicates(model):  # every process the same forwards, in the same order
+        plan = batch_plan(len(pairs), batch_size, lengths)
+        scored = {i: v for batch in plan for i, v in zip(batch, score([pairs[i] for i in batch]))}
+        nll = [scored[i] for i in range(len(pairs))]
+    else:
+        nll = distributed_map(score, pairs, batch_size, sort_key=lengths, show_progress=False, desc="reference NLL")
     return float(np.mean(nll))
 
 

@@ -12,6 +12,7 @@ user's trainer and nothing is kept in a module global.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from lightning_div._internal.tracking import (
     warn_once,
     warnings_of_run,
 )
+from lightning_div.measure.base import plain
 
 __all__ = ["RecordingReporter", "Reporter", "RunMemory", "TrackerReporter"]
 
@@ -181,8 +183,10 @@ class TrackerReporter:
 
         The run's record of the configuration behind its numbers (the encoder, the clusters, the
         sample, the lexical options ...): written by the first process, atomically, at the first
-        measurement and again only when the settings change. A value JSON cannot hold is written as its
-        ``repr``; a file that cannot be written is warned about once and the run goes on.
+        measurement and again only when the settings change. A value JSON cannot hold is written as
+        :func:`~lightning_div.measure.base.plain` makes it (an object as its name or type, a key as
+        text) and a number that is not finite as its text (``"nan"``); a file that cannot be written
+        is warned about once and the run goes on.
 
         Args:
             who: the front end's label, the file's name (its class, and its ``name`` when it has one).
@@ -207,9 +211,9 @@ class TrackerReporter:
             "lightning_div": installed,
             "who": who,
             "measures": [{"measure": type(m).__name__, "settings": m.settings()} for m in measures],
-            **({"callback": dict(callback)} if callback is not None else {}),
+            **({"callback": callback} if callback is not None else {}),
         }
-        text = json.dumps(record, indent=1, sort_keys=True, default=repr, allow_nan=False) + "\n"
+        text = json.dumps(_json_ready(record), indent=1, sort_keys=True, allow_nan=False) + "\n"
         if self.memory.recorded.get(who) == text:
             return None
         path = self.out_dir / "settings" / f"{who}.json"
@@ -223,6 +227,18 @@ class TrackerReporter:
             return None
         self.memory.recorded[who] = text
         return path
+
+
+def _json_ready(value: Any) -> Any:
+    """``plain(value)`` with every non-finite number as its text: standard JSON, whatever a setting holds."""
+    value = plain(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    return value
 
 
 class RecordingReporter(TrackerReporter):

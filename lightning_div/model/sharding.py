@@ -202,6 +202,21 @@ def _fsdp2_full_parameters(modules: list[torch.nn.Module]) -> Iterator[None]:
                 group._to_sharded_post_forward()
 
 
+def forward_communicates(module: Any) -> bool:
+    """Whether a forward of ``module`` talks to the other processes: FSDP1 units, FSDP2 (DTensor)
+    or DeepSpeed ZeRO-3 parameters in it. Such a module must run the same number of forwards on
+    every process, so its work cannot be split into uneven shares."""
+    if not isinstance(module, torch.nn.Module):
+        return False
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(m, FullyShardedDataParallel) for m in module.modules()):
+        return True
+    # DeepSpeed marks the parameters it partitions with ds_id (ZeRO-3); fully_shard makes them DTensors
+    return any(isinstance(p, DTensor) or hasattr(p, "ds_id") for p in module.parameters())
+
+
 def _refuse_distributed_tensors(modules: list[torch.nn.Module], when: str) -> None:
     """Raise when parameters are still DTensors (tensor parallelism): no process holds the whole model."""
     from torch.distributed.tensor import DTensor
