@@ -71,6 +71,11 @@ def test_report_holds_every_part_and_needs_nothing_outside(report_html):
     assert sources and all(s.startswith("data:image/png;base64,") for s in sources)  # self-contained
     assert "<script" not in page
     assert "max_epochs: 2" in page
+    # each callback's record of what it measured with, written by the run itself
+    config = page.split('<section id="config">')[1].split("</section>")[0]
+    for who in ("DRESSReweighting", "RUQMonitor", "SemanticDiversityMonitor"):
+        assert f"<h3>measured with: {who}</h3>" in config, who
+    assert "&quot;measure&quot;: &quot;SemanticMeasure&quot;" in config and "&quot;lam&quot;: 2.0" in config
     assert '<section id="notes">' not in page  # nothing was missing
 
 
