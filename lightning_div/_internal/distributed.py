@@ -196,15 +196,19 @@ def distributed_map(
     sort_key: Sequence[Any] | None = None,
     show_progress: bool = True,
     desc: str = "lightning-div",
+    split: bool = True,
 ) -> list[R]:
     """``fn`` over batches of ``items``, split across ranks, gathered back in the original order.
 
     ``fn`` maps a list of items to a list of results of the same length. Every rank
     must call this with the same ``items``; every rank returns the full result list.
+    ``split=False``: every rank runs every batch itself (the same calls in the same order on
+    each, for an ``fn`` whose model talks to the other ranks at every call) and nothing is gathered.
     """
     rank, world = rank_and_world()
     batches = batch_plan(len(items), batch_size, sort_key)
-    mine = batches[rank::world]
+    shares = world if split else 1  # how many ranks the batches are dealt to
+    mine = batches[rank::shares] if split else batches
     local: list[tuple[int, R]] = []
     error: str | None = None
     try:
@@ -214,11 +218,11 @@ def distributed_map(
                 raise RuntimeError(f"{desc}: a batch of {len(batch)} items returned {len(results)} results")
             local.extend(zip(batch, results))
     except Exception as err:
-        if world == 1:
+        if shares == 1:
             raise
         # Still reach the gather below: a rank that skipped it would leave the others waiting forever.
         error = f"rank {rank}: {err!r}"
-    parts = gather_objects((local, error))
+    parts = gather_objects((local, error)) if shares > 1 else [(local, None)]
     errors = [e for _, e in parts if e is not None]
     if errors:
         raise RuntimeError(f"{desc} failed on {len(errors)} of {world} processes: " + "; ".join(errors))

@@ -143,7 +143,7 @@ def reference_nll(
         ValueError: prompts and completions differ in number, or ``batch_size`` < 1.
         RuntimeError: the scoring failed on one of several processes (each process raises, naming it).
     """
-    from lightning_div._internal.distributed import batch_plan, distributed_map
+    from lightning_div._internal.distributed import distributed_map
     from lightning_div.model.scoring import token_logprobs_batched
     from lightning_div.model.sharding import forward_communicates
 
@@ -161,12 +161,16 @@ def reference_nll(
 
     pairs = list(zip(prompts, completions))
     lengths = [len(p) + len(c) for p, c in pairs]  # characters: similar lengths share a batch, little padding
-    if forward_communicates(model):  # every process the same forwards, in the same order
-        plan = batch_plan(len(pairs), batch_size, lengths)
-        scored = {i: v for batch in plan for i, v in zip(batch, score([pairs[i] for i in batch]))}
-        nll = [scored[i] for i in range(len(pairs))]
-    else:
-        nll = distributed_map(score, pairs, batch_size, sort_key=lengths, show_progress=False, desc="reference NLL")
+    # a sharded model's every forward is a collective: every process then runs every batch, in the same order
+    nll = distributed_map(
+        score,
+        pairs,
+        batch_size,
+        sort_key=lengths,
+        show_progress=False,
+        desc="reference NLL",
+        split=not forward_communicates(model),
+    )
     return float(np.mean(nll))
 
 

@@ -11,6 +11,7 @@ user's trainer and nothing is kept in a module global.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -199,21 +200,15 @@ class TrackerReporter:
         """
         if not self.is_rank_zero or not measures:
             return None
-        from importlib.metadata import PackageNotFoundError, version
-
         from lightning_div._internal.io import atomic_write_text
 
-        try:
-            installed = version("lightning-div")
-        except PackageNotFoundError:  # run from a source tree that was never installed
-            installed = "unknown"
         record = {
-            "lightning_div": installed,
+            "lightning_div": _installed_version(),
             "who": who,
             "measures": [{"measure": type(m).__name__, "settings": m.settings()} for m in measures],
             **({"callback": callback} if callback is not None else {}),
         }
-        text = json.dumps(_json_ready(record), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        text = json.dumps(_finite(plain(record)), indent=1, sort_keys=True, allow_nan=False) + "\n"
         if self.memory.recorded.get(who) == text:
             return None
         path = self.out_dir / "settings" / f"{who}.json"
@@ -229,16 +224,26 @@ class TrackerReporter:
         return path
 
 
-def _json_ready(value: Any) -> Any:
-    """``plain(value)`` with every non-finite number as its text: standard JSON, whatever a setting holds."""
-    value = plain(value)
+def _finite(value: Any) -> Any:
+    """A :func:`~lightning_div.measure.base.plain` value with every non-finite number as its text (standard JSON)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
+        return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_ready(v) for v in value]
+        return [_finite(v) for v in value]
     return value
+
+
+@functools.cache
+def _installed_version() -> str:
+    """The installed lightning-div's version, read once per process ("unknown" from a source tree never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lightning-div")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class RecordingReporter(TrackerReporter):
