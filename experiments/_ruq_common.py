@@ -193,7 +193,15 @@ def check_finite(obj: Any, where: str = "results") -> None:
 
 
 def write_results(out: Path, results: Mapping[str, Any]) -> Path:
-    """``out/results.json`` written atomically (a temporary file renamed), after the finiteness check."""
+    """``out/results.json`` written atomically (a temporary file renamed), after the finiteness check.
+
+    The versions it ran with are added under ``"environment"`` unless the results carry them already
+    (a merge carries its parts' ``"environments"``).
+    """
+    from _environment import environment
+
+    if "environment" not in results and "environments" not in results:
+        results = {**results, "environment": environment()}
     check_finite(results)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"

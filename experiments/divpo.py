@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _environment import environment, environment_lines, environments
+from _pages import kept_reading
 from _stats import cell as _cell
 from _stats import interval
 
@@ -252,8 +254,8 @@ def _text(s: Any) -> str:
     return str(s).replace("<|endoftext|>", "").replace("|", "\\|").replace("\n", " ")
 
 
-def page(result: dict[str, Any]) -> str:
-    """The results page (markdown) from results.json's content."""
+def page(result: dict[str, Any], reading: str = "") -> str:
+    """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept."""
     cfg, summary = result["config"], result["summary"]
     lines = [
         "# DPO vs DivPO pairs on the base model",
@@ -268,6 +270,7 @@ def page(result: dict[str, Any]) -> str:
         f"{cfg['eval_prompts']} validation prompts, judged in the base model's own embedding space (k = "
         f"{cfg['num_clusters']}). Seeds {result['seeds']}. Machine: {result['machine']}.",
         "",
+        *([reading.rstrip(), ""] if reading else []),
         "## Held out, after training (mean over seeds, 95 % t-interval)",
         "",
         "| setting | " + " | ".join(METRICS) + " |",
@@ -296,7 +299,8 @@ def page(result: dict[str, Any]) -> str:
                 vals = [row[k] for row in rows if row[k] is not None]
                 cells.append(f"{sum(vals) / len(vals):.2f}" if vals else "-")
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    lines += ["", f"## Examples (seed {result['seeds'][0]})", ""]
+    lines += ["", *environment_lines(result)]
+    lines += [f"## Examples (seed {result['seeds'][0]})", ""]
     for r in result["runs"]:
         if r["seed"] != result["seeds"][0] or "examples" not in r:
             continue
@@ -329,9 +333,11 @@ def merge(parts: list[Path], out: Path) -> dict[str, Any]:
             by_run[(r["setting"], int(r["seed"]))] = r
     runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], k[0]))]
     result = {**first, "seeds": sorted({int(r["seed"]) for r in runs}), "runs": runs, "summary": summarise(runs)}
+    result.pop("environment", None)  # each part's own, below: they may have run in other environments
+    result["environments"] = environments(loaded)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.json", json.dumps(result, indent=1, allow_nan=False))
-    atomic_write_text(out.with_suffix(".md"), page(result))
+    atomic_write_text(out.with_suffix(".md"), page(result, kept_reading(out.with_suffix(".md"))))
     print(f"[divpo] merged {len(parts)} parts ({len(runs)} runs) into {out / 'results.json'}")
     return result
 
@@ -382,11 +388,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": cfg,
         "seeds": seeds,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared: timings are wall clock on a loaded machine)",
+        "environment": environment(),
         "runs": runs,
         "summary": summarise(runs),
     }
     atomic_write_text(args.out / "results.json", json.dumps(result, indent=1, allow_nan=False))
-    atomic_write_text(args.out.with_suffix(".md"), page(result))
+    atomic_write_text(args.out.with_suffix(".md"), page(result, kept_reading(args.out.with_suffix(".md"))))
     print(f"[divpo] wrote {args.out / 'results.json'} and {args.out.with_suffix('.md')}")
     return result
 

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from _environment import environment, environments
 
 from lightning_div import DialogueDataModule, DialogueLM
 from lightning_div._internal.io import atomic_write_text
@@ -485,6 +486,7 @@ def merge(dirs: list[Path], out: Path) -> dict[str, Any]:
     settings = dict(parts[0]["settings"], merged_from=[str(d) for d in dirs])
     settings["settings"] = [n for n in SETTINGS if any(k[0] == n for k in runs)]
     results = assemble(list(runs.values()), settings, {str(d): p["seconds"] for d, p in zip(dirs, parts)})
+    results["environments"] = environments(parts)  # each part's own: they may have run in other environments
     out.mkdir(parents=True, exist_ok=True)
     results["figures"] = figures(results, out)
     atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=float))
@@ -604,12 +606,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
     }
     started = time.perf_counter()
+    recorded = environment()  # once: the process's versions do not change while it runs
     runs: list[dict[str, Any]] = []
     for name in names:
         for seed in cfg.get("seeds_of", {}).get(name, seeds) if args.seeds is None else seeds:
             runs.append(run(name, seed, cfg, train_pairs, val_pairs, encoder, cache))
             # after every run, so a stopped experiment leaves what it finished
-            partial = assemble(runs, settings, time.perf_counter() - started)
+            partial = assemble(runs, settings, time.perf_counter() - started) | {"environment": recorded}
             atomic_write_text(out / "results.json", json.dumps(partial, indent=1, default=float))
             last = runs[-1]
             print(
@@ -621,7 +624,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ),
                 flush=True,
             )
-    results = assemble(runs, settings, time.perf_counter() - started)
+    results = assemble(runs, settings, time.perf_counter() - started) | {"environment": recorded}
     results["figures"] = figures(results, out)
     atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=float))
     print(f"wrote {out / 'results.json'} in {results['seconds']:.0f}s")

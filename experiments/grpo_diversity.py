@@ -61,6 +61,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from _environment import environment, environment_lines, environments
+from _pages import kept_reading
 from _stats import cell as _cell
 from _stats import interval
 
@@ -774,8 +776,9 @@ def page(result: dict[str, Any], reading: str = "") -> str:
                 + f" | {p['held_out']['judge_group_sem_ent']:.3f} | {p['held_out']['distinct_2']:.3f} "
                 + f"| {p['held_out']['nll']:.2f} | {p['held_out']['length_words']:.1f} | {_esc(greedy)} |"
             )
+    lines += ["", *environment_lines(result)]
     if result["runs"]:
-        lines += ["", f"## Examples (seed {result['seeds'][0]})", ""]
+        lines += [f"## Examples (seed {result['seeds'][0]})", ""]
     for r in result["runs"]:
         if r["seed"] != result["seeds"][0]:
             continue
@@ -787,21 +790,6 @@ def page(result: dict[str, Any], reading: str = "") -> str:
             lines.append("| " + " | ".join(_esc(c) for c in (p, ex["greedy"][i], sampled)) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
-
-
-READING_START = "## Reading"
-
-
-def kept_reading(path: Path) -> str:
-    """The hand-written reading of an existing page: from its ``## Reading`` heading to the next ``## `` heading."""
-    if not path.exists():
-        return ""
-    text = path.read_text(encoding="utf-8")
-    start = text.find("\n" + READING_START)
-    if start < 0:
-        return ""
-    end = text.find("\n## ", start + 1)
-    return text[start + 1 : end if end >= 0 else len(text)]
 
 
 def write(result: dict[str, Any], out: Path) -> None:
@@ -877,7 +865,9 @@ def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict
         "summary": summarise(runs, settings, base),
         "pilot": pilot_rows(pilots),
         **({"lexical_calibration": calibration} if calibration else {}),
+        "environments": environments(loaded + pilots),  # each part's own: they may have run in other environments
     }
+    result.pop("environment", None)
     write(result, out)
     print(f"[grpo_diversity] merged {len(parts)} parts ({len(runs)} runs) into {out / 'results.json'}")
     return result
@@ -977,6 +967,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     elif args.lexical_threshold is not None:
         cfg["lexical_threshold"] = args.lexical_threshold
     base_held = {str(seed): measure_base(ruler, cfg, seed) for seed in seeds}
+    recorded = environment()  # once: the process's versions do not change while it runs
     runs = []
     for seed in seeds:
         for setting in args.settings:
@@ -993,6 +984,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "quick": args.quick,
                 "config": cfg,
                 "seeds": seeds,
+                "environment": recorded,
                 "base": base_held,
                 "runs": runs,
                 **({"lexical_calibration": calibration} if calibration else {}),
@@ -1006,6 +998,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": cfg,
         "seeds": seeds,
         "machine": MACHINE,
+        "environment": recorded,
         "base": base_held,
         "runs": runs,
         "summary": summarise(runs, list(args.settings), base_held),

@@ -39,6 +39,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import torch
+from _environment import environment
 
 HERE = Path(__file__).resolve().parent
 
@@ -329,6 +330,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "samples_before": before,
         "samples_after": after,
         "weights_bytes": sum(f.stat().st_size for f in model_dir.glob("*.safetensors")),
+        "environment": environment(),
     }
     write_json(args.out / "results.json", results)
     plot(history, args.out / "loss.png")
@@ -366,7 +368,7 @@ def finalize(out: Path, install: bool = False, max_pairs: int | None = None) -> 
     from lightning_div.model.formatting import DialogueFormat
 
     results = json.loads((out / "results.json").read_text())
-    model = GPT2LMHeadModel.from_pretrained(out / "model", dtype=torch.float32).eval()
+    model = GPT2LMHeadModel.from_pretrained(out / "model").float().eval()
     tokenizer = AutoTokenizer.from_pretrained(out / "model")
     val = list(read_pairs("chitchat:validation", max_history=2))[:max_pairs]
     encoded = encode_pairs(val, tokenizer, model, DialogueFormat(max_turns=2), show_progress=False)

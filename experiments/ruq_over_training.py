@@ -32,6 +32,7 @@ from typing import Any
 
 import _ruq_common as common
 import numpy as np
+from _environment import environments
 
 from lightning_div.callbacks import RUQMonitor
 from lightning_div.model.adapters import resolve_adapter
@@ -361,6 +362,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg = dict(parts[0]["settings"], corners=corners, seeds=seeds)
         meta = {"quick": parts[0]["quick"], "regime": parts[0]["regime"], "merged_from": args.merge}
         meta["wall_s"] = sum(part["wall_s"] for part in parts)
+        meta["environments"] = environments(parts)
         return finish(cfg, runs, out, meta)
     cfg = dict(QUICK if args.quick else REGIMES[args.regime])
     if args.seeds:

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,10 @@ def test_dectest_temperature_quick(tmp_path):
     subprocess.run([*cmd, "--seeds", "0", "0"], check=True, cwd=tmp_path, env=env, timeout=600)
     res = json.loads((out / "results.json").read_text())
     finite_numbers(res)
+    # the shared writer records the versions it ran with (experiments/_environment.py)
+    packages = res["environment"]["packages"]
+    assert packages["torch"] == metadata.version("torch")
+    assert packages["lightning-div"] == metadata.version("lightning-div")
     assert res["experiment"] == "dectest_temperature" and res["quick"] is True and res["settings"]["seeds"] == [0, 0]
     settings, metrics = res["settings"], res["metrics"]
     assert settings["temperatures"] >= 8 and {

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 from helpers import load_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytest.importorskip("trl")
 
@@ -43,18 +49,34 @@ def test_divpo_quick(tmp_path):
     assert diff["words"]["mean"] == pytest.approx(by["divpo_semantic"]["words"] - by["dpo"]["words"])
     page = (out.parent / "divpo.md").read_text()
     assert "--quick: a smoke test" in page and "| divpo_likelihood |" in page and "(one seed: no interval)" in page
+    # the versions it ran with, as the installed distributions and the checkout's commit say, on the page too
+    env = res["environment"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert env["python"] == platform.python_version() and env["commit"] == head.stdout.strip()
+    for name in ("torch", "transformers", "trl", "lightning", "numpy", "lightning-div"):
+        assert env["packages"][name] == metadata.version(name)
+    assert f"transformers {metadata.version('transformers')}, trl {metadata.version('trl')}" in page
+    assert f"commit `{head.stdout.strip()[:10]}`" in page and "Bit-identical reruns need the versions" in page
 
     # parts run apart (a seed each) merge into one results.json, each setting and seed once
     other = json.loads((out / "results.json").read_text())
     for r in other["runs"]:
         r["seed"] = 1
         r["held_out"] = {**r["held_out"], "words": r["held_out"]["words"] + (1.0 if r["setting"] == "dpo" else 0.0)}
+    del other["environment"]  # a part made before the record existed
     second = tmp_path / "part1" / "results.json"
     second.parent.mkdir()
     second.write_text(json.dumps(other))
     merged_out = tmp_path / "merged" / "divpo"
+    merged_out.parent.mkdir()
+    (merged_out.parent / "divpo.md").write_text("# old\n\n## Reading (by hand)\n\nKept.\n\n## Held out\n\nold\n")
     script.main(["--merge", str(out / "results.json"), str(second), "--out", str(merged_out)])
     merged = json.loads((merged_out / "results.json").read_text())
+    # each part's environment once, in order; the one that recorded none says so on the page
+    assert merged["environments"] == [env, None] and "environment" not in merged
+    text = (merged_out.parent / "divpo.md").read_text()
+    assert text.count("## Reading (by hand)\n\nKept.") == 1 and "\nold\n" not in text
+    assert "- not recorded (runs made before the record existed" in text
     assert merged["seeds"] == [0, 1] and len(merged["runs"]) == 8
     words = merged["summary"]["difference"]["divpo_semantic - dpo"]["words"]
     assert words["n"] == 2 and words["low"] is not None

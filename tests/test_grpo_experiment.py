@@ -112,6 +112,9 @@ def test_grpo_diversity_quick(tmp_path):
     text = (merged_out.parent / "grpo_diversity.md").read_text()
     assert "## Reading\n\nBy hand, kept." in text and "old\n" not in text.split("## Reading")[0]
     assert "## Pilot" in text and text.count("## Reading") == 1
+    # the parts' one environment (every part and the pilot ran in this one), on the page with its commit
+    assert merged["environments"] == [res["environment"]] and res["environment"]["packages"]["trl"] is not None
+    assert f"commit `{res['environment']['commit'][:10]}`" in text and "Bit-identical reruns need" in text
 
     # before any full run: the pilot alone makes the page, with the fixed settings and no run tables
     alone = tmp_path / "alone" / "grpo_diversity"
