@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 
 import numpy as np
@@ -151,12 +152,15 @@ def test_quality_as_a_trl_reward_function_or_lists():
         return [len(c if isinstance(c, str) else c[0]["content"]) for c in completions]
 
     messages = [{"role": "user", "content": "Hi!"}]
-    pools = [Pool("p", ["aa", "b"]), Pool(messages, ["c", "ddd"])]
+    pools = [Pool("p", ["aa", "b"]), Pool("q", ["c", "ddd"])]
     sel = select_preference_pairs(pools, quality=reward, rule="dpo")
     assert [(p.chosen, p.rejected) for p in sel.pairs] == [("aa", "b"), ("ddd", "c")]
     ((prompts, completions),) = calls  # one call over every pool's responses
-    assert prompts == ["p", "p", messages, messages]
-    assert completions[:2] == ["aa", "b"] and completions[3] == [{"role": "assistant", "content": "ddd"}]
+    assert prompts == ["p", "p", "q", "q"] and completions == ["aa", "b", "c", "ddd"]
+    chat = [Pool(messages, ["c", "ddd"])]
+    sel = select_preference_pairs(chat, quality=reward, rule="dpo")  # completions as TRL gives them for chat
+    assert [(p.chosen, p.rejected) for p in sel.pairs] == [("ddd", "c")]
+    assert calls[1] == ([messages, messages], [[{"role": "assistant", "content": r}] for r in ("c", "ddd")])
     sel = select_preference_pairs(pools, quality=[[0, 1], [1, 0]], rule="dpo")
     assert [(p.chosen, p.rejected) for p in sel.pairs] == [("b", "aa"), ("c", "ddd")]
 
@@ -299,10 +303,13 @@ def test_build_pools_is_seeded_and_a_resumed_build_equals_an_uninterrupted_one(t
 
 
 def test_write_pools_round_trips_with_settings(tmp_path):
-    pools = [Pool("p", ["a", "b"], [0.5, 1.0]), Pool([{"role": "user", "content": "hi"}], ["c", "d"])]
-    write_pools(tmp_path / "sub" / "pools.jsonl", pools, {"seed": 1})
-    settings, back, lines = read_pool_lines(tmp_path / "sub" / "pools.jsonl")
-    assert settings == {"seed": 1} and back == pools and lines == [2, 3]
+    for pools in (
+        [Pool("p", ["a", "b"], [0.5, 1.0]), Pool("q", ["c", "d"])],
+        [Pool([{"role": "user", "content": "hi"}], ["c", "d"]), Pool([{"role": "user", "content": "yo"}], ["e", "f"])],
+    ):
+        write_pools(tmp_path / "sub" / "pools.jsonl", pools, {"seed": 1})
+        settings, back, lines = read_pool_lines(tmp_path / "sub" / "pools.jsonl")
+        assert settings == {"seed": 1} and back == pools and lines == [2, 3]
 
 
 # -- the command line ---------------------------------------------------------------------------------
@@ -426,3 +433,197 @@ def test_the_pairs_command_fits_the_semantic_criterions_clusters_on_the_pools(tm
         assert row["chosen_quality"] > row["rejected_quality"]
     assert "2 pairs from 3 pools (divpo, criterion semantic" in capsys.readouterr().out
     assert not list(tmp_path.glob("lightning_div_pairs_*"))  # the fit's cache went to a temporary folder
+
+
+# -- hardening, round six (issue 64: M3, M4, M5, L01-L04, L10, L11) ----------------------------------------
+
+
+def test_likelihood_keeps_a_reply_longer_than_the_window_to_its_first_tokens(tmp_path, capsys):
+    """M3: a reply past the model's window is cut as the package's scoring cuts it (its first window - 1 tokens,
+    the prompt's last token before them); it was torch's ``IndexError`` (the pairs command: a traceback)."""
+    import torch
+    from helpers import causal_model, tokenizer
+
+    from lightning_div.cli.main import main
+
+    tok, model = tokenizer(), causal_model(n_positions=16)
+    long_reply = " ".join(["music"] * 40)
+    pools = [Pool("hello there" + tok.eos_token, [long_reply, "fine"])]
+    got = likelihood_diversity(pools, model, tok)[0]
+    prompt = tok("hello there" + tok.eos_token)["input_ids"]
+    reply = tok(long_reply)["input_ids"] + [tok.eos_token_id]
+    assert len(prompt) + len(reply) > 16  # the case: prompt and reply do not fit the window of 16
+    ids = prompt[-1:] + reply[:15]  # the reply's first 15 tokens, after the prompt's last one: 16 positions
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1], -1)
+    expected = -logp[torch.arange(15), torch.tensor(ids[1:])].mean()
+    assert got[0] == pytest.approx(float(expected), abs=1e-5)
+    # the short reply is scored whole, as before
+    ids = prompt + tok("fine")["input_ids"] + [tok.eos_token_id]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1], -1)
+    picked = logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])][len(prompt) - 1 :]
+    assert got[1] == pytest.approx(float(-picked.mean()), abs=1e-5)
+
+    # the command: pairs written, exit 0, no traceback
+    model.save_pretrained(tmp_path / "policy")
+    tok.save_pretrained(tmp_path / "policy")
+    path = _pools_file(tmp_path / "pools.jsonl", [{**pools[0].to_json(), "quality": [1, 0]}])
+    argv = ["pairs", str(path), "--out", str(tmp_path / "pairs.jsonl"), "--criterion", "likelihood"]
+    assert main([*argv, "--model", str(tmp_path / "policy"), "--quiet"]) == 0
+    (row,) = [json.loads(line) for line in (tmp_path / "pairs.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert row["chosen"] == long_reply and row["rejected"] == "fine"
+
+
+MESSAGES = [{"role": "user", "content": "Hi!"}]
+
+
+def test_pools_of_text_and_of_chat_prompts_do_not_mix(tmp_path):
+    """M4: a pools file mixing text and chat-message prompts is refused naming the file and both lines (TRL's
+    DPOTrainer reads one form; pyarrow said ``cannot mix list and non-list``); the same rule in memory."""
+    path = tmp_path / "pools.jsonl"
+    text = {"prompt": "p", "responses": ["a", "b"], "quality": [1, 0]}
+    chat = {"prompt": MESSAGES, "responses": ["c", "d"], "quality": [0, 1]}
+    _pools_file(path, [text, text, chat])
+    with pytest.raises(ValueError, match=r"pools\.jsonl line 3: a prompt of chat messages, but line 1's is text"):
+        read_pools(path)
+    _pools_file(path, [chat, text])
+    with pytest.raises(ValueError, match=r"pools\.jsonl line 2: a prompt of text, but line 1's is chat messages"):
+        read_pools(path)
+    mixed = [Pool("p", ["a", "b"], [1, 0]), Pool(MESSAGES, ["c", "d"], [0, 1])]
+    with pytest.raises(ValueError, match=r"pools\[1\]: a prompt of chat messages, but pools\[0\]'s is text"):
+        select_preference_pairs(mixed, rule="dpo")
+    with pytest.raises(ValueError, match=r"pools\[1\]: a prompt of chat messages, but pools\[0\]'s is text"):
+        write_pools(tmp_path / "out.jsonl", mixed)
+    assert not (tmp_path / "out.jsonl").exists()
+    with pytest.raises(ValueError, match=r"prompts\[1\]: a prompt of chat messages, but prompts\[0\]'s is text"):
+        build_pools(None, None, ["p", MESSAGES], 2)
+    # one form throughout is fine, each read back as it was written
+    for pools in ([Pool("p", ["a", "b"], [1, 0])] * 2, [Pool(MESSAGES, ["c", "d"], [0, 1])] * 2):
+        assert read_pools(write_pools(tmp_path / "one.jsonl", pools)) == pools
+
+
+def test_build_pools_refuses_one_string_as_its_prompts():
+    """M5: a string is not a list of prompts (it was 11 pools of one character each, each sampled)."""
+
+    class Model:
+        config = None
+
+        def generate(self, *args, **kwargs):
+            raise AssertionError("nothing is sampled for a refused call")
+
+    for prompts in ("Hello there", b"Hello there"):
+        with pytest.raises(TypeError, match=r"^prompts must be a list of prompts .*got (str|bytes)"):
+            build_pools(Model(), None, prompts, 2)
+
+
+def test_a_space_that_is_not_a_semantic_space_is_named():
+    """L01: ``space="minilm"`` is a TypeError naming ``space=`` (it was ``'str' object has no attribute 'fitted'``)."""
+    with pytest.raises(TypeError, match=r"space= must be a SemanticSpace .*got str 'minilm'"):
+        select_preference_pairs([Pool("p", ["a", "b"], [1, 0])], space="minilm")
+
+
+@pytest.mark.parametrize(
+    ("quality", "match"),
+    [
+        ("10", r"pools\[0\]: quality must be a list of numbers, got str"),
+        ({"a": 1, "b": 0}, r"pools\[0\]: quality must be a list of numbers, got dict"),
+        (np.zeros((2, 2)), r"pools\[0\]: quality must be one number per response, got an array of shape \(2, 2\)"),
+        ([np.zeros(2), 1.0], r"pools\[0\]: quality\[0\] is an array of shape \(2,\), not a number"),
+    ],
+)
+def test_quality_of_the_wrong_shape_is_named_whole(quality, match):
+    """L02: a string or a mapping is not split into its characters or keys before the check; an array of
+    another shape is named by its shape (numpy's ``only length-1 arrays`` before)."""
+    with pytest.raises(ValueError, match=match):
+        select_preference_pairs([{"prompt": "p", "responses": ["a", "b"], "quality": quality}], rule="dpo")
+
+
+def test_quality_as_one_array_row_per_pool():
+    """L02: ``quality=`` as a 2-D array (one row per pool) is read as the list of its rows; a 1-D one is named."""
+    pools = [Pool("p", ["a", "b"]), Pool("q", ["c", "d"])]
+    sel = select_preference_pairs(pools, quality=np.array([[0.0, 1.0], [1.0, 0.0]]), rule="dpo")
+    assert [(p.chosen, p.rejected) for p in sel.pairs] == [("b", "a"), ("c", "d")]
+    with pytest.raises(ValueError, match=r"quality= as an array must have one row per pool \(2-D\), got shape \(4,\)"):
+        select_preference_pairs(pools, quality=np.zeros(4), rule="dpo")
+
+
+def test_the_pairs_command_checks_its_outputs_before_any_work(tmp_path, capsys, monkeypatch):
+    """L03: ``--out`` a folder (``.`` included) or under a file is refused before the pools are read or a pair is
+    selected (it failed after the whole selection, with ``PosixPath('.') has an empty name``); a missing folder
+    is made."""
+    import lightning_div.preference.pairs as pairs_module
+    from lightning_div.cli.main import main
+
+    pools = _pools_file(tmp_path / "pools.jsonl", CLI_POOLS)
+    selected = []
+    select = pairs_module.select_preference_pairs
+    monkeypatch.setattr(pairs_module, "select_preference_pairs", lambda *a, **k: selected.append(1) or select(*a, **k))
+    monkeypatch.chdir(tmp_path)
+    for option, value, match in [
+        ("--out", ".", r"--out \.: is a folder; give the file to write"),
+        ("--out", str(tmp_path), r"--out .*: is a folder; give the file to write"),
+        ("--out", str(pools / "pairs.jsonl"), r"--out .*pools\.jsonl/pairs\.jsonl: .*pools\.jsonl is a file, not"),
+        ("--details", ".", r"--details \.: is a folder; give the file to write"),
+    ]:
+        argv = ["pairs", str(pools), "--criterion", "frequency", "--out", "pairs.jsonl", option, value]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(match, err), err
+    assert selected == [] and not (tmp_path / "pairs.jsonl").exists()
+    assert main(["pairs", str(pools), "--criterion", "frequency", "--out", "new/sub/pairs.jsonl"]) == 0
+    assert selected == [1] and len((tmp_path / "new" / "sub" / "pairs.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_lone_surrogate_is_named_where_it_is_read(tmp_path, capsys):
+    """L04: ``"\\ud800x"`` (valid JSON, not Unicode text) is refused by ``read_pools`` naming the file, line and
+    field (``write_pools`` and the pairs command failed later, naming nothing)."""
+    from lightning_div.cli.main import main
+
+    path = tmp_path / "pools.jsonl"
+    good = json.dumps({"prompt": "p", "responses": ["a", "b"], "quality": [1, 0]})
+    for record, field in [
+        ('{"prompt": "p", "responses": ["a", "\\ud800x"], "quality": [1, 0]}', r"responses\[1\]"),
+        ('{"prompt": "p\\udfff", "responses": ["a", "b"], "quality": [1, 0]}', "prompt"),
+        ('{"prompt": [{"role": "user", "content": "\\ud83d"}], "responses": ["a", "b"]}', r"prompt\[0\]\['content'\]"),
+    ]:
+        path.write_text(good + "\n" + record + "\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=rf"pools\.jsonl line 2: {field} holds a lone surrogate"):
+            read_pools(path)
+    path.write_text(good + "\n" + '{"prompt": "p", "responses": ["a", "\\ud800x"], "quality": [1, 0]}\n')
+    assert main(["pairs", str(path), "--out", str(tmp_path / "pairs.jsonl"), "--rule", "dpo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(r"pools\.jsonl line 2: responses\[1\] holds a lone surrogate", err) and len(err.splitlines()) == 1
+    with pytest.raises(ValueError, match=r"pools\[0\]: responses\[0\] holds a lone surrogate"):
+        write_pools(tmp_path / "out.jsonl", [Pool("p", ["\ud800", "b"])])
+
+
+def test_a_space_fitted_for_the_pairs_names_no_deleted_file(tmp_path):
+    """L10: an unfitted space without ``dirpath`` is fitted in a temporary folder; afterwards it holds its clusters
+    in memory and its state names no file (it named the deleted temporary file)."""
+    from helpers import causal_model, tokenizer
+
+    from lightning_div.semantic.encoder import ResponseEncoder
+    from lightning_div.semantic.space import SemanticSpace
+
+    encoder = ResponseEncoder.from_model(causal_model(), tokenizer(), batch_size=8, show_progress=False)
+    space = SemanticSpace(encoder=encoder, num_clusters=2, show_progress=False)
+    pools = [Pool("p", ["yes", "yes sure", "no", "pizza tonight"], [1, 0, 1, 0])]
+    first = select_preference_pairs(pools, space=space)
+    assert space.fitted and space.state_dict() == {"clusters_path": None}
+    again = select_preference_pairs(pools, space=space)  # the clusters in memory serve again
+    assert again.pairs == first.pairs
+
+
+def test_qualities_near_the_float_limit_keep_their_bands():
+    """L11: ``[1e308, -1e308, 0]``: the range overflowed to inf, every reply was in both bands and the reply of
+    quality 0 could be chosen over the best."""
+    up, down = quality_bands([1e308, -1e308, 0.0], 0.1)
+    assert up.tolist() == [True, False, False] and down.tolist() == [False, True, False]
+    up, down = quality_bands([1e308, -1e308, 0.0], 0.5)  # the middle, 0, is at both thresholds: in both bands
+    assert up.tolist() == [True, False, True] and down.tolist() == [False, True, True]
+    for rho in (0.1, 0.3):
+        pair = _one([1e308, -1e308, 0.0], [0.0, 0.0, 1.0], rho=rho).pairs[0]
+        assert (pair.chosen, pair.rejected) == ("r0", "r1")
+    # ordinary ranges keep their exact thresholds
+    assert [m.tolist() for m in quality_bands([0, 1, 2, 3, 4], 0.25)] == [[0, 0, 0, 1, 1], [1, 1, 0, 0, 0]]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Mistakes in the arguments, before anything is read or loaded.
 
     Raises:
-        UsageError: a missing file, ``--rho`` outside (0, 1), an output over an input, or
-            ``--criterion likelihood`` without ``--model``.
+        UsageError: a missing file, ``--rho`` outside (0, 1), an output over an input, an output
+            that is a folder or under a file, or ``--criterion likelihood`` without ``--model``.
     """
     require_files([("", args.pools), ("--clusters", args.clusters)])
     if not 0.0 < args.rho < 1.0 or math.isnan(args.rho):
@@ -81,9 +82,29 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.criterion == "likelihood" and args.rule == "divpo" and not args.model:
         raise UsageError("--criterion likelihood needs --model (the policy the pools were sampled from)")
     outputs = [("--out", args.out), ("--details", args.details)]
+    for option, path in outputs:
+        if path is not None:
+            check_output_file(option, path)
     refuse_overwriting_inputs(outputs, [("", args.pools), ("--clusters", args.clusters)])
     if args.details is not None and Path(args.details).resolve() == Path(args.out).resolve():
         raise UsageError(f"--details {args.details} is --out: give two files")
+
+
+def check_output_file(option: str, path: str) -> None:
+    """An output file the command can write, checked before the (long) selection: not a folder, and its
+    nearest existing folder a folder we may write in (missing folders are made when it is written).
+
+    Raises:
+        UsageError: ``<option> <path>: is a folder`` (``.`` too), or a parent that is a file or not writable.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{option} {path}: is a folder; give the file to write, e.g. {target / 'pairs.jsonl'}")
+    existing = next(d for d in [target.parent, *target.parent.parents, Path(".")] if d.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path}: {existing} is a file, not a folder to write in")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: the folder {existing} is not writable")
 
 
 def _load_model(name: str) -> tuple[Any, Any]:
@@ -103,7 +124,7 @@ def _load_model(name: str) -> tuple[Any, Any]:
 def _write_jsonl(path: str, rows: list[dict[str, Any]]) -> None:
     from lightning_div._internal.io import atomic_write
 
-    with atomic_write(path, "wb") as f:
+    with atomic_write(path, "wb", make_parents=True) as f:
         f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
 
 

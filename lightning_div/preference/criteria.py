@@ -41,8 +41,9 @@ def semantic_rarity(pools: Sequence[Pool], space: Any) -> list[list[float]]:
     """Per response: the share of its pool's other responses in another cluster of ``space``.
 
     An unfitted space is fitted on the pools' distinct responses first (its ``num_clusters``
-    must then be at most their number; without a ``dirpath`` the fit is cached in a temporary
-    folder, removed after).
+    must then be at most their number). Without a ``dirpath`` the fit is cached in a temporary
+    folder, removed after: the space then holds its clusters in memory only, and its
+    ``state_dict()`` names no file (``space.save(path)`` keeps them).
 
     Args:
         pools: the pools.
@@ -53,12 +54,19 @@ def semantic_rarity(pools: Sequence[Pool], space: Any) -> list[list[float]]:
 
     Raises:
         ValueError: no space, or one that cannot be fitted on the pools.
+        TypeError: a ``space`` that is not a semantic space (a name such as ``"minilm"``).
     """
     from lightning_div.metrics.group import group_diversity_scores
 
     if space is None:
         raise ValueError(
             "criterion='semantic' needs space= (a SemanticSpace; e.g. SemanticSpace(encoder='minilm', num_clusters=8))"
+        )
+    if not all(hasattr(space, name) for name in ("fitted", "assign", "dirpath")):
+        shown = f" {space!r}" if isinstance(space, (str, int, float)) else ""
+        raise TypeError(
+            "space= must be a SemanticSpace (e.g. SemanticSpace(encoder='minilm', num_clusters=8)), "
+            f"got {type(space).__name__}{shown}"
         )
     flat = [r for p in pools for r in p.responses]
     if not flat:
@@ -68,6 +76,9 @@ def semantic_rarity(pools: Sequence[Pool], space: Any) -> list[list[float]]:
         if space.dirpath is None:  # no cache asked for: the fit's cache file lives as long as the fit
             with tempfile.TemporaryDirectory(prefix="lightning_div_pairs_") as tmp:
                 space.fit(texts, cache_dir=tmp)
+            # the file is gone with its folder: the clusters are in memory, and the space's state must not
+            # name a file a resumed run would look for (state_dict() gives None: refitted on resume)
+            space.clusters_path = None
         else:
             space.fit(texts)
     ids = np.asarray(space.assign(flat))
@@ -127,6 +138,11 @@ def likelihood_diversity(
     template); the response's tokens are those of ``prompt + response`` past the prompt's, as
     TRL's ``DPOTrainer`` cuts them, then EOS. Right-padded batches: exact for causal LMs.
 
+    What does not fit the model's window is cut as the package's scoring cuts it
+    (:func:`~lightning_div.model.scoring.token_logprobs_batched`, ``reference_nll``, RUQ): a
+    response keeps its first ``window - 1`` tokens (its EOS is then not scored), after as many of
+    the prompt's last tokens as fit (at least one).
+
     Args:
         pools: the pools.
         model: a Hugging Face causal LM (the policy).
@@ -146,9 +162,11 @@ def likelihood_diversity(
     from tqdm.auto import tqdm
 
     from lightning_div._internal.bars import bar_disabled
+    from lightning_div.model.formatting import model_window
     from lightning_div.model.generation import evaluation_mode, model_device, pad_batch, pad_id_of
     from lightning_div.preference.pools import _prompt_text
 
+    window = model_window(model)
     eos = tokenizer.eos_token_id
     rows: list[tuple[list[int], int]] = []  # (ids, number of scored tokens at the end)
     for p in pools:
@@ -161,6 +179,11 @@ def likelihood_diversity(
                 cut += 1
             cut = max(cut, 1)  # the first token has nothing to be predicted from
             seq = full + ([eos] if eos is not None else [])
+            if window is not None and len(seq) > window:
+                # the response's first tokens, after the prompt's last ones: as DialogueFormat.encode_pair cuts
+                context, reply = seq[:cut], seq[cut:][: max(window - 1, 1)]
+                seq = context[-max(window - len(reply), 1) :] + reply
+                cut = len(seq) - len(reply)
             rows.append((seq, len(seq) - cut))
     scores: list[float] = [0.0] * len(rows)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))

@@ -8,7 +8,9 @@ scores q and a diversity score d per response (:mod:`lightning_div.preference.cr
    ``q >= max q - rho * (max q - min q)``, the rejected band every response with
    ``q <= min q + rho * (max q - min q)``. With ``split="rank"``: the ``ceil(rho * N)`` best and
    worst responses by quality (every response tied with the last one in is in too). A response
-   exactly at a threshold is inside its band.
+   exactly at a threshold is inside its band. Scores so far apart that ``max q - min q``
+   overflows (``1e308`` and ``-1e308``) get the same thresholds written as weighted means,
+   ``(1 - rho) max q + rho min q``, which stay finite.
 2. *Chosen*: the most diverse response of the chosen band.
 3. *Rejected*: the least diverse response of the rejected band among those of lower quality
    than the chosen one and with a different text (a pair must prefer something; with
@@ -38,7 +40,7 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from lightning_div.preference.criteria import Criterion, diversity_scores
-from lightning_div.preference.pools import Pool, Prompt, as_pool, check_quality
+from lightning_div.preference.pools import Pool, Prompt, as_pool, check_one_form, check_quality
 
 __all__ = [
     "RULES",
@@ -172,7 +174,14 @@ def quality_bands(
     q = np.asarray(quality, dtype=np.float64)
     if split == "range":
         lo, hi = float(q.min()), float(q.max())
-        return q >= hi - rho * (hi - lo), q <= lo + rho * (hi - lo)
+        span = hi - lo
+        if math.isfinite(span):
+            return q >= hi - rho * span, q <= lo + rho * span
+        # the span of finite scores overflows (1e308 - -1e308 = inf; every reply was then in both bands): the
+        # same thresholds as weighted means of the ends, which stay finite, kept within [lo, hi]
+        top = min(max((1 - rho) * hi + rho * lo, lo), hi)
+        bottom = min(max(rho * hi + (1 - rho) * lo, lo), hi)
+        return q >= top, q <= bottom
     if split == "rank":
         k = max(1, math.ceil(round(rho * len(q), 9)))
         ordered = np.sort(q)
@@ -240,6 +249,10 @@ def _qualities(pools: list[Pool], quality: Quality | None) -> list[list[float]]:
             out.append(check_quality(flat[at : at + n], n, f"pools[{i}]"))
             at += n
         return out
+    if isinstance(quality, np.ndarray):  # one row per pool
+        if quality.ndim != 2:
+            raise ValueError(f"quality= as an array must have one row per pool (2-D), got shape {quality.shape}")
+        quality = list(quality)
     if isinstance(quality, (str, bytes)) or not isinstance(quality, Sequence):
         raise ValueError(f"quality= must be a reward function or one list of scores per pool, got {quality!r}")
     if len(quality) != len(pools):
@@ -270,7 +283,8 @@ def select_preference_pairs(
         quality: a reward function called once as ``quality(prompts=[...], completions=[...])``
             with one entry per response of every pool (as TRL calls a reward function:
             completions as text, or as ``[{"role": "assistant", "content": ...}]`` for a prompt
-            of chat messages), or one list of scores per pool; None = the pools' own ``quality``.
+            of chat messages), or one list of scores per pool (a 2-D array: one row per pool);
+            None = the pools' own ``quality``.
         rule: ``"divpo"`` or ``"dpo"`` (best vs worst quality; no diversity is computed).
         criterion: the diversity criterion: ``"semantic"`` (default), ``"likelihood"``,
             ``"frequency"`` or a callable (:mod:`lightning_div.preference.criteria`).
@@ -286,7 +300,9 @@ def select_preference_pairs(
 
     Raises:
         ValueError: a pool of fewer than two responses, quality of the wrong length or not
-            finite, ``rho`` outside (0, 1), an unknown rule, split or criterion.
+            finite, ``rho`` outside (0, 1), an unknown rule, split or criterion, or pools whose
+            prompts mix text and chat messages (the dataset is in one form).
+        TypeError: a ``space`` that is not a semantic space (``space="minilm"``).
     """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
@@ -296,6 +312,7 @@ def select_preference_pairs(
     if isinstance(pools, (str, bytes, Mapping)):
         raise ValueError("pools must be a list of pools (read a file with read_pools(path))")
     checked = [as_pool(p, f"pools[{i}]") for i, p in enumerate(pools)]
+    check_one_form([p.prompt for p in checked], [f"pools[{i}]" for i in range(len(checked))])
     for i, p in enumerate(checked):
         if len(p.responses) < 2:
             raise ValueError(f"pools[{i}] has {len(p.responses)} response(s); a preference pair needs at least 2")

@@ -22,7 +22,11 @@ checks that the settings and the prompts so far are the ones asked for.
 **Reading a user's pools** (:func:`read_pools`): one JSON object per line with ``prompt`` (a
 string, or a list of ``{"role", "content"}`` messages), ``responses`` (a list of strings) and
 optionally ``quality`` (one finite number per response); a mistake is a ``ValueError`` naming
-the file and the line.
+the file and the line. Every prompt of a file is text, or every prompt chat messages: TRL's
+``DPOTrainer`` reads a dataset in one form, so a file mixing them (two sources joined) is refused
+at the first line of the other form, not when the pairs become a dataset; to mix them, render the
+messages as text with the tokenizer's chat template first. A string that is not Unicode text (a
+lone surrogate, ``"\\ud800"``: valid JSON) is refused where it is read, naming its field.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
@@ -77,9 +81,21 @@ class Pool:
         return out
 
 
+def _check_text(text: str, where: str, field: str) -> str:
+    """``text`` if it is Unicode text; a lone surrogate (valid JSON ``"\\ud800"``, not text) is a ``ValueError``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{where}: {field} holds a lone surrogate ({text[e.start]!r} at character {e.start}), which is not "
+            "Unicode text (half of an escaped pair?); fix the data"
+        ) from None
+    return text
+
+
 def _check_prompt(prompt: Any, where: str) -> Prompt:
     if isinstance(prompt, str):
-        return prompt
+        return _check_text(prompt, where, "prompt")
     if isinstance(prompt, (list, tuple)) and prompt:
         messages = []
         for k, message in enumerate(prompt):
@@ -91,14 +107,53 @@ def _check_prompt(prompt: Any, where: str) -> Prompt:
                 raise ValueError(
                     f"{where}: prompt[{k}] must be a message {{'role': str, 'content': str}}, got {message!r}"
                 )
+            for key in ("role", "content"):
+                _check_text(message[key], where, f"prompt[{k}][{key!r}]")
             messages.append({"role": str(message["role"]), "content": str(message["content"])})
         return messages
     raise ValueError(f"{where}: prompt must be a string or a non-empty list of chat messages, got {prompt!r}")
 
 
+def _form(prompt: Prompt) -> str:
+    return "text" if isinstance(prompt, str) else "chat messages"
+
+
+def check_one_form(prompts: Sequence[Prompt], names: Sequence[str]) -> None:
+    """Every prompt text, or every prompt chat messages: TRL's ``DPOTrainer`` reads a dataset in one form.
+
+    Args:
+        prompts: the checked prompts.
+        names: how an error names each (``"pools[3]"``, ``"pools.jsonl line 4"``).
+
+    Raises:
+        ValueError: the first prompt of the other form than the first one, named with the first one.
+    """
+    if not prompts:
+        return
+    first = _form(prompts[0])
+    for prompt, name in zip(prompts, names):
+        if _form(prompt) != first:
+            # "pools.jsonl line 4" and "pools.jsonl line 1" -> "... but line 1's is text": the file named once
+            other = names[0]
+            head, _, tail = other.rpartition(" line ")
+            if tail and name.startswith(head + " line "):
+                other = "line " + tail
+            raise ValueError(
+                f"{name}: a prompt of {_form(prompt)}, but {other}'s is {first}: the pools of one set are all "
+                "text or all chat messages (TRL's DPOTrainer reads one form); split them, or render the "
+                "messages with the tokenizer's chat template (tokenizer.apply_chat_template(..., tokenize=False))"
+            )
+
+
 def check_quality(values: Any, n: int, where: str, name: str = "quality") -> list[float]:
     """``values`` as ``n`` finite floats; a ``ValueError`` naming ``where``, ``name`` and the index otherwise."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+    # a string or a mapping is one value of the wrong kind, not a list to split into characters or keys
+    if isinstance(values, (str, bytes, Mapping)):
+        raise ValueError(f"{where}: {name} must be a list of numbers, got {type(values).__name__}")
+    shape = getattr(values, "shape", None)
+    if shape is not None and len(shape) != 1:
+        raise ValueError(f"{where}: {name} must be one number per response, got an array of shape {tuple(shape)}")
+    if not isinstance(values, Sequence):
         try:
             values = list(values)
         except TypeError:
@@ -107,6 +162,8 @@ def check_quality(values: Any, n: int, where: str, name: str = "quality") -> lis
         raise ValueError(f"{where}: {name} has {len(values)} scores for {n} responses; give one per response")
     out = []
     for k, v in enumerate(values):
+        if getattr(v, "shape", ()) != ():  # an array's element that is an array itself
+            raise ValueError(f"{where}: {name}[{k}] is an array of shape {tuple(v.shape)}, not a number")
         if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
             raise ValueError(f"{where}: {name}[{k}] = {v!r} is not a number")
         x = float(v)
@@ -128,7 +185,9 @@ def as_pool(value: Pool | Mapping[str, Any], where: str = "pool") -> Pool:
 
     Raises:
         ValueError: a missing field, a prompt that is neither text nor messages, a response that
-            is not a string, or quality of the wrong length or not finite.
+            is not a string, a string holding a lone surrogate (not Unicode text), or quality
+            that is not one finite number per response (a string, a mapping or a 2-D array is
+            named whole, not split).
 
     Examples:
         >>> as_pool({"prompt": "Hi!", "responses": ["Hello.", "Hey."]}).responses
@@ -149,6 +208,7 @@ def as_pool(value: Pool | Mapping[str, Any], where: str = "pool") -> Pool:
     for k, r in enumerate(responses):
         if not isinstance(r, str):
             raise ValueError(f"{where}: responses[{k}] is {type(r).__name__}, expected str")
+        _check_text(r, where, f"responses[{k}]")
     checked = None if quality is None else check_quality(quality, len(responses), where)
     return Pool(prompt, list(responses), checked)
 
@@ -180,6 +240,7 @@ def read_pool_lines(path: str | os.PathLike) -> tuple[dict[str, Any] | None, lis
             continue
         pools.append(as_pool(record, where))
         numbers.append(number)
+        check_one_form([pools[0].prompt, pools[-1].prompt], [f"{path} line {numbers[0]}", where])
     return settings, pools, numbers
 
 
@@ -196,7 +257,9 @@ def read_pools(path: str | os.PathLike) -> list[Pool]:
 
     Raises:
         OSError: the file cannot be read.
-        ValueError: a line that is not JSON or not a pool, named by file and line number.
+        ValueError: a line that is not JSON or not a pool, a lone surrogate in a string, or a
+            prompt of the other form (text or chat messages) than the first line's, named by file
+            and line number.
     """
     return read_pool_lines(path)[1]
 
@@ -211,11 +274,17 @@ def write_pools(path: str | os.PathLike, pools: Sequence[Pool], settings: Mappin
 
     Returns:
         The path.
+
+    Raises:
+        ValueError: a pool :func:`as_pool` refuses, or prompts mixing text and chat messages
+            (:func:`read_pools` would refuse the file); nothing is written.
     """
     from lightning_div._internal.io import atomic_write
 
+    checked = [as_pool(p, f"pools[{i}]") for i, p in enumerate(pools)]
+    check_one_form([p.prompt for p in checked], [f"pools[{i}]" for i in range(len(checked))])
     lines = [] if settings is None else [json.dumps({"settings": dict(settings)}, ensure_ascii=False)]
-    lines += [json.dumps(as_pool(p, f"pools[{i}]").to_json(), ensure_ascii=False) for i, p in enumerate(pools)]
+    lines += [json.dumps(p.to_json(), ensure_ascii=False) for p in checked]
     with atomic_write(path, "wb", make_parents=True) as f:
         f.write("".join(line + "\n" for line in lines).encode("utf-8"))
     return Path(path)
@@ -306,8 +375,10 @@ def build_pools(
         One pool per prompt, in order, without quality scores.
 
     Raises:
+        TypeError: ``prompts`` that is not a list of prompts (one string, a mapping).
         ValueError: N < 2, chunk_size < 1, a seq2seq model, a resumed file made with other
-            settings or other prompts, or a prompt without tokens.
+            settings or other prompts, a prompt without tokens, or prompts mixing text and
+            chat messages (a DPO dataset is in one form).
     """
     from tqdm.auto import tqdm
 
@@ -315,6 +386,12 @@ def build_pools(
     from lightning_div._internal.distributed import gather_objects, rank_and_world
     from lightning_div.model.formatting import is_seq2seq
 
+    if isinstance(prompts, (str, bytes, Mapping, Pool)) or not isinstance(prompts, Iterable):
+        # a string is a sequence too: it was one pool per character, each one sampled
+        raise TypeError(
+            f"prompts must be a list of prompts (each the text the model reads, or chat messages), got "
+            f"{type(prompts).__name__}; for one prompt give [prompt]"
+        )
     if isinstance(num_responses, bool) or not isinstance(num_responses, int) or num_responses < 2:
         raise ValueError(f"num_responses must be an integer >= 2 (a pair needs two replies), got {num_responses!r}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
@@ -322,6 +399,7 @@ def build_pools(
     if is_seq2seq(model):
         raise ValueError("build_pools samples from a causal LM; a seq2seq model's prompt and reply are not one text")
     checked = [_check_prompt(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
+    check_one_form(checked, [f"prompts[{i}]" for i in range(len(checked))])
     texts = [_prompt_text(p, tokenizer) for p in checked]
     kwargs = {**POOL_SAMPLING, **generation_kwargs}
     max_new = int(kwargs.pop("max_new_tokens", max_new_tokens))
