@@ -27,9 +27,11 @@ __all__ = [
     "DRESS_WEIGHT_MAX",
     "DRESS_WEIGHT_MEAN",
     "DRESS_WEIGHT_MIN",
+    "EMPTY_SHARE",
     "HEADLINE_KEYS",
     "LEXICAL_NAMES",
     "LEXICAL_PATTERN",
+    "MOSTLY_EMPTY",
     "NEGATIVE",
     "NEGATIVE_LOSS",
     "NEGATIVE_LOSSES",
@@ -126,6 +128,11 @@ LEXICAL_PATTERN = re.compile(r"^(distinct_(\d+)(_utt)?|ent_(\d+)|avg_distinct|ea
 #: The lexical metric names, as error messages and ``--help`` list them.
 LEXICAL_NAMES = "distinct_<n> (corpus level), distinct_<n>_utt (utterance level), ent_<n>, avg_distinct, ead"
 
+#: The share of empty (or special-token-only) replies, logged beside the lexical metrics: ``val/empty_share``.
+EMPTY_SHARE = "empty_share"
+#: From this share of empty replies on, every front end warns and the summary marks the metrics of that text.
+MOSTLY_EMPTY = 0.5
+
 # -- files written once per run beside the figures (``<name>_<file>`` for a callback with a ``name``) -----------
 CLUSTER_CARDS_FILE = "cluster_cards.csv"
 CLUSTER_SHARES_FILE = "cluster_shares.csv"
@@ -135,6 +142,7 @@ SUMMARY_KEYS: tuple[str, ...] = (
     VAL_LOSS,
     SEM_ENT,
     SEM_ENT_GOLD,
+    val_key(EMPTY_SHARE),
     val_key("distinct_1"),
     val_key("distinct_2"),
     val_key("distinct_3"),
@@ -162,6 +170,7 @@ HEADLINE_KEYS: tuple[str, ...] = (
     SEM_ENT_GOLD,
     CLUSTER_JS,
     TOP_CLUSTER_SHARE,
+    val_key(EMPTY_SHARE),
     val_key("distinct_1"),
     val_key("distinct_2"),
     val_key("avg_distinct"),

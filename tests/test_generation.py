@@ -174,11 +174,14 @@ def test_sampling_paths_reach_generate_without_ngram_blocking(kind):
     assert asked["no_repeat_ngram_size"] == 3 and asked["encoder_no_repeat_ngram_size"] == 0
 
 
-def test_all_empty_generations_are_named():
-    from lightning_div._internal.checks import warn_if_all_empty
+def test_mostly_empty_generations_are_named():
+    """Issue 63: the warning fired only when all replies were empty; 11 of 12 empty said nothing."""
+    from lightning_div._internal.checks import warn_if_mostly_empty
 
     with pytest.warns(RuntimeWarning, match=r"X: all 3 responses generated for the sample are empty"):
-        warn_if_all_empty(["", " ", "\n"], "X", "the sample")
+        warn_if_mostly_empty(["", " ", "\n"], "X", "the sample", 0.5)
+    with pytest.warns(RuntimeWarning, match=r"X: 11 of 12 responses .* are empty \(92%; the warning is from 50%\)"):
+        warn_if_mostly_empty([""] * 11 + ["ok"], "X", "the sample", 0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        warn_if_all_empty(["", "ok"], "X", "the sample")
+        warn_if_mostly_empty(["", "ok", "fine"], "X", "the sample", 0.5)  # a third: below the threshold

@@ -13,6 +13,7 @@ import torch
 
 from lightning_div.measure import (
     FixedSample,
+    GroupMeasure,
     RecordingReporter,
     RUQAlert,
     RUQMeasure,
@@ -66,6 +67,26 @@ class ScriptedModel:
 SAMPLE = [DialoguePair(("hi",), "a one"), DialoguePair(("yo",), "b two"), DialoguePair(("hey",), "c three")]
 
 
+def test_the_share_of_empty_replies_is_measured_beside_the_lexical_metrics():
+    """Issue 63: 11 empty replies of 12 logged distinct-2 = 1.0 and warned only when all were empty."""
+    measure = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_2"])
+    measure.prepare(["a x", "b y"], SAMPLE)
+    result = measure.scores(["", " ", "b z q"], SAMPLE)
+    assert result.values["empty_share"] == pytest.approx(2 / 3)
+    assert result.values["distinct_2"] == 1.0  # the one non-empty reply's: why the share stands beside it
+    # the GRPO measure: the share of a step's completions, and the warning from half of them on, naming the front end
+    group = GroupMeasure(WordSpace(), lexical_metrics=["distinct_2"])
+    group.prepare(["a x"])
+    with pytest.warns(
+        RuntimeWarning, match=r"^Front: 3 of 4 responses generated for a step's completions are empty \(75%"
+    ):
+        values = group.measure(["", "", "", "a b c"], 2, who="Front")
+    assert values["empty_share"] == 0.75 and values["distinct_2"] == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert group.measure(["", "a b", "b c", "a c"], 2)["empty_share"] == 0.25  # a quarter: no warning
+
+
 def test_semantic_measure_hand_computed():
     measure = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"])
     measure.prepare(["a x", "b y"], SAMPLE)
@@ -77,6 +98,7 @@ def test_semantic_measure_hand_computed():
     assert result.values["sem_ent_gold"] == pytest.approx(math.log(3))
     assert result.values["top_cluster_share"] == pytest.approx(2 / 3)
     assert result.values["distinct_1"] == pytest.approx(5 / 6)  # a, x, y, b, z of 6 tokens
+    assert result.values["empty_share"] == 0.0
     assert result.shares == pytest.approx([2 / 3, 1 / 3, 0.0]) and result.gold_shares == pytest.approx([1 / 3] * 3)
     # JS divergence in bits between (2/3, 1/3, 0) and (1/3, 1/3, 1/3)
     p, q = np.array([2 / 3, 1 / 3, 0]), np.array([1 / 3] * 3)

@@ -1,6 +1,6 @@
 """The checks around a measurement that every front end makes (Lightning's callbacks, the Hugging Face callback).
 
-* :func:`check_finite_model` / :func:`warn_if_all_empty`: a model whose weights or output are
+* :func:`check_finite_model` / :func:`warn_if_mostly_empty`: a model whose weights or output are
   NaN or inf is named, instead of logging 0.0 diversity computed from its empty output;
 * :data:`MEASUREMENT_ERRORS`: the errors a measurement may fail with and training survive.
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from lightning_div._internal.tracking import warn_once
 
-__all__ = ["MEASUREMENT_ERRORS", "PROBE", "ModelDivergedError", "check_finite_model", "warn_if_all_empty"]
+__all__ = ["MEASUREMENT_ERRORS", "PROBE", "ModelDivergedError", "check_finite_model", "warn_if_mostly_empty"]
 
 #: What a measurement (or an optional part of one) can meet and survive, so training goes on:
 #: the model and torch (RuntimeError, which torch's out-of-memory and CUDA errors are; MemoryError;
@@ -82,15 +82,36 @@ def check_finite_model(pl_module: Any, who: str, adapter: Any = None) -> None:
         )
 
 
-def warn_if_all_empty(responses: Sequence[str], who: str, what: str) -> None:
-    """Warn when every generated response is empty or whitespace (the values are still logged)."""
-    if responses and not any(r.strip() for r in responses):
-        warn_once(
-            f"{who}:empty:{what}",
+def warn_if_mostly_empty(responses: Sequence[str], who: str, what: str, threshold: float) -> None:
+    """Warn (once per run) when at least ``threshold`` of the responses are empty or whitespace.
+
+    The values are still logged: the share itself is logged as ``empty_share`` beside them, and the
+    summary marks the metrics of mostly empty text. One non-empty reply among twelve has a perfect
+    distinct-n, which would otherwise read as a diverse model.
+
+    Args:
+        responses: the generated responses (special tokens already removed).
+        who: the front end, named in the warning.
+        what: what they were generated for ("the evaluation sample", "step 9's completions").
+        threshold: the share of empty responses from which it warns (0 to 1).
+    """
+    empty = sum(1 for r in responses if not r.strip())
+    if not responses or empty / len(responses) < threshold:
+        return
+    if empty == len(responses):
+        message = (
             f"{who}: all {len(responses)} responses generated for {what} are empty: "
             "the model only produces its end token (diverged, or not trained yet); "
-            "the diversity logged for them is that of empty text",
+            "the diversity logged for them is that of empty text"
         )
+    else:
+        message = (
+            f"{who}: {empty} of {len(responses)} responses generated for {what} are empty "
+            f"({empty / len(responses):.0%}; the warning is from {threshold:.0%}): the model mostly produces its end "
+            "token (diverged, or not trained yet); the lexical metrics logged for them describe the few non-empty "
+            "replies (their empty_share is logged beside them)"
+        )
+    warn_once(f"{who}:empty:{what}", message)
 
 
 def optional_texts(texts: Sequence[str] | None, who: str, name: str) -> list[str] | None:

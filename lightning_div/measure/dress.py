@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div._internal.checks import warn_if_all_empty
+from lightning_div._internal.checks import warn_if_mostly_empty
 from lightning_div.dress.weights import check_head_threshold, check_negative_weight, head_clusters, negative_weights
+from lightning_div.keys import MOSTLY_EMPTY
 from lightning_div.measure.base import Stateless, plain
 from lightning_div.model.generation import generate_responses
 from lightning_div.pairs import DialoguePair
@@ -96,7 +97,7 @@ class NegativeMiner(Stateless):
         generated = generate_responses(
             adapter, contexts, generation_kwargs, self.batch_size, self.show_progress, "DRESS negatives"
         )
-        warn_if_all_empty(generated, who, "the negatives")
+        warn_if_mostly_empty(generated, who, "the negatives", MOSTLY_EMPTY)
         return self.negatives_of(contexts, generated, self.space.assign(generated, device), keep_zero_weights)
 
     def negatives_of(

@@ -29,12 +29,15 @@ from typing import Any
 
 import numpy as np
 
+from lightning_div._internal.checks import warn_if_mostly_empty
+from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
 from lightning_div.measure.base import plain
 from lightning_div.metrics import (
     check_lexical_names,
     check_lexical_options,
     collapsed_share,
     count_vocab,
+    empty_share,
     group_classes,
     group_distinct_n,
     group_semantic_entropy,
@@ -74,7 +77,7 @@ def group_metrics(
 
     Returns:
         ``{"group_sem_ent": ..., ...}``, with the degeneration signals ``group_distinct_2`` and
-        ``group_top_word_share``.
+        ``group_top_word_share``, and ``empty_share`` (the share of empty completions).
 
     Raises:
         ValueError: G does not divide the batch, or ids and texts differ in number.
@@ -106,6 +109,7 @@ def _group_values(
         "group_distinct_2": group_distinct_n(texts, num_generations, 2, tokenizer, lowercase),
         "group_top_word_share": group_top_word_share(texts, num_generations, tokenizer),
         "sem_ent": semantic_entropy(ids, num_clusters),
+        EMPTY_SHARE: empty_share(texts),  # beside the lexical metrics, which say nothing of empty text
         **lexical_scores(texts, check_lexical_names(lexical_metrics), vocab_size, **options),
     }
     return {k: float(v) for k, v in out.items()}
@@ -247,6 +251,7 @@ class GroupMeasure:
         cut_share: float | None = None,
         prompts: Sequence[str] | None = None,
         tokenizer: Any = None,
+        who: str = "GroupMeasure",
     ) -> dict[str, float]:
         """The values of one generation batch, by unprefixed name (every process alike).
 
@@ -257,6 +262,7 @@ class GroupMeasure:
             cut_share: the share of these completions cut at the length limit, when known.
             prompts: their prompts as text (for the reference NLL).
             tokenizer: the reference model's tokenizer when it was not given at construction.
+            who: the front end, named in the warning when most completions are empty.
 
         Returns:
             :func:`group_metrics`' values, with ``length_cut_share`` and ``reference_nll`` when known.
@@ -266,6 +272,7 @@ class GroupMeasure:
         """
         texts = list(texts)
         check_groups(len(texts), num_generations)  # once, before the encoder runs
+        warn_if_mostly_empty(texts, who, "a step's completions", MOSTLY_EMPTY)
         if ids is None:
             ids = self.space.assign(texts, self.device)
         self.last_ids = np.asarray(ids, dtype=np.int64)

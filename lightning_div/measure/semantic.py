@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from lightning_div._internal.checks import warn_if_all_empty
+from lightning_div._internal.checks import warn_if_mostly_empty
+from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
 from lightning_div.measure.base import plain
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
@@ -24,6 +25,7 @@ from lightning_div.metrics import (
     check_lexical_options,
     cluster_js_divergence,
     count_vocab,
+    empty_share,
     lexical_scores,
     semantic_entropy,
     top_cluster_share,
@@ -65,7 +67,8 @@ class SemanticResult:
 
     Attributes:
         values: the metrics by name, unprefixed: ``sem_ent``, ``cluster_js``, ``top_cluster_share``,
-            the lexical metrics (``distinct_1`` ...) and, at the run's first measurement, ``sem_ent_gold``.
+            ``empty_share`` (the share of empty replies), the lexical metrics (``distinct_1`` ...) and, at the
+            run's first measurement, ``sem_ent_gold``.
         responses: the generated responses, in the sample's order.
         ids: their cluster ids.
         gold_ids: the cluster ids of the sample's gold responses.
@@ -207,6 +210,7 @@ class SemanticMeasure:
             "cluster_js": cluster_js_divergence(clusters.histogram(ids), clusters.histogram(gold_ids)),
             "top_cluster_share": top_cluster_share(ids, k),
         }
+        values[EMPTY_SHARE] = empty_share(responses)  # beside the lexical metrics, which say nothing of empty text
         values.update(lexical_scores(list(responses), self.lexical_metrics, self.vocab_size, **self.lexical_options))
         if not self.gold_logged:
             values["sem_ent_gold"] = semantic_entropy(gold_ids, k)
@@ -226,7 +230,7 @@ class SemanticMeasure:
             sample: the fixed sample.
             at: the epoch or step, for the share history (a second measurement at the same one replaces it).
             device: where the encoder runs.
-            who: named in the warning when every response is empty.
+            who: named in the warning when most responses are empty.
 
         Returns:
             The result (the values, the responses, their clusters and shares).
@@ -234,7 +238,7 @@ class SemanticMeasure:
         responses = generate_responses(
             adapter, [p.context for p in sample], self.generation_kwargs, self.batch_size, self.show_progress
         )
-        warn_if_all_empty(responses, who, "the evaluation sample")
+        warn_if_mostly_empty(responses, who, "the evaluation sample", MOSTLY_EMPTY)
         result = self.scores(responses, sample, device)
         self.share_history = [h for h in self.share_history if h[0] != at]
         self.share_history.append((int(at), result.shares))

@@ -18,6 +18,7 @@ from lightning_div.metrics.lexical import (
     count_vocab,
     distinct_n,
     distinct_n_utterance,
+    empty_share,
     expectation_adjusted_distinct,
     lexical_scores,
     ngram_entropy,
@@ -54,6 +55,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "distinct_n",
     "distinct_n_utterance",
+    "empty_share",
     "averaged_distinct",
     "ngram_entropy",
     "expectation_adjusted_distinct",

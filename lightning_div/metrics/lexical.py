@@ -331,6 +331,22 @@ def check_lexical_names(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
+def empty_share(texts: Sequence[str]) -> float:
+    """The share of ``texts`` that are empty or whitespace only (0.0 for no texts).
+
+    A reply made of special tokens only is empty here too: generation decodes with the special
+    tokens removed. Beside the lexical metrics because they say nothing of such replies: the
+    one non-empty reply among twelve has distinct-2 of 1.0.
+
+    Examples:
+        >>> empty_share(["", "  ", "a b", "\\n"])
+        0.75
+        >>> empty_share([])
+        0.0
+    """
+    return sum(1 for t in texts if not t.strip()) / len(texts) if len(texts) else 0.0
+
+
 def lexical_scores(
     texts: Sequence[str],
     names: Sequence[str] = DEFAULT_LEXICAL,

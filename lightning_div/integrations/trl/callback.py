@@ -15,7 +15,8 @@ into the prompt groups of ``num_generations``:
 * ``diversity/collapsed_groups``: the share of groups whose completions all fall in one cluster;
 * ``diversity/group_distinct_2``: distinct-2 within each group, averaged;
 * over all the step's completions: ``diversity/sem_ent``, ``diversity/distinct_1``,
-  ``diversity/distinct_2``, ``diversity/ead``; and ``diversity/runtime`` (seconds);
+  ``diversity/distinct_2``, ``diversity/ead``, ``diversity/empty_share`` (the share of empty
+  completions: from half of them, a warning); and ``diversity/runtime`` (seconds);
 * degeneration signals: ``diversity/group_top_word_share`` (the most frequent word's share of
   a group's words), ``diversity/length_cut_share`` (the completions cut at the length limit, from
   TRL's ``completions/clipped_ratio`` of the measured batch) and, with ``reference_model=``,
@@ -296,6 +297,7 @@ class GroupDiversityCallback(TrainerCallback):
             cut_share=cut_share,
             prompts=[completion_text(q, i) for i, q in enumerate(prompts)] if with_nll and prompts else None,
             tokenizer=getattr(self.trainer, "processing_class", None),
+            who=type(self).__name__,
         )
         values.update(self.check_alert(values))
         return {self.key(k): v for k, v in values.items()}
