@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "datamodules": 4,
     "views": 5,
     "summary": 5,
+    "verdict": 5,
     "report": 5,
     "meta_eval": 5,
     "preference": 5,
