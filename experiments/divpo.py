@@ -314,24 +314,33 @@ def page(result: dict[str, Any], reading: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _run_fields(run: dict[str, Any]) -> dict[str, type]:
+    """What the page reads of a run besides its held-out measures: a trained run's pair counts (the base has none)."""
+    return {} if run["setting"] == "base" else {"pairs": dict}
+
+
 def merge(parts: list[Path], out: Path) -> dict[str, Any]:
-    """One results.json and page from parts run apart (a later part's run of a setting and seed wins).
+    """One results.json and page from parts run apart, every run kept once (``experiments/_merge.py``).
 
     Raises:
-        ValueError: parts made with other settings (config) than the first.
+        MergeError: a damaged part or one of another experiment (named), parts made with other settings
+            (config) than the first, parts holding different runs of a setting and seed (the base model's
+            measurement of a seed included), or an ``out`` that would write over one of the parts.
     """
+    from _merge import MergeError, each_run_once, read_part, refuse_writing_over_inputs
+
     from lightning_div._internal.io import atomic_write_text
 
-    loaded = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
+    if not parts:
+        raise MergeError("--merge needs results.json parts")
+    refuse_writing_over_inputs(out, [out / "results.json", out.with_suffix(".md")], parts)
+    loaded = [read_part(p, "divpo", ("base", *SETTINGS), METRICS, _run_fields) for p in parts]
     first = loaded[0]
     for path, part in zip(parts, loaded):
         if part["config"] != first["config"] or part["quick"] != first["quick"]:
-            raise ValueError(f"{path}: made with other settings than {parts[0]}: {part['config']} vs {first['config']}")
-    by_run: dict[tuple[str, int], dict[str, Any]] = {}
-    for part in loaded:
-        for r in part["runs"]:
-            by_run[(r["setting"], int(r["seed"]))] = r
-    runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], k[0]))]
+            raise MergeError(f"{path}: made with other settings than {parts[0]}: {part['config']} vs {first['config']}")
+    found = each_run_once(list(zip(parts, (p["runs"] for p in loaded))), lambda r: (r["setting"], r["seed"]))
+    runs = sorted(found, key=lambda r: (r["seed"], r["setting"]))
     result = {**first, "seeds": sorted({int(r["seed"]) for r in runs}), "runs": runs, "summary": summarise(runs)}
     result.pop("environment", None)  # each part's own, below: they may have run in other environments
     result["environments"] = environments(loaded)
@@ -353,7 +362,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parser.parse_args(argv)
     if args.merge:
-        return merge(args.merge, args.out)
+        from _merge import MergeError, fail
+
+        try:
+            return merge(args.merge, args.out)
+        except MergeError as err:  # a user's mistake: one line, exit code 2
+            fail("divpo.py --merge", err)
 
     from lightning_div import SemanticSpace
     from lightning_div._internal.io import atomic_write_text

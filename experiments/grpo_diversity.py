@@ -822,40 +822,67 @@ def _fixed(cfg: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if k != "lexical_threshold"}
 
 
+def _run_fields(run: dict[str, Any]) -> dict[str, type]:
+    """What the summary and the page read of a run besides its held-out measures (``float``: a finite number)."""
+    return {"steps": list, "examples": dict, "wall_s": float, "reward_s": float, "monitor_s": float, "step_s": float}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """One part (or pilot part), checked (``experiments/_merge.py``), its ``base`` included."""
+    from _merge import MergeError, read_part
+
+    # a merged results.json is a part too: its lexical runs at a matched threshold are named grpo_lexical_j<t>
+    part = read_part(path, "grpo_diversity", lambda s: s.split("_j")[0] in SETTINGS, MEASURES, _run_fields)
+    base = part.get("base", {})
+    if not isinstance(base, dict) or not all(isinstance(v, dict) for v in base.values()):
+        kind = "a list" if isinstance(base, list) else type(base).__name__ if not isinstance(base, dict) else "a value"
+        raise MergeError(f"{path}: 'base' must be an object of the base model's measures per seed, got {kind}")
+    return part
+
+
 def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict[str, Any]:
-    """One results.json and page from parts run apart (each run once: a later part's run of a setting and seed wins).
+    """One results.json and page from parts run apart, every run kept once (``experiments/_merge.py``).
 
     Raises:
-        ValueError: parts made with other settings (config) than the others, the lexical threshold aside.
+        MergeError: a damaged part or one of another experiment (named), parts made with other settings
+            (config) than the others (the lexical threshold aside), parts holding different runs of a setting
+            and seed or disagreeing on a seed's base measurements or on the lexical calibration, or an ``out``
+            that would write over one of the parts or pilot parts.
     """
-    loaded = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
-    pilots = [json.loads(Path(p).read_text(encoding="utf-8")) for p in pilot or []]
+    from _merge import MergeError, each_run_once, each_seed_once, refuse_writing_over_inputs
+
+    refuse_writing_over_inputs(
+        out, [out / "results.json", out / "curves.png", out.with_suffix(".md")], [*parts, *(pilot or [])]
+    )
+    loaded = [_read(p) for p in parts]
+    pilots = [_read(p) for p in pilot or []]
     if not loaded:  # the pilot alone: the page shows it and the fixed settings, before any full run
         if not pilots:
-            raise ValueError("--merge needs results.json parts, or --pilot parts")
+            raise MergeError("--merge needs results.json parts, or --pilot parts")
         loaded = [{"experiment": "grpo_diversity", "quick": False, "config": dict(FULL), "seeds": [], "runs": []}]
         loaded[0]["machine"] = pilots[0].get("machine") or MACHINE
     # the fixed settings' part heads the page; a part run at a matched lexical threshold differs in that alone
-    first = next((p for p in loaded if p["config"]["lexical_threshold"] == FULL["lexical_threshold"]), loaded[0])
+    first = next((p for p in loaded if p["config"].get("lexical_threshold") == FULL["lexical_threshold"]), loaded[0])
     for path, part in zip(parts, loaded):
         if _fixed(part["config"]) != _fixed(first["config"]) or part["quick"] != first["quick"]:
-            raise ValueError(f"{path}: made with other settings than the others: {part['config']} vs {first['config']}")
-    by_run: dict[tuple[str, int], dict[str, Any]] = {}
+            raise MergeError(f"{path}: made with other settings than the others: {part['config']} vs {first['config']}")
     calibration = None
-    for part in loaded:
+    for path, part in zip(parts, loaded):
         if calibration and part.get("lexical_calibration") not in (None, calibration):
-            raise ValueError(
-                f"parts disagree on the lexical calibration: {part['lexical_calibration']} vs {calibration}"
+            raise MergeError(
+                f"{path}: the parts disagree on the lexical calibration: {part['lexical_calibration']} vs {calibration}"
             )
         calibration = part.get("lexical_calibration") or calibration
-        for r in part["runs"]:
-            r = {**r, "setting": run_name(r, part["config"])}
-            by_run[(r["setting"], int(r["seed"]))] = r
-    runs = [by_run[k] for k in sorted(by_run, key=lambda k: (k[1], setting_order(k[0])))]
+    named = [
+        (path, [{**r, "setting": run_name(r, part["config"])} for r in part["runs"]])
+        for path, part in zip(parts, loaded)
+    ]
+    found = each_run_once(named, lambda r: (r["setting"], r["seed"]))
+    runs = sorted(found, key=lambda r: (r["seed"], setting_order(r["setting"])))
     settings = sorted({r["setting"] for r in runs}, key=setting_order)
-    base: dict[str, dict[str, float]] = {}
-    for part in loaded:
-        base.update(part.get("base", {}))
+    base = each_seed_once(
+        [(path, part.get("base", {})) for path, part in zip(parts, loaded)], "the base model's held-out measures"
+    )
     result = {
         **first,
         "machine": first.get("machine") or MACHINE,  # a part's partial.json (a run stopped midway) has none
@@ -923,7 +950,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parser.parse_args(argv)
     if args.merge is not None:
-        return merge(args.merge, args.out, args.pilot)
+        from _merge import MergeError, fail
+
+        try:
+            return merge(args.merge, args.out, args.pilot)
+        except MergeError as err:  # a user's mistake: one line, exit code 2
+            fail("grpo_diversity.py --merge", err)
 
     import torch
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -81,3 +82,102 @@ def test_divpo_quick(tmp_path):
     words = merged["summary"]["difference"]["divpo_semantic - dpo"]["words"]
     assert words["n"] == 2 and words["low"] is not None
     assert words["mean"] == pytest.approx(by["divpo_semantic"]["words"] - by["dpo"]["words"] - 0.5)
+
+
+# -- --merge: no run dropped, no input overwritten, a damaged part named (issue 64 H2, M7) ---------------
+
+
+def _divpo_run(script, setting: str, seed: int, value: float) -> dict:
+    run = {"setting": setting, "seed": seed, "held_out": dict.fromkeys(script.METRICS, value)}
+    if setting != "base":
+        run["pairs"] = {"pools": 4, "pairs": 3, "skipped": 1, "skipped_by_reason": {}}
+        run["pairs"] |= {"chosen_quality": 0.9, "rejected_quality": 0.1, "chosen_words": 8.0, "rejected_words": 3.0}
+    return run
+
+
+def _divpo_part(script, path, runs, **extra) -> str:
+    body = {
+        "experiment": "divpo",
+        "quick": True,
+        "config": dict(script.QUICK),
+        "seeds": sorted({r["seed"] for r in runs}),
+    }
+    body |= {"machine": "test", "runs": runs, **extra}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return str(path)
+
+
+def _refused(script, argv, capsys) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match=r"^2$"):
+        script.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("divpo.py --merge: error: "), err
+    return err
+
+
+def test_merge_keeps_every_run_or_refuses_naming_both_parts(tmp_path, capsys):
+    """H2: parts holding the same setting and seed: one run when they are the same run, else refused naming both
+    files and the run (a later part's run won in silence: 12 input runs became 8)."""
+    script = load_experiment("divpo")
+    mine = _divpo_part(
+        script, tmp_path / "mine" / "results.json", [_divpo_run(script, s, 1, 0.3) for s in ("base", "dpo")]
+    )
+    theirs = [_divpo_run(script, "base", 1, 0.3), _divpo_run(script, "dpo", 1, 123.0)]
+    other = _divpo_part(script, tmp_path / "other" / "results.json", theirs)
+    out = tmp_path / "merged" / "divpo"
+    err = _refused(script, ["--merge", mine, other, "--out", str(out)], capsys)
+    assert re.search(r"mine/results\.json and .*other/results\.json hold different runs of dpo seed 1", err), err
+    assert not out.exists()
+    # the base model's measurement of a seed is a run too: parts that disagree on it are refused, named
+    base = _divpo_part(script, tmp_path / "b" / "results.json", [_divpo_run(script, "base", 1, 0.4)])
+    err = _refused(script, ["--merge", mine, base, "--out", str(out)], capsys)
+    assert re.search(r"mine/results\.json and .*b/results\.json hold different runs of base seed 1", err), err
+    # the same part twice, and parts that share a seed's identical base run: every run kept, once
+    semantic = [_divpo_run(script, "base", 1, 0.3), _divpo_run(script, "divpo_semantic", 1, 0.5)]
+    more = _divpo_part(script, tmp_path / "more" / "results.json", semantic)
+    result = script.main(["--merge", mine, mine, more, "--out", str(out)])
+    assert [(r["setting"], r["seed"]) for r in result["runs"]] == [(s, 1) for s in ("base", "divpo_semantic", "dpo")]
+    assert json.loads((out / "results.json").read_text())["runs"] == result["runs"]
+
+
+def test_merge_never_writes_over_its_own_input(tmp_path, capsys):
+    """H2: ``--out mine`` with ``mine/results.json`` among the parts is refused, the part untouched (it was rewritten)."""
+    script = load_experiment("divpo")
+    mine = _divpo_part(script, tmp_path / "mine" / "results.json", [_divpo_run(script, "dpo", 1, 0.334)])
+    other = _divpo_part(script, tmp_path / "other" / "results.json", [_divpo_run(script, "dpo", 2, 0.5)])
+    before = (tmp_path / "mine" / "results.json").read_bytes()
+    for out in (tmp_path / "mine", tmp_path / "." / "mine"):
+        err = _refused(script, ["--merge", mine, other, "--out", str(out)], capsys)
+        assert re.search(r"--out .*mine would write .*mine/results\.json, which is the input", err), err
+    assert (tmp_path / "mine" / "results.json").read_bytes() == before and not (tmp_path / "mine.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('{"experiment": "divpo", "runs": [', r"part\.json: not valid JSON \(line 1, column 34"),
+        ("[1, 2]", r"part\.json: a results\.json holds one JSON object, this holds a list"),
+        ('{"experiment": "divpo", "quick": true, "runs": []}', r"part\.json: no 'config' object"),
+        ('{"experiment": "grpo_diversity", "quick": true, "config": {}, "runs": []}', r"part\.json: a part of the "),
+        ("SEED", r"part\.json: runs\[0\] \(dpo\): the seed must be an integer, got '1'"),
+        ("HELD", r"part\.json: runs\[0\] \(dpo seed 1\): held_out\['nll'\] is missing or not a finite number"),
+    ],
+)
+def test_a_damaged_part_is_one_line_naming_the_file(tmp_path, capsys, text, match):
+    """M7: a torn or foreign part is one line naming the file, exit 2 (each was a traceback naming no file)."""
+    script = load_experiment("divpo")
+    good = _divpo_part(script, tmp_path / "good.json", [_divpo_run(script, "dpo", 0, 0.5)])
+    if text == "SEED":
+        text = json.dumps(
+            {**json.loads(Path(good).read_text()), "runs": [{**_divpo_run(script, "dpo", 1, 0.5), "seed": "1"}]}
+        )
+    elif text == "HELD":
+        run = _divpo_run(script, "dpo", 1, 0.5)
+        del run["held_out"]["nll"]
+        text = json.dumps({**json.loads(Path(good).read_text()), "runs": [run]})
+    (tmp_path / "part.json").write_text(text, encoding="utf-8")
+    err = _refused(script, ["--merge", good, str(tmp_path / "part.json"), "--out", str(tmp_path / "out")], capsys)
+    assert re.search(match, err), err
+    assert not (tmp_path / "out").exists()

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -223,3 +224,101 @@ def test_a_matched_lexical_threshold_merges_beside_the_fixed_runs(tmp_path):
     second = part("second.json", 0.05, matched_runs, {**calibration, "semantic_rarity": 0.7})
     with pytest.raises(ValueError, match="disagree on the lexical calibration"):
         script.merge([Path(matched), Path(second)], out)
+
+
+# -- --merge: no run dropped, no input overwritten, a damaged part named (issue 64 H2, M7) ---------------
+
+
+def _grpo_run(script, setting: str, seed: int, value: float) -> dict:
+    held = dict.fromkeys(script.MEASURES, value)
+    return {
+        "setting": setting,
+        "seed": seed,
+        "held_out": held,
+        "steps": [{"step": i + 1, **held} for i in range(2)],
+        "examples": {"prompts": ["hi"], "greedy": ["a b"], "sampled": ["a b"]},
+        **{"wall_s": 10.0, "reward_s": 1.0, "monitor_s": 0.5, "step_s": 8.0},
+    }
+
+
+def _grpo_part(script, path: Path, runs: list, base: dict | None = None, experiment: str = "grpo_diversity") -> str:
+    body = {"experiment": experiment, "quick": False, "config": dict(script.FULL), "machine": "test"}
+    body |= {"seeds": sorted({r["seed"] for r in runs}), "base": base or {}, "runs": runs}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return str(path)
+
+
+def _merge_refused(script, argv: list, capsys) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match=r"^2$"):
+        script.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("grpo_diversity.py --merge: error: "), err
+    return err
+
+
+def test_merge_keeps_every_run_and_base_or_refuses_naming_both_parts(tmp_path, capsys):
+    """H2: a setting and seed in two parts is one run when they hold the same run, else refused naming both files;
+    parts that disagree on a seed's base measurements likewise (a later part won, without a word)."""
+    script = load_experiment("grpo_diversity")
+    base = {"1": dict.fromkeys(script.MEASURES, 0.2)}
+    mine = _grpo_part(script, tmp_path / "mine" / "results.json", [_grpo_run(script, "grpo", 1, 0.3)], base)
+    other = _grpo_part(script, tmp_path / "other" / "results.json", [_grpo_run(script, "grpo", 1, 123.0)], base)
+    out = tmp_path / "merged" / "grpo_diversity"
+    err = _merge_refused(script, ["--merge", mine, other, "--out", str(out)], capsys)
+    assert re.search(r"mine/results\.json and .*other/results\.json hold different runs of grpo seed 1", err), err
+    moved = {"1": dict.fromkeys(script.MEASURES, 0.25)}
+    kl = _grpo_part(script, tmp_path / "kl" / "results.json", [_grpo_run(script, "grpo_kl", 1, 0.4)], moved)
+    err = _merge_refused(script, ["--merge", mine, kl, "--out", str(out)], capsys)
+    assert re.search(r"mine/results\.json and .*kl/results\.json disagree on the base model's held-out", err), err
+    assert "seed 1" in err and not out.exists()
+    # the same part twice and a part sharing the seed's identical base: every run kept, once
+    kl = _grpo_part(script, tmp_path / "kl" / "results.json", [_grpo_run(script, "grpo_kl", 1, 0.4)], base)
+    result = script.merge([Path(mine), Path(mine), Path(kl)], out)
+    assert [(r["setting"], r["seed"]) for r in result["runs"]] == [("grpo", 1), ("grpo_kl", 1)]
+    assert result["base"] == base and result["summary"]["difference"]["grpo_kl"]["nll"]["mean"] == pytest.approx(0.1)
+
+
+def test_merge_never_writes_over_its_own_input_or_pilot(tmp_path, capsys):
+    """H2: an ``--out`` whose results.json is a part or a pilot part is refused, the file untouched (rewritten)."""
+    script = load_experiment("grpo_diversity")
+    mine = _grpo_part(script, tmp_path / "mine" / "results.json", [_grpo_run(script, "grpo", 1, 0.3)])
+    other = _grpo_part(script, tmp_path / "other" / "results.json", [_grpo_run(script, "grpo", 2, 0.5)])
+    before = Path(mine).read_bytes()
+    for argv in (["--merge", mine, other], ["--merge", other, "--pilot", mine]):
+        err = _merge_refused(script, [*argv, "--out", str(tmp_path / "mine")], capsys)
+        assert re.search(r"--out .*mine would write .*mine/results\.json, which is the input", err), err
+    assert Path(mine).read_bytes() == before and not (tmp_path / "mine.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("divpo", r"part\.json: a part of the experiment 'divpo', not of 'grpo_diversity'"),
+        ("torn", r"part\.json: not valid JSON"),
+        ("list", r"part\.json: a results\.json holds one JSON object, this holds a list"),
+        ("steps", r"part\.json: runs\[0\] \(grpo seed 1\): 'steps' must be a list, got None"),
+        ("base", r"part\.json: 'base' must be an object of the base model's measures per seed, got a list"),
+    ],
+)
+def test_a_damaged_part_is_one_line_naming_the_file(tmp_path, capsys, kind, match):
+    """M7: a foreign or damaged part (or pilot part) is one line naming the file, exit 2 (tracebacks before)."""
+    script = load_experiment("grpo_diversity")
+    good = _grpo_part(script, tmp_path / "good.json", [_grpo_run(script, "grpo", 0, 0.5)])
+    part = tmp_path / "part.json"
+    if kind == "divpo":
+        _grpo_part(script, part, [_grpo_run(script, "grpo", 1, 0.5)], experiment="divpo")
+    elif kind == "torn":
+        part.write_text(Path(good).read_text()[:50], encoding="utf-8")
+    elif kind == "list":
+        part.write_text("[]", encoding="utf-8")
+    elif kind == "steps":
+        _grpo_part(script, part, [{**_grpo_run(script, "grpo", 1, 0.5), "steps": None}])
+    else:
+        body = json.loads(_grpo_part(script, part, [_grpo_run(script, "grpo", 1, 0.5)]) and part.read_text())
+        part.write_text(json.dumps({**body, "base": [0.2]}), encoding="utf-8")
+    for argv in (["--merge", good, str(part)], ["--merge", good, "--pilot", str(part)]):
+        err = _merge_refused(script, [*argv, "--out", str(tmp_path / "out")], capsys)
+        assert re.search(match, err), err
+    assert not (tmp_path / "out").exists()
