@@ -75,18 +75,19 @@ TEST_LOSS = "test/loss"
 
 def check_name(name: object) -> str | None:
     """A callback's ``name`` (it goes into every key it logs): None, or a non-empty string without
-    surrounding spaces and without ``/`` (the keys' separator). The one rule of every front end:
-    Lightning, Hugging Face and TRL.
+    surrounding spaces, without ``/`` (the keys' separator) and without control characters (it also names
+    the run's files, such as the settings record, where a null byte cannot go). The one rule of every
+    front end: Lightning, Hugging Face and TRL.
 
     Raises:
         ValueError: any other value.
     """
     if name is None:
         return None
-    if not isinstance(name, str) or not name.strip() or name != name.strip() or "/" in name:
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or "/" in name or not name.isprintable():
         raise ValueError(
-            "name must be None or a non-empty string without surrounding spaces and without '/' (it prefixes "
-            f"the logged keys), got {name!r}"
+            "name must be None or a non-empty string without surrounding spaces and without '/' or control "
+            f"characters (it prefixes the logged keys and names the run's files), got {name!r}"
         )
     return name
 

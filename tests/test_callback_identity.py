@@ -125,3 +125,15 @@ def test_state_keys_are_built_from_identifying_arguments():
         RUQMonitor(name=" ")
     with pytest.raises(ValueError, match="without surrounding spaces and without '/'"):
         RUQMonitor(name="a/b")  # one rule on every front end: '/' separates the keys' parts
+
+
+def test_a_name_with_a_control_character_is_refused_where_it_is_given():
+    """Issue 64 L13: "a\\x00b" passed, and the settings record then failed with "embedded null byte"."""
+    from lightning_div.keys import check_name
+
+    for bad in ("a\x00b", "a\nb", "tab\there", "bell\x07"):
+        with pytest.raises(ValueError, match=r"without '/' or control characters .*got '"):
+            check_name(bad)
+    with pytest.raises(ValueError, match=r"or control characters"):
+        RUQMonitor(name="a\x00b")
+    assert check_name("run-1 (ε)") == "run-1 (ε)"  # any printable text stays a name

@@ -344,3 +344,30 @@ def test_empty_or_one_string_reference_responses_are_named(cls):
     with pytest.raises(ValueError, match=r"reference_responses=\.\.\.\) must be a list of texts, got one string"):
         build("I like tea.")
     assert build(("a", "b")).reference_responses == ["a", "b"]
+
+
+def test_a_resumed_run_does_not_reward_in_the_clusters_of_another_k(tmp_path):
+    """Run 1 rewards in k = 3 clusters; resumed with k = 4 the callback's checkpoint points the reward's space at
+    the k = 3 file: it is warned about and the reward fits k = 4, as its settings say (issue 64 H1)."""
+    from types import SimpleNamespace
+
+    first = SemanticGroupReward(
+        num_generations=4,
+        reference_responses=REFERENCES,
+        space=SemanticSpace(encoder=TopicEncoder(), num_clusters=3, dirpath=tmp_path / "run1", show_progress=False),
+    )
+    first.prepare(BATCH)
+    assert first.space.clusters.num_clusters == 3
+    callback = GroupDiversityCallback(space=_space(tmp_path / "callback"))
+    callback.trainer = SimpleNamespace(reward_funcs=[first])
+    saved = callback.state_dict()
+    assert saved["reward_spaces"] == [{"clusters_path": first.space.clusters_path}]
+
+    resumed = _reward(tmp_path)  # k = 4 now
+    callback = GroupDiversityCallback(space=_space(tmp_path / "callback"))
+    callback.trainer = SimpleNamespace(reward_funcs=[resumed])
+    callback.load_state_dict(saved)
+    with pytest.warns(UserWarning, match=r"num_clusters: file has 3, requested 4.*fitting them again"):
+        resumed.prepare(BATCH)
+    assert resumed.space.clusters.num_clusters == 4 == resumed.space.settings()["num_clusters"]
+    assert resumed(prompts=PROMPTS, completions=BATCH) == pytest.approx(EXPECTED)

@@ -150,7 +150,7 @@ def test_ruq_alert_says_why_and_restores_its_last_value():
     restored = RUQAlert(warn_drop=10.0)
     restored.load_state_dict(alert.last)
     assert restored.check(29.0, "x") == ["x dropped from 40.0 to 29.0 (more than warn_drop = 10.0)"]
-    with pytest.raises(ValueError, match="a number or null"):
+    with pytest.raises(ValueError, match="a finite number or null"):
         restored.load_state_dict("abc")
 
 
@@ -305,3 +305,44 @@ def test_fixed_sample_refuses_a_seed_that_would_not_fix_it_and_damaged_indices()
         FixedSample(2, seed=0).load_state_dict([0, 1, 2])
     sample.load_state_dict([4, 1])  # fewer than size: the data had fewer pairs then
     assert [p.response for p in sample.draw(pairs)] == ["4", "1"]
+
+
+def test_a_share_history_of_another_k_is_refused():
+    """Issue 64 L09: five shares of 1.0 (another k, summing to 5) were restored; the collapse heatmap then failed."""
+    measure = SemanticMeasure(WordSpace(), lexical_metrics=["distinct_1"])
+    measure.prepare(["a x"], SAMPLE)  # k = 3
+    with pytest.raises(ValueError, match=r"share_history at step 1: 5 shares, but the clusters are k = 3"):
+        measure.load_state_dict({"share_history": [[1, [1.0] * 5]]})
+    with pytest.raises(ValueError, match=r"share_history at step 1: the shares sum to 0\.75, not 1"):
+        measure.load_state_dict({"share_history": [[1, [0.5, 0.25, 0.0]]]})
+    assert measure.share_history == []
+    measure.load_state_dict({"share_history": [[1, [0.5, 0.5, 0.0]], [2, [0.0, 0.0, 0.0]]]})  # none measured: 0s
+    assert measure.share_history == [(1, [0.5, 0.5, 0.0]), (2, [0.0, 0.0, 0.0])]
+    # before the clusters are read, the k asked for is the check
+    from lightning_div.semantic.space import SemanticSpace
+
+    unfitted = SemanticMeasure(SemanticSpace(encoder="minilm", num_clusters=4), lexical_metrics=["distinct_1"])
+    with pytest.raises(ValueError, match=r"5 shares, but the clusters are k = 4"):
+        unfitted.load_state_dict({"share_history": [[1, [0.2] * 5]]})
+
+
+def test_an_explicit_vocab_size_is_not_replaced_on_resume():
+    """Issue 64 M6: SemanticMeasure(vocab_size=5000).load_state_dict({"vocab_size": 12}) measured EAD with 12."""
+    given = SemanticMeasure(WordSpace(), vocab_size=5000)
+    with pytest.warns(RuntimeWarning, match=r"SemanticMeasure: vocab_size=5000 was given.*vocab_size=12"):
+        given.load_state_dict({"vocab_size": 12})
+    assert given.vocab_size == 5000 and given.state_dict()["vocab_size"] == 5000
+    counted = SemanticMeasure(WordSpace())  # counted by the interrupted run: restored, so EAD stays comparable
+    counted.load_state_dict({"vocab_size": 12})
+    assert counted.vocab_size == 12
+
+
+def test_the_ruq_alert_refuses_a_last_value_that_is_not_finite():
+    """Issue 64 L08: a NaN last value was restored, after which a drop from 90 to 0 was not reported."""
+    alert = RUQAlert(warn_drop=10.0)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueError, match=r"the last RUQ must be a finite number or null"):
+            alert.load_state_dict(bad)
+    assert alert.last is None
+    alert.load_state_dict(90)
+    assert alert.check(0.0, "val/ruq") == ["val/ruq dropped from 90.0 to 0.0 (more than warn_drop = 10.0)"]

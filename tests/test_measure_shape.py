@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -128,7 +129,7 @@ def test_nli_measure_without_a_trainer():
     assert values["nli_div_confidence"] == 0.0
     assert values["nli_pairs_entailment"] == 3.0 and values["nli_pairs_contradiction"] == 3.0
     assert measure.measure(EchoSets(), [["other"]])["nli_div_baseline"] == 6.0
-    with pytest.raises(ValueError, match="n must be >= 2"):
+    with pytest.raises(ValueError, match="n must be an integer >= 2"):
         NLIMeasure(n=1)
     with pytest.raises(ValueError, match=r"prepare\(\) must load the scorer"):
         NLIMeasure(scorer=EqualityScorer()).measure(EchoSets(), [["x"]])
@@ -188,3 +189,131 @@ def test_negative_miner_without_a_trainer():
     assert kept.weights.tolist() == [-0.5, -0.5, -0.5, 0.0, 0.0]  # separate batches keep the zero weights
     with pytest.raises(ValueError, match="head_threshold must be a share"):
         NegativeMiner(FirstWordSpace(), head_threshold=1.5)
+
+
+# -- round seven (issue 64): numpy settings, the k measured with, explicit settings on resume, empty input ----
+
+
+class TopicEncoder:
+    """A text's first letter (a-d) as a direction, plus a little noise seeded by the text."""
+
+    name = "topic-encoder"
+
+    def encode(self, texts):
+        import hashlib
+
+        rows = []
+        for text in texts:
+            rng = np.random.default_rng(int(hashlib.sha256(text.encode()).hexdigest()[:8], 16))
+            v = rng.normal(scale=0.05, size=4)
+            v[max("abcd".find(text[:1]), 0)] += 1.0
+            rows.append(v)
+        return np.asarray(rows, dtype=np.float32)
+
+
+TOPIC_TEXTS = [f"{t} {i}" for t in "abcd" for i in range(6)]
+
+
+def _topic_space(tmp_path, num_clusters, **kwargs):
+    return SemanticSpace(
+        encoder=TopicEncoder(), num_clusters=num_clusters, dirpath=tmp_path, show_progress=False, **kwargs
+    )
+
+
+def test_numpy_scalars_are_plain_numbers_in_the_record_and_the_checkpoint(tmp_path):
+    """A k from np.arange: the record holds 3, not "int64", and the checkpointed state is JSON (issue 64 M1)."""
+    from lightning_div.measure.base import plain
+
+    assert plain({"k": np.int64(3), "t": np.float32(0.5), "on": np.bool_(True), "v": np.arange(2)}) == {
+        "k": 3,
+        "t": 0.5,
+        "on": True,
+        "v": [0, 1],
+    }
+    assert type(plain(np.int64(3))) is int and type(plain(np.float64(0.25))) is float
+    space = SemanticSpace(encoder="minilm", num_clusters=np.int64(3), kmeans_seed=np.int64(5))
+    assert type(space.num_clusters) is int and type(space.kmeans_seed) is int
+    group = GroupMeasure(space, vocab_size=np.int64(500))
+    assert json.loads(json.dumps(group.state_dict()))["vocab_size"] == 500  # trainer_state.json can hold it
+    assert json.dumps(group.settings())  # the settings, as the callback's checkpoint holds them
+    record = RecordingReporter(tmp_path).record_settings(
+        "x", [group, RUQMeasure(("I don't know.",), batch_size=np.int64(8))]
+    )
+    measures = json.loads(record.read_text())["measures"]
+    assert measures[0]["settings"]["space"]["num_clusters"] == 3 and measures[0]["settings"]["vocab_size"] == 500
+    assert measures[1]["settings"]["batch_size"] == 8
+
+
+def test_the_record_states_the_k_measured_with_and_names_the_clusters_file(tmp_path):
+    """Clusters given as a k = 3 file beside the default num_clusters = 20: the record says 3 and the file (M2)."""
+    fitted = _topic_space(tmp_path / "fit", 3).fit(TOPIC_TEXTS)
+    path = fitted.clusters_path
+    assert path is not None and fitted.clusters.num_clusters == 3
+    group = GroupMeasure(SemanticSpace(encoder=TopicEncoder(), clusters=path, show_progress=False), vocab_size=9)
+    group.prepare(None)
+    space = group.settings()["space"]
+    assert space["num_clusters"] == 3 and space["clusters"] == path
+    # what a checkpoint is checked against stays the settings asked for (a resume must find its state)
+    assert group.space.settings()["num_clusters"] == 20
+
+
+def test_a_state_of_another_k_is_warned_about_and_refitted(tmp_path):
+    """GroupMeasure.load_state_dict of a k = 3 clusters file into a k = 5 measure: warned, fitted with 5 (M2, H1)."""
+    k3 = _topic_space(tmp_path / "fit", 3).fit(TOPIC_TEXTS)
+    group = GroupMeasure(_topic_space(tmp_path / "resumed", 5), vocab_size=9)
+    group.load_state_dict({"space": k3.state_dict(), "vocab_size": 9})
+    with pytest.warns(UserWarning, match=r"num_clusters: file has 3, requested 5.*fitting them again"):
+        group.prepare(TOPIC_TEXTS)
+    assert group.space.clusters.num_clusters == 5
+    assert group.measure(TOPIC_TEXTS[:4], 2)["sem_ent"] >= 0.0  # measured in the k = 5 clusters
+    # the same k: the checkpoint's very file is read, nothing fitted
+    same = GroupMeasure(_topic_space(tmp_path / "same", 3), vocab_size=9)
+    same.load_state_dict({"space": k3.state_dict(), "vocab_size": 9})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same.prepare(TOPIC_TEXTS)
+    assert same.space.clusters_path == k3.clusters_path
+
+
+def test_an_explicit_vocab_size_is_kept_on_resume_and_a_counted_one_restored():
+    """vocab_size=5000 given, the checkpoint says 12: warned, 5000 kept; without one, the checkpoint's 12 (M6)."""
+    given = GroupMeasure(SemanticSpace(encoder="minilm", num_clusters=4), vocab_size=5000)
+    with pytest.warns(RuntimeWarning, match=r"vocab_size=5000 was given.*checkpoint.*12.*5000 is kept"):
+        given.load_state_dict({"space": {}, "vocab_size": 12})
+    assert given.vocab_size == 5000
+    counted = GroupMeasure(SemanticSpace(encoder="minilm", num_clusters=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counted.load_state_dict({"space": {}, "vocab_size": 12})
+    assert counted.vocab_size == 12
+
+
+def test_an_empty_batch_is_undefined_not_a_perfect_value():
+    """GroupMeasure.measure([], 2) and reference_nll of nothing are an error saying so, never zeros (L12)."""
+    from lightning_div.measure.group import reference_nll
+
+    group = GroupMeasure(FirstWordSpace(), lexical_metrics=["distinct_1"])
+    group.prepare(["a x", "b y"])
+    with pytest.raises(ValueError, match=r"no completions to measure.*undefined"):
+        group.measure([], 2)
+    with pytest.raises(ValueError, match=r"no completions.*reference NLL .*undefined"):
+        reference_nll(object(), object(), [], [])
+
+
+def test_nli_n_must_be_an_integer_and_mined_lengths_must_agree():
+    """NLIMeasure(n="5") and n=2.5 are named; negatives_of with lengths that differ is named (L12)."""
+    with pytest.raises(ValueError, match=r"n must be an integer >= 2.*'5'"):
+        NLIMeasure(n="5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"n must be an integer >= 2.*2\.5"):
+        NLIMeasure(n=2.5)  # type: ignore[arg-type]
+    assert type(NLIMeasure(n=np.int64(3)).n) is int
+    miner = NegativeMiner(FirstWordSpace(), head_threshold=0.3)
+    with pytest.raises(ValueError, match=r"3 contexts, 2 generated responses and 3 cluster ids"):
+        miner.negatives_of([["q"]] * 3, ["a", "b"], np.array([0, 1, 2]))
+
+
+def test_a_name_the_record_cannot_use_is_a_warning_not_the_end_of_the_run(tmp_path):
+    """A file name with a null byte cannot be written: one warning, the run goes on (L13)."""
+    reporter = RecordingReporter(tmp_path)
+    with pytest.warns(RuntimeWarning, match=r"the settings record .* was not written"):
+        assert reporter.record_settings("a\x00b", [MEASURES["ruq"]()]) is None

@@ -12,22 +12,28 @@ says what the measurement was configured with, as plain JSON. No method needs a 
 
 from __future__ import annotations
 
+import numbers
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Measure", "Stateless", "plain"]
+import numpy as np
+
+__all__ = ["Measure", "Stateless", "check_vocab_size", "plain", "restored_vocab_size"]
 
 
 def plain(value: Any) -> Any:
     """``value`` as JSON can hold it: mappings and sequences kept, numbers, strings and None as they
-    are, a path as its text, any other object as its ``name`` or type (never its ``repr``, which
-    holds a memory address).
+    are (a numpy number as the Python number, a numpy array as a list), a path as its text, any other
+    object as its ``name`` or type (never its ``repr``, which holds a memory address).
 
     Examples:
         >>> plain({"tokenizer": "13a", "k": (1, 2), "fn": len})
         {'tokenizer': '13a', 'k': [1, 2], 'fn': 'builtin_function_or_method'}
     """
+    if isinstance(value, (np.generic, np.ndarray)):  # a numpy number (a k from np.arange) is a number
+        return plain(value.tolist())
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Mapping):
@@ -38,6 +44,45 @@ def plain(value: Any) -> Any:
         return os.fspath(value)
     name = getattr(value, "name", None)
     return name if isinstance(name, str) and name else type(value).__name__
+
+
+def check_vocab_size(vocab_size: Any) -> int | None:
+    """EAD's V as given: an integer >= 1 (a numpy integer becomes a Python int), or None (counted later).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if vocab_size is not None and (
+        isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 1
+    ):
+        raise ValueError(f"vocab_size must be an integer >= 1 (EAD's vocabulary size) or None, got {vocab_size!r}")
+    return None if vocab_size is None else int(vocab_size)
+
+
+def restored_vocab_size(given: int | None, saved: int | None, who: str) -> int | None:
+    """The V a resumed measure computes EAD with: a V the user gave is a setting, a counted one is state.
+
+    A V counted by the interrupted run (none given) is restored, so that EAD stays comparable across
+    the resume. A V given now is kept: a checkpoint that measured with another V is warned about, never
+    silently used in its place (as a changed clustering setting is).
+
+    Args:
+        given: the V given to the measure (None: it is counted).
+        saved: the checkpoint's V (checked by the caller; None: none saved).
+        who: the measure, named in the warning.
+
+    Returns:
+        The V to measure with from now on.
+    """
+    if given is None or saved is None or saved == given:
+        return given if given is not None else saved
+    warnings.warn(
+        f"{who}: vocab_size={given} was given, but the checkpoint measured EAD with vocab_size={saved}: the given "
+        f"{given} is kept (EAD before and after the resume is not comparable)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return given
 
 
 @runtime_checkable

@@ -117,8 +117,16 @@ class NegativeMiner(Stateless):
 
         Returns:
             The round's negatives.
+
+        Raises:
+            ValueError: not one response and one cluster id per context.
         """
         ids = np.asarray(ids, dtype=np.int64)
+        if not len(contexts) == len(generated) == len(ids):
+            raise ValueError(
+                f"{len(contexts)} contexts, {len(generated)} generated responses and {len(ids)} cluster ids: "
+                "one of each per context"
+            )
         heads = head_clusters(ids, self.space.clusters.num_clusters, self.head_threshold)
         w = negative_weights(ids, heads, self.negative_weight)
         keep = np.arange(len(w)) if keep_zero_weights else np.flatnonzero(w != 0)
@@ -134,7 +142,7 @@ class NegativeMiner(Stateless):
         """The mining's configuration (the space's settings, the head threshold, the negatives' weight), JSON-ready."""
         return plain(
             {
-                "space": self.space.settings(),
+                "space": self.space.settings_in_use(),  # the k measured with, the clusters file given
                 "head_threshold": self.head_threshold,
                 "negative_weight": self.negative_weight,
                 "batch_size": self.batch_size,

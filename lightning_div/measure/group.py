@@ -31,7 +31,7 @@ import numpy as np
 
 from lightning_div._internal.checks import warn_if_mostly_empty
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
-from lightning_div.measure.base import plain
+from lightning_div.measure.base import check_vocab_size, plain, restored_vocab_size
 from lightning_div.metrics import (
     check_lexical_names,
     check_lexical_options,
@@ -141,10 +141,11 @@ def reference_nll(
         batch_size: pairs per forward pass.
 
     Returns:
-        The mean NLL; 0.0 for no completions.
+        The mean NLL.
 
     Raises:
-        ValueError: prompts and completions differ in number, or ``batch_size`` < 1.
+        ValueError: prompts and completions differ in number, no completions (the mean NLL of nothing
+            is undefined: 0.0 would read as a perfect fluency), or ``batch_size`` < 1.
         RuntimeError: the scoring failed on one of several processes (each process raises, naming it).
     """
     from lightning_div._internal.distributed import distributed_map
@@ -154,7 +155,7 @@ def reference_nll(
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
     if not completions:
-        return 0.0
+        raise ValueError("no completions to score: the reference NLL of an empty batch is undefined")
 
     def score(pairs: list[tuple[str, str]]) -> list[float]:
         contexts, replies = [p for p, _ in pairs], [c for _, c in pairs]
@@ -190,13 +191,14 @@ class GroupMeasure:
         space: the semantic space (share it with a reward that clusters the same completions).
         lexical_metrics: the lexical metrics over the whole batch.
         lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
-        vocab_size: V of EAD; None: counted at :meth:`prepare`.
+        vocab_size: V of EAD; None: counted at :meth:`prepare`. A given V is a setting: a resumed run keeps
+            it (a checkpoint of another V is warned about); a counted one is restored from the checkpoint.
         device: where the encoder runs (None: CUDA if there is one).
         reference_model: a frozen model to score the completions' NLL under (None: no NLL).
         reference_tokenizer: its tokenizer (else the one :meth:`measure` is given).
 
     Raises:
-        ValueError: unknown lexical names or options.
+        ValueError: unknown lexical names or options, or a ``vocab_size`` that is not an integer >= 1 or None.
     """
 
     def __init__(
@@ -212,7 +214,9 @@ class GroupMeasure:
         self.space = space
         self.lexical_metrics = check_lexical_names(lexical_metrics)
         self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
-        self.vocab_size = vocab_size
+        self.vocab_size = check_vocab_size(vocab_size)
+        #: V as given (a setting: a checkpoint of another V does not replace it); None: counted.
+        self.given_vocab_size = self.vocab_size
         self.device = device
         self.reference_model, self.reference_tokenizer = reference_model, reference_tokenizer
         #: The cluster ids of the last measured batch, in its order.
@@ -268,9 +272,13 @@ class GroupMeasure:
             :func:`group_metrics`' values, with ``length_cut_share`` and ``reference_nll`` when known.
 
         Raises:
-            ValueError: G does not divide the batch, or a reference model without a tokenizer.
+            ValueError: no completions (the diversity of an empty batch is undefined: its zeros would read
+                as a total collapse, and a :class:`GroupAlert` would take them as its start), G does not
+                divide the batch, or a reference model without a tokenizer.
         """
         texts = list(texts)
+        if not texts:
+            raise ValueError("no completions to measure: the group diversity of an empty batch is undefined")
         check_groups(len(texts), num_generations)  # once, before the encoder runs
         warn_if_mostly_empty(texts, who, "a step's completions", MOSTLY_EMPTY)
         if ids is None:
@@ -301,7 +309,9 @@ class GroupMeasure:
         return {"space": self.space.state_dict(), "vocab_size": self.vocab_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`.
+        """Restore :meth:`state_dict`: the clusters file (read at :meth:`prepare` only when it was fitted with
+        the space's settings, else fitted again with a warning) and a counted ``vocab_size`` (a given one
+        is kept, with a warning when the state's differs).
 
         Raises:
             ValueError: a state that is not a dict with a ``space`` dict, or a ``vocab_size`` that is not an integer >= 1.
@@ -312,13 +322,14 @@ class GroupMeasure:
         if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
             raise ValueError(f"vocab_size {vocab!r} is not an integer >= 1")
         self.space.load_state_dict(state["space"])
-        if vocab is not None:
-            self.vocab_size = vocab
+        restored = restored_vocab_size(self.given_vocab_size, vocab, type(self).__name__)
+        if restored is not None:
+            self.vocab_size = restored
 
     def settings(self) -> dict[str, Any]:
         """The measurement's configuration (the space's settings, the lexical metrics), JSON-ready."""
         return {
-            "space": self.space.settings(),
+            "space": self.space.settings_in_use(),  # the k measured with, the clusters file given
             "lexical_metrics": list(self.lexical_metrics),
             "lexical_options": plain(self.lexical_options),
             "vocab_size": self.vocab_size,

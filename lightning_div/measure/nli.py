@@ -8,6 +8,7 @@ reporting; what it measures is :class:`NLIMeasure`'s.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +47,7 @@ class NLIMeasure(Stateless):
         show_progress: progress bars.
 
     Raises:
-        ValueError: ``n`` < 2, an unknown metric or ranking, or ``max_samples`` < ``n`` with threshold generation.
+        ValueError: ``n`` not an integer >= 2, an unknown metric or ranking, or ``max_samples`` < ``n`` with threshold generation.
     """
 
     def __init__(
@@ -66,8 +67,9 @@ class NLIMeasure(Stateless):
         seed: int = 0,
         show_progress: bool = False,
     ) -> None:
-        if n < 2:
-            raise ValueError(f"n must be >= 2 (NLI Diversity compares pairs of responses), got {n}")
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 2:
+            raise ValueError(f"n must be an integer >= 2 (NLI Diversity compares pairs of responses), got {n!r}")
+        n = int(n)  # a numpy integer: a plain number in the settings
         from lightning_div.nli.threshold import NLI_METRICS, RANK_BY
 
         for arg, value in (

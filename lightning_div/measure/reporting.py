@@ -215,7 +215,8 @@ class TrackerReporter:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, text)
-        except OSError as err:  # a record that cannot be written must not end the training run
+        except (OSError, ValueError) as err:  # a record that cannot be written must not end the training run
+            # (ValueError: a name the file system refuses, e.g. one with a null byte)
             self.memory.warn_once(
                 f"settings:{who}", f"lightning-div: the settings record {path} was not written: {err}"
             )

@@ -265,8 +265,10 @@ class RUQAlert:
         """Restore :attr:`last`.
 
         Raises:
-            ValueError: a value that is not a number or None.
+            ValueError: a value that is not a finite number or None (after a NaN no drop would ever be seen).
         """
-        if last is not None and (isinstance(last, bool) or not isinstance(last, (int, float))):
-            raise ValueError(f"the last RUQ must be a number or null, got {last!r}")
+        if last is not None and (
+            isinstance(last, bool) or not isinstance(last, (int, float)) or not math.isfinite(last)
+        ):
+            raise ValueError(f"the last RUQ must be a finite number or null, got {last!r}")
         self.last = None if last is None else float(last)

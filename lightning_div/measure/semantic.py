@@ -9,7 +9,7 @@ response per context (sharded over the processes and gathered), assign them to t
 
 from __future__ import annotations
 
-import numbers
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +18,7 @@ import numpy as np
 
 from lightning_div._internal.checks import warn_if_mostly_empty
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
-from lightning_div.measure.base import plain
+from lightning_div.measure.base import check_vocab_size, plain, restored_vocab_size
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     check_lexical_names,
@@ -84,15 +84,6 @@ class SemanticResult:
     gold_shares: list[float]
 
 
-def _checked_vocab(vocab_size: Any) -> int | None:
-    """EAD's V as given: an integer >= 1, or None (counted at :meth:`SemanticMeasure.prepare`)."""
-    if vocab_size is not None and (
-        isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 1
-    ):
-        raise ValueError(f"vocab_size must be an integer >= 1 (EAD's vocabulary size) or None, got {vocab_size!r}")
-    return None if vocab_size is None else int(vocab_size)
-
-
 class SemanticMeasure:
     """Sem-Ent (Han et al., 2022), the cluster divergence from the gold responses and the lexical metrics.
 
@@ -127,7 +118,9 @@ class SemanticMeasure:
         self.space = space
         self.lexical_metrics = check_lexical_names(lexical_metrics)
         self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
-        self.vocab_size = _checked_vocab(vocab_size)
+        self.vocab_size = check_vocab_size(vocab_size)
+        #: V as given (a setting: a checkpoint of another V does not replace it); None: counted.
+        self.given_vocab_size = self.vocab_size
         self.generation_kwargs = dict(generation_kwargs or {})
         self.batch_size, self.show_progress = batch_size, show_progress
         #: Whether ``sem_ent_gold`` was reported in this run (it is reported once).
@@ -244,10 +237,30 @@ class SemanticMeasure:
         self.share_history.append((int(at), result.shares))
         return result
 
+    def _check_history_k(self, history: list[tuple[int, list[float]]]) -> None:
+        """Each restored row: one share per cluster, summing to 1 (0 for a measurement of nothing).
+
+        The clusters' k once they are read; before, the k the space asks for (a space whose clusters are
+        given as a file is checked only for equal rows until they are read).
+        """
+        space = self.space
+        if space.fitted:
+            k: int | None = space.clusters.num_clusters
+        elif space.clusters_source is None:
+            k = getattr(space, "num_clusters", None)
+        else:
+            k = len(history[0][1]) if history else None
+        for e, shares in history:
+            if k is not None and len(shares) != k:
+                raise ValueError(f"share_history at step {e}: {len(shares)} shares, but the clusters are k = {k}")
+            total = math.fsum(shares)
+            if total != 0.0 and abs(total - 1.0) > 1e-6:
+                raise ValueError(f"share_history at step {e}: the shares sum to {total:.6g}, not 1")
+
     def settings(self) -> dict[str, Any]:
         """The measurement's configuration (the space's settings, the lexical metrics, generation), JSON-ready."""
         return {
-            "space": self.space.settings(),
+            "space": self.space.settings_in_use(),  # the k measured with, the clusters file given
             "lexical_metrics": list(self.lexical_metrics),
             "lexical_options": plain(self.lexical_options),
             "vocab_size": self.vocab_size,
@@ -268,10 +281,13 @@ class SemanticMeasure:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`.
+        """Restore :meth:`state_dict`. A ``vocab_size`` given to this measure is kept (a state of another
+        one is warned about); a counted one is restored.
 
         Raises:
-            ValueError: a damaged state (not a dict, or a field of the wrong type), naming the field.
+            ValueError: a damaged state (not a dict, or a field of the wrong type), naming the field; a share
+                history of another k than the clusters' (once read; before, the k the space asks for), or
+                whose shares do not sum to 1.
         """
         if not isinstance(state, dict):
             raise ValueError(f"a SemanticMeasure state must be a dict, got {state!r:.80}")
@@ -292,6 +308,7 @@ class SemanticMeasure:
             bad = [v for v in shares if not 0.0 <= v <= 1.0]
             if bad:
                 raise ValueError(f"share_history at step {e}: a share must be a number in [0, 1], got {bad[0]!r}")
+        self._check_history_k(restored)
         self.gold_logged = gold_logged
-        self.vocab_size = vocab if vocab is not None else self.vocab_size
+        self.vocab_size = restored_vocab_size(self.given_vocab_size, vocab, type(self).__name__) or self.vocab_size
         self.share_history = restored

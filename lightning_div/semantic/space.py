@@ -108,9 +108,10 @@ class SemanticSpace:
         SemanticClusters(num_clusters=num_clusters, variance_kept=variance_kept, seed=kmeans_seed)
         self.encoder_source = encoder
         self.clusters_source = clusters
-        self.num_clusters = num_clusters
-        self.variance_kept = variance_kept
-        self.kmeans_seed = kmeans_seed
+        # plain Python numbers (a k from np.arange): the settings go into JSON checkpoints and records
+        self.num_clusters = int(num_clusters)
+        self.variance_kept = float(variance_kept)
+        self.kmeans_seed = int(kmeans_seed)
         self.encoder_kwargs: dict[str, Any] = dict(encoder_kwargs or {})
         self.dirpath = dirpath
         self.batch_size = batch_size
@@ -340,12 +341,34 @@ class SemanticSpace:
             "kmeans_seed": self.kmeans_seed,
         }
 
+    def settings_in_use(self) -> dict[str, Any]:
+        """What a measurement in this space was made with, for the run's record: :meth:`settings`, with the
+        k, variance and seed of the clusters in use once there are any (clusters given as a file or an object
+        hold their own k, whatever ``num_clusters`` says), and ``clusters``: the clusters given, when given.
+
+        :meth:`settings` stays what was asked for: a resumed run compares it before its clusters are read.
+        """
+        out = self.settings()
+        if self._clusters is not None:
+            clusters = self._clusters
+            out.update(
+                num_clusters=clusters.num_clusters, variance_kept=clusters.variance_kept, kmeans_seed=clusters.seed
+            )
+        if self.clusters_source is not None:
+            out["clusters"] = describe(self.clusters_source)
+        return out
+
     def state_dict(self) -> dict[str, Any]:
         """The clusters file in use, so that a resumed run reads the very same clusters."""
         return {"clusters_path": self.clusters_path}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Point a space that holds no clusters yet at the file a checkpoint names (read at :meth:`fit`)."""
+        """Point a space that holds no clusters yet at the file a checkpoint names (read at :meth:`fit`).
+
+        The file is read only when it was fitted with this space's :meth:`config` (k, variance kept,
+        seed): one of other settings is warned about at :meth:`fit` and the clusters are fitted again,
+        as the settings now say.
+        """
         path = state.get("clusters_path")
         if self._clusters is None and self.clusters_source is None and path:
             self.clusters_path, self._own_file = str(path), True
@@ -360,8 +383,10 @@ class SemanticSpace:
         elif source is not None:
             clusters = SemanticClusters.load(source)
         elif self.clusters_path and Path(self.clusters_path).is_file():
-            try:  # the cache file a checkpoint points at: a damaged one is refitted like any cache entry
-                clusters = SemanticClusters.load(self.clusters_path)
+            try:  # the cache file a checkpoint points at: a damaged one, or one of other settings, is refitted
+                # (checked here, where every space that restores a checkpoint reads it: a resumed run that asks
+                # for another k must never measure in the interrupted run's k)
+                clusters = SemanticClusters.load(self.clusters_path, expected=self.config())
             except ValueError as e:
                 warnings.warn(
                     f"the cached clusters {self.clusters_path!r} the checkpoint points at cannot be used "
