@@ -491,3 +491,25 @@ def test_the_page_says_what_each_callback_measured_with(tmp_path):
     assert "measured with: RUQMonitor" not in config
     assert "settings/RUQMonitor.json could not be read (JSONDecodeError" in page
     assert folder / "RUQMonitor.json" in run_inputs(find_run(tmp_path / "run"))  # --out may not overwrite it
+
+
+def test_a_deep_a_huge_or_an_unparsable_settings_record_is_a_note_not_the_end_of_the_page(tmp_path):
+    """Issue 64 L05, L06: a deeply nested record was a RecursionError, a 5,000-digit integer exit 2 for the whole
+    page, and a 19 MiB record went into the page whole."""
+    version = hand_made_run(tmp_path / "run")
+    folder = version / "lightning_div" / "settings"
+    folder.mkdir()
+    (folder / "Deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "Digits.json").write_text('{"k": ' + "7" * 5_000 + "}")
+    big = {"who": "Big", "measures": [{"settings": {"words": ["w" * 100] * 20_000}}]}  # ~2 MB
+    (folder / "Big.json").write_text(json.dumps(big))
+    (folder / "Fine.json").write_text(json.dumps({"who": "Fine"}))
+    page = build_report(tmp_path / "run")
+    config = page.split('<section id="config">')[1].split("</section>")[0]
+    assert "<h3>measured with: Fine</h3>" in config  # the other records are still shown
+    assert "measured with: Deep" not in config and "measured with: Digits" not in config
+    assert "settings/Deep.json could not be read (RecursionError" in page
+    assert "settings/Digits.json could not be read (ValueError" in page
+    assert "<h3>measured with: Big</h3>" in config
+    assert len(page) < 200_000  # the record is cut, not embedded whole
+    assert f"settings/Big.json is {len(json.dumps(big)):,} characters long: the first 20,000 are shown" in page

@@ -18,6 +18,7 @@ from lightning_div.report.readers import csv_rows, read_metrics, read_tensorboar
 
 MAX_TABLE_ROWS = 200
 MAX_CELL_CHARS = 2_000  # a table cell shows this many characters of a longer text
+MAX_RECORD_CHARS = 20_000  # a settings record shows this many characters of its JSON
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#1f2933;
 padding:0 1rem}h1{font-size:1.6rem}h2{border-bottom:2px solid #e4e7eb;padding-bottom:.3rem;margin-top:2.2rem}
@@ -166,14 +167,26 @@ def _cluster_parts(run: RunFiles, artifacts: _Artifacts, notes: list[str]) -> li
 
 
 def _settings_record(path: Path, notes: list[str]) -> str:
-    """A callback's record of what it measured with (``settings/<who>.json``), shown as its JSON; a torn one is a note."""
+    """A callback's record of what it measured with (``settings/<who>.json``), shown as its JSON.
+
+    A record that cannot be read (torn, nested deeper than Python parses, an integer of more digits
+    than Python converts) is a note; a long one is cut to :data:`MAX_RECORD_CHARS`, saying so: one
+    file never ends or swamps the page.
+    """
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        notes.append(f"settings/{path.name} could not be read ({type(err).__name__}: {err}); left out")
+        text = path.read_text(encoding="utf-8")
+        shown = json.dumps(json.loads(text), indent=1, sort_keys=True)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, digits
+        notes.append(f"settings/{path.name} could not be read ({type(err).__name__}: {str(err):.300}); left out")
         return ""
+    cut = ""
+    if len(shown) > MAX_RECORD_CHARS:
+        cut = f"settings/{path.name} is {len(text):,} characters long: the first {MAX_RECORD_CHARS:,} are shown"
+        notes.append(cut)
+        shown = shown[:MAX_RECORD_CHARS] + "…"
     title = f"measured with: {path.stem}"
-    return f"<h3>{html.escape(title)}</h3><pre>{html.escape(json.dumps(record, indent=1, sort_keys=True))}</pre>"
+    note = f'<p class="note">{html.escape(cut)}</p>' if cut else ""
+    return f"<h3>{html.escape(title)}</h3><pre>{html.escape(shown)}</pre>{note}"
 
 
 def _page(run: RunFiles, series: dict[str, list[tuple[float, float, float]]], sections: Sequence[str]) -> str:
