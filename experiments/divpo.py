@@ -358,7 +358,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0 1 2 (--quick: 0)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "divpo")
     parser.add_argument(
-        "--merge", nargs="+", type=Path, default=None, help="combine the results.json of runs made apart into --out"
+        "--merge",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="combine the results.json of runs made apart into --out, every run once (parts holding different "
+        "runs of a setting and seed are refused; --out may not hold an input)",
     )
     args = parser.parse_args(argv)
     if args.merge:

@@ -942,7 +942,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         nargs="*",
         type=Path,
         default=None,
-        help="combine the results.json of runs made apart (e.g. one seed each) into --out; a later part wins "
+        help="combine the results.json of runs made apart (e.g. one seed each) into --out, every run once (parts "
+        "holding different runs of a setting and seed are refused; --out may not hold an input) "
         "(none, with --pilot: the pilot's page before the full runs)",
     )
     parser.add_argument(
