@@ -74,7 +74,7 @@ def test_the_callbacks_refuse_it_in_setup_before_any_work():
 
 
 def test_tensor_parallelism_is_refused():
-    from pytorch_lightning.strategies import ModelParallelStrategy
+    from pytorch_lightning.strategies import ModelParallelStrategy as Lightnings
 
     expected = (
         "lightning-div cannot measure under ModelParallelStrategy with tensor_parallel_size=2: tensor "
@@ -82,24 +82,38 @@ def test_tensor_parallelism_is_refused():
         "the callbacks' processes generate and score different batches. Use tensor_parallel_size=1 with "
         "data_parallel_size=<number of processes> (FSDP2 via fully_shard)."
     )
-    with pytest.raises(ValueError, match=f"^{re.escape(expected)}") as err:
-        check_strategy(on(ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2)))
-    assert str(err.value).startswith(expected)
-    # Lightning's default, "auto", puts every device of the node in one tensor-parallel group
-    auto = ModelParallelStrategy()
-    auto.parallel_devices = [torch.device("cpu")] * 4  # what the Trainer's accelerator connector sets
-    with pytest.raises(ValueError, match="ModelParallelStrategy with tensor_parallel_size=4"):
-        check_strategy(on(auto))
 
-    # once set up (setup_environment runs before the callbacks' setup), the device mesh decides
-    class Mesh:
+    class Mesh:  # what setup_environment builds (it runs before the callbacks' setup, where the check is made)
         mesh_dim_names = ("data_parallel", "tensor_parallel")
 
-        def __getitem__(self, name):
-            return types.SimpleNamespace(size=lambda: {"data_parallel": 1, "tensor_parallel": 2}[name])
+        def __init__(self, tp):
+            self.tp = tp
 
+        def __getitem__(self, name):
+            return types.SimpleNamespace(size=lambda: {"data_parallel": 1, "tensor_parallel": self.tp}[name])
+
+    class ModelParallelStrategy(Lightnings):
+        """Lightning's, after setup_environment: its public device_mesh is what is read."""
+
+        def __init__(self, tp, **kwargs):
+            super().__init__(**kwargs)
+            self.mesh = Mesh(tp)
+
+        @property
+        def device_mesh(self):
+            return self.mesh
+
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}") as err:
+        check_strategy(on(ModelParallelStrategy(2, data_parallel_size=1, tensor_parallel_size=2)))
+    assert str(err.value).startswith(expected)
+    # Lightning's default, "auto", puts every device of the node in one tensor-parallel group: the mesh says 4
+    with pytest.raises(ValueError, match="ModelParallelStrategy with tensor_parallel_size=4"):
+        check_strategy(on(ModelParallelStrategy(4)))
+    # before setup_environment the mesh does not exist (device_mesh raises): nothing to refuse yet
+    check_strategy(on(Lightnings(data_parallel_size=1, tensor_parallel_size=2)))
+    # any strategy with a public device_mesh is read the same way
     with pytest.raises(ValueError, match="SimpleNamespace with tensor_parallel_size=2"):
-        check_strategy(on(types.SimpleNamespace(_device_mesh=Mesh(), _tensor_parallel_size=1)))
+        check_strategy(on(types.SimpleNamespace(device_mesh=Mesh(2))))
 
 
 def test_supported_strategies_pass():

@@ -3,14 +3,16 @@
 Lightning has no public API for three things lightning-div needs: the epoch a resumed fit
 starts with, seen from ``on_fit_start`` (the loops are restored only after it), the
 batches of the current epoch already trained on (what a mid-epoch checkpoint has seen),
-and the step Lightning logs epoch-end scalars at. They read Lightning internals, so they
-live here, behind three functions, and fall back to public values (``trainer.current_epoch``,
-0, None) where the internals are not there.
+and the step Lightning logs epoch-end scalars at. Two of them read Lightning internals, through
+:mod:`lightning_div._internal.compat.lightning`, and fall back to public values
+(``trainer.current_epoch``, None) where the internals are not there.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from lightning_div._internal.compat import lightning as compat
 
 __all__ = ["batches_that_stepped", "batches_trained_this_epoch", "starting_epoch"]
 
@@ -21,7 +23,7 @@ def starting_epoch(trainer: Any) -> int:
     Lightning restores its loops only after ``on_fit_start``, so there
     ``trainer.current_epoch`` still says 0 on a resume: read the checkpoint being loaded.
     """
-    loaded: Any = getattr(getattr(trainer, "_checkpoint_connector", None), "_loaded_checkpoint", None)
+    loaded: Any = compat.loaded_checkpoint(trainer)
     try:
         return int(loaded["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
     except (TypeError, KeyError, ValueError):
@@ -35,7 +37,5 @@ def batches_trained_this_epoch(trainer: Any) -> int:
 
 
 def batches_that_stepped(trainer: Any) -> int | None:
-    """The counter Lightning logs scalars at (``fit_loop.epoch_loop._batches_that_stepped``); None without one."""
-    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-    stepped = getattr(loop, "_batches_that_stepped", None)
-    return stepped if isinstance(stepped, int) else None
+    """The counter Lightning logs scalars at; None without one."""
+    return compat.batches_that_stepped(trainer)

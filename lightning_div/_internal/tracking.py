@@ -13,6 +13,7 @@ import csv
 import logging
 import math
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -267,8 +268,9 @@ def _hugging_face_sinks(trainer: Any) -> list[_Sink]:
         where = type(cb).__name__
         if "TensorBoardCallback" in names and getattr(cb, "tb_writer", None) is not None:
             sinks.append(_tensorboard(where, lambda cb=cb: cb.tb_writer))
-        elif "WandbCallback" in names and getattr(getattr(cb, "_wandb", None), "run", None) is not None:
-            wandb = cb._wandb
+        elif "WandbCallback" in names and getattr(sys.modules.get("wandb"), "run", None) is not None:
+            # the module WandbCallback imported, and its public run (the callback's own handle is private)
+            wandb = sys.modules["wandb"]
             # the Trainer's W&B charts use train/global_step as their x axis (WandbCallback.setup)
             sinks.append(
                 _Sink(
@@ -279,8 +281,9 @@ def _hugging_face_sinks(trainer: Any) -> list[_Sink]:
                     ),
                 )
             )
-        elif "MLflowCallback" in names and getattr(cb, "_initialized", False):
-            mlflow = cb._ml_flow
+        elif "MLflowCallback" in names and sys.modules.get("mlflow") is not None:
+            # the module MLflowCallback imported, and its public active run (a callback not set up yet has none)
+            mlflow = sys.modules["mlflow"]
             if mlflow.active_run() is None:
                 continue
 

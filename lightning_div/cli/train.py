@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lightning_div._internal.compat.trackers import drop_wandb_anonymous
 from lightning_div._internal.lightning import PACKAGE, pl, submodule
 from lightning_div._internal.tracking import local_log_dir, tracker_kind
 from lightning_div.cli.common import UsageError, describe
@@ -93,18 +95,18 @@ class DiversityCLI(LightningCLI):
                 Path(str(lg.save_dir)).mkdir(parents=True, exist_ok=True)
             # Lightning 2.6's WandbLogger passes anonymous=None to wandb.init, and W&B >= 0.22 warns
             # "The anonymous setting has no effect" for any value it is given: left out, it is not given
-            init = getattr(lg, "_wandb_init", None) if tracker_kind(lg) == "WandbLogger" else None
-            if isinstance(init, dict) and "anonymous" in init and init["anonymous"] is None:
-                del init["anonymous"]
+            if tracker_kind(lg) == "WandbLogger":
+                drop_wandb_anonymous(lg)
 
     def after_fit(self) -> None:
         summary = run_summary(self.trainer) if self.trainer.is_global_zero else None
         # Lightning leaves the W&B run open (for a later test()); the CLI is done with it, and a run left
         # open would be reused by the next WandbLogger in the same process. Closed before the summary is
         # printed: W&B prints its run history when the run finishes, which buried the summary.
-        for lg in self.trainer.loggers:
-            if tracker_kind(lg) == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
-                lg.experiment.finish()  # type: ignore[attr-defined]  # a WandbLogger (checked above)
+        wandb = sys.modules.get("wandb")  # imported by a WandbLogger that started its run
+        if any(tracker_kind(lg) == "WandbLogger" for lg in self.trainer.loggers) and wandb is not None:
+            if wandb.run is not None:  # the logger's run (WandbLogger starts it with wandb.init)
+                wandb.run.finish()
         if summary is not None:
             print(summary, flush=True)
 

@@ -160,6 +160,10 @@ def load_base_model(dtype: Any = None) -> tuple[Any, Any]:
     from transformers import AutoTokenizer, GPT2LMHeadModel
 
     path = check_base_weights()
-    model = GPT2LMHeadModel.from_pretrained(path, dtype=dtype or torch.float32)
+    # the dtype is set after loading (float16 -> float32 is exact), not passed: transformers < 4.56 calls the
+    # argument `torch_dtype` and writes an unknown `dtype` into the config, where it fails to serialise
+    # (Any: transformers 5.25 types PreTrainedModel.to through a wrapper that takes no dtype)
+    model: Any = GPT2LMHeadModel.from_pretrained(path)
+    model = model.to(dtype or torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return quiet_loss_type(model).train(), tokenizer

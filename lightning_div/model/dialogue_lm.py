@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from lightning_div._internal.compat.torch import fsdp1_flattened
 from lightning_div._internal.lightning import pl
 from lightning_div.dress.losses import DressLoss, dress_loss
 from lightning_div.keys import TEST_LOSS, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS, VAL_LOSS
@@ -44,15 +45,15 @@ def decay_groups(
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
-        if getattr(p, "_is_flat_param", False) and weight_decay > 0:
+        flat, flattened = fsdp1_flattened(p)
+        if flat and weight_decay > 0:
             raise ValueError(
                 f"weight_decay={weight_decay} under FSDP with use_orig_params=False: parameter {name!r} "
                 "flattens weights, biases and norms into one tensor, so they cannot be decayed apart; "
                 "use FSDPStrategy(use_orig_params=True) (Lightning's default) or weight_decay=0"
             )
         undecayed = id(p) in norm_owned or name.endswith("bias") or "norm" in name.lower()
-        # FSDP1 marks the parameters it flattened (torch's _set_fsdp_flattened): their shape is not their own
-        flattened = getattr(p, "_fsdp_flattened", False)
+        # the parameters FSDP1 flattened: their shape is not their own
         (no_decay if undecayed or (p.ndim < 2 and not flattened) else decay).append(p)
     return decay, no_decay
 

@@ -126,14 +126,17 @@ def build_model(
     for key, value in (config_overrides or {}).items():
         setattr(config, key, value)
     cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
-    # the shipped base model stores float16 to stay small; it trains and measures in float32
-    shipped = {"dtype": "float32"} if location != model_name_or_path else {}
     from safetensors import SafetensorError
 
     try:
-        model = cls.from_pretrained(location, config=config, **shipped)
+        model = cls.from_pretrained(location, config=config)
     except (OSError, ValueError, SafetensorError) as err:  # a truncated weights file is a SafetensorError
         raise _cannot_load("model", model_name_or_path, err) from err
+    if location != model_name_or_path:
+        # the shipped base model stores float16 to stay small; it trains and measures in float32. Upcast
+        # after loading (exact for float16) rather than passing a dtype: transformers < 4.56 calls it
+        # `torch_dtype` and writes an unknown `dtype` into the config; 5.x loads the stored dtype ("auto").
+        model = model.float()
     return quiet_loss_type(model)
 
 

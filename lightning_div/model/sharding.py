@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from lightning_div._internal.compat.torch import fsdp1_call_inner, fsdp2_held_unsharded
+
 #: What a user of a refused strategy can use instead (part of every refusal).
 SUPPORTED = (
     "lightning-div measures through ordinary forward/generate calls and supports single-device, DDP, "
@@ -51,18 +53,19 @@ def _deepspeed_zero_stage(strategy: Any) -> int | None:
 
 
 def _tensor_parallel_size(strategy: Any) -> int:
-    """Processes per tensor-parallel group of a ModelParallelStrategy (1 for any other strategy)."""
-    mesh: Any = getattr(strategy, "_device_mesh", None)  # set in setup_environment, before the callbacks' setup
+    """Processes per tensor-parallel group of a ModelParallelStrategy (1 for any other strategy).
+
+    Read from the strategy's public ``device_mesh`` (set in ``setup_environment``, before the
+    callbacks' ``setup``, where this is called); a strategy without one is not tensor parallel.
+    """
+    try:
+        mesh: Any = getattr(strategy, "device_mesh", None)
+    except RuntimeError:  # ModelParallelStrategy before setup_environment: no mesh yet
+        return 1
     names = getattr(mesh, "mesh_dim_names", None) or ()
     if mesh is not None and "tensor_parallel" in names:
         return int(mesh["tensor_parallel"].size())
-    if not hasattr(strategy, "_tensor_parallel_size"):
-        return 1
-    size = strategy._tensor_parallel_size
-    if size == "auto":  # Lightning's default: every device of a node in one tensor-parallel group
-        devices = getattr(strategy, "parallel_devices", None)
-        return len(devices) if devices else 1
-    return int(size)
+    return 1
 
 
 def check_strategy(trainer: Any) -> None:
@@ -120,7 +123,10 @@ def _outermost(module: torch.nn.Module, cls: type) -> list[torch.nn.Module]:
 
 def _root_of(pl_module: torch.nn.Module) -> torch.nn.Module:
     """The module the strategy runs: Lightning's FSDPStrategy wraps the LightningModule *from outside*."""
-    trainer = getattr(pl_module, "_trainer", None)
+    try:
+        trainer = getattr(pl_module, "trainer", None)  # a LightningModule's: raises when it has no Trainer
+    except RuntimeError:
+        trainer = None
     wrapped = getattr(getattr(trainer, "strategy", None), "model", None)
     if isinstance(wrapped, torch.nn.Module) and any(m is pl_module for m in wrapped.modules()):
         return wrapped
@@ -141,7 +147,7 @@ def _fsdp1_full_parameters(roots: list[torch.nn.Module]) -> Iterator[None]:
         # the wrapped module is called directly: an instance attribute shadows FSDP.forward (a bound method,
         # not the module itself, which nn.Module.__setattr__ would register as a submodule named "forward").
         for unit in units:
-            unit.forward = unit._fsdp_wrapped_module.__call__  # type: ignore[method-assign]
+            unit.forward = fsdp1_call_inner(unit)  # type: ignore[method-assign]
         try:
             yield
         finally:
@@ -153,53 +159,11 @@ def _fsdp1_full_parameters(roots: list[torch.nn.Module]) -> Iterator[None]:
 # -- FSDP2 ---------------------------------------------------------------------------------------
 
 
-def _fsdp2_groups(modules: list[torch.nn.Module]) -> list[tuple[Any, Any]]:
-    """(state, param group) of every FSDPModule, in module order."""
-    out = []
-    for module in modules:
-        state = module._get_fsdp_state()  # type: ignore[operator]
-        for group in state._fsdp_param_groups:
-            out.append((state, group))
-    return out
-
-
 @contextlib.contextmanager
 def _fsdp2_full_parameters(modules: list[torch.nn.Module]) -> Iterator[None]:
-    groups = _fsdp2_groups(modules)
-    # Each group's state before, to return to it: sharded, sharded to the smaller post-forward mesh, or
-    # unsharded (the root's parameters stay unsharded after a forward without backward, e.g. validation).
-    before = [
-        (
-            group,
-            "unsharded" if group.is_unsharded else "post_forward" if group.is_sharded_post_forward else "sharded",
-            group.post_forward_mesh_info,
-            state._auto_reshard_after_forward,
-            state._is_root,
-        )
-        for state, group in groups
-    ]
-    try:
-        for module in modules:  # module order, the same on every rank: the same all-gathers everywhere
-            module.unshard()  # type: ignore[operator]
-        # Inside the block FSDP's forward hooks must not reshard (the next call would all-gather again: a
-        # collective per model call, which hangs when ranks make different numbers of calls); with
-        # resharding off, their unshard is a no-op on the already unsharded groups.
-        for _, group in groups:
-            group.post_forward_mesh_info = None
+    with fsdp2_held_unsharded(modules):
         _refuse_distributed_tensors(modules, "after every fully_shard module was unsharded")
         yield
-    finally:
-        for (state, _), (group, was, mesh_info, auto, was_root) in zip(groups, before):
-            if was_root is None and state._is_root and auto:
-                # The first forward ran inside the block: FSDP's lazy initialisation made this the root and
-                # set it not to reshard after forward (the default for the root); keep that decision.
-                mesh_info = None
-            group.post_forward_mesh_info = mesh_info
-            state._auto_reshard_after_forward = auto
-            if was == "sharded" and not group.is_sharded:
-                group._to_sharded()
-            elif was == "post_forward" and not group.is_sharded_post_forward:
-                group._to_sharded_post_forward()
 
 
 def forward_communicates(module: Any) -> bool:

@@ -265,7 +265,7 @@ class ResponseEncoder:
             )
         if tokenizer is None or not callable(tokenizer):
             raise TypeError(f"from_model() needs the model's tokenizer, got {type(tokenizer).__name__}")
-        encoder = cls(model_name_or_path=getattr(getattr(model, "config", None), "_name_or_path", "") or "", **kwargs)
+        encoder = cls(model_name_or_path=getattr(getattr(model, "config", None), "name_or_path", "") or "", **kwargs)
         encoder._model, encoder._tokenizer, encoder._owns_model = model, tokenizer, False
         if encoder.device is not None:
             model.to(encoder.device)
@@ -323,13 +323,16 @@ class ResponseEncoder:
 
             device = self._device()
             location = weights_location(self.model_name_or_path)
-            # the shipped base model stores float16 to stay small; it embeds in float32, as it trains
-            shipped = {"dtype": torch.float32} if location != self.model_name_or_path else {}
             try:
-                model = AutoModel.from_pretrained(location, **shipped)
+                model = AutoModel.from_pretrained(location)
             except (OSError, ValueError) as e:
                 # one message, not the Hub client's chain of three tracebacks: its first line is in ours
                 raise load_error(self.model_name_or_path, e) from None
+            if location != self.model_name_or_path:
+                # the shipped base model stores float16 to stay small; it embeds in float32, as it trains.
+                # Upcast after loading (exact for float16) rather than passing a dtype: transformers < 4.56
+                # calls it `torch_dtype` and writes an unknown `dtype` into the config, 5.x loads "auto".
+                model = model.float()
             dtype = self.half_dtype if device.type == "cuda" else None
             self._model = model.to(device=device, dtype=dtype).eval()
         return self._model

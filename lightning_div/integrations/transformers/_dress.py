@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from transformers import Trainer
 
+from lightning_div._internal.compat.transformers import train_sampler
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs
 from lightning_div.datamodules.samplers import WeightedDistributedSampler, check_sampling_weights
 from lightning_div.dress.losses import dress_loss
@@ -229,7 +230,7 @@ class DressTrainerMixin:
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         trainer: Any = self
         if self.dress_state is None or self.dress_mode != "sampler":
-            return super()._get_train_sampler(train_dataset)  # type: ignore[misc]
+            return train_sampler(DressTrainerMixin, self, train_dataset)
         dataset = train_dataset if train_dataset is not None else trainer.train_dataset
         return WeightedDistributedSampler(
             dataset, self.dress_state.all_weights(), num_replicas=1, rank=0, seed=trainer.args.seed
