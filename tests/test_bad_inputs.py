@@ -55,7 +55,7 @@ from lightning_div.metrics import (
 )
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.scoring import response_scores, token_logprobs_batched
-from lightning_div.preference import Pool, read_pools, select_preference_pairs
+from lightning_div.preference import Pool, build_pools, read_pools, select_preference_pairs
 from lightning_div.semantic.cache import load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
 from lightning_div.semantic.encoder import ResponseEncoder
@@ -85,6 +85,8 @@ CLOBBER = "an output file that is an input"
 BOMB = "a YAML alias bomb"
 BOOL = "`true` / `false` where a number belongs"
 SETTING = "a setting of the wrong kind or outside its range"
+MIXED = "prompts of two kinds in one set (text and chat messages)"
+PART = "a torn, foreign or conflicting `--merge` part"
 INPUTS = (
     EMPTY,
     BLANK,
@@ -108,6 +110,8 @@ INPUTS = (
     BOMB,
     BOOL,
     SETTING,
+    MIXED,
+    PART,
 )
 
 HUNDRED_K = "abcd " * 20_000  # 100,000 characters, 20,000 identical words
@@ -1998,7 +2002,246 @@ ROWS: list[Row] = [
             "lightning-div pairs",
         ),
     ),
+    Row(
+        "select_preference_pairs",
+        WINDOW,
+        lambda res, tmp: select_preference_pairs(
+            [Pool("hi" + res.tok.eos_token, ["music " * 300, "fine"], [1.0, 0.0])],
+            criterion="likelihood",
+            model=res.model,
+            tokenizer=res.tok,
+        ),
+        Returns(
+            lambda v: _long_reply_scored(v),
+            "a pair: the likelihood criterion scores a reply past the window on its first window - 1 tokens, as "
+            "`reference_nll` and RUQ cut it (was torch's `IndexError`; `lightning-div pairs` a traceback)",
+        ),
+    ),
+    Row(
+        "read_pools",
+        SURROGATE,
+        lambda res, tmp: read_pools(write(tmp / "pools.jsonl", '{"prompt": "p", "responses": ["a", "\\ud800x"]}\n')),
+        Raises(
+            ValueError,
+            r"pools\.jsonl line 1: responses\[1\] holds a lone surrogate",
+            "“pools.jsonl line 1: responses[1] holds a lone surrogate (…), which is not Unicode text …” "
+            "(`write_pools`: “pools[i]: …”)",
+        ),
+    ),
+    Row(
+        "select_preference_pairs",
+        NAN,
+        lambda res, tmp: select_preference_pairs(
+            [Pool("p", ["a", "b", "c"], [1e308, -1e308, 0.0])], rho=0.1, criterion="frequency"
+        ),
+        Returns(
+            lambda v: (v.pairs[0].chosen_index, v.pairs[0].rejected_index) == (0, 1) or pytest.fail(str(v.pairs)),
+            "qualities `[1e308, -1e308, 0]`, whose range overflows: the bands keep finite thresholds "
+            "(`(1 - rho) max + rho min`), the best reply chosen, the worst rejected (every reply was in both bands)",
+        ),
+    ),
+    Row(
+        "build_pools",
+        SETTING,
+        lambda res, tmp: build_pools(res.model, res.tok, "Hello there", 2),
+        Raises(
+            TypeError,
+            r"^prompts must be a list of prompts .*got str; for one prompt give \[prompt\]",
+            "“prompts must be a list of prompts (…), got str; for one prompt give [prompt]” (was one pool per "
+            "character, each sampled)",
+        ),
+    ),
+    Row(
+        "select_preference_pairs",
+        SETTING,
+        lambda res, tmp: select_preference_pairs([Pool("p", ["a", "b"], [1, 0])], space="minilm"),
+        Raises(
+            TypeError,
+            r"space= must be a SemanticSpace .*got str 'minilm'",
+            "`space=\"minilm\"`: “space= must be a SemanticSpace (e.g. …), got str 'minilm'”",
+        ),
+    ),
+    Row(
+        "select_preference_pairs",
+        SETTING,
+        lambda res, tmp: select_preference_pairs([{"prompt": "p", "responses": ["a", "b"], "quality": "10"}]),
+        Raises(
+            ValueError,
+            r"pools\[0\]: quality must be a list of numbers, got str",
+            "a quality string or mapping: “pools[0]: quality must be a list of numbers, got str” (not split into "
+            "characters); a 2-D array: “… must be one number per response, got an array of shape (2, 2)”",
+        ),
+    ),
+    Row(
+        "lightning-div pairs",
+        SETTING,
+        lambda res, tmp: cli(
+            [
+                "pairs",
+                str(write(tmp / "p.jsonl", '{"prompt": "p", "responses": ["a", "b"], "quality": [1, 0]}\n')),
+                "--out",
+                str(tmp),
+            ]
+        ),
+        Exits(
+            r"--out .*: is a folder; give the file to write",
+            "`--out .` or another folder, or a path under a file: “--out .: is a folder; give the file to write, "
+            "e.g. pairs.jsonl”, before any pair is selected (`--details` the same)",
+            "lightning-div pairs",
+        ),
+    ),
+    Row(
+        "read_pools",
+        MIXED,
+        lambda res, tmp: read_pools(
+            write(
+                tmp / "pools.jsonl",
+                '{"prompt": "p", "responses": ["a", "b"]}\n'
+                '{"prompt": [{"role": "user", "content": "hi"}], "responses": ["a", "b"]}\n',
+            )
+        ),
+        Raises(
+            ValueError,
+            r"pools\.jsonl line 2: a prompt of chat messages, but line 1's is text",
+            "“pools.jsonl line 2: a prompt of chat messages, but line 1's is text: the pools of one set are all "
+            "text or all chat messages (TRL's DPOTrainer reads one form) …” (was pyarrow's “cannot mix list and "
+            "non-list” when the pairs became a dataset)",
+        ),
+    ),
+    Row(
+        "select_preference_pairs / write_pools / build_pools",
+        MIXED,
+        lambda res, tmp: select_preference_pairs(
+            [Pool("p", ["a", "b"], [1, 0]), Pool([{"role": "user", "content": "hi"}], ["c", "d"], [1, 0])]
+        ),
+        Raises(
+            ValueError,
+            r"pools\[1\]: a prompt of chat messages, but pools\[0\]'s is text",
+            "“pools[1]: a prompt of chat messages, but pools[0]'s is text: …” (`build_pools`: “prompts[1]: …”)",
+        ),
+    ),
+    Row(
+        "experiments/divpo.py --merge",
+        CLOBBER,
+        lambda res, tmp: _merge_exit(
+            "divpo",
+            [
+                "--merge",
+                _merge_part(tmp, "mine", "divpo", 0.3),
+                _merge_part(tmp, "other", "divpo", 0.5, "divpo_semantic"),
+                "--out",
+                str(tmp / "mine"),
+            ],
+        ),
+        Exits(
+            r"--out .*mine would write .*mine/results\.json, which is the input",
+            "“--out mine would write mine/results.json, which is the input mine/results.json: …”, nothing "
+            "written (it rewrote the part)",
+            "divpo.py --merge",
+        ),
+    ),
+    Row(
+        "experiments/grpo_diversity.py --merge",
+        CLOBBER,
+        lambda res, tmp: _merge_exit(
+            "grpo_diversity",
+            [
+                "--merge",
+                _merge_part(tmp, "other", "grpo_diversity", 0.5, "grpo"),
+                "--pilot",
+                _merge_part(tmp, "mine", "grpo_diversity", 0.3, "grpo"),
+                "--out",
+                str(tmp / "mine"),
+            ],
+        ),
+        Exits(
+            r"--out .*mine would write .*mine/results\.json, which is the input",
+            "a part or a pilot part: “--out mine would write mine/results.json, which is the input …”",
+            "grpo_diversity.py --merge",
+        ),
+    ),
+    Row(
+        "experiments/divpo.py --merge",
+        PART,
+        lambda res, tmp: _merge_exit(
+            "divpo",
+            [
+                "--merge",
+                _merge_part(tmp, "mine", "divpo", 0.3),
+                _merge_part(tmp, "other", "divpo", 123.0),
+                "--out",
+                str(tmp / "merged"),
+            ],
+        ),
+        Exits(
+            r"mine/results\.json and .*other/results\.json hold different runs of dpo seed 1",
+            "two parts holding different runs of a setting and seed: “mine/results.json and other/results.json "
+            "hold different runs of dpo seed 1: …” (a later part won in silence); the same run twice is kept "
+            "once; grpo_diversity.py too, and for a seed's base measurements",
+            "divpo.py --merge",
+        ),
+    ),
+    Row(
+        "experiments/divpo.py --merge",
+        PART,
+        lambda res, tmp: _merge_exit(
+            "divpo",
+            ["--merge", str(write(tmp / "torn.json", '{"experiment": "divpo", "runs": [')), "--out", str(tmp / "o")],
+        ),
+        Exits(
+            r"torn\.json: not valid JSON \(line 1, column 34",
+            "“torn.json: not valid JSON (line 1, column 34: …)”; a list, no `config`, a string seed: one line "
+            "naming the file (tracebacks before)",
+            "divpo.py --merge",
+        ),
+    ),
+    Row(
+        "experiments/grpo_diversity.py --merge",
+        PART,
+        lambda res, tmp: _merge_exit(
+            "grpo_diversity",
+            ["--merge", _merge_part(tmp, "d", "divpo", 0.3), "--out", str(tmp / "o")],
+        ),
+        Exits(
+            r"d/results\.json: a part of the experiment 'divpo', not of 'grpo_diversity'",
+            "another experiment's part: “d/results.json: a part of the experiment 'divpo', not of 'grpo_diversity': …”",
+            "grpo_diversity.py --merge",
+        ),
+    ),
 ]
+
+
+def _merge_exit(name: str, argv: list[str]) -> int:
+    """``experiments/<name>.py``'s exit code for ``argv`` (a refused merge raises ``SystemExit(2)``)."""
+    from helpers import load_experiment
+
+    try:
+        load_experiment(name).main(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return 0
+
+
+def _merge_part(tmp: Path, name: str, experiment: str, value: float, setting: str = "dpo") -> str:
+    """A small part of ``experiment`` holding one run of ``setting`` seed 1, its measures all ``value``."""
+    from helpers import load_experiment
+
+    script = load_experiment("divpo" if experiment == "divpo" else "grpo_diversity")
+    measures = script.METRICS if experiment == "divpo" else script.MEASURES
+    held = dict.fromkeys(measures, value)
+    run: dict[str, Any] = {"setting": setting, "seed": 1, "held_out": held, "pairs": {}, "steps": [held]}
+    run |= {"examples": {}, "wall_s": 1.0, "reward_s": 0.1, "monitor_s": 0.1, "step_s": 1.0}
+    body = {"experiment": experiment, "quick": False, "config": {}, "seeds": [1], "machine": "m", "runs": [run]}
+    path = tmp / name / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return str(path)
+
+
+def _long_reply_scored(selection: Any) -> None:
+    (pair,) = selection.pairs
+    assert pair.chosen.startswith("music") and pair.chosen_diversity is not None
+    assert math.isfinite(pair.chosen_diversity) and pair.chosen_diversity > 0
 
 
 def _skipped_pool() -> dict[int, str]:
