@@ -143,3 +143,16 @@ def test_stopwords_do_not_label_clusters_unless_asked():
     assert "pizza" not in own[0].words and "i" in own[0].words
     with pytest.raises(ValueError, match="stop_words must be 'english'"):
         cluster_cards(texts, ids, 2, stop_words="french")
+
+
+def test_one_shared_word_on_six_replies_gives_no_numpy_warning_and_no_distinctive_word():
+    """Issue 64 "also seen": 3 clusters of 6 replies where one word alone occurs twice: numpy's divide-by-zero
+    warnings from the log-odds (the word is every counted term, its odds against the others infinite)."""
+    import warnings
+
+    texts = ["hello", "hello", "hello x", "y", "z", "w"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cards = cluster_cards(texts, [0, 0, 0, 1, 1, 2], 3)
+    # one term cannot tell one cluster from the others: no card lists it
+    assert [c.words for c in cards] == [[], [], []] and [c.size for c in cards] == [3, 2, 1]

@@ -444,11 +444,17 @@ class GroupAlert:
             (what, now, start, the threshold).
 
         Raises:
-            ValueError: no finite ``group_sem_ent``.
+            ValueError: no finite ``group_sem_ent`` >= 0, or a signal given as a boolean or a non-number
+                (checked before anything is kept, as :meth:`load_state_dict` checks a state).
         """
         sem = values.get("group_sem_ent")
-        if sem is None or not math.isfinite(float(sem)):
-            raise ValueError(f"GroupAlert.update needs a finite group_sem_ent, got {sem!r}")
+        number = (int, float, np.integer, np.floating)
+        if isinstance(sem, bool) or not isinstance(sem, number) or not math.isfinite(sem) or sem < 0:
+            raise ValueError(f"GroupAlert.update needs a finite group_sem_ent >= 0 (an entropy), got {sem!r}")
+        for signal in ALERT_SIGNALS:
+            v = values.get(signal)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, number)):
+                raise ValueError(f"GroupAlert.update: {signal} must be a number, got {v!r}")
         for signal in ALERT_SIGNALS:
             v = values.get(signal)
             if v is not None and math.isfinite(float(v)):

@@ -135,10 +135,15 @@ def distinctive_terms(
     prior = PRIOR_STRENGTH * corpus / corpus.sum()
     n = y.sum(axis=1, keepdims=True)
     rest, n_rest = corpus[None, :] - y, n.sum() - n
-    delta = np.log((y + prior) / (n + PRIOR_STRENGTH - y - prior)) - np.log(
-        (rest + prior) / (n_rest + PRIOR_STRENGTH - rest - prior)
-    )
-    z = delta / np.sqrt(1.0 / (y + prior) + 1.0 / (rest + prior))
+    # a term that is every counted term (one word alone occurs twice, on small data) has no other terms to
+    # be set against: its odds are x / 0 in the cluster and in the rest alike, its log-odds inf - inf.
+    # It tells no cluster apart: z = 0, quietly (numpy would warn of the division and the NaN).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = np.log((y + prior) / (n + PRIOR_STRENGTH - y - prior)) - np.log(
+            (rest + prior) / (n_rest + PRIOR_STRENGTH - rest - prior)
+        )
+        z = delta / np.sqrt(1.0 / (y + prior) + 1.0 / (rest + prior))
+    z = np.where(np.isfinite(z), z, 0.0)
     stop = frozenset(stop_words)
     listed = [not stop.issuperset(str(term).split(" ")) for term in terms]
     out = []
