@@ -8,7 +8,7 @@ reporting; what it measures is :class:`NLIMeasure`'s.
 
 from __future__ import annotations
 
-import numbers
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,9 +67,9 @@ class NLIMeasure(Stateless):
         seed: int = 0,
         show_progress: bool = False,
     ) -> None:
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 2:
+        if isinstance(n, bool) or not hasattr(n, "__index__") or n < 2:  # an int or a numpy integer
             raise ValueError(f"n must be an integer >= 2 (NLI Diversity compares pairs of responses), got {n!r}")
-        n = int(n)  # a numpy integer: a plain number in the settings
+        n = operator.index(n)  # a numpy integer: a plain number in the settings
         from lightning_div.nli.threshold import NLI_METRICS, RANK_BY
 
         for arg, value in (
