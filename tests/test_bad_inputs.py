@@ -2032,7 +2032,10 @@ ROWS: list[Row] = [
         "select_preference_pairs",
         NAN,
         lambda res, tmp: select_preference_pairs(
-            [Pool("p", ["a", "b", "c"], [1e308, -1e308, 0.0])], rho=0.1, criterion="frequency"
+            # the reply of quality 0 the most diverse: it was in the chosen band too, and chosen
+            [Pool("p", ["a", "b", "c"], [1e308, -1e308, 0.0])],
+            rho=0.1,
+            criterion=lambda prompt, replies: [0.0, 0.0, 1.0],
         ),
         Returns(
             lambda v: (v.pairs[0].chosen_index, v.pairs[0].rejected_index) == (0, 1) or pytest.fail(str(v.pairs)),
