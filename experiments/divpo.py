@@ -44,7 +44,7 @@ from typing import Any
 from _environment import environment, environment_lines, environments
 from _pages import kept_reading
 from _stats import cell as _cell
-from _stats import interval
+from _stats import holm, interval, paired
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -254,6 +254,22 @@ def _text(s: Any) -> str:
     return str(s).replace("<|endoftext|>", "").replace("|", "\\|").replace("\n", " ")
 
 
+def paired_tests(runs: list[dict[str, Any]], names: list[str]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (``"divpo_x - dpo"``, metric) with 2 or more seeds: :func:`_stats.paired`, and Holm over them all."""
+    by: dict[str, dict[int, dict[str, float]]] = {}
+    for r in runs:
+        by.setdefault(r["setting"], {})[int(r["seed"])] = r["held_out"]
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for name in names:
+        setting, baseline = name.split(" - ")
+        seeds = sorted(set(by.get(setting, {})) & set(by.get(baseline, {})))
+        for m in METRICS if len(seeds) > 1 else ():
+            out[(name, m)] = paired([by[setting][k][m] - by[baseline][k][m] for k in seeds])
+    for key, adjusted in zip(out, holm([t["p"] for t in out.values()])):
+        out[key]["holm"] = adjusted
+    return out
+
+
 def page(result: dict[str, Any], reading: str = "") -> str:
     """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept."""
     cfg, summary = result["config"], result["summary"]
@@ -278,6 +294,16 @@ def page(result: dict[str, Any], reading: str = "") -> str:
     ]
     for s, row in summary["settings"].items():
         lines.append(f"| {s} | " + " | ".join(_cell(row[m]) for m in METRICS) + " |")
+    tests = paired_tests(result["runs"], list(summary["difference"]))
+    if tests:
+        lines += [
+            "",
+            f"p: two-sided paired t-test; Holm: adjusted over all {len(tests)} tests of the two differences below "
+            "(no primary comparison was fixed before the runs, so all count); detectable: the smallest true "
+            "difference these seeds detect with 80 % power at a two-sided 5 % level "
+            "(`experiments/_stats.py: detectable_difference`): an interval that includes 0 with a detectable "
+            "difference larger than the effect asked about is undecided, not null.",
+        ]
     for name, diff in summary["difference"].items():
         lines += ["", f"## {name}, held out, paired by seed (95 % t-interval)", ""]
         for m in METRICS:
@@ -287,7 +313,9 @@ def page(result: dict[str, Any], reading: str = "") -> str:
                 if d["low"] is None
                 else ("the interval excludes 0" if d["low"] > 0 or d["high"] < 0 else "the interval includes 0")
             )
-            lines.append(f"* {m}: {_cell(d)} ({verdict})")
+            t = tests.get((name, m))
+            extra = f"; p {t['p']:.3f}, Holm {t['holm']:.3f}, detectable {t['detectable']:.3f}" if t else ""
+            lines.append(f"* {m}: {_cell(d)} ({verdict}{extra})")
     lines += ["", "## The pairs (mean over seeds)", ""]
     keys = ("pairs", "skipped", "chosen_quality", "rejected_quality", "chosen_words", "rejected_words")
     lines += ["| setting | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]

@@ -18,7 +18,7 @@ in one thing each:
 * ``grpo_kl`` / ``grpo_semantic_kl``: the same two with a KL term to the base model (TRL's ``beta``);
 * ``grpo_lexical``: the same product with a *lexical* equivalence (two completions alike when
   their word-bigram sets overlap by Jaccard >= 0.5): DARLING's lexical baseline;
-* ``grpo_entropy``: the task reward with TRL's own remedy, an entropy bonus
+* ``grpo_entropy``: the task reward with TRL's entropy bonus at one untuned coefficient, no KL term
   (``GRPOConfig(entropy_coef=...)``).
 
 **The ruler.** The reward's clusters are not the judge. After training each run samples G
@@ -64,7 +64,7 @@ from typing import Any
 from _environment import environment, environment_lines, environments
 from _pages import kept_reading
 from _stats import cell as _cell
-from _stats import interval
+from _stats import holm, interval, paired
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -369,7 +369,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
     from trl import GRPOConfig, GRPOTrainer
 
     from lightning_div import load_base_model
-    from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward, rollouts_of
+    from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward
     from lightning_div.metrics.group import group_diversity_scores
 
     g = cfg["num_generations"]
@@ -440,9 +440,11 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
         data_seed=seed,
         disable_tqdm=True,
     )
+    # the monitor is a reward function that adds 0.0; after the reward, it reuses the reward's cluster ids
+    monitor = GroupDiversityCallback(space=ruler.space, log_samples=False)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[reward_fn],
+        reward_funcs=[reward_fn, monitor],
         args=args,
         train_dataset=Dataset.from_dict({"prompt": train_prompts}),
         processing_class=tokenizer,
@@ -455,7 +457,10 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
 
         def on_step_end(self, a: Any, state: Any, control: Any, **k: Any) -> None:
             start = time.perf_counter()
-            prompts, completions, _ = rollouts_of(trainer)
+            batch = monitor.last_batch  # the generation batch this step trained on, as TRL handed it the monitor
+            if batch is None or batch.step != state.global_step:
+                return  # the monitor's measurement of this step failed (it warned): no batch of this step to judge
+            prompts, completions = batch.prompts, batch.completions
             from lightning_div.integrations.trl import completion_texts
 
             texts = completion_texts(completions)
@@ -464,7 +469,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
             measure_s[0] += time.perf_counter() - start
 
     trainer.add_callback(StepMeasures())
-    monitor = GroupDiversityCallback(space=ruler.space, log_samples=False).attach(trainer)
+    monitor.attach(trainer)
     start = time.perf_counter()
     trainer.train()
     wall_s = time.perf_counter() - start
@@ -667,7 +672,8 @@ def run_sections(result: dict[str, Any]) -> list[str]:
                 "",
             ]
             lines += _difference_table(summary["difference_kl"])
-        lines += ["", "`*`: the interval excludes 0."]
+        lines += ["", "`*`: the interval excludes 0 (uncorrected; the primary family's correction is below)."]
+        lines += comparisons_section(result)
     lines += ["", f"## Training rollouts: first {WINDOW} steps -> last {WINDOW} (mean over seeds)", ""]
     trained = ("judge_group_sem_ent", "group_sem_ent", "distinct_2", "task_reward", "nll", "length_words", "cut_share")
     lines += ["| setting | " + " | ".join(trained) + " |", "|---" * (len(trained) + 1) + "|"]
@@ -715,6 +721,86 @@ def lexical_section(result: dict[str, Any]) -> list[str]:
         for r in lexical:
             first, last = ends([{"x": v} for v in r["lexical_rarity"]], "x")
             lines.append(f"- {r['setting']} seed {r['seed']}: {first:.3f} -> {last:.3f}")
+    return lines
+
+
+#: The comparisons fixed before the runs (the module docstring: each setting against grpo on the primary
+#: measures), with grpo_semantic_kl - grpo_kl, which the page reads as the KL settings' own question.
+PRIMARY_COMPARISONS = (
+    *((s, "grpo") for s in ("grpo_semantic", "grpo_kl", "grpo_semantic_kl", "grpo_lexical", "grpo_entropy")),
+    ("grpo_semantic_kl", "grpo_kl"),
+)
+#: Comparisons chosen after the runs: shown with the same statistics, outside the corrected family.
+EXPLORATORY_COMPARISONS = (("grpo_semantic_kl", "grpo_semantic"), ("grpo_lexical_j0.02", "grpo"))
+EXPLORATORY_MEASURES = (*PRIMARY, "ead", "distinct_2")
+
+
+def paired_rows(runs: list[dict[str, Any]], pairs: tuple[tuple[str, str], ...], measures: tuple[str, ...]):
+    """Per (setting, baseline, measure) present in the runs: :func:`_stats.paired` of the per-seed differences."""
+    by: dict[str, dict[int, dict[str, float]]] = {}
+    for r in runs:
+        by.setdefault(r["setting"], {})[int(r["seed"])] = r["held_out"]
+    rows = []
+    for setting, baseline in pairs:
+        seeds = sorted(set(by.get(setting, {})) & set(by.get(baseline, {})))
+        for m in measures if len(seeds) > 1 else ():
+            diffs = [by[setting][k][m] - by[baseline][k][m] for k in seeds]
+            rows.append({"comparison": f"{setting} - {baseline}", "measure": m, **paired(diffs), "per_seed": diffs})
+    return rows
+
+
+def comparisons_section(result: dict[str, Any]) -> list[str]:
+    """Power and multiple comparisons, from the runs: the primary family Holm-corrected, the rest exploratory."""
+    primary = paired_rows(result["runs"], PRIMARY_COMPARISONS, PRIMARY)
+    if not primary:
+        return []
+    for row, adjusted in zip(primary, holm([r["p"] for r in primary])):
+        row["holm"] = adjusted
+    intervals = [
+        diff for table in ("difference", "difference_kl") for diff in result["summary"].get(table, {}).values()
+    ]
+    cells = [d[m] for d in intervals for m in SHOWN]
+    starred = sum(1 for c in cells if c["low"] is not None and not c["low"] <= 0 <= c["high"])
+    lines = [
+        "",
+        "## Primary comparisons: multiple comparisons and power (computed from the runs)",
+        "",
+        f"The family fixed before the runs: held-out {', '.join(PRIMARY)}, each setting minus grpo, paired by seed, "
+        f"and grpo_semantic_kl - grpo_kl (the KL settings' own question): {len(primary)} tests. p: two-sided "
+        f"paired t-test; Holm: Holm's step-down adjustment over the {len(primary)} (family-wise error 5 %: "
+        "an effect is claimed only where Holm < 0.05). detectable: the smallest true difference these seeds "
+        "detect with 80 % power at a two-sided 5 % level, delta = nc x sd / sqrt(n), nc the noncentrality at "
+        "which a noncentral t with n - 1 degrees of freedom exceeds the t critical value with probability 0.8 "
+        "(`experiments/_stats.py: detectable_difference`; 5 seeds: 1.68 x sd, 3 seeds: 3.26 x sd); sd: "
+        "the per-seed differences' standard deviation. An interval that includes 0 with a detectable "
+        "difference larger than the effect asked about says *undecided*, not *no effect*. "
+        f"Every other interval on this page ({len(cells)} in the difference tables, {starred} of them starred) "
+        "is exploratory and uncorrected: at 95 % about one in twenty excludes 0 by chance alone.",
+        "",
+        "| comparison | measure | n | difference [95 % CI] | sd | p | Holm | detectable (80 %) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in primary:
+        ci = interval(r["per_seed"])
+        lines.append(
+            f"| {r['comparison']} | {r['measure']} | {r['n']} | {_cell(ci)} | {r['sd']:.3f} | {r['p']:.3f} "
+            f"| {r['holm']:.3f}{' *' if r['holm'] < 0.05 else ''} | {r['detectable']:.3f} |"
+        )
+    exploratory = paired_rows(result["runs"], EXPLORATORY_COMPARISONS, EXPLORATORY_MEASURES)
+    if exploratory:
+        lines += [
+            "",
+            "Chosen after the runs (exploratory, outside the corrected family; same statistics, no Holm):",
+            "",
+            "| comparison | measure | n | difference [95 % CI] | sd | p | detectable (80 %) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in exploratory:
+            lines.append(
+                f"| {r['comparison']} | {r['measure']} | {r['n']} | {_cell(interval(r['per_seed']))} "
+                f"| {r['sd']:.3f} | {r['p']:.3f} | {r['detectable']:.3f} |"
+            )
+    lines += ["", "`*` (Holm column): significant after the correction."]
     return lines
 
 

@@ -158,6 +158,37 @@ def test_the_semantic_reward_under_kl_is_paired_with_grpo_kl():
     assert summary["settings"]["grpo"]["reward_share"]["mean"] == pytest.approx(12.5)
     page = "\n".join(script.run_sections({"summary": summary, "runs": runs, "seeds": [0, 1], "base": {}}))
     assert "## grpo_semantic_kl minus grpo_kl" in page
+    # the primary family: grpo_kl - grpo, grpo_semantic_kl - grpo and - grpo_kl, 3 measures each = 9 tests,
+    # Holm over 9; grpo_semantic_kl - grpo_kl judge Sem-Ent: differences 0.5, 0.1 -> mean 0.3, sd 0.2 sqrt 2
+    assert "## Primary comparisons" in page and ": 9 tests." in page
+    row = "| grpo_semantic_kl - grpo_kl | judge_group_sem_ent | 2 | 0.300 [-2.241, 2.841] | 0.283 |"
+    assert row in page
+
+
+def test_power_holm_and_paired_differences_by_hand():
+    """The pages' power and multiple-comparison figures (experiments/_stats.py), checked another way."""
+    import numpy as np
+    from scipy import stats
+
+    st = load_experiment("_stats")
+    # the detectable difference is where a paired t-test's power is 0.8: simulated, 40,000 sets of 5 pairs
+    delta = st.detectable_difference(1.0, 5)
+    rng = np.random.default_rng(0)
+    x = rng.normal(delta, 1.0, size=(40_000, 5))
+    t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / np.sqrt(5))
+    assert np.mean(np.abs(t) > stats.t.ppf(0.975, 4)) == pytest.approx(0.80, abs=0.01)
+    # a little above the normal-theory (t_0.975 + t_0.8) / sqrt(5) = 1.662, which ignores the t's noncentrality
+    assert 1.662 < delta < 1.70
+    assert st.detectable_difference(0.4, 5) == pytest.approx(0.4 * delta)  # in units of the paired sd
+    assert st.detectable_difference(0.0, 5) == 0.0 and st.detectable_difference(1.0, 1) == 0.0
+    # Holm by hand: sorted 0.01 x 4, 0.03 x 3, 0.04 x 2 (raised to the running 0.09), 0.5 x 1
+    assert st.holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert st.holm([0.3, 0.6]) == pytest.approx([0.6, 0.6])
+    r = st.paired([1.0, 2.0, 3.0, 4.0, 5.5])
+    assert r["mean"] == pytest.approx(3.1) and r["n"] == 5
+    assert r["p"] == pytest.approx(stats.ttest_1samp([1.0, 2.0, 3.0, 4.0, 5.5], 0.0).pvalue)
+    # the same difference on every seed: no spread to test, p 0 (or 1 when it is 0), nothing left to detect
+    assert st.paired([0.2, 0.2, 0.2])["p"] == 0.0 and st.paired([0.0, 0.0])["p"] == 1.0
 
 
 def test_a_matched_lexical_threshold_merges_beside_the_fixed_runs(tmp_path):
