@@ -2123,6 +2123,83 @@ ROWS: list[Row] = [
             "“pools[1]: a prompt of chat messages, but pools[0]'s is text: …” (`build_pools`: “prompts[1]: …”)",
         ),
     ),
+    # -- issue 64's measures, alerts and names (fixed beside the preference items; their rows are here) ----------
+    Row(
+        "lightning_div.measure.reference_nll",
+        EMPTY,
+        lambda res, tmp: __import__("lightning_div.measure", fromlist=["reference_nll"]).reference_nll(
+            res.model, res.tok, [], []
+        ),
+        Raises(
+            ValueError,
+            r"no completions to score: the reference NLL of an empty batch is undefined",
+            "“no completions to score: the reference NLL of an empty batch is undefined” (was 0.0, a perfect NLL)",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.GroupMeasure.measure",
+        EMPTY,
+        lambda res, tmp: _measure().GroupMeasure(_space()).measure([], 2),
+        Raises(
+            ValueError,
+            r"no completions to measure: the group diversity of an empty batch is undefined",
+            "“no completions to measure: the group diversity of an empty batch is undefined” (its zeros read as a "
+            "collapse, and a `GroupAlert` took them as its start)",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.RUQAlert.load_state_dict",
+        NAN,
+        lambda res, tmp: _measure().RUQAlert().load_state_dict(math.nan),
+        Raises(
+            ValueError,
+            r"the last RUQ must be a finite number or null, got nan",
+            "“the last RUQ must be a finite number or null, got nan” (after a NaN no drop was ever reported)",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.GroupAlert.update",
+        SETTING,
+        lambda res, tmp: _measure().GroupAlert().update({"group_sem_ent": -1.0}),
+        Raises(
+            ValueError,
+            r"GroupAlert\.update needs a finite group_sem_ent >= 0 \(an entropy\), got -1\.0",
+            "“GroupAlert.update needs a finite group_sem_ent >= 0 (an entropy), got -1.0” (was a "
+            "`ZeroDivisionError` wording the reason)",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.GroupAlert.update",
+        BOOL,
+        lambda res, tmp: _measure().GroupAlert().update({"group_sem_ent": 1.0, "group_top_word_share": True}),
+        Raises(
+            ValueError,
+            r"GroupAlert\.update: group_top_word_share must be a number, got True",
+            "“GroupAlert.update: group_top_word_share must be a number, got True” (True read as a breakdown)",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.NLIMeasure",
+        SETTING,
+        lambda res, tmp: _measure().NLIMeasure(n="5"),
+        Raises(
+            ValueError,
+            r"n must be an integer >= 2 \(NLI Diversity compares pairs of responses\), got '5'",
+            "`n=\"5\"` or `n=2.5`: “n must be an integer >= 2 (…), got '5'” (was “'<' not supported”; 2.5 was "
+            "accepted)",
+        ),
+    ),
+    Row(
+        "lightning_div.keys.check_name",
+        SETTING,
+        lambda res, tmp: __import__("lightning_div.keys", fromlist=["check_name"]).check_name("a\x00b"),
+        Raises(
+            ValueError,
+            r"name must be None or a non-empty string .* control characters .*got 'a\\x00b'",
+            "a callback's `name` with a control character: “name must be None or a non-empty string without … "
+            "control characters …, got 'a\\x00b'” (a null byte ended the run when the settings record was written)",
+        ),
+    ),
     Row(
         "experiments/divpo.py --merge",
         CLOBBER,
@@ -2212,6 +2289,20 @@ ROWS: list[Row] = [
         ),
     ),
 ]
+
+
+def _measure() -> Any:
+    """``lightning_div.measure``, imported when a row runs."""
+    import lightning_div.measure as measure
+
+    return measure
+
+
+def _space() -> Any:
+    """A SemanticSpace whose encoder is never loaded (the rows using it fail before it would be)."""
+    from lightning_div.semantic.space import SemanticSpace
+
+    return SemanticSpace(encoder="minilm", num_clusters=2, show_progress=False)
 
 
 def _merge_exit(name: str, argv: list[str]) -> int:

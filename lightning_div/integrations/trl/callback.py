@@ -65,6 +65,7 @@ from lightning_div.metrics.group import split_groups
 from lightning_div.semantic.cache import run_cache_dir
 from lightning_div.semantic.space import SemanticSpace, given_space
 from lightning_div.types import Options
+from lightning_div.verdict import next_alert_record
 
 __all__ = ["PREFIX", "GroupDiversityCallback", "group_metrics", "rollouts_of"]
 
@@ -199,6 +200,9 @@ class GroupDiversityCallback(TrainerCallback):
         self.reused_reward_ids = False
         #: The rollouts buffer as the last evaluation left it (not a training batch).
         self._eval_fingerprint: str | None = None
+        #: The alert's state, since when and why (:func:`~lightning_div.verdict.alert_record`), as the summary
+        #: reads it; written to ``alerts/<label>.json`` in the run's files for the report.
+        self.alert_record: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(space={self.space!r}, name={self.name!r})"
@@ -233,6 +237,11 @@ class GroupDiversityCallback(TrainerCallback):
         rollouts_of(trainer)
         attach(self, trainer)
         return self
+
+    @property
+    def label(self) -> str:
+        """The class, and ``-<name>`` with a name: the name of its records in the run's files."""
+        return type(self).__name__ + (f"-{self.name}" if self.name else "")
 
     def key(self, metric: str) -> str:
         """``diversity/<metric>``, or ``diversity/<name>/<metric>`` with a name: the one place the prefix is added."""
@@ -315,10 +324,13 @@ class GroupDiversityCallback(TrainerCallback):
         import warnings
 
         kind, reasons = self.alert.update({k: values[k] for k in ALERT_SIGNALS if k in values})
+        if step is None:
+            step = getattr(getattr(self.trainer, "state", None), "global_step", None)
+        self.alert_record = next_alert_record(
+            self.alert_record, self.label, kind, step, "step", reasons, self.key(f"{kind}_alert")
+        )
         if kind is not None and kind not in self.alert.warned:
             self.alert.warned.add(kind)
-            if step is None:
-                step = getattr(getattr(self.trainer, "state", None), "global_step", None)
             what = (
                 "the text broke down (degeneration, not a collapse of diversity among good answers)"
                 if kind == "breakdown"
@@ -468,7 +480,9 @@ class GroupDiversityCallback(TrainerCallback):
         if m.error is not None:
             return
         # the run's record of what these numbers were measured with
-        reporter.record_settings(type(self).__name__ + (f"-{self.name}" if self.name else ""), [self.group])
+        reporter.record_settings(self.label, [self.group])
+        if self.alert_record is not None:  # the alert's reasons with the run, for its report
+            reporter.record_alert(self.label, self.alert_record)
         m.values[self.key("runtime")] = m.seconds
         self.history.append({"step": float(state.global_step), **reporter.scalars(m.values)})
         stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
