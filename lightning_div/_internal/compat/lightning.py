@@ -19,7 +19,7 @@ def loaded_checkpoint(trainer: Any) -> dict[str, Any] | None:
     must know the epoch it resumes in before its first round is mined there.
     """
     loaded: Any = getattr(getattr(trainer, "_checkpoint_connector", None), "_loaded_checkpoint", None)
-    return loaded if isinstance(loaded, dict) else None
+    return loaded if isinstance(loaded, dict) and loaded else None  # {} when the fit loads no checkpoint
 
 
 def batches_that_stepped(trainer: Any) -> int | None:
