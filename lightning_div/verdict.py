@@ -27,7 +27,7 @@ from typing import Any
 
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
 
-__all__ = ["ALERT_KINDS", "Verdict", "alert_record", "verdict", "verdict_lines"]
+__all__ = ["ALERT_KINDS", "Verdict", "alert_record", "next_alert_record", "verdict", "verdict_lines"]
 
 #: The alert keys' last parts, the state each names, most severe first.
 ALERT_KINDS: tuple[tuple[str, str], ...] = (
@@ -63,6 +63,39 @@ def alert_record(
         key: the logged 0/1 key of the alert (``diversity/breakdown_alert``, ``val/ruq_alert``).
     """
     return {"who": who, "kind": kind, "since": since, "unit": unit, "reasons": list(reasons), "key": key}
+
+
+def next_alert_record(
+    before: Mapping[str, Any] | None,
+    who: str,
+    kind: str | None,
+    at: int | None,
+    unit: str,
+    reasons: Sequence[str],
+    key: str,
+) -> dict[str, Any]:
+    """The alert record after one more measurement: ``since`` kept while the same kind stays on.
+
+    Args:
+        before: the record so far (None at the first measurement).
+        who: the front end's label.
+        kind: the kind on now (None: off).
+        at: this measurement's step or epoch.
+        unit: ``"step"`` or ``"epoch"``.
+        reasons: why it is on (empty when off).
+        key: the logged 0/1 key of the kind now on.
+
+    Examples:
+        >>> first = next_alert_record(None, "X", "breakdown", 9, "step", ["why"], "diversity/breakdown_alert")
+        >>> next_alert_record(first, "X", "breakdown", 12, "step", ["why"], "diversity/breakdown_alert")["since"]
+        9
+        >>> next_alert_record(first, "X", None, 15, "step", [], "")["since"] is None
+        True
+    """
+    if kind is None:
+        return alert_record(who, None, None, unit, [], "")
+    same = before is not None and before.get("kind") == kind
+    return alert_record(who, kind, before.get("since") if same and before else at, unit, reasons, key)
 
 
 @dataclass

@@ -303,7 +303,7 @@ def test_a_tensorboard_only_run_has_its_scalars(tensorboard_run):
     assert "epochs 0-1" in page and "no epoch measured" not in page
     assert '<img alt="val"' in page and '<img alt="train"' in page  # the scalar plots
     summary = re.search(r'<table id="summary">(.*?)</table>', page, re.S).group(1)
-    assert f'<td>val/ruq</td><td class="num">{logged["val/ruq"]:.4f}</td><td class="num">1</td>' in summary
+    assert f'<td>val/ruq</td><td class="num">{logged["val/ruq"]:.1f} %</td><td class="num">1</td>' in summary
     assert "no metrics.csv" not in page
 
 
@@ -362,9 +362,12 @@ def test_a_hugging_face_output_dir_reports_its_scalars_samples_and_figures(tmp_p
     assert run.version == tmp_path / "grpo" and run.events_dir == tmp_path / "grpo" / "runs" / "Nov28_07-00-00_host"
     page = build_report(tmp_path / "grpo")
     assert "no metrics.csv" not in page
-    assert '<img alt="train/diversity"' in page and '<img alt="train"' in page  # the diversity/* curves apart
+    # the diversity/* curves apart, under the keys the docs name (TensorBoard's train/ dropped), before TRL's own
+    assert '<img alt="diversity"' in page and '<img alt="train"' in page and "train/diversity" not in page
+    assert page.index('<img alt="diversity"') < page.index('<img alt="train"')
+    assert "steps 1-3" in page and "epochs 0" not in page  # a run of steps is counted in steps
     assert 'data-source="diversity_group_sample_step3.csv"' in page and "reply 3" in page  # the latest step's
-    assert "(step 3)" in page and 'alt="eval/cluster_histogram"' in page
+    assert "(first step: step 1)" in page and "(last step: step 3)" in page and 'alt="eval/cluster_histogram"' in page
     from lightning_div.report import read_tensorboard
 
     series = read_tensorboard(run.events, notes := [])
@@ -374,7 +377,7 @@ def test_a_hugging_face_output_dir_reports_its_scalars_samples_and_figures(tmp_p
     assert find_run(tmp_path).version == tmp_path / "grpo"
     # pointed at runs/<date>: the curves, and a note where the figures and tables are
     page = build_report(tmp_path / "grpo" / "runs" / "Nov28_07-00-00_host")
-    assert '<img alt="train/diversity"' in page
+    assert '<img alt="diversity"' in page
     assert f"give {(tmp_path / 'grpo').resolve()} (the Trainer&#x27;s output_dir) as RUN_DIR" in page
 
 
@@ -468,7 +471,7 @@ def test_an_empty_or_unreadable_event_file_is_named_in_the_notes(tmp_path):
         page = build_report(tmp_path / "run")
     finally:
         os.chmod(locked, 0o600)
-    assert '<img alt="val"' in page  # the readable file's scalars still come
+    assert "<td>val/loss</td><td class=\"num\">2.5</td>" in page  # the readable file's scalar still comes (once: a table)
     assert "the TensorBoard event file events.out.tfevents.1.empty.1.0 holds no event" in page
     if os.geteuid() != 0:  # root reads a file of mode 0 all the same
         assert "the TensorBoard event file events.out.tfevents.2.locked.1.0 could not be read" in page

@@ -102,6 +102,9 @@ class DiversityCallback(pl.Callback):
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         check_on_error(on_error)
         self.name = check_name(name)
+        #: An alerting monitor's alert state, since when and why (:func:`~lightning_div.verdict.alert_record`),
+        #: as the summary reads it; written to ``alerts/<label>.json`` for the report. None: no alert here.
+        self.alert_record: dict[str, Any] | None = None
         self.every_n_epochs = every_n_epochs
         self.seed = check_seed(seed)  # it seeds the fixed samples: refused here, not at the first measurement
         self.model_attr = model_attr
@@ -136,6 +139,11 @@ class DiversityCallback(pl.Callback):
         return []
 
     # -- identity: logged keys and checkpoint state ----------------------------------------------
+
+    @property
+    def label(self) -> str:
+        """The class, and ``-<name>`` with a name: the name of its records in the run's files."""
+        return type(self).__name__ + (f"-{self.name}" if self.name else "")
 
     def log_key(self, key: str) -> str:
         """``key`` as this instance logs it: ``<name>/<key>`` when a name is set."""
@@ -398,8 +406,10 @@ class DiversityCallback(pl.Callback):
         with self.memory.scope():
             logged = log_scalars(pl_module, {self.log_key(k): v for k, v in m.values.items()}, type(self).__name__)
             if m.error is None:  # the run's record of what these numbers were measured with
-                who = type(self).__name__ + (f"-{self.name}" if self.name else "")
-                self.reporter(trainer, pl_module).record_settings(who, self.measures(), self.settings())
+                reporter = self.reporter(trainer, pl_module)
+                reporter.record_settings(self.label, self.measures(), self.settings())
+                if self.alert_record is not None:  # the alert's reasons with the run, for its report
+                    reporter.record_alert(self.label, self.alert_record)
         self.history.append({"epoch": float(trainer.current_epoch), **logged})
         if progress is not None:
             progress.measurement_done(label, what, trainer.current_epoch, m.seconds, logged)

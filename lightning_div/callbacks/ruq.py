@@ -14,6 +14,7 @@ from lightning_div.metrics.ruq import ReferenceChoice
 from lightning_div.model.adapters import DialogueModelAdapter
 from lightning_div.pairs import DialoguePair
 from lightning_div.types import PairsSource
+from lightning_div.verdict import next_alert_record
 
 
 class RUQMonitor(ValidationMonitor):
@@ -164,6 +165,15 @@ class RUQMonitor(ValidationMonitor):
             values = self.compute(adapter, pairs)
             m.update({val_key(k): v for k, v in values.items()})
             m[RUQ_ALERT] = self.alert.alert(values["ruq"], "val/ruq", type(self).__name__, self.idk_responses[0])
+            self.alert_record = next_alert_record(
+                self.alert_record,
+                self.label,
+                "RUQ alert" if m[RUQ_ALERT] else None,
+                trainer.current_epoch,
+                "epoch",
+                self.alert.reasons,
+                self.log_key(RUQ_ALERT),
+            )
             if self.plot:
                 with optional_part(self, trainer, "the RUQ plot"):  # val/ruq and the alert are kept
                     self._plot(trainer, pl_module, adapter, pairs)

@@ -224,6 +224,37 @@ class TrackerReporter:
         self.memory.recorded[who] = text
         return path
 
+    def record_alert(self, who: str, record: Mapping[str, Any]) -> Path | None:
+        """Write the front end's alert state, its reasons in words, to ``<out_dir>/alerts/<who>.json``.
+
+        The warnings go to stderr once; this file keeps them with the run, so that its report (and
+        anyone reading the run's files) sees why the alert is on and since when. Written by the first
+        process, atomically, when the state changes; a file that cannot be written is warned about once.
+
+        Args:
+            who: the front end's label, the file's name.
+            record: :func:`lightning_div.verdict.alert_record`'s dict (kind, since, unit, reasons, key).
+
+        Returns:
+            The file's path when this call wrote it, else None.
+        """
+        if not self.is_rank_zero:
+            return None
+        from lightning_div._internal.io import atomic_write_text
+
+        text = json.dumps(_finite(plain(dict(record))), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        if self.memory.recorded.get(f"alert:{who}") == text:
+            return None
+        path = self.out_dir / "alerts" / f"{who}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+        except (OSError, ValueError) as err:  # an alert record that cannot be written must not end the run
+            self.memory.warn_once(f"alert:{who}", f"lightning-div: the alert record {path} was not written: {err}")
+            return None
+        self.memory.recorded[f"alert:{who}"] = text
+        return path
+
 
 def _finite(value: Any) -> Any:
     """A :func:`~lightning_div.measure.base.plain` value with every non-finite number as its text (standard JSON)."""

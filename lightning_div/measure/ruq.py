@@ -226,6 +226,8 @@ class RUQAlert:
         self.warn_drop = _checked_points("warn_drop", warn_drop, math.inf)
         #: The last measured RUQ (what ``warn_drop`` compares with).
         self.last: float | None = None
+        #: The reasons of the last :meth:`check` (empty: no alert), for the run's alert record.
+        self.reasons: list[str] = []
 
     def check(self, value: float, key: str) -> list[str]:
         """The reasons for an alert at ``value`` (none: no alert); ``value`` becomes :attr:`last`.
@@ -242,6 +244,7 @@ class RUQAlert:
                 f"{key} dropped from {self.last:.1f} to {value:.1f} (more than warn_drop = {self.warn_drop})"
             )
         self.last = float(value)
+        self.reasons = reasons
         return reasons
 
     def alert(self, value: float, key: str, who: str, idk: str) -> float:

@@ -66,27 +66,84 @@ def _group_of(name: str) -> str:
     return parts[0]
 
 
+#: The groups drawn first, in this order: the diversity curves before the trainer's own.
+GROUP_ORDER = ("diversity", "val", "eval", "train")
+#: The alert keys' last parts, and the colour of their band.
+ALERT_COLOURS = {"breakdown_alert": "#d64545", "collapse_alert": "#e8a33d", "ruq_alert": "#e8a33d"}
+
+
+def is_alert(name: str) -> bool:
+    """A 0/1 alert key (``diversity/breakdown_alert``, ``val/ruq_alert``): drawn as a band, not a panel."""
+    return name.split("/")[-1] in ALERT_COLOURS or name.split("/")[-1].removeprefix("eval_") in ALERT_COLOURS
+
+
+def group_rank(group: str) -> tuple[int, str]:
+    """Where a group's figure goes: :data:`GROUP_ORDER` first (a named callback's ``diversity/<name>`` with
+    ``diversity``), then the rest by name."""
+    head = group.split("/")[0]
+    return (GROUP_ORDER.index(head) if head in GROUP_ORDER else len(GROUP_ORDER), group)
+
+
+def _on_spans(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The x ranges where an alert is 1: from its first 1 to the next 0 (or to its last point)."""
+    spans, start, last_x = [], None, None
+    for x, v in points:
+        if v >= 0.5 and start is None:
+            start = x
+        elif v < 0.5 and start is not None:
+            spans.append((start, x))
+            start = None
+        last_x = x
+    if start is not None and last_x is not None:
+        spans.append((start, last_x if last_x > start else start + 0.5))
+    return spans
+
+
+def _per_epoch(points: list[tuple[float, float, float]]) -> bool:
+    epochs = [e for e, _, _ in points]
+    # a Hugging Face Trainer's epochs are fractions of an epoch: those points are drawn over steps
+    return len(points) <= len(set(epochs)) and all(math.isfinite(e) and e.is_integer() for e in epochs)
+
+
+def drawn(series: dict[str, list[tuple[float, float, float]]]) -> list[str]:
+    """The metrics drawn as panels: not the alerts (bands) and not those logged once (a single point is no curve)."""
+    return [n for n in sorted(series) if not is_alert(n) and len(series[n]) > 1]
+
+
 @_text_not_math
 def scalar_figures(series: dict[str, list[tuple[float, float, float]]]) -> list[tuple[str, bytes]]:
-    """One PNG of small plots per metric group (val, train, dress, timing, ...): each metric over epochs
-    (metrics logged once an epoch) or over steps (metrics logged more often)."""
+    """One PNG of small plots per metric group (diversity, val, eval, train, dress, timing, ...): each metric
+    over epochs (metrics logged once an epoch) or over steps (metrics logged more often).
+
+    A 0/1 alert (``*_alert``) is drawn as a shaded band on every panel of its group where it is on,
+    named in the group's legend, not as a flat line; a metric logged once is not drawn (the page lists it)."""
     from lightning_div._internal.tracking import new_figure
 
     groups: dict[str, list[str]] = defaultdict(list)
-    for name in sorted(series):
+    for name in drawn(series):
         groups[_group_of(name)].append(name)
+    alerts: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(series):
+        if is_alert(name):
+            alerts[_group_of(name)].append(name)
     out = []
-    for group, names in sorted(groups.items(), key=lambda kv: (kv[0] not in ("val", "train"), kv[0])):
+    for group, names in sorted(groups.items(), key=lambda kv: group_rank(kv[0])):
         cols = min(3, len(names))
         rows = math.ceil(len(names) / cols)
         fig, axes = new_figure(rows, cols, figsize=(4.0 * cols, 2.6 * rows), squeeze=False)
         for ax, name in zip(axes.flat, names):
             points = series[name]
-            epochs = [e for e, _, _ in points]
-            # a Hugging Face Trainer's epochs are fractions of an epoch: those points are drawn over steps
-            per_epoch = len(points) <= len(set(epochs)) and all(math.isfinite(e) and e.is_integer() for e in epochs)
-            x = epochs if per_epoch else [s for _, s, _ in points]
+            per_epoch = _per_epoch(points)
+            x = [e for e, _, _ in points] if per_epoch else [s for _, s, _ in points]
+            for alert in alerts.get(group, []):
+                colour = ALERT_COLOURS.get(alert.split("/")[-1].removeprefix("eval_"), "#e8a33d")
+                on = [((e if per_epoch else s), v) for e, s, v in series[alert]]
+                for i, (a, b) in enumerate(_on_spans(on)):
+                    label = f"{alert.split('/')[-1]} on" if i == 0 and ax is axes.flat[0] else None
+                    ax.axvspan(a, b, color=colour, alpha=0.18, lw=0, label=label)
             ax.plot(x, [v for _, _, v in points], marker="o" if len(points) <= 30 else None, markersize=3)
+            if ax is axes.flat[0] and ax.get_legend_handles_labels()[1]:
+                ax.legend(fontsize=7, loc="best")
             ax.set_title(name, fontsize=9)
             ax.set_xlabel("epoch" if per_epoch else "step", fontsize=8)
             ax.tick_params(labelsize=7)

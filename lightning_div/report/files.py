@@ -26,6 +26,8 @@ class RunFiles:
     configs: list[Path] = field(default_factory=list)
     #: the callbacks' records of what they measured with (``lightning_div/settings/*.json``)
     settings: list[Path] = field(default_factory=list)
+    #: the alerting callbacks' records of their alert, since when and why (``lightning_div/alerts/*.json``)
+    alerts: list[Path] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
     def admit(self, path: Path) -> bool:
@@ -98,6 +100,7 @@ def find_run(run_dir: str | Path) -> RunFiles:
     run.events = [p for p in event_files(version) if run.admit(p)]
     if run.artifacts is not None:
         run.settings = sorted(p for p in (run.artifacts / "settings").glob("*.json") if p.is_file() and run.admit(p))
+        run.alerts = sorted(p for p in (run.artifacts / "alerts").glob("*.json") if p.is_file() and run.admit(p))
     run.events_dir = version if run.events else None
     if run.metrics_csv is None and not run.events:
         _tensorboard_below(run)
@@ -136,7 +139,7 @@ def _tensorboard_below(run: RunFiles) -> None:
 
 def run_inputs(run: RunFiles) -> list[Path]:
     """Every file of ``run`` the report reads: a page written over one of them would destroy it."""
-    files = [*([run.metrics_csv] if run.metrics_csv else []), *run.events, *run.configs, *run.settings]
+    files = [*([run.metrics_csv] if run.metrics_csv else []), *run.events, *run.configs, *run.settings, *run.alerts]
     if run.artifacts is not None:
         files += sorted(p for p in run.artifacts.iterdir() if p.is_file())
     return files
@@ -158,6 +161,17 @@ def latest_artifacts(run: RunFiles) -> tuple[dict[str, tuple[int, Path]], dict[s
         if m["key"] not in target or epoch > target[m["key"]][0]:
             target[m["key"]] = (epoch, p)
     return figures, tables
+
+
+def artifact_steps(run: RunFiles, key: str, kind: str = "csv") -> list[tuple[int, Path]]:
+    """Every file of one artifact key (``diversity_group_sample``), by its epoch or step, oldest first."""
+    found = []
+    if run.artifacts is not None:
+        for p in run.artifacts.iterdir():
+            m = ARTIFACT_NAME.match(p.name)
+            if m and m["key"] == key and m["ext"] == kind and p.is_file() and run.admit(p):
+                found.append((int(m["epoch"]), p))
+    return sorted(found)
 
 
 def cluster_groups(folder: Path | None) -> list[str]:

@@ -11,10 +11,20 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_div.keys import CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE, HEADLINE_KEYS
+from lightning_div.keys import CLUSTER_CARDS_FILE, CLUSTER_SHARES_FILE
 from lightning_div.report.figures import png_problem, scalar_figures
-from lightning_div.report.files import ARTIFACTS, RunFiles, artifact_unit, cluster_groups, find_run, latest_artifacts
+from lightning_div.report.files import (
+    ARTIFACTS,
+    RunFiles,
+    artifact_steps,
+    artifact_unit,
+    cluster_groups,
+    find_run,
+    latest_artifacts,
+)
+from lightning_div.report.overview import read_alerts, run_rows, summary_section
 from lightning_div.report.readers import csv_rows, read_metrics, read_tensorboard
+from lightning_div.verdict import verdict
 
 MAX_TABLE_ROWS = 200
 MAX_CELL_CHARS = 2_000  # a table cell shows this many characters of a longer text
@@ -26,7 +36,9 @@ h3{font-size:1.05rem;margin-top:1.4rem}table{border-collapse:collapse;font-size:
 th,td{border:1px solid #d9dee3;padding:.3rem .45rem;text-align:left;vertical-align:top}th{background:#f0f2f5}
 td.num{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%;display:block;margin:.5rem 0}
 pre{background:#f5f7fa;padding:.8rem;overflow-x:auto;font-size:.8rem}.note{color:#7b8794;font-size:.85rem}
-nav a{margin-right:1rem}
+nav a{margin-right:1rem}.verdict{border-left:6px solid #9aa5b1;background:#f5f7fa;padding:.6rem 1rem;margin:.5rem 0 1rem}
+.verdict.bad{border-color:#d64545;background:#fdecec}.verdict.warn{border-color:#e8a33d;background:#fdf5e6}
+.verdict.good{border-color:#3ebd93;background:#effcf6}.verdict ul{margin:.3rem 0 0;padding-left:1.2rem}
 """
 
 
@@ -117,17 +129,42 @@ class _Artifacts:
         return out
 
 
-def _summary(series: dict[str, list[tuple[float, float, float]]]) -> list[str]:
-    """The last value and epoch of each headline metric the run logged."""
-    last = {name: points[-1] for name, points in series.items()}
-    keys = [k for k in HEADLINE_KEYS if k in last]
-    if not keys:
+def _once(series: dict[str, list[tuple[float, float, float]]], unit: str) -> list[str]:
+    """The metrics logged once: a table, not a single-point chart."""
+    names = [n for n in sorted(series) if len(series[n]) == 1]
+    if not names:
         return []
+    x = 0 if unit == "epoch" else 1
     rows = "".join(
-        f'<tr><td>{html.escape(k)}</td><td class="num">{last[k][2]:.4f}</td><td class="num">{last[k][0]:g}</td></tr>'
-        for k in keys
+        f'<tr><td>{html.escape(n)}</td><td class="num">{series[n][0][2]:.6g}</td><td class="num">{series[n][0][x]:g}</td>'
+        "</tr>"
+        for n in names
     )
-    return [f'<table id="summary"><tr><th>metric</th><th>last value</th><th>epoch</th></tr>{rows}</table>']
+    return [f'<h3>logged once</h3><table id="once"><tr><th>metric</th><th>value</th><th>{unit}</th></tr>{rows}</table>']
+
+
+def _sample_tables(run: RunFiles, key: str, alert_at: float | None, notes: list[str]) -> list[str]:
+    """A step sample's tables at the first measured step, the alert's first step and the last step (each once)."""
+    found = artifact_steps(run, key)
+    if not found:
+        return []
+    picks: list[tuple[str, int, Path]] = [("first", *found[0])]
+    if alert_at is not None:
+        at = next(((n, p) for n, p in found if n >= alert_at), None)
+        if at is not None:
+            picks.append(("the alert's first", *at))
+    picks.append(("last", *found[-1]))
+    out, seen = [], set()
+    for what, n, path in picks:
+        if n in seen:
+            continue
+        seen.add(n)
+        unit = artifact_unit(path)
+        heading = (
+            f'<h3>{html.escape(key.replace("_", "/", 1))} <span class="note">({what} {unit}: {unit} {n})</span></h3>\n'
+        )
+        out.append(heading + _table(path, notes))
+    return out
 
 
 def _cluster_parts(run: RunFiles, artifacts: _Artifacts, notes: list[str]) -> list[str]:
@@ -189,14 +226,17 @@ def _settings_record(path: Path, notes: list[str]) -> str:
     return f"<h3>{html.escape(title)}</h3><pre>{html.escape(shown)}</pre>{note}"
 
 
-def _page(run: RunFiles, series: dict[str, list[tuple[float, float, float]]], sections: Sequence[str]) -> str:
-    """The HTML document around the sections: title, the epochs measured, a navigation bar."""
+def _page(
+    run: RunFiles, series: dict[str, list[tuple[float, float, float]]], sections: Sequence[str], unit: str = "epoch"
+) -> str:
+    """The HTML document around the sections: title, the epochs (or steps) measured, a navigation bar."""
     present = [s for s in sections if s]
     headings = re.findall(r'<section id="([^"]+)"><h2>([^<]+)', "".join(present))
     nav = " ".join(f'<a href="#{m}">{t}</a>' for m, t in headings)  # t is escaped already, in its heading
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    epochs = sorted({int(e) for pts in series.values() for e, _, _ in pts if math.isfinite(e)})
-    span = f"epochs {epochs[0]}-{epochs[-1]}" if epochs else "no epoch measured"
+    x = 0 if unit == "epoch" else 1
+    counted = sorted({int(p[x]) for pts in series.values() for p in pts if math.isfinite(p[x])})
+    span = f"{unit}s {counted[0]}-{counted[-1]}" if counted else f"no {unit} measured"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>lightning-div report: {html.escape(str(run.version))}</title><style>{STYLE}</style></head><body>"
@@ -219,6 +259,14 @@ def build_report(run_dir: str | Path) -> str:
             "no metrics.csv and no TensorBoard event files (the run had neither logger; a Hugging Face / TRL "
             'run writes them with report_to="tensorboard"): no scalar plots'
         )
+    # a Hugging Face Trainer's TensorBoard writes a training log's keys under train/: the keys the docs name
+    series = {(k.removeprefix("train/") if k.startswith("train/diversity/") else k): v for k, v in series.items()}
+    # a Hugging Face / TRL run counts steps: its epochs are fractions (0.125, 0.25 ...)
+    fractional = any(math.isfinite(e) and not float(e).is_integer() for pts in series.values() for e, _, _ in pts)
+    unit = "step" if fractional else "epoch"
+    alerts = read_alerts(run.alerts, notes)
+    rows = run_rows(series, unit)
+    alert_at = verdict(rows, alerts, unit).since
     artifacts = _Artifacts(run, notes)
     if run.artifacts is None:
         notes.append(f"no {ARTIFACTS}/ folder: no figures or tables from the lightning-div callbacks")
@@ -229,12 +277,18 @@ def build_report(run_dir: str | Path) -> str:
                 f"{above[0] / ARTIFACTS} holds lightning-div figures and tables of this run: give {above[0]} "
                 "(the Trainer's output_dir) as RUN_DIR to see them with these scalars"
             )
+    figures = scalar_figures(series)
+    diversity = [f for f in figures if f[0].split("/")[0] in ("diversity", "val", "eval")]
+    own = [f for f in figures if f not in diversity]
+    artifacts.used.update(k for k in artifacts.tables if k.endswith("group_sample"))  # shown at three steps below
+    group_samples = sorted({k for k in artifacts.tables if k.endswith("group_sample")})
     sections = [
-        _section("Summary", "summary-section", _summary(series)),
+        _section("Summary", "summary-section", summary_section(series, alerts, unit)),
         _section(
-            "Scalars over training",
+            "Diversity over training",
             "scalars",
-            [f"<h3>{html.escape(g)}/*</h3>\n{_img(png, g)}" for g, png in scalar_figures(series)],
+            [f"<h3>{html.escape(g)}/*</h3>\n{_img(png, g)}" for g, png in diversity]
+            + [s for k in group_samples for s in _sample_tables(run, k, alert_at, notes)],
         ),
         _section("Semantic clusters", "clusters", _cluster_parts(run, artifacts, notes)),
         _section(
@@ -249,6 +303,11 @@ def build_report(run_dir: str | Path) -> str:
             artifacts.take(["val_samples", "train_samples", "eval_samples", "diversity_group_sample"], "csv"),
         ),
         _section("DRESS", "dress", artifacts.take(["dress"], "png") + artifacts.take(["dress"], "csv")),
+        _section(
+            "The trainer's own scalars",
+            "trainer-scalars",
+            [f"<h3>{html.escape(g)}/*</h3>\n{_img(png, g)}" for g, png in own] + _once(series, unit),
+        ),
         _section("Other figures and tables", "other", artifacts.take([""], "png") + artifacts.take([""], "csv")),
         _section(
             "Configuration",
@@ -262,4 +321,4 @@ def build_report(run_dir: str | Path) -> str:
     ]
     notes += run.skipped  # links out of the run folder, found while the sections were read
     notes_html = [f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"] if notes else []
-    return _page(run, series, [*sections, _section("Notes", "notes", notes_html)])
+    return _page(run, series, [*sections, _section("Notes", "notes", notes_html)], unit)

@@ -33,6 +33,7 @@ from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.cache import run_cache_dir
 from lightning_div.semantic.space import SemanticSpace, given_space
 from lightning_div.types import PairsSource, ResponsesSource
+from lightning_div.verdict import next_alert_record
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table
 
 __all__ = ["DiversityTrainerCallback"]
@@ -205,6 +206,9 @@ class DiversityTrainerCallback(TrainerCallback):
         )
         self.num_contexts, self.train_pairs_arg = num_contexts, train_pairs
         self.tokenizer, self.show_progress, self.name = tokenizer, show_progress, name
+        #: RUQ's alert state, since when and why (:func:`~lightning_div.verdict.alert_record`), as the summary
+        #: reads it; written to ``alerts/<label>.json`` in the run's files for the report. None: not measured.
+        self.alert_record: dict[str, Any] | None = None
         self.log_samples, self.cluster_views, self.measure_at_start = log_samples, cluster_views, measure_at_start
         self.trainer: Any = None
         #: Every measurement's values, ``{"step": ..., "<key>": ...}`` (rank 0 and the others alike).
@@ -347,6 +351,18 @@ class DiversityTrainerCallback(TrainerCallback):
             measures = [x for x in (self.evaluation.semantic, self.evaluation.ruq) if x is not None]
             who = type(self).__name__ + (f"-{self.name}" if self.name else "")
             reporter.record_settings(who, measures, self.settings())
+            alert = m.values.get(eval_key("ruq_alert"))
+            if alert is not None:  # RUQ's alert, its reasons with the run, for its report
+                self.alert_record = next_alert_record(
+                    self.alert_record,
+                    who,
+                    "RUQ alert" if alert else None,
+                    state.global_step,
+                    "step",
+                    self.evaluation.alert.reasons,
+                    self.log_key(eval_key("ruq_alert")),
+                )
+                reporter.record_alert(who, self.alert_record)
         self.history.append({"step": float(state.global_step), **logged})
         stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
         return logged
