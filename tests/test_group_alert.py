@@ -74,7 +74,7 @@ def test_a_collapse_is_named_collapse_and_a_breakdown_breakdown():
     seen = [breakdown.update(metrics(step(i))) for i, step in enumerate([diverse_step] * 2 + [broken_step] * 2)]
     assert [kind for kind, _ in seen] == [None, None, "breakdown", "breakdown"]
     assert seen[2][1] == [
-        "the most frequent word is 50% of a group's words (top_word_share = 0.4)",
+        "the most frequent word is 50% of the words within a group, averaged over groups (top_word_share = 0.4)",
         "group Sem-Ent is 0.693, down 50% from 1.386 at the start (warn_drop = 0.25)",
     ]
 
@@ -181,7 +181,8 @@ def test_the_callback_names_a_breakdown_from_trls_clipped_ratio(tmp_path):
     said = [str(w.message) for w in caught if "GroupDiversityCallback: step" in str(w.message)]
     assert said == [
         "GroupDiversityCallback: step 3: the text broke down (degeneration, not a collapse of diversity among good "
-        "answers): 100% of the completions are cut at the length limit, up from 25% at the start (cut_rise = 0.3)"
+        "answers): 100% of the completions are cut at the length limit, up from 25% at the start "
+        "(breakdown_cut_rise = 0.3)"  # the callback's own argument, not GroupAlert's cut_rise
     ]
     logged = trainer._metrics["train"]
     assert logged["diversity/run/length_cut_share"] == [0.25, 0.25, 1.0, 1.0]

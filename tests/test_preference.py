@@ -342,12 +342,19 @@ def test_the_pairs_command_writes_pairs_and_details(tmp_path, capsys):
         {"prompt": "p2", "chosen": "x", "rejected": "x y"},
     ]
     captured = capsys.readouterr()
-    assert "1 of 3 pools gave no preference pair and were skipped (1 x every response has the same quality)" in (
-        captured.err
-    )
+    # issue 63: the skipped pool is named by its line in the file (from 1), as the errors name it, not as "pools 1"
+    assert (
+        "1 of 3 pools gave no preference pair and were skipped (1 x every response has the same quality): "
+        f"{pools} line 2"
+    ) in captured.err
     assert "2 pairs from 3 pools (divpo, criterion frequency, rho 0.5; 1 skipped)" in captured.out
     info = [json.loads(line) for line in details.read_text(encoding="utf-8").splitlines()]
-    assert info[1] == {"pool": 1, "line": 2, "skipped": "every response has the same quality"}
+    assert info[1] == {
+        "pool": 1,
+        "line": 2,
+        "skipped": "every response has the same quality",
+        "diversity": [1.0, 1.0],  # each reply's diversity, the skipped pool's too
+    }
     assert info[2] == {
         "pool": 2,
         "line": 3,
@@ -357,8 +364,11 @@ def test_the_pairs_command_writes_pairs_and_details(tmp_path, capsys):
         "rejected_quality": 0.2,
         "chosen_diversity": 0.5,
         "rejected_diversity": 0.75,
+        "diversity": [0.75, 0.5, 1.0],  # "x y", "x", "z": the rarity of every reply, not only the two chosen
     }
-    assert main(["pairs", str(pools), "--out", str(out), "--rule", "dpo"]) == 0
+    assert main(["pairs", str(pools), "--out", str(out), "--rule", "dpo", "--details", str(details)]) == 0
+    assert "2 pairs from 3 pools (dpo; 1 skipped)" in capsys.readouterr().out  # no rho: DPO's rule has none
+    assert "diversity" not in json.loads(details.read_text(encoding="utf-8").splitlines()[0])
     assert json.loads(out.read_text(encoding="utf-8").splitlines()[0])["chosen"] in ("ok", "good thanks")
 
 

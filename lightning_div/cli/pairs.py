@@ -8,7 +8,9 @@ The pools file has one ``{"prompt", "responses", "quality"}`` per line (a first 
 line, as :func:`~lightning_div.preference.build_pools` writes it, is skipped); every pool needs its
 quality scores here. The output has one ``{"prompt", "chosen", "rejected"}`` per line, as TRL's
 ``DPOTrainer`` reads it (``datasets.load_dataset("json", data_files=...)``); ``--details`` writes
-each pair's indices, quality and diversity, and the skipped pools with their reasons.
+each pair's indices, quality and diversity, every reply's diversity (under DivPO's rule: the rarity
+of each reply of the pool), and the skipped pools with their reasons; pools are named by their line
+in the file (from 1), as its errors name them.
 The selection itself is :func:`lightning_div.preference.select_preference_pairs`.
 """
 
@@ -62,7 +64,11 @@ def build_parser(prog: str = PROG) -> Parser:
     )
     p.add_argument("--clusters", default=None, help="a clusters file (.npz) to use instead of fitting on the pools")
     p.add_argument("--model", default=None, help="the policy of --criterion likelihood (e.g. local:chitchat-gpt2)")
-    p.add_argument("--details", default=None, help="JSONL: every pair's indices, quality and diversity; skipped pools")
+    p.add_argument(
+        "--details",
+        default=None,
+        help="JSONL: every pair's indices, quality and diversity, each reply's diversity; skipped pools",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -184,8 +190,16 @@ def execute(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
     for w in caught:
-        if "were skipped" in str(w.message):
-            warn(PROG, str(w.message))
+        if "were skipped" in str(w.message):  # said again by the file's lines (the library counts pools from 0)
+            reasons = "; ".join(f"{n} x {why}" for why, n in selection.stats["skipped_by_reason"].items())
+            at = [str(lines[i]) for i in list(selection.skipped)[:10]] + (
+                ["..."] if len(selection.skipped) > 10 else []
+            )
+            warn(
+                PROG,
+                f"{len(selection.skipped)} of {len(pools)} pools gave no preference pair and were skipped ({reasons}): "
+                f"{args.pools} line{'s' if len(at) > 1 else ''} {', '.join(at)}",
+            )
     _write_jsonl(args.out, selection.records())
     if args.details is not None:
         rows: list[dict[str, Any]] = [
@@ -198,15 +212,20 @@ def execute(args: argparse.Namespace) -> int:
                 "rejected_quality": p.rejected_quality,
                 "chosen_diversity": p.chosen_diversity,
                 "rejected_diversity": p.rejected_diversity,
+                **({"diversity": selection.diversity[p.pool]} if p.pool in selection.diversity else {}),
             }
             for p in selection.pairs
         ]
-        rows += [{"pool": i, "line": lines[i], "skipped": why} for i, why in selection.skipped.items()]
+        rows += [
+            {"pool": i, "line": lines[i], "skipped": why}
+            | ({"diversity": selection.diversity[i]} if i in selection.diversity else {})
+            for i, why in selection.skipped.items()
+        ]
         _write_jsonl(args.details, sorted(rows, key=lambda r: int(r["pool"])))
     stats = selection.stats
     say(
         f"{stats['pairs']} pairs from {stats['pools']} pools ({args.rule}"
-        + (f", criterion {args.criterion}" if args.rule == "divpo" else "")
-        + f", rho {args.rho}; {stats['skipped']} skipped) written to {args.out}"
+        + (f", criterion {args.criterion}, rho {args.rho}" if args.rule == "divpo" else "")  # dpo has no rho
+        + f"; {stats['skipped']} skipped) written to {args.out}"
     )
     return 0

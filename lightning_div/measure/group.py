@@ -23,7 +23,7 @@ answers. The alert reads the text's own signals before it calls a fall of Sem-En
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -377,6 +377,8 @@ class GroupAlert:
         top_word_share: the within-group top-word share from which the text broke down (None: never).
         cut_rise: the rise of the length-cut share over its start that is a breakdown (None: never).
         nll_rise: the rise of the reference NLL (nats) over its start that is a breakdown (None: never).
+        names: what the reasons call each threshold, by its name here: a front end's own argument
+            (``{"top_word_share": "breakdown_top_word"}``), so that a warning names what the user set.
 
     Raises:
         ValueError: a threshold that is not a finite number in its range (or None), or
@@ -396,7 +398,10 @@ class GroupAlert:
         top_word_share: float | None = 0.4,
         cut_rise: float | None = 0.3,
         nll_rise: float | None = 1.0,
+        names: Mapping[str, str] | None = None,
     ) -> None:
+        #: What the reasons call each threshold (the front end's argument names).
+        self.names = dict(names or {})
         self.warn_drop = _check_threshold(warn_drop, "warn_drop", 0.0, 1.0)
         self.warn_below = _check_threshold(warn_below, "warn_below", 0.0)
         if isinstance(start_steps, bool) or not isinstance(start_steps, (int, np.integer)) or start_steps < 1:
@@ -409,6 +414,10 @@ class GroupAlert:
         self.values: dict[str, list[float]] = {k: [] for k in ALERT_SIGNALS}
         #: The kinds already warned of in this run (each is warned of once).
         self.warned: set[str] = set()
+
+    def _called(self, threshold: str) -> str:
+        """The name a reason gives a threshold: the front end's argument, else the name here."""
+        return self.names.get(threshold, threshold)
 
     def start(self, signal: str) -> float | None:
         """The signal's start: the mean of its first ``start_steps`` values (None until there are that many)."""
@@ -463,18 +472,19 @@ class GroupAlert:
         top = self.latest("group_top_word_share")
         if self.top_word_share is not None and top is not None and top >= self.top_word_share:
             breakdown.append(
-                f"the most frequent word is {top:.0%} of a group's words (top_word_share = {self.top_word_share})"
+                f"the most frequent word is {top:.0%} of the words within a group, averaged over groups "
+                f"({self._called('top_word_share')} = {self.top_word_share})"
             )
         cut = self._risen("length_cut_share", self.cut_rise)
         if cut is not None:
             breakdown.append(
                 f"{cut[1]:.0%} of the completions are cut at the length limit, up from {cut[0]:.0%} at the start "
-                f"(cut_rise = {self.cut_rise})"
+                f"({self._called('cut_rise')} = {self.cut_rise})"
             )
         nll = self._risen("reference_nll", self.nll_rise)
         if nll is not None:
             breakdown.append(
-                f"the reference model's NLL is {nll[1]:.2f}, up from {nll[0]:.2f} at the start (nll_rise = {self.nll_rise})"
+                f"the reference model's NLL is {nll[1]:.2f}, up from {nll[0]:.2f} at the start ({self._called('nll_rise')} = {self.nll_rise})"
             )
         sem_start, sem_now = self.start("group_sem_ent"), self.now("group_sem_ent")
         assert sem_now is not None
@@ -487,10 +497,10 @@ class GroupAlert:
         ):
             collapse.append(
                 f"group Sem-Ent is {sem_now:.3f}, down {1 - sem_now / sem_start:.0%} from {sem_start:.3f} at the start "
-                f"(warn_drop = {self.warn_drop})"
+                f"({self._called('warn_drop')} = {self.warn_drop})"
             )
         if self.warn_below is not None and sem_now < self.warn_below:
-            collapse.append(f"group Sem-Ent is {sem_now:.3f}, below warn_below = {self.warn_below}")
+            collapse.append(f"group Sem-Ent is {sem_now:.3f}, below {self._called('warn_below')} = {self.warn_below}")
         if breakdown:
             return "breakdown", breakdown + collapse
         return ("collapse", collapse) if collapse else (None, [])

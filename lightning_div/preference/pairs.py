@@ -111,11 +111,16 @@ class PreferencePair:
 
 @dataclass
 class PairSelection:
-    """The pairs of a set of pools, the pools skipped (index -> reason) and the settings used."""
+    """The pairs of a set of pools, the pools skipped (index -> reason) and the settings used.
+
+    ``diversity`` holds every pool's diversity score per response (under ``rule="divpo"``; empty under
+    ``"dpo"``): the rarity of each reply, not only of the two chosen.
+    """
 
     pairs: list[PreferencePair]
     skipped: dict[int, str] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    diversity: dict[int, list[float]] = field(default_factory=dict)
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -354,7 +359,8 @@ def select_preference_pairs(
         "split": split,
         "seed": int(seed),
     }
-    selection = PairSelection(pairs, skipped, settings)
+    every = {} if diversity is None else {i: [float(v) for v in diversity[i]] for i in range(len(checked))}
+    selection = PairSelection(pairs, skipped, settings, every)
     if skipped:
         reasons = "; ".join(f"{n} x {why}" for why, n in selection.stats["skipped_by_reason"].items())
         first = ", ".join(str(i) for i in list(skipped)[:10]) + (", ..." if len(skipped) > 10 else "")

@@ -69,6 +69,13 @@ from lightning_div.verdict import next_alert_record
 
 __all__ = ["PREFIX", "GroupDiversityCallback", "group_metrics", "rollouts_of"]
 
+#: What its alert's reasons call each threshold: this callback's own arguments, as the user set them.
+ALERT_ARGUMENTS = {
+    "top_word_share": "breakdown_top_word",
+    "cut_rise": "breakdown_cut_rise",
+    "nll_rise": "breakdown_nll_rise",
+}
+
 #: The prefix of every key this front end logs (TRL's own keys have none: ``reward``, ``entropy``).
 PREFIX = "diversity/"
 
@@ -171,7 +178,13 @@ class GroupDiversityCallback(TrainerCallback):
         check_on_error(on_error)
         #: The collapse / breakdown alert (its state is checkpointed with the run).
         self.alert = GroupAlert(
-            warn_drop, warn_below, alert_start_steps, breakdown_top_word, breakdown_cut_rise, breakdown_nll_rise
+            warn_drop,
+            warn_below,
+            alert_start_steps,
+            breakdown_top_word,
+            breakdown_cut_rise,
+            breakdown_nll_rise,
+            names=ALERT_ARGUMENTS,
         )
         #: What it measures (:class:`~lightning_div.measure.group.GroupMeasure`); this callback adds hooks,
         #: keys, the alert and reporting.
@@ -396,6 +409,7 @@ class GroupDiversityCallback(TrainerCallback):
                     self.alert.top_word_share,
                     self.alert.cut_rise,
                     self.alert.nll_rise,
+                    names=ALERT_ARGUMENTS,
                 )
                 reason = f"in trainer_state.json is damaged ({err})"
         warn_fresh_start(type(self).__name__, reason)
