@@ -526,13 +526,14 @@ def test_a_resumed_run_logs_what_the_uninterrupted_one_logs(trained, tmp_path):
 
 def test_a_state_saved_with_other_settings_is_not_restored():
     cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=8)
-    saved = {**cb.state_dict(), "gold_logged": True, "last_ruq": 40.0, "share_history": [[2, [0.5, 0.5]]]}
+    shares = [0.5, 0.5] + [0.0] * 18  # one share per cluster of the default k = 20 (another k is refused)
+    saved = {**cb.state_dict(), "gold_logged": True, "last_ruq": 40.0, "share_history": [[2, shares]]}
     other = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=16)
     with pytest.warns(RuntimeWarning, match="saved with other settings"):
         other.load_state_dict(saved)
     assert other.last_ruq is None and other.share_history == [] and not other.evaluation.semantic.gold_logged
     cb.load_state_dict(saved)
-    assert cb.last_ruq == 40.0 and cb.share_history == [(2, [0.5, 0.5])] and cb.evaluation.semantic.gold_logged
+    assert cb.last_ruq == 40.0 and cb.share_history == [(2, shares)] and cb.evaluation.semantic.gold_logged
     assert cb.state_key() == "lightning_div.DiversityTrainerCallback"
     assert DiversityTrainerCallback(eval_pairs=[("hi", "hello")], name="x").state_key().endswith("[x]")
 
@@ -569,7 +570,8 @@ def test_a_misconfigured_callback_raises_when_training_starts(tmp_path):
 def test_a_damaged_saved_state_warns_and_starts_afresh(damage):
     """Issue 44 M8: a damaged state in trainer_state.json no longer stops the resume; nothing of it is half-restored."""
     cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello"), ("yo", "hey")], num_contexts=1)
-    good = {**cb.state_dict(), "gold_logged": True, "last_ruq": 40.0, "share_history": [[2, [0.5, 0.5]]]}
+    shares = [0.5, 0.5] + [0.0] * 18  # one share per cluster of the default k = 20
+    good = {**cb.state_dict(), "gold_logged": True, "last_ruq": 40.0, "share_history": [[2, shares]]}
     saved = {**good, "indices": {"eval": [1], "ruq": None, "train": None}}
     damage(saved)
     with pytest.warns(RuntimeWarning, match="trainer_state.json is damaged .*it starts afresh"):
