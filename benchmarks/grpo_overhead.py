@@ -2,16 +2,17 @@
 
 GRPOTrainer trains the shipped base model (``local:chitchat-gpt2``) on Chit-Chat prompts with
 ``SemanticGroupReward(quality=about_eight_words)`` (quality x DARLING's diversity, clusters of
-all-MiniLM-L6-v2) and ``GroupDiversityCallback`` logging at every step. Per step, measured in
-the same process:
+all-MiniLM-L6-v2) and ``GroupDiversityCallback`` (a reward function after it, adding 0.0)
+measuring every generation batch. Per step, measured in the same process:
 
 * **step s**: from the Trainer's ``on_step_begin`` to its ``on_step_end`` (generation, the
-  reward, the forward and backward passes), before the callback measures;
+  reward functions, the forward and backward passes);
 * **reward s**: the reward function's own calls in that step (part of step s);
-* **callback s**: the callback's measurement (``diversity/runtime``), after step s. It shares the
-  reward's space, so it reads the cluster ids the reward assigned to the same completions instead
-  of embedding them again; ``--no-reuse`` gives the reward its own space (the callback then
-  embeds the completions itself, as it does without a SemanticGroupReward).
+* **callback s**: the callback's measurement (``diversity/runtime``), also part of step s (TRL
+  calls it with the reward functions). It shares the reward's space and comes after it in
+  ``reward_funcs``, so it reads the cluster ids the reward assigned to the same completions
+  instead of embedding them again; ``--no-reuse`` gives the reward its own space (the callback
+  then embeds the completions itself, as it does without a SemanticGroupReward).
 
 The one-off work before training (loading the encoder, embedding and clustering 500 reference
 replies) is timed apart; the first step is reported apart from the others, which are averaged. Then, on the last step's groups, the equivalences' cost: the clusters (G embeddings
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from lightning_div import SemanticSpace, load_base_model
     from lightning_div.datamodules import read_pairs
-    from lightning_div.integrations.trl import GroupDiversityCallback, group_labels, rollouts_of
+    from lightning_div.integrations.trl import GroupDiversityCallback, group_labels
     from lightning_div.integrations.trl.rollouts import completion_texts
 
     g = args.num_generations
@@ -155,11 +156,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         save_strategy="no",
         seed=0,
     )
+    # the monitor is a reward function that adds 0.0; after the reward, it reuses the reward's cluster ids
+    monitor = GroupDiversityCallback(space=space, reference_responses=references, log_samples=False)
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[reward], args=config, train_dataset=prompts, processing_class=tokenizer
+        model=model, reward_funcs=[reward, monitor], args=config, train_dataset=prompts, processing_class=tokenizer
     )
-    trainer.add_callback(StepTimer())  # before the monitor: its on_step_end runs first
-    monitor = GroupDiversityCallback(space=space, reference_responses=references, log_samples=False).attach(trainer)
+    trainer.add_callback(StepTimer())
+    monitor.attach(trainer)
     trainer.train()
     for row, measured in zip(steps, monitor.history):
         row["callback_s"] = measured["diversity/runtime"]
@@ -178,7 +181,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         st, rw, cb = mean("step_s", rows), mean("reward_s", rows), mean("callback_s", rows)
         print(f"{label:<16}{st:>9.2f}{rw:>10.3f}{cb:>12.3f}{100 * rw / st:>9.1f}%{100 * cb / st:>11.1f}%")
 
-    completions = completion_texts(rollouts_of(trainer)[1])
+    assert monitor.last_batch is not None, "the monitor measured no batch"
+    completions = completion_texts(monitor.last_batch.completions)
     scorer = nli_scorer(args.layers, args.dim, args.heads)
     costs = {}
     for name, kwargs in (

@@ -369,7 +369,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
     from trl import GRPOConfig, GRPOTrainer
 
     from lightning_div import load_base_model
-    from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward, rollouts_of
+    from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward
     from lightning_div.metrics.group import group_diversity_scores
 
     g = cfg["num_generations"]
@@ -440,9 +440,11 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
         data_seed=seed,
         disable_tqdm=True,
     )
+    # the monitor is a reward function that adds 0.0; after the reward, it reuses the reward's cluster ids
+    monitor = GroupDiversityCallback(space=ruler.space, log_samples=False)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[reward_fn],
+        reward_funcs=[reward_fn, monitor],
         args=args,
         train_dataset=Dataset.from_dict({"prompt": train_prompts}),
         processing_class=tokenizer,
@@ -455,7 +457,10 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
 
         def on_step_end(self, a: Any, state: Any, control: Any, **k: Any) -> None:
             start = time.perf_counter()
-            prompts, completions, _ = rollouts_of(trainer)
+            batch = monitor.last_batch  # the generation batch this step trained on, as TRL handed it the monitor
+            if batch is None or batch.step != state.global_step:
+                return  # the monitor's measurement of this step failed (it warned): no batch of this step to judge
+            prompts, completions = batch.prompts, batch.completions
             from lightning_div.integrations.trl import completion_texts
 
             texts = completion_texts(completions)
@@ -464,7 +469,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
             measure_s[0] += time.perf_counter() - start
 
     trainer.add_callback(StepMeasures())
-    monitor = GroupDiversityCallback(space=ruler.space, log_samples=False).attach(trainer)
+    monitor.attach(trainer)
     start = time.perf_counter()
     trainer.train()
     wall_s = time.perf_counter() - start

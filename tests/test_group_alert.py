@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import deque
-from types import SimpleNamespace
 
 import pytest
 from ddp_utils import run_distributed
 from test_grpo_reward import TOPICS, TopicEncoder
-from test_grpo_trainer import StubTrainer, _step
+from test_grpo_trainer import EOS, StubTrainer, _begin, _step
 
 from lightning_div.integrations.trl import GroupDiversityCallback
 from lightning_div.measure.group import GroupAlert, group_metrics, reference_nll
@@ -134,57 +132,58 @@ def test_the_alerts_state_round_trips_and_is_checked():
         GroupAlert().update({"group_top_word_share": 0.1})
 
 
-def _run(cb, trainer, tmp_path, steps, clipped=None):
-    """Each step: new rollouts in the stub trainer's buffer (and TRL's clipped ratio when given), then a logging step."""
+def _run(cb, trainer, steps, cut=None):
+    """Each step: TRL's reward call with a new generation batch (with token ids, ``cut[n]`` of them without an EOS
+    at the end, when given)."""
     for n, texts in enumerate(steps, start=1):
-        trainer._logs["completion"] = deque(texts)
-        trainer._logs["prompt"] = deque(f"p{i // G}" for i in range(len(texts)))
-        if clipped is not None:
-            trainer._metrics["train"]["completions/clipped_ratio"].append(clipped[n - 1])
-        trainer.state.global_step = n
-        _step(cb, trainer, tmp_path, step=n)
+        ids = None
+        if cut is not None:
+            ids = [[5, 6] if i < cut[n - 1] else [5, EOS] for i in range(len(texts))]
+        _step(cb, trainer, texts, step=n, ids=ids)
 
 
 def test_the_callback_logs_the_alert_and_warns_once_naming_the_step(tmp_path):
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    trainer = StubTrainer(diverse_step(0))
-    cb = GroupDiversityCallback(
-        space=space, reference_responses=[f"{t} {i}" for t in TOPICS for i in range(12)], alert_start_steps=2
-    ).attach(trainer)
-    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), None, None)
+    trainer = StubTrainer(tmp_path)
+    cb = trainer.with_callback(
+        GroupDiversityCallback(
+            space=space, reference_responses=[f"{t} {i}" for t in TOPICS for i in range(12)], alert_start_steps=2
+        )
+    )
+    _begin(cb, trainer)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _run(cb, trainer, tmp_path, [diverse_step(1), diverse_step(2), collapsed_step(3), collapsed_step(4)])
+        _run(cb, trainer, [diverse_step(1), diverse_step(2), collapsed_step(3), collapsed_step(4)])
     said = [str(w.message) for w in caught if "collapsed" in str(w.message)]
     assert said == [
         "GroupDiversityCallback: step 3: group diversity collapsed: "
         "group Sem-Ent is 0.693, down 50% from 1.386 at the start (warn_drop = 0.25)"
     ]
-    logged = trainer._metrics["train"]
+    logged = trainer.logged
     assert logged["diversity/collapse_alert"] == [0.0, 0.0, 1.0, 1.0]
     assert logged["diversity/breakdown_alert"] == [0.0] * 4
     assert logged["diversity/group_top_word_share"] == pytest.approx([4 / 36] * 4)
-    assert "diversity/length_cut_share" not in logged  # the stub trainer gives no clipped ratio
+    assert "diversity/length_cut_share" not in logged  # no completion_ids given: the share is unknown
 
 
-def test_the_callback_names_a_breakdown_from_trls_clipped_ratio(tmp_path):
+def test_the_callback_names_a_breakdown_from_the_completions_cut_at_the_length_limit(tmp_path):
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    trainer = StubTrainer(diverse_step(0))
-    cb = GroupDiversityCallback(space=space, alert_start_steps=2, name="run").attach(trainer)
-    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), None, None)
+    trainer = StubTrainer(tmp_path)
+    cb = trainer.with_callback(GroupDiversityCallback(space=space, alert_start_steps=2, name="run"))
+    _begin(cb, trainer)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # step 3: text that never ends (every completion cut) while the clusters still look diverse; step 4 also
         # collapses into one repeated word: still the one breakdown warning, and never called a collapse
         steps = [diverse_step(1), diverse_step(2), diverse_step(3), broken_step(4)]
-        _run(cb, trainer, tmp_path, steps, clipped=[0.25, 0.25, 1.0, 1.0])
+        _run(cb, trainer, steps, cut=[2, 2, 8, 8])  # of 8 completions: shares 0.25, 0.25, 1.0, 1.0
     said = [str(w.message) for w in caught if "GroupDiversityCallback: step" in str(w.message)]
     assert said == [
         "GroupDiversityCallback: step 3: the text broke down (degeneration, not a collapse of diversity among good "
         "answers): 100% of the completions are cut at the length limit, up from 25% at the start "
         "(breakdown_cut_rise = 0.3)"  # the callback's own argument, not GroupAlert's cut_rise
     ]
-    logged = trainer._metrics["train"]
+    logged = trainer.logged
     assert logged["diversity/run/length_cut_share"] == [0.25, 0.25, 1.0, 1.0]
     assert logged["diversity/run/breakdown_alert"] == [0.0, 0.0, 1.0, 1.0]
     assert logged["diversity/run/collapse_alert"] == [0.0] * 4  # not called a collapse

@@ -1,4 +1,5 @@
-"""GroupDiversityCallback with TRL: a stub trainer (fast), a real GRPOTrainer (docs/grpo.md's script, verbatim) and RLOOTrainer."""
+"""GroupDiversityCallback with TRL: called as TRL calls a reward function (fast), a real GRPOTrainer (docs/grpo.md's
+script, verbatim) and RLOOTrainer."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from lightning_div.integrations.trl import (
     GroupDiversityCallback,
     SemanticGroupReward,
     completion_text,
+    cut_share,
+    end_token_ids,
     group_metrics,
     rollouts_of,
 )
@@ -28,55 +31,88 @@ from lightning_div.semantic.space import SemanticSpace
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "grpo.md"
 # logged beside group_metrics' values: the timing and the alert
 NOT_METRICS = ("diversity/runtime", "diversity/collapse_alert", "diversity/breakdown_alert")
+EOS, PAD = 2, 0  # the stub tokenizer's
 
 
 class StubTrainer:
-    """What the callback reads of a TRL GRPO/RLOO trainer: the gathered rollouts, G, the metric buffer."""
+    """What the callback reads of a TRL GRPO/RLOO trainer, all public: ``args.num_generations`` and
+    ``output_dir``, ``reward_funcs``, ``model.training`` and its ``generation_config``, ``processing_class``,
+    ``state``. :meth:`log_metric` records what a reward function hands TRL, one list per key, as TRL's
+    ``_metrics["train"]`` holds it until the log."""
 
-    def __init__(self, completions, g=4):
-        self._logs = {
-            "prompt": deque([f"p{i // g}" for i in range(len(completions))]),
-            "completion": deque(completions),
-        }
-        self.num_generations = g
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    def __init__(self, output_dir, g=4):
+        self.args = SimpleNamespace(num_generations=g, output_dir=str(output_dir))
+        self.reward_funcs: list = []
+        self.model = SimpleNamespace(training=True, generation_config=SimpleNamespace(eos_token_id=None))
+        self.processing_class = SimpleNamespace(eos_token_id=EOS, pad_token_id=PAD, all_special_tokens=[])
         self.callback_handler = SimpleNamespace(callbacks=[])
-        self.state = SimpleNamespace(global_step=1)
+        self.state = SimpleNamespace(global_step=0, is_world_process_zero=True, stateful_callbacks={})
+        self.logged: defaultdict[str, list[float]] = defaultdict(list)
 
     def add_callback(self, cb):
         self.callback_handler.callbacks.append(cb)
 
+    def log_metric(self, name, value):
+        self.logged[name].append(value)
 
-def _step(cb, trainer, tmp_path, step=1, should_log=True):
-    args = SimpleNamespace(output_dir=str(tmp_path))
-    state = SimpleNamespace(global_step=step, is_world_process_zero=True)
-    cb.on_step_end(args, state, SimpleNamespace(should_log=should_log))
+    def with_callback(self, cb):
+        """The callback in ``reward_funcs``, then attached: the order the callback's docs give."""
+        self.reward_funcs.append(cb)
+        return cb.attach(self)
 
 
-def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
-    trainer = StubTrainer(BATCH)
+def _begin(cb, trainer, state=None):
+    cb.on_train_begin(trainer.args, state if state is not None else trainer.state, None)
+
+
+def _step(cb, trainer, completions, step=1, prompts=None, ids=None):
+    """TRL's call of the reward functions for the generation batch that trains ``step`` (one process)."""
+    trainer.state.global_step = step - 1
+    g = trainer.args.num_generations
+    rewards = cb(
+        prompts=prompts if prompts is not None else [f"p{i // g}" for i in range(len(completions))],
+        completions=completions,
+        completion_ids=ids,
+        trainer_state=trainer.state,
+        log_extra=lambda column, values: None,
+        log_metric=trainer.log_metric,
+        reply=["a dataset column"] * len(completions),
+    )
+    assert rewards == [0.0] * len(completions)  # it adds nothing to any reward
+
+
+def test_the_callback_hands_the_group_metrics_to_trls_log_metric(tmp_path):
+    trainer = StubTrainer(tmp_path)
     # a TRL prompt ends with the EOS the base model reads after a turn: the sample table showed `<|endoftext|>`
-    trainer._logs["prompt"] = deque(f"turn {i // 4}<|endoftext|>" for i in range(len(BATCH)))
-    trainer.processing_class = SimpleNamespace(all_special_tokens=["<|endoftext|>", "<pad>"])
+    prompts = [f"turn {i // 4}<|endoftext|>" for i in range(len(BATCH))]
+    trainer.processing_class.all_special_tokens = ["<|endoftext|>", "<pad>"]
+    trainer.model.generation_config.eos_token_id = [7, 9]  # the model's end-of-turn ids end a completion too
+    # completions 0, 5 and 11 end with no end id: cut at the length limit (3 of 12)
+    ids = [[4, 5, 6] if i in (0, 5, 11) else [4, (EOS, PAD, 7, 9)[i % 4]] for i in range(len(BATCH))]
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES, log_samples=True).attach(trainer)
+    cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES, log_samples=True)
+    assert cb.__name__ == "group_diversity"  # TRL's column: rewards/group_diversity/mean
+    trainer.with_callback(cb)
     assert trainer.callback_handler.callbacks == [cb]
-    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), None, None)
+    _begin(cb, trainer)
     assert space.fitted  # on the references, before the first step
-    _step(cb, trainer, tmp_path, should_log=False)
-    assert not trainer._metrics["train"]  # not a logging step: nothing measured
-    _step(cb, trainer, tmp_path)
-    logged = {k: v[0] for k, v in trainer._metrics["train"].items()}
+    _step(cb, trainer, BATCH, prompts=prompts, ids=ids)
+    logged = {k: v[0] for k, v in trainer.logged.items()}
     expected = {
         "diversity/" + k: v
         for k, v in group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=cb.vocab_size).items()
     }
-    assert {k: v for k, v in logged.items() if k not in NOT_METRICS} == expected
+    assert {k: v for k, v in logged.items() if k not in NOT_METRICS and k != "diversity/length_cut_share"} == expected
+    assert logged["diversity/length_cut_share"] == 0.25  # TRL's clipped-ratio rule on the completions' ids
     assert logged["diversity/collapse_alert"] == logged["diversity/breakdown_alert"] == 0.0
     # groups: clusters 3, 2, 1 -> 2 per group; the last group collapsed
     assert logged["diversity/group_clusters"] == 2.0
     assert logged["diversity/collapsed_groups"] == pytest.approx(1 / 3)
     assert cb.vocab_size == 4 + 12  # counted once from the references: 4 topic words and the numbers 0..11
+    # the batch it measured, whole, for whoever reads the rollouts (rollouts_of's successor)
+    batch = cb.last_batch
+    assert batch is not None and (batch.prompts, batch.completions, batch.completion_ids) == (prompts, BATCH, ids)
+    assert (batch.num_generations, batch.step) == (4, 1)
     # the sample table: the group with the fewest clusters, the collapsed third one
     rows = (tmp_path / "lightning_div" / "diversity_group_sample_step1.csv").read_text().splitlines()
     record = json.loads((tmp_path / "lightning_div" / "settings" / "GroupDiversityCallback.json").read_text())
@@ -89,43 +125,60 @@ def test_the_callback_adds_the_group_metrics_to_the_steps_log(tmp_path):
     from lightning_div._internal.tracking import shown_text
 
     assert shown_text("first<|endoftext|>second<|endoftext|>", ["<|endoftext|>"]) == "first / second"  # two turns
-    # the same generation batch at the next logging step (steps_per_generation > 1): measured once, logged again
-    calls = []
-    cb.measure = lambda *a, **k: calls.append(1)  # type: ignore[method-assign]
-    _step(cb, trainer, tmp_path, step=2)
-    assert (
-        calls == [] and trainer._metrics["train"]["diversity/group_sem_ent"] == [logged["diversity/group_sem_ent"]] * 2
+    # every generation batch is measured once, when TRL scores it: the next one is the next value
+    collapsed = [f"{TOPICS[i // 4]} {i}" for i in range(12)]
+    _step(cb, trainer, collapsed, step=2)
+    assert trainer.logged["diversity/group_sem_ent"] == [logged["diversity/group_sem_ent"], 0.0]
+    assert [h["step"] for h in cb.history] == [1.0, 2.0] and cb.history[0]["diversity/group_sem_ent"] > 0
+    assert "diversity/length_cut_share" not in cb.history[1]  # no completion_ids given: the share is unknown
+    assert (tmp_path / "lightning_div" / "diversity_group_sample_step2.csv").is_file()
+    assert trainer.state.stateful_callbacks["lightning_div.GroupDiversityCallback"] == cb.state_dict()
+
+
+def test_the_length_cut_share_follows_trls_rule():
+    # TRL: a completion is cut when its last id is none of the EOS ids (tokenizer's and the model's) nor the pad id
+    assert cut_share([[5, 2], [5, 6, 7], [2], [0]], end_ids={2, 0}) == 0.25
+    assert cut_share([[5, 9], [9, 9], []], end_ids={9}) == 0.0  # a completion without a token reached no limit
+    assert cut_share([], end_ids={2}) == 0.0
+    trainer = SimpleNamespace(
+        processing_class=SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=2, pad_token_id=None)),
+        model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=7)),
     )
+    assert end_token_ids(trainer) == {2, 7}  # a processor's tokenizer; the model's EOS as one int
+    trainer.model.generation_config.eos_token_id = [7, 8]
+    assert end_token_ids(trainer) == {2, 7, 8}
+    assert end_token_ids(SimpleNamespace(processing_class=None)) is None
 
 
 def test_without_references_the_clusters_are_fitted_on_the_first_steps_completions(tmp_path):
     completions = [f"{t} {i}" for t in ("yes", "no", "maybe", "hello") for i in range(4)]
-    trainer = StubTrainer(completions)
+    trainer = StubTrainer(tmp_path)
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    cb = GroupDiversityCallback(space=space, name="run").attach(trainer)
-    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), None, None)
+    cb = trainer.with_callback(GroupDiversityCallback(space=space, name="run"))
+    assert cb.__name__ == "group_diversity_run"  # two callbacks, two reward columns
+    _begin(cb, trainer)
     assert not space.fitted
-    _step(cb, trainer, tmp_path)
+    _step(cb, trainer, completions)
     assert space.fitted
     # every group is one topic: all collapsed, one cluster each, entropy 0; the step as a whole has 4 clusters
-    assert trainer._metrics["train"]["diversity/run/collapsed_groups"] == [1.0]
-    assert trainer._metrics["train"]["diversity/run/group_sem_ent"] == [0.0]
-    assert trainer._metrics["train"]["diversity/run/sem_ent"] == [pytest.approx(math.log(4))]
+    assert trainer.logged["diversity/run/collapsed_groups"] == [1.0]
+    assert trainer.logged["diversity/run/group_sem_ent"] == [0.0]
+    assert trainer.logged["diversity/run/sem_ent"] == [pytest.approx(math.log(4))]
 
 
 def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path):
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     reward = SemanticGroupReward(num_generations=4, space=space, reference_responses=REFERENCES)
     other = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), dirpath=tmp_path))
-    trainer = StubTrainer(BATCH)
+    trainer = StubTrainer(tmp_path)
     trainer.reward_funcs = [other, reward]
-    reward(completions=BATCH)  # the step's reward call: the whole batch assigned once
+    reward(completions=BATCH)  # the step's reward call, before the callback's: the whole batch assigned once
     expected = {"diversity/" + k: v for k, v in group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=16).items()}
-    cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(trainer)
+    cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
     space.assign = None  # type: ignore[assignment,method-assign]  # a second embedding pass would fail
-    _step(cb, trainer, tmp_path)
+    _step(cb, trainer, BATCH)
     assert cb.reused_reward_ids
-    logged = {k: v[0] for k, v in trainer._metrics["train"].items() if k not in NOT_METRICS}
+    logged = {k: v[0] for k, v in trainer.logged.items() if k not in NOT_METRICS}
     assert logged == expected
     # other texts than the reward's: not reused
     assert reward.cluster_ids(BATCH[:8], space) is None and reward.cluster_ids(BATCH, other.space) is None
@@ -133,13 +186,13 @@ def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path)
 
 def test_reference_column_of_the_training_dataset(tmp_path):
     datasets = pytest.importorskip("datasets")
-    trainer = StubTrainer(BATCH)
+    trainer = StubTrainer(tmp_path)
     conversational = [[{"role": "assistant", "content": t}] for t in REFERENCES]
     trainer.train_dataset = datasets.Dataset.from_dict({"prompt": ["p"] * len(REFERENCES), "reply": conversational})
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    cb = GroupDiversityCallback(space=space, reference_column="reply").attach(trainer)
+    cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_column="reply"))
     assert cb.references() == REFERENCES
-    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), None, None)
+    _begin(cb, trainer)
     assert space.fitted and cb.vocab_size == 16
     cb.reference_column = "missing"
     cb.vocab_size = None
@@ -148,34 +201,50 @@ def test_reference_column_of_the_training_dataset(tmp_path):
 
 
 def test_bad_trainers_and_batches(tmp_path):
-    with pytest.raises(TypeError, match="keeps no rollouts"):
-        GroupDiversityCallback(space=SemanticSpace(encoder=TopicEncoder())).attach(
-            SimpleNamespace(callback_handler=None)
-        )
-    trainer = StubTrainer(BATCH[:10], g=4)
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(trainer)
+    lone = GroupDiversityCallback(space=space)
+    with pytest.raises(ValueError, match=r"is not in the trainer's reward_funcs: .*reward_funcs=\[my_reward, divers"):
+        lone.attach(StubTrainer(tmp_path))
+    with pytest.raises(TypeError, match="SimpleNamespace has no args.num_generations: GroupDiversityCallback measures"):
+        lone.attach(SimpleNamespace(reward_funcs=[lone], callback_handler=SimpleNamespace(callbacks=[])))
+    # in reward_funcs, never attached: the first batch says what to do
+    with pytest.raises(RuntimeError, match=r"in reward_funcs but not attached: call diversity.attach\(trainer\)"):
+        lone(prompts=["p"] * 4, completions=BATCH[:4], log_metric=lambda k, v: None)
+    # a TRL older than 1.0 (or a trainer that is not GRPO/RLOO) passes no log_metric: one message, not a KeyError
+    with pytest.raises(TypeError, match=r"called without TRL's log_metric=: it needs TRL >= 1.0"):
+        lone(prompts=["p"] * 4, completions=BATCH[:4], trainer_state=SimpleNamespace(global_step=0))
+    trainer = StubTrainer(tmp_path)
+    cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
     with pytest.warns(RuntimeWarning, match="10 completions cannot be cut into groups of num_generations=4"):
-        _step(cb, trainer, tmp_path)
-    assert not trainer._metrics["train"]
-    shuffled = StubTrainer(BATCH)
-    shuffled._logs["prompt"].rotate(1)  # a batch in another order than TRL's samplers lay it out
-    other = GroupDiversityCallback(space=space, reference_responses=REFERENCES).attach(shuffled)
+        _step(cb, trainer, BATCH[:10])
+    assert not trainer.logged and cb.history == [] and cb.last_batch is None
+    shuffled = StubTrainer(tmp_path)
+    other = shuffled.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
+    rotated = deque(f"p{i // 4}" for i in range(len(BATCH)))
+    rotated.rotate(1)  # a batch in another order than TRL's samplers lay it out
     with pytest.warns(RuntimeWarning, match="completion 1 answers another prompt than completion 0"):
-        _step(other, shuffled, tmp_path)
-    assert not shuffled._metrics["train"]
-    strict = GroupDiversityCallback(space=space, on_error="raise", name="strict").attach(trainer)
+        _step(other, shuffled, BATCH, prompts=list(rotated))
+    assert not shuffled.logged
+    strict = trainer.with_callback(GroupDiversityCallback(space=space, on_error="raise", name="strict"))
     with pytest.raises(ValueError, match="is not a multiple of 4"):
-        _step(strict, trainer, tmp_path)
+        _step(strict, trainer, BATCH[:10])
     with pytest.raises(ValueError, match="two GroupDiversityCallbacks in this trainer have name='strict'"):
-        GroupDiversityCallback(space=space, name="strict").attach(trainer)
+        trainer.with_callback(GroupDiversityCallback(space=space, name="strict"))
     with pytest.raises(ValueError, match="on_error"):
         GroupDiversityCallback(on_error="ignore")
     with pytest.raises(TypeError, match="space must be a lightning_div.SemanticSpace, got str"):
         GroupDiversityCallback(space="minilm")
     with pytest.raises(ValueError, match="name must be None or a non-empty string"):
         GroupDiversityCallback(space=space, name="a/b")
-    assert rollouts_of(trainer)[2] == 4
+
+
+def test_rollouts_of_is_deprecated_and_names_its_replacement():
+    """0.1's public rollouts_of reads TRL's private trainer._logs: kept for one release, with a warning."""
+    trainer = SimpleNamespace(_logs={"prompt": deque(["p", "p"]), "completion": deque(["a", "b"])}, num_generations=2)
+    with pytest.warns(DeprecationWarning, match=r"rollouts_of is deprecated .*GroupDiversityCallback\.last_batch"):
+        assert rollouts_of(trainer) == (["p", "p"], ["a", "b"], 2)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="SimpleNamespace keeps no rollouts"):
+        rollouts_of(SimpleNamespace())
 
 
 # -- a real GRPOTrainer and RLOOTrainer ----------------------------------------------------------------
@@ -201,26 +270,35 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
             float(x) for x in re.findall(r"(?:Sem-Ent|clusters per group|collapsed groups) ([\d.]+)", line)
         )
         assert 0.0 <= sem_ent <= math.log(4) + 1e-9 and 1.0 <= clusters <= 4.0 and 0.0 <= collapsed <= 1.0
-    trainer, space = namespace["trainer"], namespace["space"]
+    trainer, space, cb = namespace["trainer"], namespace["space"], namespace["diversity"]
+    assert isinstance(cb, GroupDiversityCallback) and trainer.callback_handler.callbacks[-1] is cb
     # the last log holds the metrics of the trainer's own last rollouts, in the same entry as TRL's reward
     last = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log][-1]
     assert "reward" in last and "entropy" in last
-    _, completions, g = rollouts_of(trainer)
-    assert g == 4 and len(completions) == 8
+    batch = cb.last_batch  # what TRL handed the callback as a reward function: the last generation batch
+    completions, g = batch.completions, batch.num_generations
+    assert g == 4 and len(completions) == 8 and batch.step == 3
+    # the deprecated rollouts_of reads the same batch from TRL's private buffer (on the TRL installed)
+    with pytest.warns(DeprecationWarning, match="GroupDiversityCallback.last_batch"):
+        assert rollouts_of(trainer) == (batch.prompts, completions, 4)
     ids = space.assign(completions)
-    cb = trainer.callback_handler.callbacks[-1]
-    assert isinstance(cb, GroupDiversityCallback)
     expected = {"diversity/" + k: v for k, v in group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size).items()}
     for key, value in expected.items():
-        assert last[key] == pytest.approx(value, abs=1e-12), key
+        assert cb.history[-1][key] == pytest.approx(value, abs=1e-12), key
+        # TRL averages what a reward function logs in float32 (a tensor gathered from every process)
+        assert last[key] == pytest.approx(value, rel=1e-6, abs=1e-7), key
     # the reward the trainer logged is (quality - its group's least) x DARLING's floored rarity of those completions
     reward = namespace["reward"]
     quality = np.array(namespace["about_eight_words"](completions)).reshape(-1, 4)
     shifted = (quality - quality.min(axis=1, keepdims=True)).reshape(-1)
     diversity = np.array(reward.diversity(completions))
     assert diversity.min() >= 0.1
-    assert last["reward"] == pytest.approx(float(np.mean(shifted * diversity)), abs=1e-6)
+    assert last["reward"] == pytest.approx(float(np.mean(shifted * diversity)), abs=1e-6)  # the callback adds 0
     assert "rewards/about_eight_words_x_semantic_diversity/mean" in last
+    assert last["rewards/group_diversity/mean"] == 0.0
+    assert cb.reused_reward_ids  # after the reward in reward_funcs: its cluster ids, no second embedding pass
+    # the length-cut share from the completions' ids equals TRL's own clipped ratio of the batch
+    assert last["diversity/length_cut_share"] == pytest.approx(last["completions/clipped_ratio"])
     assert (tmp_path / "grpo_run" / "lightning_div" / "diversity_group_sample_step3.csv").is_file()
     # `lightning-div report grpo_run`, as the page says: the diversity/* curves of these very logs, the table
     logs = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log]
@@ -246,12 +324,11 @@ def test_the_pages_rloo_script_runs_verbatim_and_its_run_reports(tmp_path, monke
     exec(compile(_rloo_script(), str(PAGE), "exec"), namespace)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert [line.split(":")[0] for line in lines] == ["step 1", "step 2"]
-    trainer, space, reward = namespace["trainer"], namespace["space"], namespace["reward"]
+    trainer, space, reward, cb = namespace["trainer"], namespace["space"], namespace["reward"], namespace["diversity"]
     assert isinstance(trainer, trl.RLOOTrainer)
     logs = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log]
-    assert [log["step"] for log in logs] == [1, 2]
-    cb = trainer.callback_handler.callbacks[-1]
-    _, completions, g = rollouts_of(trainer)
+    assert [log["step"] for log in logs] == [1, 2] and [h["step"] for h in cb.history] == [1.0, 2.0]
+    completions, g = cb.last_batch.completions, cb.last_batch.num_generations
     assert g == 4 and len(completions) == 8
     expected = {
         "diversity/" + k: v
@@ -259,9 +336,10 @@ def test_the_pages_rloo_script_runs_verbatim_and_its_run_reports(tmp_path, monke
     }
     assert {k: logs[-1][k] for k in expected} == pytest.approx(expected)
     assert logs[-1]["reward"] == pytest.approx(float(np.mean(reward.diversity(completions))), abs=1e-6)
-    # the degeneration signals of the same rollouts: TRL's own clipped ratio, and the NLL under the frozen base model
+    # the degeneration signals of the same rollouts: the cut share by TRL's rule (its own clipped ratio), and the
+    # NLL under the frozen base model
     assert logs[-1]["diversity/length_cut_share"] == pytest.approx(logs[-1]["completions/clipped_ratio"])
-    rollout_prompts = rollouts_of(trainer)[0]
+    rollout_prompts = cb.last_batch.prompts
     frozen, tokenizer = namespace["frozen"], namespace["tokenizer"]
     logprobs = token_logprobs_batched(frozen, tokenizer, rollout_prompts, completions, show_progress=False)
     nll = float(np.mean([-lp.mean().item() for lp in logprobs]))
@@ -283,11 +361,11 @@ def test_bad_completions_are_named_and_the_callback_only_warns(tmp_path):
         _reward(tmp_path)(completions=surrogate)
     # in the callback the same data is a failed measurement: a warning (on_error="warn"), training goes on
     for bad in (surrogate, [[{"role": "assistant", "content": 5}]] + [[{"role": "assistant", "content": "x"}]] * 3):
-        trainer = StubTrainer(bad)
-        cb = GroupDiversityCallback(space=_space(tmp_path), reference_responses=REFERENCES).attach(trainer)
+        trainer = StubTrainer(tmp_path)
+        cb = trainer.with_callback(GroupDiversityCallback(space=_space(tmp_path), reference_responses=REFERENCES))
         with pytest.warns(RuntimeWarning, match=r"completions\[[01]\]"):
-            _step(cb, trainer, tmp_path)
-        assert not trainer._metrics["train"]
+            _step(cb, trainer, bad)
+        assert not trainer.logged
 
 
 def test_the_rewards_default_cache_is_not_the_working_directory(tmp_path, monkeypatch):
@@ -300,39 +378,39 @@ def test_the_rewards_default_cache_is_not_the_working_directory(tmp_path, monkey
     assert {p.parent for p in (tmp_path / "user_cache").rglob("*.npz")} == {tmp_path / "user_cache" / "clusters"}
     # beside a GroupDiversityCallback of the same trainer: the run's own folder, as the callbacks use
     shared = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=3))
-    trainer = StubTrainer(completions)
+    trainer = StubTrainer(tmp_path / "run")
     trainer.reward_funcs = [shared]
-    cb = GroupDiversityCallback(space=_space(tmp_path / "cb")).attach(trainer)
-    cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path / "run")), SimpleNamespace(global_step=0), None)
+    cb = trainer.with_callback(GroupDiversityCallback(space=_space(tmp_path / "cb")))
+    _begin(cb, trainer)
     assert shared.cache_dir() == tmp_path / "run" / "lightning_div_cache"
 
 
 def test_a_callback_given_in_callbacks_says_it_measures_nothing(tmp_path):
     cb = GroupDiversityCallback(space=_space(tmp_path))
     args = SimpleNamespace(output_dir=str(tmp_path))
-    with pytest.warns(RuntimeWarning, match=r"given to the trainer in callbacks=\[...\].*attach\(trainer\)"):
+    with pytest.warns(
+        RuntimeWarning, match=r"given to the trainer in callbacks=\[...\].*reward_funcs=.*attach\(trainer\)"
+    ):
         cb.on_train_begin(args, SimpleNamespace(global_step=0), None)
     cb.on_step_end(args, SimpleNamespace(global_step=1), SimpleNamespace(should_log=True))  # nothing, no error
     assert cb.history == []
 
 
-def test_evaluation_rollouts_are_not_logged_as_training(tmp_path):
-    trainer = StubTrainer(BATCH)
-    cb = GroupDiversityCallback(space=_space(tmp_path), reference_responses=REFERENCES).attach(trainer)
-    args = SimpleNamespace(output_dir=str(tmp_path))
-    cb.on_train_begin(args, SimpleNamespace(global_step=0), None)
-    _step(cb, trainer, tmp_path, step=1)
-    trained = trainer._metrics["train"]["diversity/group_sem_ent"][0]
-    # an evaluation fills the buffer with its own rollouts (every group collapsed), then a step that reuses
-    # the generation batch made before it (num_iterations=2) logs: the training batch's values again
-    trainer._logs["completion"] = deque(["no x"] * 12)
-    cb.on_evaluate(args, SimpleNamespace(global_step=1), None)
-    _step(cb, trainer, tmp_path, step=2)
-    assert trainer._metrics["train"]["diversity/group_sem_ent"] == [trained, trained]
-    # a new training generation is measured
-    trainer._logs["completion"] = deque(["no y"] * 12)
-    _step(cb, trainer, tmp_path, step=3)
-    assert trainer._metrics["train"]["diversity/group_sem_ent"][-1] == 0.0
+def test_evaluation_rollouts_are_not_measured(tmp_path):
+    trainer = StubTrainer(tmp_path)
+    cb = trainer.with_callback(GroupDiversityCallback(space=_space(tmp_path), reference_responses=REFERENCES))
+    _begin(cb, trainer)
+    _step(cb, trainer, BATCH, step=1)
+    trained, batch = trainer.logged["diversity/group_sem_ent"][0], cb.last_batch
+    assert trained > 0
+    # an evaluation's rollouts (every group collapsed): TRL scores them with the model out of training mode
+    trainer.model.training = False
+    _step(cb, trainer, ["no x"] * 12, step=2)
+    assert trainer.logged["diversity/group_sem_ent"] == [trained] and len(cb.history) == 1 and cb.last_batch is batch
+    # back in training: the next generation batch is measured
+    trainer.model.training = True
+    _step(cb, trainer, ["no y"] * 12, step=2)
+    assert trainer.logged["diversity/group_sem_ent"] == [trained, 0.0]
 
 
 def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
@@ -342,12 +420,11 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
 
     def run(batch, state, cache):
         space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=cache, show_progress=False)
-        trainer = StubTrainer(batch)
-        cb = GroupDiversityCallback(space=space, log_samples=False, alert_start_steps=1).attach(trainer)
-        cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), state, None)
-        state.global_step += 1
+        trainer = StubTrainer(tmp_path)
         trainer.state = state
-        cb.on_step_end(SimpleNamespace(output_dir=str(tmp_path)), state, SimpleNamespace(should_log=True))
+        cb = trainer.with_callback(GroupDiversityCallback(space=space, log_samples=False, alert_start_steps=1))
+        _begin(cb, trainer)
+        _step(cb, trainer, batch, step=state.global_step + 1)  # the batch that trains the next step
         return cb, space
 
     state = SimpleNamespace(global_step=0, is_world_process_zero=True, stateful_callbacks={})

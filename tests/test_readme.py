@@ -359,7 +359,8 @@ def test_the_dress_line_runs_offline_and_a_hub_default_fails_in_one_message():
 def test_grpo_rloo_and_dpo_are_reachable_from_the_readme():
     """Issue 55 item 4: the README never named GRPO, RLOO or DPO nor linked docs/grpo.md (found through mkdocs.yml)."""
     grpo = section("GRPO, RLOO and DPO")
-    assert "GroupDiversityCallback(space=space).attach(trainer)" in grpo
+    assert "diversity = GroupDiversityCallback(space=space)" in grpo  # a reward function, then attached
+    assert "reward_funcs=[my_reward, diversity]" in grpo and "diversity.attach(trainer)" in grpo
     assert "SemanticGroupReward(num_generations=G, space=space, quality=my_reward)" in grpo
     assert "](docs/grpo.md)" in grpo and "](docs/dpo.md)" in grpo
     page = (ROOT / "docs" / "grpo.md").read_text(encoding="utf-8")

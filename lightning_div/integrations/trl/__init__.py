@@ -5,25 +5,30 @@ from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroup
 
 space = SemanticSpace(encoder="minilm", num_clusters=8, dirpath="runs/cache")
 reward = SemanticGroupReward(num_generations=4, space=space, quality=my_reward)  # quality x diversity
-trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=prompts)
-GroupDiversityCallback(space=space).attach(trainer)
+diversity = GroupDiversityCallback(space=space)  # a reward function too: it adds 0.0, it measures
+trainer = GRPOTrainer(model=model, reward_funcs=[reward, diversity], args=args, train_dataset=prompts)
+diversity.attach(trainer)
 ```
 
 :class:`GroupDiversityCallback` (:mod:`.callback`) logs group Sem-Ent, clusters per group and the
-share of collapsed groups at every logging step; :class:`SemanticGroupReward` (:mod:`.reward`)
-scores each completion by the semantic diversity of its group, as DARLING does; :mod:`.rollouts`
-gathers a batch's slices from every process. The formulas are
-:mod:`lightning_div.metrics.group`'s. Nothing here imports Lightning; TRL is imported by the
-trainer you build, not by this package (only ``transformers``' callback class is).
+share of collapsed groups of every generation batch, which TRL (>= 1.0) hands it as one of its
+reward functions; :class:`SemanticGroupReward` (:mod:`.reward`) scores each completion by the
+semantic diversity of its group, as DARLING does; :mod:`.rollouts` gathers a batch's slices from
+every process. The formulas are :mod:`lightning_div.metrics.group`'s. Nothing here imports
+Lightning nor reads anything private of TRL (``rollouts_of``, deprecated, is the one exception,
+kept in :mod:`lightning_div._internal.compat.trl`); TRL is imported by the trainer you build, not
+by this package (only ``transformers``' callback class is).
 """
 
-from lightning_div.integrations.trl.callback import GroupDiversityCallback, group_metrics, rollouts_of
+from lightning_div.integrations.trl.callback import GroupDiversityCallback, end_token_ids, group_metrics, rollouts_of
 from lightning_div.integrations.trl.reward import EQUIVALENCES, SemanticGroupReward, group_labels
 from lightning_div.integrations.trl.rollouts import (
     CompletionError,
+    RolloutBatch,
     check_grouped,
     completion_text,
     completion_texts,
+    cut_share,
     gather_batch,
 )
 
@@ -31,10 +36,13 @@ __all__ = [
     "EQUIVALENCES",
     "CompletionError",
     "GroupDiversityCallback",
+    "RolloutBatch",
     "SemanticGroupReward",
     "check_grouped",
     "completion_text",
     "completion_texts",
+    "cut_share",
+    "end_token_ids",
     "gather_batch",
     "group_labels",
     "group_metrics",

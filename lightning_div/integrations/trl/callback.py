@@ -1,14 +1,17 @@
 """GroupDiversityCallback: GRPO/RLOO group diversity from the rollouts the trainer already made.
 
 ```python
-trainer = GRPOTrainer(model=model, reward_funcs=[my_reward], args=args, train_dataset=prompts)
-GroupDiversityCallback(space=SemanticSpace(encoder="minilm", num_clusters=8)).attach(trainer)
+diversity = GroupDiversityCallback(space=SemanticSpace(encoder="minilm", num_clusters=8))
+trainer = GRPOTrainer(model=model, reward_funcs=[my_reward, diversity], args=args, train_dataset=prompts)
+diversity.attach(trainer)
 trainer.train()  # trainer.state.log_history: {"diversity/group_sem_ent": ..., "reward": ..., "step": ...}
 ```
 
-At every logging step it measures the latest generation batch the trainer sampled (TRL keeps
-it, gathered from every process, for its completions table; nothing is generated here), cut
-into the prompt groups of ``num_generations``:
+The callback is also one of the trainer's reward functions, one that adds 0.0 to every reward:
+TRL (>= 1.0) calls it once per generation batch with the completions, their token ids,
+``trainer_state`` and ``log_metric`` (its public reward contract; nothing private of TRL is
+read, nothing is generated here). It gathers every process's slice and measures the whole
+batch, cut into the prompt groups of ``num_generations``:
 
 * ``diversity/group_sem_ent``: the mean over groups of the entropy of the group's clusters;
 * ``diversity/group_clusters``: the mean number of distinct clusters per group;
@@ -18,18 +21,19 @@ into the prompt groups of ``num_generations``:
   ``diversity/distinct_2``, ``diversity/ead``, ``diversity/empty_share`` (the share of empty
   completions: from half of them, a warning); and ``diversity/runtime`` (seconds);
 * degeneration signals: ``diversity/group_top_word_share`` (the most frequent word's share of
-  a group's words), ``diversity/length_cut_share`` (the completions cut at the length limit, from
-  TRL's ``completions/clipped_ratio`` of the measured batch) and, with ``reference_model=``,
+  a group's words), ``diversity/length_cut_share`` (the completions cut at the length limit: the last
+  token id neither an EOS nor the pad id, TRL's own ``completions/clipped_ratio`` rule) and, with
+  ``reference_model=``,
   ``diversity/reference_nll`` (mean NLL under that frozen model);
 * ``diversity/collapse_alert`` and ``diversity/breakdown_alert`` (0/1): group Sem-Ent fell
   against its own start (collapse), or the text fell apart (breakdown; see
   :class:`~lightning_div.measure.group.GroupAlert`), each also said once in a warning.
 
-The values join the trainer's own metrics of that step (TRL's ``reward``, ``entropy`` ...):
-they go through the trainer's ``log`` into ``trainer.state.log_history`` and every
-``report_to`` tracker. On the first process a table of one group per step (the one with the
-fewest clusters) goes to the trackers that take tables and to
-``<output_dir>/lightning_div/``.
+The values go to TRL's ``log_metric``: TRL averages them over the logging interval and the
+processes into its own log row (beside ``reward``, ``entropy`` ...), through ``trainer.log`` into
+``trainer.state.log_history`` and every ``report_to`` tracker. On the first process a table of
+one group per measured batch (the one with the fewest clusters) goes to the trackers that take
+tables and to ``<output_dir>/lightning_div/``.
 
 The clusters come from a :class:`~lightning_div.semantic.space.SemanticSpace` fitted once, on
 reference responses when given (``reference_responses``, or the training dataset's
@@ -39,8 +43,8 @@ run, so the numbers of different steps are measured against the same clusters.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,7 @@ import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from lightning_div._internal.checks import optional_texts
+from lightning_div._internal.compat.trl import rollouts_of
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div.integrations._frontend import (
     attach,
@@ -56,7 +61,14 @@ from lightning_div.integrations._frontend import (
     tracker_reporter,
     warn_fresh_start,
 )
-from lightning_div.integrations.trl.rollouts import check_grouped, completion_text, completion_texts
+from lightning_div.integrations.trl.rollouts import (
+    RolloutBatch,
+    check_grouped,
+    completion_text,
+    completion_texts,
+    cut_share,
+    gather_batch,
+)
 from lightning_div.keys import check_name
 from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.group import ALERT_SIGNALS, GroupAlert, GroupMeasure, group_metrics
@@ -67,7 +79,7 @@ from lightning_div.semantic.space import SemanticSpace, given_space
 from lightning_div.types import Options
 from lightning_div.verdict import next_alert_record
 
-__all__ = ["PREFIX", "GroupDiversityCallback", "group_metrics", "rollouts_of"]
+__all__ = ["PREFIX", "GroupDiversityCallback", "end_token_ids", "group_metrics", "rollouts_of"]
 
 #: What its alert's reasons call each threshold: this callback's own arguments, as the user set them.
 ALERT_ARGUMENTS = {
@@ -80,43 +92,42 @@ ALERT_ARGUMENTS = {
 PREFIX = "diversity/"
 
 
-def _fingerprint(completions: Sequence[Any]) -> str:
-    """A generation batch's identity (its completions, compared by their repr)."""
-    return hashlib.sha256(repr(list(completions)).encode()).hexdigest()
+def end_token_ids(trainer: Any) -> set[int] | None:
+    """The ids a finished completion of ``trainer`` ends with, as TRL's GRPO/RLOO trainers count them: the
+    tokenizer's EOS and pad ids and the model's ``generation_config.eos_token_id`` (an int or a list).
 
-
-def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
-    """The latest generation batch of a TRL ``GRPOTrainer`` / ``RLOOTrainer``: ``(prompts, completions, G)``.
-
-    The one place that reads TRL's internals: ``trainer._logs["prompt"]`` and
-    ``["completion"]`` (TRL gathers them from every process, in the global order where each
-    prompt's G completions are consecutive, and keeps the latest generation batch) and
-    ``trainer.num_generations``.
-
-    Raises:
-        TypeError: a trainer without them (not a GRPO/RLOO trainer, or a TRL that keeps them elsewhere).
+    Read from public attributes: ``trainer.processing_class`` (or a processor's ``.tokenizer``) and
+    ``trainer.model.generation_config``. None without a tokenizer (the cut share is then unknown).
     """
-    logs = getattr(trainer, "_logs", None)
-    g = getattr(trainer, "num_generations", None)
-    if not isinstance(logs, dict) or "completion" not in logs or "prompt" not in logs or not isinstance(g, int):
-        raise TypeError(
-            f"{type(trainer).__name__} keeps no rollouts where GroupDiversityCallback reads them "
-            "(trainer._logs['completion'] and trainer.num_generations: TRL's GRPOTrainer and RLOOTrainer)"
-        )
-    return list(logs["prompt"]), list(logs["completion"]), g
+    tokenizer = getattr(trainer, "processing_class", None)
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor holds its tokenizer
+    if tokenizer is None:
+        return None
+    config = getattr(getattr(trainer, "model", None), "generation_config", None)
+    declared = getattr(config, "eos_token_id", None)
+    declared = [declared] if isinstance(declared, int) else list(declared or [])
+    ids = [getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "pad_token_id", None), *declared]
+    return {int(i) for i in ids if i is not None}
 
 
 class GroupDiversityCallback(TrainerCallback):
-    """Group Sem-Ent, clusters per group and collapsed groups of every GRPO/RLOO logging step.
+    """Group Sem-Ent, clusters per group and collapsed groups of every GRPO/RLOO generation batch.
 
-    Add it with :meth:`attach` (it reads the trainer's rollouts, which a ``TrainerCallback``
-    given in ``callbacks=[...]`` cannot reach: given there, it warns once and measures nothing).
-    With ``logging_steps > 1`` a log row's values are those of the latest generation batch
-    before the log (TRL's ``reward`` beside them averages every batch since the last log).
-    Evaluation rollouts are never measured; a resumed run measures in the interrupted run's
-    clusters (:meth:`state_dict`, saved in ``trainer_state.json``). Under ``accelerate launch`` / ``torchrun`` every
-    process measures the same gathered batch, the embeddings sharded over the processes: 1 and N
-    processes give the same values.
+    Build it first, put it in the trainer's ``reward_funcs`` (it is a reward function that returns
+    0.0 for every completion, so it adds nothing to any reward whatever ``reward_weights`` says),
+    then :meth:`attach` it: ``reward_funcs=[my_reward, diversity]``, then
+    ``diversity.attach(trainer)``. TRL (>= 1.0) calls it with each process's slice of every
+    generation batch; it measures the whole batch once and hands each value to TRL's
+    ``log_metric``, so a log row holds the mean over the generation batches since the last log,
+    as TRL's ``reward`` does (the 0/1 alerts: the share of those batches in alert). TRL logs its
+    column as ``rewards/<__name__>/mean`` (always 0). Placed after a
+    :class:`~lightning_div.integrations.trl.SemanticGroupReward` of the same space, it reuses that
+    reward's cluster ids instead of embedding the completions again. Given only in
+    ``callbacks=[...]`` it warns once and measures nothing. Evaluation rollouts are never measured
+    (TRL's rule: the model is not in training mode); a resumed run measures in the interrupted
+    run's clusters (:meth:`state_dict`, saved in ``trainer_state.json``). Under ``accelerate launch``
+    / ``torchrun`` every process measures the same gathered batch, the embeddings sharded over the
+    processes: 1 and N processes give the same values.
 
     Args:
         space: the :class:`~lightning_div.semantic.space.SemanticSpace` to measure in (its encoder,
@@ -133,7 +144,8 @@ class GroupDiversityCallback(TrainerCallback):
         batch_size: texts per encoder batch (of the private space).
         log_samples: log a table of one group per step (the one with the fewest clusters).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning; ``"raise"``.
-        name: goes into every key, ``diversity/<name>/group_sem_ent`` (several callbacks in one trainer).
+        name: goes into every key, ``diversity/<name>/group_sem_ent``, and into the reward function's
+            ``__name__``, ``group_diversity_<name>`` (several callbacks in one trainer).
         warn_drop: alert (collapse) when group Sem-Ent falls by this share of its start (the mean
             of the first ``alert_start_steps`` measured steps; None: never).
         warn_below: alert (collapse) when group Sem-Ent falls below this many nats (None: never).
@@ -206,13 +218,14 @@ class GroupDiversityCallback(TrainerCallback):
         self.trainer: Any = None
         #: Every measurement, ``{"step": ..., "diversity/...": ...}`` (every process alike).
         self.history: list[dict[str, float]] = []
-        self._last: tuple[str, dict[str, float]] | None = None
+        #: The whole generation batch last measured (gathered from every process); None before the first.
+        self.last_batch: RolloutBatch | None = None
+        #: TRL names a reward function's column by its ``__name__`` (``rewards/group_diversity/mean``).
+        self.__name__ = "group_diversity" + (f"_{self.name}" if self.name else "")
         #: What this run has warned about (made anew at each training run).
         self.memory = RunMemory()
         #: Whether the last measurement took its cluster ids from a SemanticGroupReward sharing the space.
         self.reused_reward_ids = False
-        #: The rollouts buffer as the last evaluation left it (not a training batch).
-        self._eval_fingerprint: str | None = None
         #: The alert's state, since when and why (:func:`~lightning_div.verdict.alert_record`), as the summary
         #: reads it; written to ``alerts/<label>.json`` in the run's files for the report.
         self.alert_record: dict[str, Any] | None = None
@@ -235,7 +248,7 @@ class GroupDiversityCallback(TrainerCallback):
         self.group.vocab_size = value
 
     def attach(self, trainer: Any) -> GroupDiversityCallback:
-        """Add this callback to a TRL ``GRPOTrainer`` or ``RLOOTrainer``.
+        """Add this callback to a TRL ``GRPOTrainer`` or ``RLOOTrainer`` that has it in its ``reward_funcs``.
 
         Args:
             trainer: the trainer.
@@ -244,10 +257,17 @@ class GroupDiversityCallback(TrainerCallback):
             This callback.
 
         Raises:
-            TypeError: a trainer that keeps no rollouts (:func:`rollouts_of`).
-            ValueError: attached to another trainer already, or another GroupDiversityCallback with the same name.
+            ValueError: the callback is not in ``trainer.reward_funcs``, attached to another trainer
+                already, or another GroupDiversityCallback with the same name.
+            TypeError: a trainer without ``args.num_generations`` (not a GRPO/RLOO trainer).
         """
-        rollouts_of(trainer)
+        if not any(fn is self for fn in getattr(trainer, "reward_funcs", None) or []):
+            raise ValueError(
+                f"{type(self).__name__} is not in the trainer's reward_funcs: it reads the rollouts TRL gives its "
+                "reward functions, so build it first, pass it in reward_funcs=[my_reward, diversity], then call "
+                "diversity.attach(trainer)"
+            )
+        self._num_generations(trainer)
         attach(self, trainer)
         return self
 
@@ -294,6 +314,7 @@ class GroupDiversityCallback(TrainerCallback):
         cache_dir: str | Path,
         prompts: Sequence[Any] | None = None,
         cut_share: float | None = None,
+        step: int | None = None,
     ) -> dict[str, float]:
         """The metrics of one step's completions (the whole batch, every process the same), keyed as logged.
 
@@ -303,6 +324,7 @@ class GroupDiversityCallback(TrainerCallback):
             cache_dir: the clusters' cache directory when neither the space nor the callback has one.
             prompts: their prompts (needed for the reference NLL).
             cut_share: the share of these completions cut at the length limit, when known.
+            step: the step, in the alert's warning (default: the trainer's global step).
 
         Returns:
             ``{"diversity/group_sem_ent": ..., ...}`` (with ``name``: ``diversity/<name>/...``).
@@ -321,7 +343,7 @@ class GroupDiversityCallback(TrainerCallback):
             tokenizer=getattr(self.trainer, "processing_class", None),
             who=type(self).__name__,
         )
-        values.update(self.check_alert(values))
+        values.update(self.check_alert(values, step))
         return {self.key(k): v for k, v in values.items()}
 
     def check_alert(self, values: dict[str, float], step: int | None = None) -> dict[str, float]:
@@ -432,8 +454,8 @@ class GroupDiversityCallback(TrainerCallback):
         if self.trainer is None:
             warnings.warn(
                 f"{type(self).__name__} was given to the trainer in callbacks=[...]: a TrainerCallback cannot reach "
-                "the trainer's rollouts, so it measures nothing; build the trainer first, then call "
-                f"{type(self).__name__}(...).attach(trainer)",
+                "the trainer's rollouts, so it measures nothing; build it first, pass it in the trainer's "
+                "reward_funcs=[my_reward, diversity], then call diversity.attach(trainer)",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -447,50 +469,98 @@ class GroupDiversityCallback(TrainerCallback):
                 self.load_state_dict(saved)
         self.prepare(None, cache_dir)
 
-    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        """Mark the rollouts buffer as the evaluation's: they are not measured as a training step's."""
-        if self.trainer is not None:
-            try:
-                self._eval_fingerprint = _fingerprint(rollouts_of(self.trainer)[1])
-            except TypeError:
-                self._eval_fingerprint = None
+    # -- the reward function TRL calls ----------------------------------------------------------------
 
-    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        """At a logging step, measure the latest rollouts and add the values to the step's log.
+    def __call__(
+        self,
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        """TRL's call of a reward function: measure the generation batch this slice belongs to; 0.0 each.
 
-        Only training rollouts are measured: when the buffer still holds an evaluation's rollouts
-        (the step reused a generation batch made before the evaluation), the values of that
-        training batch are logged again.
+        Every process calls it with its own slice (TRL calls every reward function on every
+        process), so the slices are gathered here and every process measures the whole batch.
+        An evaluation's batch (the model not in training mode, as TRL tells train from eval) is
+        not measured.
+
+        Args:
+            prompts: this process's prompts (each prompt's G completions consecutive).
+            completions: this process's completions, text or conversational.
+            completion_ids: their token ids (TRL's, cut after the EOS): the length-cut share.
+            **kwargs: TRL's other reward arguments; ``log_metric`` (where the values go) and
+                ``trainer_state`` (the step) are read, dataset columns and ``log_extra`` ignored.
+
+        Returns:
+            0.0 for every completion: the callback adds nothing to any reward.
+
+        Raises:
+            TypeError: called without ``log_metric`` (a TRL older than 1.0, or a trainer that is
+                not GRPO/RLOO), or ``completions`` missing.
+            RuntimeError: in ``reward_funcs`` but never attached.
         """
-        if not control.should_log or self.trainer is None:
-            return
-        prompts, completions, g = rollouts_of(self.trainer)
-        # one generation batch serves several steps when steps_per_generation > 1: measured once
-        fingerprint = _fingerprint(completions)
-        evaluation = fingerprint == self._eval_fingerprint
-        if evaluation and self._last is None:
-            return  # nothing of training measured yet
-        reporter = self.reporter(args)
-        who, when = type(self).__name__, f"step {state.global_step}"
+        if completions is None or isinstance(completions, str):
+            raise TypeError(f"{self.__name__} needs completions=, a list of completions")
+        log_metric = kwargs.get("log_metric")
+        if not callable(log_metric):
+            raise TypeError(
+                f"{type(self).__name__} was called without TRL's log_metric=: it needs TRL >= 1.0, whose GRPOTrainer "
+                "and RLOOTrainer pass log_metric= to every reward function (pip install -U 'trl>=1.0')"
+            )
+        if self.trainer is None:
+            raise RuntimeError(
+                f"{type(self).__name__} is in reward_funcs but not attached: call diversity.attach(trainer) after "
+                "building the trainer"
+            )
+        zeros = [0.0] * len(completions)
+        if not getattr(getattr(self.trainer, "model", None), "training", True):
+            return zeros  # an evaluation's rollouts: TRL's own test of its mode
+        state = kwargs.get("trainer_state") or self.trainer.state
+        self.measure_batch(prompts, completions, completion_ids, state, log_metric)
+        return zeros
+
+    def measure_batch(
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any],
+        completion_ids: Sequence[Sequence[int]] | None,
+        state: Any,
+        log_metric: Callable[[str, float], None],
+    ) -> None:
+        """Gather this process's slice with the others', measure the whole batch, hand each value to ``log_metric``.
+
+        The alert, the sample table, the settings record, :attr:`history`, :attr:`last_batch` and the
+        checkpointed state follow; the step is ``state.global_step + 1`` (the step this batch trains,
+        whose log row gets its values). Every process must call it (the gathering is a collective).
+        """
+        step = int(getattr(state, "global_step", 0)) + 1
+        args = self.trainer.args
+        local = list(completions)
+        local_prompts = list(prompts) if prompts is not None and not isinstance(prompts, str) else [None] * len(local)
+        local_ids = [None] * len(local) if completion_ids is None else [list(c) for c in completion_ids]
+        rows, _ = gather_batch(list(zip(local_prompts, local, local_ids)))  # every process, before anything can fail
+        reporter = self.reporter(args, log_metric, step)
+        who, when = type(self).__name__, f"step {step}"
         with guarded(self.on_error, self.memory.warn_once, who, "the measurement", when) as m:
-            if evaluation or (self._last is not None and self._last[0] == fingerprint):
-                assert self._last is not None
-                m.values.update(self._last[1])
-            else:
-                check_grouped(prompts, g)
-                m.values.update(
-                    self.measure(
-                        completions,
-                        g,
-                        run_cache_dir(run_output_dir(args), self.dirpath),
-                        prompts,
-                        self._cut_share(),
-                    )
+            if len(local_prompts) != len(local) or len(local_ids) != len(local):
+                raise ValueError(
+                    f"{len(local_prompts)} prompts and {len(local_ids)} completion_ids for {len(local)} completions"
                 )
-                self._last = (fingerprint, dict(m.values))
-                if self.log_samples and state.is_world_process_zero:
-                    rows = self.sample_rows(state.global_step, prompts, completions, self.group.last_ids, g)
-                    reporter.table(self.key("group_sample"), ["step", "group", "prompt", "completion", "cluster"], rows)
+            every_prompt, every_completion, every_ids = ([r[k] for r in rows] for k in range(3))
+            g = self._num_generations(self.trainer)
+            if all(p is not None for p in every_prompt):
+                check_grouped(every_prompt, g)
+            known_ids = None if any(i is None for i in every_ids) else every_ids
+            ends = end_token_ids(self.trainer) if known_ids is not None else None
+            share = cut_share(known_ids, ends) if known_ids is not None and ends is not None else None
+            with_prompts = every_prompt if all(p is not None for p in every_prompt) else None
+            cache_dir = run_cache_dir(run_output_dir(args), self.dirpath)
+            m.values.update(self.measure(every_completion, g, cache_dir, with_prompts, share, step=step))
+            self.last_batch = RolloutBatch(every_prompt, every_completion, known_ids, g, step)
+            if self.log_samples and reporter.is_rank_zero and with_prompts is not None:
+                table = self.sample_rows(step, with_prompts, every_completion, self.group.last_ids, g)
+                reporter.table(self.key("group_sample"), ["step", "group", "prompt", "completion", "cluster"], table)
         if m.error is not None:
             return
         # the run's record of what these numbers were measured with
@@ -498,13 +568,21 @@ class GroupDiversityCallback(TrainerCallback):
         if self.alert_record is not None:  # the alert's reasons with the run, for its report
             reporter.record_alert(self.label, self.alert_record)
         m.values[self.key("runtime")] = m.seconds
-        self.history.append({"step": float(state.global_step), **reporter.scalars(m.values)})
+        self.history.append({"step": float(step), **reporter.scalars(m.values)})
         stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
 
-    def reporter(self, args: TrainingArguments) -> TrackerReporter:
-        """This callback's reporter: the trainer's ``report_to`` trackers at its global step, files in
-        ``<output_dir>/lightning_div/``, scalars into the step's own log, this run's memory."""
-        return tracker_reporter(self.trainer, run_output_dir(args), self._log, self.memory)
+    def reporter(self, args: TrainingArguments, log_metric: Callable[[str, float], None], step: int) -> TrackerReporter:
+        """This callback's reporter: the trainer's ``report_to`` trackers at ``step``, files in
+        ``<output_dir>/lightning_div/`` tagged ``step_<step>``, scalars into TRL's ``log_metric``,
+        this run's memory."""
+
+        def log(values: dict[str, float]) -> None:
+            for key, value in values.items():
+                log_metric(key, value)
+
+        reporter = tracker_reporter(self.trainer, run_output_dir(args), log, self.memory)
+        reporter.destination = dataclasses.replace(reporter.destination, step=step, tag=f"step_{step}")
+        return reporter
 
     # -- inside ------------------------------------------------------------------------------------
 
@@ -525,27 +603,13 @@ class GroupDiversityCallback(TrainerCallback):
                     return ids
         return None
 
-    def _cut_share(self) -> float | None:
-        """The latest generation batch's share cut at the length limit, as TRL measured it (None: unknown).
-
-        TRL's GRPO/RLOO trainers append each generation batch's ``completions/clipped_ratio`` (the
-        completions that did not end with EOS, gathered from every process) to
-        ``_metrics["train"]`` until the next log; the last one is the batch in ``_logs``.
-        """
-        metrics = getattr(self.trainer, "_metrics", None)
-        ratios = metrics.get("train", {}).get("completions/clipped_ratio") if isinstance(metrics, dict) else None
-        if not ratios:
-            return None
-        value = float(ratios[-1])
-        return value if np.isfinite(value) else None
-
-    def _log(self, values: dict[str, float]) -> None:
-        """Into the step's own log: TRL's trainers average ``_metrics["train"]`` into the log they write at
-        this step (with ``reward``, ``entropy`` ...), through ``trainer.log``; another trainer gets its own
-        ``trainer.log`` call."""
-        metrics = getattr(self.trainer, "_metrics", None)
-        if isinstance(metrics, dict) and "train" in metrics:
-            for k, v in values.items():
-                metrics["train"][k].append(v)
-        else:
-            self.trainer.log(dict(values))
+    @staticmethod
+    def _num_generations(trainer: Any) -> int:
+        """G, from the trainer's public ``args.num_generations`` (GRPOConfig's and RLOOConfig's)."""
+        g = getattr(getattr(trainer, "args", None), "num_generations", None)
+        if isinstance(g, bool) or not isinstance(g, int):
+            raise TypeError(
+                f"{type(trainer).__name__} has no args.num_generations: GroupDiversityCallback measures TRL's "
+                "GRPOTrainer and RLOOTrainer (GRPOConfig / RLOOConfig)"
+            )
+        return g

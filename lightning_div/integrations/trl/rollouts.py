@@ -6,18 +6,29 @@ and lay the step's completions out so that each prompt's G completions are conse
 processes, so a reward function, which TRL calls on its own process's slice only, cannot see
 whole groups. :func:`gather_batch` puts the slices back together on every process (and says
 where this process's slice starts); :func:`~lightning_div.metrics.group.split_groups` then cuts
-the whole batch into its groups. Nothing here imports TRL.
+the whole batch into its groups; :func:`cut_share` counts the completions cut at the length
+limit by TRL's own rule, from their token ids; a :class:`RolloutBatch` holds one gathered batch.
+Nothing here imports TRL.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_div._internal.distributed import gather_objects, rank_and_world
 
-__all__ = ["CompletionError", "check_grouped", "completion_text", "completion_texts", "gather_batch"]
+__all__ = [
+    "CompletionError",
+    "RolloutBatch",
+    "check_grouped",
+    "completion_text",
+    "completion_texts",
+    "cut_share",
+    "gather_batch",
+]
 
 
 class CompletionError(TypeError, ValueError):
@@ -162,3 +173,49 @@ def check_grouped(prompts: Sequence[Any], num_generations: int) -> None:
                     f"the completions are not grouped by prompt: completion {i} answers another prompt than "
                     f"completion {start} of its group of num_generations={g}"
                 )
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """One generation batch of a GRPO/RLOO step, whole (gathered from every process, in the global order).
+
+    Attributes:
+        prompts: each completion's prompt (each prompt's G completions consecutive).
+        completions: the completions, text or conversational, as TRL gave them.
+        completion_ids: each completion's token ids (as TRL gave them: cut after the EOS), or None
+            when the trainer gave none.
+        num_generations: G.
+        step: the optimizer step this batch trains (the trainer's ``global_step`` + 1 when it was sampled:
+            the step of the log row its values land in).
+    """
+
+    prompts: list[Any]
+    completions: list[Any]
+    completion_ids: list[list[int]] | None
+    num_generations: int
+    step: int
+
+
+def cut_share(completion_ids: Sequence[Sequence[int]], end_ids: Collection[int]) -> float:
+    """The share of completions cut at the length limit: TRL's rule, a completion whose last token id is
+    none of ``end_ids`` (the EOS ids and the pad id) was cut.
+
+    TRL logs the same share of a batch as ``completions/clipped_ratio``. A completion without a
+    token is not cut (nothing reached the limit); an empty batch has share 0.
+
+    Args:
+        completion_ids: each completion's token ids (TRL's ``completion_ids``, cut after the EOS).
+        end_ids: the ids a finished completion ends with.
+
+    Returns:
+        The share, in [0, 1].
+
+    Examples:
+        >>> cut_share([[5, 2], [5, 6, 7], [2], [0]], end_ids={2, 0})
+        0.25
+    """
+    ends = {int(i) for i in end_ids}
+    ids = [list(c) for c in completion_ids]
+    if not ids:
+        return 0.0
+    return sum(1 for c in ids if c and int(c[-1]) not in ends) / len(ids)
