@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from ddp_utils import run_distributed
 from helpers import report_of_hugging_face_run
 from test_grpo_reward import BATCH, REFERENCES, TOPICS, TopicEncoder, _reward, _space
 
@@ -236,6 +237,41 @@ def test_bad_trainers_and_batches(tmp_path):
         GroupDiversityCallback(space="minilm")
     with pytest.raises(ValueError, match="name must be None or a non-empty string"):
         GroupDiversityCallback(space=space, name="a/b")
+
+
+# the cut share's test batch: completions 0, 5 and 11 end without an end id (3 of 12); 5 is process 0's, 11 process 1's
+CUT_IDS = [[4, 5, 6] if i in (0, 5, 11) else [4, EOS] for i in range(len(BATCH))]
+
+
+def _callback_on(rank, world, out):
+    """TRL's call of the callback on this process's 6 of the 12 completions (group 2 straddles the processes)."""
+    trainer = StubTrainer(out)
+    trainer.state.is_world_process_zero = rank == 0
+    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=out, show_progress=False)
+    cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
+    _begin(cb, trainer)
+    mine = slice(6 * rank, 6 * (rank + 1))
+    _step(cb, trainer, BATCH[mine], prompts=[f"p{i // 4}" for i in range(12)][mine], ids=CUT_IDS[mine])
+    logged = {k: v for k, v in trainer.logged.items() if k != "diversity/runtime"}
+    return logged, cb.last_batch.completions, cb.last_batch.completion_ids
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
+def test_two_processes_log_what_one_process_logs_for_the_whole_batch(tmp_path):
+    """Each process gets its slice from TRL; the callback gathers them and every process logs the whole batch's
+    values (TRL then averages equal values across the processes: the one-process value)."""
+    results = run_distributed(_callback_on, 2, str(tmp_path / "ddp"), timeout_s=120)
+    trainer = StubTrainer(tmp_path / "one")
+    cb = trainer.with_callback(GroupDiversityCallback(space=_space(tmp_path / "one"), reference_responses=REFERENCES))
+    _begin(cb, trainer)
+    _step(cb, trainer, BATCH, ids=CUT_IDS)
+    one = {k: v for k, v in trainer.logged.items() if k != "diversity/runtime"}
+    assert one["diversity/length_cut_share"] == [0.25] and one["diversity/collapsed_groups"] == [pytest.approx(1 / 3)]
+    for logged, completions, ids in results:
+        assert logged == one and completions == BATCH and ids == CUT_IDS
+    # the sample table is the first process's alone
+    assert (tmp_path / "ddp" / "lightning_div" / "diversity_group_sample_step1.csv").is_file()
 
 
 def test_rollouts_of_is_deprecated_and_names_its_replacement():
