@@ -107,6 +107,28 @@ def test_sampler_mode_refuses_negatives():
         DRESSReweighting(mode="weighted")
 
 
+def test_a_loss_that_ignores_the_weights_is_an_error_not_an_unweighted_run(tmp_path):
+    """Issue 63: a module calling self.model(**batch) hands sample_weight to the model's forward, which ignores it
+    (or refuses it): the run trained unweighted and DRESS changed nothing, silently. The first backward says so."""
+    cb = dress(tmp_path)
+    x = torch.ones(2, requires_grad=True)
+    batch = {"input_ids": torch.zeros(2, 3, dtype=torch.long), "sample_weight": torch.tensor([1.0, 0.5])}
+    cb.on_train_batch_start(None, None, batch, 0)
+    assert batch["sample_weight"].requires_grad  # watched until the backward
+    with pytest.raises(
+        ValueError, match=r"the training loss does not depend on the batch's 'sample_weight'.*dress_loss"
+    ):
+        cb.on_before_backward(None, None, (x * 2).sum())
+    # a weighted loss (as dress_loss computes it) passes, and the weights are plain again
+    batch = {"sample_weight": torch.tensor([1.0, 0.5])}
+    cb._weights_used = None
+    cb.on_train_batch_start(None, None, batch, 0)
+    cb.on_before_backward(None, None, (x * batch["sample_weight"].to(torch.float64)).sum())
+    assert cb._weights_used is True and not batch["sample_weight"].requires_grad
+    cb.on_train_batch_start(None, None, later := {"sample_weight": torch.tensor([2.0])}, 1)
+    assert not later["sample_weight"].requires_grad  # checked once a fit: later batches are not watched
+
+
 def test_settings_that_cannot_work_are_refused_at_construction():
     """Issue 54 H6 and L7: negative_weight=+1.0 trained the head clusters' generations as gold examples; lam=-5 or
     NaN, head_threshold=1.5 and num_negative_contexts=0 were accepted and failed later, or never."""

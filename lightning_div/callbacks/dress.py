@@ -215,6 +215,9 @@ class DRESSReweighting(DiversityCallback):
         self.collapse_monitor = collapse_monitor
         self._guard_monitor = collapse_monitor  # the monitor the guard reads, found at setup (guard_monitor)
         self._layout_seen = False  # this epoch's first batch with negatives was checked (on_train_batch_start)
+        #: The first batch's weights, watched until the loss's backward: does the loss depend on them?
+        self._watched: Any = None
+        self._weights_used: bool | None = None  # None: not checked yet in this fit
         #: Everything DRESS decided (weights, negatives and their clusters, the round), checkpointed whole;
         #: ``mined_for`` makes a resumed run mine each round exactly once.
         self.state = DressState(
@@ -366,6 +369,7 @@ class DRESSReweighting(DiversityCallback):
             self.state.gold_top_share = float(hist.max() / hist.sum()) if hist.sum() else None
         epoch = starting_epoch(trainer)
         self._layout_seen = False
+        self._watched, self._weights_used = None, None
         if self._mining() and self.mine_at == "start" and self.state.mined_for != epoch and self._round_starts(epoch):
             # The first round's negatives come from the model as it is before any training step. Outside
             # measuring(), so the full parameters are gathered here (every rank runs on_fit_start).
@@ -409,6 +413,33 @@ class DRESSReweighting(DiversityCallback):
     ) -> None:
         if self.mode == "loss" and not self._layout_seen and np.any(self.state.negative_weights != 0):
             self._check_batch(batch)
+        if self.mode == "loss" and self._weights_used is None and isinstance(batch, Mapping):
+            weights = batch.get(SAMPLE_WEIGHT)
+            if getattr(weights, "is_floating_point", lambda: False)() and not weights.requires_grad:
+                # a leaf that records its use: the loss's graph reaches it only if the loss is weighted
+                self._watched = weights.requires_grad_(True)
+
+    @override
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
+        """At the fit's first backward: a loss that does not depend on the batch's weights is an error, not a
+        silently unweighted run (a module calling ``self.model(**batch)`` hands the weights to the model's
+        forward, which ignores or refuses them)."""
+        watched, self._watched = self._watched, None
+        if watched is None or not getattr(loss, "requires_grad", False):
+            return
+        import torch
+
+        (grad,) = torch.autograd.grad(loss, watched, retain_graph=True, allow_unused=True)
+        watched.requires_grad_(False)
+        self._weights_used = grad is not None
+        if not self._weights_used:
+            raise ValueError(
+                f"{type(self).__name__}(mode='loss'): the training loss does not depend on the batch's "
+                f"'{SAMPLE_WEIGHT}', so the run would train unweighted and DRESS would change nothing. Compute the "
+                "loss with lightning_div.dress.dress_loss(logits, batch['labels'], batch) (DialogueLM does); a module "
+                "that calls self.model(**batch) hands the DRESS fields to the model's forward instead: pass "
+                "input_ids and attention_mask only (README, 'What a batch holds')"
+            )
 
     def _check_batch(self, batch: Any) -> None:
         """Warn (once each) when a batch cannot carry what DRESS decided to the loss, until one with negatives is seen."""
