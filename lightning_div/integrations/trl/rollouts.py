@@ -200,8 +200,10 @@ def cut_share(completion_ids: Sequence[Sequence[int]], end_ids: Collection[int])
     """The share of completions cut at the length limit: TRL's rule, a completion whose last token id is
     none of ``end_ids`` (the EOS ids and the pad id) was cut.
 
-    TRL logs the same share of a batch as ``completions/clipped_ratio``. A completion without a
-    token is not cut (nothing reached the limit); an empty batch has share 0.
+    TRL 1.16 logs the same share of a batch as ``completions/clipped_ratio`` (TRL 1.0.0 took only
+    the tokenizer's EOS and pad ids as end ids, so with a model whose ``generation_config`` declares
+    other EOS ids its ratio also counts the completions that ended on those). A completion without
+    a token is not cut (nothing reached the limit); an empty batch has share 0.
 
     Args:
         completion_ids: each completion's token ids (TRL's ``completion_ids``, cut after the EOS).
