@@ -414,8 +414,10 @@ class DRESSReweighting(DiversityCallback):
         if self.mode == "loss" and not self._layout_seen and np.any(self.state.negative_weights != 0):
             self._check_batch(batch)
         if self.mode == "loss" and self._weights_used is None and isinstance(batch, Mapping):
+            import torch
+
             weights = batch.get(SAMPLE_WEIGHT)
-            if getattr(weights, "is_floating_point", lambda: False)() and not weights.requires_grad:
+            if isinstance(weights, torch.Tensor) and weights.is_floating_point() and not weights.requires_grad:
                 # a leaf that records its use: the loss's graph reaches it only if the loss is weighted
                 self._watched = weights.requires_grad_(True)
 
