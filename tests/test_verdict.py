@@ -109,8 +109,9 @@ def test_the_alert_is_a_band_and_a_single_value_no_panel():
         "diversity/group_sem_ent": [(0.0, s, 1.0) for s in (1, 2, 3, 4)],
         "diversity/breakdown_alert": [(0.0, s, v) for s, v in ((1, 0), (2, 1), (3, 1), (4, 0))],
         "train/train_runtime": [(0.5, 4, 39.6)],
+        "diversity/distinct_1": [(0.0, s, 0.5) for s in (1, 2)],
     }
-    assert drawn(series) == ["diversity/group_sem_ent"]
+    assert drawn(series) == ["diversity/group_sem_ent", "diversity/distinct_1"]  # the headline panel first
     assert _on_spans([(1, 0), (2, 1), (3, 1), (4, 0)]) == [(2, 4)]  # on from step 2 until it went off at 4
     assert _on_spans([(1, 0), (2, 1), (3, 1)]) == [(2, 3)]  # still on at the last step
     assert _on_spans([(1, 1)]) == [(1, 1.5)]  # one step on: a visible band

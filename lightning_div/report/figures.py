@@ -72,6 +72,31 @@ GROUP_ORDER = ("diversity", "val", "eval", "train")
 ALERT_COLOURS = {"breakdown_alert": "#d64545", "collapse_alert": "#e8a33d", "ruq_alert": "#e8a33d"}
 
 
+#: The panels of a group in this order (the rest after them, by name): the headline first, as the summary orders it.
+PANEL_ORDER = (
+    "group_sem_ent",
+    "collapsed_groups",
+    "group_clusters",
+    "reference_nll",
+    "length_cut_share",
+    "group_top_word_share",
+    "group_distinct_2",
+    "loss",
+    "sem_ent",
+    "sem_ent_gold",
+    "empty_share",
+    "distinct_1",
+    "distinct_2",
+    "distinct_3",
+    "ead",
+)
+
+
+def _panel_rank(name: str) -> tuple[int, str]:
+    last = name.split("/")[-1]
+    return (PANEL_ORDER.index(last) if last in PANEL_ORDER else len(PANEL_ORDER), name)
+
+
 def is_alert(name: str) -> bool:
     """A 0/1 alert key (``diversity/breakdown_alert``, ``val/ruq_alert``): drawn as a band, not a panel."""
     return name.split("/")[-1] in ALERT_COLOURS or name.split("/")[-1].removeprefix("eval_") in ALERT_COLOURS
@@ -107,7 +132,7 @@ def _per_epoch(points: list[tuple[float, float, float]]) -> bool:
 
 def drawn(series: dict[str, list[tuple[float, float, float]]]) -> list[str]:
     """The metrics drawn as panels: not the alerts (bands) and not those logged once (a single point is no curve)."""
-    return [n for n in sorted(series) if not is_alert(n) and len(series[n]) > 1]
+    return [n for n in sorted(series, key=_panel_rank) if not is_alert(n) and len(series[n]) > 1]
 
 
 @_text_not_math
