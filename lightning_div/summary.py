@@ -165,8 +165,8 @@ def _log_history(source: Any) -> dict[str, Any] | None:
 
 def _rows(source: Any) -> tuple[list[Row], str]:
     """The logged rows, oldest first, and what their step counts: a Hugging Face / TRL trainer's
-    ``state.log_history`` row by row (steps); else the last values as one row (a Lightning trainer's
-    epoch)."""
+    ``state.log_history`` row by row (steps); a Lightning trainer's monitors' histories (a row per
+    measured epoch), then its last values; a mapping as one row."""
     history = getattr(getattr(source, "state", None), "log_history", None)
     if (
         not isinstance(source, Mapping)
@@ -182,8 +182,19 @@ def _rows(source: Any) -> tuple[list[Row], str]:
                 }
                 rows.append((step, values))
         return rows, "step"
-    epoch = None if isinstance(source, Mapping) else _as_float(getattr(source, "current_epoch", None))
-    return [(epoch, _metrics(source))], "epoch"
+    if isinstance(source, Mapping):
+        return [(None, _metrics(source))], "epoch"
+    # a Lightning trainer: the monitors' own histories (a row per measured epoch), then the last values
+    by_epoch: dict[float, dict[str, float]] = {}
+    for cb in _callbacks(source):
+        history = getattr(cb, "history", None)
+        for row in history if isinstance(history, list) else []:
+            epoch = _as_float(row.get("epoch")) if isinstance(row, Mapping) else None
+            if epoch is not None:
+                values = {k: _as_float(v) for k, v in row.items() if k != "epoch" and isinstance(k, str)}
+                by_epoch.setdefault(epoch, {}).update({k: v for k, v in values.items() if v is not None})
+    rows: list[Row] = [(e, by_epoch[e]) for e in sorted(by_epoch)]
+    return rows + [(_as_float(getattr(source, "current_epoch", None)), _metrics(source))], "epoch"
 
 
 def _callbacks(source: Any) -> list[Any]:

@@ -242,3 +242,24 @@ def test_a_hugging_face_run_is_summarised_with_its_ruq_alert_since_its_step():
 def test_avg_distinct_says_it_is_not_the_mean_of_the_lines_above():
     lines = summary({"val/distinct_1": 0.5, "val/distinct_2": 0.7, "val/avg_distinct": 0.75}).splitlines()
     assert lines[-1].endswith("mean of distinct-1 to distinct-5 (not of the lines above)")
+
+
+def test_a_lightning_run_says_since_which_epoch_from_its_monitors_history():
+    """callback_metrics hold the last values only: the monitors' histories say when the replies emptied out."""
+
+    class Monitor:
+        kind, name = "semantic_diversity", None
+        history = [
+            {"epoch": 0.0, "val/empty_share": 0.0, "val/sem_ent": 2.0},
+            {"epoch": 1.0, "val/empty_share": 0.9, "val/sem_ent": 0.4},
+            {"epoch": 2.0, "val/empty_share": 1.0, "val/sem_ent": 0.0},
+        ]
+
+    class Trainer:
+        callback_metrics = {"val/empty_share": torch.tensor(1.0), "val/sem_ent": torch.tensor(0.0)}
+        current_epoch, global_step, callbacks = 3, 39, [Monitor()]
+
+    lines = summary(Trainer()).splitlines()
+    assert lines[1] == "  verdict: mostly empty replies since epoch 1 (val/empty_share)"
+    Trainer.callbacks = []  # without a history: the state, but not since when
+    assert summary(Trainer()).splitlines()[1] == "  verdict: mostly empty replies (val/empty_share)"
