@@ -39,7 +39,7 @@ from lightning_div.keys import (
 )
 from lightning_div.verdict import Row, verdict, verdict_lines
 
-__all__ = ["Measurement", "measurements", "print_summary", "summary"]
+__all__ = ["Measurement", "empty_shares", "measurements", "mostly_empty", "print_summary", "summary"]
 
 #: The unit of each metric, by its name after the split (``val/ruq`` -> ``ruq``); "" for a share (0 to 1).
 UNITS: dict[str, str] = {
@@ -297,8 +297,12 @@ def _clusters(source: Any) -> int | None:
     return ks.pop() if len(ks) == 1 and isinstance(next(iter(ks)), int) else None
 
 
-def _empty_shares(found: list[Measurement]) -> dict[str, float]:
-    """Each front end's share of empty replies, by its keys' prefix (``val/``, ``eval_``, ``diversity/``)."""
+def empty_shares(found: list[Measurement]) -> dict[str, float]:
+    """Each front end's share of empty replies, by its keys' prefix (``val/``, ``eval_``, ``diversity/``).
+
+    Args:
+        found: :func:`measurements` of a run.
+    """
     out = {}
     for m in found:
         head, _, last = m.key.rpartition("/")
@@ -309,8 +313,14 @@ def _empty_shares(found: list[Measurement]) -> dict[str, float]:
     return out
 
 
-def _marked(key: str, shares: dict[str, float]) -> float | None:
-    """The empty share behind a lexical metric's key when it is mostly empty replies (else None)."""
+def mostly_empty(key: str, shares: dict[str, float]) -> float | None:
+    """The share of empty replies behind a lexical metric's key when they are mostly empty (else None): a
+    metric to mark as computed on mostly empty text.
+
+    Args:
+        key: the metric's key (``val/distinct_2``, ``eval_distinct_2``, ``diversity/distinct_2``).
+        shares: :func:`empty_shares` of the run's measurements.
+    """
     head, _, last = key.rpartition("/")
     prefix = head + "/" if head else (_EVAL if key.startswith(_EVAL) else "")
     name = last[len(_EVAL) :] if not head and key.startswith(_EVAL) else last
@@ -364,7 +374,7 @@ def summary(source: Any, title: str | None = None) -> str:
     rows, unit = _rows(source)
     records = [r for r in (getattr(cb, "alert_record", None) for cb in _callbacks(source)) if isinstance(r, Mapping)]
     k = _clusters(source)
-    shares = _empty_shares(found)
+    shares = empty_shares(found)
     width = max(len(m.key) for m in found)
     value_width = max(len(m.shown()) for m in found)
     lines = [title, *verdict_lines(verdict(rows, records, unit))]
@@ -372,7 +382,7 @@ def summary(source: Any, title: str | None = None) -> str:
         note = m.note
         if k is not None and m.key in ("val/sem_ent", "val/sem_ent_gold"):
             note += f" (0 to ln {k} = {math.log(k):.2f})"
-        share = _marked(m.key, shares)
+        share = mostly_empty(m.key, shares)
         if share is not None:
             note = f"[of mostly empty replies: {share:.0%} empty] {note}"
         lines.append(f"  {m.key.ljust(width)}  {m.shown().ljust(value_width)}  {note}".rstrip())

@@ -150,3 +150,17 @@ def test_mostly_empty_replies_are_a_verdict_of_their_own(share):
     assert v.reasons == [
         f"{share:.0%} of the replies are empty (from 50% on, the lexical metrics describe almost nothing)"
     ]
+
+
+def test_the_reports_table_marks_the_lexical_metrics_of_mostly_empty_replies(tmp_path):
+    version = tmp_path / "run" / "csv" / "version_0"
+    version.mkdir(parents=True)
+    (version / "metrics.csv").write_text(
+        "epoch,step,val/empty_share,val/distinct_2,val/sem_ent\n0,3,0.0,0.3,2.0\n1,7,0.92,1.0,0.2\n"
+    )
+    page = build_report(tmp_path / "run")
+    assert "<strong>mostly empty replies since epoch 1 (val/empty_share)</strong>" in page
+    table = page.split('<table id="summary">')[1].split("</table>")[0]
+    rows = {r.split("</td>")[0]: r for r in table.split("<tr><td>")[1:]}
+    assert "[of mostly empty replies: 92% empty]" in rows["val/distinct_2"]
+    assert "mostly empty" not in rows["val/sem_ent"] and "mostly empty" not in rows["val/empty_share"]

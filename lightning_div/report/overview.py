@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning_div.summary import measurements
+from lightning_div.summary import empty_shares, measurements, mostly_empty
 from lightning_div.verdict import Row, verdict
 
 Series = dict[str, list[tuple[float, float, float]]]
@@ -70,9 +70,15 @@ def summary_section(series: Series, alerts: list[dict[str, Any]], unit: str) -> 
         x = 0 if unit == "epoch" else 1
         # train/loss is the epoch mean Lightning logs as train/loss_epoch
         at = {m.key: (last.get(m.key) or last[f"{m.key}_epoch"])[x] for m in found}
+        shares = empty_shares(found)
+
+        def note(key: str, text: str) -> str:  # a lexical metric of mostly empty replies says so, as in the summary
+            share = mostly_empty(key, shares)
+            return text if share is None else f"[of mostly empty replies: {share:.0%} empty] {text}"
+
         rows = "".join(
             f'<tr><td>{html.escape(m.key)}</td><td class="num">{html.escape(m.shown())}</td>'
-            f'<td class="num">{at[m.key]:g}</td><td class="note">{html.escape(m.note)}</td></tr>'
+            f'<td class="num">{at[m.key]:g}</td><td class="note">{html.escape(note(m.key, m.note))}</td></tr>'
             for m in found
         )
         parts.append(
