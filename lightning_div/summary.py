@@ -353,7 +353,7 @@ def summary(source: Any, title: str | None = None) -> str:
     Examples:
         >>> print(summary({"val/sem_ent": 2.1, "val/distinct_2": 0.25, "val/ruq": 8.0, "val/ruq_alert": 0.0}))
         lightning-div
-          verdict: healthy
+          verdict: healthy (val/ruq_alert off)
             numbers: Sem-Ent 2.1; RUQ 8
           val/sem_ent     2.1000 nats  entropy of the generated responses' clusters
           val/distinct_2  0.2500       share of distinct 2-grams

@@ -105,7 +105,7 @@ class Verdict:
     Attributes:
         state: ``"healthy"``, ``"breakdown"``, ``"collapse"``, ``"RUQ alert"``, ``"mostly empty replies"``,
             or ``"no alert measured"`` (no front end that raises one logged).
-        key: the logged key that says it (``""`` when healthy).
+        key: the logged key that says it (when healthy: the alert keys that were checked, all off).
         since: the step or epoch from which it holds (None: unknown or healthy).
         unit: ``"step"`` or ``"epoch"``.
         reasons: why, in words.
@@ -126,6 +126,8 @@ class Verdict:
         text = self.state
         if self.since is not None:
             text += f" since {self.unit} {_num(self.since)}"
+        if self.state == "healthy":  # healthy by the alerts that were measured, no more: they are named
+            return f"{text} ({self.key} off)" if self.key else text
         return f"{text} ({self.key})" if self.key else text
 
 
@@ -194,7 +196,7 @@ def verdict(rows: Sequence[Row], records: Sequence[Mapping[str, Any]] = (), unit
         >>> verdict(rows).headline()
         'breakdown since step 2 (diversity/breakdown_alert)'
         >>> verdict(rows[:1]).headline()
-        'healthy'
+        'healthy (diversity/breakdown_alert off)'
     """
     keys = list(dict.fromkeys(k for _, values in rows for k in values))
     by_key = {r.get("key"): r for r in records if isinstance(r, Mapping)}
@@ -253,7 +255,8 @@ def verdict(rows: Sequence[Row], records: Sequence[Mapping[str, Any]] = (), unit
         return first
     if not measured and not empty:
         return Verdict("no alert measured")
-    healthy = Verdict("healthy")
+    checked = [k for k in keys if _prefix_and_name(k)[1] in {suffix for suffix, _ in ALERT_KINDS}]
+    healthy = Verdict("healthy", ", ".join(checked))
     for key in keys:
         prefix, name = _prefix_and_name(key)
         if name in ("breakdown_alert", "ruq_alert"):

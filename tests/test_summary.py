@@ -195,7 +195,9 @@ def test_a_broken_grpo_run_opens_with_its_breakdown_its_reason_and_its_numbers()
     assert lines[2].startswith("    numbers: group Sem-Ent 0.6277 (first 1.02)")
     # an alert that ended is not the verdict: back to healthy at the last step
     healed = [*BROKEN, {**BROKEN[-1], "diversity/breakdown_alert": 0.0, "step": 15}]
-    assert summary(_TRLTrainer(healed, [_Alerting()])).splitlines()[1] == "  verdict: healthy"
+    assert summary(_TRLTrainer(healed, [_Alerting()])).splitlines()[1] == (
+        "  verdict: healthy (diversity/collapse_alert, diversity/breakdown_alert off)"
+    )
 
 
 def test_lexical_metrics_of_mostly_empty_replies_are_marked():

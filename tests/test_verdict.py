@@ -140,7 +140,7 @@ def test_a_lightning_run_has_the_same_verdict_with_its_epochs(tmp_path):
 def test_an_alert_that_ended_is_not_the_verdict():
     rows = [(s, {"val/ruq_alert": v, "val/ruq": r}) for s, v, r in ((0, 0.0, 40.0), (1, 1.0, 20.0), (2, 0.0, 38.0))]
     v = verdict(rows, unit="epoch")
-    assert v.headline() == "healthy" and v.numbers == ["RUQ 38 (first 40)"]
+    assert v.headline() == "healthy (val/ruq_alert off)" and v.numbers == ["RUQ 38 (first 40)"]
 
 
 @pytest.mark.parametrize("share", [0.5, 11 / 12])
