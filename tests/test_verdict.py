@@ -164,3 +164,23 @@ def test_the_reports_table_marks_the_lexical_metrics_of_mostly_empty_replies(tmp
     rows = {r.split("</td>")[0]: r for r in table.split("<tr><td>")[1:]}
     assert "[of mostly empty replies: 92% empty]" in rows["val/distinct_2"]
     assert "mostly empty" not in rows["val/sem_ent"] and "mostly empty" not in rows["val/empty_share"]
+
+
+def test_a_hugging_face_runs_report_has_its_summary_table(tmp_path):
+    """TensorBoard charts a Hugging Face evaluation's eval_ruq as eval/ruq: the table had no row of them."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    (tmp_path / "sft" / "lightning_div").mkdir(parents=True)
+    writer = SummaryWriter(str(tmp_path / "sft" / "runs" / "Dec04_21-00-00_host"))
+    for step, ruq, alert in ((4, 40.0, 0.0), (8, 20.0, 1.0)):
+        writer.add_scalar("train/epoch", step / 8, step)
+        writer.add_scalar("eval/ruq", ruq, step)
+        writer.add_scalar("eval/ruq_alert", alert, step)
+        writer.add_scalar("eval/empty_share", 0.75, step)
+        writer.add_scalar("eval/distinct_2", 1.0, step)
+    writer.close()
+    page = build_report(tmp_path / "sft")
+    assert "<strong>RUQ alert since step 8 (eval/ruq_alert)</strong>" in page and "steps 4-8" in page
+    table = page.split('<table id="summary">')[1].split("</table>")[0]
+    assert '<tr><td>eval_ruq</td><td class="num">20.0 %</td><td class="num">8</td>' in table
+    assert "[of mostly empty replies: 75% empty] share of distinct 2-grams" in table

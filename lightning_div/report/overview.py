@@ -25,6 +25,11 @@ Series = dict[str, list[tuple[float, float, float]]]
 _TONE = {"healthy": "good", "no alert measured": "plain", "mostly empty replies": "warn"}
 
 
+def _logged_name(key: str) -> str:
+    """``eval/sem_ent`` (as TensorBoard shows a Hugging Face evaluation) -> ``eval_sem_ent``, as it was logged."""
+    return "eval_" + key[len("eval/") :] if key.startswith("eval/") else key
+
+
 def run_rows(series: Series, unit: str) -> list[Row]:
     """The scalars as logged rows, oldest first: one row per epoch (``unit="epoch"``) or per step."""
     rows: dict[float, dict[str, float]] = {}
@@ -64,7 +69,8 @@ def summary_section(series: Series, alerts: list[dict[str, Any]], unit: str) -> 
     if items:
         parts.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>")
     parts.append("</div>")
-    last = {k: points[-1] for k, points in series.items() if points}
+    # a Hugging Face Trainer's TensorBoard charts eval_sem_ent as eval/sem_ent: the summary's name again
+    last = {_logged_name(k): points[-1] for k, points in series.items() if points}
     found = measurements({k: p[2] for k, p in last.items()})
     if found:
         x = 0 if unit == "epoch" else 1
