@@ -44,6 +44,20 @@ GROUP_SIGNALS: tuple[tuple[str, str], ...] = (
 )
 #: The numbers beside RUQ's alert, by metric name.
 RUQ_SIGNALS: tuple[tuple[str, str], ...] = (("sem_ent", "Sem-Ent"), ("ruq", "RUQ"))
+#: The numbers beside DRESS's degeneration guard (``dress/collapse_alert``), by their whole keys.
+DRESS_SIGNALS: tuple[tuple[str, str], ...] = (
+    ("val/sem_ent", "Sem-Ent"),
+    ("val/top_cluster_share", "top-cluster share"),
+    ("train/negative_loss", "negative loss"),
+)
+
+
+def _signals_of(prefix: str, name: str) -> tuple[str, Sequence[tuple[str, str]]]:
+    """The prefix and the numbers that say an alert: DRESS's guard reads the monitors' keys, not its own."""
+    if prefix.endswith("dress/"):
+        return "", DRESS_SIGNALS
+    return prefix, RUQ_SIGNALS if name == "ruq_alert" else GROUP_SIGNALS
+
 
 #: One logged row: the step (or epoch) it was logged at (None: unknown) and its values by key.
 Row = tuple[float | None, Mapping[str, float]]
@@ -212,7 +226,7 @@ def verdict(rows: Sequence[Row], records: Sequence[Mapping[str, Any]] = (), unit
             if not active:
                 continue
             record = by_key.get(key) or {}
-            signals = GROUP_SIGNALS if suffix != "ruq_alert" else RUQ_SIGNALS
+            where, signals = _signals_of(prefix, name)
             recorded_since = record.get("since")
             if len(rows) == 1:  # the last values only (a Lightning trainer's): since when is not known from them
                 since = None
@@ -223,7 +237,7 @@ def verdict(rows: Sequence[Row], records: Sequence[Mapping[str, Any]] = (), unit
                     recorded_since if isinstance(recorded_since, (int, float)) else since,
                     str(record.get("unit", unit)),
                     [str(r) for r in record.get("reasons", []) if record.get("kind") == state],
-                    _numbers(rows, prefix, signals),
+                    _numbers(rows, where, signals),
                 )
             )
     empty = [k for k in keys if _prefix_and_name(k)[1] == EMPTY_SHARE]
@@ -259,8 +273,8 @@ def verdict(rows: Sequence[Row], records: Sequence[Mapping[str, Any]] = (), unit
     healthy = Verdict("healthy", ", ".join(checked))
     for key in keys:
         prefix, name = _prefix_and_name(key)
-        if name in ("breakdown_alert", "ruq_alert"):
-            healthy.numbers += _numbers(rows, prefix, GROUP_SIGNALS if name == "breakdown_alert" else RUQ_SIGNALS)
+        if name in ("breakdown_alert", "ruq_alert") or (name == "collapse_alert" and prefix.endswith("dress/")):
+            healthy.numbers += _numbers(rows, *_signals_of(prefix, name))
     return healthy
 
 

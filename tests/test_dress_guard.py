@@ -220,3 +220,41 @@ def test_the_guard_finds_a_named_monitor_or_says_why_it_cannot():
     for bad in ("", " sem", 5):
         with pytest.raises(ValueError, match="collapse_monitor must be None or the name of a SemanticDiversityMonitor"):
             DRESSReweighting(collapse_monitor=bad)
+
+
+def test_the_guard_keeps_why_and_since_when_for_the_summary_and_the_report(tmp_path):
+    """Issue 63: the guard's reasons went to stderr only; its alert record keeps them with the run."""
+    from types import SimpleNamespace
+
+    from lightning_div._internal.lightning import TrainerFn
+    from lightning_div.verdict import verdict
+
+    dress = DRESSReweighting(**dress_args(tmp_path))
+    metrics = {"val/sem_ent": 0.1, "val/sem_ent_gold": 2.9, "val/top_cluster_share": 0.95}
+    trainer = SimpleNamespace(
+        sanity_checking=False,
+        state=SimpleNamespace(fn=TrainerFn.FITTING),
+        callback_metrics=metrics,
+        strategy=SimpleNamespace(broadcast=lambda value, src=0: value),
+        current_epoch=1,
+    )
+    with pytest.warns(RuntimeWarning, match="the generations look collapsed at epoch 1"):
+        dress._guard(trainer, m := {})
+    trainer.current_epoch = 2
+    dress._guard(trainer, m)  # still collapsed: since epoch 1, warned once
+    assert m["dress/collapse_alert"] == 1.0
+    record = dress.alert_record
+    assert (record["kind"], record["since"], record["unit"], record["key"]) == (
+        "collapse",
+        1,
+        "epoch",
+        "dress/collapse_alert",
+    )
+    assert record["reasons"] == [
+        "Sem-Ent 0.1 < 0.5 x the gold responses 2.9",
+        "the top cluster holds 95 % of the generations (> 80 %)",
+    ]
+    rows = [(0, {"dress/collapse_alert": 0.0, "val/sem_ent": 2.5}), (1, {"dress/collapse_alert": 1.0, **metrics})]
+    v = verdict(rows, [record], "epoch")
+    assert v.headline() == "collapse since epoch 1 (dress/collapse_alert)" and v.reasons == record["reasons"]
+    assert v.numbers == ["Sem-Ent 0.1 (first 2.5)", "top-cluster share 0.95"]

@@ -54,6 +54,7 @@ from lightning_div.semantic.clusters import ClustersSource
 from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import Options
+from lightning_div.verdict import next_alert_record
 from lightning_div.views import log_dress_round
 
 MINE_AT = ("start", "end")
@@ -491,6 +492,15 @@ class DRESSReweighting(DiversityCallback):
         # rank 0's reading decides, so every rank mines (or stops) alike
         collapsed = bool(trainer.strategy.broadcast(bool(reasons), src=0))
         m[DRESS_COLLAPSE_ALERT] = float(collapsed)
+        self.alert_record = next_alert_record(  # the run's files keep why, for the summary and the report
+            self.alert_record,
+            self.label,
+            "collapse" if collapsed else None,
+            trainer.current_epoch,
+            "epoch",
+            reasons,
+            self.log_key(DRESS_COLLAPSE_ALERT),
+        )
         stop = collapsed and self.on_collapse == "stop_negatives" and self._mining()
         if stop:
             self.state.negatives_stopped_at = trainer.current_epoch
