@@ -37,9 +37,9 @@ from lightning_div.keys import (
     TRAIN_NEGATIVE_LOSS,
     VAL_LOSS,
 )
-from lightning_div.verdict import Row, verdict, verdict_lines
+from lightning_div.verdict import Row, Verdict, verdict, verdict_lines
 
-__all__ = ["Measurement", "empty_shares", "measurements", "mostly_empty", "print_summary", "summary"]
+__all__ = ["Measurement", "empty_shares", "measurements", "mostly_empty", "print_summary", "run_verdict", "summary"]
 
 #: The unit of each metric, by its name after the split (``val/ruq`` -> ``ruq``); "" for a share (0 to 1).
 UNITS: dict[str, str] = {
@@ -297,6 +297,19 @@ def _clusters(source: Any) -> int | None:
     return ks.pop() if len(ks) == 1 and isinstance(next(iter(ks)), int) else None
 
 
+def run_verdict(source: Any) -> Verdict:
+    """The run's verdict (:func:`lightning_div.verdict.verdict`) from a trainer or a mapping: its logged rows
+    (a Hugging Face / TRL trainer's log history; a Lightning trainer's monitors' histories and last values)
+    and its callbacks' alert records.
+
+    Raises:
+        TypeError: ``source`` is neither a trainer nor a mapping.
+    """
+    rows, unit = _rows(source)
+    records = [r for r in (getattr(cb, "alert_record", None) for cb in _callbacks(source)) if isinstance(r, Mapping)]
+    return verdict(rows, records, unit)
+
+
 def empty_shares(found: list[Measurement]) -> dict[str, float]:
     """Each front end's share of empty replies, by its keys' prefix (``val/``, ``eval_``, ``diversity/``).
 
@@ -371,13 +384,11 @@ def summary(source: Any, title: str | None = None) -> str:
             title += f": {source.state.global_step} steps"
     if not found:
         return f"{title}\n  nothing measured yet (no headline metric in callback_metrics)"
-    rows, unit = _rows(source)
-    records = [r for r in (getattr(cb, "alert_record", None) for cb in _callbacks(source)) if isinstance(r, Mapping)]
     k = _clusters(source)
     shares = empty_shares(found)
     width = max(len(m.key) for m in found)
     value_width = max(len(m.shown()) for m in found)
-    lines = [title, *verdict_lines(verdict(rows, records, unit))]
+    lines = [title, *verdict_lines(run_verdict(source))]
     for m in found:
         note = m.note
         if k is not None and m.key in ("val/sem_ent", "val/sem_ent_gold"):

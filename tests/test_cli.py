@@ -172,6 +172,9 @@ def test_demo_runs_end_to_end_shortened(tmp_path, monkeypatch, capsys, recwarn, 
     demo_clusters(tmp_path / "runs/demo/cache", after=True)
     out = capsys.readouterr().out
     assert "lightning-div: fit finished after 2 epoch(s)" in out and "tensorboard --logdir runs/demo" in out
+    # the run's verdict right under it, as print_summary says it (issue 63: the front ends agree)
+    summary_lines = out.split("lightning-div: fit finished after 2 epoch(s)")[1].splitlines()
+    assert summary_lines[1].startswith("  verdict: ")
     # the summary is the last thing printed, after W&B's run history (printed when its run closes)
     assert out.rstrip("\n").endswith("one-page report: lightning-div report runs/demo --out report.html")
     # torch's LeafSpec deprecation, raised by Lightning's CombinedLoader every epoch, is hidden by the CLI

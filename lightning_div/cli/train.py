@@ -27,6 +27,8 @@ from lightning_div.cli.common import UsageError, describe
 from lightning_div.datamodules.dialogue import DialogueDataModule  # noqa: F401
 from lightning_div.keys import SUMMARY_KEYS
 from lightning_div.model.dialogue_lm import DialogueLM  # noqa: F401
+from lightning_div.summary import run_verdict
+from lightning_div.verdict import verdict_lines
 
 if TYPE_CHECKING:
     from pytorch_lightning.cli import LightningCLI
@@ -50,6 +52,7 @@ def run_summary(trainer: Any) -> str:
     ]
     keys += sorted(k for k in metrics if k.startswith("timing/") or "/timing/" in k)
     lines = [f"lightning-div: fit finished after {trainer.current_epoch} epoch(s), {trainer.global_step} steps"]
+    lines += verdict_lines(run_verdict(trainer))  # the run's state first, as print_summary says it
     if keys:
         width = max(len(k) for k in keys)
         lines += [f"  {k.ljust(width)}  {metrics[k]:.4f}" for k in keys]
