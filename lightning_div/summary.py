@@ -191,10 +191,10 @@ def _rows(source: Any) -> tuple[list[Row], str]:
         for row in history if isinstance(history, list) else []:
             epoch = _as_float(row.get("epoch")) if isinstance(row, Mapping) else None
             if epoch is not None:
-                values = {k: _as_float(v) for k, v in row.items() if k != "epoch" and isinstance(k, str)}
-                by_epoch.setdefault(epoch, {}).update({k: v for k, v in values.items() if v is not None})
-    rows: list[Row] = [(e, by_epoch[e]) for e in sorted(by_epoch)]
-    return rows + [(_as_float(getattr(source, "current_epoch", None)), _metrics(source))], "epoch"
+                numbers = {k: _as_float(v) for k, v in row.items() if k != "epoch" and isinstance(k, str)}
+                by_epoch.setdefault(epoch, {}).update({k: v for k, v in numbers.items() if v is not None})
+    measured: list[Row] = [(e, by_epoch[e]) for e in sorted(by_epoch)]
+    return measured + [(_as_float(getattr(source, "current_epoch", None)), _metrics(source))], "epoch"
 
 
 def _callbacks(source: Any) -> list[Any]:
