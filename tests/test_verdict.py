@@ -45,8 +45,9 @@ def test_the_alert_record_keeps_its_start_and_is_written_only_when_it_changes(tm
 def test_the_grpo_callback_keeps_why_and_since_when_its_alert_is_on(tmp_path):
     space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     cb = GroupDiversityCallback(space=space, alert_start_steps=2, name="run")
-    for step, top in [(1, 0.1), (2, 0.1), (3, 0.55), (4, 0.6)]:
-        alert = cb.check_alert({"group_sem_ent": 1.0, "group_top_word_share": top}, step=step)
+    with pytest.warns(RuntimeWarning, match=r"step 3: the text broke down.*\(breakdown_top_word = 0\.4\)"):
+        for step, top in [(1, 0.1), (2, 0.1), (3, 0.55), (4, 0.6)]:
+            alert = cb.check_alert({"group_sem_ent": 1.0, "group_top_word_share": top}, step=step)
     assert alert == {"collapse_alert": 0.0, "breakdown_alert": 1.0}
     record = cb.alert_record
     assert record is not None
