@@ -610,9 +610,9 @@ def test_the_summary_prints_after_the_trackers_close(monkeypatch, capsys):
         def finish(self):
             print("wandb: Run history: ...")
 
+    # the run a WandbLogger started is W&B's public wandb.run (the logger's own handle is private)
+    monkeypatch.setitem(sys.modules, "wandb", SimpleNamespace(run=Run()))
     logger = WandbLogger.__new__(WandbLogger)
-    logger._experiment = Run()
-    monkeypatch.setattr(WandbLogger, "experiment", property(lambda self: self._experiment))
     monkeypatch.setattr(train, "run_summary", lambda trainer: "lightning-div: fit finished after 1 epoch(s)")
     cli = SimpleNamespace(trainer=SimpleNamespace(loggers=[logger], is_global_zero=True))
     train.DiversityCLI.after_fit(cli)
