@@ -16,13 +16,13 @@ below both DRESS and the data side (neither imports the other through it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
+from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, NEGATIVE_LOSSES, SAMPLE_WEIGHT, NegativeLoss
 from lightning_div.pairs import DialoguePair, as_pair
 
 __all__ = [
@@ -32,8 +32,10 @@ __all__ = [
     "Mode",
     "NegativeBatches",
     "NegativeLoss",
+    "LayoutCheck",
     "Negatives",
     "ReweightableDataModule",
+    "check_batch_layout",
     "check_choice",
 ]
 
@@ -133,3 +135,73 @@ class ReweightableDataModule(Protocol):
                 and the loss stays unweighted (``negatives`` is then empty).
         """
         ...
+
+
+class LayoutCheck(NamedTuple):
+    """What :func:`check_batch_layout` found in one training batch.
+
+    Attributes:
+        decided: the batch settles the question (it lacks the fields, or it holds negatives);
+            False for a gold-only batch, which says nothing about where the negatives go.
+        problems: ``(what, message)`` for each way the batch breaks the contract: ``what`` is
+            ``"fields"``, ``"loss"`` or ``"layout"`` (a caller warns once for each).
+    """
+
+    decided: bool
+    problems: tuple[tuple[str, str], ...]
+
+
+def check_batch_layout(
+    batch: Any, negative_loss: NegativeLoss, negative_batches: NegativeBatches, label: str
+) -> LayoutCheck:
+    """Whether a ``"loss"``-mode training batch carries what DRESS decided to the loss, as the contract says.
+
+    A batch must hold ``sample_weight`` and ``negative``; one with negatives must hold
+    ``negative_loss`` equal to ``negatives.loss``, and with ``negative_batches="separate"`` no gold
+    example (padding rows of weight 0 do not count). ``label`` names the caller in the messages.
+    """
+    if not isinstance(batch, Mapping) or SAMPLE_WEIGHT not in batch or NEGATIVE not in batch:
+        return LayoutCheck(
+            True,
+            (
+                (
+                    "fields",
+                    f"{label}(mode='loss'): a training batch carries no '{SAMPLE_WEIGHT}' and '{NEGATIVE}' fields, "
+                    "so the loss cannot weight the examples or tell the negatives apart: the datamodule must put "
+                    "them in every batch (DialogueDataModule does; docs: callbacks/dress, 'Your own datamodule')",
+                ),
+            ),
+        )
+    negative = np.asarray(_cpu(batch[NEGATIVE]), dtype=bool).reshape(-1)
+    if not negative.any():
+        return LayoutCheck(False, ())  # a gold batch says nothing about where the negatives go
+    problems: list[tuple[str, str]] = []
+    weights = np.asarray(_cpu(batch[SAMPLE_WEIGHT]), dtype=np.float64).reshape(-1)
+    kind = batch.get(NEGATIVE_LOSS)
+    if kind != negative_loss:
+        said = "no 'negative_loss' field (dress_loss then trains them as 'nll')" if kind is None else repr(kind)
+        problems.append(
+            (
+                "loss",
+                f"{label}(negative_loss={negative_loss!r}): a batch with negatives carries {said}: the "
+                "datamodule must put negatives.loss (from apply_weights) in every batch, or the negatives are "
+                "not trained the way this callback was set",
+            )
+        )
+    gold_rows = ~negative & (weights != 0)  # padding rows (weight 0) fill a negatives' batch: not gold
+    if negative_batches == "separate" and gold_rows.any() and negative.shape == weights.shape:
+        problems.append(
+            (
+                "layout",
+                f"{label}(negative_batches='separate'): a training batch holds {int(negative.sum())} negatives "
+                f"among {int(gold_rows.sum())} gold examples, so the datamodule mixes them: the negatives' "
+                "tokens then share the gold examples' denominator. Batch negatives.pairs apart when "
+                "negatives.batches == 'separate' (docs: callbacks/dress), or pass negative_batches='mixed'",
+            )
+        )
+    return LayoutCheck(True, tuple(problems))
+
+
+def _cpu(value: Any) -> Any:
+    """A tensor as a CPU array (one small copy of a per-example field); anything else as it is."""
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value

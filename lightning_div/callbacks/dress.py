@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -11,32 +10,26 @@ import numpy as np
 from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
-from lightning_div._internal.tracking import new_figure, warn_once
-from lightning_div.callbacks.base import DiversityCallback, _callbacks, override
+from lightning_div._internal.tracking import new_figure
+from lightning_div.callbacks.base import DiversityCallback, override
 from lightning_div.callbacks.checks import settings_changed
-from lightning_div.datamodules.samplers import check_count
-from lightning_div.dress.degeneration import (
-    DRESS_COLLAPSE_ALERT,
-    DRESS_NEGATIVES_STOPPED,
-    ON_COLLAPSE,
-    CollapseThresholds,
-    OnCollapse,
-    check_thresholds,
-    collapse_reasons,
+from lightning_div.callbacks.dress_checks import (
+    check_dress_trainer,
+    reweightable_datamodule,
+    unweighted_loss_error,
+    watch_weights,
+    weights_used,
 )
+from lightning_div.callbacks.dress_guard import check_collapse_monitor, find_guard_monitor, run_guard
+from lightning_div.datamodules.samplers import check_count
+from lightning_div.dress.degeneration import ON_COLLAPSE, CollapseThresholds, OnCollapse, check_thresholds
+from lightning_div.dress.schedule import MINE_AT, mining_generation_kwargs, mining_seed, round_starts, round_to_mine
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import (
     check_lam,
     dress_weights,
 )
-from lightning_div.keys import (
-    NEGATIVE,
-    NEGATIVE_LOSS,
-    NEGATIVE_LOSSES,
-    SAMPLE_WEIGHT,
-    TRAIN_NEGATIVE_LOSS,
-    NegativeLoss,
-)
+from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
 from lightning_div.measure.dress import NegativeMiner
 from lightning_div.measure.reporting import Reporter
 from lightning_div.measure.sample import sample_indices
@@ -48,16 +41,16 @@ from lightning_div.reweighting import (
     Mode,
     NegativeBatches,
     ReweightableDataModule,
+    check_batch_layout,
     check_choice,
 )
 from lightning_div.semantic.clusters import ClustersSource
 from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
 from lightning_div.types import Options
-from lightning_div.verdict import next_alert_record
 from lightning_div.views import log_dress_round
 
-MINE_AT = ("start", "end")
+__all__ = ["MINE_AT", "DRESSReweighting"]
 
 
 class DRESSReweighting(DiversityCallback):
@@ -204,16 +197,7 @@ class DRESSReweighting(DiversityCallback):
         self.mine_at = mine_at
         self.on_collapse = cast(OnCollapse, on_collapse)
         self.collapse_thresholds: CollapseThresholds = check_thresholds(collapse_thresholds)
-        if collapse_monitor is not None and (
-            not isinstance(collapse_monitor, str)
-            or not collapse_monitor.strip()
-            or collapse_monitor != collapse_monitor.strip()
-        ):
-            raise ValueError(
-                "collapse_monitor must be None or the name of a SemanticDiversityMonitor (a non-empty string "
-                f"without surrounding spaces), got {collapse_monitor!r}"
-            )
-        self.collapse_monitor = collapse_monitor
+        self.collapse_monitor = check_collapse_monitor(collapse_monitor)
         self._guard_monitor = collapse_monitor  # the monitor the guard reads, found at setup (guard_monitor)
         self._layout_seen = False  # this epoch's first batch with negatives was checked (on_train_batch_start)
         #: The first batch's weights, watched until the loss's backward: does the loss depend on them?
@@ -268,16 +252,7 @@ class DRESSReweighting(DiversityCallback):
         return self.state.negative_batches
 
     def _datamodule(self, trainer: pl.Trainer) -> ReweightableDataModule:
-        dm = getattr(trainer, "datamodule", None)
-        if not isinstance(dm, ReweightableDataModule):
-            raise ValueError(
-                f"DRESSReweighting needs a datamodule that implements "
-                f"lightning_div.datamodules.ReweightableDataModule (gold_train_responses, train_contexts, "
-                f"apply_weights), got {'none' if dm is None else type(dm).__name__}: it must change which "
-                "examples and weights the training dataloader yields. Pass one to Trainer.fit(datamodule="
-                "...): lightning_div.datamodules.DialogueDataModule, or your own (docs: callbacks/dress)"
-            )
-        return dm
+        return reweightable_datamodule(trainer)
 
     def check_trainer(self, trainer: pl.Trainer) -> None:
         """Raise when this Trainer would not use the negatives mined each round (the error says the fix).
@@ -291,26 +266,8 @@ class DRESSReweighting(DiversityCallback):
         Warns (once) when ``limit_train_batches`` cuts the epochs: only about that share of the
         negatives' batches, shuffled among the gold ones, would be trained.
         """
-        if not self.negatives:
-            return
-        every = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)  # set in Trainer.__init__, not declared
-        if every != 1:
-            raise ValueError(
-                f"DRESSReweighting(negatives=True) trains on new negatives every {self.every_n_epochs} "
-                f"epoch(s), which reach training only through a rebuilt train dataloader, but this "
-                f"Trainer has reload_dataloaders_every_n_epochs={every}: create the Trainer with "
-                f"reload_dataloaders_every_n_epochs=1 (or use negatives=False)"
-            )
-        limit = getattr(trainer, "limit_train_batches", 1.0)
-        if limit is not None and (isinstance(limit, int) or limit < 1.0):  # an int is a number of batches
-            # The negative batches are shuffled among the gold ones, so a cut epoch trains only part of them.
-            warn_once(
-                "dress-limit-train-batches",
-                f"DRESSReweighting(negatives=True): limit_train_batches={limit} trains only the first "
-                f"batches of each epoch, and the negatives' batches are shuffled among the gold ones, so "
-                f"only about that share of each round's mined negatives is trained. Train whole epochs "
-                f"and take fewer examples instead (DialogueDataModule(max_train_examples=...))",
-            )
+        if self.negatives:
+            check_dress_trainer(trainer, self.every_n_epochs)
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -331,29 +288,7 @@ class DRESSReweighting(DiversityCallback):
         Raises:
             ValueError: ``collapse_monitor`` names no SemanticDiversityMonitor of the Trainer.
         """
-        from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
-
-        names = [cb.name for cb in _callbacks(trainer) if isinstance(cb, SemanticDiversityMonitor)]
-        shown = ", ".join(repr(n) for n in names) or "none"
-        if self.collapse_monitor is not None:
-            if self.collapse_monitor not in names:
-                raise ValueError(
-                    f"{type(self).__name__}(collapse_monitor={self.collapse_monitor!r}) names no "
-                    f"SemanticDiversityMonitor of this Trainer (their names: {shown}): the degeneration guard "
-                    "would read nothing of it. Pass the name of one (or None for the one without a name)"
-                )
-            return self.collapse_monitor
-        if not names or None in names:
-            return None
-        if len(names) == 1:
-            return names[0]
-        self.memory.warn_once(
-            f"dress-guard-monitor:{self.name}",
-            f"{type(self).__name__}: {len(names)} SemanticDiversityMonitors with names ({shown}) and none "
-            "without: the degeneration guard reads none of their metrics, only the losses. Pass "
-            "collapse_monitor=<the name of the one to read>",
-        )
-        return None
+        return find_guard_monitor(self, trainer)
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -383,7 +318,7 @@ class DRESSReweighting(DiversityCallback):
         return self.negatives and self.state.negatives_stopped_at is None
 
     def _round_starts(self, epoch: int) -> bool:
-        return epoch % self.every_n_epochs == 0
+        return round_starts(epoch, self.every_n_epochs)
 
     def _apply(self, dm: ReweightableDataModule) -> None:
         """Hand the datamodule the weights and negatives this callback owns (the only way they reach it)."""
@@ -393,16 +328,15 @@ class DRESSReweighting(DiversityCallback):
         """At this epoch's end: the epoch to mine negatives for, or None."""
         if not self._mining() or trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return None
-        epoch = trainer.current_epoch
-        if self.mine_at == "end":
-            return epoch + 1 if self.due(trainer) else None
-        nxt = epoch + 1
-        max_epochs = trainer.max_epochs
-        last = max_epochs is not None and max_epochs >= 0 and nxt >= max_epochs
-        # No mining for a round that will not be trained (a resumed run with more epochs mines it at fit start).
-        if self.state.mined_for == nxt:  # already mined (a resumed run's fit start did it): once per round
-            return None
-        return nxt if self._round_starts(nxt) and not last and not trainer.should_stop else None
+        return round_to_mine(
+            trainer.current_epoch,
+            self.mine_at,
+            self.every_n_epochs,
+            due=self.due(trainer),
+            max_epochs=trainer.max_epochs,
+            mined_for=self.state.mined_for,
+            should_stop=trainer.should_stop,
+        )
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -414,13 +348,8 @@ class DRESSReweighting(DiversityCallback):
     ) -> None:
         if self.mode == "loss" and not self._layout_seen and np.any(self.state.negative_weights != 0):
             self._check_batch(batch)
-        if self.mode == "loss" and self._weights_used is None and isinstance(batch, Mapping):
-            import torch
-
-            weights = batch.get(SAMPLE_WEIGHT)
-            if isinstance(weights, torch.Tensor) and weights.is_floating_point() and not weights.requires_grad:
-                # a leaf that records its use: the loss's graph reaches it only if the loss is weighted
-                self._watched = weights.requires_grad_(True)
+        if self.mode == "loss" and self._weights_used is None:
+            self._watched = watch_weights(batch)  # a leaf that records its use: is the loss weighted?
 
     @override
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
@@ -428,100 +357,22 @@ class DRESSReweighting(DiversityCallback):
         silently unweighted run (a module calling ``self.model(**batch)`` hands the weights to the model's
         forward, which ignores or refuses them)."""
         watched, self._watched = self._watched, None
-        if watched is None or not getattr(loss, "requires_grad", False):
-            return
-        import torch
-
-        (grad,) = torch.autograd.grad(loss, watched, retain_graph=True, allow_unused=True)
-        watched.requires_grad_(False)
-        self._weights_used = grad is not None
-        if not self._weights_used:
-            raise ValueError(
-                f"{type(self).__name__}(mode='loss'): the training loss does not depend on the batch's "
-                f"'{SAMPLE_WEIGHT}', so the run would train unweighted and DRESS would change nothing. Compute the "
-                "loss with lightning_div.dress.dress_loss(logits, batch['labels'], batch) (DialogueLM does); a module "
-                "that calls self.model(**batch) hands the DRESS fields to the model's forward instead: pass "
-                "input_ids and attention_mask only (README, 'What a batch holds')"
-            )
+        used = weights_used(loss, watched)
+        if used is not None:
+            self._weights_used = used
+        if used is False:
+            raise unweighted_loss_error(type(self).__name__)
 
     def _check_batch(self, batch: Any) -> None:
         """Warn (once each) when a batch cannot carry what DRESS decided to the loss, until one with negatives is seen."""
-        label = type(self).__name__
-        if not isinstance(batch, Mapping) or SAMPLE_WEIGHT not in batch or NEGATIVE not in batch:
-            self._layout_seen = True
-            self.memory.warn_once(
-                f"dress-batch-fields:{self.name}",
-                f"{label}(mode='loss'): a training batch carries no '{SAMPLE_WEIGHT}' and '{NEGATIVE}' fields, so "
-                "the loss cannot weight the examples or tell the negatives apart: the datamodule must put them in "
-                "every batch (DialogueDataModule does; docs: callbacks/dress, 'Your own datamodule')",
-            )
-            return
-        negative = np.asarray(_cpu(batch[NEGATIVE]), dtype=bool).reshape(-1)
-        if not negative.any():
-            return  # a gold batch says nothing about where the negatives go: look at the next one
-        self._layout_seen = True
-        weights = np.asarray(_cpu(batch[SAMPLE_WEIGHT]), dtype=np.float64).reshape(-1)
-        kind = batch.get(NEGATIVE_LOSS)
-        if kind != self.negative_loss:
-            said = "no 'negative_loss' field (dress_loss then trains them as 'nll')" if kind is None else repr(kind)
-            self.memory.warn_once(
-                f"dress-batch-loss:{self.name}",
-                f"{label}(negative_loss={self.negative_loss!r}): a batch with negatives carries {said}: the "
-                "datamodule must put negatives.loss (from apply_weights) in every batch, or the negatives are "
-                "not trained the way this callback was set",
-            )
-        gold_rows = ~negative & (weights != 0)  # padding rows (weight 0) fill a negatives' batch: not gold
-        if self.negative_batches == "separate" and gold_rows.any() and negative.shape == weights.shape:
-            self.memory.warn_once(
-                f"dress-batch-layout:{self.name}",
-                f"{label}(negative_batches='separate'): a training batch holds {int(negative.sum())} negatives "
-                f"among {int(gold_rows.sum())} gold examples, so the datamodule mixes them: the negatives' "
-                "tokens then share the gold examples' denominator. Batch negatives.pairs apart when "
-                "negatives.batches == 'separate' (docs: callbacks/dress), or pass negative_batches='mixed'",
-            )
+        found = check_batch_layout(batch, self.negative_loss, self.negative_batches, type(self).__name__)
+        self._layout_seen = found.decided
+        for what, message in found.problems:
+            self.memory.warn_once(f"dress-batch-{what}:{self.name}", message)
 
     def _guard(self, trainer: pl.Trainer, m: dict[str, float]) -> None:
         """The degeneration guard (lightning_div.dress.degeneration): log the alert, warn once, stop mining if asked."""
-        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
-            return
-        metrics = dict(trainer.callback_metrics)
-        if not np.any(self.state.negative_weights != 0):
-            # no negative trained this epoch: a train/negative_loss still logged is an earlier epoch's
-            metrics = {k: v for k, v in metrics.items() if not k.startswith(TRAIN_NEGATIVE_LOSS)}
-        reasons = collapse_reasons(metrics, self.state.gold_top_share, self.collapse_thresholds, self._guard_monitor)
-        # rank 0's reading decides, so every rank mines (or stops) alike
-        collapsed = bool(trainer.strategy.broadcast(bool(reasons), src=0))
-        m[DRESS_COLLAPSE_ALERT] = float(collapsed)
-        self.alert_record = next_alert_record(  # the run's files keep why, for the summary and the report
-            self.alert_record,
-            self.label,
-            "collapse" if collapsed else None,
-            trainer.current_epoch,
-            "epoch",
-            reasons,
-            self.log_key(DRESS_COLLAPSE_ALERT),
-        )
-        stop = collapsed and self.on_collapse == "stop_negatives" and self._mining()
-        if stop:
-            self.state.negatives_stopped_at = trainer.current_epoch
-            self.state.clear_negatives()
-            self._apply(self._datamodule(trainer))  # the next epoch trains the gold examples alone
-        if self.negatives:
-            m[DRESS_NEGATIVES_STOPPED] = float(self.state.negatives_stopped_at is not None)
-        if collapsed and reasons:
-            then = (
-                f"mining negatives stopped (on_collapse='stop_negatives'): from epoch {trainer.current_epoch + 1} "
-                "on the gold weights alone are trained"
-                if stop
-                else "training goes on unchanged; on_collapse='stop_negatives' stops mining negatives when this happens"
-            )
-            self.memory.warn_once(
-                f"dress-collapse:{self.name}",
-                f"{type(self).__name__}: the generations look collapsed at epoch {trainer.current_epoch}: "
-                f"{'; '.join(reasons)} (negative_loss={self.negative_loss!r}, normalize={self.normalize}). {then}. "
-                "The paper's -1 x NLL negatives are unbounded; negative_loss='unlikelihood' with normalize=True "
-                "(the defaults) stayed healthy where they did not (docs: callbacks/dress, 'Degeneration guard')",
-            )
+        run_guard(self, trainer, m, self._guard_monitor)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -566,23 +417,16 @@ class DRESSReweighting(DiversityCallback):
 
     def mining_generation_kwargs(self, pl_module: pl.LightningModule) -> dict[str, Any]:
         """What ``generate`` gets when mining: ``mine_at="start"`` turns the n-gram blocking off."""
-        if self.mine_at == "end":
-            return dict(self.generation_kwargs)
-        plain: dict[str, Any] = {"do_sample": False, "num_beams": 1, "no_repeat_ngram_size": 0}
         # a module implementing the adapter protocol itself has no layout to read: the causal defaults
-        if getattr(self.adapter(pl_module), "is_seq2seq", False):
-            plain["encoder_no_repeat_ngram_size"] = 0
-        return {**plain, **self.generation_kwargs}
+        is_seq2seq = bool(getattr(self.adapter(pl_module), "is_seq2seq", False))
+        return mining_generation_kwargs(self.mine_at, self.generation_kwargs, is_seq2seq)
 
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule, for_epoch: int) -> None:
         adapter = self.adapter(pl_module)
         check_finite_model(pl_module, type(self).__name__, adapter)  # a diverged model's empty output is no negative
         dm = self._datamodule(trainer)
         contexts = list(dm.train_contexts())
-        # A fresh sample each round, fixed by (seed, epoch) so resumed and uninterrupted runs agree;
-        # "end" keys it by the epoch it is mined at the end of, as before "start" existed.
-        key = for_epoch - 1 if self.mine_at == "end" else for_epoch
-        idx = sample_indices(len(contexts), self.num_negative_contexts, self.seed + 1000 * key)
+        idx = sample_indices(len(contexts), self.num_negative_contexts, mining_seed(self.seed, for_epoch, self.mine_at))
         chosen = [list(contexts[i]) for i in idx]
         mined = self.miner.measure(
             adapter,
@@ -651,8 +495,3 @@ class DRESSReweighting(DiversityCallback):
                 stacklevel=2,
             )
         self.space.load_state_dict(state_dict)
-
-
-def _cpu(value: Any) -> Any:
-    """A tensor as a CPU array (one small copy of a per-example field); anything else as it is."""
-    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
