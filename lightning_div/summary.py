@@ -283,7 +283,16 @@ def measurements(source: Any) -> list[Measurement]:
     groups = sorted({k.split("/")[1] for k in metrics if k.startswith(f"{_GROUP}/") and k.count("/") == 2})
     for prefix in (f"{_GROUP}/", *(f"{_GROUP}/{g}/" for g in groups)):
         keys += [prefix + k for k in _GROUP_ORDER if prefix + k in metrics]
-    return [Measurement(k, metrics[k], _unit(k), _note(k)) for k in keys]
+    rows = [Measurement(k, metrics[k], _unit(k), _note(k)) for k in keys]
+    if any(k.startswith(f"{_GROUP}/") or f"/{_GROUP}/" in k for k in metrics):
+        # a GRPO / RLOO run's training loss is its policy-gradient objective, not an NLL: no unit to claim
+        rows = [
+            Measurement(r.key, r.value, "", "the trainer's policy loss (not an NLL)")
+            if _name(r.key) == "loss" and not r.key.startswith(("val", "test"))
+            else r
+            for r in rows
+        ]
+    return rows
 
 
 def _clusters(source: Any) -> int | None:

@@ -265,3 +265,13 @@ def test_a_lightning_run_says_since_which_epoch_from_its_monitors_history():
     assert lines[1] == "  verdict: mostly empty replies since epoch 1 (val/empty_share)"
     Trainer.callbacks = []  # without a history: the state, but not since when
     assert summary(Trainer()).splitlines()[1] == "  verdict: mostly empty replies (val/empty_share)"
+
+
+def test_a_grpo_runs_loss_is_not_called_an_nll():
+    """A GRPO / RLOO run's loss is its policy-gradient objective (0.0 at step 16 of a broken run read
+    "0.0000 nats/token"); a Lightning run's training loss stays an NLL per token."""
+    grpo = {m.key: m for m in measurements({"train/loss": 0.0, "diversity/group_sem_ent": 0.75})}
+    assert (grpo["train/loss"].unit, grpo["train/loss"].note) == ("", "the trainer's policy loss (not an NLL)")
+    assert grpo["diversity/group_sem_ent"].unit == "nats"
+    sft = {m.key: m for m in measurements({"train/loss": 2.0, "val/sem_ent": 1.0})}
+    assert sft["train/loss"].unit == "nats/token"
