@@ -7,6 +7,7 @@ pytest fixtures (the fitted-clusters cache, the two-process port) are in ``conft
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -88,6 +89,75 @@ def float32_margin_tolerance(adapter, pairs, idk_responses) -> float:
     candidates = [(p.context, r) for p in pairs for r in (*p.all_references, *idk_responses)]
     scores = response_scores(adapter, [c for c, _ in candidates], [r for _, r in candidates])
     return 4 * torch.finfo(torch.float32).eps * max(abs(s) for s in scores)
+
+
+def base_model_margin_tolerance(pairs, idk=("I don't know.", "I don't know what to do.")) -> float:
+    """float32 rounding of the shipped base model's RUQ margins on ``pairs`` (``float32_margin_tolerance``)."""
+    from lightning_div import load_base_model
+    from lightning_div.model.adapters import HuggingFaceAdapter
+
+    model, tokenizer = load_base_model()
+    adapter = HuggingFaceAdapter(model, tokenizer, batch_size=8, show_progress=False)
+    return float32_margin_tolerance(adapter, pairs, idk)
+
+
+def base_model_copy(tmp: Path) -> Path:
+    """A copy of the shipped base model's folder that a test may damage."""
+    import shutil
+
+    from lightning_div.model.base import base_model_path
+
+    return Path(shutil.copytree(base_model_path(), tmp / "chitchat-gpt2"))
+
+
+def truncate_weights(folder: str | Path) -> Path:
+    """Cut a model folder's ``model.safetensors`` to its first 1,000 bytes (a download that stopped)."""
+    weights = Path(folder) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    return weights
+
+
+def assert_finite_numbers(obj: Any, where: str = "results") -> None:
+    """Every number in a JSON-like ``obj`` (dicts, lists, numbers; booleans pass) is finite; ``where`` names it."""
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        assert math.isfinite(obj), where
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            assert_finite_numbers(v, f"{where}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            assert_finite_numbers(v, f"{where}[{i}]")
+
+
+def fit_config(tmp: Path, model: str) -> Path:
+    """``tmp/fit.yaml``: a one-epoch ``lightning-div fit`` of ``model`` on 8 Chit-Chat pairs, no logger."""
+    import json
+    import textwrap
+
+    config = tmp / "fit.yaml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            model:
+              class_path: lightning_div.DialogueLM
+              init_args:
+                model_name_or_path: {json.dumps(model)}
+            data:
+              class_path: lightning_div.DialogueDataModule
+              init_args:
+                train: chitchat:finetune
+                val: null
+                max_train_examples: 8
+            trainer:
+              max_epochs: 1
+              logger: false
+              enable_checkpointing: false
+            """
+        )
+    )
+    return config
 
 
 def load_script(folder: str, name: str, module_name: str | None = None):

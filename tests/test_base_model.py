@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import CHILD_ENV, causal_model, tokenizer
+from helpers import CHILD_ENV, base_model_copy, causal_model, tokenizer, truncate_weights
 
 from lightning_div.cli.main import main
 from lightning_div.model.base import BASE_MODEL, base_model_path, load_base_model
@@ -186,7 +186,7 @@ def test_damaged_shipped_weights_are_named_with_the_fix(tmp_path, monkeypatch):
     from lightning_div.model import base
     from lightning_div.model.base import ModelLoadError, check_base_weights
 
-    folder = _base_copy(tmp_path)
+    folder = base_model_copy(tmp_path)
     assert check_base_weights(folder) == folder  # the shipped bytes pass
     weights = folder / "model.safetensors"
     tensors = load_file(str(weights))
@@ -195,9 +195,9 @@ def test_damaged_shipped_weights_are_named_with_the_fix(tmp_path, monkeypatch):
     save_file(tensors, str(weights), metadata={"format": "pt"})
     damaged = {
         "an infinite weight": lambda: None,
-        "truncated": lambda: _truncate(folder),
+        "truncated": lambda: truncate_weights(folder),
         "a flipped header byte": lambda: weights.write_bytes(
-            b"\xff" + _base_copy(tmp_path / "again").joinpath("model.safetensors").read_bytes()[1:]
+            b"\xff" + base_model_copy(tmp_path / "again").joinpath("model.safetensors").read_bytes()[1:]
         ),
     }
     monkeypatch.setattr(base, "base_model_path", lambda: folder)
@@ -218,8 +218,8 @@ def test_a_truncated_model_by_path_is_one_error_naming_it(tmp_path):
     from lightning_div import DialogueLM
     from lightning_div.model.base import ModelLoadError
 
-    folder = _base_copy(tmp_path)
-    _truncate(folder)
+    folder = base_model_copy(tmp_path)
+    truncate_weights(folder)
     with pytest.raises(ModelLoadError, match=rf"cannot load model '{re.escape(str(folder))}': "):
         DialogueLM(str(folder))
 
@@ -245,18 +245,3 @@ def test_the_base_model_loads_ready_to_fine_tune_and_silently():
     proc = subprocess.run([sys.executable, "-c", probe], env=CHILD_ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "loss_type" not in proc.stderr and float(proc.stdout) > 0, proc.stderr
-
-
-def _base_copy(tmp: Path) -> Path:
-    """A copy of the shipped model folder that a test may damage."""
-    import shutil
-
-    from lightning_div.model.base import base_model_path
-
-    return Path(shutil.copytree(base_model_path(), tmp / "chitchat-gpt2"))
-
-
-def _truncate(folder: Path) -> Path:
-    weights = folder / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])
-    return weights

@@ -7,12 +7,10 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import CHILD_ENV, TINY_CLI_MODEL
-from test_base_model import _base_copy, _truncate
+from helpers import CHILD_ENV, TINY_CLI_MODEL, base_model_copy, fit_config, truncate_weights
 
 from lightning_div.cli.main import main
 from lightning_div.metrics import count_vocab, distinct_n, expectation_adjusted_distinct
@@ -947,31 +945,6 @@ def test_fit_says_a_missing_data_file_in_one_line(tmp_path, capsys):
     )
 
 
-def _fit_config(tmp: Path, model: str) -> Path:
-    config = tmp / "fit.yaml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            model:
-              class_path: lightning_div.DialogueLM
-              init_args:
-                model_name_or_path: {json.dumps(model)}
-            data:
-              class_path: lightning_div.DialogueDataModule
-              init_args:
-                train: chitchat:finetune
-                val: null
-                max_train_examples: 8
-            trainer:
-              max_epochs: 1
-              logger: false
-              enable_checkpointing: false
-            """
-        )
-    )
-    return config
-
-
 @pytest.mark.parametrize("which", ["unknown local name", "missing path", "truncated weights"])
 def test_fit_says_a_model_that_cannot_load_in_one_line(which, tmp_path, capsys):
     # M1: a 96-146-line traceback ending "Does not validate against any of the Union subtypes", exit 1
@@ -983,10 +956,10 @@ def test_fit_says_a_model_that_cannot_load_in_one_line(which, tmp_path, capsys):
     elif which == "missing path":
         model, message = str(tmp_path / "no-model"), rf"cannot load tokenizer '{tmp_path / 'no-model'}': "
     else:
-        folder = _base_copy(tmp_path)
-        _truncate(folder)
+        folder = base_model_copy(tmp_path)
+        truncate_weights(folder)
         model, message = str(folder), rf"cannot load model '{folder}': .*"
-    assert main(["fit", "--config", str(_fit_config(tmp_path, model))]) == 2
+    assert main(["fit", "--config", str(fit_config(tmp_path, model))]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if not line.startswith("Seed set")]
     assert len(lines) == 1 and "Traceback" not in err, err

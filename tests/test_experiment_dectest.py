@@ -8,7 +8,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from test_experiment_ruq import finite_numbers
+from helpers import assert_finite_numbers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def test_dectest_temperature_quick(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([*cmd, "--seeds", "0", "0"], check=True, cwd=tmp_path, env=env, timeout=600)
     res = json.loads((out / "results.json").read_text())
-    finite_numbers(res)
+    assert_finite_numbers(res)
     # the shared writer records the versions it ran with (experiments/_environment.py)
     packages = res["environment"]["packages"]
     assert packages["torch"] == metadata.version("torch")

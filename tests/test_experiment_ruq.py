@@ -1,29 +1,15 @@
 """experiments/ruq_over_training.py --quick runs as a user runs it and writes a complete, finite results.json."""
 
 import json
-import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import load_experiment
+from helpers import assert_finite_numbers, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def finite_numbers(obj, where="results"):
-    if isinstance(obj, bool):
-        return
-    if isinstance(obj, (int, float)):
-        assert math.isfinite(obj), where
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            finite_numbers(v, f"{where}.{k}")
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            finite_numbers(v, f"{where}[{i}]")
 
 
 @pytest.mark.slow
@@ -46,7 +32,7 @@ def test_ruq_over_training_quick(tmp_path, capsys):
         timeout=600,
     )
     res = json.loads((out / "results.json").read_text())
-    finite_numbers(res)
+    assert_finite_numbers(res)
     assert res["experiment"] == "ruq_over_training" and res["quick"] is True
     settings = res["settings"]
     corners = [tuple(c) for c in settings["corners"]]
@@ -83,7 +69,7 @@ def test_ruq_over_training_quick(tmp_path, capsys):
     # --before: the base model as shipped, validated on the runs' data and prompts before any step
     script.main(["--quick", "--before", "--seeds", "3", "--out", str(tmp_path / "before")])
     before = json.loads((tmp_path / "before" / "results.json").read_text())
-    finite_numbers(before)
+    assert_finite_numbers(before)
     assert before["experiment"] == "ruq_over_training_before" and [b["seed"] for b in before["before"]] == [3]
     (row,) = before["before"]
     assert 0.0 <= row["val/ruq"] <= 100.0 and 0.0 <= row["val/ruq_idk2"] <= 100.0

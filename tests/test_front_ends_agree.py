@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import base_model_margin_tolerance
 from monitor_setup import GOLD, TRAIN, VAL, TinyChat, collate, minilm, trainer
-from test_hf_trainer import margin_tolerance
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
@@ -134,7 +134,7 @@ def test_lightning_and_hugging_face_measure_the_same_numbers(tmp_path):
     for name in SEMANTIC:
         assert hugging_face[eval_key(name)] == pytest.approx(lightning[f"val/{name}"], rel=1e-6, abs=1e-9), name
     # RUQ to 1e-6 as the issue asks, and never looser than the margins' float32 rounding (4 eps32 x |score|)
-    tolerance = min(1e-6, margin_tolerance(VAL[:20] + TRAIN[:20]))
+    tolerance = min(1e-6, base_model_margin_tolerance(VAL[:20] + TRAIN[:20]))
     for name in RUQ:  # validation RUQ, and RUQ-train (the Trainer's un-prefixed training keys)
         assert hugging_face[eval_key(name)] == pytest.approx(lightning[f"val/{name}"], rel=0, abs=tolerance), name
         assert hugging_face[name] == pytest.approx(lightning[f"train/{name}"], rel=0, abs=tolerance), name

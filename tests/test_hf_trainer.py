@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import float32_margin_tolerance, mlflow_artifacts, report_of_hugging_face_run
+from helpers import base_model_margin_tolerance, mlflow_artifacts, report_of_hugging_face_run
 from transformers import Trainer, TrainingArguments
 
 from lightning_div import load_base_model
@@ -338,13 +338,6 @@ def _evaluate_on(rank: int, world_size: int, root: str) -> dict[str, float]:
     return ours | {"responses": cb.last_responses}
 
 
-def margin_tolerance(pairs, idk=("I don't know.", "I don't know what to do.")) -> float:
-    """float32 rounding of the base model's RUQ margins on ``pairs`` (helpers.float32_margin_tolerance)."""
-    model, tokenizer = load_base_model()
-    adapter = HuggingFaceAdapter(model, tokenizer, batch_size=8, show_progress=False)
-    return float32_margin_tolerance(adapter, pairs, idk)
-
-
 @pytest.mark.slow
 @pytest.mark.xdist_group("two_processes")
 def test_two_processes_log_the_numbers_of_one(tmp_path):
@@ -356,7 +349,7 @@ def test_two_processes_log_the_numbers_of_one(tmp_path):
     assert rank0 == rank1  # every rank logs the gathered values
     assert rank0["responses"] == single["responses"] and len(single["responses"]) == 20  # all 20 contexts
     assert set(rank0) == set(single) and eval_key("ruq_margin") in single
-    tolerance = margin_tolerance(_data()[1])
+    tolerance = base_model_margin_tolerance(_data()[1])
     assert 0 < tolerance < 1e-4
     for key, value in single.items():
         if key.startswith("eval_ruq_margin"):  # shared-context scoring: float32 rounding (as RUQMonitor's)

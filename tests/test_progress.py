@@ -10,9 +10,8 @@ import os
 import re
 
 import pytest
-from helpers import quiet_trainer
+from helpers import fit_config, quiet_trainer
 from monitor_setup import TinyChat, monitors, trainer
-from test_cli import _fit_config
 
 from lightning_div.callbacks import PlainProgress
 from lightning_div.callbacks.progress import find_progress
@@ -165,7 +164,7 @@ def test_progress_output_that_fails_never_stops_training(what, tmp_path, caplog)
     import io
     import logging
 
-    from test_datamodule import TinyLM
+    from datamodule_setup import TinyLM
 
     from lightning_div.callbacks.progress import PlainProgress
     from lightning_div.datamodules import DialogueDataModule
@@ -213,7 +212,7 @@ def test_a_progress_switch_of_no_known_value_is_refused(monkeypatch, tmp_path, c
     monkeypatch.setenv("LIGHTNING_DIV_PROGRESS", "maybe")
     with pytest.raises(ValueError, match=r"LIGHTNING_DIV_PROGRESS='maybe' is not a switch: use 0/1, false/true"):
         PlainProgress()
-    assert main(["fit", "--config", str(_fit_config(tmp_path, "local:chitchat-gpt2"))]) == 2
+    assert main(["fit", "--config", str(fit_config(tmp_path, "local:chitchat-gpt2"))]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "lightning-div fit: error: LIGHTNING_DIV_PROGRESS='maybe' is not a switch: use 0/1, false/true, no/yes or "
         "off/on (any case)"

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from datamodule_setup import AddNegatives, TinyLM, seen_by_epoch
 from ddp_utils import forkserver_ddp
-from helpers import chitchat_pairs, tokenizer
-from test_datamodule import AddNegatives, TinyLM, _seen_by_epoch, quiet_trainer
+from helpers import chitchat_pairs, quiet_trainer, tokenizer
 
 from lightning_div import DialoguePair
 from lightning_div.datamodules import DialogueDataModule
@@ -172,7 +172,7 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
         callbacks=[AddNegatives(0, negatives, [-1.0, -1.0])],
     )
     trainer.fit(model, dm)
-    seen = _seen_by_epoch(record)
+    seen = seen_by_epoch(record)
     for epoch, size in ((0, n), (1, n + 2)):
         assert sorted(i for i, _ in seen[epoch] if i >= 0) == list(range(size))
         assert [(i, w) for i, w in seen[epoch] if i < 0] == [(-1, 0.0)]
