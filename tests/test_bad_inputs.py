@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from fakes import VectorEncoder
 from helpers import TINY_CLI_MODEL, causal_model, tokenizer
 from monitor_setup import common, fit, ruq_monitor
 
@@ -579,20 +580,16 @@ def check_long_context(res: Resources) -> Any:
     assert math.isfinite(a[0]) and a == b  # the oldest tokens are dropped, so older turns change nothing
 
 
-class Encoder8:
+def encoder8() -> VectorEncoder:
     """A user's own encoder (any object with .name and .encode) giving 8-d vectors."""
-
-    name = "enc-b"
-
-    def encode(self, texts):
-        return np.ones((len(texts), 8), dtype=np.float32)
+    return VectorEncoder(lambda text: np.ones(8), 8, name="enc-b")
 
 
 def check_same_dim_other_name(res: Resources) -> Any:
     clusters = SemanticClusters.load(res.small_clusters)
     with pytest.warns(UserWarning, match=r"small\.npz were fitted with encoder 'enc-a' but are used with 'enc-b'"):
-        clusters.check_encoder(Encoder8(), f"{res.small_clusters}")
-    assert clusters.assign(Encoder8().encode(["a"])).shape == (1,)
+        clusters.check_encoder(encoder8(), f"{res.small_clusters}")
+    assert clusters.assign(encoder8().encode(["a"])).shape == (1,)
 
 
 def check_nopad_scores(res: Resources) -> Any:

@@ -6,41 +6,16 @@ import csv
 
 import numpy as np
 import pytest
+from fakes import PHRASES, TOPIC_WORDS, toy_corpus
 
 from lightning_div.semantic.cards import ClusterCard, cluster_cards, format_cards, write_cards_csv
 from lightning_div.semantic.clusters import SemanticClusters
-
-# Three planted topics. Every response also carries the same filler words, which a
-# frequency ranking would put first everywhere and a distinctiveness ranking must not.
-PHRASES = {
-    "food": ["pizza oven", "pasta sauce"],
-    "sport": ["football goal", "referee whistle"],
-    "weather": ["rain umbrella", "cloudy forecast"],
-}
-TOPICS = {name: " ".join(phrases).split() for name, phrases in PHRASES.items()}
-FILLER = ["i", "really", "think", "the", "is", "so"]
-
-
-def toy_corpus(per_topic: int = 60, seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Texts, their planted topic ids and embeddings (topic direction + small noise)."""
-    rng = np.random.default_rng(seed)
-    texts, topics, vectors = [], [], []
-    for t, phrases in enumerate(PHRASES.values()):
-        for _ in range(per_topic):
-            words = list(rng.choice(FILLER, size=3, replace=False))
-            words.insert(int(rng.integers(0, 4)), str(rng.choice(phrases)))
-            texts.append(" ".join(words))
-            topics.append(t)
-            v = rng.normal(scale=0.05, size=16)
-            v[t] += 1.0
-            vectors.append(v)
-    return texts, np.array(topics), np.array(vectors, dtype=np.float32)
 
 
 def test_distinctive_words_of_planted_clusters_are_the_planted_ones():
     texts, topics, _ = toy_corpus()
     cards = cluster_cards(texts, topics, 3, top_n=4)
-    for card, words, phrases in zip(cards, TOPICS.values(), PHRASES.values()):
+    for card, words, phrases in zip(cards, TOPIC_WORDS.values(), PHRASES.values()):
         assert sorted(card.words) == sorted(words)
         assert sorted(card.bigrams[:2]) == sorted(phrases)
         assert card.share == pytest.approx(1 / 3) and card.size == 60
@@ -55,7 +30,7 @@ def test_fitted_clusters_describe_themselves_and_examples_are_nearest_the_centro
     for card in cards:
         planted = {int(t) for t in topics[ids == card.cluster]}
         assert len(planted) == 1  # the k-means found the planted topics
-        assert set(card.words[:4]) == set(list(TOPICS.values())[planted.pop()])
+        assert set(card.words[:4]) == set(list(TOPIC_WORDS.values())[planted.pop()])
         assert len(card.examples) == 5
         members = list(np.flatnonzero(ids == card.cluster))
         d = clusters.transform(x[members]) - clusters.centroids[card.cluster]
@@ -112,7 +87,7 @@ def test_cards_csv_and_terminal_table(tmp_path):
     path = write_cards_csv(cards, tmp_path / "cluster_cards.csv")
     rows = list(csv.DictReader(open(path, encoding="utf-8")))
     assert [r["cluster"] for r in rows] == ["0", "1", "2"]
-    assert set(rows[1]["top words"].split(", ")) == set(TOPICS["sport"])
+    assert set(rows[1]["top words"].split(", ")) == set(TOPIC_WORDS["sport"])
     assert [p.name for p in tmp_path.iterdir()] == ["cluster_cards.csv"]  # no temporary file left
     table = format_cards(cards)
     assert "cluster   0   33.3 %  (60 responses)" in table and "football" in table

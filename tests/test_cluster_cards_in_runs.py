@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
-from test_cluster_cards import TOPICS, toy_corpus
+from fakes import TOPIC_WORDS, topic_words_encoder, toy_corpus
 
 from lightning_div.semantic.cache import load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
 from lightning_div.semantic.space import SemanticSpace
 
 
-class TopicEncoder:
-    """A deterministic stand-in for ResponseEncoder: a text's topic direction plus noise seeded by the text."""
-
-    name = "topic-encoder"
-
-    def encode(self, texts):
-        rows = []
-        for text in texts:
-            rng = np.random.default_rng(int(hashlib.sha256(text.encode()).hexdigest()[:8], 16))
-            v = rng.normal(scale=0.05, size=16)
-            for t, words in enumerate(TOPICS.values()):
-                v[t] += sum(w in text.split() for w in words)
-            rows.append(v)
-        return np.array(rows, dtype=np.float32)
-
-
 def test_an_old_cache_file_gets_its_cards_saved_into_it(tmp_path):
     texts, _, _ = toy_corpus()
-    encoder = TopicEncoder()
+    encoder = topic_words_encoder(TOPIC_WORDS.values())
     config = dict(num_clusters=3, niter=20, nredo=1, show_progress=False, use_gpu=False)
     clusters = load_or_fit_clusters(tmp_path, texts, encoder, **config).clusters
     path = next(tmp_path.glob("clusters-*.npz"))
@@ -42,13 +24,13 @@ def test_an_old_cache_file_gets_its_cards_saved_into_it(tmp_path):
     space.load_state_dict({"clusters_path": str(path)})  # a checkpoint points at our cache file
     cards = space.fit(texts).cards
     assert cards is not None
-    assert {frozenset(c.words[:4]) for c in cards} == {frozenset(w) for w in TOPICS.values()}
+    assert {frozenset(c.words[:4]) for c in cards} == {frozenset(w) for w in TOPIC_WORDS.values()}
     assert SemanticClusters.load(path).cards == cards  # saved into our own cache file
 
 
 def test_given_clusters_without_cards_are_described_but_the_users_file_is_left_alone(tmp_path):
     texts, _, _ = toy_corpus()
-    encoder = TopicEncoder()
+    encoder = topic_words_encoder(TOPIC_WORDS.values())
     fitted = SemanticClusters(num_clusters=3, niter=20, nredo=1, show_progress=False, use_gpu=False)
     fitted.fit(encoder.encode(texts))  # fit(), not fit_texts(): no cards
     user_file = fitted.save(tmp_path / "mine.npz")

@@ -8,6 +8,7 @@ import warnings
 import faiss
 import numpy as np
 import pytest
+from fakes import CountingEncoder
 from helpers import causal_model, chitchat_pairs, tokenizer
 from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
@@ -314,19 +315,9 @@ def test_use_gpu_true_without_gpu_is_an_error():
     assert quiet(num_clusters=3, use_gpu="auto").fit(x).fitted
 
 
-class CountingEncoder(ResponseEncoder):
-    """The real encoder (tiny random GPT-2), counting encode() calls to tell a cache hit from a fit."""
-
-    calls = 0
-
-    def encode(self, texts, show_progress=None):
-        self.calls += 1
-        return super().encode(texts, show_progress)
-
-
 def test_load_or_fit_clusters_fits_once_then_loads(tmp_path, caplog):
     texts = [p.response for p in chitchat_pairs("train", 60)][:120]
-    enc = CountingEncoder.from_model(causal_model(), tokenizer(), show_progress=False)
+    enc = CountingEncoder(ResponseEncoder.from_model(causal_model(), tokenizer(), show_progress=False))
     with caplog.at_level(logging.INFO, logger="lightning_div.semantic.cache"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 120 points < 39*4: the warning is tested above
         first = load_or_fit_clusters(tmp_path, texts, enc, num_clusters=4, show_progress=False).clusters
@@ -351,7 +342,7 @@ def test_load_or_fit_clusters_fits_once_then_loads(tmp_path, caplog):
 
 def test_load_or_fit_clusters_caches_the_training_assignments(tmp_path):
     texts = [p.response for p in chitchat_pairs("train", 60)][:120]
-    enc = CountingEncoder.from_model(causal_model(), tokenizer(), show_progress=False)
+    enc = CountingEncoder(ResponseEncoder.from_model(causal_model(), tokenizer(), show_progress=False))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 120 points < 39*4
         cached = load_or_fit_clusters(tmp_path, texts, enc, with_assignments=True, num_clusters=4, show_progress=False)

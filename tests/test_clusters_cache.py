@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes import CountingEncoder, VectorEncoder, hashed_encoder
 from helpers import kill_when_ready
 
 from lightning_div._internal.io import load_assignments, save_assignments
@@ -27,26 +28,18 @@ FIXED_TEXTS = [f"response number {i}" for i in range(60)]
 VECTORS = {t: np.random.default_rng(i).normal(size=8).astype(np.float32) for i, t in enumerate(FIXED_TEXTS)}
 
 
-class Encoder:
+def fixed_encoder() -> CountingEncoder:
     """Fixed 8-d embeddings of FIXED_TEXTS (no model), counting its calls."""
-
-    name, fingerprint = "enc", "w1"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, texts):
-        self.calls += 1
-        return np.stack([VECTORS[t] for t in texts])
+    return CountingEncoder(VectorEncoder(VECTORS.__getitem__, 8, name="enc", fingerprint="w1"))
 
 
-def load(cache: Path, encoder: Encoder | None = None):
+def load(cache: Path, encoder: CountingEncoder | None = None):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*faiss recommends")
         return load_or_fit_clusters(
             cache,
             FIXED_TEXTS,
-            encoder or Encoder(),
+            encoder or fixed_encoder(),
             with_assignments=True,
             num_clusters=3,
             niter=10,
@@ -204,31 +197,18 @@ def test_files_written_honour_the_umask(tmp_path):
 # Atomic writes, verified reads, the encoder's weights in the key
 
 
-class CountingEncoder:
-    """Deterministic 8-d embeddings of texts (a hash per text), counting its calls."""
-
-    name = "counting"
-    fingerprint = "weights-1"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, texts):
-        self.calls += 1
-        out = np.stack([np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8) for t in texts])
-        return out.astype(np.float32)
-
-
 TEXTS = [f"response number {i}" for i in range(120)]
 
 
+#: What ``fit_cached`` asks the cache for (the killed child of a test asks the same).
+FIT = dict(with_assignments=True, num_clusters=4, niter=10, nredo=1, show_progress=False)
+
+
 def fit_cached(cache: Path, encoder=None, **kw):
-    encoder = encoder or CountingEncoder()
+    encoder = encoder or hashed_encoder()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*faiss recommends")
-        cached = load_or_fit_clusters(
-            cache, TEXTS, encoder, with_assignments=True, num_clusters=4, niter=10, nredo=1, show_progress=False, **kw
-        )
+        cached = load_or_fit_clusters(cache, TEXTS, encoder, **FIT, **kw)
         return (cached.clusters, cached.assignments), encoder
 
 
@@ -241,7 +221,8 @@ def test_assignments_killed_mid_write_are_recomputed_not_a_crash(tmp_path):
         import os, time
         from pathlib import Path
         import lightning_div._internal.io as io
-        from test_clusters_cache import fit_cached
+        from fakes import hashed_encoder
+        from lightning_div.semantic.cache import load_or_fit_clusters
 
         real_replace = os.replace
         def slow_replace(src, dst):  # the assignments file is written, not yet in place: killed here
@@ -250,13 +231,13 @@ def test_assignments_killed_mid_write_are_recomputed_not_a_crash(tmp_path):
                 time.sleep(600)
             real_replace(src, dst)
         io.os.replace = slow_replace
-        fit_cached(Path({str(cache)!r}))
+        load_or_fit_clusters(Path({str(cache)!r}), {TEXTS!r}, hashed_encoder(), **{FIT!r})
     """)
     kill_when_ready(child, ready)
     assert list(cache.glob("clusters-*.npz")) and not list(cache.glob("assignments-*.npz"))
     (clusters, ids), encoder = fit_cached(cache)  # the next run: clusters from disk, ids assigned again
     assert encoder.calls == 1 and ids.shape == (120,)
-    np.testing.assert_array_equal(ids, clusters.assign(CountingEncoder().encode(TEXTS)))
+    np.testing.assert_array_equal(ids, clusters.assign(hashed_encoder().encode(TEXTS)))
 
 
 def test_a_truncated_assignments_file_is_refitted_with_one_warning(tmp_path):
@@ -312,7 +293,7 @@ def test_a_users_own_clusters_file_of_another_config_is_still_an_error(tmp_path)
     (clusters, _), _ = fit_cached(tmp_path / "a")
     mine = clusters.save(tmp_path / "mine.npz")
     with pytest.raises(ValueError, match=r"mine\.npz' was fitted with a different config — num_clusters"):
-        load_or_fit_clusters(mine, TEXTS, CountingEncoder(), num_clusters=5, show_progress=False)
+        load_or_fit_clusters(mine, TEXTS, hashed_encoder(), num_clusters=5, show_progress=False)
 
 
 def test_other_weights_at_the_same_path_get_their_own_clusters(tmp_path):

@@ -7,8 +7,7 @@ import warnings
 
 import pytest
 from ddp_utils import run_distributed
-from test_grpo_reward import TOPICS, TopicEncoder
-from test_grpo_trainer import EOS, StubTrainer, _begin, _step
+from grpo_setup import EOS, TOPICS, StubTrainer, begin, rollout_step, topic_encoder
 
 from lightning_div.integrations.trl import GroupDiversityCallback
 from lightning_div.measure.group import GroupAlert, group_metrics, reference_nll
@@ -139,18 +138,18 @@ def _run(cb, trainer, steps, cut=None):
         ids = None
         if cut is not None:
             ids = [[5, 6] if i < cut[n - 1] else [5, EOS] for i in range(len(texts))]
-        _step(cb, trainer, texts, step=n, ids=ids)
+        rollout_step(cb, trainer, texts, step=n, ids=ids)
 
 
 def test_the_callback_logs_the_alert_and_warns_once_naming_the_step(tmp_path):
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     trainer = StubTrainer(tmp_path)
     cb = trainer.with_callback(
         GroupDiversityCallback(
             space=space, reference_responses=[f"{t} {i}" for t in TOPICS for i in range(12)], alert_start_steps=2
         )
     )
-    _begin(cb, trainer)
+    begin(cb, trainer)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _run(cb, trainer, [diverse_step(1), diverse_step(2), collapsed_step(3), collapsed_step(4)])
@@ -167,10 +166,10 @@ def test_the_callback_logs_the_alert_and_warns_once_naming_the_step(tmp_path):
 
 
 def test_the_callback_names_a_breakdown_from_the_completions_cut_at_the_length_limit(tmp_path):
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     trainer = StubTrainer(tmp_path)
     cb = trainer.with_callback(GroupDiversityCallback(space=space, alert_start_steps=2, name="run"))
-    _begin(cb, trainer)
+    begin(cb, trainer)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # step 3: text that never ends (every completion cut) while the clusters still look diverse; step 4 also

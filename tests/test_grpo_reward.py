@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 from ddp_utils import run_distributed
+from grpo_setup import BATCH, REFERENCES, topic_encoder, topic_reward, topic_space
 
 from lightning_div.integrations.trl import (
     GroupDiversityCallback,
@@ -18,65 +17,33 @@ from lightning_div.integrations.trl import (
 )
 from lightning_div.semantic.space import SemanticSpace
 
-TOPICS = ("yes", "no", "maybe", "hello")
-
-
-class TopicEncoder:
-    """A text's first word as a topic direction, plus a little noise seeded by the text (distinct directions)."""
-
-    name = "topic-encoder"
-
-    def encode(self, texts):
-        rows = []
-        for text in texts:
-            rng = np.random.default_rng(int(hashlib.sha256(text.encode()).hexdigest()[:8], 16))
-            v = rng.normal(scale=0.01, size=len(TOPICS))
-            word = text.split()[0] if text.split() else "hello"
-            v[TOPICS.index(word)] += 1.0
-            rows.append(v)
-        return np.asarray(rows, dtype=np.float32)
-
-
-REFERENCES = [f"{t} {i}" for t in TOPICS for i in range(12)]
-
-# three groups of G = 4; with 2 processes of 6 completions each, the second group straddles them
-BATCH = ["yes a", "yes b", "no c", "maybe d", "hello e", "hello f", "yes g", "yes h", "no i", "no j", "no k", "no l"]
-# group 1: the two "yes" each have 2 of 3 others elsewhere, "no" and "maybe" 3 of 3; group 2: 2 + 2 -> 2/3 each;
+# BATCH (grpo_setup): group 1: the two "yes" each have 2 of 3 others elsewhere, "no" and "maybe" 3 of 3; group 2: 2 + 2 -> 2/3 each;
 # group 3: all alike -> 0, floored at DARLING's 0.1
 RAW = [2 / 3, 2 / 3, 1.0, 1.0] + [2 / 3] * 4 + [0.0] * 4
 EXPECTED = RAW[:8] + [0.1] * 4
 
 
-def _space(tmp_path, **kwargs) -> SemanticSpace:
-    return SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False, **kwargs)
-
-
-def _reward(tmp_path, **kwargs) -> SemanticGroupReward:
-    kwargs.setdefault("space", _space(tmp_path))
-    return SemanticGroupReward(num_generations=4, reference_responses=REFERENCES, **kwargs)
-
-
 def test_clusters_rarity_by_hand(tmp_path):
-    reward = _reward(tmp_path)
+    reward = topic_reward(tmp_path)
     assert reward(prompts=["p"] * 12, completions=BATCH) == pytest.approx(EXPECTED)
     assert reward.space.fitted  # fitted once, on the references
     assert reward.__name__ == "semantic_group_diversity"
 
 
 def test_classes_score_by_hand(tmp_path):
-    reward = _reward(tmp_path, score="classes")
+    reward = topic_reward(tmp_path, score="classes")
     assert reward(completions=BATCH) == pytest.approx([3 / 4] * 4 + [2 / 4] * 4 + [1 / 4] * 4)
     # the floor raises every score below it: 3/4 and 1/2 stay, 1/4 becomes 0.3
-    floored = _reward(tmp_path, score="classes", diversity_floor=0.3)
+    floored = topic_reward(tmp_path, score="classes", diversity_floor=0.3)
     assert floored(completions=BATCH) == pytest.approx([3 / 4] * 4 + [2 / 4] * 4 + [0.3] * 4)
 
 
 def test_cosine_threshold_by_hand(tmp_path):
-    reward = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=0.9, space=_space(tmp_path))
+    reward = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=0.9, space=topic_space(tmp_path))
     assert reward(completions=BATCH) == pytest.approx(EXPECTED)
     assert not reward.space.fitted  # cosine needs the encoder only
     # the highest threshold: only identical directions are equivalent, so every (distinct) completion is its own class
-    strict = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=1.0, space=_space(tmp_path))
+    strict = SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=1.0, space=topic_space(tmp_path))
     assert strict(completions=BATCH) == [1.0] * 12
 
 
@@ -106,13 +73,13 @@ def test_nli_bidirectional_entailment_by_hand():
 
 def test_conversational_completions_and_quality(tmp_path):
     conversational = [[{"role": "assistant", "content": t}] for t in BATCH]
-    reward = _reward(tmp_path)
+    reward = topic_reward(tmp_path)
     assert reward(completions=conversational) == pytest.approx(EXPECTED)
 
     def quality(prompts, completions, **kwargs):
         return [None if i == 0 else float(i) for i in range(len(completions))]
 
-    combined = _reward(tmp_path, quality=quality)
+    combined = topic_reward(tmp_path, quality=quality)
     out = combined(prompts=["p"] * 12, completions=BATCH, trainer_state=None)
     # a None quality stays None and takes no part in its group's minimum (1 here, not 0)
     shifted = [None, 0.0, 1.0, 2.0] + [0.0, 1.0, 2.0, 3.0] * 2
@@ -120,7 +87,7 @@ def test_conversational_completions_and_quality(tmp_path):
     assert out[1:] == pytest.approx([q * e for q, e in zip(shifted[1:], EXPECTED[1:])])
     # the name says it is a product
     assert combined.__name__ == "quality_x_semantic_diversity"
-    assert _reward(tmp_path, quality=quality, name="mine").__name__ == "mine"
+    assert topic_reward(tmp_path, quality=quality, name="mine").__name__ == "mine"
 
 
 # one quality per completion of BATCH: negative in group 2, whose least (-5.0) is on the first of 2 processes
@@ -134,12 +101,12 @@ def table_quality(prompts, completions, **kwargs):
 
 
 def test_darlings_reward_by_hand(tmp_path):
-    reward = _reward(tmp_path, quality=table_quality)
+    reward = topic_reward(tmp_path, quality=table_quality)
     assert reward(prompts=["p"] * 12, completions=BATCH) == pytest.approx(DARLING)
     # floor 0 and no shift: the raw product, as before DARLING's settings were the default
-    raw = _reward(tmp_path, quality=table_quality, diversity_floor=0.0, shift_quality=False)
+    raw = topic_reward(tmp_path, quality=table_quality, diversity_floor=0.0, shift_quality=False)
     assert raw(completions=BATCH) == pytest.approx([QUALITY[t] * d for t, d in zip(BATCH, RAW)])
-    assert _reward(tmp_path, diversity_floor=0)(completions=BATCH) == pytest.approx(RAW)
+    assert topic_reward(tmp_path, diversity_floor=0)(completions=BATCH) == pytest.approx(RAW)
 
 
 def test_a_collapsed_group_keeps_a_tenth_of_its_quality_signal(tmp_path):
@@ -148,10 +115,10 @@ def test_a_collapsed_group_keeps_a_tenth_of_its_quality_signal(tmp_path):
     def quality(prompts, completions, **kwargs):
         return [1.0, 2.0, 3.0, 4.0]
 
-    assert _reward(tmp_path, quality=quality)(completions=collapsed) == pytest.approx([0.0, 0.1, 0.2, 0.3])
-    assert _reward(tmp_path)(completions=collapsed) == pytest.approx([0.1] * 4)  # the floor without a quality too
+    assert topic_reward(tmp_path, quality=quality)(completions=collapsed) == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert topic_reward(tmp_path)(completions=collapsed) == pytest.approx([0.1] * 4)  # the floor without a quality too
     # without the floor the whole group gets 0: no quality signal left in the group that needs it
-    assert _reward(tmp_path, quality=quality, diversity_floor=0.0)(completions=collapsed) == [0.0] * 4
+    assert topic_reward(tmp_path, quality=quality, diversity_floor=0.0)(completions=collapsed) == [0.0] * 4
 
 
 def test_a_negative_quality_group_still_prefers_its_rarest_completion(tmp_path):
@@ -160,11 +127,11 @@ def test_a_negative_quality_group_still_prefers_its_rarest_completion(tmp_path):
     def negative(prompts, completions, **kwargs):
         return [-3.0, -2.0, -2.0, -2.0]  # "no d" is as good as "yes b" and "yes c"
 
-    shifted = _reward(tmp_path, quality=negative)(completions=group)
+    shifted = topic_reward(tmp_path, quality=negative)(completions=group)
     assert shifted == pytest.approx([0.0, 1 / 3, 1 / 3, 1.0])
     assert shifted[3] > shifted[1] == shifted[2]
     # the raw product inverts the intent: the rarest of the equally good ones gets the lowest reward
-    raw = _reward(tmp_path, quality=negative, shift_quality=False, diversity_floor=0.0)(completions=group)
+    raw = topic_reward(tmp_path, quality=negative, shift_quality=False, diversity_floor=0.0)(completions=group)
     assert raw == pytest.approx([-1.0, -2 / 3, -2 / 3, -2.0])
 
 
@@ -177,7 +144,7 @@ def test_darlings_settings_are_checked(tmp_path):
 
 
 def test_bad_input(tmp_path):
-    reward = _reward(tmp_path)
+    reward = topic_reward(tmp_path)
     with pytest.raises(ValueError, match="10 completions cannot be cut into groups of num_generations=4"):
         reward(completions=BATCH[:10])
     with pytest.raises(TypeError, match=r"completions\[1\] is int"):
@@ -188,7 +155,7 @@ def test_bad_input(tmp_path):
     # empty completions are a defined text (the encoder's empty vector), not an error
     assert len(reward(completions=["", "", "yes a", "no b"])) == 4
     # a group of one: nothing repeats a completion
-    single = SemanticGroupReward(num_generations=1, space=_space(tmp_path), reference_responses=REFERENCES)
+    single = SemanticGroupReward(num_generations=1, space=topic_space(tmp_path), reference_responses=REFERENCES)
     assert single(completions=["yes a", "yes b"]) == [1.0, 1.0]
     with pytest.raises(ValueError, match="num_generations must be an integer >= 1"):
         SemanticGroupReward(num_generations=0)
@@ -203,7 +170,7 @@ def test_bad_input(tmp_path):
 
 
 def test_group_labels_are_compared_within_groups(tmp_path):
-    space = _space(tmp_path).fit(REFERENCES)
+    space = topic_space(tmp_path).fit(REFERENCES)
     labels = group_labels(BATCH, 4, space=space)
     assert labels[0] == labels[1] == labels[6] == labels[7]  # "yes" is one cluster everywhere
     assert len(set(labels[8:].tolist())) == 1
@@ -212,7 +179,7 @@ def test_group_labels_are_compared_within_groups(tmp_path):
 def _on_two_processes(rank, world, cache):
     local = BATCH[6 * rank : 6 * (rank + 1)]
     everything, offset = gather_batch(local)
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=cache, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=cache, show_progress=False)
     clusters = SemanticGroupReward(num_generations=4, space=space, reference_responses=REFERENCES)
     cosine = SemanticGroupReward(num_generations=4, equivalence="cosine", space=space)
     nli = SemanticGroupReward(num_generations=4, equivalence="nli", nli=OneWayNLI())
@@ -242,7 +209,7 @@ def test_two_processes_get_what_one_process_gives_for_the_whole_batch(tmp_path):
             assert result[kind] == pytest.approx(EXPECTED[6 * rank : 6 * (rank + 1)]), (rank, kind)
         assert result["darling"] == pytest.approx(DARLING[6 * rank : 6 * (rank + 1)]), rank
     # the slices put together are exactly one process's answer for the whole batch
-    one_reward = _reward(tmp_path / "one")
+    one_reward = topic_reward(tmp_path / "one")
     one = one_reward(completions=BATCH)
     assert results[0]["clusters"] + results[1]["clusters"] == one
     metrics = group_metrics(BATCH, one_reward.space.assign(BATCH), 4, 4, vocab_size=10)
@@ -261,10 +228,10 @@ PROMPTS = [f"p{i // 4}" for i in range(12)]
 
 
 def test_a_group_must_answer_one_prompt(tmp_path):
-    reward = _reward(tmp_path)
+    reward = topic_reward(tmp_path)
     assert len(reward(prompts=PROMPTS, completions=BATCH)) == 12
     # num_generations=8 on 2 prompts x 4 completions: the groups would mix prompts
-    eight = SemanticGroupReward(num_generations=8, space=_space(tmp_path), reference_responses=REFERENCES)
+    eight = SemanticGroupReward(num_generations=8, space=topic_space(tmp_path), reference_responses=REFERENCES)
     with pytest.raises(ValueError, match="completion 4 answers another prompt than completion 0 of its group"):
         eight(prompts=PROMPTS[:8], completions=BATCH[:8])
     with pytest.raises(ValueError, match="11 prompts for 12 completions"):
@@ -291,21 +258,21 @@ def test_a_bad_quality_is_named(tmp_path, returned, error, match):
         return returned
 
     with pytest.raises(error, match=match):
-        _reward(tmp_path, quality=bad)(prompts=PROMPTS, completions=BATCH)
+        topic_reward(tmp_path, quality=bad)(prompts=PROMPTS, completions=BATCH)
 
 
 def test_a_quality_may_return_an_array(tmp_path):
     def arrays(prompts, completions, **kwargs):
         return np.arange(12, dtype=np.float32)
 
-    out = _reward(tmp_path, quality=arrays, diversity_floor=0.0)(prompts=PROMPTS, completions=BATCH)
+    out = topic_reward(tmp_path, quality=arrays, diversity_floor=0.0)(prompts=PROMPTS, completions=BATCH)
     assert out[:4] == pytest.approx([0.0, 2 / 3, 2.0, 3.0])  # shifted by 0: 0, 1 x 2/3, 2 x 1, 3 x 1
 
 
 def test_the_cosine_threshold_is_checked_and_identical_completions_reach_1(tmp_path):
     for bad in (1.5, -2, float("nan"), "0.9", True):
         with pytest.raises(ValueError, match=r"threshold must be a cosine similarity, a number in \[-1, 1\]"):
-            SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=bad, space=_space(tmp_path))
+            SemanticGroupReward(num_generations=4, equivalence="cosine", threshold=bad, space=topic_space(tmp_path))
 
     class OneDirection:
         """Every text the same direction, whose normalised self-cosine rounds to 0.9999999999999998."""
@@ -354,17 +321,17 @@ def test_a_resumed_run_does_not_reward_in_the_clusters_of_another_k(tmp_path):
     first = SemanticGroupReward(
         num_generations=4,
         reference_responses=REFERENCES,
-        space=SemanticSpace(encoder=TopicEncoder(), num_clusters=3, dirpath=tmp_path / "run1", show_progress=False),
+        space=SemanticSpace(encoder=topic_encoder(), num_clusters=3, dirpath=tmp_path / "run1", show_progress=False),
     )
     first.prepare(BATCH)
     assert first.space.clusters.num_clusters == 3
-    callback = GroupDiversityCallback(space=_space(tmp_path / "callback"))
+    callback = GroupDiversityCallback(space=topic_space(tmp_path / "callback"))
     callback.trainer = SimpleNamespace(reward_funcs=[first])
     saved = callback.state_dict()
     assert saved["reward_spaces"] == [{"clusters_path": first.space.clusters_path}]
 
-    resumed = _reward(tmp_path)  # k = 4 now
-    callback = GroupDiversityCallback(space=_space(tmp_path / "callback"))
+    resumed = topic_reward(tmp_path)  # k = 4 now
+    callback = GroupDiversityCallback(space=topic_space(tmp_path / "callback"))
     callback.trainer = SimpleNamespace(reward_funcs=[resumed])
     callback.load_state_dict(saved)
     with pytest.warns(UserWarning, match=r"num_clusters: file has 3, requested 4.*fitting them again"):

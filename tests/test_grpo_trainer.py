@@ -7,15 +7,28 @@ import json
 import math
 import re
 import warnings
-from collections import defaultdict, deque
+from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from ddp_utils import run_distributed
+from docs_blocks import page_block
+from grpo_setup import (
+    BATCH,
+    EOS,
+    PAD,
+    REFERENCES,
+    TOPICS,
+    StubTrainer,
+    begin,
+    rollout_step,
+    topic_encoder,
+    topic_reward,
+    topic_space,
+)
 from helpers import report_of_hugging_face_run
-from test_grpo_reward import BATCH, REFERENCES, TOPICS, TopicEncoder, _reward, _space
 
 from lightning_div.integrations.trl import (
     GroupDiversityCallback,
@@ -32,54 +45,6 @@ from lightning_div.semantic.space import SemanticSpace
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "grpo.md"
 # logged beside group_metrics' values: the timing and the alert
 NOT_METRICS = ("diversity/runtime", "diversity/collapse_alert", "diversity/breakdown_alert")
-EOS, PAD = 2, 0  # the stub tokenizer's
-
-
-class StubTrainer:
-    """What the callback reads of a TRL GRPO/RLOO trainer, all public: ``args.num_generations`` and
-    ``output_dir``, ``reward_funcs``, ``model.training`` and its ``generation_config``, ``processing_class``,
-    ``state``. :meth:`log_metric` records what a reward function hands TRL, one list per key, as TRL's
-    ``_metrics["train"]`` holds it until the log."""
-
-    def __init__(self, output_dir, g=4):
-        self.args = SimpleNamespace(num_generations=g, output_dir=str(output_dir))
-        self.reward_funcs: list = []
-        self.model = SimpleNamespace(training=True, generation_config=SimpleNamespace(eos_token_id=None))
-        self.processing_class = SimpleNamespace(eos_token_id=EOS, pad_token_id=PAD, all_special_tokens=[])
-        self.callback_handler = SimpleNamespace(callbacks=[])
-        self.state = SimpleNamespace(global_step=0, is_world_process_zero=True, stateful_callbacks={})
-        self.logged: defaultdict[str, list[float]] = defaultdict(list)
-
-    def add_callback(self, cb):
-        self.callback_handler.callbacks.append(cb)
-
-    def log_metric(self, name, value):
-        self.logged[name].append(value)
-
-    def with_callback(self, cb):
-        """The callback in ``reward_funcs``, then attached: the order the callback's docs give."""
-        self.reward_funcs.append(cb)
-        return cb.attach(self)
-
-
-def _begin(cb, trainer, state=None):
-    cb.on_train_begin(trainer.args, state if state is not None else trainer.state, None)
-
-
-def _step(cb, trainer, completions, step=1, prompts=None, ids=None):
-    """TRL's call of the reward functions for the generation batch that trains ``step`` (one process)."""
-    trainer.state.global_step = step - 1
-    g = trainer.args.num_generations
-    rewards = cb(
-        prompts=prompts if prompts is not None else [f"p{i // g}" for i in range(len(completions))],
-        completions=completions,
-        completion_ids=ids,
-        trainer_state=trainer.state,
-        log_extra=lambda column, values: None,
-        log_metric=trainer.log_metric,
-        reply=["a dataset column"] * len(completions),
-    )
-    assert rewards == [0.0] * len(completions)  # it adds nothing to any reward
 
 
 def test_the_callback_hands_the_group_metrics_to_trls_log_metric(tmp_path):
@@ -90,14 +55,14 @@ def test_the_callback_hands_the_group_metrics_to_trls_log_metric(tmp_path):
     trainer.model.generation_config.eos_token_id = [7, 9]  # the model's end-of-turn ids end a completion too
     # completions 0, 5 and 11 end with no end id: cut at the length limit (3 of 12)
     ids = [[4, 5, 6] if i in (0, 5, 11) else [4, (EOS, PAD, 7, 9)[i % 4]] for i in range(len(BATCH))]
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES, log_samples=True)
     assert cb.__name__ == "group_diversity"  # TRL's column: rewards/group_diversity/mean
     trainer.with_callback(cb)
     assert trainer.callback_handler.callbacks == [cb]
-    _begin(cb, trainer)
+    begin(cb, trainer)
     assert space.fitted  # on the references, before the first step
-    _step(cb, trainer, BATCH, prompts=prompts, ids=ids)
+    rollout_step(cb, trainer, BATCH, prompts=prompts, ids=ids)
     logged = {k: v[0] for k, v in trainer.logged.items()}
     expected = {
         "diversity/" + k: v
@@ -128,7 +93,7 @@ def test_the_callback_hands_the_group_metrics_to_trls_log_metric(tmp_path):
     assert shown_text("first<|endoftext|>second<|endoftext|>", ["<|endoftext|>"]) == "first / second"  # two turns
     # every generation batch is measured once, when TRL scores it: the next one is the next value
     collapsed = [f"{TOPICS[i // 4]} {i}" for i in range(12)]
-    _step(cb, trainer, collapsed, step=2)
+    rollout_step(cb, trainer, collapsed, step=2)
     assert trainer.logged["diversity/group_sem_ent"] == [logged["diversity/group_sem_ent"], 0.0]
     assert [h["step"] for h in cb.history] == [1.0, 2.0] and cb.history[0]["diversity/group_sem_ent"] > 0
     assert "diversity/length_cut_share" not in cb.history[1]  # no completion_ids given: the share is unknown
@@ -154,12 +119,12 @@ def test_the_length_cut_share_follows_trls_rule():
 def test_without_references_the_clusters_are_fitted_on_the_first_steps_completions(tmp_path):
     completions = [f"{t} {i}" for t in ("yes", "no", "maybe", "hello") for i in range(4)]
     trainer = StubTrainer(tmp_path)
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     cb = trainer.with_callback(GroupDiversityCallback(space=space, name="run"))
     assert cb.__name__ == "group_diversity_run"  # two callbacks, two reward columns
-    _begin(cb, trainer)
+    begin(cb, trainer)
     assert not space.fitted
-    _step(cb, trainer, completions)
+    rollout_step(cb, trainer, completions)
     assert space.fitted
     # every group is one topic: all collapsed, one cluster each, entropy 0; the step as a whole has 4 clusters
     assert trainer.logged["diversity/run/collapsed_groups"] == [1.0]
@@ -168,16 +133,16 @@ def test_without_references_the_clusters_are_fitted_on_the_first_steps_completio
 
 
 def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path):
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     reward = SemanticGroupReward(num_generations=4, space=space, reference_responses=REFERENCES)
-    other = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), dirpath=tmp_path))
+    other = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=topic_encoder(), dirpath=tmp_path))
     trainer = StubTrainer(tmp_path)
     trainer.reward_funcs = [other, reward]
     reward(completions=BATCH)  # the step's reward call, before the callback's: the whole batch assigned once
     expected = {"diversity/" + k: v for k, v in group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=16).items()}
     cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
     space.assign = None  # type: ignore[assignment,method-assign]  # a second embedding pass would fail
-    _step(cb, trainer, BATCH)
+    rollout_step(cb, trainer, BATCH)
     assert cb.reused_reward_ids
     logged = {k: v[0] for k, v in trainer.logged.items() if k not in NOT_METRICS}
     assert logged == expected
@@ -190,10 +155,10 @@ def test_reference_column_of_the_training_dataset(tmp_path):
     trainer = StubTrainer(tmp_path)
     conversational = [[{"role": "assistant", "content": t}] for t in REFERENCES]
     trainer.train_dataset = datasets.Dataset.from_dict({"prompt": ["p"] * len(REFERENCES), "reply": conversational})
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_column="reply"))
     assert cb.references() == REFERENCES
-    _begin(cb, trainer)
+    begin(cb, trainer)
     assert space.fitted and cb.vocab_size == 16
     cb.reference_column = "missing"
     cb.vocab_size = None
@@ -202,7 +167,7 @@ def test_reference_column_of_the_training_dataset(tmp_path):
 
 
 def test_bad_trainers_and_batches(tmp_path):
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     lone = GroupDiversityCallback(space=space)
     with pytest.raises(ValueError, match=r"is not in the trainer's reward_funcs: .*reward_funcs=\[my_reward, divers"):
         lone.attach(StubTrainer(tmp_path))
@@ -217,18 +182,18 @@ def test_bad_trainers_and_batches(tmp_path):
     trainer = StubTrainer(tmp_path)
     cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
     with pytest.warns(RuntimeWarning, match="10 completions cannot be cut into groups of num_generations=4"):
-        _step(cb, trainer, BATCH[:10])
+        rollout_step(cb, trainer, BATCH[:10])
     assert not trainer.logged and cb.history == [] and cb.last_batch is None
     shuffled = StubTrainer(tmp_path)
     other = shuffled.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
     rotated = deque(f"p{i // 4}" for i in range(len(BATCH)))
     rotated.rotate(1)  # a batch in another order than TRL's samplers lay it out
     with pytest.warns(RuntimeWarning, match="completion 1 answers another prompt than completion 0"):
-        _step(other, shuffled, BATCH, prompts=list(rotated))
+        rollout_step(other, shuffled, BATCH, prompts=list(rotated))
     assert not shuffled.logged
     strict = trainer.with_callback(GroupDiversityCallback(space=space, on_error="raise", name="strict"))
     with pytest.raises(ValueError, match="is not a multiple of 4"):
-        _step(strict, trainer, BATCH[:10])
+        rollout_step(strict, trainer, BATCH[:10])
     with pytest.raises(ValueError, match="two GroupDiversityCallbacks in this trainer have name='strict'"):
         trainer.with_callback(GroupDiversityCallback(space=space, name="strict"))
     with pytest.raises(ValueError, match="on_error"):
@@ -247,11 +212,11 @@ def _callback_on(rank, world, out):
     """TRL's call of the callback on this process's 6 of the 12 completions (group 2 straddles the processes)."""
     trainer = StubTrainer(out)
     trainer.state.is_world_process_zero = rank == 0
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=out, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=out, show_progress=False)
     cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
-    _begin(cb, trainer)
+    begin(cb, trainer)
     mine = slice(6 * rank, 6 * (rank + 1))
-    _step(cb, trainer, BATCH[mine], prompts=[f"p{i // 4}" for i in range(12)][mine], ids=CUT_IDS[mine])
+    rollout_step(cb, trainer, BATCH[mine], prompts=[f"p{i // 4}" for i in range(12)][mine], ids=CUT_IDS[mine])
     logged = {k: v for k, v in trainer.logged.items() if k != "diversity/runtime"}
     return logged, cb.last_batch.completions, cb.last_batch.completion_ids
 
@@ -263,9 +228,11 @@ def test_two_processes_log_what_one_process_logs_for_the_whole_batch(tmp_path):
     values (TRL then averages equal values across the processes: the one-process value)."""
     results = run_distributed(_callback_on, 2, str(tmp_path / "ddp"), timeout_s=120)
     trainer = StubTrainer(tmp_path / "one")
-    cb = trainer.with_callback(GroupDiversityCallback(space=_space(tmp_path / "one"), reference_responses=REFERENCES))
-    _begin(cb, trainer)
-    _step(cb, trainer, BATCH, ids=CUT_IDS)
+    cb = trainer.with_callback(
+        GroupDiversityCallback(space=topic_space(tmp_path / "one"), reference_responses=REFERENCES)
+    )
+    begin(cb, trainer)
+    rollout_step(cb, trainer, BATCH, ids=CUT_IDS)
     one = {k: v for k, v in trainer.logged.items() if k != "diversity/runtime"}
     assert one["diversity/length_cut_share"] == [0.25] and one["diversity/collapsed_groups"] == [pytest.approx(1 / 3)]
     for logged, completions, ids in results:
@@ -287,10 +254,7 @@ def test_rollouts_of_is_deprecated_and_names_its_replacement():
 
 
 def _page_script() -> str:
-    section = PAGE.read_text(encoding="utf-8").split("\n## A whole script\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, "docs/grpo.md's 'A whole script' has no python block"
-    return match.group(1)
+    return page_block(PAGE, "A whole script")
 
 
 @pytest.mark.slow
@@ -343,10 +307,7 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
 
 
 def _rloo_script() -> str:
-    section = PAGE.read_text(encoding="utf-8").split("\n## RLOO\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, "docs/grpo.md's 'RLOO' has no whole script (a python block)"
-    return match.group(1)
+    return page_block(PAGE, "RLOO")  # its whole script
 
 
 @pytest.mark.slow
@@ -394,13 +355,13 @@ def test_bad_completions_are_named_and_the_callback_only_warns(tmp_path):
         completion_text([{"role": "assistant"}], 2)
     surrogate = ["yes a", "yes \ud800 b", "no c", "no d"]
     with pytest.raises(ValueError, match=r"completions\[1\] holds a lone surrogate '\\ud800' at character 4"):
-        _reward(tmp_path)(completions=surrogate)
+        topic_reward(tmp_path)(completions=surrogate)
     # in the callback the same data is a failed measurement: a warning (on_error="warn"), training goes on
     for bad in (surrogate, [[{"role": "assistant", "content": 5}]] + [[{"role": "assistant", "content": "x"}]] * 3):
         trainer = StubTrainer(tmp_path)
-        cb = trainer.with_callback(GroupDiversityCallback(space=_space(tmp_path), reference_responses=REFERENCES))
+        cb = trainer.with_callback(GroupDiversityCallback(space=topic_space(tmp_path), reference_responses=REFERENCES))
         with pytest.warns(RuntimeWarning, match=r"completions\[[01]\]"):
-            _step(cb, trainer, bad)
+            rollout_step(cb, trainer, bad)
         assert not trainer.logged
 
 
@@ -408,21 +369,21 @@ def test_the_rewards_default_cache_is_not_the_working_directory(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LIGHTNING_DIV_CACHE", str(tmp_path / "user_cache"))
     completions = [f"{t} {i}" for t in TOPICS for i in range(4)]
-    reward = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=4))
+    reward = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=topic_encoder(), num_clusters=4))
     reward(completions=completions)
     assert not (tmp_path / "lightning_div_cache").exists()
     assert {p.parent for p in (tmp_path / "user_cache").rglob("*.npz")} == {tmp_path / "user_cache" / "clusters"}
     # beside a GroupDiversityCallback of the same trainer: the run's own folder, as the callbacks use
-    shared = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=TopicEncoder(), num_clusters=3))
+    shared = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=topic_encoder(), num_clusters=3))
     trainer = StubTrainer(tmp_path / "run")
     trainer.reward_funcs = [shared]
-    cb = trainer.with_callback(GroupDiversityCallback(space=_space(tmp_path / "cb")))
-    _begin(cb, trainer)
+    cb = trainer.with_callback(GroupDiversityCallback(space=topic_space(tmp_path / "cb")))
+    begin(cb, trainer)
     assert shared.cache_dir() == tmp_path / "run" / "lightning_div_cache"
 
 
 def test_a_callback_given_in_callbacks_says_it_measures_nothing(tmp_path):
-    cb = GroupDiversityCallback(space=_space(tmp_path))
+    cb = GroupDiversityCallback(space=topic_space(tmp_path))
     args = SimpleNamespace(output_dir=str(tmp_path))
     with pytest.warns(
         RuntimeWarning, match=r"given to the trainer in callbacks=\[...\].*reward_funcs=.*attach\(trainer\)"
@@ -434,18 +395,18 @@ def test_a_callback_given_in_callbacks_says_it_measures_nothing(tmp_path):
 
 def test_evaluation_rollouts_are_not_measured(tmp_path):
     trainer = StubTrainer(tmp_path)
-    cb = trainer.with_callback(GroupDiversityCallback(space=_space(tmp_path), reference_responses=REFERENCES))
-    _begin(cb, trainer)
-    _step(cb, trainer, BATCH, step=1)
+    cb = trainer.with_callback(GroupDiversityCallback(space=topic_space(tmp_path), reference_responses=REFERENCES))
+    begin(cb, trainer)
+    rollout_step(cb, trainer, BATCH, step=1)
     trained, batch = trainer.logged["diversity/group_sem_ent"][0], cb.last_batch
     assert trained > 0
     # an evaluation's rollouts (every group collapsed): TRL scores them with the model out of training mode
     trainer.model.training = False
-    _step(cb, trainer, ["no x"] * 12, step=2)
+    rollout_step(cb, trainer, ["no x"] * 12, step=2)
     assert trainer.logged["diversity/group_sem_ent"] == [trained] and len(cb.history) == 1 and cb.last_batch is batch
     # back in training: the next generation batch is measured
     trainer.model.training = True
-    _step(cb, trainer, ["no y"] * 12, step=2)
+    rollout_step(cb, trainer, ["no y"] * 12, step=2)
     assert trainer.logged["diversity/group_sem_ent"] == [trained, 0.0]
 
 
@@ -455,12 +416,12 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
     resumed_batch = ["yes z"] * 4 + ["no z"] * 8  # fitted on, these would make other clusters
 
     def run(batch, state, cache):
-        space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=cache, show_progress=False)
+        space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=cache, show_progress=False)
         trainer = StubTrainer(tmp_path)
         trainer.state = state
         cb = trainer.with_callback(GroupDiversityCallback(space=space, log_samples=False, alert_start_steps=1))
-        _begin(cb, trainer)
-        _step(cb, trainer, batch, step=state.global_step + 1)  # the batch that trains the next step
+        begin(cb, trainer)
+        rollout_step(cb, trainer, batch, step=state.global_step + 1)  # the batch that trains the next step
         return cb, space
 
     state = SimpleNamespace(global_step=0, is_world_process_zero=True, stateful_callbacks={})
@@ -479,12 +440,12 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
     assert resumed.alert.values["group_sem_ent"] == [start, 0.0]  # the alert's start carried over
     assert resumed.history[-1]["diversity/collapse_alert"] == 1.0
     # a state saved with other settings is said, and the run starts afresh
-    other = GroupDiversityCallback(space=_space(tmp_path, kmeans_seed=7))
+    other = GroupDiversityCallback(space=topic_space(tmp_path, kmeans_seed=7))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         other.load_state_dict(saved["lightning_div.GroupDiversityCallback"])
     assert any("was saved with other settings" in str(w.message) for w in caught)
     with pytest.warns(RuntimeWarning, match=r"is damaged \(vocab_size 'x' is not an integer >= 1\)"):
-        GroupDiversityCallback(space=_space(tmp_path)).load_state_dict(
+        GroupDiversityCallback(space=topic_space(tmp_path)).load_state_dict(
             {**saved["lightning_div.GroupDiversityCallback"], "vocab_size": "x"}
         )

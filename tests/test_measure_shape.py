@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from fakes import first_letter_encoder
 
 from lightning_div._internal.tracking import Destination
 from lightning_div.measure.base import Measure
@@ -194,29 +195,12 @@ def test_negative_miner_without_a_trainer():
 # -- round seven (issue 64): numpy settings, the k measured with, explicit settings on resume, empty input ----
 
 
-class TopicEncoder:
-    """A text's first letter (a-d) as a direction, plus a little noise seeded by the text."""
-
-    name = "topic-encoder"
-
-    def encode(self, texts):
-        import hashlib
-
-        rows = []
-        for text in texts:
-            rng = np.random.default_rng(int(hashlib.sha256(text.encode()).hexdigest()[:8], 16))
-            v = rng.normal(scale=0.05, size=4)
-            v[max("abcd".find(text[:1]), 0)] += 1.0
-            rows.append(v)
-        return np.asarray(rows, dtype=np.float32)
-
-
 TOPIC_TEXTS = [f"{t} {i}" for t in "abcd" for i in range(6)]
 
 
 def _topic_space(tmp_path, num_clusters, **kwargs):
     return SemanticSpace(
-        encoder=TopicEncoder(), num_clusters=num_clusters, dirpath=tmp_path, show_progress=False, **kwargs
+        encoder=first_letter_encoder(), num_clusters=num_clusters, dirpath=tmp_path, show_progress=False, **kwargs
     )
 
 
@@ -249,7 +233,9 @@ def test_the_record_states_the_k_measured_with_and_names_the_clusters_file(tmp_p
     fitted = _topic_space(tmp_path / "fit", 3).fit(TOPIC_TEXTS)
     path = fitted.clusters_path
     assert path is not None and fitted.clusters.num_clusters == 3
-    group = GroupMeasure(SemanticSpace(encoder=TopicEncoder(), clusters=path, show_progress=False), vocab_size=9)
+    group = GroupMeasure(
+        SemanticSpace(encoder=first_letter_encoder(), clusters=path, show_progress=False), vocab_size=9
+    )
     group.prepare(None)
     space = group.settings()["space"]
     assert space["num_clusters"] == 3 and space["clusters"] == path

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fakes import CountingEncoder
 from helpers import causal_model, chitchat_pairs, tokenizer
 from scipy.stats import spearmanr
 from threadpoolctl import threadpool_limits
@@ -290,22 +291,11 @@ def test_synthetic_dec_test_averaged_distinct_and_sem_ent_track_the_mix(pool, mi
     assert metrics["sem_ent"](sets[-1]) == pytest.approx(-(p[p > 0] * np.log(p[p > 0])).sum())
 
 
-class CountingEncoder:
-    """The real encoder, counting calls (batching is what is under test)."""
-
-    def __init__(self, encoder):
-        self.encoder, self.calls = encoder, []
-
-    def encode(self, texts):
-        self.calls.append(len(texts))
-        return self.encoder.encode(texts)
-
-
 def test_sent_bert_embeds_all_sets_in_one_call_and_equals_negative_mean_cosine(pool, minilm):
     sets = [pool[:4], pool[2:7], [pool[9]] * 3, pool[:4]]
     counting = CountingEncoder(minilm)
     batched = score_sets(make_metrics(["sent_bert"], encoder=counting)["sent_bert"], sets)
-    assert counting.calls == [8]  # pool[0..6] and pool[9]: the distinct responses of the sets with pairs, one call
+    assert counting.sizes == [8]  # pool[0..6] and pool[9]: the distinct responses of the sets with pairs, one call
     one_by_one = [NegativeMeanCosine(minilm.encode)(s) for s in sets]
     np.testing.assert_allclose(batched, one_by_one, atol=1e-6)
     assert batched[2] == pytest.approx(-1.0)  # copies

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_grpo_reward import TopicEncoder
+from grpo_setup import topic_encoder
 
 from lightning_div.integrations.trl import GroupDiversityCallback
 from lightning_div.measure import RecordingReporter
@@ -43,7 +43,7 @@ def test_the_alert_record_keeps_its_start_and_is_written_only_when_it_changes(tm
 
 
 def test_the_grpo_callback_keeps_why_and_since_when_its_alert_is_on(tmp_path):
-    space = SemanticSpace(encoder=TopicEncoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     cb = GroupDiversityCallback(space=space, alert_start_steps=2, name="run")
     with pytest.warns(RuntimeWarning, match=r"step 3: the text broke down.*\(breakdown_top_word = 0\.4\)"):
         for step, top in [(1, 0.1), (2, 0.1), (3, 0.55), (4, 0.6)]:
