@@ -13,14 +13,16 @@ shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure``
   its margin, its plot and its alert;
 * :class:`~lightning_div.measure.nli.NLIMeasure`: NLI diversity of sampled response sets and
   Diversity Threshold Generation;
-* :class:`~lightning_div.measure.group.GroupMeasure`, :func:`~lightning_div.measure.group.group_metrics` and :class:`~lightning_div.measure.group.GroupAlert`:
-  GRPO/RLOO group diversity, its degeneration signals, and its collapse / breakdown alert;
+* :class:`~lightning_div.measure.group.GroupMeasure` and :func:`~lightning_div.measure.group.group_metrics`:
+  GRPO/RLOO group diversity and its degeneration signals; :class:`~lightning_div.measure.alerts.GroupAlert`:
+  its collapse / breakdown alert;
 * :class:`~lightning_div.measure.reporting.Reporter`: where results go, implemented by each front end.
 """
 
+from lightning_div.measure.alerts import GroupAlert
 from lightning_div.measure.base import Measure
 from lightning_div.measure.errors import Measurement, guarded
-from lightning_div.measure.group import GroupAlert, GroupMeasure, group_metrics, reference_nll
+from lightning_div.measure.group import GroupMeasure, group_metrics, reference_nll
 from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure

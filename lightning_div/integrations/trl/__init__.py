@@ -20,7 +20,7 @@ kept in :mod:`lightning_div._internal.compat.trl`); TRL is imported by the train
 by this package (only ``transformers``' callback class is).
 """
 
-from lightning_div.integrations.trl.callback import GroupDiversityCallback, end_token_ids, group_metrics, rollouts_of
+from lightning_div.integrations.trl.callback import GroupDiversityCallback, group_metrics, rollouts_of
 from lightning_div.integrations.trl.reward import EQUIVALENCES, SemanticGroupReward, group_labels
 from lightning_div.integrations.trl.rollouts import (
     CompletionError,
@@ -29,6 +29,7 @@ from lightning_div.integrations.trl.rollouts import (
     completion_text,
     completion_texts,
     cut_share,
+    end_token_ids,
     gather_batch,
 )
 

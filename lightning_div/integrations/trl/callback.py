@@ -27,7 +27,7 @@ batch, cut into the prompt groups of ``num_generations``:
   ``diversity/reference_nll`` (mean NLL under that frozen model);
 * ``diversity/collapse_alert`` and ``diversity/breakdown_alert`` (0/1): group Sem-Ent fell
   against its own start (collapse), or the text fell apart (breakdown; see
-  :class:`~lightning_div.measure.group.GroupAlert`), each also said once in a warning.
+  :class:`~lightning_div.measure.alerts.GroupAlert`), each also said once in a warning.
 
 The values go to TRL's ``log_metric``: TRL averages them over the logging interval and the
 processes into its own log row (beside ``reward``, ``entropy`` ...), through ``trainer.log`` into
@@ -48,12 +48,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from lightning_div._internal.checks import optional_texts
 from lightning_div._internal.compat.trl import rollouts_of
-from lightning_div._internal.distributed import rank_and_world
 from lightning_div.integrations._frontend import (
     attach,
     run_output_dir,
@@ -61,19 +59,23 @@ from lightning_div.integrations._frontend import (
     tracker_reporter,
     warn_fresh_start,
 )
+from lightning_div.integrations.trl.alert import alert_values, callback_alert, feed_alert, fresh_alert
+from lightning_div.integrations.trl.reward import group_rewards, reward_cluster_ids
 from lightning_div.integrations.trl.rollouts import (
     RolloutBatch,
-    check_grouped,
+    column_texts,
     completion_text,
     completion_texts,
-    cut_share,
-    gather_batch,
+    end_token_ids,
+    fewest_clusters_rows,
+    gather_rollouts,
+    num_generations_of,
+    reward_call,
 )
 from lightning_div.keys import check_name
 from lightning_div.measure.errors import check_on_error, guarded
-from lightning_div.measure.group import ALERT_SIGNALS, GroupAlert, GroupMeasure, group_metrics
+from lightning_div.measure.group import GroupMeasure, group_metrics
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.metrics.group import split_groups
 from lightning_div.semantic.cache import run_cache_dir
 from lightning_div.semantic.space import SemanticSpace, given_space
 from lightning_div.types import Options
@@ -81,33 +83,8 @@ from lightning_div.verdict import next_alert_record
 
 __all__ = ["PREFIX", "GroupDiversityCallback", "end_token_ids", "group_metrics", "rollouts_of"]
 
-#: What its alert's reasons call each threshold: this callback's own arguments, as the user set them.
-ALERT_ARGUMENTS = {
-    "top_word_share": "breakdown_top_word",
-    "cut_rise": "breakdown_cut_rise",
-    "nll_rise": "breakdown_nll_rise",
-}
-
 #: The prefix of every key this front end logs (TRL's own keys have none: ``reward``, ``entropy``).
 PREFIX = "diversity/"
-
-
-def end_token_ids(trainer: Any) -> set[int] | None:
-    """The ids a finished completion of ``trainer`` ends with, as TRL's GRPO/RLOO trainers count them: the
-    tokenizer's EOS and pad ids and the model's ``generation_config.eos_token_id`` (an int or a list).
-
-    Read from public attributes: ``trainer.processing_class`` (or a processor's ``.tokenizer``) and
-    ``trainer.model.generation_config``. None without a tokenizer (the cut share is then unknown).
-    """
-    tokenizer = getattr(trainer, "processing_class", None)
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor holds its tokenizer
-    if tokenizer is None:
-        return None
-    config = getattr(getattr(trainer, "model", None), "generation_config", None)
-    declared = getattr(config, "eos_token_id", None)
-    declared = [declared] if isinstance(declared, int) else list(declared or [])
-    ids = [getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "pad_token_id", None), *declared]
-    return {int(i) for i in ids if i is not None}
 
 
 class GroupDiversityCallback(TrainerCallback):
@@ -189,14 +166,8 @@ class GroupDiversityCallback(TrainerCallback):
     ) -> None:
         check_on_error(on_error)
         #: The collapse / breakdown alert (its state is checkpointed with the run).
-        self.alert = GroupAlert(
-            warn_drop,
-            warn_below,
-            alert_start_steps,
-            breakdown_top_word,
-            breakdown_cut_rise,
-            breakdown_nll_rise,
-            names=ALERT_ARGUMENTS,
+        self.alert = callback_alert(
+            warn_drop, warn_below, alert_start_steps, breakdown_top_word, breakdown_cut_rise, breakdown_nll_rise
         )
         #: What it measures (:class:`~lightning_div.measure.group.GroupMeasure`); this callback adds hooks,
         #: keys, the alert and reporting.
@@ -267,7 +238,7 @@ class GroupDiversityCallback(TrainerCallback):
                 "reward functions, so build it first, pass it in reward_funcs=[my_reward, diversity], then call "
                 "diversity.attach(trainer)"
             )
-        self._num_generations(trainer)
+        num_generations_of(trainer)
         attach(self, trainer)
         return self
 
@@ -288,14 +259,7 @@ class GroupDiversityCallback(TrainerCallback):
             return self.reference_responses
         if self.reference_column is None or self.trainer is None:
             return None
-        dataset = getattr(self.trainer, "train_dataset", None)
-        columns = getattr(dataset, "column_names", None) or []
-        if self.reference_column not in columns:
-            raise ValueError(
-                f"{type(self).__name__}: reference_column={self.reference_column!r} is not a column of the "
-                f"training dataset (it has {list(columns)})"
-            )
-        return [completion_text(r, i) for i, r in enumerate(dataset[self.reference_column])]  # type: ignore[index]
+        return column_texts(self.trainer, self.reference_column, type(self).__name__)
 
     def prepare(self, fit_on: Sequence[str] | None, cache_dir: str | Path) -> None:
         """Fit (or read) the clusters once, on the references else ``fit_on``, and count EAD's vocabulary;
@@ -331,7 +295,7 @@ class GroupDiversityCallback(TrainerCallback):
         """
         texts = completion_texts(completions)
         self.prepare(texts, cache_dir)
-        ids = self._reward_ids(texts)
+        ids = reward_cluster_ids(self.trainer, texts, self.space)
         self.reused_reward_ids = ids is not None
         with_nll = self.group.reference_model is not None and prompts is not None
         values = self.group.measure(
@@ -356,39 +320,13 @@ class GroupDiversityCallback(TrainerCallback):
         Returns:
             ``{"collapse_alert": 0/1, "breakdown_alert": 0/1}`` (unprefixed).
         """
-        import warnings
-
-        kind, reasons = self.alert.update({k: values[k] for k in ALERT_SIGNALS if k in values})
         if step is None:
             step = getattr(getattr(self.trainer, "state", None), "global_step", None)
+        kind, reasons = feed_alert(self.alert, values, type(self).__name__, step)
         self.alert_record = next_alert_record(
             self.alert_record, self.label, kind, step, "step", reasons, self.key(f"{kind}_alert")
         )
-        if kind is not None and kind not in self.alert.warned:
-            self.alert.warned.add(kind)
-            what = (
-                "the text broke down (degeneration, not a collapse of diversity among good answers)"
-                if kind == "breakdown"
-                else "group diversity collapsed"
-            )
-            if rank_and_world()[0] == 0:
-                warnings.warn(
-                    f"{type(self).__name__}: step {step}: {what}: {'; '.join(reasons)}", RuntimeWarning, stacklevel=2
-                )
-        return {"collapse_alert": float(kind == "collapse"), "breakdown_alert": float(kind == "breakdown")}
-
-    def sample_rows(
-        self, step: int, prompts: Sequence[Any], completions: Sequence[Any], ids: np.ndarray, num_generations: int
-    ) -> list[list[Any]]:
-        """The rows of the step's sample table: the group with the fewest clusters (the first such group)."""
-        groups = split_groups(list(range(len(completions))), num_generations)
-        if not groups:
-            return []
-        best = min(range(len(groups)), key=lambda k: len(np.unique(ids[groups[k]])))
-        return [
-            [step, best, completion_text(prompts[i], i), completion_text(completions[i], i), int(ids[i])]
-            for i in groups[best]
-        ]
+        return alert_values(kind)
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -402,7 +340,7 @@ class GroupDiversityCallback(TrainerCallback):
         return {
             "settings": self.space.settings(),
             **self.group.state_dict(),  # "space" and "vocab_size"
-            "reward_spaces": [fn.space.state_dict() for fn in self._group_rewards()],
+            "reward_spaces": [fn.space.state_dict() for fn in group_rewards(self.trainer)],
             "alert": self.alert.state_dict(),
         }
 
@@ -419,20 +357,12 @@ class GroupDiversityCallback(TrainerCallback):
                     raise ValueError("no space state")
                 self.alert.load_state_dict(saved.get("alert"))
                 self.group.load_state_dict(saved)
-                for fn, space_state in zip(self._group_rewards(), spaces):
+                for fn, space_state in zip(group_rewards(self.trainer), spaces):
                     if fn.space is not self.space and isinstance(space_state, dict):
                         fn.space.load_state_dict(space_state)
                 return
             except ValueError as err:
-                self.alert = GroupAlert(
-                    self.alert.warn_drop,
-                    self.alert.warn_below,
-                    self.alert.start_steps,
-                    self.alert.top_word_share,
-                    self.alert.cut_rise,
-                    self.alert.nll_rise,
-                    names=ALERT_ARGUMENTS,
-                )
+                self.alert = fresh_alert(self.alert)
                 reason = f"in trainer_state.json is damaged ({err})"
         warn_fresh_start(type(self).__name__, reason)
 
@@ -460,7 +390,7 @@ class GroupDiversityCallback(TrainerCallback):
                 stacklevel=2,
             )
             return
-        for fn in self._group_rewards():  # the reward caches its clusters in this run's folder too
+        for fn in group_rewards(self.trainer):  # the reward caches its clusters in this run's folder too
             if fn.dirpath is None:
                 fn.run_cache_dir = cache_dir
         if getattr(state, "global_step", 0) > 0:
@@ -500,14 +430,7 @@ class GroupDiversityCallback(TrainerCallback):
                 not GRPO/RLOO), or ``completions`` missing.
             RuntimeError: in ``reward_funcs`` but never attached.
         """
-        if completions is None or isinstance(completions, str):
-            raise TypeError(f"{self.__name__} needs completions=, a list of completions")
-        log_metric = kwargs.get("log_metric")
-        if not callable(log_metric):
-            raise TypeError(
-                f"{type(self).__name__} was called without TRL's log_metric=: it needs TRL >= 1.0, whose GRPOTrainer "
-                "and RLOOTrainer pass log_metric= to every reward function (pip install -U 'trl>=1.0')"
-            )
+        completions, log_metric = reward_call(completions, kwargs, self.__name__, type(self).__name__)
         if self.trainer is None:
             raise RuntimeError(
                 f"{type(self).__name__} is in reward_funcs but not attached: call diversity.attach(trainer) after "
@@ -536,30 +459,18 @@ class GroupDiversityCallback(TrainerCallback):
         """
         step = int(getattr(state, "global_step", 0)) + 1
         args = self.trainer.args
-        local = list(completions)
-        local_prompts = list(prompts) if prompts is not None and not isinstance(prompts, str) else [None] * len(local)
-        local_ids = [None] * len(local) if completion_ids is None else [list(c) for c in completion_ids]
-        rows, _ = gather_batch(list(zip(local_prompts, local, local_ids)))  # every process, before anything can fail
+        gathered = gather_rollouts(prompts, completions, completion_ids)  # every process, before anything can fail
         reporter = self.reporter(args, log_metric, step)
         who, when = type(self).__name__, f"step {step}"
         with guarded(self.on_error, self.memory.warn_once, who, "the measurement", when) as m:
-            if len(local_prompts) != len(local) or len(local_ids) != len(local):
-                raise ValueError(
-                    f"{len(local_prompts)} prompts and {len(local_ids)} completion_ids for {len(local)} completions"
-                )
-            every_prompt, every_completion, every_ids = ([r[k] for r in rows] for k in range(3))
-            g = self._num_generations(self.trainer)
-            if all(p is not None for p in every_prompt):
-                check_grouped(every_prompt, g)
-            known_ids = None if any(i is None for i in every_ids) else every_ids
-            ends = end_token_ids(self.trainer) if known_ids is not None else None
-            share = cut_share(known_ids, ends) if known_ids is not None and ends is not None else None
-            with_prompts = every_prompt if all(p is not None for p in every_prompt) else None
+            batch, share = gathered.batch(self.trainer, step)
+            g = batch.num_generations
+            with_prompts = batch.prompts if all(p is not None for p in batch.prompts) else None
             cache_dir = run_cache_dir(run_output_dir(args), self.dirpath)
-            m.values.update(self.measure(every_completion, g, cache_dir, with_prompts, share, step=step))
-            self.last_batch = RolloutBatch(every_prompt, every_completion, known_ids, g, step)
+            m.values.update(self.measure(batch.completions, g, cache_dir, with_prompts, share, step=step))
+            self.last_batch = batch
             if self.log_samples and reporter.is_rank_zero and with_prompts is not None:
-                table = self.sample_rows(step, with_prompts, every_completion, self.group.last_ids, g)
+                table = fewest_clusters_rows(step, with_prompts, batch.completions, self.group.last_ids, g)
                 reporter.table(self.key("group_sample"), ["step", "group", "prompt", "completion", "cluster"], table)
         if m.error is not None:
             return
@@ -583,33 +494,3 @@ class GroupDiversityCallback(TrainerCallback):
         reporter = tracker_reporter(self.trainer, run_output_dir(args), log, self.memory)
         reporter.destination = dataclasses.replace(reporter.destination, step=step, tag=f"step_{step}")
         return reporter
-
-    # -- inside ------------------------------------------------------------------------------------
-
-    def _group_rewards(self) -> list[Any]:
-        """The trainer's SemanticGroupRewards, in ``reward_funcs`` order."""
-        from lightning_div.integrations.trl.reward import SemanticGroupReward
-
-        return [fn for fn in getattr(self.trainer, "reward_funcs", None) or [] if isinstance(fn, SemanticGroupReward)]
-
-    def _reward_ids(self, texts: list[str]) -> np.ndarray | None:
-        """The ids a SemanticGroupReward of this trainer, in this space, assigned to these very texts this step."""
-        from lightning_div.integrations.trl.reward import SemanticGroupReward
-
-        for fn in getattr(self.trainer, "reward_funcs", None) or []:
-            if isinstance(fn, SemanticGroupReward):
-                ids = fn.cluster_ids(texts, self.space)
-                if ids is not None:
-                    return ids
-        return None
-
-    @staticmethod
-    def _num_generations(trainer: Any) -> int:
-        """G, from the trainer's public ``args.num_generations`` (GRPOConfig's and RLOOConfig's)."""
-        g = getattr(getattr(trainer, "args", None), "num_generations", None)
-        if isinstance(g, bool) or not isinstance(g, int):
-            raise TypeError(
-                f"{type(trainer).__name__} has no args.num_generations: GroupDiversityCallback measures TRL's "
-                "GRPOTrainer and RLOOTrainer (GRPOConfig / RLOOConfig)"
-            )
-        return g

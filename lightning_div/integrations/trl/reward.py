@@ -450,3 +450,17 @@ class SemanticGroupReward:
                 raise ValueError(f"{who} returned {q!r} for completion {i}: a reward must be a finite number")
             out.append(float(q))
         return out
+
+
+def group_rewards(trainer: Any) -> list[SemanticGroupReward]:
+    """The trainer's SemanticGroupRewards, in ``reward_funcs`` order (none without a trainer)."""
+    return [fn for fn in getattr(trainer, "reward_funcs", None) or [] if isinstance(fn, SemanticGroupReward)]
+
+
+def reward_cluster_ids(trainer: Any, texts: list[str], space: SemanticSpace) -> np.ndarray | None:
+    """The ids a SemanticGroupReward of ``trainer``, in ``space``, assigned to these very texts this step (None: none did)."""
+    for fn in group_rewards(trainer):
+        ids = fn.cluster_ids(texts, space)
+        if ids is not None:
+            return ids
+    return None

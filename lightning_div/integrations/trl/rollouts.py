@@ -14,20 +14,30 @@ Nothing here imports TRL.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from lightning_div._internal.distributed import gather_objects, rank_and_world
+from lightning_div.metrics.group import split_groups
 
 __all__ = [
     "CompletionError",
+    "GatheredRollouts",
     "RolloutBatch",
     "check_grouped",
+    "column_texts",
     "completion_text",
     "completion_texts",
     "cut_share",
+    "end_token_ids",
+    "fewest_clusters_rows",
     "gather_batch",
+    "gather_rollouts",
+    "num_generations_of",
+    "reward_call",
 ]
 
 
@@ -221,3 +231,143 @@ def cut_share(completion_ids: Sequence[Sequence[int]], end_ids: Collection[int])
     if not ids:
         return 0.0
     return sum(1 for c in ids if c and int(c[-1]) not in ends) / len(ids)
+
+
+def end_token_ids(trainer: Any) -> set[int] | None:
+    """The ids a finished completion of ``trainer`` ends with, as TRL's GRPO/RLOO trainers count them: the
+    tokenizer's EOS and pad ids and the model's ``generation_config.eos_token_id`` (an int or a list).
+
+    Read from public attributes: ``trainer.processing_class`` (or a processor's ``.tokenizer``) and
+    ``trainer.model.generation_config``. None without a tokenizer (the cut share is then unknown).
+    """
+    tokenizer = getattr(trainer, "processing_class", None)
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor holds its tokenizer
+    if tokenizer is None:
+        return None
+    config = getattr(getattr(trainer, "model", None), "generation_config", None)
+    declared = getattr(config, "eos_token_id", None)
+    declared = [declared] if isinstance(declared, int) else list(declared or [])
+    ids = [getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "pad_token_id", None), *declared]
+    return {int(i) for i in ids if i is not None}
+
+
+def num_generations_of(trainer: Any) -> int:
+    """G, from the trainer's public ``args.num_generations`` (GRPOConfig's and RLOOConfig's).
+
+    Raises:
+        TypeError: a trainer without it (not a GRPO/RLOO trainer).
+    """
+    g = getattr(getattr(trainer, "args", None), "num_generations", None)
+    if isinstance(g, bool) or not isinstance(g, int):
+        raise TypeError(
+            f"{type(trainer).__name__} has no args.num_generations: GroupDiversityCallback measures TRL's "
+            "GRPOTrainer and RLOOTrainer (GRPOConfig / RLOOConfig)"
+        )
+    return g
+
+
+@dataclass(frozen=True)
+class GatheredRollouts:
+    """Every process's (prompt, completion, token ids) rows, gathered; read into a batch by :meth:`batch`.
+
+    Attributes:
+        rows: the global batch's rows, in rank order (a prompt or ids None where a process had none).
+        local_sizes: this process's numbers of prompts, completion ids and completions, as given.
+    """
+
+    rows: list[tuple[Any, Any, list[int] | None]]
+    local_sizes: tuple[int, int, int]
+
+    def batch(self, trainer: Any, step: int) -> tuple[RolloutBatch, float | None]:
+        """The whole generation batch of ``trainer`` at ``step``, its groups checked, and its length-cut share.
+
+        The share is None when a process gave no token ids or the trainer has no tokenizer.
+
+        Raises:
+            ValueError: this process's prompts or ids do not match its completions in number, or the
+                batch is not grouped by prompt (:func:`check_grouped`).
+            TypeError: the trainer has no ``args.num_generations``.
+        """
+        prompts, ids, completions = self.local_sizes
+        if prompts != completions or ids != completions:
+            raise ValueError(f"{prompts} prompts and {ids} completion_ids for {completions} completions")
+        every_prompt, every_completion, every_ids = ([r[k] for r in self.rows] for k in range(3))
+        g = num_generations_of(trainer)
+        if all(p is not None for p in every_prompt):
+            check_grouped(every_prompt, g)
+        known_ids = None if any(i is None for i in every_ids) else every_ids
+        ends = end_token_ids(trainer) if known_ids is not None else None
+        share = cut_share(known_ids, ends) if known_ids is not None and ends is not None else None
+        return RolloutBatch(every_prompt, every_completion, known_ids, g, step), share
+
+
+def gather_rollouts(
+    prompts: Sequence[Any] | None, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None
+) -> GatheredRollouts:
+    """Gather this process's slice of a generation batch (as TRL hands a reward function) with the others'.
+
+    A collective: every process must call it, before anything can fail (a process that raised first
+    would leave the others waiting). What does not fit is raised later, by :meth:`GatheredRollouts.batch`.
+    """
+    local = list(completions)
+    local_prompts = list(prompts) if prompts is not None and not isinstance(prompts, str) else [None] * len(local)
+    local_ids = [None] * len(local) if completion_ids is None else [list(c) for c in completion_ids]
+    rows, _ = gather_batch(list(zip(local_prompts, local, local_ids)))
+    return GatheredRollouts(rows, (len(local_prompts), len(local_ids), len(local)))
+
+
+def fewest_clusters_rows(
+    step: int, prompts: Sequence[Any], completions: Sequence[Any], ids: np.ndarray, num_generations: int
+) -> list[list[Any]]:
+    """The rows of a step's sample table: the group with the fewest clusters (the first such group).
+
+    Each row: ``[step, group, prompt, completion, cluster]``, prompt and completion as text.
+    """
+    groups = split_groups(list(range(len(completions))), num_generations)
+    if not groups:
+        return []
+    best = min(range(len(groups)), key=lambda k: len(np.unique(ids[groups[k]])))
+    return [
+        [step, best, completion_text(prompts[i], i), completion_text(completions[i], i), int(ids[i])]
+        for i in groups[best]
+    ]
+
+
+def column_texts(trainer: Any, column: str, who: str) -> list[str]:
+    """A column of the trainer's ``train_dataset`` as texts (text or conversational entries, as completions are read).
+
+    Raises:
+        ValueError: the training dataset has no such column (its columns named).
+    """
+    dataset = getattr(trainer, "train_dataset", None)
+    columns = getattr(dataset, "column_names", None) or []
+    if column not in columns:
+        raise ValueError(
+            f"{who}: reference_column={column!r} is not a column of the training dataset (it has {list(columns)})"
+        )
+    return [completion_text(r, i) for i, r in enumerate(dataset[column])]  # type: ignore[index]
+
+
+def reward_call(
+    completions: Sequence[Any] | None, kwargs: dict[str, Any], name: str, who: str
+) -> tuple[Sequence[Any], Callable[[str, float], None]]:
+    """The completions and TRL's ``log_metric`` of a reward function's call (TRL >= 1.0's contract), checked.
+
+    Args:
+        completions: the call's ``completions=``.
+        kwargs: the call's other keyword arguments (TRL's).
+        name: the reward function's ``__name__``; who: its class, as the errors name them.
+
+    Raises:
+        TypeError: ``completions`` missing or a string, or no callable ``log_metric`` (a TRL older than
+            1.0, or a trainer that is not GRPO/RLOO).
+    """
+    if completions is None or isinstance(completions, str):
+        raise TypeError(f"{name} needs completions=, a list of completions")
+    log_metric = kwargs.get("log_metric")
+    if not callable(log_metric):
+        raise TypeError(
+            f"{who} was called without TRL's log_metric=: it needs TRL >= 1.0, whose GRPOTrainer "
+            "and RLOOTrainer pass log_metric= to every reward function (pip install -U 'trl>=1.0')"
+        )
+    return completions, log_metric

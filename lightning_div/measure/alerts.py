@@ -1,0 +1,215 @@
+"""The alerts of group diversity: when GRPO/RLOO rollouts collapse, and when their text breaks down.
+
+:class:`GroupAlert` reads the values :class:`~lightning_div.measure.group.GroupMeasure` gives one
+step at a time (unprefixed, the names of :data:`ALERT_SIGNALS`) and says *collapse* when group
+Sem-Ent falls against its own start, *breakdown* instead when the degeneration signals say the
+text fell apart. Apart from the measure, so that the measure only measures and a front end feeds
+the alert what it measured; :class:`~lightning_div.measure.ruq.RUQAlert` is RUQ's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ALERT_SIGNALS", "GroupAlert"]
+
+#: The values :meth:`GroupAlert.update` reads (unprefixed keys); the last three may be missing.
+ALERT_SIGNALS = ("group_sem_ent", "group_top_word_share", "length_cut_share", "reference_nll")
+
+
+def _check_threshold(value: Any, name: str, low: float, high: float | None = None) -> float | None:
+    """None, or a finite number in [low, high]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number or None, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < low or (high is not None and v > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be a finite number {bound} or None, got {value!r}")
+    return v
+
+
+class GroupAlert:
+    """Says when group Sem-Ent falls against its own start (collapse), or when the text falls apart (breakdown).
+
+    Each signal's *start* is the mean of its first ``start_steps`` measured values. Group
+    Sem-Ent *now* is the mean of its last ``start_steps`` values (one step of a few groups is
+    noise); a degeneration signal's now is its latest value (text falls apart abruptly, and the
+    thresholds are far from what ordinary text gives). Once a signal's start is complete and a
+    later step was measured:
+
+    * **collapse**: group Sem-Ent now is below ``(1 - warn_drop) x`` its start, or below
+      ``warn_below`` (nats; checked from the first step);
+    * **breakdown** (checked first; a breakdown is not called a collapse): the most frequent
+      word's share within groups is at least ``top_word_share`` (from the first step), the
+      share of completions cut at the length limit rose by ``cut_rise`` or more over its start,
+      or the mean NLL under the reference model rose by ``nll_rise`` nats or more over its start.
+
+    :meth:`update` returns the kind (``"collapse"``, ``"breakdown"`` or None) and its reasons.
+    Its state (every signal's values so far, and which kinds were warned of) is
+    :meth:`state_dict`, which a resumed run restores.
+
+    Args:
+        warn_drop: the relative fall of group Sem-Ent that is a collapse (0.25: a quarter; None: never).
+        warn_below: the group Sem-Ent (nats) below which it is a collapse (None: never).
+        start_steps: how many first measurements make each signal's start (and the window of "now").
+        top_word_share: the within-group top-word share from which the text broke down (None: never).
+        cut_rise: the rise of the length-cut share over its start that is a breakdown (None: never).
+        nll_rise: the rise of the reference NLL (nats) over its start that is a breakdown (None: never).
+        names: what the reasons call each threshold, by its name here: a front end's own argument
+            (``{"top_word_share": "breakdown_top_word"}``), so that a warning names what the user set.
+
+    Raises:
+        ValueError: a threshold that is not a finite number in its range (or None), or
+            ``start_steps`` not an integer >= 1.
+
+    Examples:
+        >>> alert = GroupAlert(warn_drop=0.25, start_steps=2)
+        >>> [alert.update({"group_sem_ent": v, "group_top_word_share": 0.1})[0] for v in (1.0, 1.0, 0.9, 0.5, 0.3)]
+        [None, None, None, 'collapse', 'collapse']
+    """
+
+    def __init__(
+        self,
+        warn_drop: float | None = 0.25,
+        warn_below: float | None = None,
+        start_steps: int = 5,
+        top_word_share: float | None = 0.4,
+        cut_rise: float | None = 0.3,
+        nll_rise: float | None = 1.0,
+        names: Mapping[str, str] | None = None,
+    ) -> None:
+        #: What the reasons call each threshold (the front end's argument names).
+        self.names = dict(names or {})
+        self.warn_drop = _check_threshold(warn_drop, "warn_drop", 0.0, 1.0)
+        self.warn_below = _check_threshold(warn_below, "warn_below", 0.0)
+        if isinstance(start_steps, bool) or not isinstance(start_steps, (int, np.integer)) or start_steps < 1:
+            raise ValueError(f"start_steps must be an integer >= 1, got {start_steps!r}")
+        self.start_steps = int(start_steps)
+        self.top_word_share = _check_threshold(top_word_share, "top_word_share", 0.0, 1.0)
+        self.cut_rise = _check_threshold(cut_rise, "cut_rise", 0.0, 1.0)
+        self.nll_rise = _check_threshold(nll_rise, "nll_rise", 0.0)
+        #: Every signal's measured values, in order (the starts are their first ``start_steps``).
+        self.values: dict[str, list[float]] = {k: [] for k in ALERT_SIGNALS}
+        #: The kinds already warned of in this run (each is warned of once).
+        self.warned: set[str] = set()
+
+    def _called(self, threshold: str) -> str:
+        """The name a reason gives a threshold: the front end's argument, else the name here."""
+        return self.names.get(threshold, threshold)
+
+    def start(self, signal: str) -> float | None:
+        """The signal's start: the mean of its first ``start_steps`` values (None until there are that many)."""
+        seen = self.values[signal]
+        return float(np.mean(seen[: self.start_steps])) if len(seen) >= self.start_steps else None
+
+    def now(self, signal: str) -> float | None:
+        """The signal now: the mean of its last ``start_steps`` values (None before any)."""
+        seen = self.values[signal]
+        return float(np.mean(seen[-self.start_steps :])) if seen else None
+
+    def latest(self, signal: str) -> float | None:
+        """The signal's latest value (None before any)."""
+        seen = self.values[signal]
+        return seen[-1] if seen else None
+
+    def _risen(self, signal: str, rise: float | None) -> tuple[float, float] | None:
+        """(start, latest) when the signal's latest value is ``rise`` or more above its complete start."""
+        start, now = self.start(signal), self.latest(signal)
+        if rise is None or start is None or now is None or len(self.values[signal]) <= self.start_steps:
+            return None
+        return (start, now) if now - start >= rise else None
+
+    def update(self, values: dict[str, float]) -> tuple[str | None, list[str]]:
+        """Add one step's values and say whether they alert.
+
+        Args:
+            values: the step's signals by :data:`ALERT_SIGNALS` name (``group_sem_ent`` required;
+                a missing or non-finite other signal is not counted).
+
+        Returns:
+            ``(kind, reasons)``: kind ``"breakdown"``, ``"collapse"`` or None; reasons in words
+            (what, now, start, the threshold).
+
+        Raises:
+            ValueError: no finite ``group_sem_ent`` >= 0, or a signal given as a boolean or a non-number
+                (checked before anything is kept, as :meth:`load_state_dict` checks a state).
+        """
+        sem = values.get("group_sem_ent")
+        number = (int, float, np.integer, np.floating)
+        if isinstance(sem, bool) or not isinstance(sem, number) or not math.isfinite(sem) or sem < 0:
+            raise ValueError(f"GroupAlert.update needs a finite group_sem_ent >= 0 (an entropy), got {sem!r}")
+        for signal in ALERT_SIGNALS:
+            v = values.get(signal)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, number)):
+                raise ValueError(f"GroupAlert.update: {signal} must be a number, got {v!r}")
+        for signal in ALERT_SIGNALS:
+            v = values.get(signal)
+            if v is not None and math.isfinite(float(v)):
+                self.values[signal].append(float(v))
+        breakdown = []
+        top = self.latest("group_top_word_share")
+        if self.top_word_share is not None and top is not None and top >= self.top_word_share:
+            breakdown.append(
+                f"the most frequent word is {top:.0%} of the words within a group, averaged over groups "
+                f"({self._called('top_word_share')} = {self.top_word_share})"
+            )
+        cut = self._risen("length_cut_share", self.cut_rise)
+        if cut is not None:
+            breakdown.append(
+                f"{cut[1]:.0%} of the completions are cut at the length limit, up from {cut[0]:.0%} at the start "
+                f"({self._called('cut_rise')} = {self.cut_rise})"
+            )
+        nll = self._risen("reference_nll", self.nll_rise)
+        if nll is not None:
+            breakdown.append(
+                f"the reference model's NLL is {nll[1]:.2f}, up from {nll[0]:.2f} at the start ({self._called('nll_rise')} = {self.nll_rise})"
+            )
+        sem_start, sem_now = self.start("group_sem_ent"), self.now("group_sem_ent")
+        assert sem_now is not None
+        collapse = []
+        if (
+            self.warn_drop is not None
+            and sem_start is not None
+            and len(self.values["group_sem_ent"]) > self.start_steps
+            and sem_now < (1.0 - self.warn_drop) * sem_start
+        ):
+            collapse.append(
+                f"group Sem-Ent is {sem_now:.3f}, down {1 - sem_now / sem_start:.0%} from {sem_start:.3f} at the start "
+                f"({self._called('warn_drop')} = {self.warn_drop})"
+            )
+        if self.warn_below is not None and sem_now < self.warn_below:
+            collapse.append(f"group Sem-Ent is {sem_now:.3f}, below {self._called('warn_below')} = {self.warn_below}")
+        if breakdown:
+            return "breakdown", breakdown + collapse
+        return ("collapse", collapse) if collapse else (None, [])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The values so far and the kinds warned of (JSON-ready)."""
+        return {"values": {k: list(v) for k, v in self.values.items()}, "warned": sorted(self.warned)}
+
+    def load_state_dict(self, state: Any) -> None:
+        """Restore :meth:`state_dict`'s values.
+
+        Raises:
+            ValueError: anything but a dict of lists of finite numbers by signal, and a list of kinds.
+        """
+        if not isinstance(state, dict) or not isinstance(state.get("values"), dict):
+            raise ValueError(f"a GroupAlert state must be a dict with 'values', got {state!r}")
+        values: dict[str, list[float]] = {k: [] for k in ALERT_SIGNALS}
+        for key, seen in state["values"].items():
+            if key not in values or not isinstance(seen, list):
+                raise ValueError(f"a GroupAlert state has an unknown signal or not a list: {key!r}")
+            for v in seen:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ValueError(f"a GroupAlert state's {key} holds {v!r}, not a finite number")
+            values[key] = [float(v) for v in seen]
+        warned = state.get("warned", [])
+        if not isinstance(warned, list) or any(k not in ("collapse", "breakdown") for k in warned):
+            raise ValueError(f"a GroupAlert state's 'warned' must list 'collapse' / 'breakdown', got {warned!r}")
+        self.values, self.warned = values, set(warned)
