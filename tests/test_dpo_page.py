@@ -8,15 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from docs_blocks import page_block
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "dpo.md"
 
 
 def _page_script() -> str:
-    section = PAGE.read_text(encoding="utf-8").split("\n## A whole script\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, "docs/dpo.md's 'A whole script' has no python block"
-    return match.group(1)
+    return page_block(PAGE, "A whole script")
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ Also: the configs and the experiment that claim the paper's DRESS settings pass 
 so the change of the defaults (issue 43) does not change them.
 """
 
-import re
 import warnings
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from docs_blocks import snippet_block
 
 from lightning_div import DialoguePair
 from lightning_div.callbacks import DRESSReweighting
@@ -22,14 +22,7 @@ PAGE = ROOT / "docs" / "callbacks" / "dress.md"
 
 
 def script() -> str:
-    text = PAGE.read_text(encoding="utf-8")
-    match = re.search(
-        r"<!-- --8<-- \[start:own-datamodule\] -->\n```python\n(.*?)```\n<!-- --8<-- \[end:own-datamodule\] -->",
-        text,
-        re.DOTALL,
-    )
-    assert match, "docs/callbacks/dress.md has no own-datamodule script"
-    return match.group(1)
+    return snippet_block(PAGE.read_text(encoding="utf-8"), "own-datamodule")
 
 
 def definitions() -> dict:

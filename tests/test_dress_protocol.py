@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +23,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from docs_blocks import fenced_blocks, section
 from helpers import causal_model, tokenizer
 from monitor_setup import TRAIN, TinyChat, collate, datamodule, dress, tiny_lm, trainer
 from pytorch_lightning.loggers import CSVLogger
@@ -41,9 +41,7 @@ OWN_RUN = "dress_protocol_own_run"
 
 def docs_example(heading: str = "Your own datamodule") -> dict:
     """Run the python block of one section of the DRESS page as printed (a whole script up to its Trainer)."""
-    text = DOCS.read_text(encoding="utf-8")
-    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    (block,) = fenced_blocks(section(DOCS.read_text(encoding="utf-8"), heading, str(DOCS)))
     block = block.split("\ncommon = ", 1)[0]  # the own-datamodule page is a whole script: its definitions, not its fit
     namespace: dict = {"__name__": "docs_example"}
     exec(compile(block, f"{DOCS}: {heading}", "exec"), namespace)

@@ -160,11 +160,11 @@ def test_a_dress_trainer_trains_in_both_modes(tmp_path):
 def test_the_pages_dress_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     import math
     import re
-    from pathlib import Path
 
-    page = Path(__file__).resolve().parents[1] / "docs" / "hugging-face.md"
-    section = page.read_text(encoding="utf-8").split("\n## DRESS in a Trainer\n", 1)[1].split("\n## ", 1)[0]
-    script = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    from docs_blocks import ROOT, page_block
+
+    page = ROOT / "docs" / "hugging-face.md"
+    script = page_block(page, "DRESS in a Trainer")
     monkeypatch.chdir(tmp_path)
     exec(compile(script, str(page), "exec"), {"__name__": "__main__"})
     out = capsys.readouterr().out.splitlines()

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from docs_blocks import page_block
 from helpers import report_of_hugging_face_run
 
 pytest.importorskip("trl", reason="the hf extra is not installed: pip install -e '.[hf]'")
@@ -128,11 +129,7 @@ def test_sft_trainer_logs_the_monitors_metrics(tmp_path):
 
 
 def _page_script() -> str:
-    text = PAGE.read_text(encoding="utf-8")
-    section = text.split("\n## A whole script\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, "docs/hugging-face.md's 'A whole script' has no python block"
-    return match.group(1)
+    return page_block(PAGE, "A whole script")
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from docs_blocks import marked_block
 
 from lightning_div.measure import (
     FixedSample,
@@ -210,7 +211,7 @@ def test_recording_reporter_keeps_scalars_and_writes_files(tmp_path):
 
 def _page_script(page: str) -> str:
     text = (ROOT / "docs" / page).read_text(encoding="utf-8")
-    return re.search(r"<!-- script -->\n```python\n(.*?)```", text, re.S).group(1)
+    return marked_block(text, "<!-- script -->", directly=True)
 
 
 @pytest.mark.slow
