@@ -16,8 +16,9 @@ from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
 from lightning_div.semantic.cache import load_or_fit_clusters
-from lightning_div.semantic.clusters import SemanticClusters, _pca, fingerprint_texts
+from lightning_div.semantic.clusters import SemanticClusters, fingerprint_texts
 from lightning_div.semantic.encoder import ResponseEncoder
+from lightning_div.semantic.geometry import pca as _pca
 
 
 @pytest.fixture(autouse=True, scope="module")

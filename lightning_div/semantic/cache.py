@@ -32,7 +32,8 @@ from lightning_div._internal.io import (
     remove_stale_temporaries,
     save_assignments,
 )
-from lightning_div.semantic.clusters import SemanticClusters, fingerprint_texts
+from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.semantic.clusters_io import fingerprint_texts
 
 log = logging.getLogger(__name__)
 

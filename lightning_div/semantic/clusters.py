@@ -24,7 +24,6 @@ This module is the algorithm (``fit`` / ``assign``; ``save`` / ``load`` through 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -38,55 +37,14 @@ from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
 from lightning_div.metrics import cluster_histogram
+from lightning_div.semantic.clusters_io import fingerprint_texts as fingerprint_texts  # its import path of 0.1
 from lightning_div.semantic.clusters_io import hash_config, read_clusters_file, write_clusters_file
+from lightning_div.semantic.geometry import check_rows, count_distinct, pca, project
 
 log = logging.getLogger(__name__)
 
 # faiss's own advice: fewer than this many points per centroid gives unreliable centroids
 MIN_POINTS_PER_CENTROID = 39
-
-
-def fingerprint_texts(texts: Sequence[str]) -> str:
-    """Stable, order-sensitive hash of a list of texts (same list -> same hex string, in any process).
-
-    Args:
-        texts: the texts, in order.
-
-    Returns:
-        A hex digest (part of the clusters' config).
-    """
-    if isinstance(texts, (str, bytes)):
-        raise TypeError("texts must be a sequence of strings, not a single string")
-    h = hashlib.blake2b(digest_size=16)
-    n = 0
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{i}] is {type(text).__name__}, expected str")
-        data = text.encode("utf-8", "surrogatepass")
-        h.update(len(data).to_bytes(8, "little"))  # length prefix: ["ab", "c"] != ["a", "bc"]
-        h.update(data)
-        n += 1
-    h.update(n.to_bytes(8, "little"))
-    return h.hexdigest()
-
-
-def _check_rows(x: Any, name: str = "embeddings") -> np.ndarray:
-    """float32 [n, d] with finite, non-zero rows (L2-normalising a zero row is undefined)."""
-    arr = np.asarray(x)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array [n, dim], got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-        raise ValueError(f"{name} must be real numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float32, copy=False)
-    finite = np.isfinite(arr).all(axis=1)
-    if not finite.all():
-        bad = int(np.flatnonzero(~finite)[0])
-        raise ValueError(f"{name}[{bad}] contains NaN or inf ({int((~finite).sum())} such rows)")
-    norms = np.linalg.norm(arr, axis=1)
-    if arr.shape[0] and (norms == 0).any():
-        bad = int(np.flatnonzero(norms == 0)[0])
-        raise ValueError(f"{name}[{bad}] is the zero vector, which has no direction to L2-normalise")
-    return arr / norms[:, None].astype(np.float32)
 
 
 class SemanticClusters:
@@ -228,7 +186,7 @@ class SemanticClusters:
         stages.update()
 
         stages.set_postfix_str(f"k-means (d={m}, {'GPU' if gpus else 'CPU'})")
-        reduced = _project(x, mean, components)
+        reduced = project(x, mean, components)
         centroids = self._fit_kmeans(reduced, gpus)
         times["kmeans"] = time.perf_counter() - clock - times["pca"]
         stages.update()
@@ -268,11 +226,11 @@ class SemanticClusters:
         Warns (at :meth:`fit`'s caller) when there are fewer points than faiss recommends per cluster.
         """
         k = self.num_clusters
-        x = _check_rows(embeddings)
+        x = check_rows(embeddings)
         n = x.shape[0]
         if n < k:
             raise ValueError(f"num_clusters={k} needs at least {k} embeddings, got {n}")
-        distinct = _count_distinct(x)
+        distinct = count_distinct(x)
         if distinct == 1:
             raise ValueError(
                 f"all {n} embeddings point in the same direction (identical after L2 normalisation): "
@@ -294,7 +252,7 @@ class SemanticClusters:
 
     def _fit_pca(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """(mean, components, explained variance) of the PCA keeping the fewest components reaching ``variance_kept``."""
-        mean64, ratio, all_components = _pca(x, seed=max(self.seed - 1, 0))
+        mean64, ratio, all_components = pca(x, seed=max(self.seed - 1, 0))
         cumulative = np.cumsum(ratio)
         reached = np.flatnonzero(cumulative >= self.variance_kept)
         m = int(reached[0]) + 1 if reached.size else len(cumulative)  # 1.0 may be missed by rounding
@@ -371,14 +329,14 @@ class SemanticClusters:
             ValueError: the clusters are not fitted, another dimension, or NaN / inf rows.
         """
         self._require_fitted()
-        x = _check_rows(embeddings)
+        x = check_rows(embeddings)
         if x.shape[1] != self.input_dim:
             raise ValueError(
                 f"embeddings have dimension {x.shape[1]}, but the clusters were fitted on "
                 f"dimension {self.input_dim} (encoder {self.encoder_name!r})"
             )
         mean, components, _ = self._arrays()
-        return _project(x, mean, components)
+        return project(x, mean, components)
 
     def assign(self, embeddings: Any) -> np.ndarray:
         """Nearest-centroid cluster id (int64, in [0, num_clusters)) of each embedding.
@@ -516,56 +474,6 @@ class SemanticClusters:
     def _set_state(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
-
-
-def _count_distinct(x: np.ndarray) -> int:
-    """Distinct unit rows, equal up to float32 rounding (rounded to 1e-6 so that v and 3v count once)."""
-    rounded = np.ascontiguousarray(np.round(x, 6) + 0.0)  # + 0.0 turns -0.0 into 0.0
-    # rows as opaque bytes: a 1-D unique, much faster than np.unique(axis=0)
-    return int(np.unique(rounded.view(np.dtype((np.void, rounded.dtype.itemsize * rounded.shape[1])))).size)
-
-
-def _pca(x: np.ndarray, seed: int, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean (float64), explained-variance ratios and all components (rows, float64) of ``x`` [n, d] float32.
-
-    With n >= d: eigendecomposition of the d x d covariance of the *centred* data, built in
-    float32 chunks of ``chunk`` rows and summed in float64. scikit-learn's ``covariance_eigh``
-    needs a float64 copy of x for that accuracy (it subtracts the mean after a float32 product,
-    which lost 7e-4 in the components); this matches the float64 result to 1e-7 at 50,000 x
-    1,024 in 0.6 s instead of 0.95 s, without the copy (400 MB there). MAUVE's float32 SVD
-    took 61 s. Components follow scikit-learn's sign convention (largest |entry| positive).
-    With n < d: scikit-learn's exact SVD, with MAUVE's random_state (the authors pass seed
-    25: PCA 26, faiss 27), which that solver does not use.
-    """
-    from sklearn.utils.extmath import svd_flip
-
-    n, d = x.shape
-    if n < d:
-        from sklearn.decomposition import PCA
-
-        pca = PCA(n_components=None, svd_solver="full", random_state=seed).fit(x.astype(np.float64))
-        return pca.mean_, np.nan_to_num(pca.explained_variance_ratio_, nan=0.0), pca.components_
-    mean = x.mean(axis=0, dtype=np.float64)
-    shift = mean.astype(np.float32)
-    scatter = np.zeros((d, d))
-    for start in range(0, n, chunk):
-        block = x[start : start + chunk] - shift
-        scatter += block.T @ block
-    # the rows were centred on the float32-rounded mean: remove that offset's n * delta delta^T
-    delta = mean - shift
-    scatter -= n * np.outer(delta, delta)
-    variances, vectors = np.linalg.eigh(scatter)
-    order = np.argsort(variances)[::-1]
-    variances = np.clip(variances[order], 0.0, None)
-    _, components = svd_flip(None, np.ascontiguousarray(vectors[:, order].T), u_based_decision=False)
-    total = variances.sum()
-    ratio = variances / total if total > 0 else np.zeros_like(variances)
-    return mean, ratio, components
-
-
-def _project(x: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
-    """PCA projection, written out so that fit and a loaded file run the same arithmetic."""
-    return np.ascontiguousarray((x - mean) @ components.T, dtype=np.float32)
 
 
 ClustersSource = str | Path | SemanticClusters

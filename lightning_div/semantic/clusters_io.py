@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,14 @@ from lightning_div._internal.io import atomic_write
 if TYPE_CHECKING:
     from lightning_div.semantic.clusters import SemanticClusters
 
-__all__ = ["CONFIG_FIELDS", "FORMAT_VERSION", "hash_config", "read_clusters_file", "write_clusters_file"]
+__all__ = [
+    "CONFIG_FIELDS",
+    "FORMAT_VERSION",
+    "fingerprint_texts",
+    "hash_config",
+    "read_clusters_file",
+    "write_clusters_file",
+]
 
 FORMAT_VERSION = 1
 CONFIG_FIELDS = (
@@ -37,6 +45,30 @@ CONFIG_FIELDS = (
     "max_points_per_centroid",
     "data_fingerprint",
 )
+
+
+def fingerprint_texts(texts: Sequence[str]) -> str:
+    """Stable, order-sensitive hash of a list of texts (same list -> same hex string, in any process).
+
+    Args:
+        texts: the texts, in order.
+
+    Returns:
+        A hex digest (part of the clusters' config).
+    """
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts must be a sequence of strings, not a single string")
+    h = hashlib.blake2b(digest_size=16)
+    n = 0
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] is {type(text).__name__}, expected str")
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))  # length prefix: ["ab", "c"] != ["a", "bc"]
+        h.update(data)
+        n += 1
+    h.update(n.to_bytes(8, "little"))
+    return h.hexdigest()
 
 
 def hash_config(config: dict[str, Any]) -> str:

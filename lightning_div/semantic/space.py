@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from lightning_div.keys import DEFAULT_ENCODER
-from lightning_div.semantic.clusters import ClustersSource, SemanticClusters, fingerprint_texts
+from lightning_div.semantic.clusters import ClustersSource, SemanticClusters
+from lightning_div.semantic.clusters_io import fingerprint_texts
 from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.types import Options
 
