@@ -187,7 +187,8 @@ def build_encoder(name: str, pooling: str | None, quiet: bool, batch_size: int =
     Returns:
         The :class:`~lightning_div.semantic.encoder.ResponseEncoder`.
     """
-    from lightning_div.semantic.encoder import ENCODER_ALIASES, ResponseEncoder, resolve_encoder_name
+    from lightning_div.semantic.encoder import ResponseEncoder
+    from lightning_div.semantic.encoder_weights import ENCODER_ALIASES, resolve_encoder_name
 
     model, _, saved_pooling = name.partition("@")
     # an alias's model named in full (as a clusters file saves it) keeps the alias's pooling

