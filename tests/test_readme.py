@@ -27,9 +27,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docs_blocks
 import pytest
 import pytorch_lightning as pl
 import torch
+from docs_blocks import fenced_block, fenced_blocks, marked_block
 from helpers import causal_model, chitchat_pairs, tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,15 +54,11 @@ class MyChatbot(pl.LightningModule):
 
 
 def section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
-    assert f"\n## {title}\n" in text, f"README.md has no section '## {title}': update this test"
-    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return docs_blocks.section(README.read_text(encoding="utf-8"), title, "README.md")
 
 
 def python_block(title: str) -> str:
-    match = re.search(r"```python\n(.*?)```", section(title), re.DOTALL)
-    assert match, f"README.md's section '{title}' has no python block"
-    return match.group(1)
+    return fenced_block(section(title), "python", f"README.md's section '{title}'")
 
 
 def write_jsonl(path: Path, pairs) -> None:
@@ -76,25 +74,10 @@ def finite_metrics(trainer: pl.Trainer) -> dict[str, float]:
     return metrics
 
 
-def test_readme_is_the_front_door():
-    text = README.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 300
-    # .ci/run reads the first fenced block after each marker
-    install = section("Install").split("<!-- ci:install -->", 1)[1]
-    assert '"torch==2.13.0"' in re.search(r"```bash\n(.*?)```", install, re.DOTALL).group(1)
-    assert text.count("<!-- ci:test -->") == 1 and text.count("<!-- ci:install -->") == 1
-    # the test command runs the tests on xdist workers by group (tests/conftest.py: the two-process tests)
-    test_command = re.search(r"```bash\n(.*?)```", text.split("<!-- ci:test -->", 1)[1], re.DOTALL).group(1)
-    assert test_command.startswith("python -m pytest") and "--dist loadgroup" in test_command
-    # every relative link points at a file of the repository
-    for target in re.findall(r"\]\(((?!https?://|#)[^)#]+)(?:#[^)]*)?\)", text):
-        assert (ROOT / target).is_file(), f"README.md links to {target}, which does not exist"
-
-
 def test_install_shows_the_user_install_first_and_the_developer_install_for_ci():
     """Issue 43 item 5: the only install block was the developer one (`.[dev]`: test, lint and docs tools)."""
     install = section("Install")
-    blocks = re.findall(r"```bash\n(.*?)```", install, re.DOTALL)
+    blocks = fenced_blocks(install, "bash")
     assert len(blocks) == 2
     assert ".[cpu,demo,hf]" in blocks[0] and "[dev]" not in blocks[0]
     # the CPU-only line is inside the block a user copies, marked, before the extras (issue 55 item 1: copying
@@ -108,12 +91,12 @@ def test_install_shows_the_user_install_first_and_the_developer_install_for_ci()
         and lines[cpu] == 'python -m pip install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu'
     )
     assert lines[cpu - 1].startswith("# CPU-only machine") and "skip this line on a GPU" in lines[cpu - 1]
-    user = re.search(r"```bash\n(.*?)```", install.split("<!-- ci:user-install -->", 1)[1], re.DOTALL).group(1)
+    user = marked_block(install, "<!-- ci:user-install -->", "bash")
     assert user == blocks[0]
     run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "readme_block '<!-- ci:user-install -->'" in run and "torch.version.cuda is None" in run
     # .ci/run installs the first block after the marker: the developer install, litdata without its torchvision
-    ci = re.search(r"```bash\n(.*?)```", install.split("<!-- ci:install -->", 1)[1], re.DOTALL).group(1)
+    ci = marked_block(install, "<!-- ci:install -->", "bash")
     assert ci == blocks[1] and '-e ".[dev]"' in ci and '--no-deps "litdata' in ci
     assert install.index(blocks[0]) < install.index("<!-- ci:install -->")
     # CPU-only machines are told once how to get PyTorch's CPU wheel
@@ -129,16 +112,6 @@ def test_metric_example_is_a_passing_doctest():
     runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
     runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
-
-
-def test_the_first_python_block_is_a_whole_script_and_fragments_say_so():
-    text = README.read_text(encoding="utf-8")
-    first = re.search(r"```python\n(.*?)```", text, re.DOTALL).group(1)
-    assert first == python_block("Quick start")
-    compile(first, "README.md: Quick start", "exec")
-    assert "*A fragment:*" in section("Add it to your Trainer")
-    # the DRESS line names what it needs and is marked too
-    assert "*a fragment*" in section("Add it to your Trainer")
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +149,6 @@ def test_the_quick_start_keeps_the_ruq_plot_cheap():
         }
         settings = {**defaults, **given}
         assert not settings["plot"] or settings["num_plot_prompts"] * settings["num_beams"] <= 16 * 5, title
-    # the measured time is printed beside the script, with the machine and its load
-    assert re.search(r"CPU-seconds", section("Quick start")) and "load average" in section("Quick start")
 
 
 def _quick_start_metrics(tmp_path, monkeypatch, capsys, code):
@@ -354,19 +325,3 @@ def test_the_dress_line_runs_offline_and_a_hub_default_fails_in_one_message():
     assert e.value.__cause__ is None and e.value.__suppress_context__
     printed = "".join(traceback.format_exception(e.value))
     assert printed.count("Traceback (most recent call last)") == 1, printed
-
-
-def test_grpo_rloo_and_dpo_are_reachable_from_the_readme():
-    """Issue 55 item 4: the README never named GRPO, RLOO or DPO nor linked docs/grpo.md (found through mkdocs.yml)."""
-    grpo = section("GRPO, RLOO and DPO")
-    assert "diversity = GroupDiversityCallback(space=space)" in grpo  # a reward function, then attached
-    assert "reward_funcs=[my_reward, diversity]" in grpo and "diversity.attach(trainer)" in grpo
-    assert "SemanticGroupReward(num_generations=G, space=space, quality=my_reward)" in grpo
-    assert "](docs/grpo.md)" in grpo and "](docs/dpo.md)" in grpo
-    page = (ROOT / "docs" / "grpo.md").read_text(encoding="utf-8")
-    falls = page.split("\n## When group Sem-Ent falls\n", 1)[1].split("\n## ", 1)[0]
-    for knob in ("SemanticGroupReward", "reward_weights", "temperature", "beta", "num_generations"):
-        assert knob in falls, knob
-    warning = page.split('!!! warning "A binary quality times diversity', 1)[1].split("\n## ", 1)[0]
-    assert "frac_reward_zero_std" in warning and "reward_funcs=[my_quality, reward]" in warning
-    assert "reward_weights=[1.0, 0.5]" in warning
