@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,32 @@ def test_every_pytest_raises_in_the_tests_pins_its_message():
             ):
                 missing.append(f"{path.name}:{node.lineno}")
     assert missing == [], f"pytest.raises without match=: {', '.join(missing)}"
+
+
+def test_no_test_module_imports_another():
+    """Shared setup lives in helper modules (``helpers``, ``monitor_setup``, ``fakes``, ``docs_blocks``, ...), never
+    in a test module another one imports: importing ``test_x`` runs its module-level setup and registers its tests
+    twice under xdist, and a change to one test file broke another's (issue 61 item 6). A child process's script
+    (a string run with ``python -c``) counts too."""
+    pattern = re.compile(r"^\s*(?:from\s+(test_\w+)[\s.]|import\s+(test_\w+))", re.M)
+    found = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for match in pattern.finditer(path.read_text(encoding="utf-8")):
+            line = path.read_text(encoding="utf-8").count("\n", 0, match.start()) + 1
+            found.append(f"{path.name}:{line} imports {match.group(1) or match.group(2)}")
+    assert found == [], "test modules importing test modules: " + "; ".join(found)
+    # the pattern sees the forms it must see, and not a helper named like one
+    seen = [m.group(1) or m.group(2) for m in pattern.finditer(TEST_IMPORT_FORMS)]
+    assert seen == ["test_a", "test_b", "test_c", "test_d"]
+
+
+TEST_IMPORT_FORMS = "\n".join(
+    [
+        "from test_a import x",
+        "    from test_b import y",
+        "import test_c",
+        "from test_d.sub import z",
+        "from testing_helpers import w",
+        "from helpers import test_e",
+    ]
+)
