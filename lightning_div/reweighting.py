@@ -37,6 +37,7 @@ __all__ = [
     "ReweightableDataModule",
     "check_batch_layout",
     "check_choice",
+    "finite_weights",
 ]
 
 #: How the gold weights are used: in the loss (batches carry ``sample_weight``) or as draw probabilities.
@@ -52,6 +53,21 @@ def check_choice(arg: str, value: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{arg} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def finite_weights(weights: Any, count: int, what: str) -> np.ndarray:
+    """``weights`` as float64, one finite number per example of ``count``, else ``ValueError`` naming ``what``
+    (and the index of the first non-finite weight)."""
+    try:
+        w = np.array(weights, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} must be numbers: {e}") from None
+    if w.shape != (count,):
+        raise ValueError(f"{what}: got shape {w.shape}, need one weight per example ({count},)")
+    if not np.all(np.isfinite(w)):
+        bad = int(np.flatnonzero(~np.isfinite(w))[0])
+        raise ValueError(f"{what}[{bad}] = {w[bad]} is not finite")
+    return w
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ DRESS callback reaches it through one method, :meth:`DialogueDataModule.apply_we
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from typing import Any
 
@@ -27,6 +26,7 @@ from lightning_div.datamodules.encoding import (
     EncodedDialogues,
     EncodedPairs,
     encode_pairs,
+    resolve_tokenizer_and_model,
 )
 from lightning_div.datamodules.formats import (
     ReaderOptions,
@@ -37,12 +37,11 @@ from lightning_div.datamodules.formats import (
 from lightning_div.datamodules.samplers import (
     ExactDistributedSampler,
     ResumableDataLoader,
-    SeparateBatchSampler,
-    WeightedDistributedSampler,
     check_count,
     check_sampling_weights,
+    train_sampler,
 )
-from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_layout, model_window
+from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_window
 from lightning_div.model.generation import pad_id_of
 from lightning_div.pairs import DialoguePair
 from lightning_div.reweighting import (
@@ -50,6 +49,7 @@ from lightning_div.reweighting import (
     Mode,
     Negatives,
     check_choice,
+    finite_weights,
 )
 from lightning_div.types import PairsSource, TokenizerSource
 
@@ -60,20 +60,12 @@ NAMES = ("train", "val", "test")
 _SPLIT_OF = {"train": "train", "val": "validation", "test": "test"}
 _STAGE_NAMES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ()}
 _REQUIRED = {"fit": "train", "validate": "val", "test": "test"}
+#: The arguments that are a batch or subset size (an integer >= 1, or None).
+_SIZES = ("batch_size", "eval_batch_size", *(f"max_{n}_examples" for n in NAMES), "train_examples_per_epoch")
 
 
 def _plain(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None)))
-
-
-def _check_sizes(**sizes: int | None) -> None:
-    """Batch sizes and subset sizes are integers >= 1 (or None).
-
-    Checked when the module is built, so that a bad value fails there and not at the first
-    dataloader, minutes into a fit.
-    """
-    for name, value in sizes.items():
-        check_count(name, value)
 
 
 def _reload_every(trainer: Any) -> int:
@@ -149,14 +141,10 @@ class DialogueDataModule(pl.LightningDataModule):
         self.save_hyperparameters(ignore=["tokenizer", "reader", *(k for k, v in sources.items() if not _plain(v))])
         # `reader` as plain values: checkpoints load with weights_only=True, which refuses a ReaderOptions.
         self.save_hyperparameters({"reader": self.reader.as_dict()})
-        _check_sizes(
-            batch_size=batch_size,
-            eval_batch_size=eval_batch_size,
-            max_train_examples=max_train_examples,
-            max_val_examples=max_val_examples,
-            max_test_examples=max_test_examples,
-            train_examples_per_epoch=train_examples_per_epoch,
-        )
+        # checked here, so that a bad value fails when the module is built, not minutes into a fit
+        sizes = (batch_size, eval_batch_size, max_train_examples, max_val_examples, max_test_examples)
+        for name, value in zip(_SIZES, (*sizes, train_examples_per_epoch)):
+            check_count(name, value)  # integers >= 1 or None
         self._sources = sources
         self._limits = {"train": max_train_examples, "val": max_val_examples, "test": max_test_examples}
         self.train_examples_per_epoch = train_examples_per_epoch
@@ -254,36 +242,9 @@ class DialogueDataModule(pl.LightningDataModule):
 
     def _resolve_model(self) -> None:
         """The tokenizer and the model whose layout (causal / seq2seq, window) the ids follow."""
-        module = self._module()
-        tokenizer = self._tokenizer_arg
-        if isinstance(tokenizer, (str, os.PathLike)):
-            from lightning_div.model.loading import load_tokenizer
-
-            # the local: names too (the base model's tokenizer, the corpus-trained one), as DialogueLM takes them
-            tokenizer = load_tokenizer(os.fspath(tokenizer), seq2seq=bool(self._seq2seq_arg))
-        elif tokenizer is None:
-            tokenizer = getattr(module, "tokenizer", None)
-            if tokenizer is None:
-                raise ValueError(
-                    "DialogueDataModule needs a tokenizer: pass tokenizer= (a name, a path or a "
-                    "tokenizer) or give the LightningModule a `tokenizer` attribute"
-                )
-        model = getattr(module, "model", None)
-        if getattr(model, "config", None) is None:
-            model = module if getattr(module, "config", None) is not None else None
-        if model is None:
-            if self._seq2seq_arg is None:
-                _info(
-                    "DialogueDataModule: no model with a config found; using the causal (decoder-only) layout "
-                    "(pass seq2seq=True for encoder-decoder models)"
-                )
-            model = model_layout(bool(self._seq2seq_arg))
-        elif self._seq2seq_arg is not None and is_seq2seq(model) != self._seq2seq_arg:
-            raise ValueError(
-                f"seq2seq={self._seq2seq_arg} but the model is "
-                f"{'an encoder-decoder' if is_seq2seq(model) else 'decoder-only'}"
-            )
-        self._tokenizer, self._model = tokenizer, model
+        self._tokenizer, self._model = resolve_tokenizer_and_model(
+            self._tokenizer_arg, self._seq2seq_arg, self._module(), _info
+        )
 
     def _layout(self) -> tuple:
         return id(self._tokenizer), is_seq2seq(self._model), model_window(self._model)
@@ -372,23 +333,10 @@ class DialogueDataModule(pl.LightningDataModule):
         """``"loss"`` (batches carry the weights) or ``"sampler"`` (draws proportional to them)."""
         return self._mode
 
-    @staticmethod
-    def _finite(weights: Any, count: int, what: str) -> np.ndarray:
-        try:
-            w = np.array(weights, dtype=np.float64)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{what} must be numbers: {e}") from None
-        if w.shape != (count,):
-            raise ValueError(f"{what}: got shape {w.shape}, need one weight per example ({count},)")
-        if not np.all(np.isfinite(w)):
-            bad = int(np.flatnonzero(~np.isfinite(w))[0])
-            raise ValueError(f"{what}[{bad}] = {w[bad]} is not finite")
-        return w
-
     def _set(self, weights: np.ndarray | None, negatives: Negatives, mode: str, what: str) -> None:
         """Validate all of it first, then replace: a refused change leaves the previous state whole."""
         check_choice("mode", mode, MODES)
-        w = None if weights is None else self._finite(weights, self._num_train(), what)
+        w = None if weights is None else finite_weights(weights, self._num_train(), what)
         if mode == "sampler":
             check_sampling_weights(
                 np.concatenate([self.sample_weights if w is None else w, negatives.weights]),
@@ -442,8 +390,7 @@ class DialogueDataModule(pl.LightningDataModule):
     # Dataloaders
 
     def _rank(self) -> int:
-        trainer = self._trainer_or_none()
-        return trainer.global_rank if trainer is not None else rank_and_world()[0]
+        return self._world()[1]
 
     def _world(self) -> tuple[int, int]:
         trainer = self._trainer_or_none()
@@ -491,36 +438,17 @@ class DialogueDataModule(pl.LightningDataModule):
         """
         dataset = self.train_dataset()
         num_replicas, rank = self._world()
-        if self._mode == "loss" and self._negatives.batches == "separate" and len(self._negatives):
-            sampler: Any = SeparateBatchSampler(
-                dataset,
-                [len(dataset) - len(self._negatives), len(self._negatives)],
-                self.batch_size,
-                num_replicas,
-                rank,
-                seed=self.seed,
-                first_group_per_epoch=self.train_examples_per_epoch,
-            )
-        elif self._mode == "loss":
-            sampler = ExactDistributedSampler(
-                dataset,
-                num_replicas,
-                rank,
-                shuffle=True,
-                seed=self.seed,
-                num_gold=len(dataset) - len(self._negatives),
-                gold_per_epoch=self.train_examples_per_epoch,
-            )
-        else:
-            weights = np.concatenate([self.sample_weights, self._negatives.weights])
-            sampler = WeightedDistributedSampler(
-                dataset,
-                weights,
-                num_samples=self.train_examples_per_epoch,
-                num_replicas=num_replicas,
-                rank=rank,
-                seed=self.seed,
-            )
+        sampler = train_sampler(
+            dataset,
+            self._mode,
+            self._negatives,
+            np.concatenate([self.sample_weights, self._negatives.weights]),
+            self.batch_size,
+            num_replicas,
+            rank,
+            self.seed,
+            self.train_examples_per_epoch,
+        )
         trainer = self._trainer_or_none()
         sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
         self._train_loader_built = True

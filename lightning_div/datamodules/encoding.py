@@ -7,9 +7,10 @@ weights, and pads them into batches.
 
 from __future__ import annotations
 
+import os
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -19,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT, NegativeLoss
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_layout
 from lightning_div.model.generation import pad_batch
 from lightning_div.pairs import DialoguePair
 
@@ -195,3 +196,50 @@ class DialogueCollator:
             NEGATIVE: torch.tensor([bool(it.get("negative", False)) for it in items], dtype=torch.bool),
             NEGATIVE_LOSS: self.negative_loss,
         }
+
+
+def resolve_tokenizer_and_model(
+    tokenizer: Any, seq2seq: bool | None, module: Any, note: Callable[[str], None]
+) -> tuple[Any, Any]:
+    """The tokenizer and the model whose layout (causal / seq2seq, window) a datamodule's ids follow.
+
+    Args:
+        tokenizer: a name or path (loaded), a tokenizer, or None (the LightningModule's ``tokenizer``).
+        seq2seq: the layout asked for (None: the model's; without a model, causal).
+        module: the Trainer's LightningModule, or None.
+        note: where the note goes that no model was found (the causal layout is then used).
+
+    Returns:
+        ``(tokenizer, model)``; the model is the module's ``model`` (or the module itself) when it has a
+        config, else a stand-in of the asked layout.
+
+    Raises:
+        ValueError: no tokenizer anywhere, or ``seq2seq`` contradicting the model.
+    """
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from lightning_div.model.loading import load_tokenizer
+
+        # the local: names too (the base model's tokenizer, the corpus-trained one), as DialogueLM takes them
+        tokenizer = load_tokenizer(os.fspath(tokenizer), seq2seq=bool(seq2seq))
+    elif tokenizer is None:
+        tokenizer = getattr(module, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(
+                "DialogueDataModule needs a tokenizer: pass tokenizer= (a name, a path or a "
+                "tokenizer) or give the LightningModule a `tokenizer` attribute"
+            )
+    model = getattr(module, "model", None)
+    if getattr(model, "config", None) is None:
+        model = module if getattr(module, "config", None) is not None else None
+    if model is None:
+        if seq2seq is None:
+            note(
+                "DialogueDataModule: no model with a config found; using the causal (decoder-only) layout "
+                "(pass seq2seq=True for encoder-decoder models)"
+            )
+        model = model_layout(bool(seq2seq))
+    elif seq2seq is not None and is_seq2seq(model) != seq2seq:
+        raise ValueError(
+            f"seq2seq={seq2seq} but the model is {'an encoder-decoder' if is_seq2seq(model) else 'decoder-only'}"
+        )
+    return tokenizer, model

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from lightning_div._internal.distributed import rank_and_world
+from lightning_div.reweighting import Negatives
 
 
 def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
@@ -363,3 +364,46 @@ class ResumableDataLoader(DataLoader):
                 f"got sampler {type(self.sampler).__name__} and batch_size {self.batch_size}"
             )
         self.sampler.skip_at_start(int(state_dict["epoch"]), batches * self.batch_size)
+
+
+def train_sampler(
+    dataset: Sized,
+    mode: str,
+    negatives: Negatives,
+    weights: np.ndarray,
+    batch_size: int,
+    num_replicas: int,
+    rank: int,
+    seed: int,
+    per_epoch: int | None,
+) -> SeparateBatchSampler | ExactDistributedSampler | WeightedDistributedSampler:
+    """The training sampler of gold examples followed by ``negatives`` (the last ``len(negatives)`` of ``dataset``).
+
+    ``"loss"`` mode: every example once per epoch, the negatives in batches of their own with
+    ``negatives.batches == "separate"``; ``"sampler"`` mode: draws proportional to ``weights`` (gold
+    then negatives). ``per_epoch``: the gold examples (or draws) an epoch takes (None: all).
+    """
+    num_negatives = len(negatives)
+    if mode == "loss" and negatives.batches == "separate" and num_negatives:
+        return SeparateBatchSampler(
+            dataset,
+            [len(dataset) - num_negatives, num_negatives],
+            batch_size,
+            num_replicas,
+            rank,
+            seed=seed,
+            first_group_per_epoch=per_epoch,
+        )
+    if mode == "loss":
+        return ExactDistributedSampler(
+            dataset,
+            num_replicas,
+            rank,
+            shuffle=True,
+            seed=seed,
+            num_gold=len(dataset) - num_negatives,
+            gold_per_epoch=per_epoch,
+        )
+    return WeightedDistributedSampler(
+        dataset, weights, num_samples=per_epoch, num_replicas=num_replicas, rank=rank, seed=seed
+    )
