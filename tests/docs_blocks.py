@@ -63,3 +63,11 @@ def snippet_block(text: str, name: str, lang: str = "python") -> str:
     opening = f"{FENCE}{lang}\n"
     assert inner.startswith(opening) and inner.endswith(f"{FENCE}\n"), f"snippet '{name}' is not one {lang} block"
     return inner[len(opening) : -len(f"{FENCE}\n")]
+
+
+def run_page_script(page: str | Path, heading: str) -> dict:
+    """Run the python block of a page's ``## heading`` section as printed, as a script (``__name__`` is
+    ``"__main__"``) in this process; what it defined (its trainer, its callbacks, ...)."""
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(page_block(page, heading), str(page), "exec"), namespace)
+    return namespace

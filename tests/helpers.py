@@ -160,6 +160,26 @@ def fit_config(tmp: Path, model: str) -> Path:
     return config
 
 
+def parse_fit_config(tmp: Path, model: dict, data: dict, trainer: dict) -> Any:
+    """Write ``tmp/config.yaml`` and parse and instantiate it the way ``lightning-div fit`` does, without running
+    (the ``DiversityCLI``; a bad config is argparse's ``SystemExit``)."""
+    import yaml
+    from pytorch_lightning import LightningDataModule, LightningModule
+
+    from lightning_div.cli.train import DiversityCLI
+
+    config = tmp / "config.yaml"
+    config.write_text(yaml.safe_dump({"model": model, "data": data, "trainer": trainer}))
+    return DiversityCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        run=False,
+        args=["--config", str(config)],
+    )
+
+
 def load_script(folder: str, name: str, module_name: str | None = None):
     """``<folder>/<name>.py`` of the repository (an experiment, a benchmark) as a module, to call it in this process.
 

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import torch
 from fakes import VectorEncoder
-from helpers import TINY_CLI_MODEL, causal_model, tokenizer
+from helpers import TINY_CLI_MODEL, causal_model, parse_fit_config, tokenizer
 from monitor_setup import common, fit, ruq_monitor
 
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
@@ -351,11 +351,6 @@ def damaged_tokenizer(tmp: Path) -> None:
 
 def evil_config(tmp: Path, where: str) -> None:
     """A config whose argument ``where`` is ``class_path: subprocess.run``: refused, nothing runs."""
-    import yaml
-    from pytorch_lightning import LightningDataModule, LightningModule
-
-    from lightning_div.cli.train import DiversityCLI
-
     marker = tmp / "ran"
     command = {"class_path": "subprocess.run", "init_args": {"args": ["touch", str(marker)]}}
     data = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train": [["hi", "hello"]]}}
@@ -365,20 +360,8 @@ def evil_config(tmp: Path, where: str) -> None:
         data["init_args"][arg] = command
     else:
         callbacks = [{"class_path": f"lightning_div.callbacks.{owner}", "init_args": {arg: command}}]
-    model = TINY_CLI_MODEL
-    config = tmp / "config.yaml"
-    config.write_text(
-        yaml.safe_dump({"model": model, "data": data, "trainer": {"callbacks": callbacks, "logger": False}})
-    )
     with pytest.raises(SystemExit, match=r"^2$") as info:  # argparse's exit code is the exception's text
-        DiversityCLI(
-            LightningModule,
-            LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            run=False,
-            args=["--config", str(config)],
-        )
+        parse_fit_config(tmp, TINY_CLI_MODEL, data, {"callbacks": callbacks, "logger": False})
     assert info.value.code == 2 and not marker.exists()
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CHILD_ENV, TINY_CLI_MODEL, base_model_copy, fit_config, truncate_weights
+from helpers import CHILD_ENV, TINY_CLI_MODEL, base_model_copy, fit_config, parse_fit_config, truncate_weights
 
 from lightning_div.cli.main import main
 from lightning_div.metrics import count_vocab, distinct_n, expectation_adjusted_distinct
@@ -730,29 +730,8 @@ MODEL = TINY_CLI_MODEL
 
 def parse(tmp_path: Path, data: dict, callbacks: list) -> object:
     """Parse and instantiate a config the way ``lightning-div fit`` does, without running."""
-    import yaml
-    from pytorch_lightning import LightningDataModule, LightningModule
-
-    from lightning_div.cli.train import DiversityCLI
-
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "model": MODEL,
-                "data": data,
-                "trainer": {"callbacks": callbacks, "logger": False, "default_root_dir": str(tmp_path)},
-            }
-        )
-    )
-    return DiversityCLI(
-        LightningModule,
-        LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        run=False,
-        args=["--config", str(config)],
-    )
+    trainer = {"callbacks": callbacks, "logger": False, "default_root_dir": str(tmp_path)}
+    return parse_fit_config(tmp_path, MODEL, data, trainer)
 
 
 def evil(marker: Path) -> dict:

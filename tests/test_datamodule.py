@@ -274,29 +274,21 @@ def test_weighted_sampler_frequencies_match_weights():
 def test_trainer_fits_tiny_model(seq2seq):
     pairs = list(chitchat_pairs("train", 5))[:16]
     model = TinyLM(seq2seq=seq2seq)
+    settings = dict(
+        train=pairs,
+        val=pairs[:4],
+        batch_size=8,
+        max_history=2,
+        show_progress=False,
+        max_context_tokens=32,
+        max_response_tokens=32,
+    )
     if seq2seq:  # used on its own first (no model: causal layout), then the Trainer's seq2seq model decides
-        dm = DialogueDataModule(
-            train=pairs,
-            val=pairs[:4],
-            batch_size=8,
-            max_history=2,
-            show_progress=False,
-            tokenizer=model.tokenizer,
-            max_context_tokens=32,
-            max_response_tokens=32,
-        )
+        dm = DialogueDataModule(**settings, tokenizer=model.tokenizer)
         dm.setup("fit")
         assert not dm.seq2seq
     else:  # the tokenizer comes from the LightningModule
-        dm = DialogueDataModule(
-            train=pairs,
-            val=pairs[:4],
-            batch_size=8,
-            max_history=2,
-            show_progress=False,
-            max_context_tokens=32,
-            max_response_tokens=32,
-        )
+        dm = DialogueDataModule(**settings)
     quiet_trainer(max_epochs=8, num_sanity_val_steps=0, limit_val_batches=0).fit(model, dm)
     assert dm.seq2seq == seq2seq and dm.tokenizer is model.tokenizer
     batch = next(iter(dm.train_dataloader()))

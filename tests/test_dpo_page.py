@@ -8,13 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from docs_blocks import page_block
+from docs_blocks import run_page_script
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "dpo.md"
-
-
-def _page_script() -> str:
-    return page_block(PAGE, "A whole script")
 
 
 @pytest.mark.slow
@@ -23,8 +19,7 @@ def test_the_pages_dpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     from lightning_div.preference import quality_bands, read_pools, semantic_rarity
 
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__main__"}
-    exec(compile(_page_script(), str(PAGE), "exec"), namespace)
+    namespace = run_page_script(PAGE, "A whole script")
     out = capsys.readouterr().out.splitlines()
     steps = [line for line in out if line.startswith("step ")]
     assert [line.split(":")[0] for line in steps] == ["step 1", "step 2", "step 3"]

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from ddp_utils import run_distributed
-from docs_blocks import page_block
+from docs_blocks import run_page_script
 from grpo_setup import (
     BATCH,
     EOS,
@@ -253,16 +253,11 @@ def test_rollouts_of_is_deprecated_and_names_its_replacement():
 # -- a real GRPOTrainer and RLOOTrainer ----------------------------------------------------------------
 
 
-def _page_script() -> str:
-    return page_block(PAGE, "A whole script")
-
-
 @pytest.mark.slow
 def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     pytest.importorskip("trl")
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__main__"}
-    exec(compile(_page_script(), str(PAGE), "exec"), namespace)
+    namespace = run_page_script(PAGE, "A whole script")
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert [line.split(":")[0] for line in lines] == ["step 1", "step 2", "step 3"]
     for line in lines:
@@ -306,10 +301,6 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     report_of_hugging_face_run(tmp_path / "grpo_run", tags, "diversity_group_sample_step3.csv", tmp_path / "r.html")
 
 
-def _rloo_script() -> str:
-    return page_block(PAGE, "RLOO")  # its whole script
-
-
 @pytest.mark.slow
 def test_the_pages_rloo_script_runs_verbatim_and_its_run_reports(tmp_path, monkeypatch, capsys):
     """docs/grpo.md's RLOO script as printed (it was one sentence; the config had to be guessed): the callback
@@ -317,8 +308,7 @@ def test_the_pages_rloo_script_runs_verbatim_and_its_run_reports(tmp_path, monke
     charts the diversity/* curves and shows the group sample table."""
     trl = pytest.importorskip("trl")
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__main__"}
-    exec(compile(_rloo_script(), str(PAGE), "exec"), namespace)
+    namespace = run_page_script(PAGE, "RLOO")
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert [line.split(":")[0] for line in lines] == ["step 1", "step 2"]
     trainer, space, reward, cb = namespace["trainer"], namespace["space"], namespace["reward"], namespace["diversity"]

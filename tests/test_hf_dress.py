@@ -161,12 +161,10 @@ def test_the_pages_dress_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     import math
     import re
 
-    from docs_blocks import ROOT, page_block
+    from docs_blocks import ROOT, run_page_script
 
-    page = ROOT / "docs" / "hugging-face.md"
-    script = page_block(page, "DRESS in a Trainer")
     monkeypatch.chdir(tmp_path)
-    exec(compile(script, str(page), "exec"), {"__name__": "__main__"})
+    run_page_script(ROOT / "docs" / "hugging-face.md", "DRESS in a Trainer")
     out = capsys.readouterr().out.splitlines()
     sizes = [re.fullmatch(r"effective sample size ([\d.]+) of 64", line) for line in out]
     size = float(next(m for m in sizes if m).group(1))

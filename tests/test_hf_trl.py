@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from docs_blocks import page_block
+from docs_blocks import run_page_script
 from helpers import report_of_hugging_face_run
 
 pytest.importorskip("trl", reason="the hf extra is not installed: pip install -e '.[hf]'")
@@ -128,14 +128,10 @@ def test_sft_trainer_logs_the_monitors_metrics(tmp_path):
     report_of_hugging_face_run(tmp_path / "out", logged, "eval_samples_step2.csv", tmp_path / "report.html")
 
 
-def _page_script() -> str:
-    return page_block(PAGE, "A whole script")
-
-
 @pytest.mark.slow
 def test_the_pages_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # its output_dir and the clusters' cache are written beside it
-    exec(compile(_page_script(), str(PAGE), "exec"), {"__name__": "__main__"})
+    run_page_script(PAGE, "A whole script")
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert [line.split(":")[0] for line in lines] == ["step 4", "step 8"]
     for line in lines:

@@ -329,10 +329,7 @@ def test_a_model_with_finite_weights_but_nan_logits_is_named_diverged(tmp_path):
         val_pairs=VAL,
         gold_responses=GOLD[:120],
         log_samples=0,
-        show_progress=False,
-        batch_size=8,
-        max_new_tokens=6,
-        dirpath=str(tmp_path / "cache"),
+        **common(tmp_path),
     )
     with pytest.warns(
         RuntimeWarning,
