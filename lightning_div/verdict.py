@@ -241,10 +241,29 @@ def verdict(rows: Sequence[Row], records: Sequence[Mapping[str, Any]] = (), unit
                 )
             )
     empty = [k for k in keys if _prefix_and_name(k)[1] == EMPTY_SHARE]
+    on += _mostly_empty(rows, empty, unit)
+    if on:
+        first, rest = on[0], on[1:]
+        first.others = [v.headline() for v in rest]
+        return first
+    if not measured and not empty:
+        return Verdict("no alert measured")
+    checked = [k for k in keys if _prefix_and_name(k)[1] in {suffix for suffix, _ in ALERT_KINDS}]
+    healthy = Verdict("healthy", ", ".join(checked))
+    for key in keys:
+        prefix, name = _prefix_and_name(key)
+        if name in ("breakdown_alert", "ruq_alert") or (name == "collapse_alert" and prefix.endswith("dress/")):
+            healthy.numbers += _numbers(rows, *_signals_of(prefix, name))
+    return healthy
+
+
+def _mostly_empty(rows: Sequence[Row], empty: Sequence[str], unit: str) -> list[Verdict]:
+    """A "mostly empty replies" verdict for each ``empty_share`` key at or above :data:`MOSTLY_EMPTY` now."""
+    on: list[Verdict] = []
     for key in empty:
         pair = _first_last(rows, key)
         if pair is not None and pair[1] >= MOSTLY_EMPTY:
-            since = None
+            since: float | None = None
             for step, values in reversed(rows):
                 if key in values:
                     if values[key] < MOSTLY_EMPTY:
@@ -263,19 +282,7 @@ def verdict(rows: Sequence[Row], records: Sequence[Mapping[str, Any]] = (), unit
                     ],
                 )
             )
-    if on:
-        first, rest = on[0], on[1:]
-        first.others = [v.headline() for v in rest]
-        return first
-    if not measured and not empty:
-        return Verdict("no alert measured")
-    checked = [k for k in keys if _prefix_and_name(k)[1] in {suffix for suffix, _ in ALERT_KINDS}]
-    healthy = Verdict("healthy", ", ".join(checked))
-    for key in keys:
-        prefix, name = _prefix_and_name(key)
-        if name in ("breakdown_alert", "ruq_alert") or (name == "collapse_alert" and prefix.endswith("dress/")):
-            healthy.numbers += _numbers(rows, *_signals_of(prefix, name))
-    return healthy
+    return on
 
 
 def verdict_lines(v: Verdict, indent: str = "  ") -> list[str]:

@@ -18,6 +18,9 @@ A module may import its own part and the parts of lower layers; a part of its ow
 no rule below forbids it and no cycle follows. Every import counts: at the top of a module and inside
 a function (a lazy import still runs, and still ties the two modules together). Only imports under
 ``if TYPE_CHECKING:`` are left out: they never run, and annotations may name a class of any layer.
+
+One job a module, read from its size: no module over :data:`MAX_MODULE_LINES` lines, and at most
+:data:`MAX_LONG_FUNCTIONS` functions over :data:`LONG_FUNCTION_LINES` lines in the package (issue 61).
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ LAYERS: dict[str, int] = {
     "cli": 6,
     PACKAGE: 7,
 }
+
+#: A module longer than this has more than one job: split it (docs/development.md, "Layout").
+MAX_MODULE_LINES = 500
+#: A function longer than this (``def`` to its last line) is long; the package allows a few.
+LONG_FUNCTION_LINES = 80
+MAX_LONG_FUNCTIONS = 2
 
 #: Parts of one layer that must not import each other (importer, imported).
 FORBIDDEN_PEERS = {
@@ -230,3 +239,39 @@ def test_no_import_cycle_between_parts():
 def test_the_cycle_finder_finds_a_cycle_and_only_one():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def long_functions(tree: ast.AST) -> list[tuple[str, int, int]]:
+    """``(name, first line, lines)`` of every function or method of ``tree`` over :data:`LONG_FUNCTION_LINES` lines."""
+    return [
+        (node.name, node.lineno, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > LONG_FUNCTION_LINES
+    ]
+
+
+def test_no_module_is_over_the_line_limit():
+    sizes = {path: len(path.read_text(encoding="utf-8").splitlines()) for path in MODULES.values()}
+    over = sorted(f"{p.relative_to(ROOT.parent)}: {n} lines" for p, n in sizes.items() if n > MAX_MODULE_LINES)
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (one job a module: split them):\n" + "\n".join(over)
+
+
+def test_at_most_two_long_functions_in_the_package():
+    found = [
+        f"{path.relative_to(ROOT.parent)}:{line}: {name} ({n} lines)"
+        for path in MODULES.values()
+        for name, line, n in long_functions(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert len(found) <= MAX_LONG_FUNCTIONS, (
+        f"{len(found)} functions over {LONG_FUNCTION_LINES} lines, at most {MAX_LONG_FUNCTIONS} allowed:\n"
+        + "\n".join(sorted(found))
+    )
+
+
+def test_the_long_function_finder_counts_def_to_last_line():
+    short = "def f():\n" + "    x = 1\n" * (LONG_FUNCTION_LINES - 1)  # exactly the limit: not long
+    long = "class C:\n    def g(self):\n" + "        x = 1\n" * LONG_FUNCTION_LINES  # one over, in a class
+    assert long_functions(ast.parse(short)) == []
+    assert long_functions(ast.parse(long)) == [("g", 2, LONG_FUNCTION_LINES + 1)]

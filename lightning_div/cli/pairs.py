@@ -22,7 +22,7 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_div.cli.common import (
     OFFLINE_ENCODER,
@@ -34,6 +34,9 @@ from lightning_div.cli.common import (
     say,
     warn,
 )
+
+if TYPE_CHECKING:
+    from lightning_div.preference.pairs import PairSelection
 
 PROG = "lightning-div pairs"
 
@@ -202,26 +205,7 @@ def execute(args: argparse.Namespace) -> int:
             )
     _write_jsonl(args.out, selection.records())
     if args.details is not None:
-        rows: list[dict[str, Any]] = [
-            {
-                "pool": p.pool,
-                "line": lines[p.pool],
-                "chosen_index": p.chosen_index,
-                "rejected_index": p.rejected_index,
-                "chosen_quality": p.chosen_quality,
-                "rejected_quality": p.rejected_quality,
-                "chosen_diversity": p.chosen_diversity,
-                "rejected_diversity": p.rejected_diversity,
-                **({"diversity": selection.diversity[p.pool]} if p.pool in selection.diversity else {}),
-            }
-            for p in selection.pairs
-        ]
-        rows += [
-            {"pool": i, "line": lines[i], "skipped": why}
-            | ({"diversity": selection.diversity[i]} if i in selection.diversity else {})
-            for i, why in selection.skipped.items()
-        ]
-        _write_jsonl(args.details, sorted(rows, key=lambda r: int(r["pool"])))
+        _write_jsonl(args.details, _detail_rows(selection, lines))
     stats = selection.stats
     say(
         f"{stats['pairs']} pairs from {stats['pools']} pools ({args.rule}"
@@ -229,3 +213,27 @@ def execute(args: argparse.Namespace) -> int:
         + f"; {stats['skipped']} skipped) written to {args.out}"
     )
     return 0
+
+
+def _detail_rows(selection: PairSelection, lines: list[int]) -> list[dict[str, Any]]:
+    """The ``--details`` rows: one per pool, in pool order, chosen and rejected or why it was skipped."""
+    rows: list[dict[str, Any]] = [
+        {
+            "pool": p.pool,
+            "line": lines[p.pool],
+            "chosen_index": p.chosen_index,
+            "rejected_index": p.rejected_index,
+            "chosen_quality": p.chosen_quality,
+            "rejected_quality": p.rejected_quality,
+            "chosen_diversity": p.chosen_diversity,
+            "rejected_diversity": p.rejected_diversity,
+            **({"diversity": selection.diversity[p.pool]} if p.pool in selection.diversity else {}),
+        }
+        for p in selection.pairs
+    ]
+    rows += [
+        {"pool": i, "line": lines[i], "skipped": why}
+        | ({"diversity": selection.diversity[i]} if i in selection.diversity else {})
+        for i, why in selection.skipped.items()
+    ]
+    return sorted(rows, key=lambda r: int(r["pool"]))
