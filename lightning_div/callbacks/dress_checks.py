@@ -83,14 +83,27 @@ def watch_weights(batch: Any) -> Any:
 
 
 def weights_used(loss: Any, watched: Any) -> bool | None:
-    """Whether ``loss`` depends on the watched weights (None: nothing to tell); the watch is undone."""
-    if watched is None or not getattr(loss, "requires_grad", False):
-        return None
-    import torch
+    """Whether ``loss`` depends on the watched weights (None: nothing to tell); the watch is undone.
 
-    (grad,) = torch.autograd.grad(loss, watched, retain_graph=True, allow_unused=True)
+    Read from the loss's autograd graph without running any of it: a backward pass here (``autograd.grad``)
+    would run FSDP's backward hooks once too often, which free the unsharded parameters the training
+    step's own backward then needs.
+    """
+    grad_fn = getattr(loss, "grad_fn", None)
+    if watched is None or not getattr(loss, "requires_grad", False) or grad_fn is None:
+        return None
+    seen: set[Any] = set()
+    stack = [grad_fn]
+    found = False
+    while stack and not found:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        found = getattr(node, "variable", None) is watched  # the leaf's AccumulateGrad node
+        stack.extend(following for following, _ in node.next_functions)
     watched.requires_grad_(False)
-    return grad is not None
+    return found
 
 
 def unweighted_loss_error(label: str) -> ValueError:
