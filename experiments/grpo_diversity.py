@@ -765,8 +765,10 @@ def comparisons_section(result: dict[str, Any]) -> list[str]:
         "",
         "## Primary comparisons: multiple comparisons and power (computed from the runs)",
         "",
-        f"The family fixed before the runs: held-out {', '.join(PRIMARY)}, each setting minus grpo, paired by seed, "
-        f"and grpo_semantic_kl - grpo_kl (the KL settings' own question): {len(primary)} tests. p: two-sided "
+        f"The family: the primary measures named in this experiment's docstring before any full run (held-out "
+        f"{', '.join(PRIMARY)}, each setting minus grpo, paired by seed), and grpo_semantic_kl - grpo_kl (the KL "
+        "settings' own question, added to the family after the runs, on 2026-12-04, when the correction itself was "
+        f"chosen): {len(primary)} tests. p: two-sided "
         f"paired t-test; Holm: Holm's step-down adjustment over the {len(primary)} (family-wise error 5 %: "
         "an effect is claimed only where Holm < 0.05). detectable: the smallest true difference these seeds "
         "detect with 80 % power at a two-sided 5 % level, delta = nc x sd / sqrt(n), nc the noncentrality at "
