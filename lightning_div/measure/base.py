@@ -15,12 +15,14 @@ from __future__ import annotations
 import numbers
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Measure", "Stateless", "check_vocab_size", "plain", "restored_vocab_size"]
+from lightning_div.metrics import check_lexical_names, check_lexical_options
+
+__all__ = ["LexicalSettings", "Measure", "Stateless", "check_vocab_size", "plain", "restored_vocab_size"]
 
 
 def plain(value: Any) -> Any:
@@ -137,3 +139,39 @@ class Stateless:
         """
         if not isinstance(state, dict):
             raise ValueError(f"a {type(self).__name__} state must be a dict, got {state!r:.80}")
+
+
+class LexicalSettings:
+    """The lexical metrics a measure computes beside its own, their options, and EAD's vocabulary size.
+
+    Shared by the measures that report the lexical metrics of what they measured
+    (:class:`~lightning_div.measure.semantic.SemanticMeasure`, :class:`~lightning_div.measure.group.GroupMeasure`),
+    so that both check and keep them alike.
+    """
+
+    lexical_metrics: list[str]
+    lexical_options: dict[str, Any]
+    vocab_size: int | None
+    #: V as given (a setting: a checkpoint of another V does not replace it); None: counted.
+    given_vocab_size: int | None
+
+    def _init_lexical(
+        self, lexical_metrics: Sequence[str], lexical_options: Mapping[str, Any] | None, vocab_size: Any
+    ) -> None:
+        """Check and keep the lexical settings.
+
+        Raises:
+            ValueError: unknown lexical names or options, or a ``vocab_size`` that is not an integer >= 1 or None.
+        """
+        self.lexical_metrics = check_lexical_names(lexical_metrics)
+        self.lexical_options = check_lexical_options(lexical_options)
+        self.vocab_size = check_vocab_size(vocab_size)
+        self.given_vocab_size = self.vocab_size
+
+    def _lexical_settings(self) -> dict[str, Any]:
+        """The lexical part of a measure's :meth:`~Measure.settings` (JSON-ready)."""
+        return {
+            "lexical_metrics": list(self.lexical_metrics),
+            "lexical_options": plain(self.lexical_options),
+            "vocab_size": self.vocab_size,
+        }

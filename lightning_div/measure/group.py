@@ -32,7 +32,7 @@ import numpy as np
 from lightning_div._internal.checks import warn_if_mostly_empty
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
 from lightning_div.measure.alerts import ALERT_SIGNALS, GroupAlert
-from lightning_div.measure.base import check_vocab_size, plain, restored_vocab_size
+from lightning_div.measure.base import LexicalSettings, restored_vocab_size
 from lightning_div.metrics import (
     check_lexical_names,
     check_lexical_options,
@@ -178,7 +178,7 @@ def reference_nll(
     return float(np.mean(nll))
 
 
-class GroupMeasure:
+class GroupMeasure(LexicalSettings):
     """Group diversity of GRPO/RLOO rollouts, one generation batch at a time, in one semantic space.
 
     :meth:`prepare` fits (or reads) the clusters once, on reference responses or on the first
@@ -211,11 +211,7 @@ class GroupMeasure:
         reference_tokenizer: Any = None,
     ) -> None:
         self.space = space
-        self.lexical_metrics = check_lexical_names(lexical_metrics)
-        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
-        self.vocab_size = check_vocab_size(vocab_size)
-        #: V as given (a setting: a checkpoint of another V does not replace it); None: counted.
-        self.given_vocab_size = self.vocab_size
+        self._init_lexical(lexical_metrics, lexical_options, vocab_size)
         self.device = device
         self.reference_model, self.reference_tokenizer = reference_model, reference_tokenizer
         #: The cluster ids of the last measured batch, in its order.
@@ -329,8 +325,6 @@ class GroupMeasure:
         """The measurement's configuration (the space's settings, the lexical metrics), JSON-ready."""
         return {
             "space": self.space.settings_in_use(),  # the k measured with, the clusters file given
-            "lexical_metrics": list(self.lexical_metrics),
-            "lexical_options": plain(self.lexical_options),
-            "vocab_size": self.vocab_size,
+            **self._lexical_settings(),
             "reference_model": None if self.reference_model is None else type(self.reference_model).__name__,
         }

@@ -87,7 +87,7 @@ class RunMemory:
     Attributes:
         warned: the keys :meth:`Reporter.warn_once` has warned about.
         shown: once-only key -> the token it was first shown with.
-        recorded: who -> the settings record last written for it.
+        recorded: ``settings:<who>`` or ``alert:<who>`` -> the record last written for it.
     """
 
     warned: set[str] = field(default_factory=set)
@@ -200,29 +200,13 @@ class TrackerReporter:
         """
         if not self.is_rank_zero or not measures:
             return None
-        from lightning_div._internal.io import atomic_write_text
-
         record = {
             "lightning_div": _installed_version(),
             "who": who,
             "measures": [{"measure": type(m).__name__, "settings": m.settings()} for m in measures],
             **({"callback": callback} if callback is not None else {}),
         }
-        text = json.dumps(_finite(plain(record)), indent=1, sort_keys=True, allow_nan=False) + "\n"
-        if self.memory.recorded.get(who) == text:
-            return None
-        path = self.out_dir / "settings" / f"{who}.json"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, text)
-        except (OSError, ValueError) as err:  # a record that cannot be written must not end the training run
-            # (ValueError: a name the file system refuses, e.g. one with a null byte)
-            self.memory.warn_once(
-                f"settings:{who}", f"lightning-div: the settings record {path} was not written: {err}"
-            )
-            return None
-        self.memory.recorded[who] = text
-        return path
+        return self._write_record("settings", who, record, f"settings:{who}", "settings record")
 
     def record_alert(self, who: str, record: Mapping[str, Any]) -> Path | None:
         """Write the front end's alert state, its reasons in words, to ``<out_dir>/alerts/<who>.json``.
@@ -240,19 +224,28 @@ class TrackerReporter:
         """
         if not self.is_rank_zero:
             return None
+        return self._write_record("alerts", who, dict(record), f"alert:{who}", "alert record")
+
+    def _write_record(self, folder: str, who: str, record: dict[str, Any], memo: str, what: str) -> Path | None:
+        """Write ``record`` as JSON to ``<out_dir>/<folder>/<who>.json`` when it changed since this run last wrote it.
+
+        ``memo`` keys the text last written in the run's memory and the once-only warning when the
+        file cannot be written; ``what`` names the file in that warning.
+        """
         from lightning_div._internal.io import atomic_write_text
 
-        text = json.dumps(_finite(plain(dict(record))), indent=1, sort_keys=True, allow_nan=False) + "\n"
-        if self.memory.recorded.get(f"alert:{who}") == text:
+        text = json.dumps(_finite(plain(record)), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        if self.memory.recorded.get(memo) == text:
             return None
-        path = self.out_dir / "alerts" / f"{who}.json"
+        path = self.out_dir / folder / f"{who}.json"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, text)
-        except (OSError, ValueError) as err:  # an alert record that cannot be written must not end the run
-            self.memory.warn_once(f"alert:{who}", f"lightning-div: the alert record {path} was not written: {err}")
+        except (OSError, ValueError) as err:  # a record that cannot be written must not end the training run
+            # (ValueError: a name the file system refuses, e.g. one with a null byte)
+            self.memory.warn_once(memo, f"lightning-div: the {what} {path} was not written: {err}")
             return None
-        self.memory.recorded[f"alert:{who}"] = text
+        self.memory.recorded[memo] = text
         return path
 
 

@@ -18,11 +18,9 @@ import numpy as np
 
 from lightning_div._internal.checks import warn_if_mostly_empty
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
-from lightning_div.measure.base import check_vocab_size, plain, restored_vocab_size
+from lightning_div.measure.base import LexicalSettings, plain, restored_vocab_size
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
-    check_lexical_names,
-    check_lexical_options,
     cluster_js_divergence,
     count_vocab,
     empty_share,
@@ -84,7 +82,7 @@ class SemanticResult:
     gold_shares: list[float]
 
 
-class SemanticMeasure:
+class SemanticMeasure(LexicalSettings):
     """Sem-Ent (Han et al., 2022), the cluster divergence from the gold responses and the lexical metrics.
 
     :meth:`prepare` once (fits or reads the space's clusters on the gold training responses,
@@ -116,11 +114,7 @@ class SemanticMeasure:
         show_progress: bool = False,
     ) -> None:
         self.space = space
-        self.lexical_metrics = check_lexical_names(lexical_metrics)
-        self.lexical_options: dict[str, Any] = check_lexical_options(lexical_options)
-        self.vocab_size = check_vocab_size(vocab_size)
-        #: V as given (a setting: a checkpoint of another V does not replace it); None: counted.
-        self.given_vocab_size = self.vocab_size
+        self._init_lexical(lexical_metrics, lexical_options, vocab_size)
         self.generation_kwargs = dict(generation_kwargs or {})
         self.batch_size, self.show_progress = batch_size, show_progress
         #: Whether ``sem_ent_gold`` was reported in this run (it is reported once).
@@ -261,9 +255,7 @@ class SemanticMeasure:
         """The measurement's configuration (the space's settings, the lexical metrics, generation), JSON-ready."""
         return {
             "space": self.space.settings_in_use(),  # the k measured with, the clusters file given
-            "lexical_metrics": list(self.lexical_metrics),
-            "lexical_options": plain(self.lexical_options),
-            "vocab_size": self.vocab_size,
+            **self._lexical_settings(),
             "generation_kwargs": plain(self.generation_kwargs),
             "batch_size": self.batch_size,
         }

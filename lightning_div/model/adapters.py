@@ -151,6 +151,21 @@ class HuggingFaceAdapter:
             **generation_kwargs,
         )
 
+    def _scored(
+        self, score: Any, contexts: Sequence[Context], items: Any, show_progress: bool | None, padding_side: str | None
+    ) -> Any:
+        """``score`` (a batched scoring function of :mod:`lightning_div.model.scoring`) with this adapter's settings."""
+        return score(
+            self.model,
+            self.tokenizer,
+            contexts,
+            items,
+            format=self.format,
+            batch_size=self.batch_size,
+            show_progress=self.show_progress if show_progress is None else show_progress,
+            padding_side=padding_side,
+        )
+
     def token_logprobs(
         self,
         contexts: Sequence[Context],
@@ -170,16 +185,7 @@ class HuggingFaceAdapter:
         Returns:
             One 1-D CPU tensor per pair.
         """
-        return token_logprobs_batched(
-            self.model,
-            self.tokenizer,
-            contexts,
-            responses,
-            format=self.format,
-            batch_size=self.batch_size,
-            show_progress=self.show_progress if show_progress is None else show_progress,
-            padding_side=padding_side,
-        )
+        return self._scored(token_logprobs_batched, contexts, responses, show_progress, padding_side)
 
     def candidate_logprobs(
         self,
@@ -200,16 +206,7 @@ class HuggingFaceAdapter:
         Returns:
             For each context, one 1-D CPU tensor per candidate.
         """
-        return candidate_logprobs_batched(
-            self.model,
-            self.tokenizer,
-            contexts,
-            candidates,
-            format=self.format,
-            batch_size=self.batch_size,
-            show_progress=self.show_progress if show_progress is None else show_progress,
-            padding_side=padding_side,
-        )
+        return self._scored(candidate_logprobs_batched, contexts, candidates, show_progress, padding_side)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__}, batch_size={self.batch_size})"
