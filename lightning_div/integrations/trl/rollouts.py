@@ -275,7 +275,7 @@ class GatheredRollouts:
         local_sizes: this process's numbers of prompts, completion ids and completions, as given.
     """
 
-    rows: list[tuple[Any, Any, list[int] | None]]
+    rows: list[Any]  # (prompt, completion, token ids or None) tuples
     local_sizes: tuple[int, int, int]
 
     def batch(self, trainer: Any, step: int) -> tuple[RolloutBatch, float | None]:
