@@ -273,9 +273,13 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     batch = cb.last_batch  # what TRL handed the callback as a reward function: the last generation batch
     completions, g = batch.completions, batch.num_generations
     assert g == 4 and len(completions) == 8 and batch.step == 3
-    # the deprecated rollouts_of reads the same batch from TRL's private buffer (on the TRL installed)
+    # the deprecated rollouts_of reads the same batch from TRL's private buffer (on the TRL installed): the same
+    # completions and G; the prompts as TRL buffers them (TRL 1.0 hands its reward functions the prompt text with
+    # the tokenizer's end token and buffers it without; 1.16 gives both the dataset's prompt)
     with pytest.warns(DeprecationWarning, match="GroupDiversityCallback.last_batch"):
-        assert rollouts_of(trainer) == (batch.prompts, completions, 4)
+        prompts, buffered, g = rollouts_of(trainer)
+    assert (buffered, g) == (completions, 4)
+    assert prompts == [p.removesuffix("<|endoftext|>") for p in batch.prompts]
     ids = space.assign(completions)
     expected = {"diversity/" + k: v for k, v in group_metrics(completions, ids, 4, 8, vocab_size=cb.vocab_size).items()}
     for key, value in expected.items():
