@@ -9,7 +9,8 @@ from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.checks import optional_part, settings_changed
 from lightning_div.keys import RUQ_ALERT, train_key, val_key
-from lightning_div.measure.ruq import DEFAULT_IDK, RUQAlert, RUQMeasure, ruq_profile_figure
+from lightning_div.measure.alerts import RUQAlert
+from lightning_div.measure.ruq import DEFAULT_IDK, RUQMeasure, ruq_profile_figure
 from lightning_div.metrics.ruq import ReferenceChoice
 from lightning_div.model.adapters import DialogueModelAdapter
 from lightning_div.pairs import DialoguePair
@@ -75,7 +76,7 @@ class RUQMonitor(ValidationMonitor):
         super().__init__(**kwargs)
         #: The measurement (:class:`~lightning_div.measure.ruq.RUQMeasure`).
         self.ruq = RUQMeasure(idk_responses, reference, shared_contexts, self.batch_size, self.show_progress)
-        #: The alert (:class:`~lightning_div.measure.ruq.RUQAlert`); its state is the last ``val/ruq``.
+        #: The alert (:class:`~lightning_div.measure.alerts.RUQAlert`); its state is the last ``val/ruq``.
         self.alert = RUQAlert(warn_below, warn_drop)
         self.num_train_prompts = num_train_prompts
         self.num_val_prompts = num_val_prompts

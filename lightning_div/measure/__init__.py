@@ -9,7 +9,7 @@ shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure``
 * :func:`~lightning_div.measure.errors.guarded`: the error policy (``on_error``) and the timing;
 * :class:`~lightning_div.measure.semantic.SemanticMeasure`: Sem-Ent, the cluster divergence and the
   lexical metrics (``prepare(gold)``, ``measure(adapter, sample)`` or ``scores(responses, sample)``);
-* :class:`~lightning_div.measure.ruq.RUQMeasure` and :class:`~lightning_div.measure.ruq.RUQAlert`: RUQ,
+* :class:`~lightning_div.measure.ruq.RUQMeasure` and :class:`~lightning_div.measure.alerts.RUQAlert`: RUQ,
   its margin, its plot and its alert;
 * :class:`~lightning_div.measure.nli.NLIMeasure`: NLI diversity of sampled response sets and
   Diversity Threshold Generation;
@@ -19,13 +19,13 @@ shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure``
 * :class:`~lightning_div.measure.reporting.Reporter`: where results go, implemented by each front end.
 """
 
-from lightning_div.measure.alerts import GroupAlert
+from lightning_div.measure.alerts import GroupAlert, RUQAlert
 from lightning_div.measure.base import Measure
 from lightning_div.measure.errors import Measurement, guarded
 from lightning_div.measure.group import GroupMeasure, group_metrics, reference_nll
 from lightning_div.measure.nli import NLIMeasure
 from lightning_div.measure.reporting import RecordingReporter, Reporter, RunMemory, TrackerReporter
-from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
+from lightning_div.measure.ruq import RUQMeasure, ruq_profile_figure
 from lightning_div.measure.sample import FixedSample
 from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
 

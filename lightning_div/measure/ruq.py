@@ -6,14 +6,13 @@ and the Hugging Face :class:`~lightning_div.integrations.transformers.DiversityT
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from lightning_div._internal.distributed import distributed_map, rank_and_world
+from lightning_div._internal.distributed import distributed_map
+from lightning_div.measure.alerts import RUQAlert  # RUQ's alert, beside the group alert; importable from here too
 from lightning_div.measure.base import Stateless
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference, ruq_per_idk
 from lightning_div.model.generation import generate_responses
@@ -187,91 +186,3 @@ def ruq_profile_figure(profile: dict[str, tuple[np.ndarray, np.ndarray]], num_pr
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig
-
-
-def _checked_points(name: str, value: Any, most: float) -> float | None:
-    """A RUQ threshold as given: None, or a finite number in [0, ``most``] (RUQ is a percentage)."""
-    if value is None:
-        return None
-    points = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
-    if not math.isfinite(points):
-        raise ValueError(f"{name} must be a number of RUQ points (or None), got {value!r}")
-    if not 0.0 <= points <= most:
-        span = "a number >= 0" if math.isinf(most) else f"in [0, {most:g}] (RUQ is a percentage)"
-        raise ValueError(f"{name} must be {span}, got {value!r}")
-    return points
-
-
-class RUQAlert:
-    """Says when RUQ falls below ``warn_below`` or drops by more than ``warn_drop`` points since the last measurement.
-
-    Its state is the last value (:attr:`last`), which a resumed run restores.
-
-    Args:
-        warn_below: alert below this RUQ, a percentage in [0, 100] (None: never).
-        warn_drop: alert on a drop of more than this many points, a number >= 0 (None: never).
-
-    Raises:
-        ValueError: a threshold that is not a number (``"50"``, NaN), a negative ``warn_drop`` or a
-            ``warn_below`` outside [0, 100].
-
-    Examples:
-        >>> alert = RUQAlert(warn_below=None, warn_drop=10.0)
-        >>> alert.check(60.0, "val/ruq"), alert.check(45.0, "val/ruq")
-        ([], ['val/ruq dropped from 60.0 to 45.0 (more than warn_drop = 10.0)'])
-    """
-
-    def __init__(self, warn_below: float | None = None, warn_drop: float | None = 10.0) -> None:
-        self.warn_below = _checked_points("warn_below", warn_below, 100.0)
-        self.warn_drop = _checked_points("warn_drop", warn_drop, math.inf)
-        #: The last measured RUQ (what ``warn_drop`` compares with).
-        self.last: float | None = None
-        #: The reasons of the last :meth:`check` (empty: no alert), for the run's alert record.
-        self.reasons: list[str] = []
-
-    def check(self, value: float, key: str) -> list[str]:
-        """The reasons for an alert at ``value`` (none: no alert); ``value`` becomes :attr:`last`.
-
-        Args:
-            value: this measurement's RUQ.
-            key: its name, in the reasons (``val/ruq``, ``eval_ruq``).
-        """
-        reasons = []
-        if self.warn_below is not None and value < self.warn_below:
-            reasons.append(f"{key} = {value:.1f} is below warn_below = {self.warn_below}")
-        if self.warn_drop is not None and self.last is not None and self.last - value > self.warn_drop:
-            reasons.append(
-                f"{key} dropped from {self.last:.1f} to {value:.1f} (more than warn_drop = {self.warn_drop})"
-            )
-        self.last = float(value)
-        self.reasons = reasons
-        return reasons
-
-    def alert(self, value: float, key: str, who: str, idk: str) -> float:
-        """:meth:`check`, then a RuntimeWarning per reason on the first process; 1.0 on an alert, else 0.0.
-
-        Args:
-            value: this measurement's RUQ.
-            key: its name (``val/ruq``, ``eval_ruq``).
-            who: the callback, in the warning.
-            idk: the headline IDK string, in the warning.
-        """
-        import warnings
-
-        reasons = self.check(value, key)
-        if rank_and_world()[0] == 0:
-            for reason in reasons:  # every alert is said: not once per run
-                warnings.warn(f"{who}: {reason}: the model increasingly prefers {idk!r}", RuntimeWarning, stacklevel=2)
-        return 1.0 if reasons else 0.0
-
-    def load_state_dict(self, last: Any) -> None:
-        """Restore :attr:`last`.
-
-        Raises:
-            ValueError: a value that is not a finite number or None (after a NaN no drop would ever be seen).
-        """
-        if last is not None and (
-            isinstance(last, bool) or not isinstance(last, (int, float)) or not math.isfinite(last)
-        ):
-            raise ValueError(f"the last RUQ must be a finite number or null, got {last!r}")
-        self.last = None if last is None else float(last)

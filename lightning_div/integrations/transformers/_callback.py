@@ -24,9 +24,10 @@ from lightning_div.integrations.transformers._data import EvaluationData
 from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation
 from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
 from lightning_div.keys import check_name
+from lightning_div.measure.alerts import RUQAlert
 from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.measure.ruq import RUQAlert, RUQMeasure, ruq_profile_figure
+from lightning_div.measure.ruq import RUQMeasure, ruq_profile_figure
 from lightning_div.measure.semantic import SemanticMeasure
 from lightning_div.model.formatting import DialogueFormat
 from lightning_div.pairs import DialoguePair

@@ -13,7 +13,8 @@ from typing import Any
 from lightning_div._internal.checks import check_finite_model
 from lightning_div.integrations.transformers._data import EvaluationData
 from lightning_div.integrations.transformers._keys import eval_key
-from lightning_div.measure.ruq import RUQAlert, RUQMeasure
+from lightning_div.measure.alerts import RUQAlert
+from lightning_div.measure.ruq import RUQMeasure
 from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.formatting import DialogueFormat
