@@ -1,9 +1,10 @@
 """torch's private FSDP state, read in three places (see :mod:`lightning_div._internal.compat`).
 
-Checked on torch 2.13.0 (the one CPU build CI installs, which is also the oldest supported) and
-2.14.1. The measurement needs the full parameters of a sharded model for a number of forwards
-that differs between processes; FSDP's public API gathers them per forward (a collective each
-time), so the state that decides when FSDP gathers and reshards is read and restored here.
+Checked on torch 2.13.0 only: the one CPU build CI installs, both the oldest supported release and
+the newest CI tests (the development install pins it). The measurement needs the full parameters
+of a sharded model for a number of forwards that differs between processes; FSDP's public API
+gathers them per forward (a collective each time), so the state that decides when FSDP gathers
+and reshards is read and restored here.
 """
 
 from __future__ import annotations

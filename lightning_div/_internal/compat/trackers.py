@@ -1,6 +1,6 @@
 """The trackers' private state, read in one place (see :mod:`lightning_div._internal.compat`).
 
-Checked on Lightning 2.4.0 and 2.6.6 with W&B 0.2x.
+Checked on Lightning 2.4.0 and 2.6.6, each with W&B 0.31.0.
 """
 
 from __future__ import annotations
