@@ -34,6 +34,31 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A part's file as one JSON object, every way it can fail named with the file.
+
+    Raises:
+        MergeError: missing, unreadable, not UTF-8, not JSON (line and column), too deep, or not an object.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MergeError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise MergeError(f"{path}: not UTF-8 text; a results.json is JSON") from None
+    except OSError as e:
+        raise MergeError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        part = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise MergeError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); a torn part?") from None
+    except RecursionError:
+        raise MergeError(f"{path}: JSON nested too deeply to be a results.json") from None
+    if not isinstance(part, dict):
+        raise MergeError(f"{path}: a results.json holds one JSON object, this holds {_kind(part)}")
+    return part
+
+
 def read_part(
     path: Path,
     experiment: str,
@@ -58,22 +83,7 @@ def read_part(
         MergeError: naming the file: it cannot be read, is not JSON, not an object, of another
             experiment, without ``config`` / ``quick`` / ``runs``, or a run that is malformed.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MergeError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise MergeError(f"{path}: not UTF-8 text; a results.json is JSON") from None
-    except OSError as e:
-        raise MergeError(f"{path}: cannot be read ({e.strerror or e})") from None
-    try:
-        part = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise MergeError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); a torn part?") from None
-    except RecursionError:
-        raise MergeError(f"{path}: JSON nested too deeply to be a results.json") from None
-    if not isinstance(part, dict):
-        raise MergeError(f"{path}: a results.json holds one JSON object, this holds {_kind(part)}")
+    part = read_json_object(path)
     found = part.get("experiment")
     if found != experiment:
         named = f"of the experiment {found!r}" if isinstance(found, str) else "of no experiment ('experiment' missing)"
@@ -108,13 +118,13 @@ def read_part(
 
 
 def each_run_once(
-    parts: Sequence[tuple[Path, Iterable[dict[str, Any]]]], key: Callable[[dict[str, Any]], tuple[str, int]]
+    parts: Sequence[tuple[Path, Iterable[dict[str, Any]]]], key: Callable[[dict[str, Any]], tuple[Any, ...]]
 ) -> list[dict[str, Any]]:
     """Every run of the parts, a run held by two parts kept once when both hold the same run.
 
     Args:
         parts: ``(file, its runs)``, in order.
-        key: a run's ``(setting, seed)``.
+        key: a run's ``(setting, seed)`` (or ``(setting..., seed)``: the seed last).
 
     Returns:
         The runs, in the parts' order.
@@ -123,7 +133,7 @@ def each_run_once(
         MergeError: two parts (or one part twice over) holding different runs of a setting and seed, named
             with both files (a later part used to win, without a word).
     """
-    seen: dict[tuple[str, int], tuple[Path, dict[str, Any]]] = {}
+    seen: dict[tuple[Any, ...], tuple[Path, dict[str, Any]]] = {}
     for path, runs in parts:
         for run in runs:
             k = key(run)
@@ -132,8 +142,9 @@ def each_run_once(
                 if other == run:  # the same run twice (a part given twice): one run
                     continue
                 holders = f"{where} holds two" if Path(where) == Path(path) else f"{where} and {path} hold"
+                setting = k[0] if len(k) == 2 else "/".join(map(str, k[:-1]))
                 raise MergeError(
-                    f"{holders} different runs of {k[0]} seed {k[1]}: a merge keeps every run once; "
+                    f"{holders} different runs of {setting} seed {k[-1]}: a merge keeps every run once; "
                     "leave one of them out (or run the other under another seed)"
                 )
             seen[k] = (path, run)

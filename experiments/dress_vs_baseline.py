@@ -45,6 +45,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from _environment import environment, environments
+from _merge import MergeError, each_run_once, fail, read_json_object, refuse_writing_over_inputs
 
 from lightning_div import DialogueDataModule, DialogueLM
 from lightning_div._internal.io import atomic_write_text
@@ -476,16 +477,48 @@ def assemble(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: Any)
     }
 
 
+def _part(path: Path) -> dict[str, Any]:
+    """One part's results.json, with what a merge reads of it checked (each failure names the file)."""
+    part = read_json_object(path)
+    config = part.get("settings", {}).get("config") if isinstance(part.get("settings"), dict) else None
+    if not isinstance(config, dict):
+        raise MergeError(
+            f"{path}: no settings.config object (the settings the part ran with): not a dress_vs_baseline part"
+        )
+    if not isinstance(part.get("runs"), list) or not all(isinstance(r, dict) for r in part["runs"]):
+        raise MergeError(f"{path}: 'runs' must be a list of runs (objects)")
+    for i, run in enumerate(part["runs"]):
+        if (
+            run.get("setting") not in SETTINGS
+            or isinstance(run.get("seed"), bool)
+            or not isinstance(run.get("seed"), int)
+        ):
+            raise MergeError(
+                f"{path}: runs[{i}]: setting {run.get('setting')!r} seed {run.get('seed')!r} is not a run of this experiment"
+            )
+    return part
+
+
 def merge(dirs: list[Path], out: Path) -> dict[str, Any]:
-    """One results.json and its figures from several partial ones (same config; e.g. one process per setting)."""
-    parts = [json.loads((d / "results.json").read_text()) for d in dirs]
+    """One results.json and its figures from several partial ones (same config; e.g. one process per setting).
+
+    A run held by two parts is kept once when both hold the same run, else the merge is refused naming both
+    files (the later part used to win without a word); ``out`` may not be the folder of one of its parts.
+
+    Raises:
+        MergeError: a damaged part, parts of different configs, differing runs of one setting and seed, or an
+            ``out`` that would rewrite a part.
+    """
+    files = [d / "results.json" for d in dirs]
+    parts = [_part(f) for f in files]
     configs = {json.dumps(p["settings"]["config"], sort_keys=True) for p in parts}
     if len(configs) != 1:
-        raise ValueError(f"cannot merge results of different configs: {sorted(configs)}")
-    runs = {(r["setting"], r["seed"]): r for p in parts for r in p["runs"]}  # a run done twice: the later part's
+        raise MergeError(f"cannot merge results of different configs: {sorted(configs)}")
+    refuse_writing_over_inputs(out, [out / "results.json"], files)
+    runs = each_run_once([(f, p["runs"]) for f, p in zip(files, parts)], lambda r: (r["setting"], r["seed"]))
     settings = dict(parts[0]["settings"], merged_from=[str(d) for d in dirs])
-    settings["settings"] = [n for n in SETTINGS if any(k[0] == n for k in runs)]
-    results = assemble(list(runs.values()), settings, {str(d): p["seconds"] for d, p in zip(dirs, parts)})
+    settings["settings"] = [n for n in SETTINGS if any(r["setting"] == n for r in runs)]
+    results = assemble(runs, settings, {str(d): p["seconds"] for d, p in zip(dirs, parts)})
     results["environments"] = environments(parts)  # each part's own: they may have run in other environments
     out.mkdir(parents=True, exist_ok=True)
     results["figures"] = figures(results, out)
@@ -566,7 +599,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(markdown(results), end="")
         return results
     if args.merge:
-        return merge([Path(d) for d in args.merge], Path(args.out))
+        try:
+            return merge([Path(d) for d in args.merge], Path(args.out))
+        except MergeError as err:
+            fail("dress_vs_baseline.py --merge", err)
     cfg = dict(QUICK if args.quick else REGIMES[args.regime])
     seeds = args.seeds or cfg["seeds"]
     names = args.settings or cfg["settings"]

@@ -24,7 +24,6 @@ model much less (95.3 %); RUQ-test is lower than RUQ-train throughout (12.2 % an
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 import _ruq_common as common
 import numpy as np
 from _environment import environments
+from _merge import MergeError, each_run_once, fail, read_json_object, refuse_writing_over_inputs
 
 from lightning_div.callbacks import RUQMonitor
 from lightning_div.model.adapters import resolve_adapter
@@ -335,6 +335,20 @@ def finish(cfg: dict[str, Any], runs: list[dict[str, Any]], out: Path, meta: dic
     return results
 
 
+def _part(path: Path) -> dict[str, Any]:
+    """One part's results.json, with what a merge reads of it checked (each failure names the file)."""
+    part = read_json_object(path)
+    settings = part.get("settings")
+    if not isinstance(settings, dict) or not isinstance(settings.get("corners"), list):
+        raise MergeError(f"{path}: no settings.corners list: not a ruq_over_training part")
+    if not isinstance(part.get("runs"), list) or not all(isinstance(r, dict) for r in part["runs"]):
+        raise MergeError(f"{path}: 'runs' must be a list of runs (objects)")
+    for i, run in enumerate(part["runs"]):
+        if any(k not in run for k in ("dropout", "seed")):
+            raise MergeError(f"{path}: runs[{i}] lacks its dropout or seed")
+    return part
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny settings for the tests (< 3 minutes)")
@@ -353,8 +367,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out or "runs/experiments/ruq_over_training")
     out.mkdir(parents=True, exist_ok=True)
     if args.merge:
-        parts = [json.loads((Path(d) / "results.json").read_text()) for d in args.merge]
-        runs = [r for part in parts for r in part["runs"]]
+        files = [Path(d) / "results.json" for d in args.merge]
+        try:
+            parts = [_part(f) for f in files]
+            refuse_writing_over_inputs(out, [out / "results.json"], files)
+            # a run held by two parts: kept once when both hold the same run, else refused naming both files
+            runs = each_run_once(
+                [(f, part["runs"]) for f, part in zip(files, parts)],
+                lambda r: (r["dropout"], r.get("label_smoothing", 0.0), r["seed"]),
+            )
+        except MergeError as err:
+            fail("ruq_over_training.py --merge", err)
         # parts split by corner, by seed or both: each corner and seed once, in the order first met
         corners = [c for part in parts for c in part["settings"]["corners"]]
         corners = [c for i, c in enumerate(corners) if c not in corners[:i]]

@@ -57,7 +57,7 @@ def test_bootstrap_of_sem_ent_is_centred_on_the_point_value():
 
 
 @pytest.mark.slow
-def test_quick_run_writes_results_and_figures_and_reruns_identically(tmp_path):
+def test_quick_run_writes_results_and_figures_and_reruns_identically(tmp_path, capsys):
     """One --quick run: its results, figures and tables, and that a run with a seed is the run of that seed.
 
     Same-seed reproducibility is shown by the run that exists: lambda_0 (DRESS's weights all 1, the
@@ -65,7 +65,8 @@ def test_quick_run_writes_results_and_figures_and_reruns_identically(tmp_path):
     at every epoch exactly, so a run neither varies between two runs with one seed nor depends on
     what ran before it in the process. (A second ``--settings baseline`` run used to show the final
     loss and Sem-Ent again; the clusters' own same-seed refit is tests/test_clustering.py's.)
-    --merge is checked on a part holding a changed copy of the baseline run: the later part wins.
+    --merge is checked on a part holding the baseline run again: kept once when it is the same run, and
+    refused naming both files when it differs (the later part used to win without a word).
     """
     script = load_script()
     script.main(["--quick", "--out", str(tmp_path / "a"), "--threads", "1"])
@@ -98,18 +99,29 @@ def test_quick_run_writes_results_and_figures_and_reruns_identically(tmp_path):
     assert set(results["bootstrap_sem_ent"]) == {f"{r['setting']}/0" for r in results["runs"]}
     for name in results["figures"]:
         assert (tmp_path / "a" / name).stat().st_size > 1000
-    # --merge puts the parts together, the later part's run winning for a run done twice: part b holds
-    # the baseline run again (seed 0), its last validation loss changed so that the winner shows
-    again = json.loads(json.dumps(baseline))
-    again["epochs"][-1]["val_loss"] += 1.0
+    # --merge puts the parts together, each run once: part b holds the baseline run (seed 0) again, the
+    # same run, so it is kept once; part c holds it changed, so the merge is refused naming both files
     (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "results.json").write_text(json.dumps({**results, "runs": [again]}))
+    (tmp_path / "b" / "results.json").write_text(json.dumps({**results, "runs": [baseline]}))
     merged = script.main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")])
     assert len(merged["runs"]) == len(results["runs"])
+    again = json.loads(json.dumps(baseline))
+    again["epochs"][-1]["val_loss"] += 1.0
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").write_text(json.dumps({**results, "runs": [again]}))
+    with pytest.raises(SystemExit, match=r"^2$"):
+        script.main(["--merge", str(tmp_path / "a"), str(tmp_path / "c"), "--out", str(tmp_path / "m2")])
+    err = capsys.readouterr().err
+    assert "different runs of baseline seed 0" in err and str(tmp_path / "c" / "results.json") in err
+    assert not (tmp_path / "m2" / "results.json").exists()
+    # nor may it write over a part it reads
+    with pytest.raises(SystemExit, match=r"^2$"):
+        script.main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "a")])
+    assert "would rewrite a part it reads" in capsys.readouterr().err
     # the page's tables: one row per setting with its seeds, the differences to the baseline, each run's time
     table = script.markdown(merged)
     assert "| baseline (n=1) |" in table and "| dress_nll (n=1) |" in table
     baseline_loss = merged["summary"]["baseline"]["val_loss"]["mean"][-1]
-    assert baseline_loss == pytest.approx(baseline["epochs"][-1]["val_loss"] + 1.0)  # part b's run won
+    assert baseline_loss == pytest.approx(baseline["epochs"][-1]["val_loss"])
     assert f"{baseline_loss:.3f} ± 0.000" in table
     assert "| baseline seed 0 |" in table and "| setting − baseline |" in table

@@ -99,3 +99,15 @@ def test_ruq_over_training_quick(tmp_path, capsys):
     ]
     for row in merged["summary"]:
         assert row["seeds"] == [3, 4] and row["train/ruq"]["mean"] == pytest.approx(50.0)
+    # a run held by two parts differently is refused naming both files (the later part used to win in silence)
+    part["settings"]["seeds"] = [3]
+    for run in part["runs"]:
+        run["seed"] = 3
+    (other / "results.json").write_text(json.dumps(part))
+    with pytest.raises(SystemExit, match=r"^2$"):
+        script.main(["--merge", str(out), str(other), "--out", str(tmp_path / "merged2")])
+    err = capsys.readouterr().err
+    assert "different runs of" in err and "seed 3" in err and str(other / "results.json") in err
+    with pytest.raises(SystemExit, match=r"^2$"):  # nor may it write over a part it reads
+        script.main(["--merge", str(out), str(merged_dir), "--out", str(out)])
+    assert "would rewrite a part it reads" in capsys.readouterr().err
