@@ -5,7 +5,7 @@
     python benchmarks/datamodule_tokenize.py --seq2seq        # BART-style tokenizer and layout
 
 Both produce the same ids (checked). ``encode_pairs`` encodes every distinct turn and
-response once, in batches, with the fast tokenizer, then runs ``DialogueFormat.encode_pair``
+response once, in batches, with the fast tokenizer, then runs ``DialogueLayout.encode_pair``
 on cached ids; the baseline calls the tokenizer for every turn of every example (each turn
 recurs in up to ``max_history + 1`` examples). The tokenizer is a byte-level BPE trained on
 the chitchat corpus; the model only supplies the layout and a 1,024-position window.
@@ -18,7 +18,7 @@ import time
 
 from lightning_div.datamodules.encoding import encode_pairs
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.model.tiny import tiny_causal_lm, tiny_seq2seq_lm, train_tokenizer
 
 
@@ -40,7 +40,7 @@ def main() -> None:
     model = (
         tiny_seq2seq_lm(tok, max_position_embeddings=1024) if args.seq2seq else tiny_causal_lm(tok, n_positions=1024)
     )
-    fmt = DialogueFormat(max_turns=args.max_history)
+    fmt = DialogueLayout(max_turns=args.max_history)
     fns = {
         "per-example encode_pair": lambda: [fmt.encode_pair(q.context, q.response, tok, model) for q in pairs],
         "encode_pairs": lambda: encode_pairs(pairs, tok, model, fmt, show_progress=False),

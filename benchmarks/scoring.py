@@ -46,7 +46,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from lightning_div._internal.distributed import length_batches
 from lightning_div.datamodules.formats import iter_texts, read_chitchat
 from lightning_div.model.adapters import HuggingFaceAdapter
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.model.generation import pad_batch, pad_id_of
 from lightning_div.model.scoring import candidate_scores, response_scores
 from lightning_div.model.tiny import train_tokenizer
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).to(device).eval()
-    fmt = DialogueFormat()
+    fmt = DialogueLayout()
     contexts, responses = [list(p.context) for p in pairs], [p.response for p in pairs]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     if args.shared_only:

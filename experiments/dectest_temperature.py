@@ -171,7 +171,7 @@ def run_seed(cfg: dict[str, Any], seed: int, encoder: CachedEncoder, root: Path)
     adapter = resolve_adapter(module, batch_size=64, max_new_tokens=cfg["max_new_tokens"], show_progress=False)
 
     # Sem-Ent clusters on gold *training* responses (the Sem-Ent contract), EAD's V from them too
-    gold = list(dict.fromkeys(data.gold_train_responses()))
+    gold = list(dict.fromkeys(data.train_responses()))
     gold = [gold[i] for i in sorted(rng.choice(len(gold), min(cfg["cluster_texts"], len(gold)), replace=False))]
     clusters = SemanticClusters(num_clusters=cfg["num_clusters"], seed=27, show_progress=False).fit_texts(gold, encoder)
     metrics = make_metrics(METRICS, vocab_size=count_vocab(gold), encoder=encoder, clusters=clusters)

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from lightning_div.datamodules.encoding import encode_pairs
     from lightning_div.datamodules.formats import read_pairs
-    from lightning_div.model.formatting import DialogueFormat
+    from lightning_div.model.formatting import DialogueLayout
 
     model, tokenizer = build(args)
     n_params = sum(p.numel() for p in model.parameters())
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     val = read_pairs("chitchat:validation", max_history=2)
     val = val[: args.val_pairs] if args.val_pairs else list(val)
-    encoded_val = encode_pairs(val, tokenizer, model, DialogueFormat(max_turns=2), show_progress=False)
+    encoded_val = encode_pairs(val, tokenizer, model, DialogueLayout(max_turns=2), show_progress=False)
     rng = np.random.default_rng(1234)
     num_samples = QUICK_SAMPLES if args.quick else NUM_SAMPLES
     sample_contexts = [list(val[i].context) for i in sorted(rng.choice(len(val), num_samples, replace=False))]
@@ -365,15 +365,15 @@ def finalize(out: Path, install: bool = False, max_pairs: int | None = None) -> 
 
     from lightning_div.datamodules.encoding import encode_pairs
     from lightning_div.datamodules.formats import read_pairs
-    from lightning_div.model.formatting import DialogueFormat
+    from lightning_div.model.formatting import DialogueLayout
 
     results = json.loads((out / "results.json").read_text())
     model = GPT2LMHeadModel.from_pretrained(out / "model").float().eval()
     tokenizer = AutoTokenizer.from_pretrained(out / "model")
     val = list(read_pairs("chitchat:validation", max_history=2))[:max_pairs]
-    encoded = encode_pairs(val, tokenizer, model, DialogueFormat(max_turns=2), show_progress=False)
+    encoded = encode_pairs(val, tokenizer, model, DialogueLayout(max_turns=2), show_progress=False)
     results["heldout_loss_shipped"] = heldout_loss(model, encoded, tokenizer.pad_token_id)
-    check = encode_pairs(val[:CHECK_PAIRS], tokenizer, model, DialogueFormat(max_turns=2), show_progress=False)
+    check = encode_pairs(val[:CHECK_PAIRS], tokenizer, model, DialogueLayout(max_turns=2), show_progress=False)
     results["check_pairs"] = min(CHECK_PAIRS, len(val))
     results["heldout_loss_check"] = heldout_loss(model, check, tokenizer.pad_token_id)
     results["heldout_pairs_all"] = len(val)

@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from lightning_div._internal.deprecation import warn_deprecated
 from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, NEGATIVE_LOSSES, SAMPLE_WEIGHT, NegativeLoss
 from lightning_div.pairs import DialoguePair, as_pair
 
@@ -38,6 +39,7 @@ __all__ = [
     "check_batch_layout",
     "check_choice",
     "finite_weights",
+    "train_responses_of",
 ]
 
 #: How the gold weights are used: in the loss (batches carry ``sample_weight``) or as draw probabilities.
@@ -118,7 +120,7 @@ class ReweightableDataModule(Protocol):
     ``isinstance(dm, ReweightableDataModule)`` checks that the three methods exist (not their
     signatures). Contract:
 
-    * :meth:`gold_train_responses` and :meth:`train_contexts` list the training examples in
+    * :meth:`train_responses` and :meth:`train_contexts` list the training examples in
       one fixed order, the same on every process: the order of the weights.
     * :meth:`apply_weights` replaces whatever was applied before. It is called at fit start
       (before the first train dataloader is built) and whenever DRESS mines new negatives
@@ -132,8 +134,8 @@ class ReweightableDataModule(Protocol):
       DRESS checkpoints the weights and applies them again on resume.
     """
 
-    def gold_train_responses(self) -> Sequence[str]:
-        """The gold response of every training example, in index order."""
+    def train_responses(self) -> Sequence[str]:
+        """The gold response of every training example, in index order (0.2 called it ``gold_train_responses``)."""
         ...
 
     def train_contexts(self) -> Sequence[Sequence[str]]:
@@ -151,6 +153,26 @@ class ReweightableDataModule(Protocol):
                 and the loss stays unweighted (``negatives`` is then empty).
         """
         ...
+
+
+def train_responses_of(datamodule: Any, who: str) -> list[str] | None:
+    """``datamodule.train_responses()``; a datamodule of 0.2 with only ``gold_train_responses()`` still works, with a warning.
+
+    Args:
+        datamodule: the Trainer's datamodule (or None).
+        who: the caller, named in the warning.
+
+    Returns:
+        The gold response of every training example, in index order; None when the datamodule has neither method.
+    """
+    method = getattr(datamodule, "train_responses", None)
+    if callable(method):
+        return list(method())
+    old = getattr(datamodule, "gold_train_responses", None)
+    if callable(old):
+        warn_deprecated(f"{who}: a datamodule's gold_train_responses()", "train_responses()")
+        return list(old())
+    return None
 
 
 class LayoutCheck(NamedTuple):

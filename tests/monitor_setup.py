@@ -15,7 +15,7 @@ from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.model.dialogue_lm import DialogueLM
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.semantic.encoder import ResponseEncoder
 
 TRAIN = list(chitchat_pairs("train", 40))
@@ -24,7 +24,7 @@ GOLD = [p.response for p in TRAIN][:300]
 
 
 def collate(pairs, tok, model):
-    fmt = DialogueFormat()
+    fmt = DialogueLayout()
     rows = [fmt.encode_pair(p.context, p.response, tok, model) for p in pairs]
     width = max(len(c) + len(r) for c, r in rows)
     ids = torch.full((len(rows), width), tok.eos_token_id)

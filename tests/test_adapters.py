@@ -7,10 +7,10 @@ from pytorch_lightning import LightningModule
 from transformers import GPT2LMHeadModel
 
 from lightning_div.model.adapters import DialogueModelAdapter, HuggingFaceAdapter, resolve_adapter
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 
 
-def reference_logprobs(model, tok, context, response, fmt=DialogueFormat()):
+def reference_logprobs(model, tok, context, response, fmt=DialogueLayout()):
     """One pair, one unpadded forward, full log-softmax: the definition batching must reproduce."""
     ctx, resp = fmt.encode_pair(context, response, tok, model)
     with torch.no_grad():
@@ -65,7 +65,7 @@ def test_batched_logprobs_equal_unbatched_reference(kind, padding_side, tokenize
     # the empty response is its end-of-sequence token alone: causal [eos], BART [</s>] (its <s> is not scored)
     assert len(got[11]) == 1
     # the over-long context was left-truncated to fit: 64 positions in all
-    ctx, resp = DialogueFormat().encode_pair(contexts[12], responses[12], tok, adapter.model)
+    ctx, resp = DialogueLayout().encode_pair(contexts[12], responses[12], tok, adapter.model)
     assert (len(ctx) + len(resp) == 64) if kind == "causal" else (len(ctx) == 64)
 
 

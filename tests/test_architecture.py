@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "metrics": 2,
     "chitchat": 2,
     "reweighting": 2,
+    "settings": 3,
     "model": 3,
     "dress": 3,
     "semantic": 3,

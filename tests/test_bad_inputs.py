@@ -768,9 +768,9 @@ ROWS: list[Row] = [
         Raises(
             ValueError,
             r"DRESSReweighting needs a datamodule that implements lightning_div\.datamodules\."
-            r"ReweightableDataModule \(gold_train_responses, train_contexts, apply_weights\), got none",
+            r"ReweightableDataModule \(train_responses, train_contexts, apply_weights\), got none",
             "no datamodule: “DRESSReweighting needs a datamodule that implements ReweightableDataModule "
-            "(gold_train_responses, train_contexts, apply_weights), got none …”, in setup",
+            "(train_responses, train_contexts, apply_weights), got none …”, in setup",
         ),
     ),
     # -- empty and whitespace-only responses --------------------------------------------------

@@ -27,7 +27,7 @@ from lightning_div.datamodules.samplers import (
     WeightedDistributedSampler,
     epoch_window,
 )
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 
 PAIRS = [
     (["Hi there", "How are you?"], "Fine"),
@@ -89,12 +89,12 @@ def test_seq2seq_batch_layout_token_by_token():
 
 
 def test_batch_tokenisation_equals_encode_pair():
-    # the cached, batched tokenisation gives exactly DialogueFormat.encode_pair's ids (window truncation included)
+    # the cached, batched tokenisation gives exactly DialogueLayout.encode_pair's ids (window truncation included)
     pairs = list(chitchat_pairs("validation", 10))
     for seq2seq in (False, True):
         tok = tokenizer(seq2seq)
         model = seq2seq_model(max_position_embeddings=32) if seq2seq else causal_model(n_positions=32)
-        fmt = DialogueFormat(max_turns=2)
+        fmt = DialogueLayout(max_turns=2)
         direct = [fmt.encode_pair(p.context, p.response, tok, model) for p in pairs]
         assert list(encode_pairs(pairs, tok, model, fmt, show_progress=False)) == direct
         assert max(len(c) + len(r) for c, r in direct) == 32 or seq2seq  # some example hit the window
@@ -117,7 +117,7 @@ def test_subset_is_deterministic_and_stats_logged_once(caplog):
     with caplog.at_level(logging.INFO, logger="lightning_div"):
         a.setup("fit")
         a.setup("fit")
-        a.gold_train_responses()
+        a.train_responses()
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train data:")]
     assert len(logged) == 1 and f"{len(pairs):,} examples" in logged[0] and "random 10 of them" in logged[0]
     assert sum("no model with a config" in r.getMessage() for r in caplog.records) == 1
@@ -126,7 +126,7 @@ def test_subset_is_deterministic_and_stats_logged_once(caplog):
     positions = [pairs.index(p) for p in a.train_pairs()]
     assert positions == sorted(positions)  # a subset in the original order
     assert a.read_stats["train"].examples == len(pairs)
-    assert a.gold_train_responses() == [p.response for p in a.train_pairs()]
+    assert a.train_responses() == [p.response for p in a.train_pairs()]
     assert a.train_contexts() == [p.context for p in a.train_pairs()]
 
 

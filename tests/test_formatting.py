@@ -1,13 +1,13 @@
 import pytest
 from helpers import causal_model, seq2seq_model, tokenizer
 
-from lightning_div.model.formatting import DialogueFormat, model_window
+from lightning_div.model.formatting import DialogueLayout, model_window
 
 
 def test_causal_layout_is_dialogpt_style():
     tok = tokenizer()
     eos = tok.eos_token_id
-    fmt = DialogueFormat()
+    fmt = DialogueLayout()
     a = tok("Hi there", add_special_tokens=False)["input_ids"]
     b = tok("How are you?", add_special_tokens=False)["input_ids"]
     r = tok("Fine", add_special_tokens=False)["input_ids"]
@@ -15,7 +15,7 @@ def test_causal_layout_is_dialogpt_style():
     assert ctx == a + [eos] + b + [eos]
     assert resp == r + [eos]
     # max_turns keeps the newest turns
-    assert DialogueFormat(max_turns=1).encode_context(["Hi there", "How are you?"], tok, False) == b + [eos]
+    assert DialogueLayout(max_turns=1).encode_context(["Hi there", "How are you?"], tok, False) == b + [eos]
     # left truncation drops the oldest tokens
     assert fmt.encode_context(["Hi there", "How are you?"], tok, False, budget=3) == (b + [eos])[-3:]
     # an empty context still conditions on one token
@@ -26,9 +26,9 @@ def test_window_limits_context_and_response():
     tok = tokenizer()
     model = causal_model(n_positions=16)
     assert model_window(model) == 16
-    ctx, resp = DialogueFormat().encode_pair(["word " * 40], "a reply", tok, model)
+    ctx, resp = DialogueLayout().encode_pair(["word " * 40], "a reply", tok, model)
     assert len(ctx) + len(resp) == 16
-    ctx, resp = DialogueFormat().encode_pair(["hi"], "long " * 40, tok, model)
+    ctx, resp = DialogueLayout().encode_pair(["hi"], "long " * 40, tok, model)
     assert len(resp) == 15 and len(ctx) == 1
 
 
@@ -36,7 +36,7 @@ def test_seq2seq_layout():
     tok = tokenizer(seq2seq=True)
     model = seq2seq_model()
     bos, eos = tok.bos_token_id, tok.eos_token_id
-    ctx, resp = DialogueFormat().encode_pair(["Hi there", "How are you?"], "Fine", tok, model)
+    ctx, resp = DialogueLayout().encode_pair(["Hi there", "How are you?"], "Fine", tok, model)
     content = (
         tok("Hi there", add_special_tokens=False)["input_ids"]
         + tok("\n", add_special_tokens=False)["input_ids"]
@@ -45,7 +45,7 @@ def test_seq2seq_layout():
     assert ctx == [bos] + content + [eos]
     assert resp == [bos] + tok("Fine", add_special_tokens=False)["input_ids"] + [eos]
     # truncation keeps the special tokens and the newest content
-    ctx = DialogueFormat().encode_context(["Hi there", "How are you?"], tok, True, budget=4)
+    ctx = DialogueLayout().encode_context(["Hi there", "How are you?"], tok, True, budget=4)
     assert ctx == [bos] + content[-2:] + [eos]
 
 
@@ -57,7 +57,7 @@ def test_many_at_once_equals_one_by_one(seq2seq):
     model = seq2seq_model() if seq2seq else causal_model(n_positions=24)
     contexts = [["Hi there", "How are you?"], "How are you?", [], ["word " * 30, "Hi there", "ok"], ["", "  "]]
     responses = ["Fine", "", "Fine thanks, and you?", "long " * 30, "Hi there"]
-    for fmt in (DialogueFormat(), DialogueFormat(max_turns=1), DialogueFormat(turn_separator=" | ")):
+    for fmt in (DialogueLayout(), DialogueLayout(max_turns=1), DialogueLayout(turn_separator=" | ")):
         direct = [fmt.encode_pair(c, r, tok, model) for c, r in zip(contexts, responses)]
         assert list(fmt.encode_pairs(contexts, responses, tok, model)) == direct
         assert list(fmt.encode_pairs(contexts, responses, tok, model, max_response_tokens=3)) == [
@@ -68,16 +68,16 @@ def test_many_at_once_equals_one_by_one(seq2seq):
         ]
     # a malformed item is reported as the one-by-one call reports it
     with pytest.raises(TypeError, match=r"context\[1\]"):
-        list(DialogueFormat().encode_pairs([["ok"], ["ok", 3]], ["a", "b"], tok, model))
+        list(DialogueLayout().encode_pairs([["ok"], ["ok", 3]], ["a", "b"], tok, model))
     with pytest.raises(TypeError, match="response is int"):
-        list(DialogueFormat().encode_pairs([["ok"], ["ok"]], ["a", 3], tok, model))
+        list(DialogueLayout().encode_pairs([["ok"], ["ok"]], ["a", 3], tok, model))
 
 
 def test_bad_format_values():
     with pytest.raises(ValueError, match="max_turns"):
-        DialogueFormat(max_turns=0)
+        DialogueLayout(max_turns=0)
     with pytest.raises(TypeError, match=r"context\[1\]"):
-        DialogueFormat().encode_context(["ok", 3], tokenizer(), False)
+        DialogueLayout().encode_context(["ok", 3], tokenizer(), False)
 
 
 class _Records:
@@ -111,9 +111,9 @@ def test_turns_longer_than_the_tokenizer_maximum_are_tokenised_only_as_far_as_ke
     tok.deprecation_warnings.pop("sequence-length-is-longer-than-the-specified-maximum", None)  # warned once only
     side = tok.truncation_side
     with _Records("transformers.tokenization_utils_base") as messages:
-        batched = list(DialogueFormat().encode_pairs(contexts, responses, tok, model))
-        contexts_only = DialogueFormat().encode_contexts(contexts, tok, seq2seq, budget=7)
+        batched = list(DialogueLayout().encode_pairs(contexts, responses, tok, model))
+        contexts_only = DialogueLayout().encode_contexts(contexts, tok, seq2seq, budget=7)
     assert not [m for m in messages if "Token indices sequence length" in m]
     assert tok.truncation_side == side
-    assert batched == [DialogueFormat().encode_pair(c, r, tok, model) for c, r in zip(contexts, responses)]
-    assert contexts_only == [DialogueFormat().encode_context(c, tok, seq2seq, budget=7) for c in contexts]
+    assert batched == [DialogueLayout().encode_pair(c, r, tok, model) for c, r in zip(contexts, responses)]
+    assert contexts_only == [DialogueLayout().encode_context(c, tok, seq2seq, budget=7) for c in contexts]

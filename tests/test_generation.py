@@ -7,7 +7,7 @@ import torch
 from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 
 from lightning_div.model.adapters import HuggingFaceAdapter
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.model.generation import generate_sets
 
 # A random tiny GPT-2 answers an EOS-terminated context with EOS at once (tied embeddings
@@ -55,7 +55,7 @@ def test_defaults_are_greedy_with_3gram_blocking(kind):
     adapter = make(kind)
     model, tok = adapter.model, adapter.tokenizer
     context = list(chitchat_pairs("validation", 60)[3].context)
-    ids = DialogueFormat().encode_context(context, tok, adapter.is_seq2seq)
+    ids = DialogueLayout().encode_context(context, tok, adapter.is_seq2seq)
     extra = {"encoder_no_repeat_ngram_size": 3} if adapter.is_seq2seq else {}
     with torch.no_grad():
         out = model.generate(
@@ -107,8 +107,8 @@ def test_context_longer_than_window_is_left_truncated():
     long_ctx = ["word " * 200, "tell me about your day"]
     (text,) = adapter.generate([long_ctx], min_new_tokens=10, max_new_tokens=10)
     # the prompt kept 32 - 10 = 22 tokens, the newest ones, so the newest turn is still in
-    kept = DialogueFormat().encode_context(
-        long_ctx, adapter.tokenizer, False, DialogueFormat().context_budget(adapter.model, reserve=10)
+    kept = DialogueLayout().encode_context(
+        long_ctx, adapter.tokenizer, False, DialogueLayout().context_budget(adapter.model, reserve=10)
     )
     assert len(kept) == 22 and "tell me about your day" in adapter.tokenizer.decode(kept)
     assert len(adapter.tokenizer(text)["input_ids"]) >= 5

@@ -25,7 +25,7 @@ from lightning_div.integrations.transformers import (  # noqa: E402
 )
 from lightning_div.metrics import semantic_entropy  # noqa: E402
 from lightning_div.model.adapters import HuggingFaceAdapter  # noqa: E402
-from lightning_div.model.formatting import DialogueFormat  # noqa: E402
+from lightning_div.model.formatting import DialogueLayout  # noqa: E402
 from lightning_div.semantic.space import SemanticSpace  # noqa: E402
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "hugging-face.md"
@@ -57,7 +57,7 @@ def test_as_messages_alternates_back_from_the_response():
 def test_the_chat_template_is_dialogueformat_token_for_token():
     model, tokenizer = load_base_model()
     tokenizer.chat_template = DIALOGPT_CHAT_TEMPLATE
-    fmt = DialogueFormat()
+    fmt = DialogueLayout()
     pairs = read_pairs("chitchat:finetune", max_history=3)[:40]
     assert {len(p.context) for p in pairs} >= {1, 2}  # one- and several-turn contexts are both checked
     for p in pairs:

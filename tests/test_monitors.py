@@ -401,7 +401,7 @@ def test_a_callback_lists_every_missing_input_at_once(tmp_path):
         ValueError,
         match=r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=\[\(context, "
         r"reference\), \.\.\.\] .* `val_pairs\(\)` method; gold_responses="
-        r"\[response, \.\.\.\] .* `gold_train_responses\(\)` method",
+        r"\[response, \.\.\.\] .* `train_responses\(\)` method",
     ):
         fit(tmp_path, [SemanticDiversityMonitor(encoder="minilm", **common(tmp_path))])
     with pytest.raises(ValueError, match=r"RUQMonitor is missing 2 input\(s\): train_pairs=.*; val_pairs="):

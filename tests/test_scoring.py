@@ -10,7 +10,7 @@ from helpers import causal_model, chitchat_pairs, seq2seq_model, tokenizer
 
 from lightning_div.metrics import ruq_score
 from lightning_div.model.adapters import HuggingFaceAdapter
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.model.scoring import candidate_logprobs, candidate_scores, position_profile, response_scores
 
 IDK = "i don't know ."
@@ -84,7 +84,7 @@ def test_seq2seq_scores_response_and_eos_never_bos():
     and row 0 (predicting <s>) is not among them.
     """
     tok, model = tokenizer(True), seq2seq_model(seed=5)
-    fmt = DialogueFormat()
+    fmt = DialogueLayout()
     adapter = HuggingFaceAdapter(model, tok, format=fmt, show_progress=False, batch_size=3)
     contexts = [["hi , how are you ?", "fine , thanks"], ["what is your name ?"], ["ok"]]
     responses = ["i am fine too", "my name is bob and you ?", ""]
@@ -143,7 +143,7 @@ def test_ruq_sanity_idk_model_and_reference_model():
     per IDK token. Both gaps are several nats, so seeds/BLAS noise cannot flip a prompt.
     """
     tok = tokenizer(False)
-    fmt = DialogueFormat(max_turns=1)  # short sequences keep the training cheap
+    fmt = DialogueLayout(max_turns=1)  # short sequences keep the training cheap
     train = chitchat_pairs("train", 60)[:16]
     evals = [
         p
@@ -241,7 +241,7 @@ def test_each_context_runs_through_the_model_once(kind, batch_size):
     """
     contexts, candidates = mixed_candidates()
     adapter = make_adapter(kind, batch_size)
-    fmt = DialogueFormat()
+    fmt = DialogueLayout()
     seen = []
 
     def record(module, args, kwargs):
@@ -288,7 +288,7 @@ def test_a_context_cut_for_a_long_candidate_gets_its_own_group():
     adapter = HuggingFaceAdapter(causal_model(n_positions=48), tokenizer(False), show_progress=False, batch_size=8)
     context = [("so what do you think about the weather today ? " * 3).strip()]
     cands = [["ok", "well , " * 8 + "i do not know", "i think it is going to rain all day long , sadly ."]]
-    fmt = DialogueFormat()
+    fmt = DialogueLayout()
     ids = {tuple(fmt.encode_pair(context, r, adapter.tokenizer, adapter.model)[0]) for r in cands[0]}
     assert len(ids) == 3  # three different cuts of the one context
     got = candidate_scores(adapter, [context], cands)[0]

@@ -22,9 +22,19 @@ import importlib.util
 import os
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ENVIRONMENT_VARIABLE", "FABRIC", "PACKAGE", "TrainerFn", "choose_package", "pl", "rank_zero", "submodule"]
+__all__ = [
+    "ENVIRONMENT_VARIABLE",
+    "FABRIC",
+    "PACKAGE",
+    "TrainerFn",
+    "choose_package",
+    "pl",
+    "rank_zero",
+    "reload_every",
+    "submodule",
+]
 
 #: The environment variable that picks the package: ``lightning`` or ``pytorch_lightning``.
 ENVIRONMENT_VARIABLE = "LIGHTNING_DIV_LIGHTNING"
@@ -96,3 +106,8 @@ else:
     TrainerFn = submodule("trainer.states").TrainerFn
     #: Fabric's rank-zero utilities (``rank_zero_only``, ``rank_zero_warn``), whose rank the Trainer sets.
     rank_zero = submodule("fabric.utilities.rank_zero")
+
+
+def reload_every(trainer: Any) -> int:
+    """``Trainer(reload_dataloaders_every_n_epochs=)``: set in ``Trainer.__init__``, not declared on the class."""
+    return int(getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0)

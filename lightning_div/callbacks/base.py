@@ -30,7 +30,7 @@ from lightning_div.keys import check_name
 from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.measure.sample import FixedSample, check_seed
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.model.generation import generate_responses
 from lightning_div.model.sharding import check_strategy, full_parameters
 from lightning_div.pairs import DialoguePair
@@ -90,7 +90,7 @@ class DiversityCallback(pl.Callback):
         seed: int = 0,
         model_attr: str = "model",
         tokenizer_attr: str = "tokenizer",
-        format: DialogueFormat | None = None,
+        format: DialogueLayout | None = None,
         batch_size: int = 32,
         max_new_tokens: int = 32,
         dirpath: str | None = None,
@@ -109,7 +109,7 @@ class DiversityCallback(pl.Callback):
         self.seed = check_seed(seed)  # it seeds the fixed samples: refused here, not at the first measurement
         self.model_attr = model_attr
         self.tokenizer_attr = tokenizer_attr
-        self.format = format or DialogueFormat()
+        self.format = format or DialogueLayout()
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         self.dirpath = dirpath

@@ -294,7 +294,7 @@ class DRESSReweighting(DiversityCallback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         dm = self._datamodule(trainer)
-        gold = list(dm.gold_train_responses())
+        gold = list(dm.train_responses())
         with self.announced(trainer, "the semantic clusters (embedding and k-means, or the cache)"):
             self.space.fit(gold, **self.space_context(trainer, pl_module))
         if self.state.weights is None:  # a resumed run restored them already

@@ -34,7 +34,7 @@ def reweightable_datamodule(trainer: pl.Trainer) -> ReweightableDataModule:
     if not isinstance(dm, ReweightableDataModule):
         raise ValueError(
             f"DRESSReweighting needs a datamodule that implements "
-            f"lightning_div.datamodules.ReweightableDataModule (gold_train_responses, train_contexts, "
+            f"lightning_div.datamodules.ReweightableDataModule (train_responses, train_contexts, "
             f"apply_weights), got {'none' if dm is None else type(dm).__name__}: it must change which "
             "examples and weights the training dataloader yields. Pass one to Trainer.fit(datamodule="
             "...): lightning_div.datamodules.DialogueDataModule, or your own (docs: callbacks/dress)"

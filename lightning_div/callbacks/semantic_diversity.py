@@ -14,6 +14,7 @@ from lightning_div.measure.reporting import Reporter
 from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, check_clusters_source
 from lightning_div.metrics import DEFAULT_LEXICAL
 from lightning_div.pairs import DialoguePair
+from lightning_div.reweighting import train_responses_of
 from lightning_div.semantic.clusters import ClustersSource
 from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.semantic.space import SemanticSpace, space_from_arguments
@@ -67,7 +68,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
             (the scalars and the share histogram are always logged).
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
         gold_responses: explicit gold training responses for the clusters; default: the
-            datamodule's ``gold_train_responses()``.
+            datamodule's ``train_responses()``.
         encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
 
@@ -167,13 +168,13 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
             return read_responses(self.gold_responses_arg)
         dm = getattr(trainer, "datamodule", None)
-        if dm is not None and callable(getattr(dm, "gold_train_responses", None)):
-            return list(dm.gold_train_responses())
+        if dm is not None and (gold := train_responses_of(dm, type(self).__name__)) is not None:
+            return gold
         return None
 
     def required_inputs(self) -> list[tuple[str, Any, str]]:
         gold = (
-            [("gold_responses", self.gold_responses_arg, "gold_train_responses")]
+            [("gold_responses", self.gold_responses_arg, "train_responses")]
             if self.space.clusters_source is None
             else []
         )
@@ -195,7 +196,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
             self.space,
             gold is not None,
             type(self).__name__,
-            "or use a datamodule with gold_train_responses() (lightning_div.datamodules.DialogueDataModule)",
+            "or use a datamodule with train_responses() (lightning_div.datamodules.DialogueDataModule)",
         )
         with self.announced(trainer, "the semantic clusters (embedding and k-means, or the cache)"):
             self.measure.prepare(gold, sample, **self.space_context(trainer, pl_module), who=type(self).__name__)

@@ -2,7 +2,7 @@
 
 Holds the train / validation / test pairs (any source :func:`read_pairs` accepts),
 tokenises them once at ``setup`` with the project's one token layout
-(:class:`lightning_div.model.formatting.DialogueFormat`), and yields batches with
+(:class:`lightning_div.model.formatting.DialogueLayout`), and yields batches with
 ``input_ids``, ``attention_mask``, ``labels``, ``sample_weight`` and ``index``. The
 DRESS callback reaches it through one method, :meth:`DialogueDataModule.apply_weights`
 (the :class:`~lightning_div.reweighting.ReweightableDataModule` protocol).
@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Sampler
 
+from lightning_div._internal.deprecation import warn_deprecated
 from lightning_div._internal.distributed import rank_and_world
-from lightning_div._internal.lightning import pl, rank_zero
+from lightning_div._internal.lightning import pl, rank_zero, reload_every
 from lightning_div._internal.loop_state import batches_trained_this_epoch
 from lightning_div.datamodules.encoding import (
     ConcatPairs,
@@ -41,7 +42,7 @@ from lightning_div.datamodules.samplers import (
     check_sampling_weights,
     train_sampler,
 )
-from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_window
+from lightning_div.model.formatting import DialogueLayout, is_seq2seq, model_window
 from lightning_div.model.generation import pad_id_of
 from lightning_div.pairs import DialoguePair
 from lightning_div.reweighting import (
@@ -68,11 +69,6 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None)))
 
 
-def _reload_every(trainer: Any) -> int:
-    """``Trainer(reload_dataloaders_every_n_epochs=)``: set in ``Trainer.__init__``, not declared on the class."""
-    return int(getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0)
-
-
 class DialogueDataModule(pl.LightningDataModule):
     """Dialogue (context, response) data for causal or seq2seq LMs, with DRESS sample weights.
 
@@ -87,10 +83,10 @@ class DialogueDataModule(pl.LightningDataModule):
             ``"local:chitchat"``, a tokenizer object, or ``None`` = the LightningModule's ``tokenizer``
             attribute at setup. A name that does not load raises an :class:`OSError` naming it at setup.
         max_history: context turns kept per example (None = all).
-        max_context_tokens: see :class:`~lightning_div.model.formatting.DialogueFormat`; contexts are
+        max_context_tokens: see :class:`~lightning_div.model.formatting.DialogueLayout`; contexts are
             also left-truncated to fit the model window.
-        max_response_tokens: see :class:`~lightning_div.model.formatting.DialogueFormat`.
-        turn_separator: see :class:`~lightning_div.model.formatting.DialogueFormat`.
+        max_response_tokens: see :class:`~lightning_div.model.formatting.DialogueLayout`.
+        turn_separator: see :class:`~lightning_div.model.formatting.DialogueLayout`.
         max_train_examples: keep a random training subset of this size (seeded by ``seed``),
             e.g. for demos.
         max_val_examples: the same for the validation data.
@@ -150,7 +146,7 @@ class DialogueDataModule(pl.LightningDataModule):
         self.train_examples_per_epoch = train_examples_per_epoch
         self.format = format
         self.max_history = max_history
-        self.dialogue_format = DialogueFormat(
+        self.dialogue_format = DialogueLayout(
             turn_separator=turn_separator, max_turns=max_history, max_context_tokens=max_context_tokens
         )
         self.max_response_tokens = max_response_tokens
@@ -217,9 +213,14 @@ class DialogueDataModule(pl.LightningDataModule):
         """The test examples."""
         return list(self._read("test"))
 
-    def gold_train_responses(self) -> list[str]:
+    def train_responses(self) -> list[str]:
         """The gold response of every training example, in index order."""
         return [p.response for p in self._read("train")]
+
+    def gold_train_responses(self) -> list[str]:
+        """Deprecated: :meth:`train_responses` (0.2's name; removed in the release after 1.0)."""
+        warn_deprecated(f"{type(self).__name__}.gold_train_responses()", "train_responses()")
+        return self.train_responses()
 
     def train_contexts(self) -> list[tuple[str, ...]]:
         """The context turns of every training example, in index order."""
@@ -378,7 +379,7 @@ class DialogueDataModule(pl.LightningDataModule):
                 f"negatives must be a lightning_div.reweighting.Negatives (or None), got {type(negatives).__name__}"
             )
         trainer = self._trainer_or_none()
-        if self._train_loader_built and trainer is not None and not _reload_every(trainer):
+        if self._train_loader_built and trainer is not None and not reload_every(trainer):
             raise ValueError(
                 "DialogueDataModule.apply_weights: the train dataloader is already built and this "
                 "Trainer never rebuilds it, so the new weights would not be used: create the Trainer "

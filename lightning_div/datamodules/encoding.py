@@ -1,6 +1,6 @@
 """Pairs -> token ids (once, up front) -> padded training batches.
 
-The token layout is :meth:`lightning_div.model.formatting.DialogueFormat.encode_pair`'s; this
+The token layout is :meth:`lightning_div.model.formatting.DialogueLayout.encode_pair`'s; this
 module only runs it over a whole dataset quickly, serves the ids with per-example
 weights, and pads them into batches.
 """
@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT, NegativeLoss
-from lightning_div.model.formatting import DialogueFormat, is_seq2seq, model_layout
+from lightning_div.model.formatting import DialogueLayout, is_seq2seq, model_layout
 from lightning_div.model.generation import pad_batch
 from lightning_div.pairs import DialoguePair
 
@@ -80,7 +80,7 @@ def encode_pairs(
     pairs: Sequence[DialoguePair],
     tokenizer: Any,
     model: Any,
-    fmt: DialogueFormat | None = None,
+    fmt: DialogueLayout | None = None,
     max_response_tokens: int | None = None,
     show_progress: bool = True,
     desc: str = "tokenising",
@@ -91,7 +91,7 @@ def encode_pairs(
         pairs: the dialogue pairs.
         tokenizer: the model's tokenizer.
         model: the model (its window and layout are read from it).
-        fmt: the token layout (default ``DialogueFormat()``).
+        fmt: the token layout (default ``DialogueLayout()``).
         max_response_tokens: the most response tokens.
         show_progress: a tqdm bar.
         desc: the bar's label.
@@ -99,7 +99,7 @@ def encode_pairs(
     Returns:
         The token ids of every pair, in flat int32 buffers.
     """
-    fmt = fmt or DialogueFormat()
+    fmt = fmt or DialogueLayout()
     return EncodedPairs(
         fmt.encode_pairs(
             [p.context for p in pairs],

@@ -1,7 +1,7 @@
 """The training split as LitData chunks on disk, read by index: corpora larger than memory.
 
 :class:`StreamingDialogueDataModule` is a :class:`~lightning_div.datamodules.dialogue.DialogueDataModule`
-whose training examples are tokenised once, with the same :class:`~lightning_div.model.formatting.DialogueFormat`,
+whose training examples are tokenised once, with the same :class:`~lightning_div.model.formatting.DialogueLayout`,
 and written by :func:`litdata.optimize` into chunk files under ``stream_dir``, in a folder named by a
 content hash of everything the ids depend on (the data's bytes, the tokenizer, the layout and every
 reading and format setting). Later runs find the folder and skip the work; the folder appears whole
@@ -483,7 +483,7 @@ class StreamingDialogueDataModule(DialogueDataModule):
         """The gold training examples, read from the chunks on demand (a sequence, not a list in memory)."""
         return _LazyPairs(self._chunks())  # type: ignore[return-value]
 
-    def gold_train_responses(self) -> list[str]:
+    def train_responses(self) -> list[str]:
         """The gold response of every training example, in index order (one sequential pass over the chunks)."""
         return [item["response"] for item in self._chunks().iter_items()]
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from lightning_div.model.formatting import Context, DialogueFormat, is_seq2seq
+from lightning_div.model.formatting import Context, DialogueLayout, is_seq2seq
 from lightning_div.model.generation import generate_batched, model_device
 from lightning_div.model.scoring import candidate_logprobs_batched, token_logprobs_batched
 
@@ -67,7 +67,7 @@ class HuggingFaceAdapter:
     Args:
         model: the Hugging Face model (kept by reference: its current weights and device are used).
         tokenizer: its tokenizer (never modified); it needs an EOS token.
-        format: the token layout shared with training (default ``DialogueFormat()``).
+        format: the token layout shared with training (default ``DialogueLayout()``).
         batch_size: contexts per generation batch and pairs per scoring batch.
         max_new_tokens: the generation length unless ``generate`` is given another.
         show_progress: tqdm bars.
@@ -82,7 +82,7 @@ class HuggingFaceAdapter:
         self,
         model: Any,
         tokenizer: Any,
-        format: DialogueFormat | None = None,
+        format: DialogueLayout | None = None,
         batch_size: int = 16,
         max_new_tokens: int = 40,
         show_progress: bool = True,
@@ -99,7 +99,7 @@ class HuggingFaceAdapter:
             raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
         self.model = model
         self.tokenizer = tokenizer
-        self.format = format or DialogueFormat()
+        self.format = format or DialogueLayout()
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         self.show_progress = show_progress
@@ -216,7 +216,7 @@ def resolve_adapter(
     pl_module: Any,
     model_attr: str = "model",
     tokenizer_attr: str = "tokenizer",
-    format: DialogueFormat | None = None,
+    format: DialogueLayout | None = None,
     **adapter_kwargs: Any,
 ) -> DialogueModelAdapter:
     """The adapter for a LightningModule.
@@ -229,7 +229,7 @@ def resolve_adapter(
         pl_module: the LightningModule (or any object) to reach the model through.
         model_attr: the attribute holding the Hugging Face model.
         tokenizer_attr: the attribute holding its tokenizer.
-        format: the token layout (default ``DialogueFormat()``).
+        format: the token layout (default ``DialogueLayout()``).
         **adapter_kwargs: :class:`HuggingFaceAdapter` arguments.
 
     Returns:

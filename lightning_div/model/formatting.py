@@ -21,6 +21,7 @@ from typing import Any, Union
 from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
+from lightning_div._internal.deprecation import moved_attribute
 
 Context = Union[str, Sequence[str]]
 
@@ -57,7 +58,7 @@ def special_tokens_around(tokenizer: Any) -> tuple[list[int], list[int]]:
 def target_prefix(tokenizer: Any) -> list[int]:
     """The ids a tokenizer puts before a decoder target (BART: ``[<s>]``; BlenderBot, T5: none).
 
-    :meth:`DialogueFormat.encode_response` keeps them (the model was trained to see them), and
+    :meth:`DialogueLayout.encode_response` keeps them (the model was trained to see them), and
     scoring conditions on them but never scores them: an RUQ score is over the response
     tokens and EOS, as fairseq, the RUQ paper's toolkit, scores it.
     """
@@ -164,7 +165,7 @@ def _truncation_side(tokenizer: Any, side: str) -> Iterator[None]:
 
 
 def model_layout(seq2seq: bool, window: int | None = None) -> Any:
-    """A stand-in for a model carrying only what DialogueFormat reads from one: encoder-decoder or not, window.
+    """A stand-in for a model carrying only what DialogueLayout reads from one: encoder-decoder or not, window.
 
     Used before a model exists, and instead of the real model while encoding a corpus
     (reading a Hugging Face config attribute is slow enough to matter 100,000 times over).
@@ -173,7 +174,7 @@ def model_layout(seq2seq: bool, window: int | None = None) -> Any:
 
 
 @dataclass
-class DialogueFormat:
+class DialogueLayout:
     """Turn separator and history limits shared by the datamodule and the adapters.
 
     Args:
@@ -192,7 +193,7 @@ class DialogueFormat:
         for name in ("max_turns", "max_context_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"DialogueFormat.{name} must be >= 1 or None, got {value}")
+                raise ValueError(f"DialogueLayout.{name} must be >= 1 or None, got {value}")
 
     def _turns(self, context: Context) -> list[str]:
         turns = as_turns(context)
@@ -244,7 +245,7 @@ class DialogueFormat:
 
         if self.turn_separator is None:
             if tokenizer.eos_token_id is None:
-                raise ValueError("the tokenizer has no EOS token; set DialogueFormat(turn_separator=...)")
+                raise ValueError("the tokenizer has no EOS token; set DialogueLayout(turn_separator=...)")
             sep_ids = [tokenizer.eos_token_id]
         else:
             sep_ids = tokenizer(self.turn_separator, add_special_tokens=False)["input_ids"]
@@ -403,3 +404,8 @@ class DialogueFormat:
             zip(contexts, responses), total=len(contexts), desc=desc, disable=bar_disabled(show_progress), leave=False
         ):
             yield self._encode_pair(context, response, memo, responses_memo, layout, max_response_tokens)
+
+
+def __getattr__(name: str) -> Any:
+    # 0.2's name of DialogueLayout ("format" also meant a file format): importable, with a warning, for one release
+    return moved_attribute(__name__, name, {"DialogueFormat": (__name__, "DialogueLayout")})

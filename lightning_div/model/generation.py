@@ -1,6 +1,6 @@
 """Batched response generation from a Hugging Face dialogue model, without disturbing training.
 
-Contexts are laid out by :class:`lightning_div.model.formatting.DialogueFormat`, sorted by
+Contexts are laid out by :class:`lightning_div.model.formatting.DialogueLayout`, sorted by
 length into batches (left padding for decoder-only models, right padding for the
 encoder of seq2seq models) and decoded with ``model.generate``. The model runs in eval
 mode under ``torch.inference_mode()`` inside a forked RNG, so the training loop's mode,
@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.distributed import distributed_map, length_batches
-from lightning_div.model.formatting import Context, DialogueFormat, as_turns, is_seq2seq
+from lightning_div.model.formatting import Context, DialogueLayout, as_turns, is_seq2seq
 
 #: Evaluation decoding (the Sem-Ent authors'; docs/paper-settings.md): greedy with 3-gram blocking.
 #: Caller kwargs override these.
@@ -165,7 +165,7 @@ def generate_batched(
     tokenizer: Any,
     contexts: Sequence[Context],
     *,
-    format: DialogueFormat | None = None,
+    format: DialogueLayout | None = None,
     batch_size: int = 16,
     max_new_tokens: int = 40,
     num_return_sequences: int = 1,
@@ -190,7 +190,7 @@ def generate_batched(
         raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
     if not turns:
         return []
-    fmt = format or DialogueFormat()
+    fmt = format or DialogueLayout()
     seq2seq = is_seq2seq(model)
     kwargs = decoding_defaults(generation_kwargs, seq2seq)
     max_new = int(kwargs.pop("max_new_tokens", max_new_tokens))

@@ -5,7 +5,7 @@ log-likelihood  score(x, y) = (1/|y|) * sum_t log p(y_t | x, y_<t),  the EOS tok
 For encoder-decoder models y is the response tokens + EOS: a BOS the tokenizer puts in front
 of a target (BART's ``<s>``) is fed to the decoder, as in training, but never scored.
 
-The pairs are laid out by :meth:`DialogueFormat.encode_pair` (the same ids training uses),
+The pairs are laid out by :meth:`DialogueLayout.encode_pair` (the same ids training uses),
 sorted by length into batches, and each batch is one forward pass. Only the rows that
 predict a response token are normalised (DialoGPT's vocabulary has 50k entries; a full
 ``[batch, time, vocab]`` log-softmax would mostly be thrown away), and for decoder-only
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.distributed import length_batches
-from lightning_div.model.formatting import Context, DialogueFormat, is_seq2seq, target_prefix
+from lightning_div.model.formatting import Context, DialogueLayout, is_seq2seq, target_prefix
 from lightning_div.model.generation import check_contexts, evaluation_mode, model_device, pad_id_of
 from lightning_div.model.pairwise import (
     _CausalScorer,
@@ -73,7 +73,7 @@ def token_logprobs_batched(
     contexts: Sequence[Context],
     responses: Sequence[str],
     *,
-    format: DialogueFormat | None = None,
+    format: DialogueLayout | None = None,
     batch_size: int = 16,
     show_progress: bool = True,
     padding_side: str | None = None,
@@ -93,7 +93,7 @@ def token_logprobs_batched(
         tokenizer: its tokenizer (never modified).
         contexts: strings or lists of turns (oldest first).
         responses: one response per context.
-        format: the token layout (default ``DialogueFormat()``).
+        format: the token layout (default ``DialogueLayout()``).
         batch_size: pairs per forward pass (pairs are sorted by length first).
         show_progress: a tqdm bar.
         padding_side: ``"left"``, ``"right"`` or None (the best for the model).
@@ -111,7 +111,7 @@ def token_logprobs_batched(
     side = _padding_side(model, seq2seq, params, padding_side)
     if not turns:
         return []
-    pairs = list((format or DialogueFormat()).encode_pairs(turns, responses, tokenizer, model))
+    pairs = list((format or DialogueLayout()).encode_pairs(turns, responses, tokenizer, model))
     pad_id = pad_id_of(tokenizer)
     start = _decoder_start(model) if seq2seq else 0
     prefix = target_prefix(tokenizer) if seq2seq else []
@@ -139,7 +139,7 @@ def candidate_logprobs_batched(
     contexts: Sequence[Context],
     candidates: Sequence[Sequence[str]],
     *,
-    format: DialogueFormat | None = None,
+    format: DialogueLayout | None = None,
     batch_size: int = 16,
     show_progress: bool = True,
     padding_side: str | None = None,
@@ -165,7 +165,7 @@ def candidate_logprobs_batched(
         tokenizer: its tokenizer (never modified).
         contexts: strings or lists of turns (oldest first).
         candidates: one list of responses per context (may be empty).
-        format: the token layout (default ``DialogueFormat()``).
+        format: the token layout (default ``DialogueLayout()``).
         batch_size: the most contexts, or candidates, per forward pass.
         show_progress: a tqdm bar.
         padding_side: as for :func:`token_logprobs_batched`.
@@ -197,7 +197,7 @@ def candidate_logprobs_batched(
             padding_side=side,
         )
         return _unflatten(flat, sizes)
-    pairs = list((format or DialogueFormat()).encode_pairs(turns, flat_resp, tokenizer, model))
+    pairs = list((format or DialogueLayout()).encode_pairs(turns, flat_resp, tokenizer, model))
     flat = _shared_context_logprobs(
         model, tokenizer, pairs, seq2seq=seq2seq, params=params, batch_size=batch_size, show_progress=show_progress
     )

@@ -265,7 +265,7 @@ def _shared_context_logprobs(
     Args:
         model: a causal or seq2seq LM that :func:`_shares_contexts`.
         tokenizer: its tokenizer (for the pad id and a seq2seq target's unscored prefix).
-        pairs: (context ids, candidate ids) as :meth:`DialogueFormat.encode_pairs` gives them.
+        pairs: (context ids, candidate ids) as :meth:`DialogueLayout.encode_pairs` gives them.
         seq2seq: the model is an encoder-decoder.
         params: the model's forward parameters.
         batch_size: the most rows (contexts, or candidates) of one forward.

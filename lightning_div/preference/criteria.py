@@ -180,7 +180,7 @@ def likelihood_diversity(
             cut = max(cut, 1)  # the first token has nothing to be predicted from
             seq = full + ([eos] if eos is not None else [])
             if window is not None and len(seq) > window:
-                # the response's first tokens, after the prompt's last ones: as DialogueFormat.encode_pair cuts
+                # the response's first tokens, after the prompt's last ones: as DialogueLayout.encode_pair cuts
                 context, reply = seq[:cut], seq[cut:][: max(window - 1, 1)]
                 seq = context[-max(window - len(reply), 1) :] + reply
                 cut = len(seq) - len(reply)

@@ -29,7 +29,7 @@ from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.measure.ruq import RUQMeasure, ruq_profile_figure
 from lightning_div.measure.semantic import SemanticMeasure
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.cache import run_cache_dir
 from lightning_div.semantic.space import SemanticSpace, given_space
@@ -124,7 +124,7 @@ class DiversityTrainerCallback(TrainerCallback):
             as RUQMonitor's ``val/ruq_alert``.
         seed: the samples' seed (and generation's, when it samples).
         tokenizer: the model's tokenizer; None = the trainer's ``processing_class``.
-        format: the token layout (default ``DialogueFormat()``: DialoGPT's ``turn<eos>...``); it
+        format: the token layout (default ``DialogueLayout()``: DialoGPT's ``turn<eos>...``); it
             must be the one the model is trained with.
         batch_size: contexts per generation batch of the model (and of the default measures and space).
         max_new_tokens: the generation length limit.
@@ -163,7 +163,7 @@ class DiversityTrainerCallback(TrainerCallback):
         warn_drop: float | None = 10.0,
         seed: int = 0,
         tokenizer: Any = None,
-        format: DialogueFormat | None = None,
+        format: DialogueLayout | None = None,
         batch_size: int = 32,
         max_new_tokens: int = 32,
         dirpath: str | Path | None = None,
@@ -198,7 +198,7 @@ class DiversityTrainerCallback(TrainerCallback):
             semantic,
             ruq,
             RUQAlert(warn_below, warn_drop),
-            format or DialogueFormat(),
+            format or DialogueLayout(),
             batch_size,
             max_new_tokens,
             seed,

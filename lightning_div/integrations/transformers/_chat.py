@@ -7,7 +7,7 @@ from lightning_div.pairs import DialoguePair
 __all__ = ["DIALOGPT_CHAT_TEMPLATE", "as_messages"]
 
 #: A chat template with DialoGPT's token layout, the one lightning-div trains, generates and scores
-#: with (:class:`~lightning_div.model.formatting.DialogueFormat`'s default): every turn's content
+#: with (:class:`~lightning_div.model.formatting.DialogueLayout`'s default): every turn's content
 #: followed by the EOS token, whoever speaks, and nothing else (no role names, no generation
 #: prompt: the response starts right after the last turn's EOS). DialoGPT's tokenizers, and the
 #: base model's, ship no chat template; set ``tokenizer.chat_template = DIALOGPT_CHAT_TEMPLATE``

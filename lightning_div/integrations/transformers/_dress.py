@@ -16,7 +16,7 @@ from lightning_div.dress.losses import dress_loss
 from lightning_div.dress.state import DressState
 from lightning_div.dress.weights import check_lam, dress_weights
 from lightning_div.keys import NEGATIVE, NEGATIVE_LOSS, SAMPLE_WEIGHT
-from lightning_div.model.formatting import DialogueFormat, is_seq2seq
+from lightning_div.model.formatting import DialogueLayout, is_seq2seq
 from lightning_div.model.generation import pad_id_of
 from lightning_div.pairs import DialoguePair
 from lightning_div.reweighting import MODES, Mode, check_choice
@@ -70,7 +70,7 @@ def dress_dataset(
     model: Any,
     state: DressState | None = None,
     mode: Mode = "loss",
-    format: DialogueFormat | None = None,
+    format: DialogueLayout | None = None,
 ) -> tuple[EncodedDialogues, DialogueCollator]:
     """The training dataset and collator of a DRESS run in a ``Trainer``: gold pairs, then the state's negatives.
 
@@ -85,7 +85,7 @@ def dress_dataset(
         model: the model (its window and layout are read from it).
         state: the weights and negatives; None = every weight 1, no negatives (an evaluation set).
         mode: ``"loss"`` or ``"sampler"``.
-        format: the token layout (default ``DialogueFormat()``).
+        format: the token layout (default ``DialogueLayout()``).
 
     Returns:
         ``(dataset, collator)`` for ``Trainer(train_dataset=..., data_collator=...)``.

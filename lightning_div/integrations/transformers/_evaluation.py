@@ -17,7 +17,7 @@ from lightning_div.measure.alerts import RUQAlert
 from lightning_div.measure.ruq import RUQMeasure
 from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
 from lightning_div.model.adapters import HuggingFaceAdapter
-from lightning_div.model.formatting import DialogueFormat
+from lightning_div.model.formatting import DialogueLayout
 
 __all__ = ["EvaluationResult", "TrainerEvaluation"]
 
@@ -55,7 +55,7 @@ class TrainerEvaluation:
         semantic: SemanticMeasure,
         ruq: RUQMeasure | None,
         alert: RUQAlert,
-        format: DialogueFormat,
+        format: DialogueLayout,
         batch_size: int,
         max_new_tokens: int,
         seed: int,

@@ -1,0 +1,82 @@
+"""Renamed public names and keyword arguments, kept working for one release (0.2 -> 1.0).
+
+Users' code of 0.2 keeps running under 1.0: a renamed class or function stays importable under its
+old name, and a renamed or regrouped keyword argument is still accepted; each emits a
+``DeprecationWarning`` naming the new form and goes in the release after 1.0. Every alias is listed
+in ``docs/changelog.md`` and tested (``tests/test_deprecations.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["moved_attribute", "take_deprecated", "warn_deprecated"]
+
+
+def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """One ``DeprecationWarning``: ``old`` is deprecated, use ``new``; it goes in the release after 1.0."""
+    warnings.warn(
+        f"{old} is deprecated since lightning-div 1.0 and is removed in the next release: use {new}",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def take_deprecated(
+    owner: str,
+    kwargs: dict[str, Any],
+    renamed: Mapping[str, str] | None = None,
+    regrouped: Mapping[str, tuple[str, str]] | None = None,
+    stacklevel: int = 4,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Read the 0.2 keyword arguments left in ``kwargs``, warning once for each.
+
+    Args:
+        owner: the class (or function) taking them, named in the warnings and errors.
+        kwargs: the keyword arguments the signature did not take (emptied as they are read).
+        renamed: old name -> new name of arguments that only changed name.
+        regrouped: old name -> ``(argument, field)`` of arguments now a field of a settings object
+            (e.g. ``"batch_size": ("generation", "batch_size")``).
+        stacklevel: where the warning points (the user's call, through ``__init__``).
+
+    Returns:
+        ``(renamed values by new name, {argument: {field: value}})``.
+
+    Raises:
+        TypeError: an argument that is neither a current nor a deprecated one (named, as Python does).
+    """
+    renamed, regrouped = renamed or {}, regrouped or {}
+    values: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for old in list(kwargs):
+        if old in renamed:
+            warn_deprecated(f"{owner}({old}=...)", f"{renamed[old]}=...", stacklevel)
+            values[renamed[old]] = kwargs.pop(old)
+        elif old in regrouped:
+            arg, field = regrouped[old]
+            warn_deprecated(f"{owner}({old}=...)", f"{arg}=...({field}=...)", stacklevel)
+            groups.setdefault(arg, {})[field] = kwargs.pop(old)
+    if kwargs:
+        raise TypeError(f"{owner}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    return values, groups
+
+
+def moved_attribute(module: str, name: str, moved: Mapping[str, tuple[str, str]]) -> Any:
+    """A module ``__getattr__``'s answer for a renamed public name: the new object, with a warning.
+
+    Args:
+        module: the module asked (its ``__name__``), for the error.
+        name: the name asked for.
+        moved: old name -> ``(module of the new object, new name)``.
+
+    Raises:
+        AttributeError: ``name`` is not a renamed name (as a module without it does).
+    """
+    if name not in moved:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    where, new = moved[name]
+    warn_deprecated(f"{module}.{name}", f"{where}.{new}")
+    return getattr(importlib.import_module(where), new)
