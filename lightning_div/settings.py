@@ -4,6 +4,7 @@ Each groups what belongs together and has defaults, so a one-line use stays one 
 changed default is changed in one place. They are plain dataclasses: LightningCLI (jsonargparse)
 configures them as nested mappings (``generation: {batch_size: 16}``), and so does a YAML file.
 
+* :class:`ModelAccess`: where a Lightning callback finds the Hugging Face model and tokenizer, and their layout;
 * :class:`Generation`: how a monitor generates the responses it measures;
 * :class:`Lexical`: the lexical metrics measured beside Sem-Ent, their options and EAD's vocabulary size;
 * :class:`Outputs`: what a front end shows and writes besides the logged values;
@@ -23,9 +24,10 @@ from typing import Any
 
 from lightning_div.dress.schedule import MINE_AT
 from lightning_div.keys import DEFAULT_LEXICAL, NEGATIVE_LOSSES
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.reweighting import NEGATIVE_BATCHES
 
-__all__ = ["Generation", "Lexical", "Mining", "Outputs"]
+__all__ = ["Generation", "Lexical", "Mining", "ModelAccess", "Outputs"]
 
 
 def _positive_int(owner: str, name: str, value: Any) -> int:
@@ -38,6 +40,34 @@ def _choice(owner: str, name: str, value: Any, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{owner}.{name} must be one of {list(choices)}, got {value!r}")
     return str(value)
+
+
+@dataclass(frozen=True)
+class ModelAccess:
+    """Where a Lightning callback finds the Hugging Face model and its tokenizer, and how dialogues become tokens.
+
+    Attributes:
+        model_attr: the LightningModule's attribute holding the Hugging Face model.
+        tokenizer_attr: the LightningModule's attribute holding its tokenizer.
+        layout: the turn separator and the turns kept, shared with training; None: the datamodule's
+            ``layout`` when it has one (a :class:`~lightning_div.datamodules.DialogueDataModule`), else
+            ``DialogueLayout()``.
+
+    Raises:
+        ValueError: an attribute name that is not a non-empty string, or a layout that is not a ``DialogueLayout``.
+    """
+
+    model_attr: str = "model"
+    tokenizer_attr: str = "tokenizer"
+    layout: DialogueLayout | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model_attr", "tokenizer_attr"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"ModelAccess.{name} must be an attribute name, got {value!r}")
+        if self.layout is not None and not isinstance(self.layout, DialogueLayout):
+            raise ValueError(f"ModelAccess.layout must be a DialogueLayout or None, got {self.layout!r}")
 
 
 @dataclass(frozen=True)
