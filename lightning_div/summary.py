@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from lightning_div._internal.deprecation import moved_attribute
 from lightning_div.keys import (
     EMPTY_SHARE,
     LEXICAL_PATTERN,
@@ -39,7 +40,7 @@ from lightning_div.keys import (
 )
 from lightning_div.verdict import Row, Verdict, verdict, verdict_lines
 
-__all__ = ["Measurement", "empty_shares", "measurements", "mostly_empty", "print_summary", "run_verdict", "summary"]
+__all__ = ["SummaryLine", "empty_shares", "measurements", "mostly_empty", "print_summary", "run_verdict", "summary"]
 
 #: The unit of each metric, by its name after the split (``val/ruq`` -> ``ruq``); "" for a share (0 to 1).
 UNITS: dict[str, str] = {
@@ -108,14 +109,23 @@ _GROUP_ORDER: tuple[str, ...] = (
     "ead",
     "runtime",
 )
+#: 0.2's names of what moved: a warning alias for one release.
+_MOVED = {"Measurement": ("lightning_div.summary", "SummaryLine")}
+
+
+def __getattr__(name: str) -> Any:
+    """``Measurement`` (0.2) is :class:`SummaryLine`, with a ``DeprecationWarning``."""
+    return moved_attribute(__name__, name, _MOVED)
+
+
 #: What a Hugging Face evaluation logs (``eval_<metric>``), in summary order: the Lightning order's metrics.
 _EVAL = "eval_"
 _EVAL_ORDER: tuple[str, ...] = tuple(k.split("/", 1)[1] for k in _ORDER if k.startswith("val/"))
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """One line of the summary.
+class SummaryLine:
+    """One line of the summary (``Measurement`` in 0.2: the name of :mod:`lightning_div.measure.errors`' result too).
 
     Attributes:
         key: the logged name (``val/sem_ent``; ``<name>/val/sem_ent`` for a callback with a ``name``).
@@ -239,7 +249,7 @@ def _note(key: str) -> str:
     return "" if "timing" in key.split("/")[:-1] else NOTES.get(_name(key), "")
 
 
-def measurements(source: Any) -> list[Measurement]:
+def measurements(source: Any) -> list[SummaryLine]:
     """The headline numbers of a run, in a fixed order, each with its unit.
 
     The losses first (``val/loss``, then the training loss's epoch mean as ``train/loss``), then the
@@ -255,7 +265,7 @@ def measurements(source: Any) -> list[Measurement]:
             to numbers (tensors, floats).
 
     Returns:
-        One :class:`Measurement` per logged headline number, in summary order.
+        One :class:`SummaryLine` per logged headline number, in summary order.
 
     Raises:
         TypeError: ``source`` is neither a trainer nor a mapping.
@@ -283,11 +293,11 @@ def measurements(source: Any) -> list[Measurement]:
     groups = sorted({k.split("/")[1] for k in metrics if k.startswith(f"{_GROUP}/") and k.count("/") == 2})
     for prefix in (f"{_GROUP}/", *(f"{_GROUP}/{g}/" for g in groups)):
         keys += [prefix + k for k in _GROUP_ORDER if prefix + k in metrics]
-    rows = [Measurement(k, metrics[k], _unit(k), _note(k)) for k in keys]
+    rows = [SummaryLine(k, metrics[k], _unit(k), _note(k)) for k in keys]
     if any(k.startswith(f"{_GROUP}/") or f"/{_GROUP}/" in k for k in metrics):
         # a GRPO / RLOO run's training loss is its policy-gradient objective, not an NLL: no unit to claim
         rows = [
-            Measurement(r.key, r.value, "", "the trainer's policy loss (not an NLL)")
+            SummaryLine(r.key, r.value, "", "the trainer's policy loss (not an NLL)")
             if _name(r.key) == "loss" and not r.key.startswith(("val", "test"))
             else r
             for r in rows
@@ -319,7 +329,7 @@ def run_verdict(source: Any) -> Verdict:
     return verdict(rows, records, unit)
 
 
-def empty_shares(found: list[Measurement]) -> dict[str, float]:
+def empty_shares(found: list[SummaryLine]) -> dict[str, float]:
     """Each front end's share of empty replies, by its keys' prefix (``val/``, ``eval_``, ``diversity/``).
 
     Args:
