@@ -27,7 +27,8 @@ short outputs: Diverse-NS, arXiv 2505.16245). Differences ``divpo_* - dpo`` pair
 
 Writes ``DIR/results.json`` and ``DIR.md`` (default ``docs/results/divpo``); the reading is written
 by hand under the numbers. ``--quick``: one seed, tiny pools, 2 steps (a smoke test; its numbers mean
-nothing).
+nothing). ``--save-replies``: also ``DIR/replies/<setting>_seed<seed>.json``, every run's held-out replies
+(and the base model's, ``base_seed<seed>.json``), for ``experiments/rescore.py`` (another judge, no rerun).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 
 from _environment import environment, environment_lines, environments
 from _pages import kept_reading
+from _replies import save_replies
 from _stats import cell as _cell
 from _stats import holm, interval, paired
 
@@ -143,10 +145,28 @@ def pair_summary(selection: Any) -> dict[str, Any]:
     }
 
 
+def keep_replies(out: Path, setting: str, seed: int, step: int, pools: list[Any]) -> None:
+    """A run's held-out replies under ``out/replies`` (``experiments/_replies.py``), for a later rescoring."""
+    g = len(pools[0].responses)
+    save_replies(
+        out, "divpo", setting, seed, step, [str(p.prompt) for p in pools], [r for p in pools for r in p.responses], g
+    )
+
+
 def run_seed(
-    seed: int, settings: list[str], cfg: dict[str, Any], pair_space: Any, judge: Any, vocab: int, out: Path
+    seed: int,
+    settings: list[str],
+    cfg: dict[str, Any],
+    pair_space: Any,
+    judge: Any,
+    vocab: int,
+    out: Path,
+    save: bool = False,
 ) -> list[dict[str, Any]]:
-    """One seed: one set of pools, the pair sets of every setting, a DPO run each, held-out metrics."""
+    """One seed: one set of pools, the pair sets of every setting, a DPO run each, held-out metrics.
+
+    ``save``: keep every run's held-out replies (the base model's too) under ``out/replies``; no number changes.
+    """
     from trl import DPOConfig, DPOTrainer
 
     from lightning_div import load_base_model
@@ -165,6 +185,8 @@ def run_seed(
     eval_seed = 10_000 + seed  # the same held-out sampling seed for every setting of this seed: paired
     runs = []
     base_eval = build_pools(base, tokenizer, eval_prompts, cfg["num_generations"], seed=eval_seed, **sample)
+    if save:
+        keep_replies(out, "base", seed, 0, base_eval)
     runs.append({"setting": "base", "seed": seed, "held_out": measure(base_eval, judge, base, tokenizer, vocab)})
     for setting in settings:
         start = time.time()
@@ -201,6 +223,8 @@ def run_seed(
         trainer.train()
         train_s = time.time() - start
         held = build_pools(model, tokenizer, eval_prompts, cfg["num_generations"], seed=eval_seed, **sample)
+        if save:
+            keep_replies(out, setting, seed, cfg["steps"], held)
         losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
         runs.append(
             {
@@ -386,6 +410,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0 1 2 (--quick: 0)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "divpo")
     parser.add_argument(
+        "--save-replies",
+        action="store_true",
+        help="keep every run's held-out replies (and the base model's) in --out/replies/<setting>_seed<seed>.json, "
+        "for experiments/rescore.py; changes no number",
+    )
+    parser.add_argument(
         "--merge",
         nargs="+",
         type=Path,
@@ -428,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     vocab = count_vocab(train_refs)
     runs = []
     for seed in seeds:
-        runs += run_seed(seed, list(args.settings), cfg, pair_space, judge, vocab, args.out)
+        runs += run_seed(seed, list(args.settings), cfg, pair_space, judge, vocab, args.out, args.save_replies)
     result = {
         "experiment": "divpo",
         "quick": args.quick,

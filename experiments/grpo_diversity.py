@@ -39,6 +39,8 @@ with other ``--learning-rate`` / ``--beta`` / ``--steps``) go in a table of thei
 Writes ``DIR/results.json``, ``DIR/curves.png`` and the page ``DIR.md`` (default
 ``docs/results/grpo_diversity``); the reading is written by hand on the page and kept by ``--merge``.
 ``--quick``: one seed, 2 steps, small batches, every setting (a smoke test; its numbers mean nothing).
+``--save-replies``: also ``DIR/replies/<setting>_seed<seed>.json``, every run's held-out replies (and the
+base model's, ``base_seed<seed>.json``), for ``experiments/rescore.py`` (another judge, no rerun).
 
 **The lexical threshold, matched.** ``--lexical-threshold matched`` replaces the fixed 0.5 (which
 made two completions almost never alike: ``grpo_lexical`` was then ``grpo``) by the threshold of
@@ -63,6 +65,7 @@ from typing import Any
 
 from _environment import environment, environment_lines, environments
 from _pages import kept_reading
+from _replies import save_replies
 from _stats import cell as _cell
 from _stats import holm, interval, paired
 
@@ -313,12 +316,17 @@ class Ruler:
         }
 
 
-def measure_base(ruler: Ruler, cfg: dict[str, Any], seed: int) -> dict[str, float]:
-    """The untrained base model's held-out measures: the same prompts and sampling seed as every run's."""
+def measure_base(ruler: Ruler, cfg: dict[str, Any], seed: int, replies: Path | None = None) -> dict[str, float]:
+    """The untrained base model's held-out measures: the same prompts and sampling seed as every run's.
+
+    ``replies``: an ``--out`` to keep the held-out replies under (``experiments/_replies.py``), or None.
+    """
     window = int(ruler.base.config.n_positions) - cfg["max_completion_length"]
     _, eval_prompts = prompt_sets(ruler.tokenizer, 0, cfg["eval_prompts"], window)
     g = cfg["num_generations"]
     texts, cut = sample(ruler.base, ruler.tokenizer, eval_prompts, g, cfg, seed=1000 + seed)
+    if replies is not None:
+        save_replies(replies, "grpo_diversity", "base", seed, 0, eval_prompts, texts, g, cut)
     return ruler.measure([p for p in eval_prompts for _ in range(g)], texts, g, cut)
 
 
@@ -361,8 +369,11 @@ def calibrate_lexical(ruler: Ruler, cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -> dict[str, Any]:
-    """One GRPO run: per-step training measures, held-out measures after training, examples, cost."""
+def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path, save: bool = False) -> dict[str, Any]:
+    """One GRPO run: per-step training measures, held-out measures after training, examples, cost.
+
+    ``save``: keep the held-out replies under ``out`` (``experiments/_replies.py``); no number changes.
+    """
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -484,6 +495,9 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path) -
         row["step_time"] = float(log.get("step_time", 0.0))
     trained = trainer.model
     texts, cut = sample(trained, tokenizer, eval_prompts, g, cfg, seed=1000 + seed)
+    if save:
+        name = run_name({"setting": setting}, cfg)  # the page's name: grpo_lexical at a matched threshold too
+        save_replies(out, "grpo_diversity", name, seed, cfg["steps"], eval_prompts, texts, g, cut)
     held_out = ruler.measure([p for p in eval_prompts for _ in range(g)], texts, g, cut)
     examples = {
         "prompts": [p.removesuffix(tokenizer.eos_token) for p in eval_prompts[:EXAMPLE_PROMPTS]],
@@ -1026,6 +1040,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "grpo_diversity")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one run per core)")
     parser.add_argument(
+        "--save-replies",
+        action="store_true",
+        help="keep every run's held-out replies (and the base model's) in --out/replies/<setting>_seed<seed>.json, "
+        "for experiments/rescore.py; changes no number",
+    )
+    parser.add_argument(
         "--merge",
         nargs="*",
         type=Path,
@@ -1087,13 +1107,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"[grpo_diversity] lexical threshold matched: {calibration}", flush=True)
     elif args.lexical_threshold is not None:
         cfg["lexical_threshold"] = args.lexical_threshold
-    base_held = {str(seed): measure_base(ruler, cfg, seed) for seed in seeds}
+    kept = args.out if args.save_replies else None
+    base_held = {str(seed): measure_base(ruler, cfg, seed, kept) for seed in seeds}
     recorded = environment()  # once: the process's versions do not change while it runs
     runs = []
     for seed in seeds:
         for setting in args.settings:
             print(f"[grpo_diversity] {setting} seed {seed} ...", flush=True)
-            runs.append(run(setting, seed, cfg, ruler, args.out))
+            runs.append(run(setting, seed, cfg, ruler, args.out, args.save_replies))
             held = runs[-1]["held_out"]
             print(
                 f"[grpo_diversity] {setting} seed {seed}: " + ", ".join(f"{k} {v:.3f}" for k, v in held.items()),
