@@ -1,4 +1,4 @@
-"""DiversityTrainerCallback in a real Hugging Face Trainer: the monitors' metrics in log_history, equal to the package's own."""
+"""TrainerDiversityMonitor in a real Hugging Face Trainer: the monitors' metrics in log_history, equal to the package's own."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lightning_div import load_base_model
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues, encode_pairs
-from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
+from lightning_div.integrations.transformers import RUQPlot, TrainerDiversityMonitor, eval_key
 from lightning_div.measure.ruq import DEFAULT_IDK, RUQMeasure
 from lightning_div.measure.sample import sample_indices
 from lightning_div.measure.semantic import SemanticMeasure
@@ -34,7 +34,9 @@ from lightning_div.metrics import (
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.generation import pad_batch
 from lightning_div.pairs import DialoguePair
+from lightning_div.measure.alerts import RUQAlert
 from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Generation, Outputs
 
 K = 4
 #: what the Trainer itself reports at an evaluation besides eval_loss
@@ -94,22 +96,20 @@ def _trainer(tmp_path, model, tokenizer, train, val, **args):
     )
 
 
-def _callback(tmp_path, train, val, idk_responses=DEFAULT_IDK, shared_contexts=True, **kwargs):
-    """The tests' callback: Sem-Ent in a MiniLM space of K clusters, and RUQ unless ``idk_responses=()``."""
+def _callback(tmp_path, train, val, idk_responses=DEFAULT_IDK, shared_contexts=True, outputs=None, **kwargs):
+    """The tests' callback: Sem-Ent in a MiniLM space of K clusters, and RUQ unless ``idk_responses=()``;
+    ``outputs``: fields of its Outputs."""
     space = SemanticSpace(encoder="minilm", num_clusters=K, batch_size=8, show_progress=False)
     ruq = [RUQMeasure(idk_responses, shared_contexts=shared_contexts, batch_size=8)] if idk_responses else []
     arguments = {
-        "gold_responses": [p.response for p in train],
+        "cluster_texts": [p.response for p in train],
         "measures": [SemanticMeasure(space, batch_size=8), *ruq],
         "num_contexts": 12,
-        "num_ruq_prompts": 10,
-        "max_new_tokens": MAX_NEW,
-        "batch_size": 8,
-        "dirpath": tmp_path / "cache",
-        "show_progress": False,
+        "generation": Generation(batch_size=8, max_new_tokens=MAX_NEW),
+        "outputs": Outputs(**{"dirpath": str(tmp_path / "cache"), "show_progress": False, **(outputs or {})}),
         "on_error": "raise",
     }
-    return DiversityTrainerCallback(eval_pairs=list(val), **{**arguments, **kwargs})
+    return TrainerDiversityMonitor(eval_pairs=list(val), **{**arguments, **kwargs})
 
 
 #: The tests sharing the one real training run (``trained``): one worker runs them, the run once.
@@ -124,7 +124,7 @@ class Trained:
     model: Any
     tokenizer: Any
     trainer: Any
-    cb: DiversityTrainerCallback
+    cb: TrainerDiversityMonitor
     history: list[dict[str, float]]
     share_history: list
     last_ruq: float | None
@@ -134,10 +134,11 @@ class Trained:
     mlflow_run_id: str
 
 
-def _trained_callback(root: Path, train, val, **kwargs) -> DiversityTrainerCallback:
+def _trained_callback(root: Path, train, val, **kwargs) -> TrainerDiversityMonitor:
     """The shared run's callback: RUQ-train on, five samples in the tables, an alert at any RUQ drop."""
-    settings = dict(train_pairs=list(train), num_train_ruq_prompts=10, log_samples=5, warn_drop=0.0)
-    return _callback(root, train, val, **settings, **kwargs)
+    outputs = {"log_samples": 5, **kwargs.pop("outputs", {})}
+    settings = dict(train_pairs=list(train), num_train_contexts=10, alert=RUQAlert(warn_drop=0.0))
+    return _callback(root, train, val, outputs=outputs, **settings, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,7 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(traine
 
     # the fixed samples are the Lightning monitors' draws (seed; seed + 1 for RUQ's validation prompts)
     assert cb.sample() == [val[i] for i in sample_indices(len(val), 12, 0)]
-    assert cb.evaluation.data.ruq_sample() == [val[i] for i in sample_indices(len(val), 10, 1)]
+    assert cb.evaluation.data.ruq_sample() == [val[i] for i in sample_indices(len(val), 12, 1)]
     assert cb.evaluation.data.train_ruq_sample() == [
         train[i] for i in sample_indices(len(train), 10, 0)
     ]  # RUQMonitor's train draw
@@ -291,16 +292,16 @@ def test_a_callback_passed_in_callbacks_says_to_attach_it(tmp_path):
 
 def test_bad_settings_are_refused_when_built():
     with pytest.raises(ValueError, match="on_error"):
-        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], on_error="ignore")
+        TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], on_error="ignore")
     with pytest.raises(ValueError, match="without surrounding spaces and without '/'"):
-        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], name="a/b")
+        TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], name="a/b")
     space = SemanticSpace(encoder="minilm")
     with pytest.raises(ValueError, match="space= and measures= were both given"):
-        DiversityTrainerCallback(eval_pairs=[("hi", "hello")], space=space, measures=[SemanticMeasure(space)])
+        TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], space=space, measures=[SemanticMeasure(space)])
     for measures in ([RUQMeasure()], [SemanticMeasure(space), SemanticMeasure(space)], [SemanticMeasure(space), 1]):
         with pytest.raises(ValueError, match="measures must be one SemanticMeasure and at most one RUQMeasure"):
-            DiversityTrainerCallback(eval_pairs=[("hi", "hello")], measures=measures)
-    default = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], space=space)  # the one-line common case
+            TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], measures=measures)
+    default = TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], space=space)  # the one-line common case
     assert default.space is space and default.evaluation.ruq is not None
     assert default.evaluation.ruq.idk_responses == list(DEFAULT_IDK)
 
@@ -309,7 +310,7 @@ def test_a_failed_measurement_warns_and_training_goes_on(tmp_path):
     train, val = _data()
     model, tokenizer = load_base_model()
     trainer = _trainer(tmp_path, model, tokenizer, train, val)
-    DiversityTrainerCallback(eval_pairs=list(val), space=SemanticSpace(encoder="minilm"), show_progress=False).attach(
+    TrainerDiversityMonitor(eval_pairs=list(val), space=SemanticSpace(encoder="minilm")).attach(
         trainer
     )
     with pytest.warns(RuntimeWarning, match="needs gold training responses"):
@@ -331,7 +332,7 @@ def _evaluate_on(rank: int, world_size: int, root: str) -> dict[str, float]:
     model, tokenizer = load_base_model()
     trainer = _trainer(Path(root) / f"world{world_size}", model, tokenizer, train, val)
     assert trainer.args.world_size == world_size
-    cb = _callback(Path(root), train, val, num_contexts=None, num_ruq_prompts=None).attach(trainer)
+    cb = _callback(Path(root), train, val, num_contexts=None).attach(trainer)
     metrics = trainer.evaluate()
     assert cb.history[-1] == {"step": 0.0, **{k: v for k, v in metrics.items() if k in cb.history[-1]}}
     ours = {k: v for k, v in metrics.items() if k.startswith("eval_") and k not in ("eval_loss", *TRAINER, RUNTIME)}
@@ -369,7 +370,7 @@ def test_a_diverged_model_is_named_not_measured(tmp_path):
         model.transformer.h[0].mlp.c_fc.weight[0, 0] = float("nan")
     trainer = _trainer(tmp_path, model, tokenizer, train, val)
     _callback(tmp_path, train, val, on_error="warn").attach(trainer)
-    with pytest.warns(RuntimeWarning, match=r"DiversityTrainerCallback: the model has diverged: its weights hold NaN"):
+    with pytest.warns(RuntimeWarning, match=r"TrainerDiversityMonitor: the model has diverged: its weights hold NaN"):
         metrics = trainer.evaluate()
     assert not any(k.startswith(("eval_sem", "eval_distinct", "eval_ruq")) for k in metrics)  # nothing measured
 
@@ -414,7 +415,7 @@ def test_the_report_of_the_output_dir_has_its_curves_samples_and_figures(trained
 
 
 def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
-    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_below=50.0, warn_drop=10.0)
+    cb = TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], alert=RUQAlert(warn_below=50.0, warn_drop=10.0))
     assert cb.evaluation.ruq_alert(80.0) == 0.0  # first measurement: nothing to drop from
     assert cb.evaluation.ruq_alert(72.0) == 0.0  # a drop of 8 points: within warn_drop
     with pytest.warns(RuntimeWarning, match=r"eval_ruq dropped from 72\.0 to 60\.0 \(more than warn_drop = 10\.0\)"):
@@ -422,7 +423,7 @@ def test_the_ruq_alert_fires_below_warn_below_and_on_a_drop():
     with pytest.warns(RuntimeWarning, match=r"eval_ruq = 40\.0 is below warn_below = 50\.0.*\"I don't know\.\""):
         assert cb.evaluation.ruq_alert(40.0) == 1.0
     assert cb.last_ruq == 40.0
-    quiet = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], warn_drop=None)
+    quiet = TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], alert=RUQAlert(warn_drop=None))
     assert [quiet.evaluation.ruq_alert(v) for v in (90.0, 0.0)] == [0.0, 0.0]  # both checks off
 
 
@@ -474,7 +475,7 @@ def test_the_figures_and_tables_reach_every_tracker_and_the_output_dir(trained, 
     for name in ("eval_cluster_histogram_step2.png", "eval_cluster_shares_step4.png", "eval_cluster_cards.csv"):
         assert (out / name).stat().st_size > 0, name
     # the run's record of what the numbers were measured with: the callback's measures and their settings
-    record = json.loads((out / "settings" / "DiversityTrainerCallback.json").read_text())
+    record = json.loads((out / "settings" / "TrainerDiversityMonitor.json").read_text())
     measures = [cb.evaluation.semantic, cb.evaluation.ruq]
     assert record["measures"] == [{"measure": type(m).__name__, "settings": m.settings()} for m in measures]
     assert [m["measure"] for m in record["measures"]] == ["SemanticMeasure", "RUQMeasure"]
@@ -504,7 +505,7 @@ def test_a_resumed_run_logs_what_the_uninterrupted_one_logs(trained, tmp_path):
     train, val = _data()
     model, tokenizer = load_base_model()
     trainer = _trainer(tmp_path, model, tokenizer, train, val, save_strategy="steps", save_steps=2)
-    resumed = _trained_callback(tmp_path, train, val, dirpath=trained.root / "cache").attach(trainer)
+    resumed = _trained_callback(tmp_path, train, val, outputs={"dirpath": str(trained.root / "cache")}).attach(trainer)
     trainer.train(resume_from_checkpoint=str(trained.root / "out" / "checkpoint-2"))
     whole = trained
     assert [r["step"] for r in whole.history] == [2.0, 4.0] and [r["step"] for r in resumed.history] == [4.0]
@@ -518,17 +519,20 @@ def test_a_resumed_run_logs_what_the_uninterrupted_one_logs(trained, tmp_path):
 
 
 def test_a_state_saved_with_other_settings_is_not_restored():
-    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=8)
+    cb = TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], num_contexts=8)
     shares = [0.5, 0.5] + [0.0] * 18  # one share per cluster of the default k = 20 (another k is refused)
-    saved = {**cb.state_dict(), "gold_logged": True, "last_ruq": 40.0, "share_history": [[2, shares]]}
-    other = DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=16)
+    saved = cb.state_dict()
+    saved["measure"].update(gold_logged=True, share_history=[[2, shares]])
+    saved["alert"] = {"last": 40.0}
+    other = TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], num_contexts=16)
     with pytest.warns(RuntimeWarning, match="saved with other settings"):
         other.load_state_dict(saved)
     assert other.last_ruq is None and other.share_history == [] and not other.evaluation.semantic.gold_logged
     cb.load_state_dict(saved)
     assert cb.last_ruq == 40.0 and cb.share_history == [(2, shares)] and cb.evaluation.semantic.gold_logged
-    assert cb.state_key() == "lightning_div.DiversityTrainerCallback"
-    assert DiversityTrainerCallback(eval_pairs=[("hi", "hello")], name="x").state_key().endswith("[x]")
+    assert cb.state_key() == "lightning_div.TrainerDiversityMonitor"
+    assert set(saved) == {"settings", "samples", "measure", "alert"}  # each part's state, nested
+    assert TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], name="x").state_key().endswith("[x]")
 
 
 def test_a_misconfigured_callback_raises_when_training_starts(tmp_path):
@@ -536,58 +540,63 @@ def test_a_misconfigured_callback_raises_when_training_starts(tmp_path):
     train, val = _data()
     model, tokenizer = load_base_model()
     for kwargs, match in (
-        (dict(eval_pairs=[], gold_responses=["hi"]), "eval_pairs: no pairs given"),
-        (dict(eval_pairs=list(val), gold_responses=None), "needs gold training responses"),
+        (dict(eval_pairs=[], cluster_texts=["hi"]), "eval_pairs: no pairs given"),
+        (dict(eval_pairs=list(val), cluster_texts=None), "needs gold training responses"),
     ):
         trainer = _trainer(tmp_path, model, tokenizer, train, val)
-        DiversityTrainerCallback(**kwargs, space=SemanticSpace(encoder="minilm"), show_progress=False).attach(trainer)
+        TrainerDiversityMonitor(**kwargs, space=SemanticSpace(encoder="minilm")).attach(trainer)
         with pytest.raises(ValueError, match=match):
             trainer.train()
         assert trainer.state.global_step == 0  # before the first step
     for bad in (0, 2.5, -1, True):
-        for field in ("num_contexts", "num_ruq_prompts", "num_train_ruq_prompts"):
+        for field in ("num_contexts", "num_train_contexts"):
             with pytest.raises(ValueError, match=r"sample size must be an integer >= 1 or None"):
-                DiversityTrainerCallback(eval_pairs=list(val), **{field: bad})
+                TrainerDiversityMonitor(eval_pairs=list(val), **{field: bad})
 
 
 @pytest.mark.parametrize(
     "damage",
     [
-        lambda s: s.pop("gold_logged"),
-        lambda s: s.update(share_history="garbage"),
-        lambda s: s.update(last_ruq="abc"),
-        lambda s: s.update(indices={"eval": "x"}),
+        lambda s: s["measure"].pop("gold_logged"),
+        lambda s: s["measure"].update(share_history="garbage"),
+        lambda s: s.update(alert={"last": "abc"}),
+        lambda s: s.update(samples={"eval": "x"}),
     ],
     ids=["missing gold_logged", "share_history garbage", "last_ruq abc", "indices garbage"],
 )
 def test_a_damaged_saved_state_warns_and_starts_afresh(damage):
     """Issue 44 M8: a damaged state in trainer_state.json no longer stops the resume; nothing of it is half-restored."""
-    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello"), ("yo", "hey")], num_contexts=1)
+    cb = TrainerDiversityMonitor(eval_pairs=[("hi", "hello"), ("yo", "hey")], num_contexts=1)
     shares = [0.5, 0.5] + [0.0] * 18  # one share per cluster of the default k = 20
-    good = {**cb.state_dict(), "gold_logged": True, "last_ruq": 40.0, "share_history": [[2, shares]]}
-    saved = {**good, "indices": {"eval": [1], "ruq": None, "train": None}}
+    good = cb.state_dict()
+    good["measure"].update(gold_logged=True, share_history=[[2, shares]])
+    good.update(alert={"last": 40.0}, samples={"eval": [1], "ruq": None, "train": None})
+    saved = copy.deepcopy(good)
     damage(saved)
     with pytest.warns(RuntimeWarning, match="trainer_state.json is damaged .*it starts afresh"):
         cb.load_state_dict(saved)
-    assert cb.state_dict() == DiversityTrainerCallback(eval_pairs=[("hi", "hello")], num_contexts=1).state_dict()
-    cb.load_state_dict({**good, "indices": {"eval": [1], "ruq": None, "train": None}})  # a sound one is restored
+    assert cb.state_dict() == TrainerDiversityMonitor(eval_pairs=[("hi", "hello")], num_contexts=1).state_dict()
+    cb.load_state_dict(good)  # a sound one is restored
     assert cb.last_ruq == 40.0 and cb.sample() == [DialoguePair(("yo",), "hey")]
 
 
 def test_the_sample_is_drawn_once_and_restored_from_the_saved_state():
     """Issue 41: the Hugging Face sample was drawn again at every call and never saved; now as the monitors'."""
     pairs = [(f"c{i}", f"r{i}") for i in range(30)]
-    cb = DiversityTrainerCallback(eval_pairs=pairs, num_contexts=5, seed=3)
+    cb = TrainerDiversityMonitor(eval_pairs=pairs, num_contexts=5)
+    cb.read_arguments(TrainingArguments(output_dir="unused", seed=3))
     first = cb.sample()
-    assert cb.state_dict()["indices"]["eval"] == [int(p.context[0][1:]) for p in first]
-    resumed = DiversityTrainerCallback(eval_pairs=pairs, num_contexts=5, seed=3)
-    resumed.load_state_dict({**cb.state_dict(), "indices": {"eval": [0, 1, 2, 3, 4]}})
+    assert first == [DialoguePair((f"c{i}",), f"r{i}") for i in sample_indices(30, 5, 3)]  # drawn with args.seed
+    assert cb.state_dict()["samples"]["eval"] == [int(p.context[0][1:]) for p in first]
+    resumed = TrainerDiversityMonitor(eval_pairs=pairs, num_contexts=5)
+    resumed.read_arguments(TrainingArguments(output_dir="unused", seed=3))
+    resumed.load_state_dict({**cb.state_dict(), "samples": {"eval": [0, 1, 2, 3, 4]}})
     assert [p.response for p in resumed.sample()] == ["r0", "r1", "r2", "r3", "r4"]  # the saved indices win
 
 
 def test_an_empty_ruq_sample_is_the_monitors_error():
     """Issue 41: HF's ruq() raised 'max() arg is an empty sequence'; both front ends share RUQMeasure's error."""
-    cb = DiversityTrainerCallback(eval_pairs=[("hi", "hello")])
+    cb = TrainerDiversityMonitor(eval_pairs=[("hi", "hello")])
     with pytest.raises(ValueError, match="RUQ sample is empty"):
         cb.evaluation.ruq.measure(None, [])
     assert type(cb.evaluation.ruq) is type(RUQMonitor().ruq)
@@ -619,7 +628,7 @@ def test_string_contexts_are_one_turn_everywhere():
         {"role": "assistant", "content": "Fine."},
     ]
     assert pairs_from_items([("How are you?", "Fine.")], name="p")[0].context == ("How are you?",)
-    cb = DiversityTrainerCallback(eval_pairs=[pair])
+    cb = TrainerDiversityMonitor(eval_pairs=[pair])
     assert cb.sample()[0].context == ("How are you?",)
 
 
@@ -629,7 +638,7 @@ def test_shared_contexts_and_the_ruq_plot_reach_hugging_face_users(tmp_path):
     train, val = _data()
     model, tokenizer = load_base_model()
     trainer = _trainer(tmp_path, model, tokenizer, train, val)
-    cb = _callback(tmp_path, train, val, shared_contexts=False, ruq_plot=True, num_plot_prompts=3, num_beams=2).attach(
+    cb = _callback(tmp_path, train, val, shared_contexts=False, ruq_plot=RUQPlot(num_contexts=3, num_beams=2)).attach(
         trainer
     )
     metrics = trainer.evaluate()

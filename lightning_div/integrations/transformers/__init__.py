@@ -1,6 +1,6 @@
 """The diversity monitors and DRESS in Hugging Face ``transformers.Trainer`` and TRL's ``SFTTrainer``.
 
-:class:`DiversityTrainerCallback` is the Hugging Face front end of the Lightning
+:class:`TrainerDiversityMonitor` is the Hugging Face front end of the Lightning
 :class:`~lightning_div.callbacks.SemanticDiversityMonitor` and :class:`~lightning_div.callbacks.RUQMonitor`
 together: at each evaluation it generates responses for a fixed sample of evaluation contexts with the
 trainer's model and logs Sem-Ent, the lexical metrics, the cluster divergence from the gold responses and
@@ -11,49 +11,49 @@ RUQ, named as the Trainer names its evaluation metrics: ``eval_<metric>`` (``eva
 
 At each evaluation (``on_evaluate``; also before the first step with ``measure_at_start``):
 
-* generate one response (greedy, 3-gram blocking, ``max_new_tokens``) for each of a fixed
-  sample of ``num_contexts`` evaluation contexts, drawn once with ``seed`` as
+* generate one response (greedy, 3-gram blocking, ``Generation.max_new_tokens``) for each of a fixed
+  sample of ``num_contexts`` evaluation contexts, drawn once with ``args.seed`` as
   :class:`~lightning_div.callbacks.SemanticDiversityMonitor` draws it;
 * log ``eval_sem_ent``, ``eval_cluster_js``, ``eval_top_cluster_share``, the lexical metrics
   (``eval_distinct_1`` ... ``eval_ead``) and, at the first measurement, ``eval_sem_ent_gold``
   (Sem-Ent of the same contexts' gold responses);
-* score the references and the IDK strings of a fixed sample of ``num_ruq_prompts`` evaluation
-  pairs (drawn with ``seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
+* score the references and the IDK strings of a fixed sample of ``num_contexts`` evaluation
+  pairs (drawn with ``args.seed + 1``, as :class:`~lightning_div.callbacks.RUQMonitor` draws its
   validation sample) and log ``eval_ruq``, ``eval_ruq_margin`` and, per IDK string,
   ``eval_ruq_idk<j>`` and ``eval_ruq_margin_idk<j>`` (without a RUQMeasure in ``measures=``, no RUQ), and
-  ``eval_ruq_alert`` (see ``warn_below`` / ``warn_drop``); with ``train_pairs``, the same on a
-  fixed sample of ``num_train_ruq_prompts`` training pairs (drawn with ``seed``, as RUQMonitor
+  ``eval_ruq_alert`` (see ``alert=RUQAlert(...)``); with ``train_pairs``, the same on a
+  fixed sample of ``num_train_contexts`` training pairs (drawn with ``args.seed``, as RUQMonitor
   draws its training prompts), logged as ``ruq``, ``ruq_margin`` ... (``<name>/ruq`` with a
   name), which the trackers chart as ``train/ruq``: the paper's RUQ-train, the Lightning
   monitor's ``train/ruq``;
 * log ``eval_diversity_runtime``, the seconds the measurement took;
-* with ``ruq_plot``, RUQ's per-position plot (``eval/ruq_plot``);
+* with ``ruq_plot=RUQPlot()``, RUQ's per-position plot (``eval/ruq_plot``);
 * on the first process, send the figures and tables of the Lightning monitor to the trainer's
   ``report_to`` trackers that take them (TensorBoard, W&B, MLflow) and write them to
   ``<output_dir>/lightning_div/``: the labelled cluster histogram (``eval/cluster_histogram``),
-  with ``cluster_views`` the steps x clusters heatmap (``eval/cluster_shares``),
+  with ``Outputs.cluster_views`` the steps x clusters heatmap (``eval/cluster_shares``),
   ``eval_cluster_shares.csv`` and the cluster cards (``eval/clusters/cards``, once), and
-  ``log_samples`` generated responses beside the gold ones (``eval/samples``).
+  ``Outputs.log_samples`` generated responses beside the gold ones (``eval/samples``).
 
 The keys are :func:`eval_key`'s: the trackers chart them as ``eval/sem_ent`` ... .
 
 ```python
 trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
-DiversityTrainerCallback(val_pairs, train_responses, space=SemanticSpace(encoder="minilm")).attach(trainer)
+TrainerDiversityMonitor(val_pairs, train_responses, space=SemanticSpace(encoder="minilm")).attach(trainer)
 trainer.train()  # trainer.state.log_history holds {"eval_sem_ent": ..., "eval_ruq": ..., "step": ...}
 ```
 
 The values go through ``trainer.log`` right after the Trainer's own evaluation log, so they reach
 ``trainer.state.log_history`` and every ``report_to`` tracker (W&B, TensorBoard, MLflow ...) as
 the loss does; they are also added to the metrics ``trainer.evaluate()`` returns. This is why the
-callback is given its trainer (:meth:`DiversityTrainerCallback.attach`) instead of being passed in
+monitor is given its trainer (:meth:`TrainerDiversityMonitor.attach`) instead of being passed in
 ``callbacks=[...]``: a ``TrainerCallback`` is given the model, not the trainer, and the Trainer logs
 an evaluation's metrics *before* its callbacks' ``on_evaluate``, so adding to them there would reach
 no tracker.
 
 Nothing here imports Lightning. What is measured is :mod:`lightning_div.measure`'s, the Lightning
 monitors' own: a :class:`~lightning_div.semantic.space.SemanticSpace` (clusters fitted once on the
-gold training responses and kept in the same disk cache), the
+cluster texts and kept in the same disk cache), the
 :class:`~lightning_div.model.adapters.HuggingFaceAdapter` (greedy generation with 3-gram blocking,
 in eval mode under a forked RNG: the training mode and random stream are restored), and
 :mod:`lightning_div.metrics`. Under ``torchrun`` / ``accelerate launch`` every process must run the
@@ -61,11 +61,14 @@ evaluation (the Trainer does): generation and scoring are sharded over the proce
 (:func:`lightning_div._internal.distributed.distributed_map`).
 
 The package is split by job, in private modules; this is the one import path of every name: the
-callback, DRESS in a ``Trainer`` (:class:`DressTrainer`, :func:`dress_dataset`, :func:`gold_dress_state`),
+monitor (and its :class:`RUQPlot`), DRESS in a ``Trainer`` (:class:`DressTrainer`, :func:`dress_dataset`, :func:`gold_dress_state`),
 and the chat helpers for TRL (:data:`DIALOGPT_CHAT_TEMPLATE`, :func:`as_messages`).
 """
 
-from lightning_div.integrations.transformers._callback import DiversityTrainerCallback
+from typing import Any
+
+from lightning_div._internal.deprecation import moved_attribute
+from lightning_div.integrations.transformers._callback import RUQPlot, TrainerDiversityMonitor
 from lightning_div.integrations.transformers._chat import DIALOGPT_CHAT_TEMPLATE, as_messages
 from lightning_div.integrations.transformers._dress import (
     DRESS_FIELDS,
@@ -80,11 +83,19 @@ __all__ = [
     "DIALOGPT_CHAT_TEMPLATE",
     "DRESS_FIELDS",
     "EVAL_PREFIX",
-    "DiversityTrainerCallback",
     "DressTrainer",
     "DressTrainerMixin",
+    "RUQPlot",
+    "TrainerDiversityMonitor",
     "as_messages",
     "dress_dataset",
     "eval_key",
     "gold_dress_state",
 ]
+
+#: 0.2's names, importable for one release with a DeprecationWarning.
+_MOVED = {"DiversityTrainerCallback": (__name__, "TrainerDiversityMonitor")}
+
+
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name, _MOVED)

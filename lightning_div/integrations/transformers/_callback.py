@@ -1,4 +1,4 @@
-"""The Hugging Face front end of the monitors: :class:`DiversityTrainerCallback` (hooks, keys, reporting).
+"""The Hugging Face front end of the monitors: :class:`TrainerDiversityMonitor` (hooks, keys, reporting).
 
 What it measures comes from :mod:`lightning_div.measure`, as the Lightning monitors' does; this module
 adapts the ``Trainer``'s hooks, names the keys ``eval_<metric>`` and reports through ``trainer.log``
@@ -21,7 +21,8 @@ from lightning_div.integrations._frontend import (
     warn_fresh_start,
 )
 from lightning_div.integrations.transformers._data import EvaluationData
-from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation
+from lightning_div.integrations.transformers._deprecated import RUQPlot, trainer_legacy
+from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation, state_from_0_2
 from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
 from lightning_div.keys import check_name
 from lightning_div.measure.alerts import RUQAlert
@@ -33,18 +34,25 @@ from lightning_div.model.formatting import DialogueLayout
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.cache import run_cache_dir
 from lightning_div.semantic.space import SemanticSpace, given_space
+from lightning_div.settings import Generation, Outputs
 from lightning_div.types import PairsSource, ResponsesSource
 from lightning_div.verdict import next_alert_record
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table
 
-__all__ = ["DiversityTrainerCallback"]
+__all__ = ["DEFAULT_SEED", "RUQPlot", "TrainerDiversityMonitor"]
+
+#: The samples' seed before a trainer is attached: ``TrainingArguments``' default ``seed``.
+DEFAULT_SEED = 42
+
+#: Where 0.2 kept its state in ``trainer_state.json`` (read on resume, for one release).
+_STATE_KEY_0_2 = "lightning_div.DiversityTrainerCallback"
 
 
 def _measures(
     who: str,
     measures: Sequence[SemanticMeasure | RUQMeasure] | None,
     space: SemanticSpace | None,
-    batch_size: int,
+    generation: Generation,
     show_progress: bool,
 ) -> tuple[SemanticMeasure, RUQMeasure | None]:
     """The callback's SemanticMeasure and RUQMeasure: the ones given, or the defaults in ``space``.
@@ -53,10 +61,19 @@ def _measures(
         ValueError: ``space`` beside ``measures``, or measures that are not one SemanticMeasure
             and at most one RUQMeasure.
     """
+    batch_size = generation.batch_size
     if measures is None:
         space = given_space(who, space, batch_size=batch_size, show_progress=show_progress)
-        semantic = SemanticMeasure(space, batch_size=batch_size, show_progress=show_progress)
+        options = dict(generation.options)
+        semantic = SemanticMeasure(
+            space, generation_kwargs=options, batch_size=batch_size, show_progress=show_progress
+        )
         return semantic, RUQMeasure(batch_size=batch_size, show_progress=show_progress)
+    if generation.options:
+        raise ValueError(
+            f"{who}: generation options are the default SemanticMeasure's: with measures=, give them to "
+            "the SemanticMeasure (SemanticMeasure(space, generation_kwargs=...))"
+        )
     if space is not None:
         raise ValueError(
             f"{who}: space= and measures= were both given: space= is the default measures' space; with "
@@ -74,7 +91,7 @@ def _measures(
     return semantic_given[0], (ruq_given[0] if ruq_given else None)
 
 
-class DiversityTrainerCallback(TrainerCallback):
+class TrainerDiversityMonitor(TrainerCallback):
     """Sem-Ent, lexical diversity and RUQ of the model's responses at every ``Trainer`` evaluation.
 
     What it logs at each evaluation is listed in :mod:`lightning_div.integrations.transformers`.
@@ -83,10 +100,16 @@ class DiversityTrainerCallback(TrainerCallback):
     run measures the same pairs. The measurement itself is :mod:`lightning_div.measure`'s, the
     Lightning monitors' own.
 
-    The clusters are fitted once on ``gold_responses`` in a
-    :class:`~lightning_div.semantic.space.SemanticSpace` (or read from its disk cache in
-    ``dirpath``, default ``<output_dir>/lightning_div_cache``: a Lightning run with the same
-    encoder, settings and gold responses wrote the same file).
+    Like transformers' ``EarlyStoppingCallback``, it reads what ``TrainingArguments`` already holds:
+    the samples' seed (``args.seed``), the generation batch size (``args.per_device_eval_batch_size``,
+    also the default measures' and space's), the clusters' cache directory
+    (``<args.output_dir>/lightning_div_cache``) and whether bars are shown (``not args.disable_tqdm``),
+    and the model's tokenizer from the trainer's ``processing_class``. A ``generation=`` or
+    ``outputs=`` given explicitly wins (the whole object).
+
+    The clusters are fitted once on ``cluster_texts`` in a
+    :class:`~lightning_div.semantic.space.SemanticSpace` (or read from its disk cache: a Lightning
+    run with the same encoder, settings and cluster texts wrote the same file).
 
     What it measures is the measures it is given (``measures=``): one
     :class:`~lightning_div.measure.semantic.SemanticMeasure` (Sem-Ent, the cluster divergence, the
@@ -94,11 +117,11 @@ class DiversityTrainerCallback(TrainerCallback):
     in ``space`` (a private :class:`~lightning_div.semantic.space.SemanticSpace` with the default
     encoder when None). The common case is one line::
 
-        DiversityTrainerCallback(val_pairs, train_responses, space=SemanticSpace(encoder="minilm")).attach(trainer)
+        TrainerDiversityMonitor(val_pairs, train_responses, space=SemanticSpace(encoder="minilm")).attach(trainer)
 
     and any setting of a measure is the measure's own::
 
-        DiversityTrainerCallback(
+        TrainerDiversityMonitor(
             val_pairs,
             train_responses,
             measures=[SemanticMeasure(SemanticSpace(encoder="minilm", num_clusters=8)), RUQMeasure(reference="first")],
@@ -108,109 +131,111 @@ class DiversityTrainerCallback(TrainerCallback):
         eval_pairs: the evaluation dialogues as text: ``[(context, response), ...]`` pairs or any
             source :func:`~lightning_div.datamodules.read_pairs` reads (the trainer's
             ``eval_dataset`` is tokenized, so it cannot be read back).
-        gold_responses: the gold training responses the clusters are fitted on (a list, a file,
-            or a source ``read_pairs`` reads); not needed with given or fitted clusters.
+        cluster_texts: the texts the clusters are fitted on, usually the training responses (a list,
+            a file, or a source ``read_pairs`` reads); not needed with given or fitted clusters.
         measures: what to measure: one SemanticMeasure and at most one RUQMeasure (none: no RUQ);
             None = both with their defaults, in ``space``.
-        space: the space of the default measures (share one with other callbacks); with
+        space: the space of the default measures (share one with other monitors); with
             ``measures=``, the space is the SemanticMeasure's (both: an error).
-        num_contexts: size of the generation sample (None = all evaluation pairs).
-        num_ruq_prompts: size of RUQ's sample (None = all evaluation pairs).
+        num_contexts: size of the fixed samples of evaluation contexts, the generation sample
+            (drawn with ``args.seed``) and RUQ's (drawn with ``args.seed + 1``); None = all evaluation pairs.
         train_pairs: training dialogues as text (as ``eval_pairs``) for RUQ-train; None = no RUQ-train.
-        num_train_ruq_prompts: size of RUQ-train's sample (None = all training pairs).
-        warn_below: alert when ``eval_ruq`` falls below this (None disables it).
-        warn_drop: alert when ``eval_ruq`` drops by more than this many points since the last
-            measurement (None disables it). An alert is a warning and ``eval_ruq_alert`` = 1 (else 0),
-            as RUQMonitor's ``val/ruq_alert``.
-        seed: the samples' seed (and generation's, when it samples).
-        tokenizer: the model's tokenizer; None = the trainer's ``processing_class``.
-        format: the token layout (default ``DialogueLayout()``: DialoGPT's ``turn<eos>...``); it
+        num_train_contexts: size of RUQ-train's fixed sample (None = all training pairs).
+        alert: RUQ's alert (default ``RUQAlert()``: a drop of more than 10 points since the last
+            measurement); an alert is a warning and ``eval_ruq_alert`` = 1 (else 0), as RUQMonitor's
+            ``val/ruq_alert``. ``RUQAlert(warn_drop=None)`` never alerts.
+        layout: the token layout (default ``DialogueLayout()``: DialoGPT's ``turn<eos>...``); it
             must be the one the model is trained with.
-        batch_size: contexts per generation batch of the model (and of the default measures and space).
-        max_new_tokens: the generation length limit.
-        dirpath: the clusters' cache directory (default ``<args.output_dir>/lightning_div_cache``).
-        show_progress: progress bars (of the default measures and space).
+        generation: the generation's batch size, length limit and options (None: ``Generation()`` with
+            ``args.per_device_eval_batch_size`` as its batch size). The options go to the default
+            SemanticMeasure; with ``measures=``, give them to it.
+        outputs: the sample table (``log_samples``), the cluster views, progress bars and the cache
+            directory (None: ``Outputs()`` with ``show_progress = not args.disable_tqdm``).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning and training
             continues; ``"raise"`` re-raises.
-        name: goes into every key, ``eval_<name>/sem_ent`` (several callbacks in one trainer).
-        log_samples: how many generated responses go in the ``eval/samples`` table (0 = none).
-        cluster_views: log the cluster cards, the steps x clusters heatmap and the shares CSV
-            (the histogram is always logged), as the monitor's ``cluster_views``.
+        name: goes into every key, ``eval_<name>/sem_ent`` (several monitors in one trainer).
         measure_at_start: measure once before the first training step as well (a baseline, logged at step 0).
-        ruq_plot: log RUQ's per-position plot (``eval/ruq_plot``, the paper's Figure 1, as RUQMonitor's
-            ``plot``) at every evaluation. Off by default: its beam search costs more than the rest of RUQ.
-        num_plot_prompts: prompts the plot is drawn over.
-        num_beams: beam size of the plot's model-output line.
+        ruq_plot: RUQ's per-position plot (``eval/ruq_plot``, the paper's Figure 1, as RUQMonitor's
+            ``plot``) at every evaluation: a :class:`RUQPlot` (its contexts and beam size) or True for
+            ``RUQPlot()``. Off by default: its beam search costs more than the rest of RUQ.
+        **deprecated: 0.2's keyword arguments, accepted for one release with a ``DeprecationWarning``
+            naming the 1.0 form (``gold_responses``, ``num_ruq_prompts``, ``warn_below``, ``seed`` ...).
 
     Raises:
         ValueError: a bad setting (``on_error``, ``name``, a sample size that is not an integer >= 1),
             measures that are not one SemanticMeasure and at most one RUQMeasure, or ``space`` together
             with ``measures``.
+        TypeError: a settings object of the wrong type, or an unknown keyword argument.
     """
 
     def __init__(
         self,
         eval_pairs: PairsSource | Sequence[DialoguePair],
-        gold_responses: ResponsesSource | None = None,
+        cluster_texts: ResponsesSource | None = None,
         *,
         measures: Sequence[SemanticMeasure | RUQMeasure] | None = None,
         space: SemanticSpace | None = None,
         num_contexts: int | None = 256,
-        num_ruq_prompts: int | None = 256,
         train_pairs: PairsSource | Sequence[DialoguePair] | None = None,
-        num_train_ruq_prompts: int | None = 256,
-        warn_below: float | None = None,
-        warn_drop: float | None = 10.0,
-        seed: int = 0,
-        tokenizer: Any = None,
-        format: DialogueLayout | None = None,
-        batch_size: int = 32,
-        max_new_tokens: int = 32,
-        dirpath: str | Path | None = None,
-        show_progress: bool = True,
+        num_train_contexts: int | None = 256,
+        alert: RUQAlert | None = None,
+        layout: DialogueLayout | None = None,
+        generation: Generation | None = None,
+        outputs: Outputs | None = None,
         on_error: str = "warn",
         name: str | None = None,
-        log_samples: int = 8,
-        cluster_views: bool = True,
         measure_at_start: bool = False,
-        ruq_plot: bool = False,
-        num_plot_prompts: int = 16,
-        num_beams: int = 5,
+        ruq_plot: RUQPlot | bool | None = None,
+        **deprecated: Any,
     ) -> None:
+        who = type(self).__name__
+        given: dict[str, Any] = {"alert": alert, "generation": generation, "outputs": outputs, "ruq_plot": ruq_plot}
+        legacy = trainer_legacy(who, deprecated, given)
+        alert, generation, outputs, ruq_plot = given["alert"], given["generation"], given["outputs"], given["ruq_plot"]
+        cluster_texts = legacy.renamed.get("cluster_texts", cluster_texts)
+        layout = legacy.renamed.get("layout", layout)
+        num_train_contexts = legacy.renamed.get("num_train_contexts", num_train_contexts)
+        for arg, value, cls in (
+            ("alert", alert, RUQAlert),
+            ("generation", generation, Generation),
+            ("outputs", outputs, Outputs),
+            ("layout", layout, DialogueLayout),
+        ):
+            if value is not None and not isinstance(value, cls):
+                raise TypeError(f"{who}: {arg} must be a {cls.__name__} or None, got {type(value).__name__}")
+        if ruq_plot is not None and not isinstance(ruq_plot, (RUQPlot, bool)):
+            raise TypeError(f"{who}: ruq_plot must be a RUQPlot, True/False or None, got {type(ruq_plot).__name__}")
         self.on_error = check_on_error(on_error)
         name = check_name(name)
-        if isinstance(log_samples, bool) or not isinstance(log_samples, int) or log_samples < 0:
-            raise ValueError(f"log_samples must be an integer >= 0, got {log_samples!r}")
-        semantic, ruq = _measures(type(self).__name__, measures, space, batch_size, show_progress)
+        #: What was given explicitly (None: read from the trainer's TrainingArguments when attached).
+        self.given = {"generation": generation, "outputs": outputs, "seed": legacy.seed}
+        gen, out = generation or Generation(), outputs or Outputs()
+        semantic, ruq = _measures(who, measures, space, gen, out.show_progress)
+        self._defaults = measures is None  # the measures are this monitor's own: it sets their batch size
+        self._private_space = measures is None and space is None
+        seed = DEFAULT_SEED if legacy.seed is None else legacy.seed
+        plot = RUQPlot() if ruq_plot is True else (ruq_plot or None)
+        ruq_size = legacy.num_ruq_contexts[0] if legacy.num_ruq_contexts else num_contexts
         #: What an evaluation measures, and its state (:mod:`lightning_div.measure`'s pieces).
         self.evaluation = TrainerEvaluation(
-            type(self).__name__,
-            EvaluationData(
-                type(self).__name__,
-                eval_pairs,
-                gold_responses,
-                train_pairs,
-                num_contexts,
-                num_ruq_prompts,
-                num_train_ruq_prompts,
-                seed,
-            ),
+            who,
+            EvaluationData(who, eval_pairs, cluster_texts, train_pairs, num_contexts, ruq_size, num_train_contexts, seed),
             semantic,
             ruq,
-            RUQAlert(warn_below, warn_drop),
-            format or DialogueLayout(),
-            batch_size,
-            max_new_tokens,
+            alert or RUQAlert(),
+            layout or DialogueLayout(),
+            gen.batch_size,
+            gen.max_new_tokens,
             seed,
-            dirpath,
-            (num_plot_prompts, num_beams) if ruq_plot else None,
+            out.dirpath,
+            (plot.num_contexts, plot.num_beams) if plot else None,
         )
         self.num_contexts, self.train_pairs_arg = num_contexts, train_pairs
-        self.tokenizer, self.show_progress, self.name = tokenizer, show_progress, name
+        self.tokenizer, self.show_progress, self.name = legacy.tokenizer, out.show_progress, name
         #: RUQ's alert state, since when and why (:func:`~lightning_div.verdict.alert_record`), as the summary
         #: reads it; written to ``alerts/<label>.json`` in the run's files for the report. None: not measured.
         self.alert_record: dict[str, Any] | None = None
-        self.log_samples, self.cluster_views, self.measure_at_start = log_samples, cluster_views, measure_at_start
+        self.log_samples, self.cluster_views, self.measure_at_start = out.log_samples, out.cluster_views, measure_at_start
         self.trainer: Any = None
         #: Every measurement's values, ``{"step": ..., "<key>": ...}`` (rank 0 and the others alike).
         self.history: list[dict[str, float]] = []
@@ -219,6 +244,38 @@ class DiversityTrainerCallback(TrainerCallback):
         #: What this run has warned about and logged once (made anew at each training run).
         self.memory = RunMemory()
         self._last: EvaluationResult | None = None
+
+    def read_arguments(self, args: Any) -> None:
+        """Take from ``TrainingArguments`` what was not given explicitly: the samples' seed (``args.seed``),
+        the generation batch size (``args.per_device_eval_batch_size``) and the progress bars
+        (``not args.disable_tqdm``); the cache directory is read at each measurement (``args.output_dir``).
+
+        Called when attached and when training begins (before a checkpoint's samples are restored).
+        Only this monitor's own objects are changed: the default measures and a private space, never
+        measures or a space the user gave.
+        """
+        if args is None:
+            return
+        ev = self.evaluation
+        seed = self.given["seed"] if self.given["seed"] is not None else int(getattr(args, "seed", DEFAULT_SEED))
+        for key, sample in ev.data.samples.items():
+            wanted = seed + 1 if key == "ruq" else seed  # RUQ's validation sample, as RUQMonitor draws it
+            if sample.seed != wanted:
+                sample.seed = wanted
+                sample.forget()
+        ev.seed = seed
+        own = [m for m in (ev.semantic, ev.ruq) if m is not None and self._defaults]
+        own_space = [ev.semantic.space] if self._private_space else []
+        if self.given["generation"] is None:
+            batch_size = getattr(args, "per_device_eval_batch_size", None)
+            if isinstance(batch_size, int) and batch_size >= 1:
+                ev.batch_size = batch_size
+                for part in own + own_space:
+                    part.batch_size = batch_size
+        if self.given["outputs"] is None:
+            self.show_progress = not getattr(args, "disable_tqdm", False)
+            for part in own + own_space:
+                part.show_progress = self.show_progress
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(space={self.space!r}, num_contexts={self.num_contexts}, name={self.name!r})"
@@ -244,7 +301,7 @@ class DiversityTrainerCallback(TrainerCallback):
 
     # -- wiring ------------------------------------------------------------------------------------
 
-    def attach(self, trainer: Any) -> DiversityTrainerCallback:
+    def attach(self, trainer: Any) -> TrainerDiversityMonitor:
         """Add this callback to ``trainer`` and log through it (``trainer.log``).
 
         Args:
@@ -254,10 +311,11 @@ class DiversityTrainerCallback(TrainerCallback):
             This callback.
 
         Raises:
-            ValueError: another attached DiversityTrainerCallback with the same ``name`` (they
+            ValueError: another attached TrainerDiversityMonitor with the same ``name`` (they
                 would log over each other's keys), or this one attached to another trainer.
         """
         attach(self, trainer)
+        self.read_arguments(getattr(trainer, "args", None))
         return self
 
     def log_key(self, key: str) -> str:
@@ -332,10 +390,18 @@ class DiversityTrainerCallback(TrainerCallback):
                 "not Trainer(callbacks=[...]) (a TrainerCallback is never given the trainer)"
             )
         model = kwargs.get("model") or self.trainer.model
-        tokenizer = self.tokenizer or kwargs.get("processing_class") or getattr(self.trainer, "processing_class", None)
+        tokenizer = (
+            self.tokenizer
+            or kwargs.get("processing_class")
+            or kwargs.get("tokenizer")  # what transformers before 4.46 hands its callbacks
+            or getattr(self.trainer, "processing_class", None)
+        )
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor holds the tokenizer
         if tokenizer is None:
-            raise ValueError(f"{type(self).__name__}: the trainer has no processing_class: pass tokenizer=")
+            raise ValueError(
+                f"{type(self).__name__}: the trainer has no processing_class: build it with "
+                "Trainer(..., processing_class=tokenizer)"
+            )
         self._last = None
         who = type(self).__name__
         with (
@@ -372,14 +438,15 @@ class DiversityTrainerCallback(TrainerCallback):
 
     def state_key(self) -> str:
         """Where this callback's state sits in ``TrainerState.stateful_callbacks`` (one key per ``name``)."""
-        return "lightning_div.DiversityTrainerCallback" + (f"[{self.name}]" if self.name else "")
+        return "lightning_div.TrainerDiversityMonitor" + (f"[{self.name}]" if self.name else "")
 
     def settings(self) -> dict[str, Any]:
         """What a saved state must have been measured with to be restored (the samples and the clusters)."""
         return self.evaluation.settings(self.train_pairs_arg is not None)
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to continue as the uninterrupted one (:meth:`TrainerEvaluation.state_dict`)."""
+        """What a resumed run needs to continue as the uninterrupted one: ``{"settings": ..., "samples": ...,
+        "measure": ..., "alert": ...}``, each part's own state (:meth:`TrainerEvaluation.state_dict`)."""
         return {"settings": self.settings(), **self.evaluation.state_dict()}
 
     def load_state_dict(self, saved: Any) -> None:
@@ -411,8 +478,12 @@ class DiversityTrainerCallback(TrainerCallback):
             ValueError: a misconfigured callback (:meth:`EvaluationData.check`).
         """
         self.memory = RunMemory()  # a new run: its warnings and once-only tables are shown again
+        self.read_arguments(args)  # before a checkpoint's samples are restored: they were drawn with this seed
         if state.global_step > 0:
-            saved = stateful(state).get(self.state_key())
+            held = stateful(state)
+            saved = held.get(self.state_key())
+            if saved is None:  # a checkpoint of 0.2 (DiversityTrainerCallback), resumed under 1.0
+                saved = state_from_0_2(held.get(_STATE_KEY_0_2 + (f"[{self.name}]" if self.name else "")))
             if saved is not None:
                 self.load_state_dict(saved)
         else:  # a fresh run logs its gold Sem-Ent, even after an evaluate() before train()

@@ -22,7 +22,7 @@ def _read_pairs(given: Any, field: str, who: str) -> list[DialoguePair]:
 
 
 class EvaluationData:
-    """The evaluation pairs, the gold responses, the training pairs of RUQ-train, and three fixed samples.
+    """The evaluation pairs, the cluster texts, the training pairs of RUQ-train, and three fixed samples.
 
     The samples are drawn as the Lightning monitors draw theirs: the generation sample with
     ``seed`` (SemanticDiversityMonitor's), RUQ's with ``seed + 1`` (RUQMonitor's validation
@@ -32,7 +32,7 @@ class EvaluationData:
     Args:
         who: the callback, named in errors.
         eval_pairs: the evaluation pairs, or a source :func:`~lightning_div.datamodules.read_pairs` reads.
-        gold_responses: the gold training responses (a list or a file), or None.
+        cluster_texts: the texts the clusters are fitted on (a list or a file), or None.
         train_pairs: RUQ-train's pairs, or None (no RUQ-train).
         num_contexts: size of the generation sample (None: all).
         num_ruq_prompts: size of RUQ's sample (None: all).
@@ -47,7 +47,7 @@ class EvaluationData:
         self,
         who: str,
         eval_pairs: Any,
-        gold_responses: Any,
+        cluster_texts: Any,
         train_pairs: Any,
         num_contexts: int | None,
         num_ruq_prompts: int | None,
@@ -55,7 +55,7 @@ class EvaluationData:
         seed: int,
     ) -> None:
         self.who = who
-        self.eval_pairs_arg, self.gold_responses_arg, self.train_pairs_arg = eval_pairs, gold_responses, train_pairs
+        self.eval_pairs_arg, self.cluster_texts_arg, self.train_pairs_arg = eval_pairs, cluster_texts, train_pairs
         self.samples = {
             "eval": FixedSample(num_contexts, seed),
             "ruq": FixedSample(num_ruq_prompts, seed + 1),
@@ -85,13 +85,13 @@ class EvaluationData:
         """RUQ-train's fixed sample; [] without training pairs."""
         return [] if self.train_pairs_arg is None else self.samples["train"].draw(self._read("train"))
 
-    def gold_responses(self) -> list[str] | None:
-        """The gold training responses the clusters are fitted on, or None when not given."""
-        if self.gold_responses_arg is None:
+    def cluster_texts(self) -> list[str] | None:
+        """The texts the clusters are fitted on, or None when not given."""
+        if self.cluster_texts_arg is None:
             return None
         from lightning_div.datamodules.formats import read_responses
 
-        return read_responses(self.gold_responses_arg)
+        return read_responses(self.cluster_texts_arg)
 
     def check(self, space: Any) -> None:
         """Read the pairs and check that the clusters have a source: a misconfigured callback raises when
@@ -101,11 +101,11 @@ class EvaluationData:
             space: the callback's semantic space.
 
         Raises:
-            ValueError: empty or unreadable pairs, or neither gold responses, clusters nor a fitted space.
+            ValueError: empty or unreadable pairs, or neither cluster texts, clusters nor a fitted space.
         """
         self.sample()
         self.train_ruq_sample()
-        check_clusters_source(space, self.gold_responses_arg is not None, self.who)
+        check_clusters_source(space, self.cluster_texts_arg is not None, self.who)
 
     def state_dict(self) -> dict[str, list[int] | None]:
         """Each sample's indices."""

@@ -19,7 +19,26 @@ from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.formatting import DialogueLayout
 
-__all__ = ["EvaluationResult", "TrainerEvaluation"]
+__all__ = ["EvaluationResult", "TrainerEvaluation", "state_from_0_2"]
+
+#: 0.2's names of the settings a checkpoint was saved with -> 1.0's.
+_SETTINGS_0_2 = {"num_ruq_prompts": "num_ruq_contexts", "num_train_ruq_prompts": "num_train_contexts"}
+
+
+def state_from_0_2(saved: Any) -> dict[str, Any] | None:
+    """A 0.2 checkpoint's flat state (``DiversityTrainerCallback``'s) in 1.0's nested shape; None stays None.
+
+    0.2 kept ``gold_logged``, ``share_history``, ``vocab_size``, ``last_ruq`` and ``indices`` side by side;
+    1.0 nests each part's state (``samples``, ``measure``, ``alert``). Anything else is returned as it
+    is (a damaged state is refused where it is restored, with the reason).
+    """
+    if not isinstance(saved, dict) or "measure" in saved:
+        return saved
+    settings = saved.get("settings")
+    if isinstance(settings, dict):
+        settings = {_SETTINGS_0_2.get(k, k): v for k, v in settings.items()}
+    measure = {k: saved[k] for k in ("gold_logged", "share_history", "vocab_size") if k in saved}
+    return {"settings": settings, "samples": saved.get("indices", {}), "measure": measure, "alert": saved.get("last_ruq")}
 
 
 @dataclass
@@ -32,7 +51,7 @@ class EvaluationResult:
 
 
 class TrainerEvaluation:
-    """What :class:`DiversityTrainerCallback` measures at an evaluation, and its state (see the callback's arguments).
+    """What :class:`TrainerDiversityMonitor` measures at an evaluation, and its state (see the callback's arguments).
 
     Args:
         who: the callback, named in messages.
@@ -40,7 +59,7 @@ class TrainerEvaluation:
         semantic: Sem-Ent and the lexical metrics.
         ruq: RUQ, or None (no IDK strings).
         alert: RUQ's alert.
-        format: the token layout.
+        layout: the token layout.
         batch_size: the adapter's batch size.
         max_new_tokens: the generation length limit.
         seed: generation's seed (when it samples).
@@ -55,7 +74,7 @@ class TrainerEvaluation:
         semantic: SemanticMeasure,
         ruq: RUQMeasure | None,
         alert: RUQAlert,
-        format: DialogueLayout,
+        layout: DialogueLayout,
         batch_size: int,
         max_new_tokens: int,
         seed: int,
@@ -63,12 +82,12 @@ class TrainerEvaluation:
         plot: tuple[int, int] | None,
     ) -> None:
         self.who, self.data, self.semantic, self.ruq, self.alert = who, data, semantic, ruq, alert
-        self.format, self.batch_size, self.max_new_tokens, self.seed = format, batch_size, max_new_tokens, seed
+        self.layout, self.batch_size, self.max_new_tokens, self.seed = layout, batch_size, max_new_tokens, seed
         self.dirpath, self.plot = dirpath, plot
 
     def prepare(self, cache_dir: str | Path, device: Any = None) -> None:
         """Read the data and make the clusters ready (cached or fitted once; every process must call it)."""
-        gold, sample = self.data.gold_responses(), self.data.sample()
+        gold, sample = self.data.cluster_texts(), self.data.sample()
         self.semantic.prepare(gold, sample, device=device, cache_dir=Path(self.dirpath or cache_dir), who=self.who)
 
     def adapter(self, model: Any, tokenizer: Any) -> HuggingFaceAdapter:
@@ -76,7 +95,7 @@ class TrainerEvaluation:
         return HuggingFaceAdapter(
             model,
             tokenizer,
-            format=self.format,
+            self.layout,
             batch_size=self.batch_size,
             max_new_tokens=self.max_new_tokens,
             show_progress=False,
@@ -134,16 +153,22 @@ class TrainerEvaluation:
         sizes = {k: s.size for k, s in self.data.samples.items()}
         return {
             "num_contexts": sizes["eval"],
-            "num_ruq_prompts": sizes["ruq"],
-            "num_train_ruq_prompts": sizes["train"] if train_pairs else None,
+            "num_ruq_contexts": sizes["ruq"],
+            "num_train_contexts": sizes["train"] if train_pairs else None,
             "seed": self.data.samples["eval"].seed,
             "idk_responses": list(self.ruq.idk_responses) if self.ruq is not None else [],
             "space": self.semantic.space.settings(),
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """The samples' indices, whether the gold Sem-Ent was logged, the last RUQ and the heatmap's columns."""
-        return {**self.semantic.state_dict(), "last_ruq": self.alert.last, "indices": self.data.state_dict()}
+        """Each part's state, nested as the Lightning monitors nest theirs: the samples' indices (``samples``),
+        the SemanticMeasure's (``measure``: whether the gold Sem-Ent was logged, the heatmap's columns ...)
+        and the alert's (``alert``: the last RUQ)."""
+        return {
+            "samples": self.data.state_dict(),
+            "measure": self.semantic.state_dict(),
+            "alert": self.alert.state_dict(),
+        }
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`, all or nothing.
@@ -159,9 +184,11 @@ class TrainerEvaluation:
             raise
 
     def _restore(self, saved: dict[str, Any]) -> None:
-        missing = [k for k in ("gold_logged", "last_ruq", "share_history") if k not in saved]
+        missing = [k for k in ("samples", "measure", "alert") if k not in saved]
         if missing:
             raise ValueError(f"{', '.join(missing)} missing")
-        self.semantic.load_state_dict(saved)
-        self.alert.load_state_dict(saved["last_ruq"])
-        self.data.load_state_dict(saved.get("indices", {}))
+        if not isinstance(saved["measure"], dict) or "gold_logged" not in saved["measure"]:
+            raise ValueError(f"measure must be an object with gold_logged, got {saved['measure']!r:.80}")
+        self.semantic.load_state_dict(saved["measure"])
+        self.alert.load_state_dict(saved["alert"])
+        self.data.load_state_dict(saved["samples"])

@@ -1,0 +1,115 @@
+"""The 0.2 keyword arguments of the Hugging Face monitor, read into its 1.0 arguments (for one release, with warnings).
+
+:class:`~lightning_div.integrations.transformers.TrainerDiversityMonitor` takes composed settings
+(``alert=RUQAlert(...)``, ``generation=Generation(...)``, ``outputs=Outputs(...)``) and reads the
+seed, batch size, output directory and progress bars from ``TrainingArguments``; what 0.2 took flat
+is translated here, each keyword warning once with its 1.0 form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from lightning_div._internal.deprecation import take_deprecated
+from lightning_div.measure.alerts import RUQAlert
+from lightning_div.settings import Generation, Outputs
+
+__all__ = ["RUQPlot", "TrainerLegacy", "trainer_legacy"]
+
+
+@dataclass(frozen=True)
+class RUQPlot:
+    """RUQ's per-position plot (the paper's Figure 1), drawn at every evaluation: ``ruq_plot=RUQPlot()``.
+
+    Attributes:
+        num_contexts: the evaluation contexts the plot is drawn over (the first of RUQ's sample).
+        num_beams: the beam size of the plot's model-output line.
+
+    Raises:
+        ValueError: a size that is not an integer >= 1.
+    """
+
+    num_contexts: int = 16
+    num_beams: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("num_contexts", "num_beams"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RUQPlot.{name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass
+class TrainerLegacy:
+    """What the 0.2 keywords said: the 1.0 arguments they replace, and the settings 1.0 reads from the trainer.
+
+    Attributes:
+        renamed: 1.0 argument -> value, of keywords that only changed name (``gold_responses``, ``format``).
+        num_ruq_contexts: ``(size,)``: 0.2's ``num_ruq_prompts`` (RUQ's sample size apart from
+            ``num_contexts``, None meaning all pairs), when given; ``()`` when not.
+        seed: 0.2's ``seed`` (1.0 reads ``args.seed``), if given.
+        tokenizer: 0.2's ``tokenizer`` (1.0 reads the trainer's ``processing_class``), if given.
+    """
+
+    renamed: dict[str, Any]
+    num_ruq_contexts: tuple[int | None, ...] = ()
+    seed: int | None = None
+    tokenizer: Any = None
+
+
+_RENAMED = {
+    "gold_responses": "cluster_texts",
+    "format": "layout",
+    "num_train_ruq_prompts": "num_train_contexts",
+    "num_ruq_prompts": "num_contexts",
+}
+_REGROUPED = {
+    "warn_below": ("alert", "warn_below"),
+    "warn_drop": ("alert", "warn_drop"),
+    "batch_size": ("generation", "batch_size"),
+    "max_new_tokens": ("generation", "max_new_tokens"),
+    "dirpath": ("outputs", "dirpath"),
+    "show_progress": ("outputs", "show_progress"),
+    "log_samples": ("outputs", "log_samples"),
+    "cluster_views": ("outputs", "cluster_views"),
+    "num_plot_prompts": ("ruq_plot", "num_contexts"),
+    "num_beams": ("ruq_plot", "num_beams"),
+    "seed": ("TrainingArguments", "seed"),
+    "tokenizer": ("Trainer", "processing_class"),
+}
+
+
+def trainer_legacy(
+    owner: str,
+    kwargs: dict[str, Any],
+    arguments: dict[str, Any],
+) -> TrainerLegacy:
+    """Read the 0.2 keywords left in ``kwargs`` into ``arguments`` (the 1.0 arguments as given), warning for each.
+
+    A 0.2 keyword regrouped into a settings object fills that object's field: into the object given
+    (``generation=Generation(...)`` and ``batch_size=8``: the 8 wins), else into a new one with the
+    defaults. ``alert``, ``generation``, ``outputs`` and ``ruq_plot`` in ``arguments`` are replaced.
+
+    Raises:
+        TypeError: an argument that is neither a 1.0 nor a 0.2 one.
+        ValueError: a regrouped value its settings object refuses.
+    """
+    renamed, groups = take_deprecated(owner, kwargs, _RENAMED, _REGROUPED, stacklevel=5)
+    legacy = TrainerLegacy({k: v for k, v in renamed.items() if k != "num_contexts"})
+    if "num_contexts" in renamed:  # 0.2's separate RUQ sample size: kept apart while it is accepted
+        legacy.num_ruq_contexts = (renamed["num_contexts"],)
+    legacy.seed = groups.pop("TrainingArguments", {}).get("seed")
+    legacy.tokenizer = groups.pop("Trainer", {}).get("processing_class")
+    if "alert" in groups:
+        given = arguments.get("alert") or RUQAlert()
+        fields = {"warn_below": given.warn_below, "warn_drop": given.warn_drop, **groups["alert"]}
+        arguments["alert"] = RUQAlert(fields["warn_below"], fields["warn_drop"])
+    for name, cls in (("generation", Generation), ("outputs", Outputs)):
+        if name in groups:
+            given = arguments.get(name)
+            arguments[name] = replace(given, **groups[name]) if given is not None else cls(**groups[name])
+    plot = arguments.get("ruq_plot")
+    if "ruq_plot" in groups and plot:  # 0.2's num_plot_prompts / num_beams: they mattered only with the plot on
+        arguments["ruq_plot"] = replace(plot if isinstance(plot, RUQPlot) else RUQPlot(), **groups["ruq_plot"])
+    return legacy
