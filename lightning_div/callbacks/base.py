@@ -24,17 +24,21 @@ else:  # pragma: no cover - depends on the Python version
 
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.tracking import artifact_dir, lightning_destination, log_scalars
-from lightning_div.callbacks.checks import require_inputs
+from lightning_div.callbacks.checks import require_inputs, settings_changed
+from lightning_div.callbacks.parts import SHARED, common_settings, nested_state, part_owners, upgrade_flat_state
 from lightning_div.callbacks.progress import find_progress
+from lightning_div.callbacks.samples import FixedSamples
+from lightning_div.callbacks.settings_access import SettingsAttributes
 from lightning_div.keys import check_name
 from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
-from lightning_div.measure.sample import FixedSample, check_seed
+from lightning_div.measure.sample import check_seed
 from lightning_div.model.formatting import DialogueLayout
 from lightning_div.model.generation import generate_responses
 from lightning_div.model.sharding import check_strategy, full_parameters
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.cache import run_cache_dir
+from lightning_div.settings import Generation, ModelAccess, Outputs
 
 if TYPE_CHECKING:  # the adapters import the scoring and generation code: only when a callback asks for one
     from lightning_div.model.adapters import DialogueModelAdapter
@@ -54,31 +58,40 @@ def _callbacks(trainer: Any) -> list[Any]:
     return list(getattr(trainer, "callbacks", []))
 
 
-class DiversityCallback(pl.Callback):
+class DiversityCallback(SettingsAttributes, pl.Callback):
     """Base class: subclasses implement the work; this class gives them data, model, schedule and logging.
 
     Args:
         every_n_epochs: run at the end of every n-th epoch (1 = every epoch).
         seed: seeds the fixed evaluation sample and any sampling in generation (an integer >= 0).
-        model_attr: the LightningModule's attribute holding the Hugging Face model.
-        tokenizer_attr: the LightningModule's attribute holding its tokenizer.
-        format: context layout (turn separator, history) shared with training.
-        batch_size: batch size for generation / scoring / embedding.
-        max_new_tokens: generation length limit.
-        dirpath: cache directory (clusters); default ``<default_root_dir>/lightning_div_cache``.
-            Figures and tables go beside the first logger's files (``<log_dir>/lightning_div``),
-            or to ``<dirpath>/plots`` without a logger.
-        show_progress: progress bars for the long steps.
+        model: where the model, its tokenizer and their layout are found
+            (:class:`~lightning_div.settings.ModelAccess`; None: ``pl_module.model``, ``pl_module.tokenizer``
+            and the datamodule's ``layout``, else ``DialogueLayout()``).
+        generation: batch size, length limit and options of generation / scoring / embedding
+            (:class:`~lightning_div.settings.Generation`; None: its defaults).
+        outputs: samples table, cluster views, progress bars, cache directory
+            (:class:`~lightning_div.settings.Outputs`; None: its defaults). The cache (clusters) defaults
+            to ``<default_root_dir>/lightning_div_cache``; figures and tables go beside the first logger's
+            files (``<log_dir>/lightning_div``), or to ``<dirpath>/plots`` without a logger.
         on_error: "warn" (default) skips the epoch's measurement with a warning so training
             continues; "raise" re-raises.
         name: tells several instances of one callback in a Trainer apart (e.g. Sem-Ent with two
             encoders, RUQ with two IDK lists): every key it logs is prefixed, ``<name>/val/ruq``,
             and it is part of the checkpoint :attr:`state_key`. None (default): keys as documented.
+        **deprecated: the 0.2 keyword arguments, still accepted for one release with a ``DeprecationWarning``:
+            ``model_attr``, ``tokenizer_attr``, ``format`` (now ``model=``), ``batch_size``,
+            ``max_new_tokens``, ``generation_kwargs`` (``generation=``), ``dirpath``, ``show_progress``,
+            ``log_samples``, ``cluster_views`` (``outputs=``).
 
     Checkpointing: the state is saved under :attr:`state_key`, built from the instance's
     identifying arguments as Lightning's ``EarlyStopping`` / ``ModelCheckpoint`` build theirs,
-    so two instances never overwrite each other's state. A checkpoint of lightning-div 0.1
-    that holds the state under the bare class name is not restored; a warning says so.
+    so two instances never overwrite each other's state. It is nested the same way in every
+    callback: ``history``, ``settings``, ``samples`` and one entry per part (:meth:`state_parts`:
+    ``measure``, ``space``, ``alert``); a part shared with another callback of the Trainer (one
+    ``SemanticSpace`` given to two) is written once, by the first, and the other writes
+    ``{"owner": <its state key>}``. The flat state of lightning-div 0.2 is still restored. A
+    checkpoint of lightning-div 0.1 that holds the state under the bare class name is not
+    restored; a warning says so.
     """
 
     #: What the callback is, for ``timing/<kind>_s`` and warnings; set by each subclass.
@@ -88,43 +101,39 @@ class DiversityCallback(pl.Callback):
         self,
         every_n_epochs: int = 1,
         seed: int = 0,
-        model_attr: str = "model",
-        tokenizer_attr: str = "tokenizer",
-        format: DialogueLayout | None = None,
-        batch_size: int = 32,
-        max_new_tokens: int = 32,
-        dirpath: str | None = None,
-        show_progress: bool = True,
+        model: ModelAccess | None = None,
+        generation: Generation | None = None,
+        outputs: Outputs | None = None,
         on_error: str = "warn",
         name: str | None = None,
+        **deprecated: Any,
     ) -> None:
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         check_on_error(on_error)
         self.name = check_name(name)
+        #: Where the model, tokenizer and layout are found; how it generates; what it shows and writes.
+        self.model_access, self.generation, self.outputs = common_settings(self, deprecated, model, generation, outputs)
         #: An alerting monitor's alert state, since when and why (:func:`~lightning_div.verdict.alert_record`),
         #: as the summary reads it; written to ``alerts/<label>.json`` for the report. None: no alert here.
         self.alert_record: dict[str, Any] | None = None
         self.every_n_epochs = every_n_epochs
         self.seed = check_seed(seed)  # it seeds the fixed samples: refused here, not at the first measurement
-        self.model_attr = model_attr
-        self.tokenizer_attr = tokenizer_attr
-        self.format = format or DialogueLayout()
-        self.batch_size = batch_size
-        self.max_new_tokens = max_new_tokens
-        self.dirpath = dirpath
-        self.show_progress = show_progress
         self.on_error = on_error
         self.history: list[dict[str, float]] = []
-        # The fixed evaluation samples (fixed_sample), by name; their indices are checkpointed.
-        self._samples: dict[str, FixedSample] = {}
-        self._restored: dict[str, list[int]] = {}  # indices from a checkpoint, for samples not drawn yet
+        #: The fixed evaluation samples (:meth:`fixed_sample`), by name; their indices are checkpointed.
+        self.fixed_samples = FixedSamples()
+        self._datamodule_layout: DialogueLayout | None = None  # the trainer's datamodule's, seen at setup
+        self._owners: dict[str, str] = {}  # part name -> state key of the callback that checkpoints it (shared)
         #: What this run has warned about and logged once (made anew at each setup: a new run warns again).
         self.memory = RunMemory()
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.memory = RunMemory()  # a new fit/validate call is a new run: its warnings are shown again
+        layout = getattr(getattr(trainer, "datamodule", None), "layout", None)
+        self._datamodule_layout = layout if isinstance(layout, DialogueLayout) else None
+        self._owners = part_owners(self, _callbacks(trainer))
         # Two instances logging over each other's keys, or missing data, is a configuration error: say so
         # before any work (the data is looked at here, the model at fit start: see on_fit_start).
         self.check_unique_keys(trainer)
@@ -216,7 +225,7 @@ class DiversityCallback(pl.Callback):
             pl_module,
             model_attr=self.model_attr,
             tokenizer_attr=self.tokenizer_attr,
-            format=self.format,
+            format=self.layout,
             batch_size=self.batch_size,
             max_new_tokens=self.max_new_tokens,
             show_progress=False,
@@ -254,11 +263,8 @@ class DiversityCallback(pl.Callback):
     def fixed_sample(
         self, trainer: pl.Trainer, key: str, explicit: Any, name: str, size: int | None, seed: int
     ) -> list[DialoguePair]:
-        """A fixed random sample of the pairs (:meth:`resolve_pairs`), drawn once and kept across epochs.
-
-        A :class:`~lightning_div.measure.sample.FixedSample`: indices restored from a checkpoint
-        win, so a resumed run measures the very same examples (unless the data shrank below
-        them: then the sample is drawn again).
+        """A fixed random sample of the pairs (:meth:`resolve_pairs`), drawn once and kept across epochs and on resume
+        (:class:`~lightning_div.callbacks.samples.FixedSamples`).
 
         Args:
             trainer: the Trainer.
@@ -268,39 +274,19 @@ class DiversityCallback(pl.Callback):
             size: how many examples (None: all).
             seed: the draw's seed.
         """
-        sample = self._samples.get(key)
-        if sample is None:
-            sample = self._samples[key] = FixedSample(size, seed)
-            if key in self._restored:
-                sample.load_state_dict(self._restored[key])
-        if not sample.drawn:
-            sample.draw(self.resolve_pairs(trainer, explicit, name))
-        return sample.draw(())  # drawn: the same pairs again
+        return self.fixed_samples.get(key, size, seed, lambda: self.resolve_pairs(trainer, explicit, name))
 
     def sample_state(self) -> dict[str, list[int]]:
-        """The fixed samples' indices by name (what a checkpoint holds as ``"indices"``)."""
-        drawn = {k: s.indices for k, s in self._samples.items() if s.indices is not None}
-        return {**self._restored, **{k: v for k, v in drawn.items() if v is not None}}
+        """The fixed samples' indices by name (what a checkpoint holds as ``"samples"``)."""
+        return self.fixed_samples.state_dict()
 
     def forget_samples(self) -> None:
         """Draw the fixed samples again when next asked (settings changed on resume)."""
-        self._samples, self._restored = {}, {}
+        self.fixed_samples.forget()
 
     def load_sample_state(self, indices: Any) -> None:
-        """Indices from a checkpoint: ``{name: [...]}``, or one list (the ``"val"`` sample), or None.
-
-        Raises:
-            ValueError: anything else (a damaged state).
-        """
-        self.forget_samples()
-        if indices is None:
-            return
-        if not isinstance(indices, dict):
-            indices = {"val": indices}
-        for key, value in indices.items():
-            checked = FixedSample.checked_indices(value)
-            if checked is not None:
-                self._restored[str(key)] = checked
+        """Indices from a checkpoint (:meth:`~lightning_div.callbacks.samples.FixedSamples.load_state_dict`)."""
+        self.fixed_samples.load_state_dict(indices)
 
     def generate(
         self,
@@ -414,15 +400,55 @@ class DiversityCallback(pl.Callback):
         if progress is not None:
             progress.measurement_done(label, what, trainer.current_epoch, m.seconds, logged)
 
-    # -- checkpointing -------------------------------------------------------------------------------
+    # -- checkpointing: one loop for every callback ------------------------------------------------
+
+    #: What a resume under changed settings does, for the warning (:func:`~lightning_div.callbacks.checks.settings_changed`).
+    stale_consequence = "the samples are drawn again"
+
+    def state_parts(self) -> dict[str, Any] | None:
+        """The parts whose state this callback checkpoints, by name (``measure``, ``space``, ``alert``): objects
+        with ``state_dict()`` / ``load_state_dict()``. None (the default): the subclass writes its state itself
+        and only ``history`` is written here."""
+        return None
+
+    def legacy_keys(self) -> dict[str, str]:
+        """Part name -> the key its state had in 0.2's flat checkpoint, for a part that did not read the flat
+        state itself (RUQ's alert: ``"last_val_ruq"``)."""
+        return {}
+
+    def forget(self) -> None:
+        """Start the parts afresh before a checkpoint is read (what a stale checkpoint must not leave behind)."""
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"history": list(self.history)}
+        parts = self.state_parts()
+        if parts is None:
+            return {"history": list(self.history)}
+        own = {
+            name: {SHARED: self._owners[name]} if name in self._owners else p.state_dict() for name, p in parts.items()
+        }
+        return nested_state(self.history, self.settings(), self.sample_state() or None, own)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = list(state_dict.get("history", []))
+        parts = self.state_parts()
+        if parts is None:
+            self.history = list(state_dict.get("history", []))
+            return
+        state = upgrade_flat_state(state_dict, parts, self.legacy_keys())
+        self.history = list(state.get("history", []))
+        self.forget_samples()
+        self.forget()
+        settings = self.settings()
+        if settings is not None and settings_changed(self, state.get("settings"), settings, self.stale_consequence):
+            return  # history is kept; samples and parts come from the new settings
+        self.load_sample_state(state.get("samples"))
+        for name, part in parts.items():
+            saved = state.get(name)
+            if isinstance(saved, dict) and set(saved) == {SHARED}:
+                continue  # a shared part: the callback that owns it restored it
+            if saved is not None:
+                part.load_state_dict(saved)
 
 
 class ValidationMonitor(DiversityCallback):

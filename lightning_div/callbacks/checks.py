@@ -46,7 +46,7 @@ def require_inputs(callback: Any, trainer: Any, needs: Sequence[tuple[str, Any, 
     if not missing:
         return
     listed = "; ".join(
-        f"{arg}=[{'response' if arg == 'gold_responses' else '(context, reference)'}, ...] or a path any "
+        f"{arg}=[{'response' if arg == 'cluster_texts' else '(context, reference)'}, ...] or a path any "
         f"lightning_div reader understands, or use a datamodule with a `{method}()` method"
         for arg, method in missing
     )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_div._internal.checks import check_finite_model
+from lightning_div._internal.deprecation import warn_deprecated
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.checks import optional_part, settings_changed
+from lightning_div.callbacks.checks import optional_part
+from lightning_div.callbacks.parts import init_depth, merged, take_own
 from lightning_div.keys import val_key
 from lightning_div.measure.nli import NLIMeasure
 from lightning_div.nli.scorer import ScorerSource
@@ -15,12 +18,45 @@ from lightning_div.pairs import DialoguePair
 from lightning_div.types import Options, PairsSource
 
 
+@dataclass(frozen=True)
+class ThresholdGeneration:
+    """Diversity Threshold Generation (Stasaski & Hearst, 2022): resample a context's responses until they are diverse enough.
+
+    Attributes:
+        threshold: the threshold (the paper: more than 10 contradictions of 20 pairs).
+        max_samples: the budget of sampled responses per context (the paper: 20).
+        metric: the metric the threshold applies to, which decides when to stop (see
+            :func:`~lightning_div.nli.threshold.diversity_threshold_generate`).
+        diversity_metric: the metric that ranks the (n-1)-subsets and reports start / end diversity;
+            None = the paper's (Baseline NLI Diversity for an NLI threshold metric).
+        rank_by: ``"diversity"`` (the paper) or ``"threshold"`` (rank the subsets by the threshold metric).
+
+    The values are checked by :class:`~lightning_div.measure.nli.NLIMeasure`, which uses them.
+    """
+
+    threshold: float = 10
+    max_samples: int = 20
+    metric: str = "contradictions"
+    diversity_metric: str | None = None
+    rank_by: str = "diversity"
+
+
+#: The 0.2 arguments of NLIDiversityMonitor now fields of ``threshold_generation=ThresholdGeneration(...)``.
+DEPRECATED_THRESHOLD: dict[str, tuple[str, str]] = {
+    "threshold": ("threshold_generation", "threshold"),
+    "max_samples": ("threshold_generation", "max_samples"),
+    "threshold_metric": ("threshold_generation", "metric"),
+    "threshold_diversity_metric": ("threshold_generation", "diversity_metric"),
+    "threshold_rank_by": ("threshold_generation", "rank_by"),
+}
+
+
 class NLIDiversityMonitor(ValidationMonitor):
     """For a fixed sample of validation contexts, sample ``n`` responses each and score every ordered pair with NLI.
 
     Logs the mean over contexts of ``val/nli_div_baseline``, ``val/nli_div_neutral``,
     ``val/nli_div_confidence`` and the per-class pair counts ``val/nli_pairs_entailment``
-    / ``_neutral`` / ``_contradiction``. With ``threshold_generation=True`` it also runs
+    / ``_neutral`` / ``_contradiction``. With ``threshold_generation`` it also runs
     Diversity Threshold Generation and logs ``val/threshold_start_diversity`` and
     ``val/threshold_end_diversity`` (in Baseline NLI Diversity by default, as the paper's
     Table 4 reports them: comparable with its numbers, and possibly negative),
@@ -34,22 +70,18 @@ class NLIDiversityMonitor(ValidationMonitor):
         num_contexts: size of the fixed validation sample (None = all).
         n: responses per context (the paper: 5, so 20 ordered pairs).
         top_p: nucleus sampling of the response sets (the paper: 0.9).
-        generation_kwargs: extra sampling arguments (temperature, ...).
-        threshold_generation: also run Diversity Threshold Generation.
-        threshold: its threshold (the paper: more than 10 contradictions of 20 pairs).
-        max_samples: its budget of sampled responses per context (the paper: 20).
-        threshold_metric: the metric the threshold applies to, which decides when to stop (see
-            :func:`~lightning_div.nli.threshold.diversity_threshold_generate`).
-        threshold_diversity_metric: the metric that ranks the (n-1)-subsets and reports start /
-            end diversity; None = the paper's (Baseline NLI Diversity for an NLI threshold metric).
-        threshold_rank_by: "diversity" (the paper) or "threshold" (rank the subsets by the
-            threshold metric).
+        threshold_generation: also run Diversity Threshold Generation with these settings
+            (:class:`ThresholdGeneration`); None: not.
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
         scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
-        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`
+            (``generation.options``: extra sampling arguments, temperature ...), and the 0.2 arguments,
+            deprecated: ``threshold_generation=True/False``, ``threshold``, ``max_samples``, ``threshold_metric``,
+            ``threshold_diversity_metric``, ``threshold_rank_by`` (``threshold_generation=ThresholdGeneration(...)``).
     """
 
     kind = "nli_diversity"
+    stale_consequence = "the validation sample is drawn again"
 
     def __init__(
         self,
@@ -57,30 +89,42 @@ class NLIDiversityMonitor(ValidationMonitor):
         num_contexts: int | None = 64,
         n: int = 5,
         top_p: float = 0.9,
-        generation_kwargs: Options | None = None,
-        threshold_generation: bool = False,
-        threshold: float = 10,
-        max_samples: int = 20,
-        threshold_metric: str = "contradictions",
-        threshold_diversity_metric: str | None = None,
-        threshold_rank_by: str = "diversity",
+        threshold_generation: ThresholdGeneration | None = None,
         val_pairs: PairsSource | None = None,
         scorer_kwargs: Options | None = None,
         **kwargs: Any,
     ) -> None:
+        _, groups = take_own(self, kwargs, regrouped=DEPRECATED_THRESHOLD)
+        enabled = threshold_generation is not None
+        if isinstance(threshold_generation, bool):  # 0.2's threshold_generation=True / False
+            new = (
+                "threshold_generation=ThresholdGeneration(...)" if threshold_generation else "threshold_generation=None"
+            )
+            warn_deprecated(
+                f"NLIDiversityMonitor(threshold_generation={threshold_generation})", new, 3 + init_depth(self)
+            )
+            enabled, threshold_generation = threshold_generation, None
         super().__init__(**kwargs)
+        # the settings are kept (and recorded) also when it is off, as 0.2 kept the flat ones
+        settings = merged(
+            type(self).__name__,
+            "threshold_generation",
+            threshold_generation,
+            ThresholdGeneration(),
+            groups.get("threshold_generation", {}),
+        )
         #: What it measures (:mod:`lightning_div.measure.nli`); this callback adds hooks, keys and reporting.
         self.nli = NLIMeasure(
             scorer=scorer,
             n=n,
             top_p=top_p,
-            generation_kwargs=generation_kwargs,
-            threshold=threshold,
-            max_samples=max_samples,
-            threshold_metric=threshold_metric,
-            threshold_diversity_metric=threshold_diversity_metric,
-            threshold_rank_by=threshold_rank_by,
-            threshold_generation=threshold_generation,
+            generation_kwargs=dict(self.generation.options),
+            threshold=settings.threshold,
+            max_samples=settings.max_samples,
+            threshold_metric=settings.metric,
+            threshold_diversity_metric=settings.diversity_metric,
+            threshold_rank_by=settings.rank_by,
+            threshold_generation=enabled,
             scorer_kwargs=scorer_kwargs,
             batch_size=self.batch_size,
             seed=self.seed,
@@ -88,7 +132,8 @@ class NLIDiversityMonitor(ValidationMonitor):
         )
         self.scorer_arg = scorer
         self.num_contexts = num_contexts
-        self.threshold_generation = threshold_generation
+        #: Diversity Threshold Generation's settings; None: it is not run.
+        self.threshold_generation = settings if enabled else None
         self.val_pairs_arg = val_pairs
 
     def scorer(self, pl_module: pl.LightningModule) -> Any:
@@ -114,7 +159,7 @@ class NLIDiversityMonitor(ValidationMonitor):
             check_finite_model(pl_module, type(self).__name__, adapter)
             contexts = [list(p.context) for p in self.sample(trainer)]
             m.update({val_key(k): v for k, v in self.nli.measure(adapter, contexts).items()})
-            if self.threshold_generation:
+            if self.threshold_generation is not None:
                 with optional_part(self, trainer, "Diversity Threshold Generation"):  # NLI values are kept
                     m.update({val_key(k): v for k, v in self.nli.measure_threshold(adapter, contexts).items()})
 
@@ -130,19 +175,5 @@ class NLIDiversityMonitor(ValidationMonitor):
 
         return {**super().state_key_args(), "scorer": describe(self.scorer_arg)}
 
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            **super().state_dict(),
-            "indices": self.sample_state().get("val"),
-            "settings": self.settings(),
-        }
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        self.forget_samples()
-        if not settings_changed(
-            self, state_dict.get("settings"), self.settings(), "the validation sample is drawn again"
-        ):
-            self.load_sample_state(state_dict.get("indices"))
+    def state_parts(self) -> dict[str, Any]:
+        return {}  # the sample alone: the measure keeps nothing between measurements

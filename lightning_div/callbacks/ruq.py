@@ -2,89 +2,167 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from lightning_div._internal.deprecation import warn_deprecated
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.checks import optional_part, settings_changed
+from lightning_div.callbacks.checks import optional_part
+from lightning_div.callbacks.parts import init_depth, merged, take_own
 from lightning_div.keys import RUQ_ALERT, train_key, val_key
 from lightning_div.measure.alerts import RUQAlert
 from lightning_div.measure.ruq import DEFAULT_IDK, RUQMeasure, ruq_profile_figure
-from lightning_div.metrics.ruq import ReferenceChoice
+from lightning_div.metrics.ruq import ReferenceChoice, check_reference
 from lightning_div.model.adapters import DialogueModelAdapter
 from lightning_div.pairs import DialoguePair
 from lightning_div.types import PairsSource
 from lightning_div.verdict import next_alert_record
 
 
+@dataclass(frozen=True)
+class RUQPlot:
+    """The per-position plot of the RUQ paper, logged at every measured validation epoch.
+
+    Attributes:
+        num_contexts: the validation contexts plotted, the first of the fixed sample (its beam search is the
+            costly part: 64 took most of a quick-start epoch, hence 16).
+        num_beams: beam size of the "model output" line.
+
+    Raises:
+        ValueError: a number that is not an integer >= 1.
+    """
+
+    num_contexts: int = 16
+    num_beams: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("num_contexts", "num_beams"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"RUQPlot.{name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RUQScoring:
+    """How RUQ scores a context's references against the IDK strings.
+
+    Attributes:
+        reference: with several references per context, ``"lowest"`` (the lowest-scoring one, the paper's
+            recommendation) or ``"first"`` (the original reference, as the paper's tables use).
+            Single-reference data gives the same value either way.
+        shared_contexts: score each context's references and IDK strings after one pass over the context
+            (:func:`lightning_div.model.scoring.candidate_logprobs`; 1.8x faster on a DialoGPT-small-shaped
+            model). Its values agree with pair-by-pair scoring, and across process counts, to float32
+            rounding (1e-6 relative), not bit for bit; ``False`` scores pair by pair, bit-identical on any
+            number of processes.
+
+    Raises:
+        ValueError: an unknown ``reference``.
+    """
+
+    reference: ReferenceChoice = "lowest"
+    shared_contexts: bool = True
+
+    def __post_init__(self) -> None:
+        check_reference(self.reference)
+
+
+#: The 0.2 arguments of RUQMonitor now fields of ``plot=``, ``scoring=`` and ``alert=``.
+DEPRECATED_RUQ: dict[str, tuple[str, str]] = {
+    "num_plot_prompts": ("plot", "num_contexts"),
+    "num_beams": ("plot", "num_beams"),
+    "reference": ("scoring", "reference"),
+    "shared_contexts": ("scoring", "shared_contexts"),
+    "warn_below": ("alert", "warn_below"),
+    "warn_drop": ("alert", "warn_drop"),
+}
+
+DEFAULT_PLOT = RUQPlot()
+
+#: The alert a monitor gets when none is said (each monitor gets its own copy: an alert holds state).
+DEFAULT_ALERT = RUQAlert(warn_below=None, warn_drop=10.0)
+
+
 class RUQMonitor(ValidationMonitor):
     """RUQ on a fixed training sample (``train/ruq``) and on validation (``val/ruq``) at epoch ends.
 
-    RUQ = 100 x share of prompts whose reference has a higher length-normalised
-    log-likelihood than the IDK response (with several references, the one ``reference``
+    RUQ = 100 x share of contexts whose reference has a higher length-normalised
+    log-likelihood than the IDK response (with several references, the one ``scoring.reference``
     names). Logs ``<split>/ruq`` (against the first IDK string) and
     ``<split>/ruq_idk1``, ``_idk2``, ... (one per IDK string); ``<split>/ruq_margin`` and
-    ``<split>/ruq_margin_idk1``, ... : the mean over prompts of (reference score - IDK
+    ``<split>/ruq_margin_idk1``, ... : the mean over contexts of (reference score - IDK
     score) in nats per token, which moves while RUQ itself sits at 0 or 100; the plot of the paper
     (mean log-prob by token position of the reference, the model's beam output and each
-    IDK string), and ``val/ruq_alert`` = 1 when RUQ falls below ``warn_below`` or drops
-    by more than ``warn_drop`` points since the last measurement.
+    IDK string), and ``val/ruq_alert`` = 1 when the alert fires (by default: ``val/ruq`` drops
+    by more than 10 points since the last measurement).
 
     Args:
         idk_responses: the IDK strings; the first is the headline.
-        num_train_prompts: size of the fixed random sample of training prompts (None = all).
-        num_val_prompts: size of the fixed random sample of validation prompts (None = all).
-        train_pairs: training evaluation data (pairs or a path); default: the datamodule's.
+        num_contexts: size of the fixed random sample of validation contexts (None = all).
+        num_train_contexts: size of the fixed random sample of training contexts (None = all).
         val_pairs: validation evaluation data (pairs or a path); default: the datamodule's.
-        plot: log the per-position plot every measured validation epoch.
-        num_plot_prompts: prompts used for the plot (its beam search is the costly part: 64 prompts took
-            most of a quick-start epoch, hence 16).
-        num_beams: beam size of the "model output" line of the plot.
-        warn_below: alert when val/ruq falls below this (None disables it).
-        warn_drop: alert when val/ruq drops by more than this many points since the last
-            measurement (None disables it).
-        reference: with several references per prompt, ``"lowest"`` (the lowest-scoring
-            one, the paper's recommendation) or ``"first"`` (the original reference, as the
-            paper's tables use). Single-reference data gives the same value either way.
-        shared_contexts: score each prompt's references and IDK strings after one pass over its
-            context (:func:`lightning_div.model.scoring.candidate_logprobs`; 1.8x faster on a
-            DialoGPT-small-shaped model). Its values agree with pair-by-pair scoring, and across
-            process counts, to float32 rounding (1e-6 relative), not bit for bit; ``False``
-            scores pair by pair, bit-identical on any number of processes.
-        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+        train_pairs: training evaluation data (pairs or a path); default: the datamodule's.
+        plot: the per-position plot (:class:`RUQPlot`); None: no plot.
+        alert: when ``val/ruq_alert`` fires (:class:`~lightning_div.measure.alerts.RUQAlert`; default
+            ``RUQAlert(warn_below=None, warn_drop=10.0)``); None: no alert, no ``val/ruq_alert``.
+        scoring: which reference counts and how contexts are scored (:class:`RUQScoring`; None: its defaults).
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`, and
+            the 0.2 arguments, deprecated: ``num_val_prompts`` (``num_contexts``), ``num_train_prompts``
+            (``num_train_contexts``), ``plot=True/False``, ``num_plot_prompts``, ``num_beams`` (``plot=``),
+            ``warn_below``, ``warn_drop`` (``alert=``), ``reference``, ``shared_contexts`` (``scoring=``).
     """
 
     kind = "ruq"
+    stale_consequence = "the context samples are drawn again and the alert starts afresh"
 
     def __init__(
         self,
         idk_responses: Sequence[str] = DEFAULT_IDK,
-        num_train_prompts: int | None = 256,
-        num_val_prompts: int | None = 256,
-        train_pairs: PairsSource | None = None,
+        num_contexts: int | None = 256,
+        num_train_contexts: int | None = 256,
         val_pairs: PairsSource | None = None,
-        plot: bool = True,
-        num_plot_prompts: int = 16,
-        num_beams: int = 5,
-        warn_below: float | None = None,
-        warn_drop: float | None = 10.0,
-        reference: ReferenceChoice = "lowest",
-        shared_contexts: bool = True,
+        train_pairs: PairsSource | None = None,
+        plot: RUQPlot | None = DEFAULT_PLOT,
+        alert: RUQAlert | None = DEFAULT_ALERT,
+        scoring: RUQScoring | None = None,
         **kwargs: Any,
     ) -> None:
+        renamed, groups = take_own(
+            self, kwargs, {"num_val_prompts": "num_contexts", "num_train_prompts": "num_train_contexts"}, DEPRECATED_RUQ
+        )
+        if isinstance(plot, bool):  # 0.2's plot=True / False
+            warn_deprecated(
+                f"RUQMonitor(plot={plot})", "plot=RUQPlot(...)" if plot else "plot=None", 3 + init_depth(self)
+            )
+            plot = DEFAULT_PLOT if plot else None
         super().__init__(**kwargs)
+        owner = type(self).__name__
+        self.num_contexts = renamed.get("num_contexts", num_contexts)
+        self.num_train_contexts = renamed.get("num_train_contexts", num_train_contexts)
+        if (
+            plot is not None and "plot" in groups
+        ):  # 0.2's num_plot_prompts / num_beams (ignored with plot=False, as then)
+            plot = merged(owner, "plot", None if plot is DEFAULT_PLOT else plot, DEFAULT_PLOT, groups["plot"])
+        #: The per-position plot's settings; None: no plot.
+        self.plot = plot
+        if "alert" in groups:  # 0.2's warn_below / warn_drop
+            if alert is not DEFAULT_ALERT:
+                raise ValueError(f"{owner}: alert= and the deprecated warn_below= / warn_drop= were both given")
+            alert = RUQAlert(**{"warn_below": None, "warn_drop": 10.0, **groups["alert"]})
+        elif alert is DEFAULT_ALERT:
+            alert = RUQAlert(DEFAULT_ALERT.warn_below, DEFAULT_ALERT.warn_drop)
+        #: The alert (:class:`~lightning_div.measure.alerts.RUQAlert`); its state is the last ``val/ruq``. None: none.
+        self.alert = alert
+        scoring = merged(owner, "scoring", scoring, RUQScoring(), groups.get("scoring", {}))
         #: The measurement (:class:`~lightning_div.measure.ruq.RUQMeasure`).
-        self.ruq = RUQMeasure(idk_responses, reference, shared_contexts, self.batch_size, self.show_progress)
-        #: The alert (:class:`~lightning_div.measure.alerts.RUQAlert`); its state is the last ``val/ruq``.
-        self.alert = RUQAlert(warn_below, warn_drop)
-        self.num_train_prompts = num_train_prompts
-        self.num_val_prompts = num_val_prompts
+        self.ruq = RUQMeasure(
+            idk_responses, scoring.reference, scoring.shared_contexts, self.batch_size, self.show_progress
+        )
         self.train_pairs_arg = train_pairs
         self.val_pairs_arg = val_pairs
-        self.plot = plot
-        self.num_plot_prompts = num_plot_prompts
-        self.num_beams = num_beams
 
     @property
     def idk_responses(self) -> list[str]:
@@ -107,17 +185,17 @@ class RUQMonitor(ValidationMonitor):
 
     @property
     def last_val_ruq(self) -> float | None:
-        """The last measured ``val/ruq`` (what ``warn_drop`` compares with)."""
-        return self.alert.last
+        """The last measured ``val/ruq`` (what ``warn_drop`` compares with); None without an alert."""
+        return None if self.alert is None else self.alert.last
 
     # -- data ---------------------------------------------------------------------------------------
 
     def _sample(self, trainer: pl.Trainer, split: str) -> list[DialoguePair]:
         if split == "train":
             return self.fixed_sample(
-                trainer, "train", self.train_pairs_arg, "train_pairs", self.num_train_prompts, self.seed
+                trainer, "train", self.train_pairs_arg, "train_pairs", self.num_train_contexts, self.seed
             )
-        return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_val_prompts, self.seed + 1)
+        return self.fixed_sample(trainer, "val", self.val_pairs_arg, "val_pairs", self.num_contexts, self.seed + 1)
 
     # -- work ---------------------------------------------------------------------------------------
 
@@ -132,8 +210,9 @@ class RUQMonitor(ValidationMonitor):
         adapter: DialogueModelAdapter,
         pairs: Sequence[DialoguePair],
     ) -> None:
-        pairs = list(pairs[: self.num_plot_prompts])
-        profile = self.ruq.profile(adapter, pairs, self.num_beams)
+        assert self.plot is not None  # measure_validation plots only with settings
+        pairs = list(pairs[: self.plot.num_contexts])
+        profile = self.ruq.profile(adapter, pairs, self.plot.num_beams)
         if trainer.is_global_zero:
             title = f"RUQ: per-position log-probability, epoch {trainer.current_epoch}"
             self.reporter(trainer, pl_module).figure(
@@ -165,19 +244,25 @@ class RUQMonitor(ValidationMonitor):
             pairs = self._sample(trainer, "val")
             values = self.compute(adapter, pairs)
             m.update({val_key(k): v for k, v in values.items()})
-            m[RUQ_ALERT] = self.alert.alert(values["ruq"], "val/ruq", type(self).__name__, self.idk_responses[0])
-            self.alert_record = next_alert_record(
-                self.alert_record,
-                self.label,
-                "RUQ alert" if m[RUQ_ALERT] else None,
-                trainer.current_epoch,
-                "epoch",
-                self.alert.reasons,
-                self.log_key(RUQ_ALERT),
-            )
+            if self.alert is not None:
+                self.record_alert(trainer, m, values["ruq"])
             if self.plot:
                 with optional_part(self, trainer, "the RUQ plot"):  # val/ruq and the alert are kept
                     self._plot(trainer, pl_module, adapter, pairs)
+
+    def record_alert(self, trainer: pl.Trainer, m: dict[str, float], ruq: float) -> None:
+        """``val/ruq_alert`` and the alert's record (for the summary and the report)."""
+        assert self.alert is not None
+        m[RUQ_ALERT] = self.alert.alert(ruq, "val/ruq", type(self).__name__, self.idk_responses[0])
+        self.alert_record = next_alert_record(
+            self.alert_record,
+            self.label,
+            "RUQ alert" if m[RUQ_ALERT] else None,
+            trainer.current_epoch,
+            "epoch",
+            self.alert.reasons,
+            self.log_key(RUQ_ALERT),
+        )
 
     def measures(self) -> list[Any]:
         return [self.ruq]
@@ -186,34 +271,28 @@ class RUQMonitor(ValidationMonitor):
         """What the checkpointed samples and last value depend on: a change makes them stale on resume."""
         return {
             "idk_responses": list(self.idk_responses),
-            "num_train_prompts": self.num_train_prompts,
-            "num_val_prompts": self.num_val_prompts,
+            "num_train_contexts": self.num_train_contexts,
+            "num_contexts": self.num_contexts,
             "seed": self.seed,
         }
 
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), "idk_responses": tuple(self.idk_responses)}
 
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            **super().state_dict(),
-            "indices": self.sample_state(),
-            "last_val_ruq": self.alert.last,
-            "settings": self.settings(),
-        }
+    def state_parts(self) -> dict[str, Any]:
+        return {} if self.alert is None else {"alert": self.alert}
+
+    def legacy_keys(self) -> dict[str, str]:
+        return {"alert": "last_val_ruq"}
+
+    def forget(self) -> None:
+        if self.alert is not None:
+            self.alert.last = None
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("settings")
+        if "samples" not in state_dict and isinstance(saved, dict):  # 0.2's names of the sample sizes
+            renames = {"num_train_prompts": "num_train_contexts", "num_val_prompts": "num_contexts"}
+            state_dict = {**state_dict, "settings": {renames.get(k, k): v for k, v in saved.items()}}
         super().load_state_dict(state_dict)
-        self.forget_samples()
-        self.alert.last = None
-        if settings_changed(
-            self,
-            state_dict.get("settings"),
-            self.settings(),
-            "the prompt samples are drawn again and warn_drop starts afresh",
-        ):
-            return
-        self.load_sample_state(state_dict.get("indices", {}))
-        self.alert.load_state_dict(state_dict.get("last_val_ruq"))

@@ -2,36 +2,42 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
-from lightning_div.callbacks.checks import require_inputs, settings_changed
+from lightning_div.callbacks.checks import require_inputs
+from lightning_div.callbacks.parts import merged, take_own
 from lightning_div.keys import val_key
 from lightning_div.measure.reporting import Reporter
 from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, check_clusters_source
-from lightning_div.metrics import DEFAULT_LEXICAL
 from lightning_div.pairs import DialoguePair
 from lightning_div.reweighting import train_responses_of
-from lightning_div.semantic.clusters import ClustersSource
-from lightning_div.semantic.encoder import EncoderSource
-from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import Options, PairsSource, ResponsesSource
+from lightning_div.semantic.space import SPACE_ARGUMENTS, SemanticSpace, space_from_arguments
+from lightning_div.settings import Lexical
+from lightning_div.types import PairsSource, ResponsesSource
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table
+
+#: The 0.2 arguments the monitor took flat, now fields of ``space=SemanticSpace(...)`` and ``lexical=Lexical(...)``.
+DEPRECATED_SPACE_AND_LEXICAL: dict[str, tuple[str, str]] = {
+    **{name: ("space", name) for name in SPACE_ARGUMENTS},
+    "lexical_metrics": ("lexical", "metrics"),
+    "lexical_options": ("lexical", "options"),
+    "vocab_size": ("lexical", "vocab_size"),
+}
 
 
 class SemanticDiversityMonitor(ValidationMonitor):
     """Sem-Ent (Han et al., 2022) and lexical diversity of the model's responses on a fixed validation sample.
 
-    It measures in a :class:`~lightning_div.semantic.space.SemanticSpace` (encoder + clusters):
-    ``space=`` (share one with :class:`~lightning_div.callbacks.DRESSReweighting` and both use
-    one encoder and one set of clusters), or a private one built from ``encoder``, ``clusters``,
-    ``num_clusters``, ``variance_kept``, ``kmeans_seed`` and ``encoder_kwargs``. At fit start
-    the clusters are loaded (``clusters`` = a SemanticClusters or a saved file) or fitted on the
-    gold training responses and cached in ``dirpath`` (a private space of DRESS with the same
-    settings reads the same cache file, so the fit is done once). At
+    It measures in a :class:`~lightning_div.semantic.space.SemanticSpace` (encoder + clusters),
+    ``space=``: give one object to several callbacks (a second monitor, :class:`~lightning_div.callbacks.DRESSReweighting`)
+    and they share one encoder and one set of clusters, fitted and checkpointed once. At fit start
+    the clusters are loaded (the space's ``clusters``: a SemanticClusters or a saved file) or fitted
+    on the cluster texts and cached in ``outputs.dirpath``. At
     each measured validation epoch end: generate for the fixed sample (greedy with
     3-gram blocking by default; sharded across processes and gathered), embed, assign
     clusters, and log ``val/sem_ent``, the lexical metrics (``val/distinct_1`` ...
@@ -42,92 +48,87 @@ class SemanticDiversityMonitor(ValidationMonitor):
     generated-vs-gold cluster histogram labelled with each cluster's top words
     (``val/cluster_histogram``), a heatmap of the generated shares over the measured
     epochs (``val/cluster_shares``, also ``cluster_shares.csv``) and a table of
-    ``log_samples`` example responses with their cluster ids. Once per run, the
+    ``outputs.log_samples`` example responses with their cluster ids. Once per run, the
     cluster cards (:mod:`lightning_div.semantic.cards`) as the table ``clusters/cards``
     and ``cluster_cards.csv``.
 
     Args:
-        space: the semantic space to measure in (shared by identity with the callbacks given the
-            same object); None = a private one from the space arguments below. Giving both is an error.
-        encoder: model name/path for :class:`~lightning_div.semantic.encoder.ResponseEncoder`, or an
-            encoder (default: ``lightning_div.keys.DEFAULT_ENCODER``).
-        clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on gold responses).
-        num_clusters: k of the k-means clusters (default 20, the paper's).
-        variance_kept: explained variance the PCA keeps (default 0.9, the paper's).
-        kmeans_seed: faiss k-means seed (default 27, the paper's).
-        num_contexts: size of the fixed validation sample (None = all).
-        generation_kwargs: overrides of the greedy + no_repeat_ngram_size=3 default.
-        lexical_metrics: which of distinct_<n> (corpus level), distinct_<n>_utt (utterance level),
-            avg_distinct, ent_<n>, ead to add.
-        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics (see
-            :func:`~lightning_div.metrics.lexical_scores`); the Sem-Ent paper's Ent-n / Dist-n:
-            ``{"tokenizer": "casual", "base": 2}``. Default: 13a lowercased, Ent-n in nats.
-        vocab_size: V of EAD; default: counted from the gold training responses.
-        log_samples: how many example responses go in the table (0 = none).
-        cluster_views: log the cluster cards, the epochs x clusters heatmap and ``cluster_shares.csv``
-            (the scalars and the share histogram are always logged).
+        space: the semantic space to measure in; None: ``SemanticSpace()`` (all-MiniLM-L6-v2, the
+            paper's k = 20, 90 % PCA variance, k-means seed 27) of this monitor's own. From LightningCLI:
+            ``class_path: lightning_div.SemanticSpace`` with ``init_args``.
         val_pairs: explicit evaluation data; default: the datamodule's ``val_pairs()``.
-        gold_responses: explicit gold training responses for the clusters; default: the
-            datamodule's ``train_responses()``.
-        encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
-        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+        cluster_texts: the texts the clusters are fitted on; default: the datamodule's ``train_responses()``.
+        num_contexts: size of the fixed validation sample (None = all).
+        lexical: the lexical metrics beside Sem-Ent, their options and EAD's V
+            (:class:`~lightning_div.settings.Lexical`; None: its defaults). The Sem-Ent paper's Ent-n /
+            Dist-n: ``Lexical(options={"tokenizer": "casual", "base": 2})``.
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`
+            (``generation.options`` override the greedy + ``no_repeat_ngram_size=3`` default; ``outputs``
+            has ``log_samples`` and ``cluster_views``), and the 0.2 arguments, deprecated: ``encoder``,
+            ``clusters``, ``num_clusters``, ``variance_kept``, ``kmeans_seed``, ``encoder_kwargs`` (build the
+            space as before: use ``space=SemanticSpace(...)``), ``gold_responses`` (``cluster_texts``),
+            ``lexical_metrics``, ``lexical_options``, ``vocab_size`` (``lexical=``).
 
     Raises:
-        ValueError: ``space`` together with a space argument, or unknown ``lexical_options``.
+        ValueError: ``space`` together with a deprecated space argument, or unknown lexical options.
     """
 
     kind = "semantic_diversity"
+    stale_consequence = "the clusters and the validation sample are made again under the new settings"
 
     def __init__(
         self,
-        encoder: EncoderSource | None = None,
-        clusters: ClustersSource | None = None,
-        num_clusters: int | None = None,
-        variance_kept: float | None = None,
-        kmeans_seed: int | None = None,
-        num_contexts: int | None = 256,
-        generation_kwargs: Options | None = None,
-        lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
-        vocab_size: int | None = None,
-        log_samples: int = 8,
-        val_pairs: PairsSource | None = None,
-        gold_responses: ResponsesSource | None = None,
-        encoder_kwargs: Options | None = None,
-        lexical_options: Options | None = None,
-        cluster_views: bool = True,
         space: SemanticSpace | None = None,
+        val_pairs: PairsSource | None = None,
+        cluster_texts: ResponsesSource | None = None,
+        num_contexts: int | None = 256,
+        lexical: Lexical | None = None,
         **kwargs: Any,
     ) -> None:
+        renamed, groups = take_own(self, kwargs, {"gold_responses": "cluster_texts"}, DEPRECATED_SPACE_AND_LEXICAL)
         super().__init__(**kwargs)
+        if renamed and cluster_texts is not None:
+            raise ValueError(
+                f"{type(self).__name__}: cluster_texts= and the deprecated gold_responses= were both given"
+            )
+        cluster_texts = renamed.get("cluster_texts", cluster_texts)
+        lexical = merged(type(self).__name__, "lexical", lexical, Lexical(), groups.get("lexical", {}))
         space = space_from_arguments(
             type(self).__name__,
             space,
-            encoder=encoder,
-            clusters=clusters,
-            num_clusters=num_clusters,
-            variance_kept=variance_kept,
-            kmeans_seed=kmeans_seed,
-            encoder_kwargs=encoder_kwargs,
+            **groups.get("space", {}),
             batch_size=self.batch_size,
             show_progress=self.show_progress,
         )
         #: The measurement (:class:`~lightning_div.measure.semantic.SemanticMeasure`): its space, metrics and state.
         self.measure = SemanticMeasure(
             space,
-            lexical_metrics,
-            lexical_options,  # Options types the CLI's JSON values; the metric functions check them
-            vocab_size,
-            generation_kwargs,
+            lexical.metrics,
+            dict(lexical.options),  # the metric functions check them
+            lexical.vocab_size,
+            dict(self.generation.options),
             self.batch_size,
             self.show_progress,
         )
         self.num_contexts = num_contexts
-        self.log_samples = log_samples
-        self.cluster_views = cluster_views
         self.val_pairs_arg = val_pairs
-        self.gold_responses_arg = gold_responses
+        self.cluster_texts_arg = cluster_texts
         #: The responses of the last measurement, in the sample's order.
         self.last_responses: list[str] = []
+
+    @property
+    def log_samples(self) -> int:
+        """Example responses in the table (``outputs.log_samples``)."""
+        return self.outputs.log_samples
+
+    @property
+    def cluster_views(self) -> bool:
+        """Whether the cards, heatmap and ``cluster_shares.csv`` are written (``outputs.cluster_views``)."""
+        return self.outputs.cluster_views
+
+    @cluster_views.setter
+    def cluster_views(self, value: bool) -> None:
+        self.outputs = dataclasses.replace(self.outputs, cluster_views=value)
 
     @property
     def space(self) -> SemanticSpace:
@@ -161,24 +162,22 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     # -- preparation ----------------------------------------------------------------------------
 
-    def gold_responses(self, trainer: pl.Trainer) -> list[str] | None:
-        """Gold training responses (explicit, or the datamodule's); None when neither is available."""
-        if self.gold_responses_arg is not None:
+    def cluster_texts(self, trainer: pl.Trainer) -> list[str] | None:
+        """The texts the clusters are fitted on (explicit, or the datamodule's training responses); None: neither."""
+        if self.cluster_texts_arg is not None:
             from lightning_div.datamodules.formats import read_responses
 
-            return read_responses(self.gold_responses_arg)
+            return read_responses(self.cluster_texts_arg)
         dm = getattr(trainer, "datamodule", None)
-        if dm is not None and (gold := train_responses_of(dm, type(self).__name__)) is not None:
-            return gold
+        if dm is not None and (texts := train_responses_of(dm, type(self).__name__)) is not None:
+            return texts
         return None
 
     def required_inputs(self) -> list[tuple[str, Any, str]]:
-        gold = (
-            [("gold_responses", self.gold_responses_arg, "train_responses")]
-            if self.space.clusters_source is None
-            else []
+        texts = (
+            [("cluster_texts", self.cluster_texts_arg, "train_responses")] if self.space.clusters_source is None else []
         )
-        return [("val_pairs", self.val_pairs_arg, "val_pairs"), *gold]
+        return [("val_pairs", self.val_pairs_arg, "val_pairs"), *texts]
 
     def sample(self, trainer: pl.Trainer) -> list[DialoguePair]:
         """The fixed validation sample the responses are generated for (drawn once, kept on resume)."""
@@ -186,12 +185,12 @@ class SemanticDiversityMonitor(ValidationMonitor):
 
     def prepare(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Fix the validation sample and load or fit the clusters (once per run)."""
-        if "val" not in self._samples:
+        if "val" not in self.fixed_samples:
             require_inputs(self, trainer, self.required_inputs())  # validate-only runs: setup checks fits
         sample = self.sample(trainer)
         if self.measure.ready:
             return
-        gold = self.gold_responses(trainer)
+        gold = self.cluster_texts(trainer)
         check_clusters_source(
             self.space,
             gold is not None,
@@ -255,28 +254,8 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def state_key_args(self) -> dict[str, Any]:
         return {**super().state_key_args(), **self.space.identity()}
 
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            **super().state_dict(),
-            "indices": self.sample_state().get("val"),
-            **self.space.state_dict(),
-            **self.measure.state_dict(),
-            "settings": self.settings(),
-        }
+    def state_parts(self) -> dict[str, Any]:
+        return {"space": self.space, "measure": self.measure}  # the space first, as 0.2 read them
 
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        self.forget_samples()
+    def forget(self) -> None:
         self.measure.forget()
-        if settings_changed(
-            self,
-            state_dict.get("settings"),
-            self.settings(),
-            "the clusters and the validation sample are made again under the new settings",
-        ):
-            return  # history is kept; clusters, sample and the gold Sem-Ent come from the new settings
-        self.load_sample_state(state_dict.get("indices"))
-        self.space.load_state_dict(state_dict)
-        self.measure.load_state_dict(state_dict)
