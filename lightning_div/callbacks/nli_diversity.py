@@ -101,7 +101,7 @@ class NLIDiversityMonitor(ValidationMonitor):
                 "threshold_generation=ThresholdGeneration(...)" if threshold_generation else "threshold_generation=None"
             )
             warn_deprecated(
-                f"NLIDiversityMonitor(threshold_generation={threshold_generation})", new, 3 + init_depth(self)
+                f"NLIDiversityMonitor(threshold_generation={threshold_generation})", new, 2 + init_depth(self)
             )
             enabled, threshold_generation = threshold_generation, None
         super().__init__(**kwargs)

@@ -135,7 +135,7 @@ class RUQMonitor(ValidationMonitor):
         )
         if isinstance(plot, bool):  # 0.2's plot=True / False
             warn_deprecated(
-                f"RUQMonitor(plot={plot})", "plot=RUQPlot(...)" if plot else "plot=None", 3 + init_depth(self)
+                f"RUQMonitor(plot={plot})", "plot=RUQPlot(...)" if plot else "plot=None", 2 + init_depth(self)
             )
             plot = DEFAULT_PLOT if plot else None
         super().__init__(**kwargs)
