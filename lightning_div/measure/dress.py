@@ -15,7 +15,7 @@ import numpy as np
 from lightning_div._internal.checks import warn_if_mostly_empty
 from lightning_div.dress.weights import check_head_threshold, check_negative_weight, head_clusters, negative_weights
 from lightning_div.keys import MOSTLY_EMPTY
-from lightning_div.measure.base import Stateless, plain
+from lightning_div.measure.base import Measure
 from lightning_div.model.generation import generate_responses
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace
@@ -42,7 +42,7 @@ class MinedNegatives:
     head_share: float
 
 
-class NegativeMiner(Stateless):
+class NegativeMiner(Measure):
     """Mine DRESS's negatives: the model's greedy responses that fall in its over-produced (head) clusters.
 
     Args:
@@ -136,15 +136,4 @@ class NegativeMiner(Stateless):
             ids[keep],
             heads,
             float(np.isin(ids, heads).mean()) if len(ids) else 0.0,
-        )
-
-    def settings(self) -> dict[str, Any]:
-        """The mining's configuration (the space's settings, the head threshold, the negatives' weight), JSON-ready."""
-        return plain(
-            {
-                "space": self.space.settings_in_use(),  # the k measured with, the clusters file given
-                "head_threshold": self.head_threshold,
-                "negative_weight": self.negative_weight,
-                "batch_size": self.batch_size,
-            }
         )

@@ -32,7 +32,7 @@ import numpy as np
 from lightning_div._internal.checks import warn_if_mostly_empty
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
 from lightning_div.measure.alerts import ALERT_SIGNALS, GroupAlert
-from lightning_div.measure.base import LexicalSettings, restored_vocab_size
+from lightning_div.measure.base import LexicalSettings, Measure
 from lightning_div.metrics import (
     check_lexical_names,
     check_lexical_options,
@@ -178,7 +178,7 @@ def reference_nll(
     return float(np.mean(nll))
 
 
-class GroupMeasure(LexicalSettings):
+class GroupMeasure(Measure, LexicalSettings):
     """Group diversity of GRPO/RLOO rollouts, one generation batch at a time, in one semantic space.
 
     :meth:`prepare` fits (or reads) the clusters once, on reference responses or on the first
@@ -214,6 +214,9 @@ class GroupMeasure(LexicalSettings):
         self._init_lexical(lexical_metrics, lexical_options, vocab_size)
         self.device = device
         self.reference_model, self.reference_tokenizer = reference_model, reference_tokenizer
+        self.add_part("space")  # the clusters file in use, so that a resumed run reads the very same clusters
+        #: EAD's V: the one given, else counted at :meth:`prepare` (a counted one is restored on resume).
+        self.add_state("vocab_size", self.vocab_size, self._restored_vocab)
         #: The cluster ids of the last measured batch, in its order.
         self.last_ids: np.ndarray = np.zeros(0, dtype=np.int64)
 
@@ -299,32 +302,11 @@ class GroupMeasure(LexicalSettings):
             values["reference_nll"] = reference_nll(self.reference_model, tokenizer, list(prompts), texts)
         return values
 
-    def state_dict(self) -> dict[str, Any]:
-        """The clusters file of the space and EAD's vocabulary size (JSON-ready)."""
-        return {"space": self.space.state_dict(), "vocab_size": self.vocab_size}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`: the clusters file (read at :meth:`prepare` only when it was fitted with
-        the space's settings, else fitted again with a warning) and a counted ``vocab_size`` (a given one
-        is kept, with a warning when the state's differs).
-
-        Raises:
-            ValueError: a state that is not a dict with a ``space`` dict, or a ``vocab_size`` that is not an integer >= 1.
-        """
-        if not isinstance(state, dict) or not isinstance(state.get("space"), dict):
-            raise ValueError(f"a GroupMeasure state must be a dict with a 'space' dict, got {state!r:.80}")
-        vocab = state.get("vocab_size")
-        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
-            raise ValueError(f"vocab_size {vocab!r} is not an integer >= 1")
-        self.space.load_state_dict(state["space"])
-        restored = restored_vocab_size(self.given_vocab_size, vocab, type(self).__name__)
-        if restored is not None:
-            self.vocab_size = restored
-
     def settings(self) -> dict[str, Any]:
-        """The measurement's configuration (the space's settings, the lexical metrics), JSON-ready."""
-        return {
-            "space": self.space.settings_in_use(),  # the k measured with, the clusters file given
-            **self._lexical_settings(),
-            "reference_model": None if self.reference_model is None else type(self.reference_model).__name__,
-        }
+        """The measurement's configuration (the space's settings, the lexical metrics), JSON-ready: the
+        constructor's arguments, the reference model and tokenizer by their type."""
+        out = super().settings()
+        for name in ("reference_model", "reference_tokenizer"):
+            model = getattr(self, name)
+            out[name] = None if model is None else type(model).__name__
+        return out

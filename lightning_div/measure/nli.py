@@ -13,15 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_div._internal.distributed import distributed_map
-from lightning_div.measure.base import Stateless, plain
+from lightning_div.measure.base import Measure
 from lightning_div.nli.scorer import ScorerSource
-from lightning_div.semantic.space import describe
 from lightning_div.types import Options
 
 __all__ = ["NLIMeasure"]
 
 
-class NLIMeasure(Stateless):
+class NLIMeasure(Measure):
     """NLI diversity of ``n`` sampled responses per context, and optionally Diversity Threshold Generation.
 
     :meth:`prepare` loads the scorer (once), :meth:`measure` gives ``nli_div_baseline``,
@@ -183,19 +182,3 @@ class NLIMeasure(Stateless):
             desc="Diversity Threshold Generation",
         )
         return dict(threshold_stats(rows))
-
-    def settings(self) -> dict[str, Any]:
-        """The measurement's configuration (scorer, sampling, threshold generation), JSON-ready."""
-        return {
-            "scorer": describe(self.scorer_arg),
-            "n": self.n,
-            "top_p": self.top_p,
-            "generation_kwargs": plain(self.generation_kwargs),
-            "threshold_generation": self.threshold_generation,
-            "threshold": self.threshold,
-            "max_samples": self.max_samples,
-            "threshold_metric": self.threshold_metric,
-            "threshold_diversity_metric": self.threshold_diversity_metric,
-            "threshold_rank_by": self.threshold_rank_by,
-            "seed": self.seed,
-        }

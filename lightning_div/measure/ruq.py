@@ -13,7 +13,7 @@ import numpy as np
 
 from lightning_div._internal.distributed import distributed_map
 from lightning_div.measure.alerts import RUQAlert  # RUQ's alert, beside the group alert; importable from here too
-from lightning_div.measure.base import Stateless
+from lightning_div.measure.base import Measure
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference, ruq_per_idk
 from lightning_div.model.generation import generate_responses
 from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs, scores_from_logprobs
@@ -37,7 +37,7 @@ def check_idk_responses(idk_responses: Sequence[str], allow_empty: bool = False)
     return idk
 
 
-class RUQMeasure(Stateless):
+class RUQMeasure(Measure):
     """RUQ and its margin against every IDK string, over a sample of pairs (one batched, sharded scoring pass).
 
     RUQ = 100 x the share of prompts whose reference has a higher length-normalised
@@ -151,15 +151,6 @@ class RUQMeasure(Stateless):
         items = [(p.context, [rs[i] for rs in lines.values()]) for i, p in enumerate(pairs)]
         logprobs = self.logprobs(adapter, items)
         return {name: profile_from_logprobs([per[k] for per in logprobs]) for k, name in enumerate(lines)}
-
-    def settings(self) -> dict[str, Any]:
-        """The measurement's configuration (IDK strings, reference choice, scoring), JSON-ready."""
-        return {
-            "idk_responses": list(self.idk_responses),
-            "reference": self.reference,
-            "shared_contexts": self.shared_contexts,
-            "batch_size": self.batch_size,
-        }
 
 
 def ruq_profile_figure(profile: dict[str, tuple[np.ndarray, np.ndarray]], num_prompts: int, title: str) -> Any:

@@ -18,7 +18,7 @@ import numpy as np
 
 from lightning_div._internal.checks import warn_if_mostly_empty
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
-from lightning_div.measure.base import LexicalSettings, plain, restored_vocab_size
+from lightning_div.measure.base import LexicalSettings, Measure
 from lightning_div.metrics import (
     DEFAULT_LEXICAL,
     cluster_js_divergence,
@@ -82,7 +82,7 @@ class SemanticResult:
     gold_shares: list[float]
 
 
-class SemanticMeasure(LexicalSettings):
+class SemanticMeasure(Measure, LexicalSettings):
     """Sem-Ent (Han et al., 2022), the cluster divergence from the gold responses and the lexical metrics.
 
     :meth:`prepare` once (fits or reads the space's clusters on the gold training responses,
@@ -118,9 +118,13 @@ class SemanticMeasure(LexicalSettings):
         self.generation_kwargs = dict(generation_kwargs or {})
         self.batch_size, self.show_progress = batch_size, show_progress
         #: Whether ``sem_ent_gold`` was reported in this run (it is reported once).
-        self.gold_logged = False
+        self.gold_logged: bool
+        self.add_state("gold_logged", False, _check_gold_logged)
+        #: EAD's V: the one given, else counted at :meth:`prepare` (a counted one is restored on resume).
+        self.add_state("vocab_size", self.vocab_size, self._restored_vocab)
         #: ``(step or epoch, generated share per cluster)`` of every measurement.
-        self.share_history: list[tuple[int, list[float]]] = []
+        self.share_history: list[tuple[int, list[float]]]
+        self.add_state("share_history", [], self._restored_history)
         # the gold responses' cluster ids, by their texts: the same sample is embedded once per run,
         # another sample (scores() is public: any pairs) gets its own
         self._cached_gold_cluster_ids: tuple[tuple[str, ...], np.ndarray] | None = None
@@ -251,47 +255,17 @@ class SemanticMeasure(LexicalSettings):
             if total != 0.0 and abs(total - 1.0) > 1e-6:
                 raise ValueError(f"share_history at step {e}: the shares sum to {total:.6g}, not 1")
 
-    def settings(self) -> dict[str, Any]:
-        """The measurement's configuration (the space's settings, the lexical metrics, generation), JSON-ready."""
-        return {
-            "space": self.space.settings_in_use(),  # the k measured with, the clusters file given
-            **self._lexical_settings(),
-            "generation_kwargs": plain(self.generation_kwargs),
-            "batch_size": self.batch_size,
-        }
-
     def forget(self) -> None:
         """Start afresh: the clusters are made ready again at the next :meth:`prepare`, the gold Sem-Ent reported again."""
         self._prepared, self._cached_gold_cluster_ids, self.gold_logged = False, None, False
 
-    def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to continue as the uninterrupted one."""
-        return {
-            "gold_logged": self.gold_logged,
-            "vocab_size": self.vocab_size,
-            "share_history": [[e, list(s)] for e, s in self.share_history],
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`. A ``vocab_size`` given to this measure is kept (a state of another
-        one is warned about); a counted one is restored.
+    def _restored_history(self, history: Any) -> list[tuple[int, list[float]]]:
+        """The ``share_history`` state's check: rows of ``[step, [share per cluster]]``, each share in [0, 1],
+        one per cluster of the clusters' k (once read; before, the k the space asks for), summing to 1.
 
         Raises:
-            ValueError: a damaged state (not a dict, or a field of the wrong type), naming the field; a share
-                history of another k than the clusters' (once read; before, the k the space asks for), or
-                whose shares do not sum to 1.
+            ValueError: a damaged history, naming the step.
         """
-        if not isinstance(state, dict):
-            raise ValueError(f"a SemanticMeasure state must be a dict, got {state!r:.80}")
-        gold_logged, vocab, history = (
-            state.get("gold_logged", False),
-            state.get("vocab_size"),
-            state.get("share_history", []),
-        )
-        if not isinstance(gold_logged, bool):
-            raise ValueError(f"gold_logged must be true or false, got {gold_logged!r}")
-        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
-            raise ValueError(f"vocab_size must be an integer >= 1 or null, got {vocab!r}")
         try:
             restored = [(int(e), [float(v) for v in s]) for e, s in history]
         except (TypeError, ValueError) as err:
@@ -301,6 +275,11 @@ class SemanticMeasure(LexicalSettings):
             if bad:
                 raise ValueError(f"share_history at step {e}: a share must be a number in [0, 1], got {bad[0]!r}")
         self._check_history_k(restored)
-        self.gold_logged = gold_logged
-        self.vocab_size = restored_vocab_size(self.given_vocab_size, vocab, type(self).__name__) or self.vocab_size
-        self.share_history = restored
+        return restored
+
+
+def _check_gold_logged(value: Any) -> bool:
+    """The ``gold_logged`` state's check: true or false."""
+    if not isinstance(value, bool):
+        raise ValueError(f"gold_logged must be true or false, got {value!r}")
+    return value
