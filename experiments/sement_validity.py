@@ -91,6 +91,28 @@ QUICK: dict[str, Any] = {
 SET_LEXICAL = ("distinct_1", "distinct_2", "ead")
 
 
+def contexts_and_references(cfg: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
+    """The validation contexts the pools are sampled after, and the gold replies the clusters are fitted on.
+
+    One generator seeded by ``cfg["seed"]`` draws both, in this order (``experiments/rescore.py`` draws the
+    validated judge's cluster texts through this function, so they are the ones this page measured).
+
+    Raises:
+        ValueError: fewer validation contexts than the pools need.
+    """
+    from lightning_div.datamodules import read_pairs
+
+    rng = np.random.default_rng(cfg["seed"])
+    val = read_pairs("chitchat:validation", max_history=2)
+    need = max(cfg["pool"].values()) + cfg["group_pool"]
+    if need > len(val):
+        raise ValueError(f"the pools need {need} distinct validation contexts; chitchat:validation has {len(val)}")
+    contexts = [list(val[i].context) for i in rng.permutation(len(val))[:need]]
+    gold = list(dict.fromkeys(p.response for p in read_pairs("chitchat:pretrain", max_history=1)))
+    references = [gold[i] for i in sorted(rng.choice(len(gold), min(cfg["references"], len(gold)), replace=False))]
+    return contexts, references
+
+
 def encoders(cfg: dict[str, Any]) -> dict[str, Any]:
     """One ResponseEncoder per space (the base model's two poolings share nothing but the weights' file)."""
     from lightning_div.cli.meta_eval import default_encoder_path
@@ -224,21 +246,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     from lightning_div import DialogueLM
-    from lightning_div.datamodules import read_pairs
     from lightning_div.metrics import count_vocab
     from lightning_div.model.adapters import resolve_adapter
 
     torch.set_num_threads(args.threads)
     start, cpu_start = time.perf_counter(), time.process_time()
     cfg = dict(QUICK if args.quick else FULL)
-    rng = np.random.default_rng(cfg["seed"])
-    val = read_pairs("chitchat:validation", max_history=2)
-    need = max(cfg["pool"].values()) + cfg["group_pool"]
-    if need > len(val):
-        raise ValueError(f"the pools need {need} distinct validation contexts; chitchat:validation has {len(val)}")
-    contexts = [list(val[i].context) for i in rng.permutation(len(val))[:need]]
-    gold = list(dict.fromkeys(p.response for p in read_pairs("chitchat:pretrain", max_history=1)))
-    references = [gold[i] for i in sorted(rng.choice(len(gold), min(cfg["references"], len(gold)), replace=False))]
+    contexts, references = contexts_and_references(cfg)
     module = DialogueLM(cfg["model"]).eval()
     adapter = resolve_adapter(module, batch_size=64, max_new_tokens=cfg["max_new_tokens"], show_progress=False)
     pools = sample_pools(cfg, adapter, contexts)
