@@ -19,7 +19,7 @@ from typing import Any
 
 
 def write(stream_dir: str, marker: str, mode: str, tokenizer: Any, pairs: Sequence[Any]) -> None:
-    """Write ``pairs``' chunks to ``stream_dir`` (``chunk_bytes="4kb"``, as test_streaming's ``small_module``).
+    """Write ``pairs``' chunks to ``stream_dir`` (``Chunks(chunk_bytes="4kb")``, as test_streaming's ``small_module``).
 
     Once LitData has written the chunks (not yet verified and renamed into place) it touches
     ``<marker>-<pid>`` and waits there: until two writers have ("meet"), or until it is killed ("kill").
@@ -32,6 +32,7 @@ def write(stream_dir: str, marker: str, mode: str, tokenizer: Any, pairs: Sequen
     try:
         import litdata
 
+        from lightning_div.datamodules.options import Chunks
         from lightning_div.datamodules.streaming import StreamingDialogueDataModule
 
         real = litdata.optimize
@@ -48,9 +49,7 @@ def write(stream_dir: str, marker: str, mode: str, tokenizer: Any, pairs: Sequen
             val=None,
             tokenizer=tokenizer,
             show_progress=False,
-            stream_dir=stream_dir,
-            chunk_bytes="4kb",
-            optimize_start_method="fork",
+            chunks=Chunks(dir=stream_dir, chunk_bytes="4kb", start_method="fork"),
         )
         said.with_name(said.name + ".out").write_text(str(dm.chunk_dir()))
     except BaseException:

@@ -14,6 +14,7 @@ from scipy.stats import chisquare
 from lightning_div import DialoguePair
 from lightning_div.datamodules import (
     DialogueDataModule,
+    Examples,
     Fields,
     Negatives,
     ReaderOptions,
@@ -28,6 +29,8 @@ from lightning_div.datamodules.samplers import (
     epoch_window,
 )
 from lightning_div.model.formatting import DialogueLayout
+
+LAYOUT_32 = DialogueLayout(max_turns=3, max_context_tokens=32)  # 0.2's max_context_tokens=32 (with max_history=3)
 
 PAIRS = [
     (["Hi there", "How are you?"], "Fine"),
@@ -109,7 +112,7 @@ def test_subset_is_deterministic_and_stats_logged_once(caplog):
         train=pairs,
         val=pairs[:5],
         tokenizer=tokenizer(),
-        max_train_examples=10,
+        examples=Examples(max_train=10),
         seed=seed,
         show_progress=False,
     )
@@ -278,10 +281,8 @@ def test_trainer_fits_tiny_model(seq2seq):
         train=pairs,
         val=pairs[:4],
         batch_size=8,
-        max_history=2,
+        layout=DialogueLayout(max_turns=2, max_context_tokens=32, max_response_tokens=32),
         show_progress=False,
-        max_context_tokens=32,
-        max_response_tokens=32,
     )
     if seq2seq:  # used on its own first (no model: causal layout), then the Trainer's seq2seq model decides
         dm = DialogueDataModule(**settings, tokenizer=model.tokenizer)
@@ -302,7 +303,7 @@ def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
     pairs = list(chitchat_pairs("train", 5))[:10]
     n = len(pairs)
     negatives = [(pairs[0].context, "generated one"), (pairs[1].context, "generated two")]
-    dm = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, max_context_tokens=32)
+    dm = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, layout=LAYOUT_32)
     dm_weights = np.arange(1, n + 1) / n
     model = TinyLM(lr=1e-3)
     trainer = quiet_trainer(
@@ -322,7 +323,7 @@ def test_negatives_reach_the_next_epoch_and_survive_resume(tmp_path):
     assert [by_epoch[1][i] for i in range(n)] == pytest.approx(dm_weights.tolist())
 
     (ckpt,) = list(tmp_path.rglob("*.ckpt"))
-    fresh = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, max_context_tokens=32)
+    fresh = DialogueDataModule(train=pairs, val=None, batch_size=4, show_progress=False, layout=LAYOUT_32)
     resumed = TinyLM(lr=1e-3)
     quiet_trainer(
         max_epochs=3,
@@ -379,19 +380,21 @@ def test_epochs_of_a_window_each_take_examples_not_taken_before_and_every_negati
     assert epoch_window(6, np.int64(3), 0, 0) == epoch_window(6, 3, 0, 0)  # numpy integers are integers
     # the module refuses what the samplers would, when it is built rather than at its first dataloader
     for bad, shown in ((0, "0"), (1.5, "1.5"), (True, "True"), ("8", "'8'")):
-        with pytest.raises(
-            ValueError, match=rf"train_examples_per_epoch must be an integer >= 1 \(or None\), got {shown}"
-        ):
-            DialogueDataModule(train=PAIRS, val=None, train_examples_per_epoch=bad)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"max_train_examples must be an integer >= 1 \(or None\), got 2.0"):
-        DialogueDataModule(train=PAIRS, val=None, max_train_examples=2.0)  # type: ignore[arg-type]
-    assert DialogueDataModule(train=PAIRS, val=None, train_examples_per_epoch=np.int64(4)).train_examples_per_epoch == 4
+        with pytest.raises(ValueError, match=rf"Examples.train_per_epoch must be an integer >= 1 or None, got {shown}"):
+            Examples(train_per_epoch=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"Examples.max_train must be an integer >= 1 or None, got 2.0"):
+        Examples(max_train=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 1 \(or None\), got 0"):
+        DialogueDataModule(train=PAIRS, val=None, batch_size=0)
+    per_epoch = Examples(train_per_epoch=np.int64(4))  # type: ignore[arg-type]
+    assert per_epoch.train_per_epoch == 4 and type(per_epoch.train_per_epoch) is int
+    assert DialogueDataModule(train=PAIRS, val=None, examples=per_epoch).examples.train_per_epoch == 4
 
 
 def test_a_fit_with_examples_per_epoch_trains_a_new_window_each_epoch_and_draws_that_many():
     pairs = list(chitchat_pairs("train", 5))[:12]
     dm = DialogueDataModule(
-        train=pairs, val=None, batch_size=2, show_progress=False, max_context_tokens=32, train_examples_per_epoch=4
+        train=pairs, val=None, batch_size=2, show_progress=False, layout=LAYOUT_32, examples=Examples(train_per_epoch=4)
     )
     model = TinyLM(lr=1e-3)
     quiet_trainer(max_epochs=3, reload_dataloaders_every_n_epochs=1).fit(model, dm)
@@ -404,7 +407,7 @@ def test_a_fit_with_examples_per_epoch_trains_a_new_window_each_epoch_and_draws_
     assert [sorted(i for e, idx, _ in again.seen if e == epoch for i in idx) for epoch in range(3)] == by_epoch
     # sampler mode draws that many an epoch
     drawn = DialogueDataModule(
-        train=pairs, val=None, tokenizer=tokenizer(), show_progress=False, train_examples_per_epoch=4
+        train=pairs, val=None, tokenizer=tokenizer(), show_progress=False, examples=Examples(train_per_epoch=4)
     )
     drawn.apply_weights(np.ones(12), Negatives(), "sampler")
     assert len(drawn.train_dataloader().sampler) == 4
@@ -416,7 +419,7 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     n = len(pairs)  # 13 on 2 ranks: 7 + 7, one padding row; with 2 negatives 15: again one padding row
     negatives = [(pairs[0].context, "generated one"), (pairs[3].context, "generated two")]
     gold_weights = 1.0 + np.arange(n) / 10
-    dm = DialogueDataModule(train=pairs, val=None, batch_size=3, show_progress=False, max_context_tokens=32)
+    dm = DialogueDataModule(train=pairs, val=None, batch_size=3, show_progress=False, layout=LAYOUT_32)
     model = TinyLM(record_dir=str(tmp_path), lr=1e-3)
     trainer = quiet_trainer(
         strategy=forkserver_ddp(),  # ddp_spawn's processes, forked from a server with torch imported
@@ -454,18 +457,18 @@ def test_lightning_cli_builds_the_datamodule(tmp_path, monkeypatch):
             str(data),
             "--data.val",
             "null",
-            "--data.max_history",
+            "--data.layout.max_turns",
             "2",
             "--data.batch_size",
             "4",
-            "--data.dedupe",
+            "--data.examples.dedupe",
             "true",
             "--trainer.logger",
             "false",
         ],
     )
     dm = cli.datamodule
-    assert (dm.batch_size, dm.max_history, dm.dedupe) == (4, 2, True)
+    assert (dm.batch_size, dm.layout, dm.examples) == (4, DialogueLayout(max_turns=2), Examples(dedupe=True))
     assert dm.train_pairs() == [DialoguePair(("hi",), "hello")]
 
 

@@ -1,7 +1,7 @@
 """StreamingDialogueDataModule: the training split in LitData chunks, with the in-memory path's guarantees.
 
-The modules written in this process start LitData's writer from a forkserver (``FAST``:
-``optimize_start_method="forkserver"``, torch and lightning_div imported once by the server,
+The modules written in this process start LitData's writer from a forkserver (``fast()``:
+``Chunks(start_method="forkserver")``, torch and lightning_div imported once by the server,
 tests/ddp_utils.py) instead of LitData's default, a spawned interpreter that imports them again for
 every folder written (most of each test's time). What is written and checked is the same; LitData's
 default start method writes in the DDP test and fails, as it should, in the main-guard test's script.
@@ -25,7 +25,8 @@ from ddp_utils import forkserver_ddp
 from helpers import chitchat_pairs, quiet_trainer, tokenizer
 
 from lightning_div import DialoguePair
-from lightning_div.datamodules import DialogueDataModule
+from lightning_div.datamodules import Chunks, DialogueDataModule, Examples
+from lightning_div.model.formatting import DialogueLayout
 
 litdata = pytest.importorskip("litdata")
 
@@ -37,8 +38,9 @@ def plain(value):
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-#: how the modules of this process write their chunks (the module docstring says why)
-FAST = {"optimize_start_method": "forkserver"}
+def fast(stream_dir, **kw):
+    """How the modules of this process write their chunks (the module docstring says why)."""
+    return Chunks(**{"dir": stream_dir, "start_method": "forkserver", **kw})
 
 
 def gold_ids(dm):
@@ -48,12 +50,12 @@ def gold_ids(dm):
 
 def pair_modules(tmp_path, pairs, **kw):
     args = dict(train=pairs, val=None, tokenizer=tokenizer(), batch_size=4, show_progress=False, **kw)
-    return DialogueDataModule(**args), StreamingDialogueDataModule(stream_dir=tmp_path / "stream", **FAST, **args)
+    return DialogueDataModule(**args), StreamingDialogueDataModule(chunks=fast(tmp_path / "stream"), **args)
 
 
 def test_same_ids_and_batches_as_the_in_memory_path(tmp_path):
     pairs = list(chitchat_pairs("train", 6))[:30]
-    memory, stream = pair_modules(tmp_path, pairs, max_context_tokens=24)
+    memory, stream = pair_modules(tmp_path, pairs, layout=DialogueLayout(max_turns=3, max_context_tokens=24))
     memory.setup("fit")
     stream.prepare_data()
     stream.setup("fit")
@@ -76,7 +78,9 @@ def test_same_ids_and_batches_as_the_in_memory_path(tmp_path):
 def test_train_examples_per_epoch_takes_the_same_windows_as_in_memory(tmp_path):
     # the option is DialogueDataModule's, inherited: the same window of the chunks each epoch
     pairs = list(chitchat_pairs("train", 6))[:30]
-    memory, stream = pair_modules(tmp_path, pairs, max_context_tokens=24, train_examples_per_epoch=8)
+    memory, stream = pair_modules(
+        tmp_path, pairs, layout=DialogueLayout(max_turns=3, max_context_tokens=24), examples=Examples(train_per_epoch=8)
+    )
     memory.setup("fit")
     stream.prepare_data()
     stream.setup("fit")
@@ -106,7 +110,7 @@ def test_chunks_are_written_once_per_content(tmp_path, monkeypatch):
     _, again = pair_modules(tmp_path, pairs)
     assert again.chunk_dir() == written  # same data, tokenizer and settings: reused
     monkeypatch.undo()
-    _, other = pair_modules(tmp_path, pairs, max_response_tokens=5)
+    _, other = pair_modules(tmp_path, pairs, layout=DialogueLayout(max_turns=3, max_response_tokens=5))
     assert other.chunk_dir() != written  # a setting the ids depend on: a folder of its own
     _, fewer = pair_modules(tmp_path, pairs[:-1])
     assert fewer.chunk_dir() not in (written, other.chunk_dir())
@@ -116,12 +120,12 @@ def test_a_file_source_is_hashed_by_its_bytes(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"context": ["Hi"], "response": "Hello"}\n{"context": ["Bye"], "response": "See you"}\n')
     dm = StreamingDialogueDataModule(
-        train=str(path), val=None, tokenizer=tokenizer(), show_progress=False, stream_dir=tmp_path / "s", **FAST
+        train=str(path), val=None, tokenizer=tokenizer(), show_progress=False, chunks=fast(tmp_path / "s")
     )
     first = dm.chunk_dir()
     path.write_text('{"context": ["Hi"], "response": "Hello!"}\n{"context": ["Bye"], "response": "See you"}\n')
     changed = StreamingDialogueDataModule(
-        train=str(path), val=None, tokenizer=tokenizer(), show_progress=False, stream_dir=tmp_path / "s", **FAST
+        train=str(path), val=None, tokenizer=tokenizer(), show_progress=False, chunks=fast(tmp_path / "s")
     )
     assert changed.chunk_dir() != first
     assert changed.train_pairs()[0].response == "Hello!"
@@ -157,7 +161,12 @@ def test_ddp_every_example_exactly_once_per_epoch(tmp_path):
     n = len(pairs)  # 13 on 2 ranks: one padding row; 15 with the negatives: again one
     negatives = [(pairs[0].context, "generated one"), (pairs[3].context, "generated two")]
     dm = StreamingDialogueDataModule(
-        train=pairs, val=None, batch_size=3, show_progress=False, max_context_tokens=32, stream_dir=tmp_path / "s"
+        train=pairs,
+        val=None,
+        batch_size=3,
+        show_progress=False,
+        layout=DialogueLayout(max_turns=3, max_context_tokens=32),
+        chunks=Chunks(dir=tmp_path / "s"),
     )
     dm.apply_weights(1.0 + np.arange(n) / 10)
     record = tmp_path / "record"
@@ -190,8 +199,8 @@ def test_the_process_start_method_is_left_as_it_was(tmp_path):
         assert multiprocessing.get_start_method(allow_none=True) == "spawn"
     finally:
         multiprocessing.set_start_method(before, force=True)
-    with pytest.raises(ValueError, match=r"optimize_start_method must be None, 'spawn', 'fork' or 'forkserver'"):
-        small_module(tmp_path / "stream", [("a", "b")], optimize_start_method="threads")
+    with pytest.raises(ValueError, match=r"Chunks.start_method must be None, 'spawn', 'fork' or 'forkserver'"):
+        small_module(tmp_path / "stream", [("a", "b")], start_method="threads")
 
 
 def test_missing_litdata_names_the_extra(monkeypatch):
@@ -210,9 +219,7 @@ def small_module(stream_dir, pairs, **kw):
         val=None,
         tokenizer=tokenizer(),
         show_progress=False,
-        stream_dir=stream_dir,
-        chunk_bytes="4kb",
-        **{**FAST, **kw},
+        chunks=fast(stream_dir, **{"chunk_bytes": "4kb", **kw}),
     )
 
 
@@ -320,11 +327,11 @@ def test_edited_folder_metadata_is_one_warning_and_a_rewrite(tmp_path, written, 
 UNGUARDED = """
 import sys
 
-from lightning_div.datamodules import StreamingDialogueDataModule
+from lightning_div.datamodules import Chunks, StreamingDialogueDataModule
 
 stream_dir, train, tokenizer = sys.argv[1:]
 StreamingDialogueDataModule(
-    train=train, val=None, tokenizer=tokenizer, stream_dir=stream_dir, show_progress=False
+    train=train, val=None, tokenizer=tokenizer, chunks=Chunks(dir=stream_dir), show_progress=False
 ).prepare_data()
 """
 

@@ -16,6 +16,7 @@ from lightning_div.datamodules.formats import (
     read_pairs,
     read_responses,
 )
+from lightning_div.datamodules.options import Chunks, Examples
 from lightning_div.reweighting import Negatives, ReweightableDataModule
 
 _LAZY = {
@@ -28,7 +29,9 @@ _LAZY = {
 }
 
 __all__ = [
+    "Chunks",
     "DataFormatError",
+    "Examples",
     "Fields",
     "Negatives",
     "ReadResult",

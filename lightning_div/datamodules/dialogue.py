@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Sampler
 
-from lightning_div._internal.deprecation import warn_deprecated
+from lightning_div._internal.deprecation import take_deprecated, warn_deprecated
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div._internal.lightning import pl, rank_zero, reload_every
 from lightning_div._internal.loop_state import batches_trained_this_epoch
@@ -34,6 +34,15 @@ from lightning_div.datamodules.formats import (
     ReadResult,
     ReadStats,
     read_pairs,
+)
+from lightning_div.datamodules.options import (
+    DATAMODULE_REGROUPED,
+    DATAMODULE_RENAMED,
+    DEFAULT_LAYOUT,
+    Examples,
+    moved_property,
+    plain,
+    settings_of,
 )
 from lightning_div.datamodules.samplers import (
     ExactDistributedSampler,
@@ -61,8 +70,7 @@ NAMES = ("train", "val", "test")
 _SPLIT_OF = {"train": "train", "val": "validation", "test": "test"}
 _STAGE_NAMES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ()}
 _REQUIRED = {"fit": "train", "validate": "val", "test": "test"}
-#: The arguments that are a batch or subset size (an integer >= 1, or None).
-_SIZES = ("batch_size", "eval_batch_size", *(f"max_{n}_examples" for n in NAMES), "train_examples_per_epoch")
+_ALL_EXAMPLES = Examples()
 
 
 def _plain(value: Any) -> bool:
@@ -78,82 +86,74 @@ class DialogueDataModule(pl.LightningDataModule):
             or a list of pairs; ``None`` = no such data.
         val: the validation data, as ``train``.
         test: the test data, as ``train``.
-        format: ``"auto"`` (from the extension) or a name in ``formats.FORMATS``.
+        file_format: how the files are written: ``"auto"`` (from the extension) or a name in ``formats.FORMATS``.
         tokenizer: a name or path for ``AutoTokenizer``, ``"local:chitchat-gpt2"`` (the base model's),
             ``"local:chitchat"``, a tokenizer object, or ``None`` = the LightningModule's ``tokenizer``
             attribute at setup. A name that does not load raises an :class:`OSError` naming it at setup.
-        max_history: context turns kept per example (None = all).
-        max_context_tokens: see :class:`~lightning_div.model.formatting.DialogueLayout`; contexts are
-            also left-truncated to fit the model window.
-        max_response_tokens: see :class:`~lightning_div.model.formatting.DialogueLayout`.
-        turn_separator: see :class:`~lightning_div.model.formatting.DialogueLayout`.
-        max_train_examples: keep a random training subset of this size (seeded by ``seed``),
-            e.g. for demos.
-        max_val_examples: the same for the validation data.
-        max_test_examples: the same for the test data.
+        layout: how a dialogue becomes tokens (:class:`~lightning_div.model.formatting.DialogueLayout`:
+            the turn separator, the turns kept, the token limits; contexts are also left-truncated to fit
+            the model window); default: the last 3 turns. Exposed as ``dm.layout``, which the monitors use.
+        examples: which of the examples read are used (:class:`~lightning_div.datamodules.options.Examples`:
+            subsets, the epoch's window, dedupe); default: all, every epoch.
         batch_size: training batch size.
         eval_batch_size: evaluation batch size (None = ``batch_size``).
-        dedupe: drop exact duplicate examples (same context, response and references).
+        num_workers: DataLoader worker processes.
         seed: subset choice, shuffling and weighted draws (offset by the epoch).
         seq2seq: encoder-decoder layout; ``None`` = read it from the LightningModule's ``model``.
         reader: the field / column names and CSV/TSV separators the readers use
             (:class:`~lightning_div.datamodules.formats.ReaderOptions`; None = the defaults).
         show_progress: progress bar while tokenising.
-        train_examples_per_epoch: train on only this many of the training examples each epoch,
-            a different window of them every epoch (seeded by ``seed``; see
-            :func:`~lightning_div.datamodules.samplers.epoch_window`), so that consecutive epochs
-            see examples not seen before until all are used; DRESS's negatives are trained whole.
-            In ``"sampler"`` mode an epoch draws this many. None: every example every epoch.
+        **deprecated: 0.2's keyword arguments (``format``, ``max_history``, ``max_train_examples`` ...),
+            accepted for one release with a ``DeprecationWarning`` naming the new form.
     """
+
+    format = moved_property("DialogueDataModule", "format", "file_format")
+    max_history = moved_property("DialogueDataModule", "max_history", "layout.max_turns")
+    dialogue_format = moved_property("DialogueDataModule", "dialogue_format", "layout")
+    max_response_tokens = moved_property("DialogueDataModule", "max_response_tokens", "layout.max_response_tokens")
+    dedupe = moved_property("DialogueDataModule", "dedupe", "examples.dedupe")
+    train_examples_per_epoch = moved_property(
+        "DialogueDataModule", "train_examples_per_epoch", "examples.train_per_epoch"
+    )
 
     def __init__(
         self,
         train: PairsSource | None = "chitchat",
         val: PairsSource | None = "chitchat",
         test: PairsSource | None = None,
-        format: str = "auto",
+        file_format: str = "auto",
         tokenizer: TokenizerSource | None = None,
-        max_history: int | None = 3,
-        max_context_tokens: int | None = None,
-        max_response_tokens: int | None = None,
-        turn_separator: str | None = None,
-        max_train_examples: int | None = None,
-        max_val_examples: int | None = None,
-        max_test_examples: int | None = None,
+        layout: DialogueLayout = DEFAULT_LAYOUT,
+        examples: Examples = _ALL_EXAMPLES,
         batch_size: int = 16,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
-        dedupe: bool = False,
         seed: int = 0,
         seq2seq: bool | None = None,
         reader: ReaderOptions | None = None,
         show_progress: bool = True,
-        train_examples_per_epoch: int | None = None,
+        **deprecated: Any,
     ) -> None:
         super().__init__()
+        renamed, groups = take_deprecated(type(self).__name__, deprecated, DATAMODULE_RENAMED, DATAMODULE_REGROUPED)
+        self.file_format: str = renamed.get("file_format", file_format)
+        self.layout = settings_of(DialogueLayout, layout, "layout", groups.get("layout"))
+        self.examples = settings_of(Examples, examples, "examples", groups.get("examples"))
         self.reader = ReaderOptions.of(reader)  # or a dict of its options, as a checkpoint's hyperparameters hold it
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            check_count(name, value)  # checked here, so that a bad value fails when built, not minutes into a fit
         sources = {"train": train, "val": val, "test": test}
         # `tokenizer` is left out: DialogueLM logs its own, and Lightning refuses two different values of one key.
-        self.save_hyperparameters(ignore=["tokenizer", "reader", *(k for k, v in sources.items() if not _plain(v))])
-        # `reader` as plain values: checkpoints load with weights_only=True, which refuses a ReaderOptions.
-        self.save_hyperparameters({"reader": self.reader.as_dict()})
-        # checked here, so that a bad value fails when the module is built, not minutes into a fit
-        sizes = (batch_size, eval_batch_size, max_train_examples, max_val_examples, max_test_examples)
-        for name, value in zip(_SIZES, (*sizes, train_examples_per_epoch)):
-            check_count(name, value)  # integers >= 1 or None
-        self._sources = sources
-        self._limits = {"train": max_train_examples, "val": max_val_examples, "test": max_test_examples}
-        self.train_examples_per_epoch = train_examples_per_epoch
-        self.format = format
-        self.max_history = max_history
-        self.dialogue_format = DialogueLayout(
-            turn_separator=turn_separator, max_turns=max_history, max_context_tokens=max_context_tokens
+        # The settings objects as plain values: checkpoints load with weights_only=True, which refuses our classes.
+        settings = {"file_format": self.file_format, "layout": plain(self.layout), "examples": plain(self.examples)}
+        self.save_hyperparameters(
+            ignore=["tokenizer", *settings, "reader", *(k for k, v in sources.items() if not _plain(v))]
         )
-        self.max_response_tokens = max_response_tokens
+        self.save_hyperparameters({**settings, "reader": self.reader.as_dict()})
+        self._sources = sources
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers = num_workers
-        self.dedupe = dedupe
         self.seed = seed
         self.show_progress = show_progress
         self._tokenizer_arg = tokenizer
@@ -180,19 +180,19 @@ class DialogueDataModule(pl.LightningDataModule):
                 raise ValueError(f"no {name} data: pass {name}= (a path, 'chitchat', a datasets.Dataset or pairs)")
             pairs = read_pairs(
                 source,
-                self.format,
+                self.file_format,
                 split=_SPLIT_OF[name],
-                max_history=self.max_history,
-                dedupe=self.dedupe,
+                max_history=self.layout.max_turns,
+                dedupe=self.examples.dedupe,
                 fields=self.reader.fields,
                 **self.reader.csv_options(),
             )
             stats = pairs.stats
-            limit, note = self._limits[name], ""
+            limit, note = self.examples.limit(name), ""
             if limit is not None and len(pairs) > limit:
                 keep = np.sort(np.random.default_rng(self.seed).choice(len(pairs), size=limit, replace=False))
                 pairs = ReadResult([pairs[i] for i in keep], stats)
-                note = f"; using a random {limit:,} of them (max_{name}_examples, seed {self.seed})"
+                note = f"; using a random {limit:,} of them (examples.max_{name}, seed {self.seed})"
             _info(f"{name} data: {stats.summary()}{note}")
             self._pairs[name], self._stats[name] = pairs, stats
         return self._pairs[name]
@@ -281,8 +281,7 @@ class DialogueDataModule(pl.LightningDataModule):
             pairs,
             self._tokenizer,
             self._model,
-            self.dialogue_format,
-            max_response_tokens=self.max_response_tokens,
+            self.layout,
             show_progress=show,
             desc=desc,
         )
@@ -448,7 +447,7 @@ class DialogueDataModule(pl.LightningDataModule):
             num_replicas,
             rank,
             self.seed,
-            self.train_examples_per_epoch,
+            self.examples.train_per_epoch,
         )
         trainer = self._trainer_or_none()
         sampler.set_epoch(trainer.current_epoch if trainer is not None else 0)
@@ -456,7 +455,7 @@ class DialogueDataModule(pl.LightningDataModule):
         # a mid-epoch position counts batches: it means the same examples only under these (checked on resume)
         settings = {
             "batch_size": self.batch_size,
-            "train_examples_per_epoch": self.train_examples_per_epoch,
+            "train_examples_per_epoch": self.examples.train_per_epoch,
             "world_size": num_replicas,
         }
         return self._loader(

@@ -2,7 +2,7 @@
 
 :class:`StreamingDialogueDataModule` is a :class:`~lightning_div.datamodules.dialogue.DialogueDataModule`
 whose training examples are tokenised once, with the same :class:`~lightning_div.model.formatting.DialogueLayout`,
-and written by :func:`litdata.optimize` into chunk files under ``stream_dir``, in a folder named by a
+and written by :func:`litdata.optimize` into chunk files under ``chunks.dir``, in a folder named by a
 content hash of everything the ids depend on (the data's bytes, the tokenizer, the layout and every
 reading and format setting). Later runs find the folder and skip the work; the folder appears whole
 or not at all (written under a temporary name, verified, then renamed).
@@ -38,10 +38,11 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from lightning_div._internal.deprecation import take_deprecated
 from lightning_div._internal.io import (
     STALE_AFTER_S,
     StaleCacheError,
@@ -52,6 +53,7 @@ from lightning_div._internal.io import (
 )
 from lightning_div.datamodules.dialogue import DialogueDataModule, _info
 from lightning_div.datamodules.encoding import EncodedPairs
+from lightning_div.datamodules.options import STREAMING_REGROUPED, Chunks, moved_property, plain, settings_of
 from lightning_div.pairs import DialoguePair
 
 __all__ = ["ChunkedPairs", "StreamingDialogueDataModule", "require_litdata"]
@@ -60,6 +62,7 @@ __all__ = ["ChunkedPairs", "StreamingDialogueDataModule", "require_litdata"]
 _FORMAT_VERSION = 3
 CHECKSUMS = "lightning_div.json"  # each chunk file's size and sha256, written with the chunks
 DAMAGED = "damaged"  # left by a reader that found a chunk's bytes changed: the next run writes the folder again
+_DEFAULT_CHUNKS = Chunks()
 
 
 def require_litdata() -> Any:
@@ -274,7 +277,7 @@ class _LazyPairs(Sequence):
 class StreamingDialogueDataModule(DialogueDataModule):
     """A :class:`~lightning_div.datamodules.dialogue.DialogueDataModule` whose training split lives in LitData chunks.
 
-    Takes every argument of ``DialogueDataModule`` plus the three below. The training data is
+    Takes every argument of ``DialogueDataModule`` plus ``chunks``. The training data is
     read, tokenised and written once (``prepare_data``, on one process per node); every
     process then reads examples by index from the chunks. It implements the DRESS protocol
     (:class:`~lightning_div.reweighting.ReweightableDataModule`): weights stay one
@@ -282,46 +285,34 @@ class StreamingDialogueDataModule(DialogueDataModule):
 
     Args:
         *args: as for ``DialogueDataModule``.
-        stream_dir: where the chunk folders go (one per content hash).
-        optimize_workers: processes :func:`litdata.optimize` writes with.
-        chunk_bytes: the size of one chunk file (LitData's ``chunk_bytes``).
-        optimize_start_method: how those processes start (LitData's ``start_method``): None is
-            LitData's choice (``"spawn"``, ``"fork"`` in a notebook); ``"forkserver"`` starts them
-            from a server whose imports are done once. The process's own start method is left as
-            it was (LitData sets it for the whole process; it is put back after writing).
-        **kwargs: as for ``DialogueDataModule``.
+        chunks: where and how the chunks are written (:class:`~lightning_div.datamodules.options.Chunks`:
+            the folder, the writing processes, a chunk's size, their start method); default ``runs/stream``.
+        **kwargs: as for ``DialogueDataModule``; 0.2's ``stream_dir``, ``optimize_workers``,
+            ``chunk_bytes`` and ``optimize_start_method`` are accepted for one release with a
+            ``DeprecationWarning`` naming their ``Chunks`` field.
 
     Raises:
         ImportError: LitData is not installed (the message names the ``stream`` extra).
 
     Examples:
-        >>> dm = StreamingDialogueDataModule(train="train.jsonl", val="valid.jsonl", stream_dir="runs/stream")
+        >>> dm = StreamingDialogueDataModule(train="train.jsonl", val="valid.jsonl", chunks=Chunks(dir="runs/stream"))
         ...     # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        *args: Any,
-        stream_dir: str | os.PathLike = "runs/stream",
-        optimize_workers: int = 1,
-        chunk_bytes: str | int = "32MB",
-        optimize_start_method: Literal["spawn", "fork", "forkserver"] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    stream_dir = moved_property("StreamingDialogueDataModule", "stream_dir", "chunks.dir")
+    optimize_workers = moved_property("StreamingDialogueDataModule", "optimize_workers", "chunks.workers")
+    chunk_bytes = moved_property("StreamingDialogueDataModule", "chunk_bytes", "chunks.chunk_bytes")
+    optimize_start_method = moved_property(
+        "StreamingDialogueDataModule", "optimize_start_method", "chunks.start_method"
+    )
+
+    def __init__(self, *args: Any, chunks: Chunks = _DEFAULT_CHUNKS, **kwargs: Any) -> None:
         require_litdata()
-        # A str, not a Path, in the hyperparameters Lightning saves: checkpoints load with weights_only=True.
-        stream_dir = os.fspath(stream_dir)
+        old = {name: kwargs.pop(name) for name in STREAMING_REGROUPED if name in kwargs}
+        _, groups = take_deprecated(type(self).__name__, old, regrouped=STREAMING_REGROUPED)
+        self.chunks = settings_of(Chunks, chunks, "chunks", groups.get("chunks"))
         super().__init__(*args, **kwargs)
-        if optimize_workers < 1:
-            raise ValueError(f"optimize_workers must be >= 1, got {optimize_workers}")
-        self.stream_dir = Path(stream_dir)
-        self.optimize_workers = optimize_workers
-        self.chunk_bytes = chunk_bytes
-        if optimize_start_method not in (None, "spawn", "fork", "forkserver"):
-            raise ValueError(
-                f"optimize_start_method must be None, 'spawn', 'fork' or 'forkserver', got {optimize_start_method!r}"
-            )
-        self.optimize_start_method = optimize_start_method
+        self.save_hyperparameters({"chunks": plain(self.chunks)})  # plain values: weights_only=True checkpoints
 
     # ------------------------------------------------------------------------------------------
     # Writing the chunks (once per content)
@@ -363,17 +354,10 @@ class StreamingDialogueDataModule(DialogueDataModule):
             "version": _FORMAT_VERSION,
             "source": self._source_digest(name),
             "tokenizer": self._tokenizer_digest(),
-            "layout": [self.seq2seq, self._layout()[2]],
-            "format": repr(self.dialogue_format),
-            "reader": [
-                self.format,
-                self.max_history,
-                self.dedupe,
-                repr(self.reader.fields),
-                sorted(self.reader.csv_options().items()),
-            ],
-            "subset": [self._limits[name], self.seed],
-            "max_response_tokens": self.max_response_tokens,
+            "model": [self.seq2seq, self._layout()[2]],
+            "layout": plain(self.layout),
+            "reader": [self.file_format, self.examples.dedupe, self.reader.as_dict()],
+            "subset": [self.examples.limit(name), self.seed],
         }
         return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
@@ -384,10 +368,11 @@ class StreamingDialogueDataModule(DialogueDataModule):
             OSError: the chunks cannot be written (``ENOSPC`` for a full disk), naming the folder;
                 nothing is left behind.
         """
-        out = self.stream_dir / f"{name}-{self._content_key(name)}"
+        stream_dir = Path(self.chunks.dir)
+        out = stream_dir / f"{name}-{self._content_key(name)}"
         # killed writers' temporary folders (corpus-sized), also when the folder itself is found whole
-        remove_stale_temporaries(self.stream_dir, out.name)
-        _remove_old_temporaries(self.stream_dir, out.name)
+        remove_stale_temporaries(stream_dir, out.name)
+        _remove_old_temporaries(stream_dir, out.name)
         if out.exists():
             problem = _folder_problem(out)
             if problem is None:
@@ -430,11 +415,11 @@ class StreamingDialogueDataModule(DialogueDataModule):
                 fn=_Items(encoded, pairs),
                 inputs=list(range(len(encoded))),
                 output_dir=str(folder),
-                chunk_bytes=self.chunk_bytes,
-                num_workers=self.optimize_workers,
+                chunk_bytes=self.chunks.chunk_bytes,
+                num_workers=self.chunks.workers,
                 keep_data_ordered=True,
                 verbose=self.show_progress and self._rank() == 0,
-                start_method=self.optimize_start_method,
+                start_method=self.chunks.start_method,
             )
         except RuntimeError as e:  # its worker's OSError as text: said as an OSError of that kind, with the path
             failure = _named_failure(e)

@@ -12,6 +12,7 @@ tokens first) to fit ``max_context_tokens`` or the model's window.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -173,9 +174,13 @@ def model_layout(seq2seq: bool, window: int | None = None) -> Any:
     return SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=seq2seq, max_position_embeddings=window))
 
 
-@dataclass
+@dataclass(frozen=True)
 class DialogueLayout:
-    """Turn separator and history limits shared by the datamodule and the adapters.
+    """How a dialogue becomes tokens: the turn separator and the limits, shared by the datamodule and the monitors.
+
+    A datamodule exposes its layout as ``dm.layout``; a Lightning monitor given none uses it, so
+    that what is measured is laid out as what is trained on. In a LightningCLI config it is a
+    nested mapping (``layout: {max_turns: 2}``).
 
     Args:
         turn_separator: text placed after each turn (causal) or between turns (seq2seq);
@@ -183,17 +188,26 @@ class DialogueLayout:
         max_turns: keep only the last ``max_turns`` turns of a context (None = all).
         max_context_tokens: left-truncate the context to this many tokens (None = fit the
             model window, e.g. BlenderBot's 128).
+        max_response_tokens: keep a response's first this many tokens when a pair is encoded
+            (:meth:`encode_pair`; None = what leaves one context token in a causal window, the
+            whole window for seq2seq).
+
+    Raises:
+        ValueError: a limit that is not an integer >= 1 or None (named).
     """
 
     turn_separator: str | None = None
     max_turns: int | None = None
     max_context_tokens: int | None = None
+    max_response_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_context_tokens"):
+        for name in ("max_turns", "max_context_tokens", "max_response_tokens"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"DialogueLayout.{name} must be >= 1 or None, got {value}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                raise ValueError(f"DialogueLayout.{name} must be an integer >= 1 or None, got {value!r}")
+        if self.turn_separator is not None and not isinstance(self.turn_separator, str):
+            raise ValueError(f"DialogueLayout.turn_separator must be a string or None, got {self.turn_separator!r}")
 
     def _turns(self, context: Context) -> list[str]:
         turns = as_turns(context)
@@ -323,23 +337,23 @@ class DialogueLayout:
     ) -> tuple[list[int], list[int]]:
         """(context ids, response ids) for training or scoring, both fitted to the model window.
 
-        Responses longer than ``max_response_tokens`` (default: what leaves one context
-        token in a causal window) keep their first tokens.
+        Responses longer than ``max_response_tokens`` keep their first tokens.
 
         Args:
             context: a string or a list of turns.
             response: the response text.
             tokenizer: the model's tokenizer.
             model: the model (its window and layout are read from it).
-            max_response_tokens: the most response tokens.
+            max_response_tokens: the most response tokens (None = the layout's ``max_response_tokens``).
 
         Returns:
             ``(context_ids, response_ids)``.
         """
         return self._encode_pair(context, response, tokenizer, tokenizer, model, max_response_tokens)
 
-    @staticmethod
-    def _response_limit(model: Any, max_response_tokens: int | None) -> int | None:
+    def _response_limit(self, model: Any, max_response_tokens: int | None) -> int | None:
+        if max_response_tokens is None:
+            max_response_tokens = self.max_response_tokens
         window = model_window(model)
         if max_response_tokens is None and window is not None:
             return window if is_seq2seq(model) else window - 1
@@ -379,7 +393,7 @@ class DialogueLayout:
             responses: one response per context.
             tokenizer: the model's tokenizer.
             model: the model (its window and layout are read from it).
-            max_response_tokens: the most response tokens.
+            max_response_tokens: the most response tokens (None = the layout's ``max_response_tokens``).
             show_progress: a tqdm bar.
             desc: the bar's label.
 
