@@ -8,7 +8,7 @@ the losses are in nats, the cluster distance in bits. ``lightning-div fit`` prin
 at the end of a run.
 
 A Hugging Face ``Trainer``'s evaluation metrics (``eval_sem_ent`` ...) are summarised in the same order,
-and a GRPO / RLOO run's group diversity (:class:`~lightning_div.integrations.trl.GroupDiversityCallback`'s
+and a GRPO / RLOO run's group diversity (:class:`~lightning_div.integrations.trl.GroupDiversityMonitor`'s
 ``diversity/*`` keys) is summarised too: pass the Hugging Face / TRL trainer (its
 ``state.log_history`` is read, the last value of each key) or a row of it.
 
@@ -87,7 +87,7 @@ NOTES: dict[str, str] = {
 
 _SECTIONS = ("val", "train", "dress", "timing")
 _ORDER: tuple[str, ...] = (VAL_LOSS, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS) + tuple(k for k in SUMMARY_KEYS if k != VAL_LOSS)
-#: What GroupDiversityCallback logs at a GRPO / RLOO step (``diversity/<metric>``; with a name
+#: What GroupDiversityMonitor logs at a GRPO / RLOO step (``diversity/<metric>``; with a name
 #: ``diversity/<name>/<metric>``), in summary order.
 _GROUP = "diversity"
 _GROUP_ORDER: tuple[str, ...] = (

@@ -4,7 +4,7 @@ The summary (:func:`lightning_div.summary.print_summary`) and the report (``ligh
 open with it. It is read from what the run logged, whatever trainer logged it:
 
 * a GRPO / RLOO run's ``diversity/breakdown_alert`` and ``diversity/collapse_alert``
-  (:class:`~lightning_div.integrations.trl.GroupDiversityCallback`), with the numbers that say it:
+  (:class:`~lightning_div.integrations.trl.GroupDiversityMonitor`), with the numbers that say it:
   group Sem-Ent, the NLL under the reference model, the length-cut share, the top-word share, each
   beside its first logged value;
 * RUQ's alert (``val/ruq_alert`` of the Lightning monitor, ``eval_ruq_alert`` of the Hugging Face
@@ -35,7 +35,7 @@ ALERT_KINDS: tuple[tuple[str, str], ...] = (
     ("collapse_alert", "collapse"),
     ("ruq_alert", "RUQ alert"),
 )
-#: The numbers beside a group alert (GroupDiversityCallback's), in words, by metric name.
+#: The numbers beside a group alert (GroupDiversityMonitor's), in words, by metric name.
 GROUP_SIGNALS: tuple[tuple[str, str], ...] = (
     ("group_sem_ent", "group Sem-Ent"),
     ("reference_nll", "NLL under the reference"),

@@ -1,7 +1,7 @@
 """What the front ends show of the semantic clusters: cards, collapse over epochs, DRESS rounds.
 
 Called by SemanticDiversityMonitor, DRESSReweighting and the Hugging Face
-DiversityTrainerCallback on rank 0 only, after every number has been computed on all ranks:
+TrainerDiversityMonitor on rank 0 only, after every number has been computed on all ranks:
 nothing here calls a collective (no ``trainer.log_dir``, no gathering), so rank 0 cannot wait
 here for ranks that are not. Everything goes through the front end's
 :class:`~lightning_div.measure.reporting.Reporter`; nothing here imports Lightning or knows a trainer.

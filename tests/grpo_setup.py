@@ -35,7 +35,7 @@ def topic_space(tmp_path, **kwargs) -> SemanticSpace:
 
 def topic_reward(tmp_path, **kwargs) -> SemanticGroupReward:
     kwargs.setdefault("space", topic_space(tmp_path))
-    return SemanticGroupReward(num_generations=4, reference_responses=REFERENCES, **kwargs)
+    return SemanticGroupReward(num_generations=4, cluster_texts=REFERENCES, **kwargs)
 
 
 EOS, PAD = 2, 0  # the stub tokenizer's

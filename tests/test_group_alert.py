@@ -9,7 +9,7 @@ import pytest
 from ddp_utils import run_distributed
 from grpo_setup import EOS, TOPICS, StubTrainer, begin, rollout_step, topic_encoder
 
-from lightning_div.integrations.trl import GroupDiversityCallback
+from lightning_div.integrations.trl import GroupDiversityMonitor
 from lightning_div.measure.group import GroupAlert, group_metrics, reference_nll
 from lightning_div.metrics.group import group_top_word_share, length_cut_share
 from lightning_div.semantic.space import SemanticSpace
@@ -145,8 +145,8 @@ def test_the_callback_logs_the_alert_and_warns_once_naming_the_step(tmp_path):
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     trainer = StubTrainer(tmp_path)
     cb = trainer.with_callback(
-        GroupDiversityCallback(
-            space=space, reference_responses=[f"{t} {i}" for t in TOPICS for i in range(12)], alert_start_steps=2
+        GroupDiversityMonitor(
+            space=space, cluster_texts=[f"{t} {i}" for t in TOPICS for i in range(12)], alert=GroupAlert(start_steps=2)
         )
     )
     begin(cb, trainer)
@@ -155,7 +155,7 @@ def test_the_callback_logs_the_alert_and_warns_once_naming_the_step(tmp_path):
         _run(cb, trainer, [diverse_step(1), diverse_step(2), collapsed_step(3), collapsed_step(4)])
     said = [str(w.message) for w in caught if "collapsed" in str(w.message)]
     assert said == [
-        "GroupDiversityCallback: step 3: group diversity collapsed: "
+        "GroupDiversityMonitor: step 3: group diversity collapsed: "
         "group Sem-Ent is 0.693, down 50% from 1.386 at the start (warn_drop = 0.25)"
     ]
     logged = trainer.logged
@@ -168,7 +168,7 @@ def test_the_callback_logs_the_alert_and_warns_once_naming_the_step(tmp_path):
 def test_the_callback_names_a_breakdown_from_the_completions_cut_at_the_length_limit(tmp_path):
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
     trainer = StubTrainer(tmp_path)
-    cb = trainer.with_callback(GroupDiversityCallback(space=space, alert_start_steps=2, name="run"))
+    cb = trainer.with_callback(GroupDiversityMonitor(space=space, alert=GroupAlert(start_steps=2), name="run"))
     begin(cb, trainer)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -176,11 +176,11 @@ def test_the_callback_names_a_breakdown_from_the_completions_cut_at_the_length_l
         # collapses into one repeated word: still the one breakdown warning, and never called a collapse
         steps = [diverse_step(1), diverse_step(2), diverse_step(3), broken_step(4)]
         _run(cb, trainer, steps, cut=[2, 2, 8, 8])  # of 8 completions: shares 0.25, 0.25, 1.0, 1.0
-    said = [str(w.message) for w in caught if "GroupDiversityCallback: step" in str(w.message)]
+    said = [str(w.message) for w in caught if "GroupDiversityMonitor: step" in str(w.message)]
     assert said == [
-        "GroupDiversityCallback: step 3: the text broke down (degeneration, not a collapse of diversity among good "
+        "GroupDiversityMonitor: step 3: the text broke down (degeneration, not a collapse of diversity among good "
         "answers): 100% of the completions are cut at the length limit, up from 25% at the start "
-        "(breakdown_cut_rise = 0.3)"  # the callback's own argument, not GroupAlert's cut_rise
+        "(cut_rise = 0.3)"  # the GroupAlert's own argument, as the user gave it
     ]
     logged = trainer.logged
     assert logged["diversity/run/length_cut_share"] == [0.25, 0.25, 1.0, 1.0]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from ddp_utils import run_distributed
-from grpo_setup import BATCH, REFERENCES, topic_encoder, topic_reward, topic_space
+from grpo_setup import BATCH, REFERENCES, TOPICS, topic_encoder, topic_reward, topic_space
 
 from lightning_div.integrations.trl import (
-    GroupDiversityCallback,
+    GroupDiversityMonitor,
     SemanticGroupReward,
     completion_text,
     gather_batch,
@@ -155,7 +157,7 @@ def test_bad_input(tmp_path):
     # empty completions are a defined text (the encoder's empty vector), not an error
     assert len(reward(completions=["", "", "yes a", "no b"])) == 4
     # a group of one: nothing repeats a completion
-    single = SemanticGroupReward(num_generations=1, space=topic_space(tmp_path), reference_responses=REFERENCES)
+    single = SemanticGroupReward(num_generations=1, space=topic_space(tmp_path), cluster_texts=REFERENCES)
     assert single(completions=["yes a", "yes b"]) == [1.0, 1.0]
     with pytest.raises(ValueError, match="num_generations must be an integer >= 1"):
         SemanticGroupReward(num_generations=0)
@@ -180,7 +182,7 @@ def _on_two_processes(rank, world, cache):
     local = BATCH[6 * rank : 6 * (rank + 1)]
     everything, offset = gather_batch(local)
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=cache, show_progress=False)
-    clusters = SemanticGroupReward(num_generations=4, space=space, reference_responses=REFERENCES)
+    clusters = SemanticGroupReward(num_generations=4, space=space, cluster_texts=REFERENCES)
     cosine = SemanticGroupReward(num_generations=4, equivalence="cosine", space=space)
     nli = SemanticGroupReward(num_generations=4, equivalence="nli", nli=OneWayNLI())
     conversational = [[{"role": "assistant", "content": t}] for t in local]
@@ -231,7 +233,7 @@ def test_a_group_must_answer_one_prompt(tmp_path):
     reward = topic_reward(tmp_path)
     assert len(reward(prompts=PROMPTS, completions=BATCH)) == 12
     # num_generations=8 on 2 prompts x 4 completions: the groups would mix prompts
-    eight = SemanticGroupReward(num_generations=8, space=topic_space(tmp_path), reference_responses=REFERENCES)
+    eight = SemanticGroupReward(num_generations=8, space=topic_space(tmp_path), cluster_texts=REFERENCES)
     with pytest.raises(ValueError, match="completion 4 answers another prompt than completion 0 of its group"):
         eight(prompts=PROMPTS[:8], completions=BATCH[:8])
     with pytest.raises(ValueError, match="11 prompts for 12 completions"):
@@ -293,48 +295,59 @@ def test_the_rewards_defaults_refuse_to_fit_k_20_on_one_batch():
         SemanticGroupReward(num_generations=4)
     # any of the remedies is accepted
     SemanticGroupReward(num_generations=4, space=SemanticSpace(num_clusters=4))
-    SemanticGroupReward(num_generations=4, reference_responses=REFERENCES)
+    SemanticGroupReward(num_generations=4, cluster_texts=REFERENCES)
     SemanticGroupReward(num_generations=4, equivalence="cosine")
 
 
-@pytest.mark.parametrize("cls", [SemanticGroupReward, GroupDiversityCallback])
-def test_empty_or_one_string_reference_responses_are_named(cls):
-    # reference_responses=[] failed at the first fit with "no gold training responses", naming no argument;
+@pytest.mark.parametrize("cls", [SemanticGroupReward, GroupDiversityMonitor])
+def test_empty_or_one_string_cluster_texts_are_named(cls):
+    # cluster_texts=[] failed at the first fit with "no gold training responses", naming no argument;
     # one string was taken as a list of its characters
     build = (
-        (lambda refs: cls(num_generations=4, reference_responses=refs))
+        (lambda refs: cls(num_generations=4, cluster_texts=refs))
         if cls is SemanticGroupReward
-        else (lambda refs: cls(reference_responses=refs))
+        else (lambda refs: cls(cluster_texts=refs))
     )
-    with pytest.raises(ValueError, match=rf"{cls.__name__}\(reference_responses=\[\]\) has no texts to fit"):
+    with pytest.raises(ValueError, match=rf"{cls.__name__}\(cluster_texts=\[\]\) has no texts to fit"):
         build([])
-    with pytest.raises(ValueError, match=r"reference_responses=\.\.\.\) must be a list of texts, got one string"):
+    with pytest.raises(ValueError, match=r"cluster_texts=\.\.\.\) must be a list of texts, got one string"):
         build("I like tea.")
-    assert build(("a", "b")).reference_responses == ["a", "b"]
+    assert build(("a", "b")).cluster_texts == ["a", "b"]
 
 
 def test_a_resumed_run_does_not_reward_in_the_clusters_of_another_k(tmp_path):
-    """Run 1 rewards in k = 3 clusters; resumed with k = 4 the callback's checkpoint points the reward's space at
-    the k = 3 file: it is warned about and the reward fits k = 4, as its settings say (issue 64 H1)."""
-    from types import SimpleNamespace
-
-    first = SemanticGroupReward(
-        num_generations=4,
-        reference_responses=REFERENCES,
-        space=SemanticSpace(encoder=topic_encoder(), num_clusters=3, dirpath=tmp_path / "run1", show_progress=False),
-    )
+    """Run 1 rewards in k = 3 clusters of the space it shares with the monitor, which checkpoints it; resumed
+    with k = 4 the checkpoint is said to hold other settings and the shared space fits k = 4 (issue 64 H1)."""
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=3, dirpath=tmp_path / "run1", show_progress=False)
+    first = SemanticGroupReward(num_generations=4, cluster_texts=REFERENCES, space=space)
     first.prepare(BATCH)
     assert first.space.clusters.num_clusters == 3
-    callback = GroupDiversityCallback(space=topic_space(tmp_path / "callback"))
-    callback.trainer = SimpleNamespace(reward_funcs=[first])
-    saved = callback.state_dict()
-    assert saved["reward_spaces"] == [{"clusters_path": first.space.clusters_path}]
+    saved = GroupDiversityMonitor(space=space).state_dict()
+    assert saved["measure"]["space"] == {"clusters_path": space.clusters_path}  # the shared space, saved once
 
     resumed = topic_reward(tmp_path)  # k = 4 now
-    callback = GroupDiversityCallback(space=topic_space(tmp_path / "callback"))
-    callback.trainer = SimpleNamespace(reward_funcs=[resumed])
-    callback.load_state_dict(saved)
-    with pytest.warns(UserWarning, match=r"num_clusters: file has 3, requested 4.*fitting them again"):
-        resumed.prepare(BATCH)
+    monitor = GroupDiversityMonitor(space=resumed.space)
+    with pytest.warns(RuntimeWarning, match=r"was saved with other settings .*'num_clusters': 3"):
+        monitor.load_state_dict(saved)
+    assert resumed.space.clusters_path is None  # not pointed at the k = 3 file
+    resumed.prepare(BATCH)
     assert resumed.space.clusters.num_clusters == 4 == resumed.space.settings()["num_clusters"]
     assert resumed(prompts=PROMPTS, completions=BATCH) == pytest.approx(EXPECTED)
+
+
+def test_a_space_shared_by_the_reward_and_the_monitor_is_restored_once_for_both(tmp_path):
+    """Issue 61 item 5: no reward is found in the trainer; the monitor's checkpoint holds the shared space, and
+    the resumed reward rewards in the interrupted run's clusters (fitted on its first batch, not the resumed one)."""
+    first_batch = [f"{t} {i}" for t in TOPICS for i in range(3)]
+    space = topic_space(tmp_path / "run1")
+    reward = SemanticGroupReward(num_generations=4, space=space)
+    monitor = GroupDiversityMonitor(space=space)
+    reward(completions=first_batch)  # fitted on the first batch's completions
+    saved = json.loads(json.dumps(monitor.state_dict()))  # trainer_state.json
+
+    resumed_space = topic_space(tmp_path / "run2")
+    resumed_reward = SemanticGroupReward(num_generations=4, space=resumed_space)
+    GroupDiversityMonitor(space=resumed_space).load_state_dict(saved)
+    collapsed = ["yes z"] * 4 + ["no z"] * 8  # fitted on, these would make other clusters
+    assert resumed_reward(completions=collapsed) == reward(completions=collapsed)
+    assert resumed_space.clusters_path == space.clusters_path

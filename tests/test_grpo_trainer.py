@@ -1,4 +1,4 @@
-"""GroupDiversityCallback with TRL: called as TRL calls a reward function (fast), a real GRPOTrainer (docs/grpo.md's
+"""GroupDiversityMonitor with TRL: called as TRL calls a reward function (fast), a real GRPOTrainer (docs/grpo.md's
 script, verbatim) and RLOOTrainer."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from grpo_setup import (
 from helpers import report_of_hugging_face_run
 
 from lightning_div.integrations.trl import (
-    GroupDiversityCallback,
+    GroupDiversityMonitor,
     SemanticGroupReward,
     completion_text,
     cut_share,
@@ -39,8 +39,10 @@ from lightning_div.integrations.trl import (
     group_metrics,
     rollouts_of,
 )
+from lightning_div.measure.alerts import GroupAlert
 from lightning_div.model.scoring import token_logprobs_batched
 from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Outputs
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "grpo.md"
 # logged beside group_metrics' values: the timing and the alert
@@ -56,7 +58,7 @@ def test_the_callback_hands_the_group_metrics_to_trls_log_metric(tmp_path):
     # completions 0, 5 and 11 end with no end id: cut at the length limit (3 of 12)
     ids = [[4, 5, 6] if i in (0, 5, 11) else [4, (EOS, PAD, 7, 9)[i % 4]] for i in range(len(BATCH))]
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    cb = GroupDiversityCallback(space=space, reference_responses=REFERENCES, log_samples=True)
+    cb = GroupDiversityMonitor(space=space, cluster_texts=REFERENCES, outputs=Outputs(log_samples=1))
     assert cb.__name__ == "group_diversity"  # TRL's column: rewards/group_diversity/mean
     trainer.with_callback(cb)
     assert trainer.callback_handler.callbacks == [cb]
@@ -81,7 +83,7 @@ def test_the_callback_hands_the_group_metrics_to_trls_log_metric(tmp_path):
     assert (batch.num_generations, batch.step) == (4, 1)
     # the sample table: the group with the fewest clusters, the collapsed third one
     rows = (tmp_path / "lightning_div" / "diversity_group_sample_step1.csv").read_text().splitlines()
-    record = json.loads((tmp_path / "lightning_div" / "settings" / "GroupDiversityCallback.json").read_text())
+    record = json.loads((tmp_path / "lightning_div" / "settings" / "GroupDiversityMonitor.json").read_text())
     assert record["measures"] == [{"measure": "GroupMeasure", "settings": cb.group.settings()}]
     assert "callback" not in record  # the rollouts are the trainer's: nothing of its own around the measure
     assert record["measures"][0]["settings"]["space"]["num_clusters"] == 4  # what the numbers were measured with
@@ -98,7 +100,7 @@ def test_the_callback_hands_the_group_metrics_to_trls_log_metric(tmp_path):
     assert [h["step"] for h in cb.history] == [1.0, 2.0] and cb.history[0]["diversity/group_sem_ent"] > 0
     assert "diversity/length_cut_share" not in cb.history[1]  # no completion_ids given: the share is unknown
     assert (tmp_path / "lightning_div" / "diversity_group_sample_step2.csv").is_file()
-    assert trainer.state.stateful_callbacks["lightning_div.GroupDiversityCallback"] == cb.state_dict()
+    assert trainer.state.stateful_callbacks["lightning_div.GroupDiversityMonitor"] == cb.state_dict()
 
 
 def test_the_length_cut_share_follows_trls_rule():
@@ -120,7 +122,7 @@ def test_without_references_the_clusters_are_fitted_on_the_first_steps_completio
     completions = [f"{t} {i}" for t in ("yes", "no", "maybe", "hello") for i in range(4)]
     trainer = StubTrainer(tmp_path)
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    cb = trainer.with_callback(GroupDiversityCallback(space=space, name="run"))
+    cb = trainer.with_callback(GroupDiversityMonitor(space=space, name="run"))
     assert cb.__name__ == "group_diversity_run"  # two callbacks, two reward columns
     begin(cb, trainer)
     assert not space.fitted
@@ -134,13 +136,13 @@ def test_without_references_the_clusters_are_fitted_on_the_first_steps_completio
 
 def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path):
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    reward = SemanticGroupReward(num_generations=4, space=space, reference_responses=REFERENCES)
+    reward = SemanticGroupReward(num_generations=4, space=space, cluster_texts=REFERENCES)
     other = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=topic_encoder(), dirpath=tmp_path))
     trainer = StubTrainer(tmp_path)
     trainer.reward_funcs = [other, reward]
     reward(completions=BATCH)  # the step's reward call, before the callback's: the whole batch assigned once
     expected = {"diversity/" + k: v for k, v in group_metrics(BATCH, space.assign(BATCH), 4, 4, vocab_size=16).items()}
-    cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
+    cb = trainer.with_callback(GroupDiversityMonitor(space=space, cluster_texts=REFERENCES))
     space.assign = None  # type: ignore[assignment,method-assign]  # a second embedding pass would fail
     rollout_step(cb, trainer, BATCH)
     assert cb.reused_reward_ids
@@ -150,28 +152,28 @@ def test_the_callback_reuses_the_rewards_cluster_ids_of_the_same_space(tmp_path)
     assert reward.cluster_ids(BATCH[:8], space) is None and reward.cluster_ids(BATCH, other.space) is None
 
 
-def test_reference_column_of_the_training_dataset(tmp_path):
+def test_cluster_column_of_the_training_dataset(tmp_path):
     datasets = pytest.importorskip("datasets")
     trainer = StubTrainer(tmp_path)
     conversational = [[{"role": "assistant", "content": t}] for t in REFERENCES]
     trainer.train_dataset = datasets.Dataset.from_dict({"prompt": ["p"] * len(REFERENCES), "reply": conversational})
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_column="reply"))
+    cb = trainer.with_callback(GroupDiversityMonitor(space=space, cluster_column="reply"))
     assert cb.references() == REFERENCES
     begin(cb, trainer)
     assert space.fitted and cb.vocab_size == 16
-    cb.reference_column = "missing"
+    cb.cluster_column = "missing"
     cb.vocab_size = None
-    with pytest.raises(ValueError, match="reference_column='missing' is not a column of the training dataset"):
+    with pytest.raises(ValueError, match="cluster_column='missing' is not a column of the training dataset"):
         cb.prepare(None, tmp_path)
 
 
 def test_bad_trainers_and_batches(tmp_path):
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    lone = GroupDiversityCallback(space=space)
+    lone = GroupDiversityMonitor(space=space)
     with pytest.raises(ValueError, match=r"is not in the trainer's reward_funcs: .*reward_funcs=\[my_reward, divers"):
         lone.attach(StubTrainer(tmp_path))
-    with pytest.raises(TypeError, match="SimpleNamespace has no args.num_generations: GroupDiversityCallback measures"):
+    with pytest.raises(TypeError, match="SimpleNamespace has no args.num_generations: GroupDiversityMonitor measures"):
         lone.attach(SimpleNamespace(reward_funcs=[lone], callback_handler=SimpleNamespace(callbacks=[])))
     # in reward_funcs, never attached: the first batch says what to do
     with pytest.raises(RuntimeError, match=r"in reward_funcs but not attached: call diversity.attach\(trainer\)"):
@@ -180,28 +182,28 @@ def test_bad_trainers_and_batches(tmp_path):
     with pytest.raises(TypeError, match=r"called without TRL's log_metric=: it needs TRL >= 1.0"):
         lone(prompts=["p"] * 4, completions=BATCH[:4], trainer_state=SimpleNamespace(global_step=0))
     trainer = StubTrainer(tmp_path)
-    cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
+    cb = trainer.with_callback(GroupDiversityMonitor(space=space, cluster_texts=REFERENCES))
     with pytest.warns(RuntimeWarning, match="10 completions cannot be cut into groups of num_generations=4"):
         rollout_step(cb, trainer, BATCH[:10])
     assert not trainer.logged and cb.history == [] and cb.last_batch is None
     shuffled = StubTrainer(tmp_path)
-    other = shuffled.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
+    other = shuffled.with_callback(GroupDiversityMonitor(space=space, cluster_texts=REFERENCES))
     rotated = deque(f"p{i // 4}" for i in range(len(BATCH)))
     rotated.rotate(1)  # a batch in another order than TRL's samplers lay it out
     with pytest.warns(RuntimeWarning, match="completion 1 answers another prompt than completion 0"):
         rollout_step(other, shuffled, BATCH, prompts=list(rotated))
     assert not shuffled.logged
-    strict = trainer.with_callback(GroupDiversityCallback(space=space, on_error="raise", name="strict"))
+    strict = trainer.with_callback(GroupDiversityMonitor(space=space, on_error="raise", name="strict"))
     with pytest.raises(ValueError, match="is not a multiple of 4"):
         rollout_step(strict, trainer, BATCH[:10])
-    with pytest.raises(ValueError, match="two GroupDiversityCallbacks in this trainer have name='strict'"):
-        trainer.with_callback(GroupDiversityCallback(space=space, name="strict"))
+    with pytest.raises(ValueError, match="two GroupDiversityMonitors in this trainer have name='strict'"):
+        trainer.with_callback(GroupDiversityMonitor(space=space, name="strict"))
     with pytest.raises(ValueError, match="on_error"):
-        GroupDiversityCallback(on_error="ignore")
+        GroupDiversityMonitor(on_error="ignore")
     with pytest.raises(TypeError, match="space must be a lightning_div.SemanticSpace, got str"):
-        GroupDiversityCallback(space="minilm")
+        GroupDiversityMonitor(space="minilm")
     with pytest.raises(ValueError, match="name must be None or a non-empty string"):
-        GroupDiversityCallback(space=space, name="a/b")
+        GroupDiversityMonitor(space=space, name="a/b")
 
 
 # the cut share's test batch: completions 0, 5 and 11 end without an end id (3 of 12); 5 is process 0's, 11 process 1's
@@ -213,7 +215,7 @@ def _callback_on(rank, world, out):
     trainer = StubTrainer(out)
     trainer.state.is_world_process_zero = rank == 0
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=out, show_progress=False)
-    cb = trainer.with_callback(GroupDiversityCallback(space=space, reference_responses=REFERENCES))
+    cb = trainer.with_callback(GroupDiversityMonitor(space=space, cluster_texts=REFERENCES))
     begin(cb, trainer)
     mine = slice(6 * rank, 6 * (rank + 1))
     rollout_step(cb, trainer, BATCH[mine], prompts=[f"p{i // 4}" for i in range(12)][mine], ids=CUT_IDS[mine])
@@ -228,9 +230,7 @@ def test_two_processes_log_what_one_process_logs_for_the_whole_batch(tmp_path):
     values (TRL then averages equal values across the processes: the one-process value)."""
     results = run_distributed(_callback_on, 2, str(tmp_path / "ddp"), timeout_s=120)
     trainer = StubTrainer(tmp_path / "one")
-    cb = trainer.with_callback(
-        GroupDiversityCallback(space=topic_space(tmp_path / "one"), reference_responses=REFERENCES)
-    )
+    cb = trainer.with_callback(GroupDiversityMonitor(space=topic_space(tmp_path / "one"), cluster_texts=REFERENCES))
     begin(cb, trainer)
     rollout_step(cb, trainer, BATCH, ids=CUT_IDS)
     one = {k: v for k, v in trainer.logged.items() if k != "diversity/runtime"}
@@ -244,7 +244,7 @@ def test_two_processes_log_what_one_process_logs_for_the_whole_batch(tmp_path):
 def test_rollouts_of_is_deprecated_and_names_its_replacement():
     """0.1's public rollouts_of reads TRL's private trainer._logs: kept for one release, with a warning."""
     trainer = SimpleNamespace(_logs={"prompt": deque(["p", "p"]), "completion": deque(["a", "b"])}, num_generations=2)
-    with pytest.warns(DeprecationWarning, match=r"rollouts_of is deprecated .*GroupDiversityCallback\.last_batch"):
+    with pytest.warns(DeprecationWarning, match=r"rollouts_of is deprecated .*GroupDiversityMonitor\.last_batch"):
         assert rollouts_of(trainer) == (["p", "p"], ["a", "b"], 2)
     with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="SimpleNamespace keeps no rollouts"):
         rollouts_of(SimpleNamespace())
@@ -266,7 +266,7 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
         )
         assert 0.0 <= sem_ent <= math.log(4) + 1e-9 and 1.0 <= clusters <= 4.0 and 0.0 <= collapsed <= 1.0
     trainer, space, cb = namespace["trainer"], namespace["space"], namespace["diversity"]
-    assert isinstance(cb, GroupDiversityCallback) and trainer.callback_handler.callbacks[-1] is cb
+    assert isinstance(cb, GroupDiversityMonitor) and trainer.callback_handler.callbacks[-1] is cb
     # the last log holds the metrics of the trainer's own last rollouts, in the same entry as TRL's reward
     last = [log for log in trainer.state.log_history if "diversity/group_sem_ent" in log][-1]
     assert "reward" in last and "entropy" in last
@@ -276,7 +276,7 @@ def test_the_pages_grpo_script_runs_verbatim(tmp_path, monkeypatch, capsys):
     # the deprecated rollouts_of reads the same batch from TRL's private buffer (on the TRL installed): the same
     # completions and G; the prompts up to the tokenizer's end token, which one of the two carries and not the
     # other (which one differs between TRL 1.0 and 1.16)
-    with pytest.warns(DeprecationWarning, match="GroupDiversityCallback.last_batch"):
+    with pytest.warns(DeprecationWarning, match="GroupDiversityMonitor.last_batch"):
         prompts, buffered, g = rollouts_of(trainer)
     assert (buffered, g) == (completions, 4)
     eos = "<|endoftext|>"
@@ -354,7 +354,7 @@ def test_bad_completions_are_named_and_the_callback_only_warns(tmp_path):
     # in the callback the same data is a failed measurement: a warning (on_error="warn"), training goes on
     for bad in (surrogate, [[{"role": "assistant", "content": 5}]] + [[{"role": "assistant", "content": "x"}]] * 3):
         trainer = StubTrainer(tmp_path)
-        cb = trainer.with_callback(GroupDiversityCallback(space=topic_space(tmp_path), reference_responses=REFERENCES))
+        cb = trainer.with_callback(GroupDiversityMonitor(space=topic_space(tmp_path), cluster_texts=REFERENCES))
         with pytest.warns(RuntimeWarning, match=r"completions\[[01]\]"):
             rollout_step(cb, trainer, bad)
         assert not trainer.logged
@@ -368,17 +368,22 @@ def test_the_rewards_default_cache_is_not_the_working_directory(tmp_path, monkey
     reward(completions=completions)
     assert not (tmp_path / "lightning_div_cache").exists()
     assert {p.parent for p in (tmp_path / "user_cache").rglob("*.npz")} == {tmp_path / "user_cache" / "clusters"}
-    # beside a GroupDiversityCallback of the same trainer: the run's own folder, as the callbacks use
-    shared = SemanticGroupReward(num_generations=4, space=SemanticSpace(encoder=topic_encoder(), num_clusters=3))
+    # a space shared with the monitor (the coupling is the object): the monitor fits it at the start, in the
+    # run's own folder, and sets nothing on the reward (0.2's monitor found the reward and set its folder)
+    space = SemanticSpace(encoder=topic_encoder(), num_clusters=3, show_progress=False)
+    shared = SemanticGroupReward(num_generations=4, space=space, cluster_texts=REFERENCES)
     trainer = StubTrainer(tmp_path / "run")
     trainer.reward_funcs = [shared]
-    cb = trainer.with_callback(GroupDiversityCallback(space=topic_space(tmp_path / "cb")))
+    cb = trainer.with_callback(GroupDiversityMonitor(space=space, cluster_texts=REFERENCES))
     begin(cb, trainer)
-    assert shared.cache_dir() == tmp_path / "run" / "lightning_div_cache"
+    assert space.fitted and Path(str(space.clusters_path)).parent == tmp_path / "run" / "lightning_div_cache"
+    assert shared.cache_dir() == tmp_path / "user_cache" / "clusters"  # the reward's own setting, untouched
+    shared(completions=completions)  # the reward finds the shared space fitted: nothing fitted again
+    assert len(list((tmp_path / "run").rglob("clusters-*.npz"))) == 1
 
 
 def test_a_callback_given_in_callbacks_says_it_measures_nothing(tmp_path):
-    cb = GroupDiversityCallback(space=topic_space(tmp_path))
+    cb = GroupDiversityMonitor(space=topic_space(tmp_path))
     args = SimpleNamespace(output_dir=str(tmp_path))
     with pytest.warns(
         RuntimeWarning, match=r"given to the trainer in callbacks=\[...\].*reward_funcs=.*attach\(trainer\)"
@@ -390,7 +395,7 @@ def test_a_callback_given_in_callbacks_says_it_measures_nothing(tmp_path):
 
 def test_evaluation_rollouts_are_not_measured(tmp_path):
     trainer = StubTrainer(tmp_path)
-    cb = trainer.with_callback(GroupDiversityCallback(space=topic_space(tmp_path), reference_responses=REFERENCES))
+    cb = trainer.with_callback(GroupDiversityMonitor(space=topic_space(tmp_path), cluster_texts=REFERENCES))
     begin(cb, trainer)
     rollout_step(cb, trainer, BATCH, step=1)
     trained, batch = trainer.logged["diversity/group_sem_ent"][0], cb.last_batch
@@ -414,7 +419,9 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
         space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=cache, show_progress=False)
         trainer = StubTrainer(tmp_path)
         trainer.state = state
-        cb = trainer.with_callback(GroupDiversityCallback(space=space, log_samples=False, alert_start_steps=1))
+        cb = trainer.with_callback(
+            GroupDiversityMonitor(space=space, outputs=Outputs(log_samples=0), alert=GroupAlert(start_steps=1))
+        )
         begin(cb, trainer)
         rollout_step(cb, trainer, batch, step=state.global_step + 1)  # the batch that trains the next step
         return cb, space
@@ -425,7 +432,8 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
     assert start > 0
     # trainer_state.json, written at the checkpoint and read back at the resume
     saved = json.loads(json.dumps(state.stateful_callbacks))
-    assert saved["lightning_div.GroupDiversityCallback"]["vocab_size"] == interrupted.vocab_size
+    assert saved["lightning_div.GroupDiversityMonitor"]["measure"]["vocab_size"] == interrupted.vocab_size
+    assert set(saved["lightning_div.GroupDiversityMonitor"]) == {"settings", "measure", "alert"}  # nested by part
     resumed_state = SimpleNamespace(global_step=1, is_world_process_zero=True, stateful_callbacks=saved)
     with pytest.warns(RuntimeWarning, match="step 2: group diversity collapsed"):
         resumed, resumed_space = run(resumed_batch, resumed_state, tmp_path / "cache")
@@ -435,12 +443,12 @@ def test_a_resumed_run_measures_in_the_interrupted_runs_clusters(tmp_path):
     assert resumed.alert.values["group_sem_ent"] == [start, 0.0]  # the alert's start carried over
     assert resumed.history[-1]["diversity/collapse_alert"] == 1.0
     # a state saved with other settings is said, and the run starts afresh
-    other = GroupDiversityCallback(space=topic_space(tmp_path, kmeans_seed=7))
+    other = GroupDiversityMonitor(space=topic_space(tmp_path, kmeans_seed=7))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        other.load_state_dict(saved["lightning_div.GroupDiversityCallback"])
+        other.load_state_dict(saved["lightning_div.GroupDiversityMonitor"])
     assert any("was saved with other settings" in str(w.message) for w in caught)
     with pytest.warns(RuntimeWarning, match=r"is damaged \(vocab_size 'x' is not an integer >= 1\)"):
-        GroupDiversityCallback(space=topic_space(tmp_path)).load_state_dict(
-            {**saved["lightning_div.GroupDiversityCallback"], "vocab_size": "x"}
+        GroupDiversityMonitor(space=topic_space(tmp_path)).load_state_dict(
+            {**saved["lightning_div.GroupDiversityMonitor"], "measure": {"space": {}, "vocab_size": "x"}}
         )

@@ -20,6 +20,7 @@ from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues, encode_pairs
 from lightning_div.integrations.transformers import RUQPlot, TrainerDiversityMonitor, eval_key
+from lightning_div.measure.alerts import RUQAlert
 from lightning_div.measure.ruq import DEFAULT_IDK, RUQMeasure
 from lightning_div.measure.sample import sample_indices
 from lightning_div.measure.semantic import SemanticMeasure
@@ -34,7 +35,6 @@ from lightning_div.metrics import (
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.generation import pad_batch
 from lightning_div.pairs import DialoguePair
-from lightning_div.measure.alerts import RUQAlert
 from lightning_div.semantic.space import SemanticSpace
 from lightning_div.settings import Generation, Outputs
 
@@ -310,9 +310,7 @@ def test_a_failed_measurement_warns_and_training_goes_on(tmp_path):
     train, val = _data()
     model, tokenizer = load_base_model()
     trainer = _trainer(tmp_path, model, tokenizer, train, val)
-    TrainerDiversityMonitor(eval_pairs=list(val), space=SemanticSpace(encoder="minilm")).attach(
-        trainer
-    )
+    TrainerDiversityMonitor(eval_pairs=list(val), space=SemanticSpace(encoder="minilm")).attach(trainer)
     with pytest.warns(RuntimeWarning, match="needs gold training responses"):
         metrics = trainer.evaluate()  # no gold responses, no clusters: skipped with a warning, timing still logged
     assert "eval_diversity_runtime" in metrics and "eval_loss" in metrics

@@ -1,7 +1,7 @@
 """What the Hugging Face and TRL front ends share: attaching to a trainer, the name, the cache, the reporter, the state.
 
-:class:`~lightning_div.integrations.transformers.DiversityTrainerCallback` and
-:class:`~lightning_div.integrations.trl.GroupDiversityCallback` are thin loops of the Trainer's
+:class:`~lightning_div.integrations.transformers.TrainerDiversityMonitor` and
+:class:`~lightning_div.integrations.trl.GroupDiversityMonitor` are thin loops of the Trainer's
 hooks around :mod:`lightning_div.measure`; the scaffolding around those loops is here, once.
 """
 

@@ -1,6 +1,6 @@
 """Group diversity of GRPO/RLOO rollouts, its degeneration signals and its alert, with no trainer.
 
-The TRL front end (:class:`~lightning_div.integrations.trl.GroupDiversityCallback`) adapts hooks
+The TRL front end (:class:`~lightning_div.integrations.trl.GroupDiversityMonitor`) adapts hooks
 and keys; what it measures comes from here:
 
 * :class:`GroupMeasure`: the clusters made ready once, then every step's values (the

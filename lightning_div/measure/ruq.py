@@ -1,7 +1,7 @@
 """RUQ (Khayrallah & Sedoc, 2021) of a model on a fixed sample: its value, its margin, its alert and its plot.
 
 One implementation for every front end: the Lightning :class:`~lightning_div.callbacks.RUQMonitor`
-and the Hugging Face :class:`~lightning_div.integrations.transformers.DiversityTrainerCallback`.
+and the Hugging Face :class:`~lightning_div.integrations.transformers.TrainerDiversityMonitor`.
 """
 
 from __future__ import annotations

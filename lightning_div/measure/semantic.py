@@ -1,7 +1,7 @@
 """Sem-Ent and the lexical metrics of a model's responses to a fixed sample: ``prepare(gold)``, then ``measure``.
 
 The measurement both front ends make (the Lightning :class:`~lightning_div.callbacks.SemanticDiversityMonitor`,
-the Hugging Face :class:`~lightning_div.integrations.transformers.DiversityTrainerCallback`): generate one
+the Hugging Face :class:`~lightning_div.integrations.transformers.TrainerDiversityMonitor`): generate one
 response per context (sharded over the processes and gathered), assign them to the
 :class:`~lightning_div.semantic.space.SemanticSpace`'s clusters, and compute
 :mod:`lightning_div.metrics`. No trainer is needed: a model adapter and a list of pairs are.

@@ -1,6 +1,6 @@
 """TRL's private state, read in one place: the deprecated ``rollouts_of`` (see :mod:`lightning_div._internal.compat`).
 
-``GroupDiversityCallback`` reads nothing private of TRL: it is one of the trainer's reward
+``GroupDiversityMonitor`` reads nothing private of TRL: it is one of the trainer's reward
 functions and gets the completions, their token ids, ``trainer_state`` and ``log_metric`` through
 TRL's public reward contract (TRL >= 1.0). What remains here serves only
 :func:`rollouts_of`, public API of 0.1, kept importable for one release.
@@ -43,7 +43,7 @@ def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
     """Deprecated: the latest generation batch of a TRL ``GRPOTrainer`` / ``RLOOTrainer``, ``(prompts, completions, G)``.
 
     It reads TRL's private ``trainer._logs`` (:func:`logged_rollouts`), which a TRL release may
-    move without notice. Read ``GroupDiversityCallback.last_batch`` instead: the whole batch the
+    move without notice. Read ``GroupDiversityMonitor.last_batch`` instead: the whole batch the
     callback last measured (its prompts, completions, token ids and G), given to it by TRL's
     public reward contract. Removed in the release after 0.2.
 
@@ -52,7 +52,7 @@ def rollouts_of(trainer: Any) -> tuple[list[Any], list[Any], int]:
     """
     warnings.warn(
         "lightning_div.integrations.trl.rollouts_of is deprecated and will be removed in the release after 0.2: "
-        "it reads TRL's private trainer._logs; read GroupDiversityCallback.last_batch instead (the batch the "
+        "it reads TRL's private trainer._logs; read GroupDiversityMonitor.last_batch instead (the batch the "
         "callback last measured: .prompts, .completions, .completion_ids, .num_generations)",
         DeprecationWarning,
         stacklevel=2,

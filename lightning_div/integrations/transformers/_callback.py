@@ -65,9 +65,7 @@ def _measures(
     if measures is None:
         space = given_space(who, space, batch_size=batch_size, show_progress=show_progress)
         options = dict(generation.options)
-        semantic = SemanticMeasure(
-            space, generation_kwargs=options, batch_size=batch_size, show_progress=show_progress
-        )
+        semantic = SemanticMeasure(space, generation_kwargs=options, batch_size=batch_size, show_progress=show_progress)
         return semantic, RUQMeasure(batch_size=batch_size, show_progress=show_progress)
     if generation.options:
         raise ValueError(
@@ -219,7 +217,9 @@ class TrainerDiversityMonitor(TrainerCallback):
         #: What an evaluation measures, and its state (:mod:`lightning_div.measure`'s pieces).
         self.evaluation = TrainerEvaluation(
             who,
-            EvaluationData(who, eval_pairs, cluster_texts, train_pairs, num_contexts, ruq_size, num_train_contexts, seed),
+            EvaluationData(
+                who, eval_pairs, cluster_texts, train_pairs, num_contexts, ruq_size, num_train_contexts, seed
+            ),
             semantic,
             ruq,
             alert or RUQAlert(),
@@ -235,7 +235,11 @@ class TrainerDiversityMonitor(TrainerCallback):
         #: RUQ's alert state, since when and why (:func:`~lightning_div.verdict.alert_record`), as the summary
         #: reads it; written to ``alerts/<label>.json`` in the run's files for the report. None: not measured.
         self.alert_record: dict[str, Any] | None = None
-        self.log_samples, self.cluster_views, self.measure_at_start = out.log_samples, out.cluster_views, measure_at_start
+        self.log_samples, self.cluster_views, self.measure_at_start = (
+            out.log_samples,
+            out.cluster_views,
+            measure_at_start,
+        )
         self.trainer: Any = None
         #: Every measurement's values, ``{"step": ..., "<key>": ...}`` (rank 0 and the others alike).
         self.history: list[dict[str, float]] = []

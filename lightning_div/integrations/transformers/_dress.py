@@ -43,7 +43,7 @@ def gold_dress_state(
     gets w = (1 - p_train(c))^lam (:func:`~lightning_div.dress.weights.dress_weights`).
 
     Args:
-        space: the semantic space (shared with a :class:`DiversityTrainerCallback` it is fitted once).
+        space: the semantic space (shared with a :class:`TrainerDiversityMonitor` it is fitted once).
         gold_responses: the training responses, in the training dataset's order.
         lam: the exponent (the paper: 30).
         normalize: rescale the weights to mean 1 (the default, as ``DRESSReweighting``'s; the paper's

@@ -38,7 +38,12 @@ def state_from_0_2(saved: Any) -> dict[str, Any] | None:
     if isinstance(settings, dict):
         settings = {_SETTINGS_0_2.get(k, k): v for k, v in settings.items()}
     measure = {k: saved[k] for k in ("gold_logged", "share_history", "vocab_size") if k in saved}
-    return {"settings": settings, "samples": saved.get("indices", {}), "measure": measure, "alert": saved.get("last_ruq")}
+    return {
+        "settings": settings,
+        "samples": saved.get("indices", {}),
+        "measure": measure,
+        "alert": saved.get("last_ruq"),
+    }
 
 
 @dataclass

@@ -1,16 +1,16 @@
 """GRPO and RLOO (TRL): group diversity from the rollouts the trainer already made, and a semantic group reward.
 
 ```python
-from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward
+from lightning_div.integrations.trl import GroupDiversityMonitor, SemanticGroupReward
 
 space = SemanticSpace(encoder="minilm", num_clusters=8, dirpath="runs/cache")
 reward = SemanticGroupReward(num_generations=4, space=space, quality=my_reward)  # quality x diversity
-diversity = GroupDiversityCallback(space=space)  # a reward function too: it adds 0.0, it measures
+diversity = GroupDiversityMonitor(space=space)  # a reward function too: it adds 0.0, it measures
 trainer = GRPOTrainer(model=model, reward_funcs=[reward, diversity], args=args, train_dataset=prompts)
 diversity.attach(trainer)
 ```
 
-:class:`GroupDiversityCallback` (:mod:`.callback`) logs group Sem-Ent, clusters per group and the
+:class:`GroupDiversityMonitor` (:mod:`.callback`) logs group Sem-Ent, clusters per group and the
 share of collapsed groups of every generation batch, which TRL (>= 1.0) hands it as one of its
 reward functions; :class:`SemanticGroupReward` (:mod:`.reward`) scores each completion by the
 semantic diversity of its group, as DARLING does; :mod:`.rollouts` gathers a batch's slices from
@@ -20,7 +20,10 @@ kept in :mod:`lightning_div._internal.compat.trl`); TRL is imported by the train
 by this package (only ``transformers``' callback class is).
 """
 
-from lightning_div.integrations.trl.callback import GroupDiversityCallback, group_metrics, rollouts_of
+from typing import Any
+
+from lightning_div._internal.deprecation import moved_attribute
+from lightning_div.integrations.trl.callback import GroupDiversityMonitor, group_metrics, rollouts_of
 from lightning_div.integrations.trl.reward import EQUIVALENCES, SemanticGroupReward, group_labels
 from lightning_div.integrations.trl.rollouts import (
     CompletionError,
@@ -36,7 +39,7 @@ from lightning_div.integrations.trl.rollouts import (
 __all__ = [
     "EQUIVALENCES",
     "CompletionError",
-    "GroupDiversityCallback",
+    "GroupDiversityMonitor",
     "RolloutBatch",
     "SemanticGroupReward",
     "check_grouped",
@@ -49,3 +52,10 @@ __all__ = [
     "group_metrics",
     "rollouts_of",
 ]
+
+#: 0.2's names, importable for one release with a DeprecationWarning.
+_MOVED = {"GroupDiversityCallback": (__name__, "GroupDiversityMonitor")}
+
+
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name, _MOVED)

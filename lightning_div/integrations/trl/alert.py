@@ -1,7 +1,7 @@
-"""The GRPO/RLOO callback's alert: a :class:`~lightning_div.measure.alerts.GroupAlert` named in the callback's words.
+"""The GRPO/RLOO monitor's alert: a :class:`~lightning_div.measure.alerts.GroupAlert` fed and said once per kind.
 
 The alert itself (when group diversity collapses, when the text breaks down) is the measurement
-core's; here it gets the callback's argument names for its reasons, is fed one measurement at a
+core's, given to the monitor as ``alert=GroupAlert(...)``; here it is fed one measurement at a
 time and warns once per kind, on the first process.
 """
 
@@ -12,32 +12,19 @@ import warnings
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div.measure.alerts import ALERT_SIGNALS, GroupAlert
 
-__all__ = ["ALERT_ARGUMENTS", "alert_values", "callback_alert", "feed_alert", "fresh_alert"]
-
-#: What its alert's reasons call each threshold: the callback's own arguments, as the user set them.
-ALERT_ARGUMENTS = {
-    "top_word_share": "breakdown_top_word",
-    "cut_rise": "breakdown_cut_rise",
-    "nll_rise": "breakdown_nll_rise",
-}
-
-
-def callback_alert(
-    warn_drop: float | None,
-    warn_below: float | None,
-    start_steps: int,
-    top_word_share: float | None,
-    cut_rise: float | None,
-    nll_rise: float | None,
-) -> GroupAlert:
-    """A GroupAlert whose reasons name the callback's arguments (:data:`ALERT_ARGUMENTS`)."""
-    return GroupAlert(warn_drop, warn_below, start_steps, top_word_share, cut_rise, nll_rise, names=ALERT_ARGUMENTS)
+__all__ = ["alert_values", "feed_alert", "fresh_alert"]
 
 
 def fresh_alert(alert: GroupAlert) -> GroupAlert:
-    """An alert with ``alert``'s thresholds and none of its state (a damaged checkpoint's fresh start)."""
-    return callback_alert(
-        alert.warn_drop, alert.warn_below, alert.start_steps, alert.top_word_share, alert.cut_rise, alert.nll_rise
+    """An alert with ``alert``'s thresholds and reasons' names and none of its state (a damaged checkpoint's fresh start)."""
+    return GroupAlert(
+        alert.warn_drop,
+        alert.warn_below,
+        alert.start_steps,
+        alert.top_word_share,
+        alert.cut_rise,
+        alert.nll_rise,
+        names=alert.names,
     )
 
 

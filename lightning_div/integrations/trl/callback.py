@@ -1,13 +1,13 @@
-"""GroupDiversityCallback: GRPO/RLOO group diversity from the rollouts the trainer already made.
+"""GroupDiversityMonitor: GRPO/RLOO group diversity from the rollouts the trainer already made.
 
 ```python
-diversity = GroupDiversityCallback(space=SemanticSpace(encoder="minilm", num_clusters=8))
+diversity = GroupDiversityMonitor(space=SemanticSpace(encoder="minilm", num_clusters=8))
 trainer = GRPOTrainer(model=model, reward_funcs=[my_reward, diversity], args=args, train_dataset=prompts)
 diversity.attach(trainer)
 trainer.train()  # trainer.state.log_history: {"diversity/group_sem_ent": ..., "reward": ..., "step": ...}
 ```
 
-The callback is also one of the trainer's reward functions, one that adds 0.0 to every reward:
+The monitor is also one of the trainer's reward functions, one that adds 0.0 to every reward:
 TRL (>= 1.0) calls it once per generation batch with the completions, their token ids,
 ``trainer_state`` and ``log_metric`` (its public reward contract; nothing private of TRL is
 read, nothing is generated here). It gathers every process's slice and measures the whole
@@ -23,7 +23,7 @@ batch, cut into the prompt groups of ``num_generations``:
 * degeneration signals: ``diversity/group_top_word_share`` (the most frequent word's share of
   a group's words), ``diversity/length_cut_share`` (the completions cut at the length limit: the last
   token id neither an EOS nor the pad id, TRL's own ``completions/clipped_ratio`` rule) and, with
-  ``reference_model=``,
+  ``ref_model=``,
   ``diversity/reference_nll`` (mean NLL under that frozen model);
 * ``diversity/collapse_alert`` and ``diversity/breakdown_alert`` (0/1): group Sem-Ent fell
   against its own start (collapse), or the text fell apart (breakdown; see
@@ -36,8 +36,8 @@ one group per measured batch (the one with the fewest clusters) goes to the trac
 tables and to ``<output_dir>/lightning_div/``.
 
 The clusters come from a :class:`~lightning_div.semantic.space.SemanticSpace` fitted once, on
-reference responses when given (``reference_responses``, or the training dataset's
-``reference_column``), else on the first measured step's completions, and kept for the whole
+the cluster texts when given (``cluster_texts``, or the training dataset's
+``cluster_column``), else on the first measured step's completions, and kept for the whole
 run, so the numbers of different steps are measured against the same clusters.
 """
 
@@ -59,8 +59,9 @@ from lightning_div.integrations._frontend import (
     tracker_reporter,
     warn_fresh_start,
 )
-from lightning_div.integrations.trl.alert import alert_values, callback_alert, feed_alert, fresh_alert
-from lightning_div.integrations.trl.reward import group_rewards, reward_cluster_ids
+from lightning_div.integrations.trl._deprecated import GROUP_LEXICAL, monitor_legacy
+from lightning_div.integrations.trl.alert import alert_values, feed_alert, fresh_alert
+from lightning_div.integrations.trl.reward import reward_cluster_ids
 from lightning_div.integrations.trl.rollouts import (
     RolloutBatch,
     column_texts,
@@ -73,21 +74,22 @@ from lightning_div.integrations.trl.rollouts import (
     reward_call,
 )
 from lightning_div.keys import check_name
+from lightning_div.measure.alerts import GroupAlert
 from lightning_div.measure.errors import check_on_error, guarded
 from lightning_div.measure.group import GroupMeasure, group_metrics
 from lightning_div.measure.reporting import RunMemory, TrackerReporter
 from lightning_div.semantic.cache import run_cache_dir
 from lightning_div.semantic.space import SemanticSpace, given_space
-from lightning_div.types import Options
+from lightning_div.settings import Lexical, Outputs
 from lightning_div.verdict import next_alert_record
 
-__all__ = ["PREFIX", "GroupDiversityCallback", "end_token_ids", "group_metrics", "rollouts_of"]
+__all__ = ["PREFIX", "GroupDiversityMonitor", "end_token_ids", "group_metrics", "rollouts_of"]
 
 #: The prefix of every key this front end logs (TRL's own keys have none: ``reward``, ``entropy``).
 PREFIX = "diversity/"
 
 
-class GroupDiversityCallback(TrainerCallback):
+class GroupDiversityMonitor(TrainerCallback):
     """Group Sem-Ent, clusters per group and collapsed groups of every GRPO/RLOO generation batch.
 
     Build it first, put it in the trainer's ``reward_funcs`` (it is a reward function that returns
@@ -97,93 +99,100 @@ class GroupDiversityCallback(TrainerCallback):
     generation batch; it measures the whole batch once and hands each value to TRL's
     ``log_metric``, so a log row holds the mean over the generation batches since the last log,
     as TRL's ``reward`` does (the 0/1 alerts: the share of those batches in alert). TRL logs its
-    column as ``rewards/<__name__>/mean`` (always 0). Placed after a
-    :class:`~lightning_div.integrations.trl.SemanticGroupReward` of the same space, it reuses that
-    reward's cluster ids instead of embedding the completions again. Given only in
-    ``callbacks=[...]`` it warns once and measures nothing. Evaluation rollouts are never measured
+    column as ``rewards/<__name__>/mean`` (always 0). Given only in ``callbacks=[...]`` it warns once and measures nothing. Evaluation rollouts are never measured
     (TRL's rule: the model is not in training mode); a resumed run measures in the interrupted
     run's clusters (:meth:`state_dict`, saved in ``trainer_state.json``). Under ``accelerate launch``
     / ``torchrun`` every process measures the same gathered batch, the embeddings sharded over the
     processes: 1 and N processes give the same values.
 
+    The space is shared, not found: give a :class:`~lightning_div.integrations.trl.SemanticGroupReward`
+    and the monitor the same :class:`~lightning_div.semantic.space.SemanticSpace` object and it is
+    fitted once and checkpointed once, by this monitor (in its state); placed after the reward, the
+    monitor reuses the reward's cluster ids of the step. The monitor sets nothing on the reward.
+
     Args:
         space: the :class:`~lightning_div.semantic.space.SemanticSpace` to measure in (its encoder,
             clusters, k ...; share it with a :class:`~lightning_div.integrations.trl.SemanticGroupReward`);
             None = a private one with the default settings.
-        reference_responses: texts to fit the clusters on (and to count EAD's vocabulary from).
-        reference_column: a column of the trainer's ``train_dataset`` holding reference responses
-            (text or conversational), used when ``reference_responses`` is None.
-        lexical_metrics: the lexical metrics over the whole batch.
-        lexical_options: ``tokenizer`` / ``lowercase`` / ``base`` of the lexical metrics.
-        vocab_size: V of EAD; default: counted from the references, else from the first measured step.
-        dirpath: the clusters' cache directory (default ``<output_dir>/lightning_div_cache``).
+        cluster_texts: texts to fit the clusters on (and to count EAD's vocabulary from).
+        cluster_column: a column of the trainer's ``train_dataset`` holding the cluster texts
+            (text or conversational), used when ``cluster_texts`` is None.
+        lexical: the lexical metrics over the whole batch, their options and EAD's V (default
+            ``Lexical(metrics=("distinct_1", "distinct_2", "ead"))``; V counted from the cluster
+            texts, else from the first measured step).
+        alert: the collapse / breakdown alert (default ``GroupAlert()``: collapse when group Sem-Ent
+            falls by a quarter of its start, the mean of the first 5 measured steps; breakdown at a
+            top-word share of 0.4, a length-cut rise of 0.3 or a ``ref_model`` NLL rise of 1 nat).
+        ref_model: a frozen model to score the completions' NLL under (e.g. the policy
+            before training; batched, no gradient; None: no NLL), as TRL calls it.
+        ref_tokenizer: its tokenizer (default: the trainer's ``processing_class``).
+        outputs: ``log_samples`` (> 0: a table of one group per step, the one with the fewest
+            clusters; 0: none) and ``dirpath``, the clusters' cache directory (default
+            ``<args.output_dir>/lightning_div_cache``). Its ``show_progress`` and ``cluster_views``
+            are not used here (nothing is generated, no cluster view is drawn).
         device: where the encoder runs (None: CUDA if there is one).
-        batch_size: texts per encoder batch (of the private space).
-        log_samples: log a table of one group per step (the one with the fewest clusters).
         on_error: ``"warn"`` (default): a failed measurement is skipped with a warning; ``"raise"``.
         name: goes into every key, ``diversity/<name>/group_sem_ent``, and into the reward function's
-            ``__name__``, ``group_diversity_<name>`` (several callbacks in one trainer).
-        warn_drop: alert (collapse) when group Sem-Ent falls by this share of its start (the mean
-            of the first ``alert_start_steps`` measured steps; None: never).
-        warn_below: alert (collapse) when group Sem-Ent falls below this many nats (None: never).
-        alert_start_steps: measured steps that make each signal's start, and the window of "now".
-        breakdown_top_word: name the alert breakdown when the most frequent word's share of a
-            group's words reaches this (None: never).
-        breakdown_cut_rise: ... when the share cut at the length limit rose this much over its start.
-        breakdown_nll_rise: ... when the reference NLL rose this many nats over its start.
-        reference_model: a frozen model to score the completions' NLL under (e.g. the policy
-            before training; batched, no gradient; None: no NLL).
-        reference_tokenizer: its tokenizer (default: the trainer's ``processing_class``).
+            ``__name__``, ``group_diversity_<name>`` (several monitors in one trainer).
+        **deprecated: 0.2's keyword arguments, accepted for one release with a ``DeprecationWarning``
+            naming the 1.0 form (``reference_responses``, ``warn_drop``, ``lexical_metrics``, ``dirpath`` ...).
 
     Raises:
         ValueError: a bad ``on_error``, ``name``, lexical setting or alert threshold.
-        TypeError: a ``space`` that is not a SemanticSpace.
+        TypeError: a ``space`` that is not a SemanticSpace, a settings object of another type, or an
+            unknown keyword argument.
     """
 
     def __init__(
         self,
         *,
         space: SemanticSpace | None = None,
-        reference_responses: Sequence[str] | None = None,
-        reference_column: str | None = None,
-        lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
-        lexical_options: Options | None = None,
-        vocab_size: int | None = None,
-        dirpath: str | Path | None = None,
+        cluster_texts: Sequence[str] | None = None,
+        cluster_column: str | None = None,
+        lexical: Lexical | None = None,
+        alert: GroupAlert | None = None,
+        ref_model: Any = None,
+        ref_tokenizer: Any = None,
+        outputs: Outputs | None = None,
         device: Any = None,
-        batch_size: int = 32,
-        log_samples: bool = True,
         on_error: str = "warn",
         name: str | None = None,
-        warn_drop: float | None = 0.25,
-        warn_below: float | None = None,
-        alert_start_steps: int = 5,
-        breakdown_top_word: float | None = 0.4,
-        breakdown_cut_rise: float | None = 0.3,
-        breakdown_nll_rise: float | None = 1.0,
-        reference_model: Any = None,
-        reference_tokenizer: Any = None,
+        **deprecated: Any,
     ) -> None:
+        who = type(self).__name__
+        given: dict[str, Any] = {
+            "cluster_texts": cluster_texts,
+            "cluster_column": cluster_column,
+            "ref_model": ref_model,
+            "ref_tokenizer": ref_tokenizer,
+            "alert": alert,
+            "lexical": lexical,
+            "outputs": outputs,
+        }
+        batch_size = monitor_legacy(who, deprecated, given)
+        for arg, cls in (("alert", GroupAlert), ("lexical", Lexical), ("outputs", Outputs)):
+            if given[arg] is not None and not isinstance(given[arg], cls):
+                raise TypeError(f"{who}: {arg} must be a {cls.__name__} or None, got {type(given[arg]).__name__}")
         check_on_error(on_error)
+        lexical, out = given["lexical"] or Lexical(metrics=GROUP_LEXICAL), given["outputs"] or Outputs()
         #: The collapse / breakdown alert (its state is checkpointed with the run).
-        self.alert = callback_alert(
-            warn_drop, warn_below, alert_start_steps, breakdown_top_word, breakdown_cut_rise, breakdown_nll_rise
-        )
-        #: What it measures (:class:`~lightning_div.measure.group.GroupMeasure`); this callback adds hooks,
+        self.alert: GroupAlert = given["alert"] or GroupAlert()
+        private = {} if batch_size is None else {"batch_size": batch_size}
+        #: What it measures (:class:`~lightning_div.measure.group.GroupMeasure`); this monitor adds hooks,
         #: keys, the alert and reporting.
         self.group = GroupMeasure(
-            given_space(type(self).__name__, space, batch_size=batch_size, show_progress=False),
-            lexical_metrics,
-            lexical_options,
-            vocab_size,
+            given_space(who, space, show_progress=False, **private),
+            lexical.metrics,
+            lexical.options,
+            lexical.vocab_size,
             device,
-            reference_model,
-            reference_tokenizer,
+            given["ref_model"],
+            given["ref_tokenizer"],
         )
-        self.reference_responses = optional_texts(reference_responses, type(self).__name__, "reference_responses")
-        self.reference_column = reference_column
-        self.dirpath = dirpath
-        self.log_samples = log_samples
+        self.cluster_texts = optional_texts(given["cluster_texts"], who, "cluster_texts")
+        self.cluster_column = given["cluster_column"]
+        self.dirpath = out.dirpath
+        self.log_samples = out.log_samples > 0
         self.on_error = on_error
         self.name = check_name(name)
         self.trainer: Any = None
@@ -218,18 +227,18 @@ class GroupDiversityCallback(TrainerCallback):
     def vocab_size(self, value: int | None) -> None:
         self.group.vocab_size = value
 
-    def attach(self, trainer: Any) -> GroupDiversityCallback:
-        """Add this callback to a TRL ``GRPOTrainer`` or ``RLOOTrainer`` that has it in its ``reward_funcs``.
+    def attach(self, trainer: Any) -> GroupDiversityMonitor:
+        """Add this monitor to a TRL ``GRPOTrainer`` or ``RLOOTrainer`` that has it in its ``reward_funcs``.
 
         Args:
             trainer: the trainer.
 
         Returns:
-            This callback.
+            This monitor.
 
         Raises:
-            ValueError: the callback is not in ``trainer.reward_funcs``, attached to another trainer
-                already, or another GroupDiversityCallback with the same name.
+            ValueError: the monitor is not in ``trainer.reward_funcs``, attached to another trainer
+                already, or another GroupDiversityMonitor with the same name.
             TypeError: a trainer without ``args.num_generations`` (not a GRPO/RLOO trainer).
         """
         if not any(fn is self for fn in getattr(trainer, "reward_funcs", None) or []):
@@ -254,15 +263,15 @@ class GroupDiversityCallback(TrainerCallback):
     # -- the clusters ------------------------------------------------------------------------------
 
     def references(self) -> list[str] | None:
-        """The reference responses: given, or read from the training dataset's ``reference_column``; None without."""
-        if self.reference_responses is not None:
-            return self.reference_responses
-        if self.reference_column is None or self.trainer is None:
+        """The cluster texts: given, or read from the training dataset's ``cluster_column``; None without."""
+        if self.cluster_texts is not None:
+            return self.cluster_texts
+        if self.cluster_column is None or self.trainer is None:
             return None
-        return column_texts(self.trainer, self.reference_column, type(self).__name__)
+        return column_texts(self.trainer, self.cluster_column, type(self).__name__)
 
     def prepare(self, fit_on: Sequence[str] | None, cache_dir: str | Path) -> None:
-        """Fit (or read) the clusters once, on the references else ``fit_on``, and count EAD's vocabulary;
+        """Fit (or read) the clusters once, on the cluster texts else ``fit_on``, and count EAD's vocabulary;
         every process must call it."""
         if self.group.ready:
             return  # every later step: nothing to read again
@@ -280,18 +289,13 @@ class GroupDiversityCallback(TrainerCallback):
         cut_share: float | None = None,
         step: int | None = None,
     ) -> dict[str, float]:
-        """The metrics of one step's completions (the whole batch, every process the same), keyed as logged.
+        """The metrics of one step's completions (the whole batch, every process the same), keyed as logged
+        (``{"diversity/group_sem_ent": ..., ...}``; with ``name``: ``diversity/<name>/...``).
 
-        Args:
-            completions: the whole generation batch, each prompt's G consecutive (text or conversational).
-            num_generations: G.
-            cache_dir: the clusters' cache directory when neither the space nor the callback has one.
-            prompts: their prompts (needed for the reference NLL).
-            cut_share: the share of these completions cut at the length limit, when known.
-            step: the step, in the alert's warning (default: the trainer's global step).
-
-        Returns:
-            ``{"diversity/group_sem_ent": ..., ...}`` (with ``name``: ``diversity/<name>/...``).
+        ``completions`` is the whole generation batch, each prompt's G = ``num_generations`` consecutive
+        (text or conversational); ``cache_dir`` the clusters' cache when neither the space nor the monitor
+        has one; ``prompts`` are needed for the ``ref_model`` NLL; ``cut_share`` is the share cut at the
+        length limit, when known; ``step`` goes into the alert's warning (default: the global step).
         """
         texts = completion_texts(completions)
         self.prepare(texts, cache_dir)
@@ -331,35 +335,28 @@ class GroupDiversityCallback(TrainerCallback):
     # -- state -------------------------------------------------------------------------------------
 
     def state_key(self) -> str:
-        """Where this callback's state sits in ``TrainerState.stateful_callbacks`` (one key per ``name``)."""
-        return "lightning_div.GroupDiversityCallback" + (f"[{self.name}]" if self.name else "")
+        """Where this monitor's state sits in ``TrainerState.stateful_callbacks`` (one key per ``name``)."""
+        return "lightning_div.GroupDiversityMonitor" + (f"[{self.name}]" if self.name else "")
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to measure as the uninterrupted one: the clusters file of the space (and
-        of every SemanticGroupReward's space in the trainer), EAD's vocabulary size and the alert's state."""
-        return {
-            "settings": self.space.settings(),
-            **self.group.state_dict(),  # "space" and "vocab_size"
-            "reward_spaces": [fn.space.state_dict() for fn in group_rewards(self.trainer)],
-            "alert": self.alert.state_dict(),
-        }
+        """What a resumed run needs to measure as the uninterrupted one, each part's own state nested:
+        ``{"settings": the space's settings, "measure": the GroupMeasure's (its space's clusters file
+        and EAD's V), "alert": the alert's}``. The space is saved here once, also when a reward shares it."""
+        return {"settings": self.space.settings(), "measure": self.group.state_dict(), "alert": self.alert.state_dict()}
 
     def load_state_dict(self, saved: Any) -> None:
-        """Restore :meth:`state_dict`'s values. A state saved with other space settings, or a damaged one,
-        is not restored: a warning says why and the callback starts afresh (the clusters fitted again)."""
+        """Restore :meth:`state_dict`'s values (or a 0.2 checkpoint's flat ones). A state saved with other space
+        settings, or a damaged one, is not restored: a warning says why and the monitor starts afresh (the
+        clusters fitted again)."""
+        if isinstance(saved, dict) and "measure" not in saved and "space" in saved:  # 0.2's flat state
+            saved = {**saved, "measure": {"space": saved["space"], "vocab_size": saved.get("vocab_size")}}
         if not isinstance(saved, dict) or saved.get("settings") != self.space.settings():
             got = saved.get("settings") if isinstance(saved, dict) else saved
             reason = f"was saved with other settings ({got!r:.200}, now {self.space.settings()!r})"
         else:
             try:
-                spaces = saved.get("reward_spaces", [])
-                if not isinstance(spaces, list):
-                    raise ValueError("no space state")
                 self.alert.load_state_dict(saved.get("alert"))
-                self.group.load_state_dict(saved)
-                for fn, space_state in zip(group_rewards(self.trainer), spaces):
-                    if fn.space is not self.space and isinstance(space_state, dict):
-                        fn.space.load_state_dict(space_state)
+                self.group.load_state_dict(saved["measure"])
                 return
             except ValueError as err:
                 self.alert = fresh_alert(self.alert)
@@ -371,7 +368,7 @@ class GroupDiversityCallback(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Restore a resumed checkpoint's state, then fit (or read) the clusters on the reference responses.
+        """Restore a resumed checkpoint's state, then fit (or read) the clusters on the cluster texts.
 
         The state travels in the checkpoint's ``trainer_state.json`` (``stateful_callbacks``, under
         :meth:`state_key`), which the Trainer has loaded by now: a resumed run reads the clusters the
@@ -390,11 +387,11 @@ class GroupDiversityCallback(TrainerCallback):
                 stacklevel=2,
             )
             return
-        for fn in group_rewards(self.trainer):  # the reward caches its clusters in this run's folder too
-            if fn.dirpath is None:
-                fn.run_cache_dir = cache_dir
         if getattr(state, "global_step", 0) > 0:
-            saved = stateful(state).get(self.state_key())
+            held = stateful(state)
+            saved = held.get(self.state_key())
+            if saved is None:  # a checkpoint of 0.2 (GroupDiversityCallback), resumed under 1.0
+                saved = held.get(self.state_key().replace("Monitor", "Callback", 1))
             if saved is not None:
                 self.load_state_dict(saved)
         self.prepare(None, cache_dir)
@@ -423,7 +420,7 @@ class GroupDiversityCallback(TrainerCallback):
                 ``trainer_state`` (the step) are read, dataset columns and ``log_extra`` ignored.
 
         Returns:
-            0.0 for every completion: the callback adds nothing to any reward.
+            0.0 for every completion: the monitor adds nothing to any reward.
 
         Raises:
             TypeError: called without ``log_metric`` (a TRL older than 1.0, or a trainer that is
@@ -483,7 +480,7 @@ class GroupDiversityCallback(TrainerCallback):
         stateful(state)[self.state_key()] = self.state_dict()  # saved with every later checkpoint
 
     def reporter(self, args: TrainingArguments, log_metric: Callable[[str, float], None], step: int) -> TrackerReporter:
-        """This callback's reporter: the trainer's ``report_to`` trackers at ``step``, files in
+        """This monitor's reporter: the trainer's ``report_to`` trackers at ``step``, files in
         ``<output_dir>/lightning_div/`` tagged ``step_<step>``, scalars into TRL's ``log_metric``,
         this run's memory."""
 
@@ -494,3 +491,10 @@ class GroupDiversityCallback(TrainerCallback):
         reporter = tracker_reporter(self.trainer, run_output_dir(args), log, self.memory)
         reporter.destination = dataclasses.replace(reporter.destination, step=step, tag=f"step_{step}")
         return reporter
+
+
+def __getattr__(name: str) -> Any:
+    """0.2's ``GroupDiversityCallback``, importable from this module for one release (warning)."""
+    from lightning_div._internal.deprecation import moved_attribute
+
+    return moved_attribute(__name__, name, {"GroupDiversityCallback": (__name__, "GroupDiversityMonitor")})

@@ -39,6 +39,7 @@ import numpy as np
 
 from lightning_div._internal.checks import optional_texts
 from lightning_div._internal.distributed import distributed_map, gather_objects, rank_and_world
+from lightning_div.integrations.trl._deprecated import reward_legacy
 from lightning_div.integrations.trl.rollouts import check_grouped, completion_texts
 from lightning_div.metrics.group import (
     DIVERSITY_SCORES,
@@ -197,26 +198,28 @@ class SemanticGroupReward:
     reward functions, ``reward_weights`` weigh them).
 
     The clusters (``equivalence="clusters"``) are those of the space: given, read from its disk
-    cache, or fitted once, on ``reference_responses`` when given, else on the first batch's
+    cache, or fitted once, on ``cluster_texts`` when given, else on the first batch's
     completions (gathered from every process). Share the space with a
-    :class:`~lightning_div.integrations.trl.GroupDiversityCallback` so that both measure in one.
+    :class:`~lightning_div.integrations.trl.GroupDiversityMonitor` (give both the same object) so
+    that both measure in one: it is fitted once, and the monitor checkpoints it (a resumed run reads
+    the same clusters). A space of the reward's own is not checkpointed: one fitted on the first
+    batch's completions is fitted again on a resumed run's first batch.
 
     Args:
         num_generations: G, the trainer's ``num_generations``; the batch must be whole groups.
         equivalence: ``"clusters"`` (default), ``"cosine"`` or ``"nli"``.
         score: ``"rarity"`` (default) or ``"classes"``.
         quality: a reward function to multiply the diversity into (None: the diversity alone).
-        reference_responses: texts to fit the clusters on (e.g. the dataset's reference replies).
+        cluster_texts: texts to fit the clusters on (e.g. the dataset's reference replies).
         space: the :class:`~lightning_div.semantic.space.SemanticSpace` (its encoder, clusters, k ...;
             k at most the number of distinct completions fitted on); None = a private one with the
             default settings.
         threshold: ``"cosine"``'s similarity threshold, in [-1, 1] (default 0.9).
         nli: ``"nli"``'s :class:`~lightning_div.nli.scorer.NLIScorer`.
-        dirpath: the clusters' cache directory when the space has none (default: the run's
-            ``<output_dir>/lightning_div_cache`` when a
-            :class:`~lightning_div.integrations.trl.GroupDiversityCallback` in the same trainer
-            tells it, else the package's cache, ``$LIGHTNING_DIV_CACHE`` or
-            ``~/.cache/lightning_div``, under ``clusters/``; never the current directory).
+        dirpath: the clusters' cache directory when the space has none (default: the package's
+            cache, ``$LIGHTNING_DIV_CACHE`` or ``~/.cache/lightning_div``, under ``clusters/``; never
+            the current directory). A space shared with a monitor that fits it first is cached
+            where the monitor caches (``<output_dir>/lightning_div_cache``).
         device: where the encoder runs (None: CUDA if there is one).
         batch_size: texts per encoder batch, NLI pairs per batch.
         diversity_floor: the least diversity, in [0, 1] (default 0.1, DARLING's; 0: no floor).
@@ -225,11 +228,13 @@ class SemanticGroupReward:
         name: the function's ``__name__``, which TRL logs its mean under (``rewards/<name>/mean``);
             default ``"<quality's __name__>_x_semantic_diversity"`` with a ``quality``, else
             ``"semantic_group_diversity"``.
+        **deprecated: 0.2's ``reference_responses`` (now ``cluster_texts``), accepted for one
+            release with a ``DeprecationWarning``.
 
     Raises:
         ValueError: a bad ``num_generations``, ``equivalence``, ``score``, ``threshold`` or
             ``diversity_floor``, ``"nli"`` without a scorer, or ``"clusters"`` to be fitted on the
-            first batch with the default k (give ``reference_responses=`` or ``space=``).
+            first batch with the default k (give ``cluster_texts=`` or ``space=``).
         TypeError: a ``quality`` that is not callable, a ``shift_quality`` that is not a bool, or a
             ``space`` that is not a SemanticSpace.
     """
@@ -241,7 +246,7 @@ class SemanticGroupReward:
         equivalence: Equivalence = "clusters",
         score: DiversityScore = "rarity",
         quality: Callable[..., Sequence[float | None]] | None = None,
-        reference_responses: Sequence[str] | None = None,
+        cluster_texts: Sequence[str] | None = None,
         space: SemanticSpace | None = None,
         threshold: float = 0.9,
         nli: Any = None,
@@ -251,7 +256,15 @@ class SemanticGroupReward:
         diversity_floor: float = 0.1,
         shift_quality: bool = True,
         name: str | None = None,
+        **deprecated: Any,
     ) -> None:
+        renamed = reward_legacy(type(self).__name__, deprecated)
+        if "cluster_texts" in renamed:
+            if cluster_texts is not None:
+                raise TypeError(
+                    f"{type(self).__name__}() got cluster_texts= and its 0.2 name: give cluster_texts= alone"
+                )
+            cluster_texts = renamed["cluster_texts"]
         check_groups(0, num_generations)
         if equivalence not in EQUIVALENCES:
             raise ValueError(f"equivalence must be one of {EQUIVALENCES}, got {equivalence!r}")
@@ -265,13 +278,11 @@ class SemanticGroupReward:
         self.equivalence: Equivalence = equivalence
         self.score: DiversityScore = score
         self.quality = quality
-        self.reference_responses = optional_texts(reference_responses, type(self).__name__, "reference_responses")
+        self.cluster_texts = optional_texts(cluster_texts, type(self).__name__, "cluster_texts")
         self.space = given_space(type(self).__name__, space, batch_size=batch_size, show_progress=False)
         self.threshold = check_threshold(threshold)
         self.nli = nli
         self.dirpath = dirpath
-        #: The run's cache folder, set by a GroupDiversityCallback of the same trainer (used without ``dirpath``).
-        self.run_cache_dir: Path | None = None
         self.device = device
         self.batch_size = batch_size
         self.diversity_floor = check_floor(diversity_floor, "diversity_floor")
@@ -285,14 +296,14 @@ class SemanticGroupReward:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         self.__name__ = name  # TRL names a reward function by __name__
         self._assigned: tuple[tuple[str, ...], np.ndarray] | None = None
-        if equivalence == "clusters" and space is None and reference_responses is None:
+        if equivalence == "clusters" and space is None and cluster_texts is None:
             # the default k (20) would be fitted on the first batch alone: GRPO's usual batches (2-8 prompts
             # x G) hold fewer distinct completions, and the first step would fail
             raise ValueError(
-                f"{type(self).__name__}(equivalence='clusters') with neither reference_responses= nor space= "
+                f"{type(self).__name__}(equivalence='clusters') with neither cluster_texts= nor space= "
                 f"fits its k-means clusters on the first batch's completions, and the default "
                 f"num_clusters={self.space.num_clusters} needs at least that many distinct ones: give "
-                "reference_responses= (e.g. the dataset's reference replies), a space= with clusters= or "
+                "cluster_texts= (e.g. the dataset's reference replies), a space= with clusters= or "
                 "num_clusters= at most the first batch's distinct completions (or a fitted or shared one), "
                 "or equivalence='cosine'"
             )
@@ -305,24 +316,21 @@ class SemanticGroupReward:
         )
 
     def prepare(self, completions: Sequence[str]) -> None:
-        """Make the clusters ready (``"clusters"`` only): on ``reference_responses``, else on ``completions``.
+        """Make the clusters ready (``"clusters"`` only): on ``cluster_texts``, else on ``completions``.
 
         Every process must call it with the same texts (rank 0 fits, the others receive).
         """
         if self.equivalence != "clusters" or self.space.fitted:
             return
-        texts = self.reference_responses if self.reference_responses is not None else list(completions)
+        texts = self.cluster_texts if self.cluster_texts is not None else list(completions)
         self.space.fit(texts, device=self.device, cache_dir=self.cache_dir())
 
     def cache_dir(self) -> Path:
-        """Where fitted clusters are cached when the space has no ``dirpath``: ``dirpath``, else the run's
-        folder a callback gave (:attr:`run_cache_dir`), else the package's cache (``clusters/`` under
-        :func:`~lightning_div.model.loading.cache_root`)."""
+        """Where fitted clusters are cached when the space has no ``dirpath``: ``dirpath``, else the package's
+        cache (``clusters/`` under :func:`~lightning_div.model.loading.cache_root`)."""
         from lightning_div.model.loading import cache_root
 
-        if self.dirpath is not None:
-            return Path(self.dirpath)
-        return self.run_cache_dir if self.run_cache_dir is not None else cache_root() / "clusters"
+        return Path(self.dirpath) if self.dirpath is not None else cache_root() / "clusters"
 
     def diversity(self, completions: Sequence[Any]) -> list[float]:
         """The diversity score of every completion of a whole batch (no gathering; see :meth:`__call__`).
@@ -353,7 +361,7 @@ class SemanticGroupReward:
     def cluster_ids(self, texts: Sequence[str], space: SemanticSpace) -> np.ndarray | None:
         """The cluster ids of ``texts`` if this reward just assigned exactly these texts in ``space``, else None.
 
-        A :class:`~lightning_div.integrations.trl.GroupDiversityCallback` sharing the space reads
+        A :class:`~lightning_div.integrations.trl.GroupDiversityMonitor` sharing the space reads
         them instead of embedding the step's completions a second time.
 
         Args:

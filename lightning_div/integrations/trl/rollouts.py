@@ -260,7 +260,7 @@ def num_generations_of(trainer: Any) -> int:
     g = getattr(getattr(trainer, "args", None), "num_generations", None)
     if isinstance(g, bool) or not isinstance(g, int):
         raise TypeError(
-            f"{type(trainer).__name__} has no args.num_generations: GroupDiversityCallback measures TRL's "
+            f"{type(trainer).__name__} has no args.num_generations: GroupDiversityMonitor measures TRL's "
             "GRPOTrainer and RLOOTrainer (GRPOConfig / RLOOConfig)"
         )
     return g
@@ -343,7 +343,7 @@ def column_texts(trainer: Any, column: str, who: str) -> list[str]:
     columns = getattr(dataset, "column_names", None) or []
     if column not in columns:
         raise ValueError(
-            f"{who}: reference_column={column!r} is not a column of the training dataset (it has {list(columns)})"
+            f"{who}: cluster_column={column!r} is not a column of the training dataset (it has {list(columns)})"
         )
     return [completion_text(r, i) for i, r in enumerate(dataset[column])]  # type: ignore[index]
 
