@@ -11,6 +11,7 @@ must say so, and with ``on_collapse="stop_negatives"`` train the second epoch wi
 negatives. With the defaults (unlikelihood negatives, normalised weights) it must stay quiet.
 """
 
+import dataclasses
 import math
 import time
 import warnings
@@ -24,8 +25,11 @@ from monitor_setup import minilm
 
 from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
 from lightning_div.datamodules import DialogueDataModule
-from lightning_div.dress.degeneration import CollapseThresholds, collapse_reasons
+from lightning_div.dress.degeneration import Thresholds, collapse_reasons
+from lightning_div.measure.alerts import DRESSAlert
 from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Generation, Lexical, Mining, Outputs
 
 # Chosen once (issue 43's run, made small): 64 training examples, 48 validation contexts, k = 8, learning rate 1e-3.
 N, VAL, K, LR = 64, 48, 8, 1e-3
@@ -60,9 +64,11 @@ def fit(tmp_path, dress: DRESSReweighting):
         seed=0,
         show_progress=False,
     )
-    common = dict(show_progress=False, batch_size=32, max_new_tokens=8, dirpath=str(tmp_path / "cache"))
     sem = SemanticDiversityMonitor(
-        encoder=minilm(), num_clusters=K, log_samples=0, lexical_metrics=(), cluster_views=False, **common
+        SemanticSpace(minilm(), num_clusters=K, batch_size=32, show_progress=False),
+        lexical=Lexical(metrics=()),
+        generation=Generation(batch_size=32, max_new_tokens=8),
+        outputs=Outputs(log_samples=0, cluster_views=False, show_progress=False, dirpath=str(tmp_path / "cache")),
     )
     spy = Spy()
     trainer = quiet_trainer(
@@ -79,19 +85,17 @@ def fit(tmp_path, dress: DRESSReweighting):
 
 def dress_args(tmp_path):
     return dict(
-        encoder=minilm(),
-        num_clusters=K,
-        num_negative_contexts=N,
-        show_progress=False,
-        batch_size=32,
-        max_new_tokens=8,
-        dirpath=str(tmp_path / "cache"),
+        space=SemanticSpace(minilm(), num_clusters=K, batch_size=32, show_progress=False),
+        mining=Mining(num_contexts=N),
+        generation=Generation(batch_size=32, max_new_tokens=8),
+        outputs=Outputs(show_progress=False, dirpath=str(tmp_path / "cache")),
     )
 
 
 @pytest.mark.slow
 def test_the_paper_settings_collapse_is_caught_and_stop_negatives_stops_them(tmp_path):
-    dress = DRESSReweighting.paper(on_collapse="stop_negatives", **dress_args(tmp_path))
+    paper_mining = dataclasses.replace(DRESSReweighting.PAPER_MINING, num_contexts=N)
+    dress = DRESSReweighting.paper(on_collapse="stop_negatives", **{**dress_args(tmp_path), "mining": paper_mining})
     spy, collapse, seconds = fit(tmp_path, dress)
     print(f"collapsing run: {seconds}")
     first = spy.metrics[0]
@@ -150,7 +154,7 @@ def test_collapse_reasons_thresholds_by_hand():
     named = {"sem/val/sem_ent": 0.1, "sem/val/sem_ent_gold": 2.0, "val/sem_ent": float("nan")}
     assert collapse_reasons(named) == [] and len(collapse_reasons(named, monitor="sem")) == 1
     # thresholds switch signs off
-    off = CollapseThresholds(sem_ent_ratio=0.0, top_share_floor=1.0, negative_loss_ratio=math.inf)
+    off = Thresholds(sem_ent_ratio=0.0, top_share_floor=1.0, negative_loss_ratio=math.inf)
     assert (
         collapse_reasons(
             {**named, "val/top_cluster_share": 1.0, "train/loss": 1, "train/negative_loss": -99}, None, off, "sem"
@@ -160,44 +164,62 @@ def test_collapse_reasons_thresholds_by_hand():
 
 
 @pytest.mark.parametrize("field", ["sem_ent_ratio", "top_share_factor", "top_share_floor", "negative_loss_ratio"])
-def test_collapse_thresholds_refuse_bad_values(field):
+def test_alert_thresholds_refuse_bad_values(field):
     for bad in (-0.1, float("nan"), "0.5"):
-        with pytest.raises(ValueError, match=f"CollapseThresholds.{field}"):
-            CollapseThresholds(**{field: bad})
-    with pytest.raises(ValueError, match="share in"):
-        CollapseThresholds(top_share_floor=1.5)
+        with pytest.raises(ValueError, match=f"DRESSAlert.{field} must be a number >= 0"):
+            DRESSAlert(**{field: bad})
+    with pytest.raises(ValueError, match="DRESSAlert.top_share_floor is a share in"):
+        DRESSAlert(top_share_floor=1.5)
 
 
 def test_defaults_are_the_safe_ones_and_paper_is_one_call_away():
     default = DRESSReweighting()
     assert (default.negative_loss, default.normalize, default.on_collapse) == ("unlikelihood", True, "warn")
-    paper = DRESSReweighting.paper(num_negative_contexts=64)
+    assert default.mining == Mining() and repr(default.alert) == repr(DRESSAlert())
+    paper = DRESSReweighting.paper(mining=dataclasses.replace(DRESSReweighting.PAPER_MINING, num_contexts=64))
     assert (paper.negative_loss, paper.normalize, paper.lam, paper.negative_weight) == ("nll", False, 30.0, -1.0)
     assert (paper.mine_at, paper.negative_batches, paper.head_threshold) == ("start", "separate", 0.1)
-    assert paper.num_negative_contexts == 64  # an override wins
-    assert DRESSReweighting.paper().num_negative_contexts == 5000
+    assert paper.num_contexts == 64  # an override wins
+    assert DRESSReweighting.paper().num_contexts == 5000
     with pytest.raises(ValueError, match="on_collapse must be one of"):
         DRESSReweighting(on_collapse="stop")
 
 
-def test_collapse_thresholds_take_any_real_number_and_a_dict_of_their_fields():
-    """Issue 54 M9 and L8: a dict was accepted and the guard then raised AttributeError; numpy's float32 was refused
-    as "must be a number"."""
-    t = CollapseThresholds(np.float32(0.5), top_share_floor=np.float64(0.9))
-    assert (t.sem_ent_ratio, t.top_share_floor) == (0.5, 0.9) and type(t.sem_ent_ratio) is float
-    dress = DRESSReweighting(collapse_thresholds={"sem_ent_ratio": 0.3, "negative_loss_ratio": 2})
-    assert dress.collapse_thresholds == CollapseThresholds(sem_ent_ratio=0.3, negative_loss_ratio=2.0)
-    with pytest.raises(ValueError, match="collapse_thresholds has no field 'ratio'; its fields are sem_ent_ratio"):
-        DRESSReweighting(collapse_thresholds={"ratio": 0.3})
-    with pytest.raises(ValueError, match="CollapseThresholds.top_share_floor must be a number >= 0"):
-        DRESSReweighting(collapse_thresholds={"top_share_floor": "0.8"})
-    with pytest.raises(ValueError, match="collapse_thresholds must be a CollapseThresholds"):
-        DRESSReweighting(collapse_thresholds=0.5)  # type: ignore[arg-type]
+def test_alert_thresholds_take_any_real_number():
+    """Issue 54 L8: numpy's float32 was refused as "must be a number"."""
+    alert = DRESSAlert(np.float32(0.5), top_share_floor=np.float64(0.9))
+    assert (alert.sem_ent_ratio, alert.top_share_floor) == (0.5, 0.9) and type(alert.sem_ent_ratio) is float
+    with pytest.raises(ValueError, match=r"DRESSReweighting\(alert=...\) must be a DRESSAlert or None, got 0.5"):
+        DRESSReweighting(alert=0.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"DRESSReweighting\(mining=...\) must be a Mining or None"):
+        DRESSReweighting(mining={"num_contexts": 8})  # type: ignore[arg-type]
+
+
+def test_the_alert_reads_values_by_hand_and_keeps_since_when():
+    """DRESSAlert has the shape of every alert: update(values, step) -> (kind, reasons), state_dict / load_state_dict."""
+    alert = DRESSAlert(sem_ent_ratio=0.6)
+    assert alert.update({"val/sem_ent": 1.3, "val/sem_ent_gold": 2.0}, 0) == (None, [])
+    assert alert.update({"val/sem_ent": 1.1, "val/sem_ent_gold": 2.0}, 1) == (
+        "collapse",
+        ["Sem-Ent 1.1 < 0.6 x the gold responses 2"],
+    )
+    # the top share's limit is twice the gold's top share when that is above the floor
+    kind, reasons = alert.update({"val/top_cluster_share": 0.85, "gold_top_share": 0.45}, 2)
+    assert (kind, reasons) == (None, [])
+    kind, reasons = alert.update({"val/top_cluster_share": 0.95, "gold_top_share": 0.45}, 3)
+    assert reasons == ["the top cluster holds 95 % of the generations (> 90 %; the gold's: 45 %)"]
+    assert kind == "collapse" and alert.state_dict() == {"since": 3, "warned": []}
+    alert.update({"train/loss_epoch": 4.0, "train/negative_loss_epoch": torch.tensor(-9.0)}, 4)
+    restored = DRESSAlert()
+    restored.load_state_dict(alert.state_dict())
+    assert restored.since == 3
+    with pytest.raises(ValueError, match="a DRESSAlert state must be a dict with an integer"):
+        restored.load_state_dict({"since": "3"})
 
 
 def test_the_guard_finds_a_named_monitor_or_says_why_it_cannot():
-    """Issue 54 L9 and L7: a monitor with a name logs <name>/val/...; without collapse_monitor= the guard read nothing,
-    silently, and collapse_monitor='a/b' naming no monitor was accepted."""
+    """Issue 54 L9 and L7: a monitor with a name logs <name>/val/...; without collapse_monitor= (1.0: monitor=) the guard
+    read nothing, silently, and collapse_monitor='a/b' naming no monitor was accepted."""
     from types import SimpleNamespace
 
     def guard_reads(*callbacks, **kwargs):
@@ -208,18 +230,18 @@ def test_the_guard_finds_a_named_monitor_or_says_why_it_cannot():
     assert guard_reads(named) == "sem"  # the only monitor: its keys
     assert guard_reads(named, unnamed) is None  # the one without a name
     assert guard_reads() is None  # no monitor: the losses alone, as documented
-    assert guard_reads(named, other, collapse_monitor="other") == "other"
-    with pytest.warns(
-        RuntimeWarning, match=r"2 SemanticDiversityMonitors with names \('sem', 'other'\).*collapse_monitor="
-    ):
+    assert guard_reads(named, other, monitor="other") == "other"  # by name: the YAML form
+    assert guard_reads(named, other, monitor=other) == "other"  # the object: the Python form
+    with pytest.warns(RuntimeWarning, match=r"2 SemanticDiversityMonitors with names \('sem', 'other'\).*monitor="):
         assert guard_reads(named, other) is None
-    with pytest.raises(
-        ValueError, match=r"collapse_monitor='a/b'\) names no SemanticDiversityMonitor .*'sem', 'other'"
-    ):
-        guard_reads(named, other, collapse_monitor="a/b")
+    with pytest.raises(ValueError, match=r"monitor='a/b'\) names no SemanticDiversityMonitor .*'sem', 'other'"):
+        guard_reads(named, other, monitor="a/b")
+    stranger = SemanticDiversityMonitor(name="sem")  # same name, another object: not the Trainer's
+    with pytest.raises(ValueError, match=r"monitor=...\): that SemanticDiversityMonitor \(name 'sem'\) is not one of"):
+        guard_reads(named, monitor=stranger)
     for bad in ("", " sem", 5):
-        with pytest.raises(ValueError, match="collapse_monitor must be None or the name of a SemanticDiversityMonitor"):
-            DRESSReweighting(collapse_monitor=bad)
+        with pytest.raises(ValueError, match=r"monitor=...\) must be a SemanticDiversityMonitor, the name of one"):
+            DRESSReweighting(monitor=bad)
 
 
 def test_the_guard_keeps_why_and_since_when_for_the_summary_and_the_report(tmp_path):

@@ -13,6 +13,7 @@ from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import new_figure
 from lightning_div.callbacks.base import DiversityCallback, override
 from lightning_div.callbacks.checks import settings_changed
+from lightning_div.callbacks.dress_args import REGROUPED, RENAMED, dress_arguments
 from lightning_div.callbacks.dress_checks import (
     check_dress_trainer,
     reweightable_datamodule,
@@ -20,16 +21,15 @@ from lightning_div.callbacks.dress_checks import (
     watch_weights,
     weights_used,
 )
-from lightning_div.callbacks.dress_guard import check_collapse_monitor, find_guard_monitor, run_guard
-from lightning_div.datamodules.samplers import check_count
-from lightning_div.dress.degeneration import ON_COLLAPSE, CollapseThresholds, OnCollapse, check_thresholds
+from lightning_div.callbacks.dress_guard import find_guard_monitor, run_guard
+from lightning_div.callbacks.parts import take_own
+from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+from lightning_div.dress.degeneration import ON_COLLAPSE, OnCollapse
 from lightning_div.dress.schedule import MINE_AT, mining_generation_kwargs, mining_seed, round_starts, round_to_mine
 from lightning_div.dress.state import DressState
-from lightning_div.dress.weights import (
-    check_lam,
-    dress_weights,
-)
-from lightning_div.keys import NEGATIVE_LOSSES, NegativeLoss
+from lightning_div.dress.weights import check_lam, dress_weights
+from lightning_div.keys import NegativeLoss
+from lightning_div.measure.alerts import DRESSAlert
 from lightning_div.measure.dress import NegativeMiner
 from lightning_div.measure.reporting import Reporter
 from lightning_div.measure.sample import sample_indices
@@ -37,17 +37,15 @@ from lightning_div.metrics.semantic import cluster_histogram
 from lightning_div.model.sharding import full_parameters
 from lightning_div.reweighting import (
     MODES,
-    NEGATIVE_BATCHES,
     Mode,
     NegativeBatches,
     ReweightableDataModule,
     check_batch_layout,
     check_choice,
+    train_responses_of,
 )
-from lightning_div.semantic.clusters import ClustersSource
-from lightning_div.semantic.encoder import EncoderSource
-from lightning_div.semantic.space import SemanticSpace, space_from_arguments
-from lightning_div.types import Options
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Mining
 from lightning_div.views import log_dress_round
 
 __all__ = ["MINE_AT", "DRESSReweighting"]
@@ -56,149 +54,97 @@ __all__ = ["MINE_AT", "DRESSReweighting"]
 class DRESSReweighting(DiversityCallback):
     """Weights gold training responses by the rarity of their semantic cluster, w = (1 - p_train(c))^lam.
 
-    At fit start it fits (or reads) the clusters of the gold training responses in its
+    At fit start it fits (or reads) the clusters of the training responses in its
     :class:`~lightning_div.semantic.space.SemanticSpace`, computes the weights and hands them to the
     datamodule (:meth:`~lightning_div.reweighting.ReweightableDataModule.apply_weights`). With
-    ``negatives=True`` it mines, at every round (``mine_at``), the model's responses that fall in its
+    ``mining`` it mines, at every round (``Mining.at``), the model's responses that fall in its
     head clusters (:class:`~lightning_div.measure.dress.NegativeMiner`) and trains them with
-    ``negative_weight`` and ``negative_loss``. A degeneration guard
-    (:mod:`lightning_div.dress.degeneration`) reads the run's metrics at every epoch's end, logs
-    ``dress/collapse_alert`` and can stop the negatives (``on_collapse``). Everything it decided is one
+    ``Mining.weight`` and ``Mining.loss``. Its alert (:class:`~lightning_div.measure.alerts.DRESSAlert`)
+    reads the run's metrics at every epoch's end, logs ``dress/collapse_alert`` and can stop the
+    negatives (``on_collapse``). Everything it decided is one
     :class:`~lightning_div.dress.state.DressState` (:attr:`state`), checkpointed whole: a resumed
     run continues with bit-identical weights.
 
-    The schedule, the losses, the batches, the guard, the figures and what a datamodule must do
+    The schedule, the losses, the batches, the alert, the figures and what a datamodule must do
     are in the user guide, ``docs/callbacks/dress.md``; :meth:`paper` gives the authors' settings.
 
     Args:
-        space: the semantic space (shared by identity with the callbacks given the same object);
-            None = a private one from the space arguments below. Giving both is an error.
-        encoder: model name/path for :class:`~lightning_div.semantic.encoder.ResponseEncoder`, or an
-            encoder (default: ``lightning_div.keys.DEFAULT_ENCODER``).
-        clusters: a fitted SemanticClusters, a path to a saved one, or None (fit on the gold responses).
-        num_clusters: k of the k-means clusters (default 20, the paper's).
-        variance_kept: explained variance the PCA keeps (default 0.9, the paper's).
-        kmeans_seed: faiss k-means seed (default 27, the paper's).
+        space: the semantic space (shared, fitted once, with the callbacks given the same object);
+            None = a private ``SemanticSpace()``.
         lam: the exponent lambda of the gold weights, a finite number >= 0 (paper: 30).
         normalize: rescale the gold weights to mean 1 (keeps unweighted training's step size;
             default True; the paper: False).
-        negatives: mine generated responses of the head clusters each epoch.
-        num_negative_contexts: training contexts generated for per epoch (paper: M = 5000).
-        head_threshold: share of the generations above which a cluster is a head cluster, in [0, 1) (paper: 0.1).
-        negative_weight: the weight of a mined response, a finite number < 0 (paper: -1).
         mode: ``"loss"`` (weights in the loss) or ``"sampler"`` (weights as draw probabilities;
-            needs ``negatives=False``).
-        generation_kwargs: overrides of the greedy generation used for mining.
-        encoder_kwargs: extra ResponseEncoder arguments (pooling, max_length, dtype, ...).
-        mine_at: ``"start"`` (the authors: every round's start, greedy without n-gram blocking)
-            or ``"end"`` (each epoch's end for the next epochs, with n-gram blocking).
-        negative_loss: ``"unlikelihood"`` (default: |weight| x -log(1 - p) a token, bounded) or
-            ``"nll"`` (the paper: weight x NLL, unbounded).
-        negative_batches: ``"separate"`` (the authors: all generations in batches of their own,
-            zero weights counted in the denominator) or ``"mixed"`` (head-cluster ones among the gold).
-        on_collapse: what the degeneration guard does besides logging ``dress/collapse_alert`` and
+            needs ``mining=None``).
+        mining: the negative mining (:class:`~lightning_div.settings.Mining`: how many contexts,
+            the head threshold, the weight, when, which loss, which batches); None: no negatives.
+        alert: when the generations count as collapsed (:class:`~lightning_div.measure.alerts.DRESSAlert`;
+            None: its defaults).
+        on_collapse: what DRESS does when its alert fires, besides logging ``dress/collapse_alert`` and
             warning once: ``"warn"`` (nothing more) or ``"stop_negatives"`` (no negatives after the
             epoch it fired at).
-        collapse_thresholds: when the guard fires (:class:`~lightning_div.dress.degeneration.CollapseThresholds`,
-            or a dict of its fields; None: its defaults).
-        collapse_monitor: the ``name`` of the SemanticDiversityMonitor whose metrics the guard reads; it
-            must be in the Trainer (checked when fitting starts). None: the monitor without a name, or
-            the only monitor when it has one; with several named monitors and none unnamed, the guard
-            reads none of them and says so once.
-        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`.
+        monitor: the SemanticDiversityMonitor whose metrics the alert reads: the object (it must be
+            one of the Trainer's callbacks), or its ``name`` (the form a LightningCLI YAML file
+            uses). None: the Trainer's monitor without a name, or its only monitor; with several
+            named monitors and none unnamed, the alert reads none of them and says so once.
+        **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`
+            (``generation=Generation(options=...)`` overrides the greedy generation used for mining),
+            and 0.2's keywords (``encoder=``, ``negatives=``, ``num_negative_contexts=``, ...,
+            ``collapse_thresholds=``, ``collapse_monitor=``), deprecated: each warns naming its new form.
 
     Raises:
-        ValueError: an unknown ``mode``, ``mine_at``, ``negative_loss``, ``negative_batches`` or ``on_collapse``,
-            ``mode="sampler"`` with ``negatives=True``, ``space`` together with a space argument, or a
-            ``lam``, ``num_negative_contexts``, ``head_threshold``, ``negative_weight``,
-            ``collapse_thresholds`` or ``collapse_monitor`` outside what is listed above.
+        ValueError: an unknown ``mode`` or ``on_collapse``, ``mode="sampler"`` with mining, ``space``
+            together with a 0.2 space keyword, a ``lam`` or ``monitor`` outside what is listed above,
+            or a ``mining`` / ``alert`` that is not one.
     """
 
     kind = "dress"
 
+    #: The authors' mining: M = 5000 contexts, head share 0.1, weight -1 on the NLL, at each round's start, own batches.
+    PAPER_MINING: ClassVar[Mining] = Mining(
+        num_contexts=5000, head_threshold=0.1, weight=-1.0, at="start", loss="nll", batches="separate"
+    )
     #: The authors' settings (Han et al., 2022, and their code): what :meth:`paper` passes.
-    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
-        "lam": 30.0,
-        "normalize": False,
-        "negatives": True,
-        "num_negative_contexts": 5000,
-        "head_threshold": 0.1,
-        "negative_weight": -1.0,
-        "mode": "loss",
-        "mine_at": "start",
-        "negative_loss": "nll",
-        "negative_batches": "separate",
-    }
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {"lam": 30.0, "normalize": False, "mode": "loss", "mining": PAPER_MINING}
 
     def __init__(
         self,
-        encoder: EncoderSource | None = None,
-        clusters: ClustersSource | None = None,
-        num_clusters: int | None = None,
-        variance_kept: float | None = None,
-        kmeans_seed: int | None = None,
+        space: SemanticSpace | None = None,
         lam: float = 30.0,
         normalize: bool = True,
-        negatives: bool = True,
-        num_negative_contexts: int = 5000,
-        head_threshold: float = 0.1,
-        negative_weight: float = -1.0,
         mode: str = "loss",
-        generation_kwargs: Options | None = None,
-        encoder_kwargs: Options | None = None,
-        mine_at: str = "start",
-        negative_loss: str = "unlikelihood",
-        negative_batches: str = "separate",
-        space: SemanticSpace | None = None,
+        mining: Mining | None = Mining(),  # noqa: B008 - frozen: one shared default is safe
+        alert: DRESSAlert | None = None,
         on_collapse: str = "warn",
-        collapse_thresholds: CollapseThresholds | None = None,
-        collapse_monitor: str | None = None,
+        monitor: SemanticDiversityMonitor | str | None = None,
         **kwargs: Any,
     ) -> None:
+        old, groups = take_own(self, kwargs, RENAMED, REGROUPED)  # 0.2's own keywords (warning): not the base's
         super().__init__(**kwargs)
+        args = dress_arguments(old, groups, space, mining, alert, monitor, self.batch_size, self.show_progress)
         check_choice("mode", mode, MODES)
-        check_choice("mine_at", mine_at, MINE_AT)
-        check_choice("negative_loss", negative_loss, NEGATIVE_LOSSES)
-        check_choice("negative_batches", negative_batches, NEGATIVE_BATCHES)
         check_choice("on_collapse", on_collapse, ON_COLLAPSE)
-        if mode == "sampler" and negatives:
+        if mode == "sampler" and args.negatives:
             raise ValueError(
                 "DRESSReweighting(mode='sampler') cannot use negatives: a sampler cannot draw an example "
-                "a negative number of times. Use negatives=False, or mode='loss' with weighted_lm_loss."
+                "a negative number of times. Use mining=None, or mode='loss' with weighted_lm_loss."
             )
+        #: The mining settings (kept when mining is off: its threshold and weight are in :meth:`settings`).
+        self.mining_settings = args.mining
+        self.negatives = args.negatives
         #: What a round mines (:class:`~lightning_div.measure.dress.NegativeMiner`); this callback chooses when and where.
         self.miner = NegativeMiner(
-            space_from_arguments(
-                type(self).__name__,
-                space,
-                encoder=encoder,
-                clusters=clusters,
-                num_clusters=num_clusters,
-                variance_kept=variance_kept,
-                kmeans_seed=kmeans_seed,
-                encoder_kwargs=encoder_kwargs,
-                batch_size=self.batch_size,
-                show_progress=self.show_progress,
-            ),
-            head_threshold,
-            negative_weight,
-            self.batch_size,
-            self.show_progress,
+            args.space, args.mining.head_threshold, args.mining.weight, self.batch_size, self.show_progress
         )
         self.lam = check_lam(lam)
         self.normalize = normalize
-        self.negatives = negatives
-        if num_negative_contexts is None:
-            raise ValueError("num_negative_contexts must be an integer >= 1, got None")
-        self.num_negative_contexts = int(check_count("num_negative_contexts", num_negative_contexts) or 0)
-        # checked against MODES / NEGATIVE_LOSSES / NEGATIVE_BATCHES above (check_choice), hence the casts
-        self.mode = cast(Mode, mode)
-        self.generation_kwargs = dict(generation_kwargs or {})
-        self.mine_at = mine_at
+        self.mode = cast(Mode, mode)  # checked against MODES above
         self.on_collapse = cast(OnCollapse, on_collapse)
-        self.collapse_thresholds: CollapseThresholds = check_thresholds(collapse_thresholds)
-        self.collapse_monitor = check_collapse_monitor(collapse_monitor)
-        self._guard_monitor = collapse_monitor  # the monitor the guard reads, found at setup (guard_monitor)
+        #: The degeneration guard (:class:`~lightning_div.measure.alerts.DRESSAlert`).
+        self.alert = args.alert
+        #: The SemanticDiversityMonitor the alert reads, its name, or None (found at setup).
+        self.monitor = args.monitor
+        self._guard_monitor: str | None = None  # the name of the monitor the alert reads, found at setup
         self._layout_seen = False  # this epoch's first batch with negatives was checked (on_train_batch_start)
         #: The first batch's weights, watched until the loss's backward: does the loss depend on them?
         self._watched: Any = None
@@ -206,8 +152,24 @@ class DRESSReweighting(DiversityCallback):
         #: Everything DRESS decided (weights, negatives and their clusters, the round), checkpointed whole;
         #: ``mined_for`` makes a resumed run mine each round exactly once.
         self.state = DressState(
-            negative_loss=cast(NegativeLoss, negative_loss), negative_batches=cast(NegativeBatches, negative_batches)
+            negative_loss=cast(NegativeLoss, args.mining.loss),
+            negative_batches=cast(NegativeBatches, args.mining.batches),
         )
+
+    @property
+    def mining(self) -> Mining | None:
+        """The mining settings, None when no negatives are mined."""
+        return self.mining_settings if self.negatives else None
+
+    @property
+    def num_contexts(self) -> int:
+        """The training contexts generated for at each mining round (``Mining.num_contexts``)."""
+        return self.mining_settings.num_contexts
+
+    @property
+    def mine_at(self) -> str:
+        """When a round mines: ``"start"`` or ``"end"`` (``Mining.at``)."""
+        return self.mining_settings.at
 
     @property
     def space(self) -> SemanticSpace:
@@ -228,15 +190,18 @@ class DRESSReweighting(DiversityCallback):
     def paper(cls, **kwargs: Any) -> DRESSReweighting:
         """DRESS with the authors' exact settings (:attr:`PAPER_SETTINGS`); ``kwargs`` override or add.
 
+        To change one mining setting, pass ``mining=dataclasses.replace(DRESSReweighting.PAPER_MINING, num_contexts=500)``.
+
         Raw gold weights (``normalize=False``) and negatives trained with weight -1 on the NLL
-        (``negative_loss="nll"``), mined greedily at each round's start from 5,000 training
+        (``Mining(loss="nll")``), mined greedily at each round's start from 5,000 training
         contexts into batches of their own. Fine-tuning with -1 x NLL destabilised one of five
         seeds and, at a higher learning rate, wrecked a model within an epoch (``docs/callbacks/dress.md``), so the
-        degeneration guard stays on (``on_collapse="warn"``: it changes no training).
+        alert stays on (``on_collapse="warn"``: it changes no training).
 
         Examples:
-            >>> dress = DRESSReweighting.paper(encoder="minilm", num_clusters=10)
-            >>> dress.negative_loss, dress.normalize, dress.num_negative_contexts
+            >>> from lightning_div.semantic.space import SemanticSpace
+            >>> dress = DRESSReweighting.paper(space=SemanticSpace(encoder="minilm", num_clusters=10))
+            >>> dress.negative_loss, dress.normalize, dress.num_contexts
             ('nll', False, 5000)
         """
         return cls(**{**cls.PAPER_SETTINGS, **kwargs})
@@ -261,7 +226,7 @@ class DRESSReweighting(DiversityCallback):
         rebuild it at every round's start: ``reload_dataloaders_every_n_epochs=1``. (A divisor of
         ``every_n_epochs`` is not enough: Lightning counts its reloads from the epoch a run
         resumes at, which need not be a round's start.) Gold weights alone are applied once,
-        before the first dataloader, so ``negatives=False`` needs nothing.
+        before the first dataloader, so ``mining=None`` needs nothing.
 
         Warns (once) when ``limit_train_batches`` cuts the epochs: only about that share of the
         negatives' batches, shuffled among the gold ones, would be trained.
@@ -278,15 +243,16 @@ class DRESSReweighting(DiversityCallback):
             self._guard_monitor = self.guard_monitor(trainer)
 
     def guard_monitor(self, trainer: pl.Trainer) -> str | None:
-        """The ``name`` of the SemanticDiversityMonitor whose keys the degeneration guard reads (None: the unnamed one).
+        """The ``name`` of the SemanticDiversityMonitor whose keys the alert reads (None: the unnamed one).
 
-        ``collapse_monitor`` when given (it must name a monitor of this Trainer); else the monitor
+        ``monitor``'s when given (the object must be one of this Trainer's callbacks, a name must
+        name one); else the monitor
         without a name, or the only monitor when it has a name (its keys are ``<name>/val/...``).
         With several named monitors and none unnamed it cannot choose: a warning (once) says so,
-        and the guard reads the losses alone.
+        and the alert reads the losses alone.
 
         Raises:
-            ValueError: ``collapse_monitor`` names no SemanticDiversityMonitor of the Trainer.
+            ValueError: ``monitor`` is not (or names no) SemanticDiversityMonitor of the Trainer.
         """
         return find_guard_monitor(self, trainer)
 
@@ -294,7 +260,7 @@ class DRESSReweighting(DiversityCallback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_fit_start(trainer, pl_module)
         dm = self._datamodule(trainer)
-        gold = list(dm.train_responses())
+        gold = list(train_responses_of(dm, type(self).__name__) or [])
         with self.announced(trainer, "the semantic clusters (embedding and k-means, or the cache)"):
             self.space.fit(gold, **self.space_context(trainer, pl_module))
         if self.state.weights is None:  # a resumed run restored them already
@@ -371,12 +337,12 @@ class DRESSReweighting(DiversityCallback):
             self.memory.warn_once(f"dress-batch-{what}:{self.name}", message)
 
     def _guard(self, trainer: pl.Trainer, m: dict[str, float]) -> None:
-        """The degeneration guard (lightning_div.dress.degeneration): log the alert, warn once, stop mining if asked."""
+        """The alert (:class:`~lightning_div.measure.alerts.DRESSAlert`): log it, warn once, stop mining if asked."""
         run_guard(self, trainer, m, self._guard_monitor)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # The guard decides before this epoch's end mines the next round (stop_negatives stops it).
+        # The alert decides before this epoch's end mines the next round (stop_negatives stops it).
         trained = self.state.summary()  # the negatives this epoch was trained with, before a stop clears them
         guard: dict[str, float] = {}
         self._guard(trainer, guard)
@@ -419,14 +385,14 @@ class DRESSReweighting(DiversityCallback):
         """What ``generate`` gets when mining: ``mine_at="start"`` turns the n-gram blocking off."""
         # a module implementing the adapter protocol itself has no layout to read: the causal defaults
         is_seq2seq = bool(getattr(self.adapter(pl_module), "is_seq2seq", False))
-        return mining_generation_kwargs(self.mine_at, self.generation_kwargs, is_seq2seq)
+        return mining_generation_kwargs(self.mine_at, dict(self.generation.options), is_seq2seq)
 
     def _mine_negatives(self, trainer: pl.Trainer, pl_module: pl.LightningModule, for_epoch: int) -> None:
         adapter = self.adapter(pl_module)
         check_finite_model(pl_module, type(self).__name__, adapter)  # a diverged model's empty output is no negative
         dm = self._datamodule(trainer)
         contexts = list(dm.train_contexts())
-        idx = sample_indices(len(contexts), self.num_negative_contexts, mining_seed(self.seed, for_epoch, self.mine_at))
+        idx = sample_indices(len(contexts), self.num_contexts, mining_seed(self.seed, for_epoch, self.mine_at))
         chosen = [list(contexts[i]) for i in idx]
         mined = self.miner.measure(
             adapter,
@@ -473,6 +439,7 @@ class DRESSReweighting(DiversityCallback):
             "settings": self.settings(),
             **self.state.state_dict(),
             **self.space.state_dict(),
+            "alert": self.alert.state_dict(),
         }
 
     @override
@@ -495,3 +462,5 @@ class DRESSReweighting(DiversityCallback):
                 stacklevel=2,
             )
         self.space.load_state_dict(state_dict)
+        if "alert" in state_dict:  # a checkpoint of 0.2 has none: the alert starts afresh
+            self.alert.load_state_dict(state_dict["alert"])

@@ -8,7 +8,7 @@ fields a batch carries, where the negatives go) is checked against the contract 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from lightning_div._internal.lightning import pl
 from lightning_div._internal.tracking import warn_once
@@ -27,11 +27,15 @@ __all__ = [
 def reweightable_datamodule(trainer: pl.Trainer) -> ReweightableDataModule:
     """The Trainer's datamodule, when it implements :class:`~lightning_div.reweighting.ReweightableDataModule`.
 
+    A datamodule of 0.2, whose training responses are ``gold_train_responses()`` (1.0: ``train_responses()``),
+    is taken too: DRESS reads them through :func:`~lightning_div.reweighting.train_responses_of`, with a warning.
+
     Raises:
         ValueError: it has none, or one DRESS cannot reweight.
     """
     dm = getattr(trainer, "datamodule", None)
-    if not isinstance(dm, ReweightableDataModule):
+    of_0_2 = all(callable(getattr(dm, m, None)) for m in ("gold_train_responses", "train_contexts", "apply_weights"))
+    if not isinstance(dm, ReweightableDataModule) and not of_0_2:
         raise ValueError(
             f"DRESSReweighting needs a datamodule that implements "
             f"lightning_div.datamodules.ReweightableDataModule (train_responses, train_contexts, "
@@ -39,7 +43,7 @@ def reweightable_datamodule(trainer: pl.Trainer) -> ReweightableDataModule:
             "examples and weights the training dataloader yields. Pass one to Trainer.fit(datamodule="
             "...): lightning_div.datamodules.DialogueDataModule, or your own (docs: callbacks/dress)"
         )
-    return dm
+    return cast(ReweightableDataModule, dm)
 
 
 def check_dress_trainer(trainer: pl.Trainer, every_n_epochs: int) -> None:

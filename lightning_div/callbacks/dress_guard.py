@@ -1,7 +1,7 @@
-"""DRESS's degeneration guard in a Lightning run: which monitor it reads, and what it does when it fires.
+"""DRESS's alert in a Lightning run: which monitor it reads, and what it does when it fires.
 
-What counts as a collapse is :mod:`lightning_div.dress.degeneration` (numbers in, reasons out);
-this module reads the Trainer's metrics for it at every epoch's end, logs ``dress/collapse_alert``,
+What counts as a collapse is :class:`~lightning_div.measure.alerts.DRESSAlert` (values in, kind
+and reasons out); this module feeds it the Trainer's metrics at every epoch's end, logs ``dress/collapse_alert``,
 keeps the run's alert record, warns once and, with ``on_collapse="stop_negatives"``, stops the
 negatives of a :class:`~lightning_div.callbacks.dress.DRESSReweighting`.
 """
@@ -14,32 +14,14 @@ import numpy as np
 
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div.callbacks.base import _callbacks
-from lightning_div.dress.degeneration import DRESS_COLLAPSE_ALERT, DRESS_NEGATIVES_STOPPED, collapse_reasons
-from lightning_div.keys import TRAIN_NEGATIVE_LOSS
+from lightning_div.dress.degeneration import DRESS_COLLAPSE_ALERT, DRESS_NEGATIVES_STOPPED
+from lightning_div.keys import SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS
 from lightning_div.verdict import next_alert_record
 
 if TYPE_CHECKING:
     from lightning_div.callbacks.dress import DRESSReweighting
 
-__all__ = ["check_collapse_monitor", "find_guard_monitor", "run_guard"]
-
-
-def check_collapse_monitor(collapse_monitor: Any) -> str | None:
-    """``collapse_monitor`` as given when it is None or a name (a non-empty string without surrounding spaces).
-
-    Raises:
-        ValueError: anything else.
-    """
-    if collapse_monitor is not None and (
-        not isinstance(collapse_monitor, str)
-        or not collapse_monitor.strip()
-        or collapse_monitor != collapse_monitor.strip()
-    ):
-        raise ValueError(
-            "collapse_monitor must be None or the name of a SemanticDiversityMonitor (a non-empty string "
-            f"without surrounding spaces), got {collapse_monitor!r}"
-        )
-    return collapse_monitor
+__all__ = ["alert_values", "find_guard_monitor", "run_guard"]
 
 
 def find_guard_monitor(dress: DRESSReweighting, trainer: pl.Trainer) -> str | None:
@@ -49,16 +31,25 @@ def find_guard_monitor(dress: DRESSReweighting, trainer: pl.Trainer) -> str | No
     """
     from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 
-    names = [cb.name for cb in _callbacks(trainer) if isinstance(cb, SemanticDiversityMonitor)]
+    monitors = [cb for cb in _callbacks(trainer) if isinstance(cb, SemanticDiversityMonitor)]
+    names = [cb.name for cb in monitors]
     shown = ", ".join(repr(n) for n in names) or "none"
-    if dress.collapse_monitor is not None:
-        if dress.collapse_monitor not in names:
+    if isinstance(dress.monitor, SemanticDiversityMonitor):
+        if not any(cb is dress.monitor for cb in monitors):
             raise ValueError(
-                f"{type(dress).__name__}(collapse_monitor={dress.collapse_monitor!r}) names no "
-                f"SemanticDiversityMonitor of this Trainer (their names: {shown}): the degeneration guard "
+                f"{type(dress).__name__}(monitor=...): that SemanticDiversityMonitor (name {dress.monitor.name!r}) "
+                f"is not one of this Trainer's callbacks (their monitors' names: {shown}), so its metrics are never "
+                "logged: pass the same object in Trainer(callbacks=[...]) (in a YAML file, give its name: monitor: <name>)"
+            )
+        return dress.monitor.name
+    if dress.monitor is not None:
+        if dress.monitor not in names:
+            raise ValueError(
+                f"{type(dress).__name__}(monitor={dress.monitor!r}) names no "
+                f"SemanticDiversityMonitor of this Trainer (their names: {shown}): the alert "
                 "would read nothing of it. Pass the name of one (or None for the one without a name)"
             )
-        return dress.collapse_monitor
+        return dress.monitor
     if not names or None in names:
         return None
     if len(names) == 1:
@@ -66,27 +57,45 @@ def find_guard_monitor(dress: DRESSReweighting, trainer: pl.Trainer) -> str | No
     dress.memory.warn_once(
         f"dress-guard-monitor:{dress.name}",
         f"{type(dress).__name__}: {len(names)} SemanticDiversityMonitors with names ({shown}) and none "
-        "without: the degeneration guard reads none of their metrics, only the losses. Pass "
-        "collapse_monitor=<the name of the one to read>",
+        "without: the alert reads none of their metrics, only the losses. Pass "
+        "monitor=<the one to read, or its name>",
     )
     return None
 
 
+def alert_values(
+    metrics: dict[str, Any], monitor: str | None, gold_top_share: float | None, negatives_trained: bool
+) -> dict[str, Any]:
+    """What :meth:`DRESSAlert.update <lightning_div.measure.alerts.DRESSAlert.update>` reads of a run's metrics.
+
+    The monitor's values without its name's prefix, the losses (the negatives' only when this
+    epoch trained negatives: one still logged is an earlier epoch's), and the gold training
+    responses' top cluster share.
+    """
+    prefix = f"{monitor}/" if monitor else ""
+    values = {
+        key: metrics[prefix + key] for key in (SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE) if prefix + key in metrics
+    }
+    losses = (TRAIN_LOSS, TRAIN_NEGATIVE_LOSS) if negatives_trained else (TRAIN_LOSS,)
+    values.update({key + end: metrics[key + end] for key in losses for end in ("", "_epoch") if key + end in metrics})
+    if gold_top_share is not None:
+        values["gold_top_share"] = gold_top_share
+    return values
+
+
 def run_guard(dress: DRESSReweighting, trainer: pl.Trainer, m: dict[str, float], monitor: str | None) -> None:
-    """The guard at an epoch's end: log the alert into ``m``, warn once, stop mining if asked.
+    """The alert at an epoch's end: log it into ``m``, warn once, stop mining if asked.
 
     ``monitor`` is the one :func:`find_guard_monitor` chose at setup.
     """
     if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
         return
     state = dress.state
-    metrics = dict(trainer.callback_metrics)
-    if not np.any(state.negative_weights != 0):
-        # no negative trained this epoch: a train/negative_loss still logged is an earlier epoch's
-        metrics = {k: v for k, v in metrics.items() if not k.startswith(TRAIN_NEGATIVE_LOSS)}
-    reasons = collapse_reasons(metrics, state.gold_top_share, dress.collapse_thresholds, monitor)
+    trained = bool(np.any(state.negative_weights != 0))
+    values = alert_values(dict(trainer.callback_metrics), monitor, state.gold_top_share, trained)
+    kind, reasons = dress.alert.update(values, trainer.current_epoch)
     # rank 0's reading decides, so every rank mines (or stops) alike
-    collapsed = bool(trainer.strategy.broadcast(bool(reasons), src=0))
+    collapsed = bool(trainer.strategy.broadcast(kind is not None, src=0))
     m[DRESS_COLLAPSE_ALERT] = float(collapsed)
     dress.alert_record = next_alert_record(  # the run's files keep why, for the summary and the report
         dress.alert_record,

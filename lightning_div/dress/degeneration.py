@@ -1,6 +1,7 @@
 """DRESS's degeneration guard: has training with DRESS collapsed the generations?
 
-DRESS's negatives push the model away from its own generations. The paper's −1 × NLL has no
+The rule of :class:`~lightning_div.measure.alerts.DRESSAlert` (numbers in, reasons out): DRESS's
+negatives push the model away from its own generations. The paper's −1 × NLL has no
 bound, and a run can go from fluent replies to ``'asd f asd f f …'`` within an epoch (the collapsed
 fine-tuning runs at a high learning rate in ``docs/callbacks/dress.md``, 'Degeneration guard').
 :func:`collapse_reasons` reads what a run has logged (``trainer.callback_metrics``: the
@@ -24,7 +25,7 @@ fine-tuning runs at a high learning rate in ``docs/callbacks/dress.md``, 'Degene
   Fine-tuning with normalised weights it stayed at 0.04–0.43 of the gold loss (all 15 epochs of
   ``dress_nll``); from scratch, where −1 × NLL hurt every seed, 0.9–1.8; the collapsed run, −29.6.
 
-Needs nothing but the standard library: the logged values are passed in as numbers.
+Needs no model and no trainer: the logged values are passed in as numbers.
 """
 
 from __future__ import annotations
@@ -35,15 +36,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from lightning_div._internal.deprecation import warn_deprecated
 from lightning_div.keys import SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS
 
 __all__ = [
     "DRESS_COLLAPSE_ALERT",
     "DRESS_NEGATIVES_STOPPED",
     "ON_COLLAPSE",
-    "CollapseThresholds",
     "OnCollapse",
-    "check_thresholds",
+    "Thresholds",
     "collapse_reasons",
 ]
 
@@ -60,8 +61,11 @@ ON_COLLAPSE: tuple[str, ...] = get_args(OnCollapse)
 
 
 @dataclass(frozen=True)
-class CollapseThresholds:
+class Thresholds:
     """When :func:`collapse_reasons` calls the generations collapsed (the module docstring says why these values).
+
+    What a :class:`~lightning_div.measure.alerts.DRESSAlert` is constructed from (0.2's public
+    ``CollapseThresholds``, still importable under that name with a warning).
 
     Attributes:
         sem_ent_ratio: collapse when Sem-Ent < this × the gold responses' Sem-Ent (0 turns the sign off).
@@ -83,31 +87,10 @@ class CollapseThresholds:
             value = getattr(self, name)
             # any real number (numpy's float32 too), stored as a float; a bool or a string is not a threshold
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or value < 0:
-                raise ValueError(f"CollapseThresholds.{name} must be a number >= 0, got {value!r}")
+                raise ValueError(f"DRESSAlert.{name} must be a number >= 0, got {value!r}")
             object.__setattr__(self, name, float(value))  # frozen: set once, here
         if self.top_share_floor > 1:
-            raise ValueError(f"CollapseThresholds.top_share_floor is a share in [0, 1], got {self.top_share_floor}")
-
-
-def check_thresholds(value: Any) -> CollapseThresholds:
-    """``collapse_thresholds`` as given: None (the defaults), a :class:`CollapseThresholds`, or a mapping of its fields.
-
-    Raises:
-        ValueError: anything else, or a mapping with a field :class:`CollapseThresholds` does not have.
-    """
-    if value is None:
-        return CollapseThresholds()
-    if isinstance(value, CollapseThresholds):
-        return value
-    if isinstance(value, Mapping):
-        fields = ("sem_ent_ratio", "top_share_factor", "top_share_floor", "negative_loss_ratio")
-        unknown = sorted(str(k) for k in value if k not in fields)
-        if unknown:
-            raise ValueError(f"collapse_thresholds has no field {unknown[0]!r}; its fields are {', '.join(fields)}")
-        return CollapseThresholds(**value)
-    raise ValueError(
-        f"collapse_thresholds must be a CollapseThresholds (or a dict of its fields, or None), got {value!r:.80}"
-    )
+            raise ValueError(f"DRESSAlert.top_share_floor is a share in [0, 1], got {self.top_share_floor}")
 
 
 def _value(metrics: Mapping[str, Any], *keys: str) -> float | None:
@@ -127,7 +110,7 @@ def _percent(share: float) -> str:
 def collapse_reasons(
     metrics: Mapping[str, Any],
     gold_top_share: float | None = None,
-    thresholds: CollapseThresholds | None = None,
+    thresholds: Thresholds | None = None,
     monitor: str | None = None,
 ) -> list[str]:
     """The signs of collapse the logged ``metrics`` show, in words; empty when none (or nothing to read).
@@ -139,7 +122,7 @@ def collapse_reasons(
     Args:
         metrics: what the run logged, e.g. ``trainer.callback_metrics`` (numbers or 0-d tensors).
         gold_top_share: the largest cluster's share of the gold training responses (None: the floor alone).
-        thresholds: when to call it a collapse (default :class:`CollapseThresholds`).
+        thresholds: when to call it a collapse (default :class:`Thresholds`).
         monitor: the ``name`` of the SemanticDiversityMonitor to read (its keys are ``<name>/val/...``).
 
     Returns:
@@ -153,7 +136,7 @@ def collapse_reasons(
         >>> collapse_reasons({"val/sem_ent": 2.6, "val/sem_ent_gold": 2.95, "val/top_cluster_share": 0.16}, 0.12)
         []
     """
-    t = thresholds or CollapseThresholds()
+    t = thresholds or Thresholds()
     prefix = f"{monitor}/" if monitor else ""
     reasons: list[str] = []
     sem_ent, gold = _value(metrics, prefix + SEM_ENT), _value(metrics, prefix + SEM_ENT_GOLD)
@@ -172,3 +155,12 @@ def collapse_reasons(
             "the negatives outweigh the gold examples"
         )
     return reasons
+
+
+def __getattr__(name: str) -> Any:
+    """0.2's ``CollapseThresholds``: the thresholds a :class:`~lightning_div.measure.alerts.DRESSAlert` takes, with a warning."""
+    if name == "CollapseThresholds":
+        # the new form is one layer up (measure/), so it is named here and not imported
+        warn_deprecated(f"{__name__}.CollapseThresholds", "lightning_div.measure.alerts.DRESSAlert(...) (alert=)")
+        return Thresholds
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ shape of :class:`~lightning_div.measure.base.Measure` (``prepare`` / ``measure``
 * :class:`~lightning_div.measure.reporting.Reporter`: where results go, implemented by each front end.
 """
 
-from lightning_div.measure.alerts import GroupAlert, RUQAlert
+from lightning_div.measure.alerts import DRESSAlert, GroupAlert, RUQAlert
 from lightning_div.measure.base import Measure
 from lightning_div.measure.errors import Measurement, guarded
 from lightning_div.measure.group import GroupMeasure, group_metrics, reference_nll
@@ -31,6 +31,7 @@ from lightning_div.measure.semantic import SemanticMeasure, SemanticResult
 
 __all__ = [
     "FixedSample",
+    "DRESSAlert",
     "GroupAlert",
     "GroupMeasure",
     "Measure",

@@ -1,12 +1,17 @@
-"""The alerts: when GRPO/RLOO rollouts collapse or their text breaks down, and when RUQ falls.
+"""The alerts: when GRPO/RLOO rollouts collapse or their text breaks down, when RUQ falls, when DRESS's generations collapse.
 
 :class:`GroupAlert` reads the values :class:`~lightning_div.measure.group.GroupMeasure` gives one
 step at a time (unprefixed, the names of :data:`ALERT_SIGNALS`) and says *collapse* when group
 Sem-Ent falls against its own start, *breakdown* instead when the degeneration signals say the
 text fell apart. Apart from the measure, so that the measure only measures and a front end feeds
 the alert what it measured. :class:`RUQAlert` is RUQ's: it says when RUQ falls below a floor or
-drops since the last measurement. Both are fed what their measure returned and keep the state a
-resumed run restores (``state_dict`` / ``load_state_dict``).
+drops since the last measurement. :class:`DRESSAlert` is DRESS's degeneration guard: it says when
+the metrics a DRESS run logged show its generations collapsed
+(:func:`~lightning_div.dress.degeneration.collapse_reasons`).
+
+Every alert has one shape: constructed from its thresholds, fed one measurement at a time by
+``update(values, step)``, which returns ``(kind, reasons)`` (kind None: no alert; reasons in
+words), and keeping the state a resumed run restores (``state_dict()`` / ``load_state_dict()``).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.distributed import rank_and_world
+from lightning_div.dress.degeneration import Thresholds, collapse_reasons
+from lightning_div.keys import SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS
 
-__all__ = ["ALERT_SIGNALS", "GroupAlert", "RUQAlert"]
+__all__ = ["ALERT_SIGNALS", "DRESS_ALERT_SIGNALS", "DRESSAlert", "GroupAlert", "RUQAlert"]
 
 #: The values :meth:`GroupAlert.update` reads (unprefixed keys); the last three may be missing.
 ALERT_SIGNALS = ("group_sem_ent", "group_top_word_share", "length_cut_share", "reference_nll")
@@ -130,12 +137,14 @@ class GroupAlert:
             return None
         return (start, now) if now - start >= rise else None
 
-    def update(self, values: dict[str, float]) -> tuple[str | None, list[str]]:
+    def update(self, values: Mapping[str, float], step: int | None = None) -> tuple[str | None, list[str]]:
         """Add one step's values and say whether they alert.
 
         Args:
             values: the step's signals by :data:`ALERT_SIGNALS` name (``group_sem_ent`` required;
                 a missing or non-finite other signal is not counted).
+            step: the training step measured (the rule counts measurements, not steps: kept for
+                the shape every alert shares).
 
         Returns:
             ``(kind, reasons)``: kind ``"breakdown"``, ``"collapse"`` or None; reasons in words
@@ -236,7 +245,8 @@ def _checked_points(name: str, value: Any, most: float) -> float | None:
 class RUQAlert:
     """Says when RUQ falls below ``warn_below`` or drops by more than ``warn_drop`` points since the last measurement.
 
-    Its state is the last value (:attr:`last`), which a resumed run restores.
+    Its state is the last value (:attr:`last`), which a resumed run restores. :meth:`update` is the
+    shape every alert shares; :meth:`check` and :meth:`alert` are the same rule for a single value.
 
     Args:
         warn_below: alert below this RUQ, a percentage in [0, 100] (None: never).
@@ -250,7 +260,12 @@ class RUQAlert:
         >>> alert = RUQAlert(warn_below=None, warn_drop=10.0)
         >>> alert.check(60.0, "val/ruq"), alert.check(45.0, "val/ruq")
         ([], ['val/ruq dropped from 60.0 to 45.0 (more than warn_drop = 10.0)'])
+        >>> alert.update({"ruq": 30.0}, step=3)
+        ('RUQ alert', ['ruq dropped from 45.0 to 30.0 (more than warn_drop = 10.0)'])
     """
+
+    #: The kind :meth:`update` returns on an alert (the verdict's name for RUQ's alert).
+    KIND = "RUQ alert"
 
     def __init__(self, warn_below: float | None = None, warn_drop: float | None = 10.0) -> None:
         self.warn_below = _checked_points("warn_below", warn_below, 100.0)
@@ -278,6 +293,28 @@ class RUQAlert:
         self.reasons = reasons
         return reasons
 
+    def update(self, values: Mapping[str, float], step: int | None = None) -> tuple[str | None, list[str]]:
+        """:meth:`check` of one measurement's values (:class:`~lightning_div.measure.ruq.RUQMeasure`'s), as every alert.
+
+        Args:
+            values: the measurement's values; ``ruq`` is read, or the one key ending in ``ruq``
+                (``val/ruq``, ``eval_ruq``), which the reasons then name.
+            step: the step or epoch measured (the rule compares with the last measurement, whenever it was).
+
+        Returns:
+            ``(kind, reasons)``: kind ``"RUQ alert"`` or None.
+
+        Raises:
+            ValueError: no RUQ among ``values``, or several.
+        """
+        keys = ["ruq"] if "ruq" in values else [k for k in values if k.endswith("ruq")]
+        if len(keys) != 1:
+            raise ValueError(
+                f"RUQAlert.update needs one RUQ value (key 'ruq' or ending in 'ruq'), got {sorted(values)}"
+            )
+        reasons = self.check(float(values[keys[0]]), keys[0])
+        return (self.KIND if reasons else None), reasons
+
     def alert(self, value: float, key: str, who: str, idk: str) -> float:
         """:meth:`check`, then a RuntimeWarning per reason on the first process; 1.0 on an alert, else 0.0.
 
@@ -295,14 +332,133 @@ class RUQAlert:
                 warnings.warn(f"{who}: {reason}: the model increasingly prefers {idk!r}", RuntimeWarning, stacklevel=2)
         return 1.0 if reasons else 0.0
 
+    def state_dict(self) -> dict[str, Any]:
+        """The last measured RUQ (JSON-ready)."""
+        return {"last": self.last}
+
     def load_state_dict(self, last: Any) -> None:
-        """Restore :attr:`last`.
+        """Restore :meth:`state_dict`'s :attr:`last` (or the bare value, as the front ends of 0.2 stored it).
 
         Raises:
             ValueError: a value that is not a finite number or None (after a NaN no drop would ever be seen).
         """
+        if isinstance(last, dict):
+            if set(last) != {"last"}:
+                raise ValueError(f"a RUQAlert state must be a dict with 'last' alone, got {last!r}")
+            last = last["last"]
         if last is not None and (
             isinstance(last, bool) or not isinstance(last, (int, float)) or not math.isfinite(last)
         ):
             raise ValueError(f"the last RUQ must be a finite number or null, got {last!r}")
         self.last = None if last is None else float(last)
+
+
+#: The values :meth:`DRESSAlert.update` reads, by the keys a run logs them under (unprefixed by a
+#: monitor's name); ``gold_top_share`` is the gold training responses' largest cluster share.
+#: A loss is read as its epoch mean (``train/loss_epoch``) when that was logged.
+DRESS_ALERT_SIGNALS = (SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS, "gold_top_share")
+
+
+class DRESSAlert:
+    """DRESS's degeneration guard: says when a DRESS run's generations collapsed (kind ``"collapse"``).
+
+    The three signs and why the default thresholds sit where they do are in
+    :mod:`lightning_div.dress.degeneration`: Sem-Ent far below the gold responses', one cluster
+    taking the generations, the negatives' loss running away from the gold loss. A sign whose
+    values were not logged is not checked. Its state is the step the alert has held since (None
+    when the last update did not alert) and the kinds already warned of, which a resumed run restores.
+
+    Args:
+        sem_ent_ratio: collapse when Sem-Ent < this x the gold responses' Sem-Ent (0 turns the sign off).
+        top_share_factor: collapse when the top cluster's share > this x the gold's top share ...
+        top_share_floor: ... and > this (a share in [0, 1]; 1 turns the sign off).
+        negative_loss_ratio: collapse when the negatives' loss < -this x the gold loss (inf turns it off).
+
+    Raises:
+        ValueError: a threshold that is negative or not a number, or a floor above 1.
+
+    Examples:
+        >>> alert = DRESSAlert()
+        >>> alert.update({"val/sem_ent": 0.14, "val/sem_ent_gold": 1.52}, step=3)
+        ('collapse', ['Sem-Ent 0.14 < 0.5 x the gold responses 1.52'])
+        >>> alert.update({"val/sem_ent": 1.4, "val/sem_ent_gold": 1.52}, step=4)
+        (None, [])
+    """
+
+    KIND = "collapse"
+
+    def __init__(
+        self,
+        sem_ent_ratio: float = 0.5,
+        top_share_factor: float = 2.0,
+        top_share_floor: float = 0.8,
+        negative_loss_ratio: float = 1.0,
+    ) -> None:
+        #: The thresholds, checked (:class:`~lightning_div.dress.degeneration.Thresholds`).
+        self.thresholds = Thresholds(sem_ent_ratio, top_share_factor, top_share_floor, negative_loss_ratio)
+        #: The step the alert has held since (None: the last update did not alert).
+        self.since: int | None = None
+        #: The kinds already warned of in this run (a front end warns of each once).
+        self.warned: set[str] = set()
+
+    @property
+    def sem_ent_ratio(self) -> float:
+        return self.thresholds.sem_ent_ratio
+
+    @property
+    def top_share_factor(self) -> float:
+        return self.thresholds.top_share_factor
+
+    @property
+    def top_share_floor(self) -> float:
+        return self.thresholds.top_share_floor
+
+    @property
+    def negative_loss_ratio(self) -> float:
+        return self.thresholds.negative_loss_ratio
+
+    def __repr__(self) -> str:
+        t = self.thresholds
+        return (
+            f"DRESSAlert(sem_ent_ratio={t.sem_ent_ratio}, top_share_factor={t.top_share_factor}, "
+            f"top_share_floor={t.top_share_floor}, negative_loss_ratio={t.negative_loss_ratio})"
+        )
+
+    def update(self, values: Mapping[str, Any], step: int | None = None) -> tuple[str | None, list[str]]:
+        """Read one measurement's values (numbers or 0-d tensors) and say whether they show a collapse.
+
+        Args:
+            values: what the run logged by :data:`DRESS_ALERT_SIGNALS` key (``train/loss_epoch`` and
+                ``train/negative_loss_epoch`` are read before the step values); a missing or non-finite one is not checked.
+            step: the epoch (or step) measured: where :attr:`since` starts.
+
+        Returns:
+            ``(kind, reasons)``: kind ``"collapse"`` or None, one sentence per sign that holds.
+        """
+        gold_top = values.get("gold_top_share")
+        gold_top_share = None if gold_top is None or not math.isfinite(float(gold_top)) else float(gold_top)
+        reasons = collapse_reasons(values, gold_top_share, self.thresholds)
+        if not reasons:
+            self.since = None
+            return None, []
+        if self.since is None:
+            self.since = step
+        return self.KIND, reasons
+
+    def state_dict(self) -> dict[str, Any]:
+        """Since when it alerts and the kinds warned of (JSON-ready)."""
+        return {"since": self.since, "warned": sorted(self.warned)}
+
+    def load_state_dict(self, state: Any) -> None:
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            ValueError: anything but a dict with an integer (or null) ``since`` and a list of kinds ``warned``.
+        """
+        since = state.get("since") if isinstance(state, dict) else "missing"
+        if since is not None and (isinstance(since, bool) or not isinstance(since, int)):
+            raise ValueError(f"a DRESSAlert state must be a dict with an integer (or null) 'since', got {state!r}")
+        warned = state.get("warned", [])
+        if not isinstance(warned, list) or any(k != self.KIND for k in warned):
+            raise ValueError(f"a DRESSAlert state's 'warned' must list {self.KIND!r} only, got {warned!r}")
+        self.since, self.warned = since, set(warned)
