@@ -43,8 +43,6 @@ from lightning_div.dress.degeneration import CollapseThresholds
 from lightning_div.measure import FixedSample, SemanticMeasure
 from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversity
 from lightning_div.metrics import (
-    RUQ,
-    DistinctN,
     NegativeMeanCosine,
     averaged_distinct,
     distinct_n,
@@ -54,6 +52,7 @@ from lightning_div.metrics import (
     ruq_score,
     semantic_entropy,
 )
+from lightning_div.metrics._states import RUQ, DistinctN  # deprecated (docs/measure.md): tested until it goes
 from lightning_div.model.adapters import HuggingFaceAdapter
 from lightning_div.model.scoring import response_scores, token_logprobs_batched
 from lightning_div.preference import Pool, build_pools, read_pools, select_preference_pairs
@@ -1817,15 +1816,15 @@ ROWS: list[Row] = [
         ),
     ),
     Row(
-        "lightning_div.integrations.trl.SemanticGroupReward / GroupDiversityCallback",
+        "lightning_div.integrations.trl.SemanticGroupReward / GroupDiversityMonitor",
         SETTING,
-        lambda res, tmp: _trl().SemanticGroupReward(num_generations=4, reference_responses=[]),
+        lambda res, tmp: _trl().SemanticGroupReward(num_generations=4, cluster_texts=[]),
         Raises(
             ValueError,
-            r"SemanticGroupReward\(reference_responses=\[\]\) has no texts to fit the clusters on",
-            "“SemanticGroupReward(reference_responses=[]) has no texts to fit the clusters on: give some, or leave "
-            "reference_responses=None” (it said “no gold training responses” at the first fit); one string is "
-            "refused too; `GroupDiversityCallback` the same, at construction",
+            r"SemanticGroupReward\(cluster_texts=\[\]\) has no texts to fit the clusters on",
+            "“SemanticGroupReward(cluster_texts=[]) has no texts to fit the clusters on: give some, or leave "
+            "cluster_texts=None” (it said “no gold training responses” at the first fit); one string is "
+            "refused too; `GroupDiversityMonitor` the same, at construction",
         ),
     ),
     Row(

@@ -1,6 +1,6 @@
-"""Diversity metrics as pure functions (no Lightning) and DDP-exact torchmetrics states."""
+"""Diversity metrics as pure functions (no Lightning); 0.2's torchmetrics states are deprecated."""
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lightning_div.metrics.group import (
     collapsed_share,
@@ -28,28 +28,15 @@ from lightning_div.metrics.ruq import ruq_margin, ruq_score
 from lightning_div.metrics.semantic import cluster_histogram, cluster_js_divergence, semantic_entropy, top_cluster_share
 from lightning_div.metrics.sets import NegativeMeanCosine
 
-if TYPE_CHECKING:
-    from lightning_div.metrics.states import (
-        RUQ,
-        AveragedDistinct,
-        DistinctN,
-        ExpectationAdjustedDistinct,
-        NGramEntropy,
-        SemanticEntropy,
-    )
-
-# The torchmetrics states import torch and torchmetrics (most of a fresh interpreter's 9 s to import this
-# package's clusters, datamodules or DRESS weights): imported when one is asked for, as the pure functions
-# above need numpy only.
-_STATES = ("RUQ", "AveragedDistinct", "DistinctN", "ExpectationAdjustedDistinct", "NGramEntropy", "SemanticEntropy")
+# 0.2's torchmetrics states (DistinctN, SemanticEntropy, RUQ, ...) are deprecated: no measure used them
+# (docs/measure.md). Each name still works for one release, with a warning; imported when asked for, as
+# they import torch and torchmetrics and the pure functions above need numpy only.
 
 
 def __getattr__(name: str) -> Any:
-    if name in _STATES:
-        from lightning_div.metrics import states
+    from lightning_div.metrics.states import deprecated_state
 
-        return getattr(states, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return deprecated_state(__name__, name)
 
 
 __all__ = [
@@ -78,10 +65,4 @@ __all__ = [
     "ruq_margin",
     "nli_diversity",
     "NegativeMeanCosine",
-    "DistinctN",
-    "AveragedDistinct",
-    "NGramEntropy",
-    "ExpectationAdjustedDistinct",
-    "SemanticEntropy",
-    "RUQ",
 ]

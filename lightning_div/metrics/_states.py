@@ -1,4 +1,8 @@
-"""torchmetrics wrappers whose states merge exactly across processes.
+"""torchmetrics wrappers whose states merge exactly across processes (deprecated in 1.0; gone in the next release).
+
+The implementation behind :mod:`lightning_div.metrics.states`, whose names warn: no measure and no
+front end uses these states (a measure gathers the responses and computes once, see
+``docs/measure.md``). Kept for one release, with its tests, for the users who import them.
 
 Lexical metrics keep every n-gram as a 64-bit id (BLAKE2b of the n-gram) in a
 ``cat`` list state, so a DDP sync yields the union of all processes' n-grams and
