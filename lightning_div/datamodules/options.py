@@ -147,7 +147,7 @@ def settings_of(cls: type[_Settings], value: Any, argument: str, changes: Mappin
             raise TypeError(f"{argument}: unknown field(s) {unknown} of {cls.__name__}; its fields are {fields}")
         value = cls(**value)
     if not isinstance(value, cls):
-        raise TypeError(f"{argument} must be a {cls.__name__} (or a mapping of its fields), got {type(value).__name__}")
+        raise TypeError(f"{argument} must be {cls.__name__}(...) or a mapping of its fields, got {type(value).__name__}")
     return dataclasses.replace(value, **changes) if changes else value
 
 
