@@ -146,7 +146,8 @@ def gather(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
 
     Raises:
         MergeError: a path that does not exist, a folder without saved replies, a damaged file, or two
-            files of one run (experiment, setting and seed), named.
+            files of one run (experiment, setting and seed) with other replies, named (the same replies twice,
+            as parts of one seed each keep the base model's, are read once).
     """
     files: list[Path] = []
     for path in map(Path, paths):
@@ -160,14 +161,18 @@ def gather(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
             files.append(path)
         else:
             raise MergeError(f"{path}: no such file or folder")
-    records = [(f, read_replies(f)) for f in files]
-    seen: dict[tuple[str, str, int], Path] = {}
-    for f, r in records:
+    seen: dict[tuple[str, str, int], tuple[Path, dict[str, Any]]] = {}
+    for f in files:
+        r = read_replies(f)
         key = (r["experiment"], r["setting"], r["seed"])
         if key in seen:
-            raise MergeError(f"{seen[key]} and {f} are both {key[0]} {key[1]} seed {key[2]}: give each run once")
-        seen[key] = f
-    return records
+            if seen[key][1] == r:  # the same replies twice (the base model's, kept by every part of a seed): once
+                continue
+            raise MergeError(
+                f"{seen[key][0]} and {f} are both {key[0]} {key[1]} seed {key[2]}, with other replies: give each run once"
+            )
+        seen[key] = (f, r)
+    return list(seen.values())
 
 
 def stored_runs(path: Path) -> tuple[str, dict[tuple[str, int], dict[str, Any]]]:

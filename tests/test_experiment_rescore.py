@@ -106,8 +106,12 @@ def test_damaged_replies_duplicates_and_a_failed_check_are_named(tmp_path):
     bad.write_text(json.dumps(record))
     with pytest.raises(MergeError, match=r"bad\.json: groups\[0\]: 'replies' must be 2 strings"):
         script.gather([bad])
-    with pytest.raises(MergeError, match=r"and .*dpo_seed0\.json are both divpo dpo seed 0: give each run once"):
-        script.gather([path, tmp_path / "replies"])
+    assert [f for f, _ in script.gather([path, tmp_path / "replies"])] == [path]  # the same file twice: once
+    other = tmp_path / "other" / "dpo_seed0.json"
+    other.parent.mkdir()
+    other.write_text(json.dumps({**record, "groups": [{"prompt": "prompt 0", "replies": ["c0 a", "c0 a"]}]}))
+    with pytest.raises(MergeError, match=r"and .*other/dpo_seed0\.json are both divpo dpo seed 0, with other replies"):
+        script.gather([path, other])
     with pytest.raises(MergeError, match=r"nowhere: no such file or folder"):
         script.gather([tmp_path / "nowhere"])
     # --check: the stored run measured other replies (its distinct-2 differs) -> refused, naming both files
