@@ -24,7 +24,7 @@ def test_divpo_quick(tmp_path):
     # in this process (helpers.load_experiment): the worker has torch and transformers imported already, and a
     # second interpreter's imports would be a third of this test's cost
     script = load_experiment("divpo")
-    script.main(["--quick", "--out", str(out)])
+    script.main(["--quick", "--out", str(out), "--save-replies"])
     res = json.loads((out / "results.json").read_text())  # allow_nan=False wrote it: every number is finite
     assert res["experiment"] == "divpo" and res["quick"] is True and res["seeds"] == [0]
     settings = ["base", "dpo", "divpo_semantic", "divpo_likelihood"]
@@ -40,6 +40,14 @@ def test_divpo_quick(tmp_path):
             assert run["pairs"]["pairs"] + run["pairs"]["skipped"] == cfg["prompts"]
             assert run["pairs"]["chosen_quality"] > run["pairs"]["rejected_quality"]
             assert len(run["examples"]["replies"]) == 3 and all(len(r) == g for r in run["examples"]["replies"])
+    # --save-replies kept the replies each held-out measure read: their within-group distinct-2 is the run's
+    from lightning_div.metrics.group import group_distinct_n
+
+    for run in res["runs"]:
+        kept = json.loads((out / "replies" / f"{run['setting']}_seed0.json").read_text())
+        texts = [t for group in kept["groups"] for t in group["replies"]]
+        assert kept["step"] == (0 if run["setting"] == "base" else cfg["steps"]) and len(kept["groups"]) == 3
+        assert group_distinct_n(texts, g, 2) == run["held_out"]["group_distinct_2"]
     # the pools were built once per seed and written; every setting chose from them
     pools = [json.loads(line) for line in (out / "pools_seed0.jsonl").read_text().splitlines()]
     assert "settings" in pools[0] and len(pools) == 1 + cfg["prompts"]

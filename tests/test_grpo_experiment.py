@@ -48,7 +48,7 @@ def test_darling_product_and_lexical_classes_by_hand():
 def test_grpo_diversity_quick(tmp_path):
     out = tmp_path / "results" / "grpo_diversity"
     cmd = [sys.executable, str(ROOT / "experiments" / "grpo_diversity.py"), "--quick", "--out", str(out)]
-    cmd += ["--settings", *QUICK_SETTINGS]
+    cmd += ["--settings", *QUICK_SETTINGS, "--save-replies"]
     subprocess.run(cmd, check=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=1200)
     res = json.loads((out / "results.json").read_text())  # allow_nan=False wrote it: every number is finite
     assert res["experiment"] == "grpo_diversity" and res["quick"] is True and res["seeds"] == [0]
@@ -81,6 +81,19 @@ def test_grpo_diversity_quick(tmp_path):
     steps = res["runs"][0]["steps"]  # 2 steps: the first and last "ten" are one step each
     change = res["summary"]["settings"]["grpo"]["change"]["judge_group_sem_ent"]
     assert change["mean"] == pytest.approx(steps[-1]["judge_group_sem_ent"] - steps[0]["judge_group_sem_ent"])
+    # --save-replies kept the replies each held-out measure read: their distinct-2 and cut share are the run's
+    from lightning_div.metrics.group import group_distinct_n
+
+    for setting, seed, held in [
+        *((r["setting"], 0, r["held_out"]) for r in res["runs"]),
+        ("base", 0, res["base"]["0"]),
+    ]:
+        kept = json.loads((out / "replies" / f"{setting}_seed{seed}.json").read_text())
+        texts = [t for group in kept["groups"] for t in group["replies"]]
+        cut = [c for group in kept["groups"] for c in group["cut"]]
+        assert kept["step"] == (0 if setting == "base" else res["config"]["steps"]) and kept["num_generations"] == g
+        assert len(kept["groups"]) == res["config"]["eval_prompts"] and held["cut_share"] == sum(cut) / len(cut)
+        assert group_distinct_n(texts, g, 2) == held["distinct_2"]
     page = (out.parent / "grpo_diversity.md").read_text()
     assert "--quick: a smoke test" in page and "| grpo_semantic_kl |" in page and "curves.png" in page
     assert (out / "curves.png").stat().st_size > 1000
