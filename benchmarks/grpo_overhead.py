@@ -2,7 +2,7 @@
 
 GRPOTrainer trains the shipped base model (``local:chitchat-gpt2``) on Chit-Chat prompts with
 ``SemanticGroupReward(quality=about_eight_words)`` (quality x DARLING's diversity, clusters of
-all-MiniLM-L6-v2) and ``GroupDiversityCallback`` (a reward function after it, adding 0.0)
+all-MiniLM-L6-v2) and ``GroupDiversityMonitor`` (a reward function after it, adding 0.0)
 measuring every generation batch. Per step, measured in the same process:
 
 * **step s**: from the Trainer's ``on_step_begin`` to its ``on_step_end`` (generation, the
@@ -115,8 +115,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from lightning_div import SemanticSpace, load_base_model
     from lightning_div.datamodules import read_pairs
-    from lightning_div.integrations.trl import GroupDiversityCallback, group_labels
+    from lightning_div.integrations.trl import GroupDiversityMonitor, group_labels
     from lightning_div.integrations.trl.rollouts import completion_texts
+    from lightning_div.settings import Outputs
 
     g = args.num_generations
     model, tokenizer = load_base_model()
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         seed=0,
     )
     # the monitor is a reward function that adds 0.0; after the reward, it reuses the reward's cluster ids
-    monitor = GroupDiversityCallback(space=space, reference_responses=references, log_samples=False)
+    monitor = GroupDiversityMonitor(space=space, cluster_texts=references, outputs=Outputs(log_samples=0))
     trainer = GRPOTrainer(
         model=model, reward_funcs=[reward, monitor], args=config, train_dataset=prompts, processing_class=tokenizer
     )

@@ -5,7 +5,7 @@
 Reads the stored GRPO runs (``docs/results/grpo_diversity/results.json``: every run's 120 training
 steps of rollout measures, its held-out measures after training, and the untrained base model's
 on the same seed) and replays :class:`~lightning_div.measure.GroupAlert` on each run's steps as
-``GroupDiversityCallback`` feeds it (group Sem-Ent in the monitor's MiniLM space, the within-group
+``GroupDiversityMonitor`` feeds it (group Sem-Ent in the monitor's MiniLM space, the within-group
 top-word share, the length-cut share, the NLL under the base model).
 
 **The labels, fixed before any alert was replayed** (:func:`label`), from the held-out measures,

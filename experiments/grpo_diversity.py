@@ -29,7 +29,7 @@ beside it within-group distinct-1/2 and EAD, the task reward, the completions' N
 under the untouched base model (fluency: a reward hack into gibberish shows there), their mean
 length in words, the share cut at the length limit and the most frequent word's share within a
 group (degeneration). Per training step the rollouts get the same group measures (the reward's
-space through :class:`~lightning_div.integrations.trl.GroupDiversityCallback`, and the judge's).
+space through :class:`~lightning_div.integrations.trl.GroupDiversityMonitor`, and the judge's).
 
 Primary measures, fixed before the runs: held-out judge group Sem-Ent, task reward, NLL. Each
 setting is compared with ``grpo`` as per-seed paired differences with a 95 % t-interval;
@@ -380,8 +380,9 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path, s
     from trl import GRPOConfig, GRPOTrainer
 
     from lightning_div import load_base_model
-    from lightning_div.integrations.trl import GroupDiversityCallback, SemanticGroupReward
+    from lightning_div.integrations.trl import GroupDiversityMonitor, SemanticGroupReward
     from lightning_div.metrics.group import group_diversity_scores
+    from lightning_div.settings import Outputs
 
     g = cfg["num_generations"]
     task = TASKS[cfg.get("task", "eight_words")]
@@ -452,7 +453,7 @@ def run(setting: str, seed: int, cfg: dict[str, Any], ruler: Ruler, out: Path, s
         disable_tqdm=True,
     )
     # the monitor is a reward function that adds 0.0; after the reward, it reuses the reward's cluster ids
-    monitor = GroupDiversityCallback(space=ruler.space, log_samples=False)
+    monitor = GroupDiversityMonitor(space=ruler.space, outputs=Outputs(log_samples=0))
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[reward_fn, monitor],

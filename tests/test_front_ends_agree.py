@@ -16,9 +16,10 @@ from transformers import Trainer, TrainingArguments
 from lightning_div import load_base_model
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
-from lightning_div.integrations.transformers import DiversityTrainerCallback, eval_key
+from lightning_div.integrations.transformers import TrainerDiversityMonitor, eval_key
 from lightning_div.measure import RUQMeasure, SemanticMeasure
 from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Generation, Outputs
 
 SETTINGS = dict(show_progress=False, batch_size=8, max_new_tokens=10, seed=0, on_error="raise")
 SEMANTIC = (
@@ -74,7 +75,7 @@ def test_lightning_and_hugging_face_measure_the_same_numbers(tmp_path):
     )
     ruq = RUQMonitor(
         num_train_prompts=10,
-        num_val_prompts=10,
+        num_val_prompts=12,  # the Hugging Face monitor's RUQ sample is its num_contexts
         train_pairs=TRAIN,
         val_pairs=VAL,
         plot=False,
@@ -85,7 +86,7 @@ def test_lightning_and_hugging_face_measure_the_same_numbers(tmp_path):
     assert all(torch.equal(before[k], v) for k, v in module.model.state_dict().items())  # lr 0: the same weights
     lightning = {**sem.history[-1], **ruq.history[-1], **ruq.history[-2]}
 
-    # Hugging Face: the callback on a one-step Trainer run with the same weights, pairs and settings
+    # Hugging Face: the monitor on a one-step Trainer run with the same weights, pairs and settings
     model, tok = load_base_model()
     model.train()
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -112,17 +113,17 @@ def test_lightning_and_hugging_face_measure_the_same_numbers(tmp_path):
         processing_class=tok,
     )
     space = SemanticSpace(encoder=minilm(), num_clusters=4, batch_size=8, show_progress=False)
-    cb = DiversityTrainerCallback(
+    # the seed is the TrainingArguments' (seed=0 above), as the batch size would be without generation=
+    cb = TrainerDiversityMonitor(
         eval_pairs=VAL,
-        gold_responses=GOLD,
+        cluster_texts=GOLD,
         measures=[SemanticMeasure(space, batch_size=8), RUQMeasure(batch_size=8)],
         num_contexts=12,
-        num_ruq_prompts=10,
         train_pairs=TRAIN,
-        num_train_ruq_prompts=10,
-        log_samples=0,
-        dirpath=tmp_path / "cache",
-        **SETTINGS,
+        num_train_contexts=10,
+        generation=Generation(batch_size=SETTINGS["batch_size"], max_new_tokens=SETTINGS["max_new_tokens"]),
+        outputs=Outputs(log_samples=0, dirpath=str(tmp_path / "cache"), show_progress=False),
+        on_error="raise",
     ).attach(hf_trainer)
     hf_trainer.train()
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -1,4 +1,4 @@
-"""TRL's SFTTrainer with DiversityTrainerCallback (conversational format), the chat template, and docs/hugging-face.md's script."""
+"""TRL's SFTTrainer with TrainerDiversityMonitor (conversational format), the chat template, and docs/hugging-face.md's script."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lightning_div import load_base_model  # noqa: E402
 from lightning_div.datamodules import read_pairs  # noqa: E402
 from lightning_div.integrations.transformers import (  # noqa: E402
     DIALOGPT_CHAT_TEMPLATE,
-    DiversityTrainerCallback,
+    TrainerDiversityMonitor,
     as_messages,
     eval_key,
 )
@@ -27,6 +27,7 @@ from lightning_div.metrics import semantic_entropy  # noqa: E402
 from lightning_div.model.adapters import HuggingFaceAdapter  # noqa: E402
 from lightning_div.model.formatting import DialogueLayout  # noqa: E402
 from lightning_div.semantic.space import SemanticSpace  # noqa: E402
+from lightning_div.settings import Generation, Outputs  # noqa: E402
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "hugging-face.md"
 
@@ -100,15 +101,13 @@ def test_sft_trainer_logs_the_monitors_metrics(tmp_path):
         eval_dataset=datasets.Dataset.from_list([as_messages(p) for p in val]),
         processing_class=tokenizer,
     )
-    cb = DiversityTrainerCallback(
+    cb = TrainerDiversityMonitor(
         eval_pairs=val,
-        gold_responses=[p.response for p in train],
+        cluster_texts=[p.response for p in train],
         space=SemanticSpace(encoder="minilm", num_clusters=3, show_progress=False),
         num_contexts=10,
-        num_ruq_prompts=8,
-        max_new_tokens=10,
-        dirpath=tmp_path / "cache",
-        show_progress=False,
+        generation=Generation(batch_size=32, max_new_tokens=10),
+        outputs=Outputs(dirpath=str(tmp_path / "cache"), show_progress=False),
         on_error="raise",
         measure_at_start=True,
     ).attach(trainer)

@@ -77,7 +77,7 @@ def test_nothing_measured_and_bad_input():
 
 
 def test_a_grpo_runs_group_diversity_is_summarised():
-    """Issue 54 L10: a run that logged GroupDiversityCallback's diversity/* keys was "nothing measured yet"."""
+    """Issue 54 L10: a run that logged GroupDiversityMonitor's diversity/* keys was "nothing measured yet"."""
     row = {
         "reward": 0.5,
         "diversity/runtime": 0.25,
@@ -152,9 +152,9 @@ class _Handler:
         self.callbacks = callbacks
 
 
-class _Alerting:  # a GroupDiversityCallback as the summary sees it: its alert record
+class _Alerting:  # a GroupDiversityMonitor as the summary sees it: its alert record
     alert_record = {
-        "who": "GroupDiversityCallback",
+        "who": "GroupDiversityMonitor",
         "kind": "breakdown",
         "since": 9,
         "unit": "step",

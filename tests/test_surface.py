@@ -22,8 +22,8 @@ FRONT_ENDS = (
     "lightning_div.callbacks.DRESSReweighting",
     "lightning_div.datamodules.DialogueDataModule",
     "lightning_div.datamodules.StreamingDialogueDataModule",
-    "lightning_div.integrations.transformers.DiversityTrainerCallback",
-    "lightning_div.integrations.trl.GroupDiversityCallback",
+    "lightning_div.integrations.transformers.TrainerDiversityMonitor",
+    "lightning_div.integrations.trl.GroupDiversityMonitor",
     "lightning_div.integrations.trl.SemanticGroupReward",
 )
 
