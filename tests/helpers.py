@@ -149,7 +149,8 @@ def fit_config(tmp: Path, model: str) -> Path:
               init_args:
                 train: chitchat:finetune
                 val: null
-                max_train_examples: 8
+                examples:
+                  max_train: 8
             trainer:
               max_epochs: 1
               logger: false

@@ -15,6 +15,7 @@ from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.datamodules.dialogue import DialogueDataModule
+from lightning_div.datamodules.options import Examples
 from lightning_div.model.dialogue_lm import DialogueLM
 from lightning_div.model.formatting import DialogueLayout
 from lightning_div.semantic.encoder import ResponseEncoder
@@ -172,7 +173,7 @@ def tiny_lm(learning_rate: float = 1e-3, dropout: float = 0.0) -> DialogueLM:
 
 
 def datamodule(**overrides) -> DialogueDataModule:
-    args = dict(max_train_examples=160, max_val_examples=16, batch_size=16, show_progress=False)
+    args = dict(examples=Examples(max_train=160, max_val=16), batch_size=16, show_progress=False)
     return DialogueDataModule(**{**args, **overrides})
 
 

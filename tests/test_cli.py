@@ -69,7 +69,7 @@ PAPER_SETTINGS = {
         "- I don't know.",
         "- I don't know what to do.",
         "num_train_prompts: null",
-        "max_history: 1",
+        "max_turns: 1",
     ],
 }
 
@@ -115,8 +115,8 @@ def shortened_demo_config(tmp_path: Path) -> Path:
 #: The demo's data, shortened, for the demo and validate tests: the same training responses, so the same
 #: clusters file (named by their hash); batches of 8 (the demo's 32): 2 epochs of 4 batches train less
 SHORTENED_DATA = [
-    "--data.init_args.max_train_examples=200",
-    "--data.init_args.max_val_examples=64",
+    "--data.init_args.examples.max_train=200",
+    "--data.init_args.examples.max_val=64",
     "--data.init_args.batch_size=8",
     "--data.init_args.show_progress=false",
 ]

@@ -21,6 +21,7 @@ from lightning_div.datamodules.samplers import WeightedDistributedSampler
 from lightning_div.metrics import semantic_entropy
 from lightning_div.model.adapters import resolve_adapter
 from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.semantic.cache import assignments_path
 from lightning_div.semantic.clusters import SemanticClusters
 
@@ -60,7 +61,9 @@ def train(clusters_dir: Path | None, mode: str | None) -> Measure:
         from_scratch={"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
         learning_rate=3e-3,
     )
-    dm = DialogueDataModule(train=TRAIN, val=HELD_OUT[:16], batch_size=16, max_history=2, show_progress=False)
+    dm = DialogueDataModule(
+        train=TRAIN, val=HELD_OUT[:16], batch_size=16, layout=DialogueLayout(max_turns=2), show_progress=False
+    )
     measure = Measure()
     callbacks: list[pl.Callback] = [measure]
     if mode is not None:

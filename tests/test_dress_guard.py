@@ -24,10 +24,11 @@ from helpers import quiet_trainer
 from monitor_setup import minilm
 
 from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
-from lightning_div.datamodules import DialogueDataModule
+from lightning_div.datamodules import DialogueDataModule, Examples
 from lightning_div.dress.degeneration import Thresholds, collapse_reasons
 from lightning_div.measure.alerts import DRESSAlert
 from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.semantic.space import SemanticSpace
 from lightning_div.settings import Generation, Lexical, Mining, Outputs
 
@@ -57,9 +58,8 @@ def fit(tmp_path, dress: DRESSReweighting):
     dm = DialogueDataModule(
         train="chitchat:finetune",
         val="chitchat:validation",
-        max_history=2,
-        max_train_examples=N,
-        max_val_examples=VAL,
+        layout=DialogueLayout(max_turns=2),
+        examples=Examples(max_train=N, max_val=VAL),
         batch_size=16,
         seed=0,
         show_progress=False,

@@ -14,6 +14,7 @@ from lightning_div.dress.weights import dress_weights
 from lightning_div.integrations.transformers import DressTrainer, dress_dataset, gold_dress_state
 from lightning_div.model.base import BASE_MODEL
 from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.pairs import DialoguePair
 from lightning_div.reweighting import Negatives
 from lightning_div.semantic.space import SemanticSpace
@@ -39,7 +40,13 @@ def _args(tmp_path, **kwargs):
 
 def _datamodule(pairs, tokenizer):
     return DialogueDataModule(
-        train=pairs, val=None, tokenizer=tokenizer, batch_size=4, max_history=2, seed=7, show_progress=False
+        train=pairs,
+        val=None,
+        tokenizer=tokenizer,
+        batch_size=4,
+        layout=DialogueLayout(max_turns=2),
+        seed=7,
+        show_progress=False,
     )
 
 

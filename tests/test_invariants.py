@@ -39,7 +39,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
-from lightning_div.datamodules import DialogueDataModule
+from lightning_div.datamodules import Chunks, DialogueDataModule, Examples
 from lightning_div.datamodules.samplers import (
     ExactDistributedSampler,
     ResumableDataLoader,
@@ -142,7 +142,12 @@ def test_an_epoch_of_a_window_resumes_with_the_rest_of_that_window():
     # neither epoch 0's window nor a new draw
     pairs = list(chitchat_pairs("train", 5))[:13]
     dm = DialogueDataModule(
-        train=pairs, val=None, tokenizer=tokenizer(), batch_size=2, show_progress=False, train_examples_per_epoch=6
+        train=pairs,
+        val=None,
+        tokenizer=tokenizer(),
+        batch_size=2,
+        show_progress=False,
+        examples=Examples(train_per_epoch=6),
     )
     loader = dm.train_dataloader()
     loader.sampler.set_epoch(1)
@@ -197,12 +202,11 @@ def resume_run(
 
         model = tiny_lm()
         dm = StreamingDialogueDataModule(
-            max_train_examples=160,
-            max_val_examples=16,
+            examples=Examples(max_train=160, max_val=16),
             batch_size=16,
             show_progress=False,
-            stream_dir=stream_dir,
-            optimize_start_method="forkserver",  # LitData's writer without a spawned interpreter (test_streaming.py)
+            # LitData's writer without a spawned interpreter (test_streaming.py)
+            chunks=Chunks(dir=stream_dir, start_method="forkserver"),
         )
     tr = trainer(
         root, callbacks, max_epochs=2, limit_train_batches=None, limit_val_batches=1, enable_checkpointing=crash
