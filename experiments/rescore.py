@@ -222,8 +222,8 @@ def summarise(experiment: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         by.setdefault(r["setting"], {})[r["seed"]] = r
     measures = [m for m in (*MEASURES, "cut_share") if all(m in r for r in runs)]
     out: dict[str, Any] = {"settings": {}, "differences": {}}
-    for s, seeds in by.items():
-        out["settings"][s] = {m: interval([seeds[k][m] for k in sorted(seeds)]) for m in measures}
+    for s, runs_of in by.items():
+        out["settings"][s] = {m: interval([runs_of[k][m] for k in sorted(runs_of)]) for m in measures}
     for a, b in comparisons(experiment, list(by)):
         seeds = sorted(set(by[a]) & set(by[b]))
         if not seeds:
