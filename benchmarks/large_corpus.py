@@ -93,7 +93,7 @@ class Timing(pl.Callback):
 def child(path: str, kind: str, steps: int, stream_dir: str) -> dict[str, Any]:
     """One training run in this process: its setup time, peak RSS and throughput."""
     from lightning_div import DialogueLM
-    from lightning_div.datamodules import DialogueDataModule
+    from lightning_div.datamodules import Chunks, DialogueDataModule, DialogueLayout
 
     pl.seed_everything(0, verbose=False)
     model = DialogueLM(
@@ -102,13 +102,13 @@ def child(path: str, kind: str, steps: int, stream_dir: str) -> dict[str, Any]:
         from_scratch={"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 128},
         learning_rate=0.002,
     )
-    args = dict(train=path, val=None, max_history=2, batch_size=32, show_progress=False)
+    args = dict(train=path, val=None, layout=DialogueLayout(max_turns=2), batch_size=32, show_progress=False)
     if kind == "memory":
         dm = DialogueDataModule(**args)
     else:
         from lightning_div.datamodules.streaming import StreamingDialogueDataModule
 
-        dm = StreamingDialogueDataModule(stream_dir=stream_dir, **args)
+        dm = StreamingDialogueDataModule(chunks=Chunks(dir=stream_dir), **args)
     timing = Timing()
     trainer = pl.Trainer(
         accelerator="cpu",

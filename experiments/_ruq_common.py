@@ -30,6 +30,7 @@ import pytorch_lightning as pl
 import torch
 
 from lightning_div import DialogueDataModule, DialogueLM
+from lightning_div.datamodules import DialogueLayout, Examples
 
 
 def one_thread() -> None:
@@ -122,9 +123,8 @@ def chat_data(
     return DialogueDataModule(
         train=train,
         val="chitchat:validation",
-        max_history=max_history,
-        max_train_examples=max_train_examples,
-        max_val_examples=max_val_examples,
+        layout=DialogueLayout(max_turns=max_history),
+        examples=Examples(max_train=max_train_examples, max_val=max_val_examples),
         batch_size=batch_size,
         seed=seed,
         show_progress=False,

@@ -138,15 +138,16 @@ def trained_model(cfg: dict[str, Any], seed: int, root: Path) -> tuple[Any, Any,
     """(module, its data, training rows): the base model as shipped, or a model trained from scratch."""
     if "base" in cfg["model"]:
         from lightning_div import DialogueDataModule, DialogueLM
+        from lightning_div.datamodules import DialogueLayout, Examples
 
         module = DialogueLM(cfg["model"]["base"])
         data = DialogueDataModule(
             train=cfg["cluster_source"],
             val="chitchat:validation",
-            max_history=2,
+            layout=DialogueLayout(max_turns=2),
             seed=seed,
             show_progress=False,
-            max_val_examples=cfg["max_val_examples"],
+            examples=Examples(max_val=cfg["max_val_examples"]),
         )
         return module, data, []
     module = common.chat_model(

@@ -54,6 +54,7 @@ from lightning_div.callbacks import (
     RUQMonitor,
     SemanticDiversityMonitor,
 )
+from lightning_div.datamodules import DialogueLayout, Examples
 from lightning_div.dress.weights import head_clusters
 from lightning_div.semantic.encoder import ResponseEncoder
 
@@ -205,7 +206,12 @@ def run(
     dress_args, lam = SETTINGS[name]
     lm = build_module(cfg, seed)
     dm = DialogueDataModule(
-        train=train_pairs, val=val_pairs, max_history=2, batch_size=cfg["batch_size"], seed=seed, show_progress=False
+        train=train_pairs,
+        val=val_pairs,
+        layout=DialogueLayout(max_turns=2),
+        batch_size=cfg["batch_size"],
+        seed=seed,
+        show_progress=False,
     )
     common = {
         "show_progress": False,
@@ -615,9 +621,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data = DialogueDataModule(
         train=cfg["train_source"],
         val="chitchat:validation",
-        max_history=2,
-        max_train_examples=cfg["train_examples"],
-        max_val_examples=cfg["val_examples"],
+        layout=DialogueLayout(max_turns=2),
+        examples=Examples(max_train=cfg["train_examples"], max_val=cfg["val_examples"]),
         seed=0,
         show_progress=False,
     )

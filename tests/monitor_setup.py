@@ -12,7 +12,7 @@ from helpers import causal_model, chitchat_pairs, quiet_trainer, tokenizer
 from torch.utils.data import DataLoader
 
 from lightning_div.callbacks.dress import DRESSReweighting
-from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.ruq import RUQMonitor, RUQPlot
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.datamodules.options import Examples
@@ -20,7 +20,7 @@ from lightning_div.model.dialogue_lm import DialogueLM
 from lightning_div.model.formatting import DialogueLayout
 from lightning_div.semantic.encoder import ResponseEncoder
 from lightning_div.semantic.space import SemanticSpace
-from lightning_div.settings import Mining
+from lightning_div.settings import Generation, Mining, Outputs
 
 TRAIN = list(chitchat_pairs("train", 40))
 VAL = list(chitchat_pairs("validation", 30))
@@ -77,25 +77,30 @@ def minilm() -> ResponseEncoder:
     )
 
 
+def settings_objects(**flat):
+    """The settings objects of a monitor (``generation=``, ``outputs=``) from their fields given flat, as tests
+    override them (``batch_size=8``); other arguments pass through."""
+    generation = {k: flat.pop(k) for k in ("batch_size", "max_new_tokens") if k in flat}
+    outputs = {k: flat.pop(k) for k in ("show_progress", "dirpath", "log_samples", "cluster_views") if k in flat}
+    return {"generation": Generation(**generation), "outputs": Outputs(**outputs), **flat}
+
+
 def monitors(dirpath, **overrides):
-    common = dict(show_progress=False, batch_size=8, max_new_tokens=10, dirpath=str(dirpath))
+    flat = dict(show_progress=False, batch_size=8, max_new_tokens=10, dirpath=str(dirpath))
     sem = SemanticDiversityMonitor(
-        encoder=minilm(),
-        num_clusters=4,
+        SemanticSpace(minilm(), num_clusters=4, batch_size=8, show_progress=False),
         num_contexts=24,
         val_pairs=VAL,
-        gold_responses=GOLD,
-        log_samples=4,
-        **{**common, **overrides},
+        cluster_texts=GOLD,
+        **settings_objects(**{**flat, "log_samples": 4, **overrides}),
     )
     ruq = RUQMonitor(
-        num_train_prompts=12,
-        num_val_prompts=12,
+        num_train_contexts=12,
+        num_contexts=12,
         train_pairs=TRAIN,
         val_pairs=VAL,
-        num_plot_prompts=6,
-        num_beams=2,
-        **{**common, **overrides},
+        plot=RUQPlot(num_contexts=6, num_beams=2),
+        **settings_objects(**{**flat, **overrides}),
     )
     return sem, ruq
 
@@ -128,22 +133,15 @@ def fit(tmp_path, callbacks, module=None, datamodule=None, ckpt_path=None, **kwa
 
 def common(tmp_path, **kw):
     """The settings every monitor of a short fit shares: quiet, small batches, short generations, a cache in
-    ``tmp_path / "cache"``."""
-    return {"show_progress": False, "batch_size": 8, "max_new_tokens": 6, "dirpath": str(tmp_path / "cache"), **kw}
+    ``tmp_path / "cache"`` (as ``generation=`` and ``outputs=``; ``kw`` override their fields or add arguments)."""
+    flat = {"show_progress": False, "batch_size": 8, "max_new_tokens": 6, "dirpath": str(tmp_path / "cache")}
+    return settings_objects(**{**flat, **kw})
 
 
 def ruq_monitor(tmp_path, **kw) -> RUQMonitor:
-    """A small RUQ monitor on the tiny module's data (6 train and 6 validation prompts, no plot); ``kw`` override."""
-    args = dict(
-        num_train_prompts=6,
-        num_val_prompts=6,
-        train_pairs=TRAIN,
-        val_pairs=VAL,
-        num_plot_prompts=3,
-        num_beams=2,
-        plot=False,
-    )
-    return RUQMonitor(**{**args, **common(tmp_path), **kw})
+    """A small RUQ monitor on the tiny module's data (6 train and 6 validation contexts, no plot); ``kw`` override."""
+    args = dict(num_train_contexts=6, num_contexts=6, train_pairs=TRAIN, val_pairs=VAL, plot=None)
+    return RUQMonitor(**{**args, **common(tmp_path, **kw)})
 
 
 # DialogueLM + DialogueDataModule + DRESS: the package's own module and data, for end-to-end runs.
@@ -179,6 +177,8 @@ def datamodule(**overrides) -> DialogueDataModule:
 
 #: The short names a test overrides DRESS's mining with -> the field of Mining (``negatives=False``: ``mining=None``).
 DRESS_MINING = {"num_negative_contexts": "num_contexts", "mine_at": "at", "negative_batches": "batches"}
+#: The fields of ``generation=`` and ``outputs=`` a test gives flat.
+SETTINGS_FIELDS = ("batch_size", "max_new_tokens", "show_progress", "dirpath", "log_samples", "cluster_views")
 
 
 def dress(tmp_path, **kw) -> DRESSReweighting:
@@ -186,15 +186,20 @@ def dress(tmp_path, **kw) -> DRESSReweighting:
     the invariant tests count its batches and epochs; tests of the authors' schedule pass ``mine_at="start"``.
 
     ``kw`` override: ``num_negative_contexts`` / ``mine_at`` / ``negative_batches`` (the Mining's fields),
-    ``negatives=False`` (``mining=None``), ``clusters`` (the space's), ``dirpath``, or any argument."""
+    ``negatives=False`` (``mining=None``), ``clusters`` (the space's), a field of ``generation=`` / ``outputs=``
+    (``batch_size``, ``dirpath``, ...), or any argument."""
     mining = Mining(num_contexts=32, at="end", batches="mixed")
     mining = dataclasses.replace(mining, **{DRESS_MINING[k]: kw.pop(k) for k in list(kw) if k in DRESS_MINING})
+    settings = {"batch_size": 16, "max_new_tokens": 8, **{k: kw.pop(k) for k in list(kw) if k in SETTINGS_FIELDS}}
     space = SemanticSpace(
-        minilm(), num_clusters=4, clusters=kw.pop("clusters", None), batch_size=16, show_progress=False
+        minilm(),
+        num_clusters=4,
+        clusters=kw.pop("clusters", None),
+        batch_size=settings["batch_size"],
+        show_progress=False,
     )
     args = dict(space=space, lam=2.0, mining=mining if kw.pop("negatives", True) else None)
-    dirpath = {k: kw.pop(k) for k in ["dirpath"] if k in kw}
-    return DRESSReweighting(**{**args, **common(tmp_path, batch_size=16, max_new_tokens=8, **dirpath), **kw})
+    return DRESSReweighting(**{**args, **common(tmp_path, **settings), **kw})
 
 
 def count_mining(cb: DRESSReweighting) -> list[tuple[int, int]]:

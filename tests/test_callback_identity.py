@@ -65,8 +65,8 @@ def test_two_ruq_monitors_keep_their_own_keys_and_state_across_a_resume(tmp_path
     assert set(first["idk_short"]) - {"epoch"} == {k for k in first["idk_short"] if k.startswith("idk_short/")}
 
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["callbacks"]
-    assert saved[short.state_key]["indices"] == short.sample_state() and len(short.sample_state()["val"]) == 6
-    assert saved[long.state_key]["indices"] == long.sample_state() and len(long.sample_state()["val"]) == 7
+    assert saved[short.state_key]["samples"] == short.sample_state() and len(short.sample_state()["val"]) == 6
+    assert saved[long.state_key]["samples"] == long.sample_state() and len(long.sample_state()["val"]) == 7
 
     # stopped after epoch 0; fresh instances resume from the checkpoint and each gets its own state back
     short2, long2 = two_ruq_monitors()

@@ -17,6 +17,8 @@ from torch.utils.data import DataLoader
 
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Generation, Lexical, ModelAccess, Outputs
 
 LEXICAL = ["val/distinct_1", "val/distinct_2", "val/distinct_3", "val/avg_distinct", "val/ent_4", "val/ead"]
 
@@ -165,10 +167,12 @@ def test_monitors_leave_training_bit_identical(tmp_path, tracked):
 
 
 def test_missing_data_is_a_clear_error(tmp_path):
-    sem = SemanticDiversityMonitor(encoder="unused", num_clusters=4, on_error="raise", show_progress=False)
+    sem = SemanticDiversityMonitor(
+        SemanticSpace("unused", num_clusters=4), on_error="raise", outputs=Outputs(show_progress=False)
+    )
     with pytest.raises(ValueError, match=r"val_pairs=\[\(context, reference\)"):
         trainer(tmp_path, [sem], max_epochs=1).fit(TinyChat())
-    ruq = RUQMonitor(show_progress=False)  # raised at fit start even with on_error="warn"
+    ruq = RUQMonitor(outputs=Outputs(show_progress=False))  # raised at fit start even with on_error="warn"
     with pytest.raises(ValueError, match=r"train_pairs=\[.*or use a datamodule with a `train_pairs\(\)` method"):
         trainer(tmp_path, [ruq], max_epochs=1).fit(TinyChat())
 
@@ -177,7 +181,7 @@ def test_idk_and_metric_arguments_are_checked():
     with pytest.raises(ValueError, match="idk_responses"):
         RUQMonitor(idk_responses=[])
     with pytest.raises(ValueError, match="unknown lexical metrics"):
-        SemanticDiversityMonitor(lexical_metrics=["distinct"])
+        SemanticDiversityMonitor(lexical=Lexical(["distinct"]))
     with pytest.raises(ValueError, match="every_n_epochs"):
         RUQMonitor(every_n_epochs=0)
 
@@ -187,7 +191,7 @@ def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
     from helpers import tiny_nli_model, tokenizer
     from monitor_setup import VAL
 
-    from lightning_div.callbacks.nli_diversity import NLIDiversityMonitor
+    from lightning_div.callbacks.nli_diversity import NLIDiversityMonitor, ThresholdGeneration
     from lightning_div.nli.scorer import NLIScorer
 
     scorer = NLIScorer.from_model(tiny_nli_model(), tokenizer(True), show_progress=False)
@@ -197,12 +201,9 @@ def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
         num_contexts=5,
         n=n,
         val_pairs=VAL,
-        threshold_generation=True,
-        threshold=2,
-        max_samples=5,
-        show_progress=False,
-        batch_size=6,
-        max_new_tokens=8,
+        threshold_generation=ThresholdGeneration(threshold=2, max_samples=5),
+        outputs=Outputs(show_progress=False),
+        generation=Generation(batch_size=6, max_new_tokens=8),
         on_error="raise",
     )
     tr = trainer(tmp_path, [cb], loggers=[CSVLogger(tmp_path, name="csv")], max_epochs=1)
@@ -255,14 +256,14 @@ def test_a_module_without_model_or_tokenizer_fails_at_fit_start(tmp_path):
         trainer(tmp_path, [ruq], max_epochs=1).fit(NoModel())
     # naming the attribute fixes it
     ok = RUQMonitor(
-        model_attr="net",
-        num_train_prompts=4,
-        num_val_prompts=4,
-        plot=False,
-        show_progress=False,
+        model=ModelAccess(model_attr="net"),
+        num_train_contexts=4,
+        num_contexts=4,
+        plot=None,
+        outputs=Outputs(show_progress=False),
         train_pairs=ruq.train_pairs_arg,
         val_pairs=ruq.val_pairs_arg,
-        max_new_tokens=4,
+        generation=Generation(max_new_tokens=4),
         on_error="raise",
     )
     trainer(tmp_path, [ok], max_epochs=1, limit_train_batches=1, limit_val_batches=1).fit(NoModel())
@@ -284,7 +285,7 @@ def test_the_validated_epoch_is_checkpointed(tmp_path):
         cb.on_validation_epoch_end(at_epoch_3, None)  # epoch 3 validated and measured, then checkpointed
         fresh = type(cb)(
             **(
-                {"encoder": "unused", "val_pairs": [("a", "b")], "gold_responses": ["b"]}
+                {"space": SemanticSpace("unused"), "val_pairs": [("a", "b")], "cluster_texts": ["b"]}
                 if cb is sem
                 else {"train_pairs": [("a", "b")], "val_pairs": [("a", "b")]}
             )
@@ -307,9 +308,9 @@ def test_lexical_options_are_checked_and_reach_the_metrics():
     from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 
     with pytest.raises(ValueError, match=r"lexical_options \['unit'\] are unknown"):
-        SemanticDiversityMonitor(lexical_options={"unit": "bits"})
+        SemanticDiversityMonitor(lexical=Lexical(options={"unit": "bits"}))
     mon = SemanticDiversityMonitor(
-        lexical_metrics=["distinct_1", "distinct_2_utt", "ent_1"], lexical_options={"tokenizer": "casual", "base": 2}
+        lexical=Lexical(["distinct_1", "distinct_2_utt", "ent_1"], options={"tokenizer": "casual", "base": 2})
     )
     assert mon.lexical_metrics == ["distinct_1", "distinct_2_utt", "ent_1"]
     assert mon.lexical_options == {"tokenizer": "casual", "base": 2}
@@ -323,13 +324,11 @@ def test_a_model_with_finite_weights_but_nan_logits_is_named_diverged(tmp_path):
     # NaN logits whenever the model is evaluated (training is left alone, so the weights stay finite)
     module.model.lm_head.register_forward_hook(lambda mod, args, out: out if mod.training else out * float("nan"))
     cb = SemanticDiversityMonitor(
-        encoder=minilm(),
-        num_clusters=4,
+        SemanticSpace(minilm(), num_clusters=4, batch_size=8, show_progress=False),
         num_contexts=4,
         val_pairs=VAL,
-        gold_responses=GOLD[:120],
-        log_samples=0,
-        **common(tmp_path),
+        cluster_texts=GOLD[:120],
+        **common(tmp_path, log_samples=0),
     )
     with pytest.warns(
         RuntimeWarning,
@@ -346,23 +345,25 @@ def test_a_model_with_finite_weights_but_nan_logits_is_named_diverged(tmp_path):
 def test_resume_with_other_clusters_refits_them(tmp_path):
     from lightning_div.callbacks import SemanticDiversityMonitor
 
-    old = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
+    old = SemanticDiversityMonitor(SemanticSpace("minilm", num_clusters=4), val_pairs=[("a", "b")], cluster_texts=["x"])
     old.load_sample_state([0])
     old.space.clusters_path, old.measure.gold_logged = str(tmp_path / "c4.npz"), True
-    new = SemanticDiversityMonitor(encoder="minilm", num_clusters=8, val_pairs=[("a", "b")], gold_responses=["x"])
+    new = SemanticDiversityMonitor(SemanticSpace("minilm", num_clusters=8), val_pairs=[("a", "b")], cluster_texts=["x"])
     with pytest.warns(
         RuntimeWarning,
         match=r"other settings \(num_clusters 4 -> 8\): the clusters and the "
         r"validation sample are made again",
     ):
         new.load_state_dict(old.state_dict())
-    assert new.space.clusters_path is None and new.state_dict()["indices"] is None and not new.measure.gold_logged
+    assert new.space.clusters_path is None and new.state_dict()["samples"] is None and not new.measure.gold_logged
     assert new.history == old.history
-    same = SemanticDiversityMonitor(encoder="minilm", num_clusters=4, val_pairs=[("a", "b")], gold_responses=["x"])
+    same = SemanticDiversityMonitor(
+        SemanticSpace("minilm", num_clusters=4), val_pairs=[("a", "b")], cluster_texts=["x"]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # unchanged settings: restored silently, as before
         same.load_state_dict(old.state_dict())
-    assert same.space.clusters_path == str(tmp_path / "c4.npz") and same.state_dict()["indices"] == [0]
+    assert same.space.clusters_path == str(tmp_path / "c4.npz") and same.state_dict()["samples"] == {"val": [0]}
     assert same.measure.gold_logged
 
 
@@ -375,13 +376,11 @@ def test_a_diverged_model_is_named_not_measured(tmp_path):
     with torch.no_grad():
         module.model.transformer.ln_f.weight.fill_(float("nan"))
     cb = SemanticDiversityMonitor(
-        encoder=minilm(),
-        num_clusters=4,
+        SemanticSpace(minilm(), num_clusters=4, batch_size=8, show_progress=False),
         num_contexts=4,
         val_pairs=VAL,
-        gold_responses=GOLD[:120],
-        log_samples=0,
-        **common(tmp_path),
+        cluster_texts=GOLD[:120],
+        **common(tmp_path, log_samples=0),
     )
     # the NaN spreads to every weight at the first optimiser step: the first few are named
     with pytest.warns(
@@ -400,9 +399,9 @@ def test_a_callback_lists_every_missing_input_at_once(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=\[\(context, "
-        r"reference\), \.\.\.\] .* `val_pairs\(\)` method; gold_responses="
+        r"reference\), \.\.\.\] .* `val_pairs\(\)` method; cluster_texts="
         r"\[response, \.\.\.\] .* `train_responses\(\)` method",
     ):
-        fit(tmp_path, [SemanticDiversityMonitor(encoder="minilm", **common(tmp_path))])
+        fit(tmp_path, [SemanticDiversityMonitor(SemanticSpace("minilm"), **common(tmp_path))])
     with pytest.raises(ValueError, match=r"RUQMonitor is missing 2 input\(s\): train_pairs=.*; val_pairs="):
         fit(tmp_path, [RUQMonitor(**common(tmp_path))])

@@ -53,13 +53,13 @@ def test_the_warning_points_at_the_caller_of_the_helper_that_warns():
 
 def test_each_front_end_owns_its_runs_memory():
     from lightning_div.callbacks import RUQMonitor
-    from lightning_div.integrations.transformers import DiversityTrainerCallback
+    from lightning_div.integrations.transformers import TrainerDiversityMonitor
 
     a, b = RUQMonitor(), RUQMonitor()
     assert isinstance(a.memory, RunMemory) and a.memory is not b.memory  # one per callback, none shared
     a.memory.warned.add("k")
     assert "k" not in b.memory.warned
-    hf = DiversityTrainerCallback(eval_pairs=[("hi", "hello")])
+    hf = TrainerDiversityMonitor(eval_pairs=[("hi", "hello")])
     assert isinstance(hf.memory, RunMemory) and not hf.memory.warned
     # a once-only key is shown once per run; another token under it warns once, naming the key
     memory = RunMemory()
@@ -80,11 +80,11 @@ def test_a_second_run_in_the_same_process_warns_again(tmp_path):
         return module
 
     for run in range(2):  # a notebook: the same callback class, a second fit
-        cb = ruq_monitor(tmp_path / str(run), num_train_prompts=4, num_val_prompts=4)
+        cb = ruq_monitor(tmp_path / str(run), num_train_contexts=4, num_contexts=4)
         with pytest.warns(RuntimeWarning, match=r"RUQMonitor skipped train RUQ at epoch 0"):
             fit(tmp_path / str(run), [cb], module=nan_module())
     # and within one run, once: two epochs, one warning per kind
-    cb = ruq_monitor(tmp_path / "2", num_train_prompts=4, num_val_prompts=4)
+    cb = ruq_monitor(tmp_path / "2", num_train_contexts=4, num_contexts=4)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         fit(tmp_path / "2", [cb], module=nan_module(), max_epochs=2)

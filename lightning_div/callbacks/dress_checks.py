@@ -67,7 +67,7 @@ def check_dress_trainer(trainer: pl.Trainer, every_n_epochs: int) -> None:
             f"DRESSReweighting(negatives=True): limit_train_batches={limit} trains only the first "
             f"batches of each epoch, and the negatives' batches are shuffled among the gold ones, so "
             f"only about that share of each round's mined negatives is trained. Train whole epochs "
-            f"and take fewer examples instead (DialogueDataModule(max_train_examples=...))",
+            f"and take fewer examples instead (DialogueDataModule(examples=Examples(max_train=...)))",
         )
 
 

@@ -1,4 +1,7 @@
-"""Dialogue data: readers for common formats, the DialogueDataModule and the DRESS datamodule protocol.
+"""Dialogue data: readers for common file formats, the DialogueDataModule and the DRESS datamodule protocol.
+
+The datamodules' settings objects are here too: :class:`Examples`, :class:`Chunks`, and the token
+layout :class:`DialogueLayout` (defined in :mod:`lightning_div.model.formatting`).
 
 The pairs they read are :class:`lightning_div.DialoguePair` (defined in :mod:`lightning_div.pairs`, its one home).
 """
@@ -17,6 +20,7 @@ from lightning_div.datamodules.formats import (
     read_responses,
 )
 from lightning_div.datamodules.options import Chunks, Examples
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.reweighting import Negatives, ReweightableDataModule
 
 _LAZY = {
@@ -31,6 +35,7 @@ _LAZY = {
 __all__ = [
     "Chunks",
     "DataFormatError",
+    "DialogueLayout",
     "Examples",
     "Fields",
     "Negatives",
