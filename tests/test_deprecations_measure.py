@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 
 from lightning_div import summary
@@ -56,3 +59,87 @@ def test_a_deprecated_state_still_gives_the_function_s_value():
     metric = DistinctN(2)
     metric.update(texts)
     assert float(metric.compute()) == distinct_n(texts, 2) == 0.75
+
+
+TEXTS = ["apple pie", "avocado", "banana split", "blueberry", "cherry", "coconut", "date", "durian"]
+
+
+def _space(tmp_path):
+    from fakes import first_letter_encoder
+
+    from lightning_div.semantic.space import SemanticSpace
+
+    return SemanticSpace(encoder=first_letter_encoder(), num_clusters=4, kmeans_seed=3, dirpath=tmp_path)
+
+
+def test_space_fit_texts_is_cluster_texts_with_a_warning(tmp_path):
+    new = _space(tmp_path / "new").fit(cluster_texts=TEXTS)
+    with pytest.warns(
+        DeprecationWarning, match=r"SemanticSpace\.fit\(texts=\.\.\.\) is deprecated .* use cluster_texts=\.\.\."
+    ):
+        old = _space(tmp_path / "old").fit(texts=TEXTS)
+    np.testing.assert_array_equal(old.assign(TEXTS), new.assign(TEXTS))
+    assert old.gold_assignments(TEXTS).tolist() == new.gold_assignments(TEXTS).tolist()
+    assert len(set(new.assign(TEXTS).tolist())) == 4  # four first letters, four clusters
+    with pytest.raises(TypeError, match=r"SemanticSpace\.fit\(\) got an unexpected keyword argument 'textz'"):
+        _space(tmp_path).fit(textz=TEXTS)
+
+
+def test_space_config_and_identity_are_deprecated_for_settings_and_identity_of(tmp_path):
+    from lightning_div.semantic.space import identity_of
+
+    space = _space(tmp_path)
+    with pytest.warns(
+        DeprecationWarning, match=r"SemanticSpace\.config\(\) is deprecated .* use SemanticSpace\.settings\(\)"
+    ):
+        config = space.config()
+    settings = space.settings()
+    assert config == {"num_clusters": 4, "variance_kept": 0.9, "seed": 3}
+    assert settings["kmeans_seed"] == config["seed"] and settings["num_clusters"] == config["num_clusters"]
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"SemanticSpace\.identity\(\) is deprecated .* use lightning_div\.semantic\.space\.identity_of\(space\)",
+    ):
+        identity = space.identity()
+    assert identity == identity_of(space) == {"encoder": "topic-encoder"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # what the front ends use warns of nothing
+        space.fit(TEXTS)
+        assert identity_of(space) == {"encoder": "topic-encoder"} and space.settings()["kmeans_seed"] == 3
+
+
+class _RecordingSpace:
+    """A stand-in space: records the texts its clusters are fitted on."""
+
+    clusters_source = None
+
+    def __init__(self):
+        self.fitted, self.fitted_on = False, None
+
+    def fit(self, texts, **where):
+        self.fitted, self.fitted_on = True, list(texts)
+        return self
+
+
+def test_the_measures_prepare_on_cluster_texts_and_take_0_2_s_keywords_with_a_warning():
+    from lightning_div.measure.group import GroupMeasure
+    from lightning_div.measure.semantic import SemanticMeasure
+    from lightning_div.pairs import DialoguePair
+
+    sample = [DialoguePair(("hi",), "hello there")]
+    new, old = (SemanticMeasure(_RecordingSpace(), lexical_metrics=["ead"]) for _ in range(2))
+    new.prepare(cluster_texts=TEXTS, sample=sample)
+    with pytest.warns(
+        DeprecationWarning, match=r"SemanticMeasure\.prepare\(gold=\.\.\.\) is deprecated .* use cluster_texts=\.\.\."
+    ):
+        old.prepare(gold=TEXTS, sample=sample)
+    assert old.space.fitted_on == new.space.fitted_on == TEXTS
+    assert old.vocab_size == new.vocab_size == 10  # EAD's V counted on the cluster texts: 10 words
+    group_new, group_old = (GroupMeasure(_RecordingSpace(), lexical_metrics=["ead"]) for _ in range(2))
+    group_new.prepare(cluster_texts=TEXTS)
+    with pytest.warns(
+        DeprecationWarning, match=r"GroupMeasure\.prepare\(texts=\.\.\.\) is deprecated .* use cluster_texts=\.\.\."
+    ):
+        group_old.prepare(texts=TEXTS)
+    assert group_old.space.fitted_on == group_new.space.fitted_on == TEXTS
+    assert group_old.vocab_size == group_new.vocab_size == 10

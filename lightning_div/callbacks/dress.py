@@ -44,7 +44,7 @@ from lightning_div.reweighting import (
     check_choice,
     train_responses_of,
 )
-from lightning_div.semantic.space import SemanticSpace
+from lightning_div.semantic.space import SemanticSpace, identity_of
 from lightning_div.settings import Mining
 from lightning_div.views import log_dress_round
 
@@ -416,7 +416,7 @@ class DRESSReweighting(DiversityCallback):
         reporter.figure(self.log_key("dress/weight_histogram"), fig)
 
     def state_key_args(self) -> dict[str, Any]:
-        return {**super().state_key_args(), **self.space.identity()}
+        return {**super().state_key_args(), **identity_of(self.space)}
 
     def measures(self) -> list[Any]:
         return [self.miner]

@@ -16,7 +16,7 @@ from lightning_div.measure.reporting import Reporter
 from lightning_div.measure.semantic import SemanticMeasure, SemanticResult, check_clusters_source
 from lightning_div.pairs import DialoguePair
 from lightning_div.reweighting import train_responses_of
-from lightning_div.semantic.space import SPACE_ARGUMENTS, SemanticSpace, space_from_arguments
+from lightning_div.semantic.space import SPACE_ARGUMENTS, SemanticSpace, identity_of, space_from_arguments
 from lightning_div.settings import Lexical
 from lightning_div.types import PairsSource, ResponsesSource
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table
@@ -252,7 +252,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         return {**self.space.settings(), "num_contexts": self.num_contexts, "seed": self.seed}
 
     def state_key_args(self) -> dict[str, Any]:
-        return {**super().state_key_args(), **self.space.identity()}
+        return {**super().state_key_args(), **identity_of(self.space)}
 
     def state_parts(self) -> dict[str, Any]:
         return {"space": self.space, "measure": self.measure}  # the space first, as 0.2 read them

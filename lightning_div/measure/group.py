@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.checks import warn_if_mostly_empty
+from lightning_div._internal.deprecation import take_deprecated
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
 from lightning_div.measure.alerts import ALERT_SIGNALS, GroupAlert
 from lightning_div.measure.base import LexicalSettings, Measure
@@ -225,14 +226,19 @@ class GroupMeasure(Measure, LexicalSettings):
         """Whether the clusters are fitted and EAD's vocabulary is known (when EAD is measured)."""
         return self.space.fitted and not (self.vocab_size is None and "ead" in self.lexical_metrics)
 
-    def prepare(self, texts: Sequence[str] | None, cache_dir: str | Path | None = None) -> None:
+    def prepare(
+        self, cluster_texts: Sequence[str] | None = None, cache_dir: str | Path | None = None, **deprecated: Any
+    ) -> None:
         """Fit (or read) the clusters once and count EAD's vocabulary; every process must call it.
 
         Args:
-            texts: what to fit on and count from (reference responses, else a batch's completions);
-                None: wait for texts, unless the space has clusters of its own.
+            cluster_texts: what to fit on and count from (reference responses, else a batch's completions;
+                ``texts=`` in 0.2); None: wait for texts, unless the space has clusters of its own.
             cache_dir: the clusters' cache directory when the space has no ``dirpath``.
         """
+        texts = take_deprecated("GroupMeasure.prepare", deprecated, {"texts": "cluster_texts"})[0].get(
+            "cluster_texts", cluster_texts
+        )
         if self.ready:
             return  # every later step: nothing to read again
         if not self.space.fitted:

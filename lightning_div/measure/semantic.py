@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from lightning_div._internal.checks import warn_if_mostly_empty
+from lightning_div._internal.deprecation import take_deprecated
 from lightning_div.keys import EMPTY_SHARE, MOSTLY_EMPTY
 from lightning_div.measure.base import LexicalSettings, Measure
 from lightning_div.metrics import (
@@ -137,20 +138,22 @@ class SemanticMeasure(Measure, LexicalSettings):
 
     def prepare(
         self,
-        gold: Sequence[str] | None,
-        sample: Sequence[DialoguePair],
+        cluster_texts: Sequence[str] | None = None,
+        sample: Sequence[DialoguePair] = (),
         *,
         device: Any = None,
         broadcast: Any = None,
         cache_dir: Any = None,
         who: str = "the semantic measure",
+        **deprecated: Any,
     ) -> None:
         """Make the clusters ready and count EAD's vocabulary (once; later calls do nothing).
 
         Under DDP every process must call it (rank 0 fits or reads the cache, the others receive).
 
         Args:
-            gold: the gold training responses (None when the space has given or fitted clusters).
+            cluster_texts: the texts the clusters are fitted on, the training responses (``gold=`` in 0.2;
+                None when the space has given or fitted clusters).
             sample: the fixed sample (its references count EAD's vocabulary when there is no gold).
             device: where the encoder runs.
             broadcast: how rank 0's clusters reach the others (None: torch.distributed's).
@@ -160,6 +163,9 @@ class SemanticMeasure(Measure, LexicalSettings):
         Raises:
             ValueError: no gold responses and no clusters to measure in.
         """
+        gold = take_deprecated("SemanticMeasure.prepare", deprecated, {"gold": "cluster_texts"})[0].get(
+            "cluster_texts", cluster_texts
+        )
         if not self._prepared:
             check_clusters_source(self.space, gold is not None, who)
             self.space.fit(gold, device=device, broadcast=broadcast, cache_dir=cache_dir)

@@ -33,13 +33,23 @@ from typing import Any
 
 import numpy as np
 
+from lightning_div._internal.deprecation import take_deprecated, warn_deprecated
+from lightning_div._internal.names import describe
 from lightning_div.keys import DEFAULT_ENCODER
 from lightning_div.semantic.clusters import ClustersSource, SemanticClusters
 from lightning_div.semantic.clusters_io import fingerprint_texts
 from lightning_div.semantic.encoder import EncoderSource
 from lightning_div.types import Options
 
-__all__ = ["Broadcast", "SPACE_ARGUMENTS", "SemanticSpace", "describe", "given_space", "space_from_arguments"]
+__all__ = [
+    "Broadcast",
+    "SPACE_ARGUMENTS",
+    "SemanticSpace",
+    "describe",
+    "given_space",
+    "identity_of",
+    "space_from_arguments",
+]
 
 #: ``(obj, src) -> obj``: a collective that sends rank ``src``'s object to every rank (e.g.
 #: ``trainer.strategy.broadcast``).
@@ -47,26 +57,6 @@ Broadcast = Callable[[Any, int], Any]
 
 #: The callbacks' arguments that build a private space (an error beside ``space=``).
 SPACE_ARGUMENTS = ("encoder", "clusters", "num_clusters", "variance_kept", "kmeans_seed", "encoder_kwargs")
-
-
-def describe(value: Any) -> str | None:
-    """A stable text for a checkpoint: the name/path given, else the object's ``name``, else its type.
-
-    Never ``repr`` of an object (it holds a memory address, which would change between the
-    run that saved a checkpoint and the run that resumes from it).
-
-    Args:
-        value: an encoder, clusters or scorer as given to a callback.
-
-    Returns:
-        The text, or None for None.
-    """
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, os.PathLike):
-        return str(os.fspath(value))
-    name = getattr(value, "name", None)
-    return name if isinstance(name, str) and name else type(value).__name__
 
 
 class SemanticSpace:
@@ -191,30 +181,37 @@ class SemanticSpace:
         """The clusters' cards (:mod:`lightning_div.semantic.cards`), or None before :meth:`fit`."""
         return None if self._clusters is None else self._clusters.cards
 
-    def config(self) -> dict[str, Any]:
-        """The clustering settings that decide a fit (and its cache file's name)."""
+    def _fit_config(self) -> dict[str, Any]:
+        """The clustering settings that decide a fit, as the clusters file and its cache name hold them (``seed``)."""
         return {"num_clusters": self.num_clusters, "variance_kept": self.variance_kept, "seed": self.kmeans_seed}
+
+    def config(self) -> dict[str, Any]:
+        """Deprecated in 1.0 (a space describes itself one way): :meth:`settings`, whose key is ``kmeans_seed``."""
+        warn_deprecated("SemanticSpace.config()", "SemanticSpace.settings() (its seed is kmeans_seed)")
+        return self._fit_config()
 
     def fit(
         self,
-        texts: Sequence[str] | None = None,
+        cluster_texts: Sequence[str] | None = None,
         *,
         device: Any = None,
         broadcast: Broadcast | None = None,
         cache_dir: str | Path | None = None,
+        **deprecated: Any,
     ) -> SemanticSpace:
-        """Make the clusters ready: the given ones (checked against the encoder), or cached-or-fitted on ``texts``.
+        """Make the clusters ready: the given ones (checked against the encoder), or cached-or-fitted on ``cluster_texts``.
 
         Fitting names a cache file by the hash of everything that decides the clusters (encoder
         name and weights, settings, the texts): a later call with the same inputs, in this or a
         later run, reads it back. The texts' cluster ids come with the fit (and are cached
         beside it); for given clusters :meth:`gold_assignments` computes them when first asked.
-        Cards come with the clusters file, or are computed from ``texts`` when the clusters have
+        Cards come with the clusters file, or are computed from ``cluster_texts`` when the clusters have
         none. Calling again with the same texts (a second callback sharing this space) does
         nothing. Under DDP every rank must call it (rank 0 reads or fits, the others receive).
 
         Args:
-            texts: the gold training responses; may be None when clusters were given.
+            cluster_texts: the texts to fit the clusters on (the training responses; ``texts=`` in 0.2); may
+                be None when clusters were given.
             device: where the encoder runs (see :meth:`get_encoder`).
             broadcast: how rank 0's clusters reach the other ranks (e.g. ``trainer.strategy.broadcast``;
                 None: :func:`lightning_div._internal.distributed.broadcast_object`).
@@ -227,6 +224,8 @@ class SemanticSpace:
             ValueError: no texts to fit on, no cache directory, texts other than those this space
                 was fitted on, or clusters that do not fit the encoder.
         """
+        renamed, _ = take_deprecated("SemanticSpace.fit", deprecated, renamed={"texts": "cluster_texts"})
+        texts = renamed.get("cluster_texts", cluster_texts)
         gold = None if texts is None else list(texts)
         fingerprint = None if gold is None else fingerprint_texts(gold)
         if fingerprint is not None and self._gold_fingerprint is not None:
@@ -323,15 +322,9 @@ class SemanticSpace:
     # -- what the callbacks store ------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
-        """What tells two callbacks' spaces apart in their checkpoint state keys.
-
-        Settings such as ``num_clusters`` are left out on purpose: a resume with a changed setting
-        must find its state, so that the change is detected and said (see :meth:`settings`).
-        """
-        out: dict[str, Any] = {"encoder": describe(self.encoder_source)}
-        if isinstance(self.clusters_source, (str, os.PathLike)):
-            out["clusters"] = describe(self.clusters_source)
-        return out
+        """Deprecated in 1.0 (a space describes itself one way: :meth:`settings`): :func:`identity_of`."""
+        warn_deprecated("SemanticSpace.identity()", "lightning_div.semantic.space.identity_of(space)")
+        return identity_of(self)
 
     def settings(self) -> dict[str, Any]:
         """What a callback's checkpointed state depends on in this space: a change makes it stale on resume."""
@@ -366,7 +359,7 @@ class SemanticSpace:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Point a space that holds no clusters yet at the file a checkpoint names (read at :meth:`fit`).
 
-        The file is read only when it was fitted with this space's :meth:`config` (k, variance kept,
+        The file is read only when it was fitted with this space's :meth:`settings` (k, variance kept,
         seed): one of other settings is warned about at :meth:`fit` and the clusters are fitted again,
         as the settings now say.
         """
@@ -387,7 +380,7 @@ class SemanticSpace:
             try:  # the cache file a checkpoint points at: a damaged one, or one of other settings, is refitted
                 # (checked here, where every space that restores a checkpoint reads it: a resumed run that asks
                 # for another k must never measure in the interrupted run's k)
-                clusters = SemanticClusters.load(self.clusters_path, expected=self.config())
+                clusters = SemanticClusters.load(self.clusters_path, expected=self._fit_config())
             except ValueError as e:
                 warnings.warn(
                     f"the cached clusters {self.clusters_path!r} the checkpoint points at cannot be used "
@@ -421,7 +414,7 @@ class SemanticSpace:
             with_assignments=True,
             broadcast=broadcast,
             show_progress=self.show_progress,
-            **self.config(),
+            **self._fit_config(),
         )
         self._clusters, self.clusters_path, self._own_file = cached.clusters, str(cached.path), True
         if cached.assignments is not None:
@@ -444,6 +437,18 @@ class SemanticSpace:
         ids.setflags(write=False)  # one array for every callback sharing the space: an edit in place is an error
         self._fitted_text_ids = ids
         return ids
+
+
+def identity_of(space: SemanticSpace) -> dict[str, Any]:
+    """What tells two front ends' spaces apart in their checkpoint state keys: the encoder, and the clusters file given.
+
+    Settings such as ``num_clusters`` are left out on purpose: a resume with a changed setting must
+    find its state, so that the change is detected and said (see :meth:`SemanticSpace.settings`).
+    """
+    out: dict[str, Any] = {"encoder": describe(space.encoder_source)}
+    if isinstance(space.clusters_source, (str, os.PathLike)):
+        out["clusters"] = describe(space.clusters_source)
+    return out
 
 
 def given_space(owner: str, space: SemanticSpace | None, **private: Any) -> SemanticSpace:
