@@ -380,9 +380,11 @@ def test_epochs_of_a_window_each_take_examples_not_taken_before_and_every_negati
     assert epoch_window(6, np.int64(3), 0, 0) == epoch_window(6, 3, 0, 0)  # numpy integers are integers
     # the module refuses what the samplers would, when it is built rather than at its first dataloader
     for bad, shown in ((0, "0"), (1.5, "1.5"), (True, "True"), ("8", "'8'")):
-        with pytest.raises(ValueError, match=rf"Examples.train_per_epoch must be an integer >= 1 or None, got {shown}"):
+        with pytest.raises(
+            ValueError, match=rf"Examples.train_per_epoch must be an integer >= 1 \(or None\), got {shown}"
+        ):
             Examples(train_per_epoch=bad)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"Examples.max_train must be an integer >= 1 or None, got 2.0"):
+    with pytest.raises(ValueError, match=r"Examples.max_train must be an integer >= 1 \(or None\), got 2.0"):
         Examples(max_train=2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 1 \(or None\), got 0"):
         DialogueDataModule(train=PAIRS, val=None, batch_size=0)

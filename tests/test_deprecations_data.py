@@ -29,8 +29,16 @@ def test_each_old_keyword_warns_naming_its_new_place_and_builds_the_same_module(
             "layout",
             DialogueLayout(max_turns=3, turn_separator="|"),
         ),
-        "max_context_tokens": (r"layout=...\(max_context_tokens=...\)", "layout", DialogueLayout(max_turns=3, max_context_tokens=7)),
-        "max_response_tokens": (r"layout=...\(max_response_tokens=...\)", "layout", DialogueLayout(max_turns=3, max_response_tokens=5)),
+        "max_context_tokens": (
+            r"layout=...\(max_context_tokens=...\)",
+            "layout",
+            DialogueLayout(max_turns=3, max_context_tokens=7),
+        ),
+        "max_response_tokens": (
+            r"layout=...\(max_response_tokens=...\)",
+            "layout",
+            DialogueLayout(max_turns=3, max_response_tokens=5),
+        ),
         "max_train_examples": (r"examples=...\(max_train=...\)", "examples", Examples(max_train=2)),
         "max_val_examples": (r"examples=...\(max_val=...\)", "examples", Examples(max_val=2)),
         "max_test_examples": (r"examples=...\(max_test=...\)", "examples", Examples(max_test=2)),
@@ -117,7 +125,9 @@ def test_streaming_old_keywords_and_attributes(tmp_path):
 
 
 def test_the_settings_objects_are_checked_and_named():
-    with pytest.raises(ValueError, match=r"^DialogueLayout.max_response_tokens must be an integer >= 1 or None, got 0"):
+    with pytest.raises(
+        ValueError, match=r"^DialogueLayout.max_response_tokens must be an integer >= 1 \(or None\), got 0"
+    ):
         DialogueLayout(max_response_tokens=0)
     with pytest.raises(ValueError, match=r"^Examples.dedupe must be true or false, got 'yes'"):
         Examples(dedupe="yes")  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Sampler
 
+from lightning_div._internal.counts import check_count
 from lightning_div._internal.deprecation import take_deprecated, warn_deprecated
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div._internal.lightning import pl, rank_zero, reload_every
@@ -47,7 +48,6 @@ from lightning_div.datamodules.options import (
 from lightning_div.datamodules.samplers import (
     ExactDistributedSampler,
     ResumableDataLoader,
-    check_count,
     check_sampling_weights,
     train_sampler,
 )

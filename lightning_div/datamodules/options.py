@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from lightning_div._internal.counts import check_count
 from lightning_div._internal.deprecation import warn_deprecated
 from lightning_div.model.formatting import DialogueLayout
 
@@ -53,14 +54,6 @@ STREAMING_REGROUPED = {
 }
 
 
-def _count(owner: str, name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{owner}.{name} must be an integer >= 1 or None, got {value!r}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class Examples:
     """Which of the examples read are used.
@@ -89,7 +82,7 @@ class Examples:
 
     def __post_init__(self) -> None:
         for name in ("max_train", "max_val", "max_test", "train_per_epoch"):
-            object.__setattr__(self, name, _count("Examples", name, getattr(self, name)))
+            object.__setattr__(self, name, check_count(f"Examples.{name}", getattr(self, name)))
         if not isinstance(self.dedupe, bool):
             raise ValueError(f"Examples.dedupe must be true or false, got {self.dedupe!r}")
 
@@ -125,6 +118,7 @@ class Chunks:
         object.__setattr__(self, "dir", os.fspath(self.dir))
         if isinstance(self.workers, bool) or not isinstance(self.workers, numbers.Integral) or self.workers < 1:
             raise ValueError(f"Chunks.workers must be an integer >= 1, got {self.workers!r}")
+        object.__setattr__(self, "workers", int(self.workers))
         if self.start_method not in (None, *START_METHODS):
             raise ValueError(
                 f"Chunks.start_method must be None, 'spawn', 'fork' or 'forkserver', got {self.start_method!r}"
@@ -147,7 +141,9 @@ def settings_of(cls: type[_Settings], value: Any, argument: str, changes: Mappin
             raise TypeError(f"{argument}: unknown field(s) {unknown} of {cls.__name__}; its fields are {fields}")
         value = cls(**value)
     if not isinstance(value, cls):
-        raise TypeError(f"{argument} must be {cls.__name__}(...) or a mapping of its fields, got {type(value).__name__}")
+        raise TypeError(
+            f"{argument} must be {cls.__name__}(...) or a mapping of its fields, got {type(value).__name__}"
+        )
     return dataclasses.replace(value, **changes) if changes else value
 
 

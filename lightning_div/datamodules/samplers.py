@@ -10,7 +10,6 @@ uses so that a run resumed from a mid-epoch checkpoint trains on the rest of tha
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Iterator, Sequence, Sized
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from lightning_div._internal.counts import check_count
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div.reweighting import Negatives
 
@@ -26,19 +26,6 @@ def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     """(num_replicas, rank), read from the process group where not given (1, 0 without one)."""
     group_rank, group_size = rank_and_world()
     return (group_size if num_replicas is None else num_replicas), (group_rank if rank is None else rank)
-
-
-def check_count(name: str, value: int | None) -> int | None:
-    """``value`` as an ``int`` when it is an integer >= 1, None for None; else a ValueError naming ``name``.
-
-    The one rule for every batch size, subset size and per-epoch count of the data modules and
-    samplers: an ``int`` or any :class:`numbers.Integral` (``numpy.int64``) passes; ``True``,
-    ``2.0``, ``"8"`` and 0 do not, so that a value that only looks like a count is refused
-    where it is given rather than rounded or compared as text later.
-    """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-        raise ValueError(f"{name} must be an integer >= 1 (or None), got {value!r}")
-    return None if value is None else int(value)
 
 
 def _window_size(pool: int, per_epoch: int | None) -> int:

@@ -12,7 +12,6 @@ tokens first) to fit ``max_context_tokens`` or the model's window.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Union
 from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
+from lightning_div._internal.counts import check_count
 from lightning_div._internal.deprecation import moved_attribute
 
 Context = Union[str, Sequence[str]]
@@ -203,9 +203,7 @@ class DialogueLayout:
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_context_tokens", "max_response_tokens"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-                raise ValueError(f"DialogueLayout.{name} must be an integer >= 1 or None, got {value!r}")
+            object.__setattr__(self, name, check_count(f"DialogueLayout.{name}", getattr(self, name)))
         if self.turn_separator is not None and not isinstance(self.turn_separator, str):
             raise ValueError(f"DialogueLayout.turn_separator must be a string or None, got {self.turn_separator!r}")
 
