@@ -82,9 +82,6 @@ DEPRECATED_RUQ: dict[str, tuple[str, str]] = {
 
 DEFAULT_PLOT = RUQPlot()
 
-#: The alert a monitor gets when none is said (each monitor gets its own copy: an alert holds state).
-DEFAULT_ALERT = RUQAlert(warn_below=None, warn_drop=10.0)
-
 
 class RUQMonitor(ValidationMonitor):
     """RUQ on a fixed training sample (``train/ruq``) and on validation (``val/ruq``) at epoch ends.
@@ -106,8 +103,9 @@ class RUQMonitor(ValidationMonitor):
         val_pairs: validation evaluation data (pairs or a path); default: the datamodule's.
         train_pairs: training evaluation data (pairs or a path); default: the datamodule's.
         plot: the per-position plot (:class:`RUQPlot`); None: no plot.
-        alert: when ``val/ruq_alert`` fires (:class:`~lightning_div.measure.alerts.RUQAlert`; default
-            ``RUQAlert(warn_below=None, warn_drop=10.0)``); None: no alert, no ``val/ruq_alert``.
+        alert: when ``val/ruq_alert`` fires (:class:`~lightning_div.measure.alerts.RUQAlert`); None: ``RUQAlert()``
+            (a drop of more than 10 points since the last measurement), as the Hugging Face monitor;
+            ``RUQAlert(warn_drop=None)`` never alerts.
         scoring: which reference counts and how contexts are scored (:class:`RUQScoring`; None: its defaults).
         **kwargs: the common arguments of :class:`~lightning_div.callbacks.base.DiversityCallback`, and
             the 0.2 arguments, deprecated: ``num_val_prompts`` (``num_contexts``), ``num_train_prompts``
@@ -126,7 +124,7 @@ class RUQMonitor(ValidationMonitor):
         val_pairs: PairsSource | None = None,
         train_pairs: PairsSource | None = None,
         plot: RUQPlot | None = DEFAULT_PLOT,
-        alert: RUQAlert | None = DEFAULT_ALERT,
+        alert: RUQAlert | None = None,
         scoring: RUQScoring | None = None,
         **kwargs: Any,
     ) -> None:
@@ -148,13 +146,12 @@ class RUQMonitor(ValidationMonitor):
             plot = merged(owner, "plot", None if plot is DEFAULT_PLOT else plot, DEFAULT_PLOT, groups["plot"])
         #: The per-position plot's settings; None: no plot.
         self.plot = plot
-        if "alert" in groups:  # 0.2's warn_below / warn_drop
-            if alert is not DEFAULT_ALERT:
-                raise ValueError(f"{owner}: alert= and the deprecated warn_below= / warn_drop= were both given")
-            alert = RUQAlert(**{"warn_below": None, "warn_drop": 10.0, **groups["alert"]})
-        elif alert is DEFAULT_ALERT:
-            alert = RUQAlert(DEFAULT_ALERT.warn_below, DEFAULT_ALERT.warn_drop)
-        #: The alert (:class:`~lightning_div.measure.alerts.RUQAlert`); its state is the last ``val/ruq``. None: none.
+        # alert=None is the default alert, as the Hugging Face monitor's (a default object would be shared
+        # state, and LightningCLI could not write it into the run's config); RUQAlert(warn_drop=None) never alerts
+        if "alert" in groups and alert is not None:
+            raise ValueError(f"{owner}: alert= and the deprecated warn_below= / warn_drop= were both given")
+        alert = RUQAlert(**groups.get("alert", {})) if alert is None else alert
+        #: The alert (:class:`~lightning_div.measure.alerts.RUQAlert`); its state is the last ``val/ruq``.
         self.alert = alert
         scoring = merged(owner, "scoring", scoring, RUQScoring(), groups.get("scoring", {}))
         #: The measurement (:class:`~lightning_div.measure.ruq.RUQMeasure`).
@@ -185,8 +182,8 @@ class RUQMonitor(ValidationMonitor):
 
     @property
     def last_val_ruq(self) -> float | None:
-        """The last measured ``val/ruq`` (what ``warn_drop`` compares with); None without an alert."""
-        return None if self.alert is None else self.alert.last
+        """The last measured ``val/ruq`` (what ``warn_drop`` compares with)."""
+        return self.alert.last
 
     # -- data ---------------------------------------------------------------------------------------
 
@@ -244,15 +241,13 @@ class RUQMonitor(ValidationMonitor):
             pairs = self._sample(trainer, "val")
             values = self.compute(adapter, pairs)
             m.update({val_key(k): v for k, v in values.items()})
-            if self.alert is not None:
-                self.record_alert(trainer, m, values["ruq"])
+            self.record_alert(trainer, m, values["ruq"])
             if self.plot:
                 with optional_part(self, trainer, "the RUQ plot"):  # val/ruq and the alert are kept
                     self._plot(trainer, pl_module, adapter, pairs)
 
     def record_alert(self, trainer: pl.Trainer, m: dict[str, float], ruq: float) -> None:
         """``val/ruq_alert`` and the alert's record (for the summary and the report)."""
-        assert self.alert is not None
         m[RUQ_ALERT] = self.alert.alert(ruq, "val/ruq", type(self).__name__, self.idk_responses[0])
         self.alert_record = next_alert_record(
             self.alert_record,
@@ -280,14 +275,13 @@ class RUQMonitor(ValidationMonitor):
         return {**super().state_key_args(), "idk_responses": tuple(self.idk_responses)}
 
     def state_parts(self) -> dict[str, Any]:
-        return {} if self.alert is None else {"alert": self.alert}
+        return {"alert": self.alert}
 
     def legacy_keys(self) -> dict[str, str]:
         return {"alert": "last_val_ruq"}
 
     def forget(self) -> None:
-        if self.alert is not None:
-            self.alert.last = None
+        self.alert.last = None
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
