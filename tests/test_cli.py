@@ -544,10 +544,20 @@ print(json.dumps(seen))
 """
 
 
-def test_help_and_the_commands_that_train_nothing_never_import_lightning(tmp_path):
+def run_fresh(script: str, *arguments: object) -> object:
+    """What ``script`` prints as JSON on its last line, run in a fresh interpreter (its own ``sys.modules``)
+    with ``arguments`` as JSON; the interpreter must exit 0 (its stderr is the message otherwise)."""
     import subprocess
     import sys
 
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-c", script, *(json.dumps(a) for a in arguments)]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_help_and_the_commands_that_train_nothing_never_import_lightning(tmp_path):
     import numpy as np
 
     from lightning_div.semantic.cards import ClusterCard
@@ -571,18 +581,8 @@ def test_help_and_the_commands_that_train_nothing_never_import_lightning(tmp_pat
         ["meta-eval", "--data", str(ROOT / "tests" / "data" / "con_test_sample.csv"), "--metrics", "avg_distinct"],
         ["pairs", str(tmp_path / "pools.jsonl"), "--out", str(tmp_path / "pairs.jsonl"), "--criterion", "frequency"],
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(commands), json.dumps(HEAVY)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
     # every command ran (exit code 0), and none of them imported Lightning
-    assert seen == {c[0]: [0, []] for c in commands}, proc.stderr
+    assert run_fresh(PROBE, commands, HEAVY) == {c[0]: [0, []] for c in commands}
 
 
 def test_python_m_lightning_div_cli_is_the_command():
@@ -669,9 +669,6 @@ print(json.dumps([code, sorted({m.split(".")[0] for m in sys.modules} & set(json
 def test_help_and_argument_errors_import_nothing_heavy(tmp_path):
     # issue 43 item 7: `lightning-div score --help` took 18-24 s under load (torch and torchmetrics imported to
     # print the help); help and argument errors must start at once. One process per command (sys.modules).
-    import subprocess
-    import sys
-
     gold = tmp_path / "gold.txt"
     gold.write_text("hello there\n")
     commands = {
@@ -688,17 +685,8 @@ def test_help_and_argument_errors_import_nothing_heavy(tmp_path):
         "clusters fit, a bad int": (["clusters", "fit", "--data", str(gold), "--out", "c.npz", "--seed", "x"], 2),
         "meta-eval, a bad int": (["meta-eval", "--data", str(gold), "--n-boot", "many"], 2),
     }
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     for what, (argv, code) in commands.items():
-        proc = subprocess.run(
-            [sys.executable, "-c", ONE_COMMAND, json.dumps(argv), json.dumps(NOT_AT_PARSE_TIME)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, (what, proc.stderr)
-        assert json.loads(proc.stdout.strip().splitlines()[-1]) == [code, []], (what, proc.stderr)
+        assert run_fresh(ONE_COMMAND, argv, NOT_AT_PARSE_TIME) == [code, []], what
 
 
 def test_clusters_assign_explains_its_file_argument(capsys):
