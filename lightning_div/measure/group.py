@@ -23,7 +23,7 @@ answers. The alert reads the text's own signals before it calls a fall of Sem-En
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +205,7 @@ class GroupMeasure(Measure, LexicalSettings):
         self,
         space: SemanticSpace,
         lexical_metrics: Sequence[str] = ("distinct_1", "distinct_2", "ead"),
-        lexical_options: Options | None = None,
+        lexical_options: Mapping[str, Any] | None = None,
         vocab_size: int | None = None,
         device: Any = None,
         reference_model: Any = None,

@@ -10,7 +10,7 @@ response per context (sharded over the processes and gathered), assign them to t
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +108,7 @@ class SemanticMeasure(Measure, LexicalSettings):
         self,
         space: SemanticSpace,
         lexical_metrics: Sequence[str] = DEFAULT_LEXICAL,
-        lexical_options: dict[str, Any] | None = None,
+        lexical_options: Mapping[str, Any] | None = None,
         vocab_size: int | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         batch_size: int = 32,
