@@ -32,26 +32,39 @@ DEFAULT_LAYOUT = DialogueLayout(max_turns=3)
 
 START_METHODS = ("spawn", "fork", "forkserver")
 
+
+def _into(argument: str, **fields: str) -> dict[str, tuple[str, str]]:
+    """0.2's keyword -> ``(argument, field)``, for the keywords now fields of one settings argument."""
+    return {old: (argument, field) for old, field in fields.items()}
+
+
 #: 0.2's keyword arguments of DialogueDataModule: renamed (old -> new) and regrouped (old -> (argument, field)).
 DATAMODULE_RENAMED = {"format": "file_format"}
 DATAMODULE_REGROUPED = {
-    "max_history": ("layout", "max_turns"),
-    "turn_separator": ("layout", "turn_separator"),
-    "max_context_tokens": ("layout", "max_context_tokens"),
-    "max_response_tokens": ("layout", "max_response_tokens"),
-    "max_train_examples": ("examples", "max_train"),
-    "max_val_examples": ("examples", "max_val"),
-    "max_test_examples": ("examples", "max_test"),
-    "train_examples_per_epoch": ("examples", "train_per_epoch"),
-    "dedupe": ("examples", "dedupe"),
+    **_into(
+        "layout",
+        max_history="max_turns",
+        turn_separator="turn_separator",
+        max_context_tokens="max_context_tokens",
+        max_response_tokens="max_response_tokens",
+    ),
+    **_into(
+        "examples",
+        max_train_examples="max_train",
+        max_val_examples="max_val",
+        max_test_examples="max_test",
+        train_examples_per_epoch="train_per_epoch",
+        dedupe="dedupe",
+    ),
 }
 #: 0.2's keyword arguments of StreamingDialogueDataModule's own.
-STREAMING_REGROUPED = {
-    "stream_dir": ("chunks", "dir"),
-    "optimize_workers": ("chunks", "workers"),
-    "chunk_bytes": ("chunks", "chunk_bytes"),
-    "optimize_start_method": ("chunks", "start_method"),
-}
+STREAMING_REGROUPED = _into(
+    "chunks",
+    stream_dir="dir",
+    optimize_workers="workers",
+    chunk_bytes="chunk_bytes",
+    optimize_start_method="start_method",
+)
 
 
 @dataclass(frozen=True)
