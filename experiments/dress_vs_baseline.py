@@ -57,14 +57,16 @@ from lightning_div.callbacks import (
 from lightning_div.datamodules import DialogueLayout, Examples
 from lightning_div.dress.weights import head_clusters
 from lightning_div.semantic.encoder import ResponseEncoder
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Generation, Mining, Outputs
 
 ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 LEXICAL = ("distinct_1", "distinct_2", "ent_4", "ead")
-NO_NEGATIVES = {"negatives": False}
+NO_NEGATIVES = {"mining": None}
 SETTINGS: dict[str, tuple[dict[str, Any] | None, float | None]] = {  # name -> (DRESS arguments or None, lambda)
     "baseline": (None, None),
-    "dress_nll": ({"negatives": True, "negative_loss": "nll"}, 30.0),
-    "dress_unlikelihood": ({"negatives": True, "negative_loss": "unlikelihood"}, 30.0),
+    "dress_nll": ({"mining": "nll"}, 30.0),  # the negatives' loss (Mining.loss)
+    "dress_unlikelihood": ({"mining": "unlikelihood"}, 30.0),
     "dress_no_negatives": (NO_NEGATIVES, 30.0),
     "lambda_0": (NO_NEGATIVES, 0.0),
     "lambda_10": (NO_NEGATIVES, 10.0),
@@ -236,16 +238,16 @@ def run(
     callbacks: list[pl.Callback] = [sem, ruq, recorder]
     dress = None
     if dress_args is not None:
+        loss = dress_args["mining"]
+        mining = Mining(cfg["num_negative_contexts"], at="start", batches="separate", loss=loss) if loss else None
         dress = DRESSReweighting(
-            encoder=encoder,
-            num_clusters=20,
+            space=SemanticSpace(encoder, num_clusters=20, batch_size=64, show_progress=False),
             lam=lam,
             normalize=True,
-            num_negative_contexts=cfg["num_negative_contexts"],
-            mine_at="start",
-            negative_batches="separate",
-            **dress_args,
-            **common,
+            mining=mining,
+            seed=seed,
+            generation=Generation(batch_size=64, max_new_tokens=cfg["max_new_tokens"]),
+            outputs=Outputs(show_progress=False, dirpath=str(cache)),
         )
         callbacks.append(dress)
     trainer = pl.Trainer(

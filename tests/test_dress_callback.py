@@ -13,6 +13,7 @@ from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.dress.weights import dress_weights
+from lightning_div.settings import Mining
 
 #: One worker runs the two tests of the uninterrupted run (a module fixture), so it is trained once.
 pytestmark = pytest.mark.xdist_group("dress_callback")
@@ -102,7 +103,7 @@ def test_resumed_run_ends_bit_identical(uninterrupted, tmp_path):
 
 def test_sampler_mode_refuses_negatives():
     with pytest.raises(ValueError, match="cannot use negatives"):
-        DRESSReweighting(mode="sampler", negatives=True)
+        DRESSReweighting(mode="sampler", mining=Mining())
     with pytest.raises(ValueError, match="mode must be one of"):
         DRESSReweighting(mode="weighted")
 
@@ -130,19 +131,24 @@ def test_a_loss_that_ignores_the_weights_is_an_error_not_an_unweighted_run(tmp_p
 
 
 def test_settings_that_cannot_work_are_refused_at_construction():
-    """Issue 54 H6 and L7: negative_weight=+1.0 trained the head clusters' generations as gold examples; lam=-5 or
-    NaN, head_threshold=1.5 and num_negative_contexts=0 were accepted and failed later, or never."""
-    for bad in (1.0, 0.0, float("nan"), -math.inf, "-1", True):
+    """Issue 54 H6 and L7: negative_weight=+1.0 (1.0: Mining.weight) trained the head clusters' generations as gold
+    examples; lam=-5 or NaN, head_threshold=1.5 and num_negative_contexts=0 were accepted and failed later, or never."""
+    for bad in (1.0, 0.0, True):
         with pytest.raises(ValueError, match="negative_weight must be a finite number < 0"):
-            DRESSReweighting(negative_weight=bad)
+            DRESSReweighting(mining=Mining(weight=bad))
+    for bad in (float("nan"), -math.inf, "-1"):
+        with pytest.raises(ValueError, match="Mining.weight must be a finite number"):
+            Mining(weight=bad)
     for bad in (-5, float("nan"), math.inf, "30", None):
         with pytest.raises(ValueError, match="lam must be a finite number >= 0"):
             DRESSReweighting(lam=bad)
-    for bad in (1.5, 1.0, -0.1, "0.1"):
-        with pytest.raises(ValueError, match=r"head_threshold must be a share in \[0, 1\)"):
-            DRESSReweighting(head_threshold=bad)
+    with pytest.raises(ValueError, match=r"head_threshold must be a share in \[0, 1\)"):
+        DRESSReweighting(mining=Mining(head_threshold=1.0))
+    for bad in (1.5, -0.1, "0.1"):
+        with pytest.raises(ValueError, match=r"Mining.head_threshold is a share in \[0, 1\]"):
+            Mining(head_threshold=bad)
     for bad in (0, -3, 2.5, None, "64"):
-        with pytest.raises(ValueError, match="num_negative_contexts must be an integer >= 1"):
-            DRESSReweighting(num_negative_contexts=bad)
-    ok = DRESSReweighting(lam=np.float32(2), negative_weight=-0.5, head_threshold=0, num_negative_contexts=np.int64(8))
-    assert (ok.lam, ok.negative_weight, ok.head_threshold, ok.num_negative_contexts) == (2.0, -0.5, 0.0, 8)
+        with pytest.raises(ValueError, match="Mining.num_contexts must be an integer >= 1"):
+            Mining(num_contexts=bad)
+    ok = DRESSReweighting(lam=np.float32(2), mining=Mining(weight=-0.5, head_threshold=0, num_contexts=np.int64(8)))
+    assert (ok.lam, ok.negative_weight, ok.head_threshold, ok.num_contexts) == (2.0, -0.5, 0.0, 8)

@@ -14,8 +14,9 @@ import yaml
 from docs_blocks import snippet_block
 
 from lightning_div import DialoguePair
-from lightning_div.callbacks import DRESSReweighting
+from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
 from lightning_div.datamodules import Negatives
+from lightning_div.settings import Mining
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "callbacks" / "dress.md"
@@ -107,7 +108,9 @@ def test_the_callback_warns_about_batches_that_cannot_carry_its_negatives():
     assert len(got) == 1 and "mixes them" in got[0] and "negative_batches='mixed'" in got[0]
     # a separate negatives' batch filled with a weight-0 padding row is not a mix; "mixed" accepts a mix
     assert layout_warnings(with_negatives(name="b"), [batch([True, False], [-1.0, 0.0])]) == []
-    assert layout_warnings(with_negatives(name="c", negative_batches="mixed"), [batch([True, False], [-1, 1])]) == []
+    assert (
+        layout_warnings(with_negatives(name="c", mining=Mining(batches="mixed")), [batch([True, False], [-1, 1])]) == []
+    )
     # another loss, or none, in the batch
     got = layout_warnings(with_negatives(name="d"), [batch([True, True], [-1, -1], loss="nll")])
     assert len(got) == 1 and "carries 'nll'" in got[0]
@@ -129,10 +132,42 @@ def test_configs_and_the_experiment_that_claim_the_paper_settings_pass_them_expl
         (dress,) = [
             c["init_args"] for c in config["trainer"]["callbacks"] if c["class_path"].endswith("DRESSReweighting")
         ]
-        for key in ("normalize", "negative_loss", "mine_at", "negative_batches", "lam", "num_negative_contexts"):
+        for key in ("normalize", "lam"):
             assert dress[key] == paper[key], (name, key)
+        assert Mining(**dress["mining"]) == paper["mining"], name
     # the committed DRESS results were run with these arguments spelled out: the new defaults do not move them
     source = (ROOT / "experiments" / "dress_vs_baseline.py").read_text(encoding="utf-8")
-    assert all(arg in source for arg in ("normalize=True,", 'mine_at="start",', 'negative_batches="separate",'))
-    assert '{"negatives": True, "negative_loss": "nll"}' in source
-    assert '{"negatives": True, "negative_loss": "unlikelihood"}' in source
+    assert all(arg in source for arg in ("normalize=True,", 'at="start"', 'batches="separate"'))
+    assert '"dress_nll": ({"mining": "nll"}, 30.0)' in source
+    assert '"dress_unlikelihood": ({"mining": "unlikelihood"}, 30.0)' in source
+
+
+def test_a_yaml_file_gives_dress_its_objects_and_names_the_monitor_it_reads(tmp_path):
+    """LightningCLI: the space by class_path, the mining as a mapping, the alert by class_path; a callback cannot refer
+    to another object in YAML, so the monitor is named (``monitor: <its name>``) and found in the Trainer."""
+    from helpers import parse_fit_config
+
+    sem = {"class_path": "lightning_div.callbacks.SemanticDiversityMonitor", "init_args": {"name": "sem"}}
+    dress = {
+        "class_path": "lightning_div.callbacks.DRESSReweighting",
+        "init_args": {
+            "space": {"class_path": "lightning_div.semantic.space.SemanticSpace", "init_args": {"num_clusters": 7}},
+            "mining": {"num_contexts": 16, "loss": "nll"},
+            "alert": {"class_path": "lightning_div.measure.alerts.DRESSAlert", "init_args": {"sem_ent_ratio": 0.3}},
+            "monitor": "sem",
+        },
+    }
+    model = {
+        "class_path": "lightning_div.model.dialogue_lm.DialogueLM",
+        "init_args": {"model_name_or_path": None, "tokenizer": "local:chitchat", "from_scratch": {"n_layer": 1}},
+    }
+    data = {"class_path": "lightning_div.datamodules.DialogueDataModule", "init_args": {"train": "chitchat:finetune"}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = parse_fit_config(tmp_path, model, data, {"callbacks": [sem, dress], "logger": False})
+    assert not [str(w.message) for w in caught if "DRESSReweighting(" in str(w.message)]  # the 1.0 form: no 0.2 keyword
+    (monitor,) = [c for c in cli.trainer.callbacks if isinstance(c, SemanticDiversityMonitor)]
+    (built,) = [c for c in cli.trainer.callbacks if isinstance(c, DRESSReweighting)]
+    assert built.mining == Mining(num_contexts=16, loss="nll") and built.space.settings()["num_clusters"] == 7
+    assert built.alert.sem_ent_ratio == 0.3 and built.monitor == "sem"
+    assert built.guard_monitor(cli.trainer) == "sem" == monitor.name
