@@ -405,3 +405,70 @@ def test_a_callback_lists_every_missing_input_at_once(tmp_path):
         fit(tmp_path, [SemanticDiversityMonitor(SemanticSpace("minilm"), **common(tmp_path))])
     with pytest.raises(ValueError, match=r"RUQMonitor is missing 2 input\(s\): train_pairs=.*; val_pairs="):
         fit(tmp_path, [RUQMonitor(**common(tmp_path))])
+
+
+def test_two_monitors_given_one_space_fit_it_once_and_checkpoint_it_once(tmp_path, fitted_clusters, monkeypatch):
+    from monitor_setup import GOLD, VAL, minilm
+
+    space = SemanticSpace(minilm(), num_clusters=4, batch_size=8, show_progress=False)
+    fits = []
+    fit_cached = space._fit_cached
+    monkeypatch.setattr(space, "_fit_cached", lambda *a, **k: fits.append(1) or fit_cached(*a, **k))
+    cache = fitted_clusters(tmp_path / "cache")
+
+    def pair(space):
+        args = dict(num_contexts=6, val_pairs=VAL, cluster_texts=GOLD, **common(tmp_path, dirpath=str(cache)))
+        return [SemanticDiversityMonitor(space, name=name, **args) for name in ("a", "b")]
+
+    a, b = pair(space)
+    fit(tmp_path, [a, b])
+    assert len(fits) == 1 and a.space is b.space  # fitted once, for both
+    assert a.history[-1]["a/val/sem_ent"] == b.history[-1]["b/val/sem_ent"]  # one space, one sample: one value
+    # checkpointed once: under the first monitor in the Trainer; the other names it
+    assert a.state_dict()["space"] == {"clusters_path": space.clusters_path} and space.clusters_path
+    assert b.state_dict()["space"] == {"owner": a.state_key}
+    assert a.state_dict()["measure"] == b.state_dict()["measure"]  # each measure is its own: written by each
+    # a resumed pair gets the one space's state back through its owner
+    a2, b2 = pair(SemanticSpace(minilm(), num_clusters=4))
+    b2.load_state_dict(b.state_dict())
+    assert b2.space.clusters_path is None  # the owner restores it, not the other
+    a2.load_state_dict(a.state_dict())
+    assert b2.space.clusters_path == space.clusters_path and b2.measure.share_history == b.measure.share_history
+
+
+def test_lightning_cli_configures_the_settings_objects_and_the_space_by_class_path():
+    import yaml
+    from jsonargparse import ArgumentParser
+
+    from lightning_div.callbacks.ruq import RUQPlot
+
+    config = yaml.safe_load(
+        """
+        sem:
+          space:
+            class_path: lightning_div.SemanticSpace
+            init_args: {encoder: minilm, num_clusters: 7, kmeans_seed: 3}
+          num_contexts: 12
+          lexical: {metrics: [distinct_1], options: {base: 2}}
+          generation: {batch_size: 4, max_new_tokens: 9}
+          outputs: {log_samples: 0, show_progress: false}
+        ruq:
+          num_contexts: 5
+          plot: {num_contexts: 2, num_beams: 3}
+          alert:
+            class_path: lightning_div.measure.alerts.RUQAlert
+            init_args: {warn_below: 30.0}
+        """
+    )
+    parser = ArgumentParser()
+    parser.add_class_arguments(SemanticDiversityMonitor, "sem")
+    parser.add_class_arguments(RUQMonitor, "ruq")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", ".*lightning-div", DeprecationWarning)  # the 1.0 forms: no warning
+        built = parser.instantiate_classes(parser.parse_object(config))
+    sem, ruq = built.sem, built.ruq
+    assert isinstance(sem.space, SemanticSpace)
+    assert sem.space.settings() == {"encoder": "minilm", "num_clusters": 7, "variance_kept": 0.9, "kmeans_seed": 3}
+    assert (sem.num_contexts, sem.lexical_metrics, sem.lexical_options) == (12, ["distinct_1"], {"base": 2})
+    assert (sem.generation, sem.outputs) == (Generation(4, 9), Outputs(log_samples=0, show_progress=False))
+    assert (ruq.num_contexts, ruq.plot, ruq.alert.warn_below, ruq.alert.warn_drop) == (5, RUQPlot(2, 3), 30.0, 10.0)
