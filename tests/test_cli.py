@@ -62,13 +62,13 @@ PAPER_SETTINGS = {
         "top_p: 0.9",
         "threshold: 10",
         "max_samples: 20",
-        "threshold_metric: contradictions",
-        "threshold_rank_by: diversity",
+        "metric: contradictions",
+        "rank_by: diversity",
     ],
     "ruq-dailydialog.yaml": [
         "- I don't know.",
         "- I don't know what to do.",
-        "num_train_prompts: null",
+        "num_train_contexts: null",
         "max_turns: 1",
     ],
 }
@@ -91,8 +91,14 @@ def test_every_paper_config_parses(config, capsys):
 
 #: The shortened demo's callback sizes (configs/demo.yaml's in brackets): every part runs, on fewer prompts
 SHORTENED_CALLBACKS = {
-    "SemanticDiversityMonitor": {"num_contexts": 32, "max_new_tokens": 12},  # (128, 24) half of the 64 val examples
-    "RUQMonitor": {"num_train_prompts": 16, "num_val_prompts": 16, "num_plot_prompts": 8, "max_new_tokens": 12},
+    # (128, 24) half of the 64 val examples
+    "SemanticDiversityMonitor": {"num_contexts": 32, "generation": {"max_new_tokens": 12}},
+    "RUQMonitor": {
+        "num_train_contexts": 16,
+        "num_contexts": 16,
+        "plot": {"num_contexts": 8},
+        "generation": {"max_new_tokens": 12},
+    },
     "DRESSReweighting": {"num_negative_contexts": 32, "max_new_tokens": 12},  # (256, 24); RUQ's (64, 64, 16, 24)
 }
 
@@ -106,7 +112,11 @@ def shortened_demo_config(tmp_path: Path) -> Path:
         name = callback["class_path"].rsplit(".", 1)[1]
         for key, value in SHORTENED_CALLBACKS[name].items():
             assert key in callback["init_args"], (name, key)  # a size the demo sets: this test follows it
-            callback["init_args"][key] = value
+            if isinstance(value, dict):  # a field of a settings object (generation: {max_new_tokens: ...})
+                assert set(value) <= set(callback["init_args"][key]), (name, key, value)
+                callback["init_args"][key] = {**callback["init_args"][key], **value}
+            else:
+                callback["init_args"][key] = value
     path = tmp_path / "demo_shortened.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -441,6 +451,17 @@ def _mistakes(tmp: Path) -> list[tuple[str, list[str], str]]:
         ),
         ("fit", ["fit", "--trainer.max_epochs=x"], r"--trainer\.max_epochs: Does not validate .* Given value: x \(see"),
         ("fit", ["fit", "--config", str(bad_yaml)], rf"--config {bad_yaml}: not valid YAML \(.*line 2, column 1\)"),
+        (  # a datamodule's 0.2 key in a config: refused while parsed, with where it went in 1.0
+            "fit",
+            ["fit", "--data.class_path=lightning_div.DialogueDataModule", "--data.init_args.max_history=2"],
+            r"--data: .*Option 'max_history' is not accepted .*\(0\.2's max_history: layout: \{max_turns: \.\.\.\} in "
+            r"1\.0\) \(see 'lightning-div fit --help'\)",
+        ),
+        (
+            "fit",
+            ["fit", "--data.class_path=lightning_div.DialogueDataModule", "--data.init_args.format=json"],
+            r"--data: .*Option 'format' is not accepted .*\(0\.2's format: file_format in 1\.0\) \(see",
+        ),
         ("validate", ["validate", "--config", f"{nope}.yaml"], rf"--config {nope}\.yaml: no such file"),
         ("test", ["test", "--config", f"{nope}.yaml"], rf"--config {nope}\.yaml: no such file"),
         (

@@ -162,7 +162,9 @@ def run_lightning(command: str, argv: list[str], from_sys_argv: bool = False) ->
                 parser_kwargs=parser_kwargs,
             )
         except argparse.ArgumentError as err:
-            raise UsageError(f"{parse_error(str(err))} (see 'lightning-div {command} --help')") from err
+            raise UsageError(
+                f"{parse_error(str(err))}{renamed_key_hint(str(err))} (see 'lightning-div {command} --help')"
+            ) from err
         except ValueError as err:
             cause = instantiation_mistake(err)
             if cause is None:
@@ -282,6 +284,33 @@ def parse_error(message: str) -> str:
     if missing:
         return f"--{key['key']} {missing['path']}: no such file"
     return f"--{key['key']}: {rest}"
+
+
+_REFUSED_KEY = re.compile(r"Option '(?P<key>\w+)' is not accepted")
+
+
+def renamed_key_hint(message: str) -> str:
+    """``" (0.2's X: <its 1.0 place>)"`` when a config key jsonargparse refused is a datamodule's 0.2 keyword, else "".
+
+    A YAML config is parsed against the 1.0 signature, so a 0.2 key is refused there (Python calls still
+    take it for one release, with a warning); the hint says where it went.
+
+    >>> renamed_key_hint("Problem with given class_path: Option 'max_history' is not accepted")
+    " (0.2's max_history: layout: {max_turns: ...} in 1.0)"
+    """
+    from lightning_div.datamodules.options import DATAMODULE_REGROUPED, DATAMODULE_RENAMED, STREAMING_REGROUPED
+
+    found = _REFUSED_KEY.search(message)
+    if found is None:
+        return ""
+    key = found["key"]
+    if key in DATAMODULE_RENAMED:
+        return f" (0.2's {key}: {DATAMODULE_RENAMED[key]} in 1.0)"
+    regrouped = {**DATAMODULE_REGROUPED, **STREAMING_REGROUPED}
+    if key in regrouped:
+        argument, field = regrouped[key]
+        return f" (0.2's {key}: {argument}: {{{field}: ...}} in 1.0)"
+    return ""
 
 
 # Third-party notices that say nothing about the user's run, hidden by the command line only (never by
