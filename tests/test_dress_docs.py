@@ -29,7 +29,7 @@ def script() -> str:
 def definitions() -> dict:
     """The script's imports, data and classes, without building the Trainer (everything before it)."""
     code = script()
-    head = code[: code.index("common = ")]
+    head = code[: code.index("space = SemanticSpace(")]
     namespace: dict = {"__name__": "docs"}
     exec(compile(head, "docs/callbacks/dress.md", "exec"), namespace)
     return namespace
