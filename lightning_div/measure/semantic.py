@@ -56,7 +56,7 @@ def check_clusters_source(
     if not gold_given and space.clusters_source is None and not space.fitted:
         raise ValueError(
             f"{who} needs gold training responses to fit its semantic clusters: pass "
-            f"gold_responses=[...] (or a file), clusters=<a SemanticClusters or saved file>, {alternative}"
+            f"cluster_texts=[...] (or a file), clusters=<a SemanticClusters or saved file>, {alternative}"
         )
 
 
