@@ -55,7 +55,7 @@ PAPER_SETTINGS = {
         "base: 2.0",
         "no_repeat_ngram_size: 3",
         "lam: 30.0",
-        "num_negative_contexts: 5000",
+        "num_contexts: 5000",
     ],
     "nli-diversity-dailydialog.yaml": [
         "n: 5",
