@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.2.0"
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load on first use (below)
-    from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
+    from lightning_div.callbacks import (
+        DRESSReweighting,
+        NLIDiversityMonitor,
+        RUQMonitor,
+        RUQPlot,
+        RUQScoring,
+        SemanticDiversityMonitor,
+        ThresholdGeneration,
+    )
     from lightning_div.datamodules.dialogue import DialogueDataModule
     from lightning_div.dress.losses import dress_loss, weighted_lm_loss
     from lightning_div.model.base import load_base_model
@@ -17,6 +25,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
     from lightning_div.semantic.space import SemanticSpace
+    from lightning_div.settings import Generation, Lexical, Mining, ModelAccess, Outputs
     from lightning_div.summary import print_summary
 
 _LAZY = {
@@ -24,6 +33,14 @@ _LAZY = {
     "RUQMonitor": "lightning_div.callbacks",
     "DRESSReweighting": "lightning_div.callbacks",
     "NLIDiversityMonitor": "lightning_div.callbacks",
+    "RUQPlot": "lightning_div.callbacks",
+    "RUQScoring": "lightning_div.callbacks",
+    "ThresholdGeneration": "lightning_div.callbacks",
+    "ModelAccess": "lightning_div.settings",
+    "Generation": "lightning_div.settings",
+    "Lexical": "lightning_div.settings",
+    "Outputs": "lightning_div.settings",
+    "Mining": "lightning_div.settings",
     "DialogueDataModule": "lightning_div.datamodules.dialogue",
     "DialoguePair": "lightning_div.pairs",
     "ReweightableDataModule": "lightning_div.reweighting",
