@@ -21,7 +21,7 @@ from lightning_div.integrations._frontend import (
     warn_fresh_start,
 )
 from lightning_div.integrations.transformers._data import EvaluationData
-from lightning_div.integrations.transformers._deprecated import RUQPlot, trainer_legacy
+from lightning_div.integrations.transformers._deprecated import RUQPlot, check_types, trainer_legacy
 from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation, state_from_0_2
 from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
 from lightning_div.keys import check_name
@@ -193,20 +193,12 @@ class TrainerDiversityMonitor(TrainerCallback):
         cluster_texts = legacy.renamed.get("cluster_texts", cluster_texts)
         layout = legacy.renamed.get("layout", layout)
         num_train_contexts = legacy.renamed.get("num_train_contexts", num_train_contexts)
-        for arg, value, cls in (
-            ("alert", alert, RUQAlert),
-            ("generation", generation, Generation),
-            ("outputs", outputs, Outputs),
-            ("layout", layout, DialogueLayout),
-        ):
-            if value is not None and not isinstance(value, cls):
-                raise TypeError(f"{who}: {arg} must be a {cls.__name__} or None, got {type(value).__name__}")
-        if ruq_plot is not None and not isinstance(ruq_plot, (RUQPlot, bool)):
-            raise TypeError(f"{who}: ruq_plot must be a RUQPlot, True/False or None, got {type(ruq_plot).__name__}")
+        check_types(who, alert=(alert, RUQAlert), generation=(generation, Generation), outputs=(outputs, Outputs))
+        check_types(who, layout=(layout, DialogueLayout), ruq_plot=(ruq_plot, (RUQPlot, bool)))
         self.on_error = check_on_error(on_error)
         name = check_name(name)
         #: What was given explicitly (None: read from the trainer's TrainingArguments when attached).
-        self.given = {"generation": generation, "outputs": outputs, "seed": legacy.seed}
+        self.given: dict[str, Any] = {"generation": generation, "outputs": outputs, "seed": legacy.seed}
         gen, out = generation or Generation(), outputs or Outputs()
         semantic, ruq = _measures(who, measures, space, gen, out.show_progress)
         self._defaults = measures is None  # the measures are this monitor's own: it sets their batch size
@@ -260,25 +252,20 @@ class TrainerDiversityMonitor(TrainerCallback):
         """
         if args is None:
             return
-        ev = self.evaluation
         seed = self.given["seed"] if self.given["seed"] is not None else int(getattr(args, "seed", DEFAULT_SEED))
-        for key, sample in ev.data.samples.items():
-            wanted = seed + 1 if key == "ruq" else seed  # RUQ's validation sample, as RUQMonitor draws it
-            if sample.seed != wanted:
-                sample.seed = wanted
-                sample.forget()
-        ev.seed = seed
-        own = [m for m in (ev.semantic, ev.ruq) if m is not None and self._defaults]
-        own_space = [ev.semantic.space] if self._private_space else []
+        self.evaluation.reseed(seed)
+        own: list[Any] = [
+            m for m in (self.evaluation.semantic, self.evaluation.ruq) if m is not None and self._defaults
+        ]
+        own += [self.space] if self._private_space else []
         if self.given["generation"] is None:
             batch_size = getattr(args, "per_device_eval_batch_size", None)
             if isinstance(batch_size, int) and batch_size >= 1:
-                ev.batch_size = batch_size
-                for part in own + own_space:
+                for part in [self.evaluation, *own]:
                     part.batch_size = batch_size
         if self.given["outputs"] is None:
             self.show_progress = not getattr(args, "disable_tqdm", False)
-            for part in own + own_space:
+            for part in own:
                 part.show_progress = self.show_progress
 
     def __repr__(self) -> str:

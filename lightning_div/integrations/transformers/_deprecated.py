@@ -15,7 +15,7 @@ from lightning_div._internal.deprecation import take_deprecated
 from lightning_div.measure.alerts import RUQAlert
 from lightning_div.settings import Generation, Outputs
 
-__all__ = ["RUQPlot", "TrainerLegacy", "trainer_legacy"]
+__all__ = ["RUQPlot", "TrainerLegacy", "check_types", "trainer_legacy"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,18 @@ class RUQPlot:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RUQPlot.{name} must be an integer >= 1, got {value!r}")
+
+
+def check_types(who: str, **given: tuple[Any, type | tuple[type, ...]]) -> None:
+    """Check that each settings object given (``name=(value, its class or classes)``) is one of its class, or None.
+
+    Raises:
+        TypeError: one that is not, naming the argument.
+    """
+    for arg, (value, cls) in given.items():
+        if value is not None and not isinstance(value, cls):
+            names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+            raise TypeError(f"{who}: {arg} must be a {names} or None, got {type(value).__name__}")
 
 
 @dataclass

@@ -90,6 +90,16 @@ class TrainerEvaluation:
         self.layout, self.batch_size, self.max_new_tokens, self.seed = layout, batch_size, max_new_tokens, seed
         self.dirpath, self.plot = dirpath, plot
 
+    def reseed(self, seed: int) -> None:
+        """Draw the samples with ``seed`` (RUQ's with ``seed + 1``, as RUQMonitor draws its validation sample),
+        and generate with it: a sample drawn with another seed is drawn again at its next use."""
+        for key, sample in self.data.samples.items():
+            wanted = seed + 1 if key == "ruq" else seed
+            if sample.seed != wanted:
+                sample.seed = wanted
+                sample.forget()
+        self.seed = seed
+
     def prepare(self, cache_dir: str | Path, device: Any = None) -> None:
         """Read the data and make the clusters ready (cached or fitted once; every process must call it)."""
         gold, sample = self.data.cluster_texts(), self.data.sample()
