@@ -132,11 +132,10 @@ def test_the_quick_start_keeps_the_ruq_plot_cheap():
     import ast
     import inspect
 
-    from lightning_div.callbacks.ruq import RUQMonitor
+    from lightning_div.callbacks.ruq import RUQMonitor, RUQPlot
 
-    defaults = {"num_plot_prompts": 16, "num_beams": 5, "plot": True}
-    for name, value in defaults.items():  # the defaults this test was written against
-        assert inspect.signature(RUQMonitor).parameters[name].default == value, name
+    default = RUQPlot(num_contexts=16, num_beams=5)  # the default this test was written against
+    assert inspect.signature(RUQMonitor).parameters["plot"].default == default
     for title in ("Quick start", "Your own module, offline"):
         calls = [
             node
@@ -144,11 +143,9 @@ def test_the_quick_start_keeps_the_ruq_plot_cheap():
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RUQMonitor"
         ]
         assert len(calls) == 1
-        given = {
-            kw.arg: ast.literal_eval(kw.value) for kw in calls[0].keywords if kw.arg not in ("train_pairs", "val_pairs")
-        }
-        settings = {**defaults, **given}
-        assert not settings["plot"] or settings["num_plot_prompts"] * settings["num_beams"] <= 16 * 5, title
+        given = [eval(ast.unparse(kw.value), {"RUQPlot": RUQPlot}) for kw in calls[0].keywords if kw.arg == "plot"]
+        plot = given[0] if given else default
+        assert plot is None or plot.num_contexts * plot.num_beams <= 16 * 5, title
 
 
 def _quick_start_metrics(tmp_path, monkeypatch, capsys, code):
@@ -263,13 +260,14 @@ def test_add_to_your_trainer_example_runs_as_printed(tmp_path, monkeypatch):
     write_jsonl(tmp_path / "valid.jsonl", pairs[400:424])
 
     # what the fragment says the user brings: their module and data, and the quick start's imports
-    from lightning_div import DialogueDataModule
+    from lightning_div import DialogueDataModule, SemanticSpace
     from lightning_div.callbacks import RUQMonitor, SemanticDiversityMonitor
 
     namespace = {
         "MyChatbot": MyChatbot,
         "pl": pl,
         "DialogueDataModule": DialogueDataModule,
+        "SemanticSpace": SemanticSpace,
         "SemanticDiversityMonitor": SemanticDiversityMonitor,
         "RUQMonitor": RUQMonitor,
     }
