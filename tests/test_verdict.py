@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from grpo_setup import topic_encoder
 
-from lightning_div.integrations.trl import GroupDiversityCallback
+from lightning_div.integrations.trl import GroupDiversityMonitor
+from lightning_div.measure.alerts import GroupAlert
 from lightning_div.measure import RecordingReporter
 from lightning_div.report import build_report, find_run, run_inputs
 from lightning_div.report.figures import _on_spans, drawn
@@ -44,15 +45,15 @@ def test_the_alert_record_keeps_its_start_and_is_written_only_when_it_changes(tm
 
 def test_the_grpo_callback_keeps_why_and_since_when_its_alert_is_on(tmp_path):
     space = SemanticSpace(encoder=topic_encoder(), num_clusters=4, dirpath=tmp_path, show_progress=False)
-    cb = GroupDiversityCallback(space=space, alert_start_steps=2, name="run")
-    with pytest.warns(RuntimeWarning, match=r"step 3: the text broke down.*\(breakdown_top_word = 0\.4\)"):
+    cb = GroupDiversityMonitor(space=space, alert=GroupAlert(start_steps=2), name="run")
+    with pytest.warns(RuntimeWarning, match=r"step 3: the text broke down.*\(top_word_share = 0\.4\)"):
         for step, top in [(1, 0.1), (2, 0.1), (3, 0.55), (4, 0.6)]:
             alert = cb.check_alert({"group_sem_ent": 1.0, "group_top_word_share": top}, step=step)
     assert alert == {"collapse_alert": 0.0, "breakdown_alert": 1.0}
     record = cb.alert_record
     assert record is not None
     assert (record["who"], record["kind"], record["since"], record["key"]) == (
-        "GroupDiversityCallback-run",
+        "GroupDiversityMonitor-run",
         "breakdown",
         3,
         "diversity/run/breakdown_alert",
@@ -61,7 +62,7 @@ def test_the_grpo_callback_keeps_why_and_since_when_its_alert_is_on(tmp_path):
 
 
 def trl_run(output_dir: Path, steps: int = 12, since: int = 9) -> None:
-    """A GRPO output_dir as TRL and GroupDiversityCallback leave it: TensorBoard scalars under train/, a group
+    """A GRPO output_dir as TRL and GroupDiversityMonitor leave it: TensorBoard scalars under train/, a group
     sample per step, the alert record."""
     from torch.utils.tensorboard import SummaryWriter
 
@@ -71,9 +72,9 @@ def trl_run(output_dir: Path, steps: int = 12, since: int = 9) -> None:
         (art / f"diversity_group_sample_step{step}.csv").write_text(
             f"step,group,prompt,completion,cluster\n{step},0,hi,reply {step},1\n"
         )
-    record = next_alert_record(None, "GroupDiversityCallback", "breakdown", since, "step", [REASON], "")
+    record = next_alert_record(None, "GroupDiversityMonitor", "breakdown", since, "step", [REASON], "")
     record["key"] = "diversity/breakdown_alert"
-    (art / "alerts" / "GroupDiversityCallback.json").write_text(json.dumps(record))
+    (art / "alerts" / "GroupDiversityMonitor.json").write_text(json.dumps(record))
     writer = SummaryWriter(str(output_dir / "runs" / "Dec04_20-00-00_host"))
     for step in range(1, steps + 1):
         writer.add_scalar("train/epoch", step / 8, step)
