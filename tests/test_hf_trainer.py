@@ -16,7 +16,7 @@ from helpers import base_model_margin_tolerance, mlflow_artifacts, report_of_hug
 from transformers import Trainer, TrainingArguments
 
 from lightning_div import load_base_model
-from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.ruq import RUQMonitor, RUQScoring
 from lightning_div.datamodules import read_pairs
 from lightning_div.datamodules.encoding import EncodedDialogues, encode_pairs
 from lightning_div.integrations.transformers import RUQPlot, TrainerDiversityMonitor, eval_key
@@ -56,6 +56,9 @@ def _data() -> tuple[tuple, tuple]:
     train = tuple(read_pairs("chitchat:finetune", max_history=2)[:32])
     val = tuple(read_pairs("chitchat:validation", max_history=2)[:20])
     return train, val
+
+
+QUIET = Outputs(show_progress=False)
 
 
 def _collate(items):
@@ -243,13 +246,13 @@ def test_trainer_logs_the_monitors_metrics_equal_to_the_package_functions(traine
     lexical = lexical_scores(cb.last_responses, DEFAULT_LEXICAL, vocab)
     for name, value in lexical.items():
         assert last[eval_key(name)] == pytest.approx(value, abs=1e-12), name
-    ruq = RUQMonitor(num_val_prompts=10, batch_size=8, show_progress=False).compute(
+    ruq = RUQMonitor(num_contexts=12, generation=Generation(batch_size=8), outputs=QUIET).compute(
         adapter, cb.evaluation.data.ruq_sample()
     )
     for name in ("ruq", "ruq_margin", "ruq_idk2", "ruq_margin_idk2"):
         assert last[eval_key(name)] == pytest.approx(ruq[name], rel=1e-5, abs=1e-6), name
     # RUQ-train: un-prefixed, as the Trainer logs training metrics (charted train/ruq)
-    ruq_train = RUQMonitor(num_train_prompts=10, batch_size=8, show_progress=False).compute(
+    ruq_train = RUQMonitor(num_train_contexts=10, generation=Generation(batch_size=8), outputs=QUIET).compute(
         adapter, cb.evaluation.data.train_ruq_sample()
     )
     for name in ("ruq", "ruq_margin", "ruq_idk2", "ruq_margin_idk2"):
@@ -641,7 +644,9 @@ def test_shared_contexts_and_the_ruq_plot_reach_hugging_face_users(tmp_path):
     )
     metrics = trainer.evaluate()
     adapter = HuggingFaceAdapter(model, tokenizer, batch_size=8, max_new_tokens=MAX_NEW, show_progress=False)
-    pairwise = RUQMonitor(num_val_prompts=10, batch_size=8, show_progress=False, shared_contexts=False)
+    pairwise = RUQMonitor(
+        num_contexts=12, generation=Generation(batch_size=8), outputs=QUIET, scoring=RUQScoring(shared_contexts=False)
+    )
     expected = pairwise.compute(adapter, cb.evaluation.data.ruq_sample())
     for name in ("ruq", "ruq_margin", "ruq_margin_idk2"):  # pair by pair: bit-identical to the monitor's
         assert metrics[eval_key(name)] == expected[name], name
