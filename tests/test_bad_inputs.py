@@ -39,8 +39,8 @@ from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMo
 from lightning_div.cli.main import main as cli
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
-from lightning_div.dress.degeneration import CollapseThresholds
 from lightning_div.measure import FixedSample, SemanticMeasure
+from lightning_div.measure.alerts import DRESSAlert
 from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversity
 from lightning_div.metrics import (
     NegativeMeanCosine,
@@ -59,6 +59,8 @@ from lightning_div.preference import Pool, build_pools, read_pools, select_prefe
 from lightning_div.semantic.cache import load_or_fit_clusters
 from lightning_div.semantic.clusters import SemanticClusters
 from lightning_div.semantic.encoder import ResponseEncoder
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Mining
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "bad-input.md"
@@ -441,8 +443,10 @@ def dress_data() -> Any:
 
 
 def dress(tmp: Path, res: Resources, **kw: Any) -> DRESSReweighting:
-    args = dict(encoder=res.minilm, num_clusters=4, negatives=False, lam=2.0)
-    return DRESSReweighting(**{**args, **common(tmp), **kw})
+    space = SemanticSpace(
+        res.minilm, clusters=kw.pop("clusters", None), num_clusters=4, batch_size=8, show_progress=False
+    )
+    return DRESSReweighting(**{"space": space, "mining": None, "lam": 2.0, **common(tmp), **kw})
 
 
 def dialogue_lm_and_data() -> tuple[Any, Any]:
@@ -1705,37 +1709,38 @@ ROWS: list[Row] = [
     Row(
         DRESS,
         SETTING,
-        lambda res, tmp: DRESSReweighting(negative_weight=1.0),
+        lambda res, tmp: DRESSReweighting(mining=Mining(weight=1.0)),
         Raises(
             ValueError,
             r"negative_weight must be a finite number < 0 \(the paper: -1; a positive weight would reinforce",
-            "“negative_weight must be a finite number < 0 (…)” (+1 trained the head clusters' generations as gold "
-            "examples); `lam` < 0, `head_threshold` outside [0, 1), `num_negative_contexts` < 1 the same, at "
-            "construction",
+            "`Mining(weight=1.0)`: “negative_weight must be a finite number < 0 (…)” (+1 trained the head clusters' "
+            "generations as gold examples); `lam` < 0, `Mining.head_threshold` outside [0, 1), "
+            "`Mining.num_contexts` < 1 the same, at construction",
         ),
     ),
     Row(
         DRESS,
         SETTING,
-        lambda res, tmp: DRESSReweighting(collapse_thresholds={"ratio": 0.3}),
+        lambda res, tmp: DRESSReweighting(alert={"sem_ent_ratio": 0.3}),
         Raises(
             ValueError,
-            r"collapse_thresholds has no field 'ratio'; its fields are",
-            "a dict of `CollapseThresholds`' fields is taken (it raised `AttributeError` in the guard); an unknown "
-            "field: “collapse_thresholds has no field 'ratio'; its fields are …”",
+            r"DRESSReweighting\(alert=\.\.\.\) must be a DRESSAlert or None, got \{'sem_ent_ratio': 0\.3\}",
+            "“DRESSReweighting(alert=...) must be a DRESSAlert or None, got {'sem_ent_ratio': 0.3}” at construction "
+            "(0.2's dict of thresholds raised `AttributeError` in the guard); a `mining=` that is not a `Mining` the "
+            "same",
         ),
     ),
     Row(
         DRESS,
         SETTING,
-        lambda res, tmp: DRESSReweighting(collapse_monitor="a/b").guard_monitor(
+        lambda res, tmp: DRESSReweighting(monitor="a/b").guard_monitor(
             SimpleNamespace(callbacks=[SemanticDiversityMonitor(name="sem")])
         ),
         Raises(
             ValueError,
-            r"collapse_monitor='a/b'\) names no SemanticDiversityMonitor of this Trainer \(their names: 'sem'\)",
-            "“DRESSReweighting(collapse_monitor='a/b') names no SemanticDiversityMonitor of this Trainer (their "
-            "names: 'sem') …”, at fit start; without `collapse_monitor` the only monitor is read, named or not",
+            r"\(monitor='a/b'\) names no SemanticDiversityMonitor of this Trainer \(their names: 'sem'\)",
+            "“DRESSReweighting(monitor='a/b') names no SemanticDiversityMonitor of this Trainer (their "
+            "names: 'sem') …”, at fit start; without `monitor` the only monitor is read, named or not",
         ),
     ),
     Row(
@@ -1839,9 +1844,9 @@ ROWS: list[Row] = [
         ),
     ),
     Row(
-        "lightning_div.dress.degeneration.CollapseThresholds",
+        "lightning_div.measure.alerts.DRESSAlert",
         SETTING,
-        lambda res, tmp: CollapseThresholds(np.float32(0.5)).sem_ent_ratio,
+        lambda res, tmp: DRESSAlert(np.float32(0.5)).thresholds.sem_ent_ratio,
         Returns(equal(0.5), "0.5: any real number, numpy's `float32` too (it was refused as “must be a number”)"),
     ),
     # -- NaN / inf settings ------------------------------------------------------------------------------------
