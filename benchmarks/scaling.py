@@ -255,6 +255,7 @@ def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     from lightning_div.model.tiny import tiny_causal_lm, train_tokenizer
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
+    from lightning_div.settings import Generation, Outputs
 
     largest = max(sizes["samples"])
     pairs = read_chitchat("validation", max_history=3)
@@ -267,7 +268,7 @@ def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     )
     # clusters of the gold responses: fitted once per run (cached on disk by the monitor), not an epoch cost
     clusters = SemanticClusters(num_clusters=20, show_progress=False).fit(encoder.encode([p.response for p in pairs]))
-    ruq = RUQMonitor(show_progress=False, batch_size=32)
+    ruq = RUQMonitor(generation=Generation(batch_size=32), outputs=Outputs(show_progress=False))
     rows = []
     for width in sizes["widths"]:
         model = tiny_causal_lm(tok, n_layer=2, n_embd=width, n_head=2, seed=0)

@@ -56,9 +56,10 @@ from lightning_div.callbacks import (
 )
 from lightning_div.datamodules import DialogueLayout, Examples
 from lightning_div.dress.weights import head_clusters
+from lightning_div.measure.alerts import RUQAlert
 from lightning_div.semantic.encoder import ResponseEncoder
 from lightning_div.semantic.space import SemanticSpace
-from lightning_div.settings import Generation, Mining, Outputs
+from lightning_div.settings import Generation, Lexical, Mining, Outputs
 
 ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 LEXICAL = ("distinct_1", "distinct_2", "ent_4", "ead")
@@ -215,24 +216,25 @@ def run(
         seed=seed,
         show_progress=False,
     )
-    common = {
-        "show_progress": False,
-        "batch_size": 64,
-        "max_new_tokens": cfg["max_new_tokens"],
-        "dirpath": str(cache),
-        "seed": seed,
-    }
+    generation = Generation(batch_size=64, max_new_tokens=cfg["max_new_tokens"])
     sem = SemanticDiversityMonitor(
-        encoder=encoder,
-        num_clusters=20,
+        SemanticSpace(encoder, num_clusters=20, batch_size=64, show_progress=False),
         num_contexts=cfg["num_contexts"],
-        lexical_metrics=LEXICAL,
-        log_samples=0,
-        cluster_views=cfg.get("cluster_views", True),
-        **common,
+        lexical=Lexical(LEXICAL),
+        seed=seed,
+        generation=generation,
+        outputs=Outputs(
+            log_samples=0, cluster_views=cfg.get("cluster_views", True), show_progress=False, dirpath=str(cache)
+        ),
     )
     ruq = RUQMonitor(
-        num_train_prompts=cfg["ruq_prompts"], num_val_prompts=cfg["ruq_prompts"], plot=False, warn_drop=None, **common
+        num_contexts=cfg["ruq_prompts"],
+        num_train_contexts=cfg["ruq_prompts"],
+        plot=None,
+        alert=RUQAlert(warn_drop=None),
+        seed=seed,
+        generation=generation,
+        outputs=Outputs(show_progress=False, dirpath=str(cache)),
     )
     recorder = Recorder(sem, encoder, len(train_pairs))
     callbacks: list[pl.Callback] = [sem, ruq, recorder]

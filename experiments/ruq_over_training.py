@@ -34,9 +34,10 @@ import numpy as np
 from _environment import environments
 from _merge import MergeError, each_run_once, fail, read_json_object, refuse_writing_over_inputs
 
-from lightning_div.callbacks import RUQMonitor
+from lightning_div.callbacks import RUQMonitor, RUQScoring
 from lightning_div.model.adapters import resolve_adapter
 from lightning_div.model.scoring import candidate_logprobs, profile_from_logprobs
+from lightning_div.settings import Generation, Outputs
 
 IDK = ("I don't know.", "I don't know what to do.")
 
@@ -122,14 +123,13 @@ def monitor(cfg: dict[str, Any], seed: int, root: Path) -> RUQMonitor:
     """The runs' RUQ monitor: its prompts are drawn from the data with ``seed``, the same for every corner."""
     return RUQMonitor(
         idk_responses=IDK,
-        reference="lowest",
-        num_train_prompts=cfg["num_train_prompts"],
-        num_val_prompts=cfg["num_val_prompts"],
-        plot=False,
-        batch_size=64,
-        show_progress=False,
+        num_train_contexts=cfg["num_train_prompts"],
+        num_contexts=cfg["num_val_prompts"],
+        plot=None,
+        scoring=RUQScoring(reference="lowest"),
         seed=seed,
-        dirpath=str(root / "cache"),
+        generation=Generation(batch_size=64),
+        outputs=Outputs(show_progress=False, dirpath=str(root / "cache")),
         on_error="raise",
     )
 
