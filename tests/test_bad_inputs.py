@@ -35,12 +35,12 @@ from fakes import VectorEncoder
 from helpers import TINY_CLI_MODEL, causal_model, parse_fit_config, tokenizer
 from monitor_setup import common, fit, ruq_monitor
 
-from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
+from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, RUQPlot, SemanticDiversityMonitor
 from lightning_div.cli.main import main as cli
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.datamodules.formats import DataFormatError, read_chitchat, read_pairs, read_responses
 from lightning_div.measure import FixedSample, SemanticMeasure
-from lightning_div.measure.alerts import DRESSAlert
+from lightning_div.measure.alerts import DRESSAlert, RUQAlert
 from lightning_div.meta_eval import dec_test_from_scores, similarity_to_diversity
 from lightning_div.metrics import (
     NegativeMeanCosine,
@@ -412,19 +412,14 @@ def non_utf8(tmp: Path, name: str, first: str, second: bytes) -> Path:
 # Callback runs: the tiny user module of monitor_setup, one short epoch (monitor_setup.fit)
 
 
-def sem(tmp: Path, res: Resources, **kw: Any) -> SemanticDiversityMonitor:
+def sem(tmp: Path, res: Resources, clusters: Any = None, **kw: Any) -> SemanticDiversityMonitor:
     from monitor_setup import GOLD, VAL
 
-    args = dict(
-        encoder=res.minilm,
-        num_clusters=4,
-        num_contexts=8,
-        val_pairs=VAL,
-        gold_responses=GOLD[:120],
-        log_samples=2,
-        lexical_metrics=["distinct_1", "distinct_2"],
-    )
-    return SemanticDiversityMonitor(**{**args, **common(tmp), **kw})
+    from lightning_div.settings import Lexical
+
+    space = SemanticSpace(res.minilm, clusters, num_clusters=4, batch_size=8, show_progress=False)
+    args = dict(num_contexts=8, val_pairs=VAL, cluster_texts=GOLD[:120], lexical=Lexical(["distinct_1", "distinct_2"]))
+    return SemanticDiversityMonitor(space, **{**args, **common(tmp, log_samples=2), **kw})
 
 
 def nli(tmp: Path, **kw: Any) -> NLIDiversityMonitor:
@@ -1005,7 +1000,7 @@ ROWS: list[Row] = [
     Row(
         SDM,
         BIGK,
-        lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=["a", "b c", "d e f"], num_clusters=4)]),
+        lambda res, tmp: fit(tmp, [sem(tmp, res, cluster_texts=["a", "b c", "d e f"])]),
         Raises(
             ValueError,
             r"num_clusters=4 needs at least 4 embeddings, got 3",
@@ -1082,7 +1077,7 @@ ROWS: list[Row] = [
     Row(
         SDM,
         SAME,
-        lambda res, tmp: fit(tmp, [sem(tmp, res, gold_responses=[IDK] * 12)]),
+        lambda res, tmp: fit(tmp, [sem(tmp, res, cluster_texts=[IDK] * 12)]),
         Raises(
             ValueError,
             r"all 12 embeddings point in the same direction",
@@ -1586,12 +1581,12 @@ ROWS: list[Row] = [
     Row(
         SDM,
         MISSING,
-        lambda res, tmp: fit(tmp, [SemanticDiversityMonitor(encoder="minilm", **common(tmp))]),
+        lambda res, tmp: fit(tmp, [SemanticDiversityMonitor(SemanticSpace("minilm"), **common(tmp))]),
         Raises(
             ValueError,
-            r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=.*; gold_responses=",
+            r"SemanticDiversityMonitor is missing 2 input\(s\): val_pairs=.*; cluster_texts=",
             "no data with its own DataLoaders: one error listing both, “SemanticDiversityMonitor is missing 2 "
-            "input(s): val_pairs=[(context, reference), ...] …; gold_responses=[response, ...] …”, at fit start",
+            "input(s): val_pairs=[(context, reference), ...] …; cluster_texts=[response, ...] …”, at fit start",
         ),
     ),
     Row(
@@ -1757,7 +1752,7 @@ ROWS: list[Row] = [
     Row(
         RUQM,
         SETTING,
-        lambda res, tmp: RUQMonitor(warn_below="50"),
+        lambda res, tmp: RUQMonitor(alert=RUQAlert(warn_below="50")),
         Raises(
             ValueError,
             r"warn_below must be a number of RUQ points \(or None\), got '50'",
@@ -1853,7 +1848,7 @@ ROWS: list[Row] = [
     Row(
         RUQM,
         NAN,
-        lambda res, tmp: RUQMonitor(warn_drop=float("nan")),
+        lambda res, tmp: RUQMonitor(alert=RUQAlert(warn_drop=float("nan"))),
         Raises(ValueError, r"warn_drop must be a number of RUQ points", "“warn_drop must be a number of RUQ points …”"),
     ),
     Row(
@@ -1904,7 +1899,10 @@ ROWS: list[Row] = [
     Row(
         RUQM,
         READONLY,
-        lambda res, tmp: (read_only_plots(tmp), fit(tmp, [ruq_monitor(tmp, plot=True)]))[1],
+        lambda res, tmp: (
+            read_only_plots(tmp),
+            fit(tmp, [ruq_monitor(tmp, plot=RUQPlot(num_contexts=3, num_beams=2))]),
+        )[1],
         Completes(
             r"could not write val/ruq_plot to .*training continues",
             ("val/ruq", "train/ruq"),

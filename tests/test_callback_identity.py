@@ -11,6 +11,8 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_div.callbacks import NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Generation, Outputs
 
 SHORT = ["I don't know."]
 LONG = ["I have no idea what you are talking about, sorry."]
@@ -20,15 +22,15 @@ def two_ruq_monitors():
     common = {
         "train_pairs": TRAIN,
         "val_pairs": VAL,
-        "plot": False,
-        "show_progress": False,
-        "batch_size": 8,
+        "plot": None,
+        "outputs": Outputs(show_progress=False),
+        "generation": Generation(batch_size=8),
         "on_error": "raise",
     }
     # different sample sizes too, so that a state restored into the wrong instance shows
     return (
-        RUQMonitor(idk_responses=SHORT, name="idk_short", num_train_prompts=4, num_val_prompts=6, **common),
-        RUQMonitor(idk_responses=LONG, name="idk_long", num_train_prompts=5, num_val_prompts=7, **common),
+        RUQMonitor(idk_responses=SHORT, name="idk_short", num_train_contexts=4, num_contexts=6, **common),
+        RUQMonitor(idk_responses=LONG, name="idk_long", num_train_contexts=5, num_contexts=7, **common),
     )
 
 
@@ -103,7 +105,7 @@ def test_a_checkpoint_with_the_bare_class_name_key_of_0_1_is_said_not_restored(t
 
 
 def test_same_class_without_distinct_names_is_a_clear_error(tmp_path):
-    common = {"train_pairs": TRAIN, "val_pairs": VAL, "plot": False, "show_progress": False}
+    common = {"train_pairs": TRAIN, "val_pairs": VAL, "plot": None, "outputs": Outputs(show_progress=False)}
     a, b = RUQMonitor(idk_responses=SHORT, **common), RUQMonitor(idk_responses=LONG, **common)
     assert a.state_key != b.state_key  # their states would not collide, but their metric names would
     with pytest.raises(ValueError, match=r"2 RUQMonitors in this Trainer have name=None.*give each its own name"):
@@ -111,11 +113,11 @@ def test_same_class_without_distinct_names_is_a_clear_error(tmp_path):
 
 
 def test_state_keys_are_built_from_identifying_arguments():
-    sem = SemanticDiversityMonitor(encoder="enc-a", num_clusters=8, name="a")
+    sem = SemanticDiversityMonitor(SemanticSpace("enc-a", num_clusters=8), name="a")
     assert sem.state_key == "SemanticDiversityMonitor{'name': 'a', 'encoder': 'enc-a'}"
-    assert SemanticDiversityMonitor(encoder="enc-b", num_clusters=8, name="a").state_key != sem.state_key
+    assert SemanticDiversityMonitor(SemanticSpace("enc-b", num_clusters=8), name="a").state_key != sem.state_key
     # a setting is not identity: a resume with num_clusters changed finds its state and says so (issue 21)
-    assert SemanticDiversityMonitor(encoder="enc-a", num_clusters=4, name="a").state_key == sem.state_key
+    assert SemanticDiversityMonitor(SemanticSpace("enc-a", num_clusters=4), name="a").state_key == sem.state_key
     nli = NLIDiversityMonitor(scorer="roberta-large-mnli", n=5)
     assert nli.state_key == "NLIDiversityMonitor{'name': None, 'scorer': 'roberta-large-mnli'}"
     assert (

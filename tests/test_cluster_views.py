@@ -15,6 +15,8 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from lightning_div.metrics import cluster_js_divergence, top_cluster_share
 from lightning_div.semantic.cards import ClusterCard
 from lightning_div.semantic.plots import collapse_heatmap, share_histogram
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Generation, Outputs
 from lightning_div.views import dress_cluster_view
 
 
@@ -130,7 +132,7 @@ def test_the_per_cluster_figure_counts_the_negatives_after_a_mid_round_resume(tm
 
     def run(root, ckpt_path=None):
         # rounds of 2 epochs, mined at fit start: a run resumed at epoch 1 is in the middle of round 0
-        cb = dress(tmp_path, mine_at="start", every_n_epochs=2, dirpath=str(cache))
+        cb = dress(tmp_path, mining={"at": "start"}, every_n_epochs=2, dirpath=str(cache))
         ckpt = ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1, every_n_epochs=1)  # every epoch's kept
         tr = trainer(
             root,
@@ -170,18 +172,18 @@ def test_two_named_monitors_write_their_own_cluster_files_and_the_report_pairs_t
     from lightning_div.report import build_report
 
     common = dict(
-        encoder=minilm(),
         num_contexts=12,
         val_pairs=VAL,
-        gold_responses=GOLD,
-        log_samples=0,
-        show_progress=False,
-        batch_size=8,
-        max_new_tokens=8,
-        dirpath=str(fitted_clusters(tmp_path / "cache")),
+        cluster_texts=GOLD,
+        generation=Generation(batch_size=8, max_new_tokens=8),
+        outputs=Outputs(log_samples=0, show_progress=False, dirpath=str(fitted_clusters(tmp_path / "cache"))),
     )
-    a = SemanticDiversityMonitor(num_clusters=4, name="a", **common)
-    b = SemanticDiversityMonitor(num_clusters=3, name="b", **common)
+    a = SemanticDiversityMonitor(
+        SemanticSpace(minilm(), num_clusters=4, batch_size=8, show_progress=False), name="a", **common
+    )
+    b = SemanticDiversityMonitor(
+        SemanticSpace(minilm(), num_clusters=3, batch_size=8, show_progress=False), name="b", **common
+    )
     tr = trainer(tmp_path, [a, b], [CSVLogger(tmp_path, name="csv")], max_epochs=1)
     tr.fit(TinyChat())
     out = Path(tr.loggers[0].log_dir) / "lightning_div"

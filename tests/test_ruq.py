@@ -10,10 +10,11 @@ from monitor_setup import fit, ruq_monitor
 from torch.utils.data import DataLoader
 
 from lightning_div import DialoguePair
-from lightning_div.callbacks.ruq import RUQMonitor, RUQPlot
+from lightning_div.callbacks.ruq import RUQMonitor, RUQPlot, RUQScoring
 from lightning_div.metrics import ruq_margin, ruq_score
 from lightning_div.metrics._states import RUQ  # deprecated (docs/measure.md): tested until it goes
 from lightning_div.metrics.ruq import reference_scores_of
+from lightning_div.settings import Generation, Outputs
 
 IDK1, IDK2 = "idk", "idk two"
 
@@ -100,7 +101,7 @@ def test_reference_choice_and_margin_details():
     with pytest.raises(ValueError, match="reference must be"):
         RUQ(reference="last")
     with pytest.raises(ValueError, match="reference must be"):
-        RUQMonitor(reference="all")
+        RUQScoring(reference="all")
     with pytest.raises(ValueError, match="ruq_margin needs at least one prompt"):
         ruq_margin([], [])
     with pytest.raises(ValueError, match="reference_scores has 1 prompts but idk_scores has 2"):
@@ -112,7 +113,9 @@ def test_reference_choice_and_margin_details():
 
 @pytest.mark.parametrize("reference", ["lowest", "first"])
 def test_monitor_compute_by_hand(reference):
-    monitor = RUQMonitor(idk_responses=[IDK1, IDK2], reference=reference, show_progress=False, plot=False)
+    monitor = RUQMonitor(
+        idk_responses=[IDK1, IDK2], scoring=RUQScoring(reference), outputs=Outputs(show_progress=False), plot=None
+    )
     got = monitor.compute(FixedModel(), PAIRS)
     want = EXPECTED[reference]
     assert set(got) == {"ruq", "ruq_margin", *want}
@@ -124,15 +127,14 @@ def test_monitor_compute_by_hand(reference):
 def test_monitor_logs_margins_every_epoch(tmp_path):
     monitor = RUQMonitor(
         idk_responses=[IDK1, IDK2],
-        reference="first",
+        scoring=RUQScoring(reference="first"),
         train_pairs=PAIRS,
         val_pairs=PAIRS[::-1],
-        num_train_prompts=None,
-        num_val_prompts=None,
-        plot=False,
-        show_progress=False,
+        num_train_contexts=None,
+        num_contexts=None,
+        plot=None,
+        outputs=Outputs(show_progress=False, dirpath=str(tmp_path)),
         on_error="raise",
-        dirpath=str(tmp_path),
     )
     trainer = quiet_trainer(
         callbacks=[monitor],
@@ -161,7 +163,11 @@ def _ruq_values(rank, world_size, shared):
     from lightning_div.model.adapters import HuggingFaceAdapter
 
     adapter = HuggingFaceAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
-    monitor = RUQMonitor(show_progress=False, batch_size=8, shared_contexts=shared)
+    monitor = RUQMonitor(
+        outputs=Outputs(show_progress=False),
+        generation=Generation(batch_size=8),
+        scoring=RUQScoring(shared_contexts=shared),
+    )
     return monitor.compute(adapter, list(chitchat_pairs("validation", 60))[:16])
 
 
@@ -172,7 +178,7 @@ def _margin_tolerance() -> float:
     from lightning_div.model.adapters import HuggingFaceAdapter
 
     adapter = HuggingFaceAdapter(causal_model(), tokenizer(False), show_progress=False, batch_size=8)
-    idk = RUQMonitor(show_progress=False).idk_responses
+    idk = RUQMonitor(outputs=Outputs(show_progress=False)).idk_responses
     return float32_margin_tolerance(adapter, list(chitchat_pairs("validation", 60))[:16], idk)
 
 
