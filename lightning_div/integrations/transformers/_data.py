@@ -35,8 +35,8 @@ class EvaluationData:
         cluster_texts: the texts the clusters are fitted on (a list or a file), or None.
         train_pairs: RUQ-train's pairs, or None (no RUQ-train).
         num_contexts: size of the generation sample (None: all).
-        num_ruq_prompts: size of RUQ's sample (None: all).
-        num_train_ruq_prompts: size of RUQ-train's sample (None: all).
+        num_ruq_contexts: size of RUQ's sample (None: all).
+        num_train_contexts: size of RUQ-train's sample (None: all).
         seed: the draws' seed.
 
     Raises:
@@ -50,16 +50,16 @@ class EvaluationData:
         cluster_texts: Any,
         train_pairs: Any,
         num_contexts: int | None,
-        num_ruq_prompts: int | None,
-        num_train_ruq_prompts: int | None,
+        num_ruq_contexts: int | None,
+        num_train_contexts: int | None,
         seed: int,
     ) -> None:
         self.who = who
         self.eval_pairs_arg, self.cluster_texts_arg, self.train_pairs_arg = eval_pairs, cluster_texts, train_pairs
         self.samples = {
             "eval": FixedSample(num_contexts, seed),
-            "ruq": FixedSample(num_ruq_prompts, seed + 1),
-            "train": FixedSample(num_train_ruq_prompts, seed),
+            "ruq": FixedSample(num_ruq_contexts, seed + 1),
+            "train": FixedSample(num_train_contexts, seed),
         }
         self._pairs: dict[str, list[DialoguePair]] = {}
 
