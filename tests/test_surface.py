@@ -13,6 +13,8 @@ import inspect
 import pytest
 
 MAX_PARAMETERS = 15
+#: Where a front end's parents stop being ours: their parameters are not the class's surface.
+THEIRS = ("lightning", "pytorch_lightning", "transformers", "torch", "builtins", "typing")
 
 #: Every class a user configures a run with: the front ends, the datamodules, the reward.
 FRONT_ENDS = (
@@ -32,8 +34,10 @@ def parameters(cls: type) -> list[str]:
     """The named parameters of ``cls(...)``: its ``__init__``'s, and its parents' while ``**kwargs`` passes them on."""
     names: list[str] = []
     for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] in THEIRS:  # Lightning's, transformers' or Python's own parents
+            break
         init = klass.__dict__.get("__init__")
-        if init is None or klass.__module__.split(".")[0] != "lightning_div":
+        if init is None:
             continue
         signature = inspect.signature(init)
         names += [
@@ -42,8 +46,6 @@ def parameters(cls: type) -> list[str]:
             if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in names
         ]
         if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
-            break
-        if klass.__module__.split(".")[0] != "lightning_div":  # Lightning's / transformers' own: not ours
             break
     return names
 
