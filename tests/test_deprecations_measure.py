@@ -143,3 +143,18 @@ def test_the_measures_prepare_on_cluster_texts_and_take_0_2_s_keywords_with_a_wa
         group_old.prepare(texts=TEXTS)
     assert group_old.space.fitted_on == group_new.space.fitted_on == TEXTS
     assert group_old.vocab_size == group_new.vocab_size == 10
+
+
+def test_group_measure_reference_model_is_ref_model_with_a_warning():
+    from lightning_div.measure import GroupMeasure
+    from lightning_div.semantic.space import SemanticSpace
+
+    model, tokenizer = object(), object()
+    new = GroupMeasure(SemanticSpace(num_clusters=2), ref_model=model, ref_tokenizer=tokenizer)
+    with pytest.warns(
+        DeprecationWarning, match=r"GroupMeasure\(reference_model=\.\.\.\) is deprecated .* use ref_model=\.\.\."
+    ):
+        old = GroupMeasure(SemanticSpace(num_clusters=2), reference_model=model, reference_tokenizer=tokenizer)
+    assert (old.ref_model, old.ref_tokenizer) == (new.ref_model, new.ref_tokenizer) == (model, tokenizer)
+    assert old.settings() == new.settings()
+    assert new.settings()["ref_model"] == "object"

@@ -120,8 +120,8 @@ def test_the_core_measures_keep_their_0_2_settings():
         "lexical_metrics": ["distinct_1", "distinct_2", "ead"],
         "lexical_options": {},
         "vocab_size": 20,
-        "reference_model": None,
-        "reference_tokenizer": None,
+        "ref_model": None,
+        "ref_tokenizer": None,
     }
 
 

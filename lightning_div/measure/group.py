@@ -194,8 +194,9 @@ class GroupMeasure(Measure, LexicalSettings):
         vocab_size: V of EAD; None: counted at :meth:`prepare`. A given V is a setting: a resumed run keeps
             it (a checkpoint of another V is warned about); a counted one is restored from the checkpoint.
         device: where the encoder runs (None: CUDA if there is one).
-        reference_model: a frozen model to score the completions' NLL under (None: no NLL).
-        reference_tokenizer: its tokenizer (else the one :meth:`measure` is given).
+        ref_model: the frozen model to score the completions' NLL under (None: no NLL), as TRL calls it.
+        ref_tokenizer: its tokenizer (else the one :meth:`measure` is given).
+        **deprecated: 0.2's ``reference_model`` / ``reference_tokenizer``, accepted with a warning.
 
     Raises:
         ValueError: unknown lexical names or options, or a ``vocab_size`` that is not an integer >= 1 or None.
@@ -208,13 +209,18 @@ class GroupMeasure(Measure, LexicalSettings):
         lexical_options: Mapping[str, Any] | None = None,
         vocab_size: int | None = None,
         device: Any = None,
-        reference_model: Any = None,
-        reference_tokenizer: Any = None,
+        ref_model: Any = None,
+        ref_tokenizer: Any = None,
+        **deprecated: Any,
     ) -> None:
+        renamed, _ = take_deprecated(
+            "GroupMeasure", deprecated, {"reference_model": "ref_model", "reference_tokenizer": "ref_tokenizer"}
+        )
+        ref_model, ref_tokenizer = renamed.get("ref_model", ref_model), renamed.get("ref_tokenizer", ref_tokenizer)
         self.space = space
         self._init_lexical(lexical_metrics, lexical_options, vocab_size)
         self.device = device
-        self.reference_model, self.reference_tokenizer = reference_model, reference_tokenizer
+        self.ref_model, self.ref_tokenizer = ref_model, ref_tokenizer
         self.add_part("space")  # the clusters file in use, so that a resumed run reads the very same clusters
         #: EAD's V: the one given, else counted at :meth:`prepare` (a counted one is restored on resume).
         self.add_state("vocab_size", self.vocab_size, self._restored_vocab)
@@ -301,18 +307,18 @@ class GroupMeasure(Measure, LexicalSettings):
         )
         if cut_share is not None:
             values["length_cut_share"] = float(cut_share)
-        if self.reference_model is not None and prompts is not None:
-            tokenizer = self.reference_tokenizer or tokenizer
+        if self.ref_model is not None and prompts is not None:
+            tokenizer = self.ref_tokenizer or tokenizer
             if tokenizer is None:
-                raise ValueError("reference_model= needs reference_tokenizer=")
-            values["reference_nll"] = reference_nll(self.reference_model, tokenizer, list(prompts), texts)
+                raise ValueError("ref_model= needs ref_tokenizer=")
+            values["reference_nll"] = reference_nll(self.ref_model, tokenizer, list(prompts), texts)
         return values
 
     def settings(self) -> dict[str, Any]:
         """The measurement's configuration (the space's settings, the lexical metrics), JSON-ready: the
-        constructor's arguments, the reference model and tokenizer by their type."""
+        constructor's arguments, the frozen model and tokenizer by their type."""
         out = super().settings()
-        for name in ("reference_model", "reference_tokenizer"):
+        for name in ("ref_model", "ref_tokenizer"):
             model = getattr(self, name)
             out[name] = None if model is None else type(model).__name__
         return out

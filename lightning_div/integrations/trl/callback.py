@@ -301,7 +301,7 @@ class GroupDiversityMonitor(TrainerCallback):
         self.prepare(texts, cache_dir)
         ids = reward_cluster_ids(self.trainer, texts, self.space)
         self.reused_reward_ids = ids is not None
-        with_nll = self.group.reference_model is not None and prompts is not None
+        with_nll = self.group.ref_model is not None and prompts is not None
         values = self.group.measure(
             texts,
             num_generations,
