@@ -151,10 +151,14 @@ def test_group_measure_reference_model_is_ref_model_with_a_warning():
 
     model, tokenizer = object(), object()
     new = GroupMeasure(SemanticSpace(num_clusters=2), ref_model=model, ref_tokenizer=tokenizer)
-    with pytest.warns(
-        DeprecationWarning, match=r"GroupMeasure\(reference_model=\.\.\.\) is deprecated .* use ref_model=\.\.\."
-    ):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         old = GroupMeasure(SemanticSpace(num_clusters=2), reference_model=model, reference_tokenizer=tokenizer)
+    assert [(w.category, str(w.message).split(" is deprecated")[0]) for w in caught] == [
+        (DeprecationWarning, "GroupMeasure(reference_model=...)"),
+        (DeprecationWarning, "GroupMeasure(reference_tokenizer=...)"),
+    ]
+    assert str(caught[0].message).endswith("use ref_model=...")
     assert (old.ref_model, old.ref_tokenizer) == (new.ref_model, new.ref_tokenizer) == (model, tokenizer)
     assert old.settings() == new.settings()
     assert new.settings()["ref_model"] == "object"
