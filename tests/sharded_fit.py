@@ -31,9 +31,11 @@ from pytorch_lightning.strategies import FSDPStrategy, ModelParallelStrategy
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
 from lightning_div.callbacks.base import DiversityCallback
-from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.ruq import RUQMonitor, RUQPlot, RUQScoring
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Generation, Outputs
 
 
 class CPUFSDPStrategy(FSDPStrategy):
@@ -94,17 +96,27 @@ def main(kinds: str, out: Path, learning_rate: float = 1e-3, cache: Path | None 
 def fit(kind: str, out: Path, learning_rate: float, cache: Path, data: dict[str, list]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(0, verbose=False)  # each fit starts from one RNG state, whatever ran before it
-    common = dict(show_progress=False, batch_size=4, max_new_tokens=6, dirpath=str(cache))
+    generation, outputs = Generation(batch_size=4, max_new_tokens=6), Outputs(show_progress=False, dirpath=str(cache))
     callbacks = [
         # 10 contexts / batches of 4 and 6 prompts / 4: 3 and 2 batches, so the ranks make different
         # numbers of generate and forward calls (a collective in any of them would hang)
-        SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=10, log_samples=2, **common),
+        SemanticDiversityMonitor(
+            SemanticSpace(minilm(), num_clusters=4, batch_size=4, show_progress=False),
+            num_contexts=10,
+            generation=generation,
+            outputs=Outputs(log_samples=2, show_progress=False, dirpath=str(cache)),
+        ),
         # pair-by-pair scoring: bit-identical however the batches fall (tests/test_invariants.py)
         RUQMonitor(
-            num_train_prompts=6, num_val_prompts=6, num_plot_prompts=3, num_beams=2, shared_contexts=False, **common
+            num_train_contexts=6,
+            num_contexts=6,
+            plot=RUQPlot(num_contexts=3, num_beams=2),
+            scoring=RUQScoring(shared_contexts=False),
+            generation=generation,
+            outputs=outputs,
         ),
         # mined at fit start (outside the measurements) and at the end of epoch 0 for epoch 1
-        dress(out, mine_at="start", num_negative_contexts=10, batch_size=4, max_new_tokens=6, dirpath=str(cache)),
+        dress(out, mining={"at": "start", "num_contexts": 10}, batch_size=4, max_new_tokens=6, dirpath=str(cache)),
         SaveHistories(out),
     ]
     module: DialogueLM

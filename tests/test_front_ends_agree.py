@@ -63,24 +63,28 @@ def test_lightning_and_hugging_face_measure_the_same_numbers(tmp_path):
     # Lightning: the two monitors on a one-step fit
     module = FrozenChat()
     before = {k: v.clone() for k, v in module.model.state_dict().items()}
+    generation = Generation(batch_size=SETTINGS["batch_size"], max_new_tokens=SETTINGS["max_new_tokens"])
+    outputs = Outputs(log_samples=0, show_progress=False, dirpath=str(tmp_path / "cache"))
     sem = SemanticDiversityMonitor(
-        encoder=minilm(),
-        num_clusters=4,
+        SemanticSpace(minilm(), num_clusters=4, batch_size=SETTINGS["batch_size"], show_progress=False),
         num_contexts=12,
         val_pairs=VAL,
-        gold_responses=GOLD,
-        log_samples=0,
-        dirpath=str(tmp_path / "cache"),
-        **SETTINGS,
+        cluster_texts=GOLD,
+        generation=generation,
+        outputs=outputs,
+        seed=SETTINGS["seed"],
+        on_error=SETTINGS["on_error"],
     )
     ruq = RUQMonitor(
-        num_train_prompts=10,
-        num_val_prompts=12,  # the Hugging Face monitor's RUQ sample is its num_contexts
+        num_train_contexts=10,
+        num_contexts=12,  # the Hugging Face monitor's RUQ sample is its num_contexts
         train_pairs=TRAIN,
         val_pairs=VAL,
-        plot=False,
-        dirpath=str(tmp_path / "cache"),
-        **SETTINGS,
+        plot=None,
+        generation=generation,
+        outputs=outputs,
+        seed=SETTINGS["seed"],
+        on_error=SETTINGS["on_error"],
     )
     trainer(tmp_path / "pl", [sem, ruq], max_epochs=1, limit_train_batches=1, limit_val_batches=1).fit(module)
     assert all(torch.equal(before[k], v) for k, v in module.model.state_dict().items())  # lr 0: the same weights

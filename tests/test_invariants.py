@@ -29,7 +29,7 @@ import torch
 from chitchat_read_once import chitchat_read_once
 from ddp_utils import forkserver_ddp
 from helpers import chitchat_pairs, tokenizer
-from monitor_setup import TinyChat, datamodule, dress, minilm, tiny_lm, trainer
+from monitor_setup import TinyChat, datamodule, dress, minilm, settings_objects, tiny_lm, trainer
 from monitor_setup import monitors as monitors_with_own_data
 from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
@@ -37,7 +37,7 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from lightning_div.callbacks.base import DiversityCallback
-from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.ruq import RUQMonitor, RUQPlot
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.datamodules import Chunks, DialogueDataModule, Examples
 from lightning_div.datamodules.samplers import (
@@ -47,6 +47,7 @@ from lightning_div.datamodules.samplers import (
     epoch_window,
 )
 from lightning_div.model.dialogue_lm import DialogueLM
+from lightning_div.semantic.space import SemanticSpace
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -70,10 +71,13 @@ CORPUS_METRICS = [
 
 def monitors(cache: Path, **overrides):
     """Sem-Ent and RUQ monitors reading their data from the datamodule; clusters cached in ``cache``."""
-    common = dict(show_progress=False, batch_size=8, max_new_tokens=8, dirpath=str(cache), **overrides)
+    flat = dict(show_progress=False, batch_size=8, max_new_tokens=8, dirpath=str(cache), **overrides)
+    space = SemanticSpace(minilm(), num_clusters=4, batch_size=flat["batch_size"], show_progress=False)
     return (
-        SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=12, log_samples=2, **common),
-        RUQMonitor(num_train_prompts=8, num_val_prompts=8, num_plot_prompts=4, num_beams=2, **common),
+        SemanticDiversityMonitor(space, num_contexts=12, **settings_objects(**flat, log_samples=2)),
+        RUQMonitor(
+            num_train_contexts=8, num_contexts=8, plot=RUQPlot(num_contexts=4, num_beams=2), **settings_objects(**flat)
+        ),
     )
 
 
@@ -190,7 +194,7 @@ def resume_run(
     root: Path, cache: Path, crash: bool = False, ckpt_path: Path | None = None, stream_dir: Path | None = None
 ):
     sem, ruq = monitors(cache)
-    ruq.plot = False  # a figure of the model's beams, no state: what is resumed is measured without it
+    ruq.plot = None  # a figure of the model's beams, no state: what is resumed is measured without it
     dr, batches = dress(root, dirpath=str(cache)), BatchLog()
     callbacks = [sem, ruq, dr, batches]
     if crash:
@@ -372,7 +376,11 @@ def isolation_run(root: Path, cache: Path, loggers, **kwargs) -> IsolationRun:
     failure-isolation runs are also section 4's same-seed pair; they share one clusters cache."""
     model = tiny_lm(dropout=0.1)
     pl.seed_everything(SEED, workers=True)
-    callbacks = [*monitors(cache), dress(root, num_negative_contexts=16, dirpath=str(cache)), *kwargs.pop("extra", ())]
+    callbacks = [
+        *monitors(cache),
+        dress(root, mining={"num_contexts": 16}, dirpath=str(cache)),
+        *kwargs.pop("extra", ()),
+    ]
     tr = trainer(root, callbacks, loggers, limit_train_batches=4, limit_val_batches=1, log_every_n_steps=1, **kwargs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -522,9 +530,7 @@ def test_ctrl_c_during_generation_ends_the_fit_cleanly(tmp_path, fitted_clusters
     fitted_clusters(tmp_path / "cache")  # the clusters are not what this test is about
     interrupt = InterruptGeneration()
     watch = Watch(interrupt)
-    dr = dress(
-        tmp_path, num_negative_contexts=16, generation_kwargs={"logits_processor": LogitsProcessorList([interrupt])}
-    )
+    dr = dress(tmp_path, mining={"num_contexts": 16}, options={"logits_processor": LogitsProcessorList([interrupt])})
     model = tiny_lm()
     # a user's partly frozen model: one block in eval mode, the embeddings without gradients
     model.model.transformer.h[0].eval()
@@ -585,7 +591,7 @@ def test_epochs_without_a_validation_loop_are_measured_at_their_end(tmp_path, fi
     def run(name, **kwargs):
         # val_pairs / train_pairs given: no datamodule; the three runs fit the same clusters: once
         sem, ruq = monitors_with_own_data(fitted_clusters(tmp_path / name / "cache"))
-        sem.cluster_views, ruq.plot = False, False
+        sem.cluster_views, ruq.plot = False, None
         torch.manual_seed(0)
         trainer(tmp_path / name, [sem, ruq], **kwargs).fit(TinyChat())
         return (

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from monitor_setup import datamodule, dress, minilm, tiny_lm, trainer
+from monitor_setup import datamodule, dress, minilm, settings_objects, tiny_lm, trainer
 from pytorch_lightning.loggers import CSVLogger
 
-from lightning_div.callbacks.ruq import RUQMonitor
+from lightning_div.callbacks.ruq import RUQMonitor, RUQPlot
 from lightning_div.callbacks.semantic_diversity import SemanticDiversityMonitor
 from lightning_div.cli.main import main
 from lightning_div.report import build_report, find_run, run_inputs
+from lightning_div.semantic.space import SemanticSpace
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
@@ -29,10 +30,13 @@ pytestmark = pytest.mark.xdist_group("report")
 def run_dir(tmp_path_factory) -> Path:
     """A real two-epoch run with the three callbacks and a CSVLogger, as `lightning-div fit` leaves it."""
     root = tmp_path_factory.mktemp("run")
-    common = dict(show_progress=False, batch_size=8, max_new_tokens=8, dirpath=str(root / "cache"))
+    flat = dict(show_progress=False, batch_size=8, max_new_tokens=8, dirpath=str(root / "cache"))
+    space = SemanticSpace(minilm(), num_clusters=4, batch_size=8, show_progress=False)
     callbacks = [
-        SemanticDiversityMonitor(encoder=minilm(), num_clusters=4, num_contexts=12, log_samples=3, **common),
-        RUQMonitor(num_train_prompts=6, num_val_prompts=6, num_plot_prompts=3, num_beams=2, **common),
+        SemanticDiversityMonitor(space, num_contexts=12, **settings_objects(**flat, log_samples=3)),
+        RUQMonitor(
+            num_train_contexts=6, num_contexts=6, plot=RUQPlot(num_contexts=3, num_beams=2), **settings_objects(**flat)
+        ),
         dress(root),
     ]
     tr = trainer(
@@ -277,7 +281,9 @@ def test_a_truncated_png_is_left_out_with_a_note(tmp_path):
 def tensorboard_run(tmp_path_factory) -> tuple[Path, dict[str, float]]:
     """A real two-epoch run with Lightning's default logger (TensorBoard) and no CSVLogger."""
     root = tmp_path_factory.mktemp("tb_run")
-    ruq = RUQMonitor(num_train_prompts=6, num_val_prompts=6, plot=False, show_progress=False, batch_size=8)
+    ruq = RUQMonitor(
+        num_train_contexts=6, num_contexts=6, plot=None, **settings_objects(show_progress=False, batch_size=8)
+    )
     tr = trainer(root, [ruq], loggers=True, max_epochs=2, limit_train_batches=2, limit_val_batches=1)
     tr.fit(tiny_lm(), datamodule=datamodule())
     assert type(tr.logger).__name__ == "TensorBoardLogger" and not list(root.rglob("metrics.csv"))

@@ -17,7 +17,7 @@ import pytest
 import torch
 from helpers import chitchat_pairs
 
-from lightning_div import SemanticSpace
+from lightning_div import Outputs, SemanticSpace
 from lightning_div.semantic import cache as cluster_cache
 from lightning_div.semantic import encoder as encoder_module
 from lightning_div.semantic.cache import CachedClusters, cache_file, load_or_fit_clusters
@@ -72,7 +72,7 @@ def test_one_space_given_to_both_callbacks_is_one_encoder_and_one_fit(tmp_path, 
 
     counts = Counting(monkeypatch)
     space = SemanticSpace(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
-    monitor = SemanticDiversityMonitor(space=space, show_progress=False)
+    monitor = SemanticDiversityMonitor(space=space, outputs=Outputs(show_progress=False))
     dress = DRESSReweighting(space=space, show_progress=False)
     assert monitor.space is dress.space is space  # by identity: no copy, no process-wide cache behind it
     texts = gold_texts()
@@ -84,7 +84,7 @@ def test_one_space_given_to_both_callbacks_is_one_encoder_and_one_fit(tmp_path, 
     assert same_ids is ids
     clusters = space.clusters
     assert space.clusters_path == str(cache_file(tmp_path / "lightning_div_cache", clusters))
-    assert monitor.state_dict()["clusters_path"] == dress.state_dict()["clusters_path"] == space.clusters_path
+    assert monitor.state_dict()["space"]["clusters_path"] == dress.state_dict()["clusters_path"] == space.clusters_path
     assert monitor.state_key == "SemanticDiversityMonitor{'name': None, 'encoder': 'minilm'}"
     # the shared ids are the clusters' own assignment of the gold texts, and read-only (one array for all)
     np.testing.assert_array_equal(ids, clusters.assign(space.get_encoder().encode(texts)))
@@ -98,7 +98,7 @@ def test_callbacks_without_a_space_build_private_ones_that_share_the_disk_cache(
 
     counts = Counting(monkeypatch)
     common = dict(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
-    monitor = SemanticDiversityMonitor(**common)
+    monitor = SemanticDiversityMonitor(SemanticSpace("minilm", num_clusters=3, batch_size=16, show_progress=False))
     dress = DRESSReweighting(**common)
     assert monitor.space is not dress.space
     assert (monitor.space.num_clusters, monitor.space.encoder_source, monitor.space.batch_size) == (3, "minilm", 16)
@@ -130,7 +130,10 @@ def test_space_beside_space_arguments_is_an_error():
     from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
 
     space = SemanticSpace(encoder="minilm")
-    with pytest.raises(ValueError, match=r"SemanticDiversityMonitor: space= and num_clusters= were both given"):
+    with (
+        pytest.warns(DeprecationWarning, match=r"SemanticDiversityMonitor\(num_clusters=\.\.\.\) is deprecated"),
+        pytest.raises(ValueError, match=r"SemanticDiversityMonitor: space= and num_clusters= were both given"),
+    ):
         SemanticDiversityMonitor(space=space, num_clusters=20)  # even equal to the space's: two sources of truth
     with pytest.raises(ValueError, match=r"DRESSReweighting: space= and encoder=, encoder_kwargs= were both given"):
         DRESSReweighting(space=space, encoder="minilm", encoder_kwargs={"pooling": "mean"})

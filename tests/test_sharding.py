@@ -29,6 +29,7 @@ from lightning_div.callbacks.dress import DRESSReweighting
 from lightning_div.callbacks.ruq import RUQMonitor
 from lightning_div.model.generation import generate_batched
 from lightning_div.model.sharding import check_strategy, forward_communicates, full_parameters
+from lightning_div.settings import Outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 IDS = torch.tensor([[5, 17, 33, 2, 40], [7, 7, 19, 60, 3]])
@@ -68,7 +69,10 @@ def test_deepspeed_zero3_is_refused_with_the_reason(with_property):
 
 def test_the_callbacks_refuse_it_in_setup_before_any_work():
     trainer = on(DeepSpeedStrategy(3))
-    for callback in (RUQMonitor(show_progress=False), DRESSReweighting(show_progress=False)):
+    for callback in (
+        RUQMonitor(outputs=Outputs(show_progress=False)),
+        DRESSReweighting(outputs=Outputs(show_progress=False)),
+    ):
         with pytest.raises(ValueError, match="DeepSpeedStrategy with ZeRO stage 3"):
             callback.setup(trainer, torch.nn.Linear(1, 1), "validate")
 

@@ -377,7 +377,7 @@ def test_failing_threshold_generation_keeps_nli_diversity(tmp_path, monkeypatch)
     from helpers import tiny_nli_model, tokenizer
     from monitor_setup import VAL
 
-    from lightning_div.callbacks import NLIDiversityMonitor
+    from lightning_div.callbacks import NLIDiversityMonitor, ThresholdGeneration
     from lightning_div.nli import threshold
     from lightning_div.nli.scorer import NLIScorer
 
@@ -387,7 +387,12 @@ def test_failing_threshold_generation_keeps_nli_diversity(tmp_path, monkeypatch)
     monkeypatch.setattr(threshold, "diversity_threshold_generate_many", broken)
     scorer = NLIScorer.from_model(tiny_nli_model(), tokenizer(True), show_progress=False)  # with a pad token
     cb = NLIDiversityMonitor(
-        scorer=scorer, num_contexts=2, n=2, threshold_generation=True, max_samples=3, val_pairs=VAL, **common(tmp_path)
+        scorer=scorer,
+        num_contexts=2,
+        n=2,
+        threshold_generation=ThresholdGeneration(max_samples=3),
+        val_pairs=VAL,
+        **common(tmp_path),
     )
     with pytest.warns(
         RuntimeWarning,
