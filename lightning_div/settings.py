@@ -26,6 +26,7 @@ from lightning_div.dress.schedule import MINE_AT
 from lightning_div.keys import DEFAULT_LEXICAL, NEGATIVE_LOSSES
 from lightning_div.model.formatting import DialogueLayout
 from lightning_div.reweighting import NEGATIVE_BATCHES
+from lightning_div.types import Options
 
 __all__ = ["Generation", "Lexical", "Mining", "ModelAccess", "Outputs"]
 
@@ -87,7 +88,7 @@ class Generation:
 
     batch_size: int = 32
     max_new_tokens: int = 32
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Options = field(default_factory=dict)  # plain values: a config cannot class_path an object in
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch_size", _positive_int("Generation", "batch_size", self.batch_size))
@@ -112,7 +113,7 @@ class Lexical:
     """
 
     metrics: Sequence[str] = DEFAULT_LEXICAL
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Options = field(default_factory=dict)  # plain values: a config cannot class_path an object in
     vocab_size: int | None = None
 
     def __post_init__(self) -> None:

@@ -99,7 +99,8 @@ SHORTENED_CALLBACKS = {
         "plot": {"num_contexts": 8},
         "generation": {"max_new_tokens": 12},
     },
-    "DRESSReweighting": {"num_negative_contexts": 32, "max_new_tokens": 12},  # (256, 24); RUQ's (64, 64, 16, 24)
+    # (256, 24); RUQ's (64, 64, 16, 24)
+    "DRESSReweighting": {"mining": {"num_contexts": 32}, "generation": {"max_new_tokens": 12}},
 }
 
 
@@ -756,14 +757,14 @@ DATA = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train":
 @pytest.mark.parametrize(
     "where",
     [
-        "SemanticDiversityMonitor.encoder",
-        "SemanticDiversityMonitor.clusters",
-        "SemanticDiversityMonitor.gold_responses",
-        "DRESSReweighting.encoder",
+        "SemanticDiversityMonitor.space.encoder",
+        "SemanticDiversityMonitor.space.clusters",
+        "SemanticDiversityMonitor.cluster_texts",
+        "DRESSReweighting.monitor",
         "DRESSReweighting.space",
         "RUQMonitor.val_pairs",
         "NLIDiversityMonitor.scorer",
-        "SemanticDiversityMonitor.generation_kwargs",
+        "SemanticDiversityMonitor.generation.options",
         "data.train",
         "data.tokenizer",
     ],
@@ -771,8 +772,13 @@ DATA = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train":
 def test_a_config_cannot_class_path_a_command(tmp_path, where):
     marker = tmp_path / "ran"
     data, callbacks = json.loads(json.dumps(DATA)), []
-    owner, arg = where.split(".")
-    value = {"x": evil(marker)} if arg == "generation_kwargs" else evil(marker)
+    owner, arg, *inner = where.split(".")
+    if arg == "generation":  # a mapping of generate() options
+        value: object = {"options": {"x": evil(marker)}}
+    elif arg == "space" and inner:  # a field of the space given by class_path
+        value = {"class_path": "lightning_div.SemanticSpace", "init_args": {inner[0]: evil(marker)}}
+    else:
+        value = evil(marker)
     if owner == "data":
         data["init_args"][arg] = value
     else:
@@ -792,11 +798,13 @@ def test_the_typed_arguments_still_take_what_they_accept(tmp_path):
             {
                 "class_path": CB + "SemanticDiversityMonitor",
                 "init_args": {
-                    "encoder": "minilm",
-                    "clusters": "saved.npz",
+                    "space": {
+                        "class_path": "lightning_div.SemanticSpace",
+                        "init_args": {"encoder": "minilm", "clusters": "saved.npz"},
+                    },
                     "val_pairs": pairs,
-                    "gold_responses": ["a", "b"],
-                    "generation_kwargs": {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]},
+                    "cluster_texts": ["a", "b"],
+                    "generation": {"options": {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]}},
                 },
             },
             {"class_path": CB + "RUQMonitor", "init_args": {"val_pairs": "val.jsonl"}},
@@ -806,7 +814,7 @@ def test_the_typed_arguments_still_take_what_they_accept(tmp_path):
     assert (
         sem.space.encoder_source == "minilm" and sem.space.clusters_source == "saved.npz" and sem.val_pairs_arg == pairs
     )
-    assert sem.generation_kwargs == {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]}
+    assert sem.generation.options == {"num_beams": 2, "top_p": 0.9, "bad_words_ids": [[1, 2]]}
     assert ruq.val_pairs_arg == "val.jsonl"
     assert [(p.context, p.response, p.references) for p in cli.datamodule.train_pairs()] == [
         (("hi",), "hello", ()),
