@@ -767,6 +767,8 @@ DATA = {"class_path": "lightning_div.DialogueDataModule", "init_args": {"train":
         "SemanticDiversityMonitor.generation.options",
         "data.train",
         "data.tokenizer",
+        "data.layout",
+        "data.examples",
     ],
 )
 def test_a_config_cannot_class_path_a_command(tmp_path, where):
