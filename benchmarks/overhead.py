@@ -75,18 +75,32 @@ LABELS = {
     "all": "all three",
 }
 # --quick: sample sizes small enough for a ~2 min smoke run of the whole script
-QUICK_CALLBACK_ARGS = {
+QUICK_CALLBACK_ARGS: dict[str, dict[str, Any]] = {
     SEM: {"num_contexts": 32},
-    RUQ: {"num_train_prompts": 32, "num_val_prompts": 32, "num_plot_prompts": 8},
-    DRESS: {"num_negative_contexts": 32},
+    RUQ: {"num_train_contexts": 32, "num_contexts": 32, "plot": {"num_contexts": 8}},
+    DRESS: {"mining": {"num_contexts": 32}},
 }
 
 
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``; a mapping (a settings object's fields: ``generation: {...}``) merged field by field."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def instantiate(spec: dict[str, Any], **overrides: Any) -> Any:
-    """``class_path`` + ``init_args`` (as LightningCLI reads them), with ``overrides`` on top."""
+    """``class_path`` + ``init_args`` built as LightningCLI builds them (a settings object from its mapping, a
+    ``SemanticSpace`` from its ``class_path``), with ``overrides`` merged on top."""
+    from jsonargparse import ArgumentParser
+
     module, _, name = spec["class_path"].rpartition(".")
     cls = getattr(importlib.import_module(module), name)
-    return cls(**{**(spec.get("init_args") or {}), **overrides})
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, "built")
+    init = merged(spec.get("init_args") or {}, overrides)
+    return parser.instantiate_classes(parser.parse_object({"built": init})).built
 
 
 def callback_specs(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -142,19 +156,22 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     config = yaml.safe_load(Path(args.config).read_text())
     pl.seed_everything(config.get("seed_everything", 0), verbose=False)
     model = instantiate(config["model"])
-    data_over: dict[str, Any] = {"show_progress": False}
+    data_over: dict[str, Any] = {"show_progress": False, "examples": {}}
     if args.max_train_examples is not None:
-        data_over["max_train_examples"] = args.max_train_examples
+        data_over["examples"]["max_train"] = args.max_train_examples
     if args.max_val_examples is not None:
-        data_over["max_val_examples"] = args.max_val_examples
+        data_over["examples"]["max_val"] = args.max_val_examples
     data = instantiate(config["data"], **data_over)
 
     specs = callback_specs(config)
     callbacks = []
     for name in CONFIGS[args.child]:
-        over = {"show_progress": False, "dirpath": args.cache_dir, **(QUICK_CALLBACK_ARGS[name] if args.quick else {})}
+        over = merged(
+            {"outputs": {"show_progress": False, "dirpath": args.cache_dir}},
+            QUICK_CALLBACK_ARGS[name] if args.quick else {},
+        )
         if args.child == "monitors_no_views" and name == SEM:
-            over["cluster_views"] = False
+            over["outputs"]["cluster_views"] = False
         callbacks.append(instantiate(specs[name], **over))
     views_s: dict[int, float] = {}
     for module, fn in VIEW_FUNCTIONS:  # the cluster views' own time per epoch, inside this process
@@ -323,8 +340,8 @@ def main() -> None:
 
     config = yaml.safe_load(Path(args.config).read_text())
     d = config["data"]["init_args"]
-    n_train = args.max_train_examples or d.get("max_train_examples")
-    n_val = args.max_val_examples or d.get("max_val_examples")
+    n_train = args.max_train_examples or d.get("examples", {}).get("max_train")
+    n_val = args.max_val_examples or d.get("examples", {}).get("max_val")
     specs = callback_specs(config)
     print(
         f"config: {args.config}  ({n_train} train / {n_val} val examples, batch {d.get('batch_size')}, "
@@ -332,14 +349,8 @@ def main() -> None:
         f"{os.cpu_count()} CPU cores)"
     )
     for name in (SEM, RUQ, DRESS):
-        sizes = {
-            k: v
-            for k, v in {
-                **specs[name].get("init_args", {}),
-                **(QUICK_CALLBACK_ARGS[name] if args.quick else {}),
-            }.items()
-            if k.startswith(("num_", "max_new", "batch"))
-        }
+        init = merged(specs[name].get("init_args", {}), QUICK_CALLBACK_ARGS[name] if args.quick else {})
+        sizes = {k: v for k, v in init.items() if k.startswith("num_") or k in ("generation", "plot", "mining")}
         print(f"  {name}: {sizes}")
     work = Path(tempfile.mkdtemp(prefix="lightning-div-overhead-"))
     cache = work / "cache"  # empty: the first configuration with clusters pays the cold fit-start cost
