@@ -48,11 +48,28 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def instantiate(spec: dict[str, Any], **overrides: Any) -> Any:
-    """``class_path`` + ``init_args`` (as LightningCLI reads them), with ``overrides`` on top."""
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``; a mapping (a settings object's fields: ``generation: {...}``) merged field by field."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def instantiate(spec: dict[str, Any], space: Any = None, **overrides: Any) -> Any:
+    """``class_path`` + ``init_args`` built as LightningCLI builds them (a settings object from its mapping, a
+    ``SemanticSpace`` from its ``class_path``), with ``overrides`` merged on top and ``space``, an object, given."""
+    from jsonargparse import ArgumentParser
+
     module, _, name = spec["class_path"].rpartition(".")
     cls = getattr(importlib.import_module(module), name)
-    return cls(**{**(spec.get("init_args") or {}), **overrides})
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, "built")
+    init = merged(spec.get("init_args") or {}, overrides)
+    namespace = parser.parse_object({"built": init})
+    if space is not None:
+        namespace.built.space = space  # an object: shared by identity, not rebuilt from a config
+    return parser.instantiate_classes(namespace).built
 
 
 def current_rss_mib() -> float:
@@ -63,22 +80,18 @@ def current_rss_mib() -> float:
     return float("nan")
 
 
-SPACE_ARGUMENTS = ("encoder", "clusters", "num_clusters", "variance_kept", "kmeans_seed", "encoder_kwargs")
 SPACE_USERS = ("SemanticDiversityMonitor", "DRESSReweighting")
 
 
 def share_one_space(specs: list[dict[str, Any]], cache_dir: str | None) -> Any:
-    """One SemanticSpace from the first space user's arguments; its arguments leave every user's init_args."""
+    """One SemanticSpace from the space users' ``space:`` blocks (which must agree); the blocks leave their init_args."""
     from lightning_div import SemanticSpace
 
     users = [s for s in specs if s["class_path"].rpartition(".")[2] in SPACE_USERS]
-    found = []
-    for spec in users:
-        init = spec.setdefault("init_args", {})
-        found.append({k: init.pop(k) for k in SPACE_ARGUMENTS if k in init})
+    found = [dict((s.setdefault("init_args", {}).pop("space", None) or {}).get("init_args") or {}) for s in users]
     if any(f != found[0] for f in found):
         sys.exit(f"the space users' arguments differ, so one space cannot serve them: {found}")
-    return SemanticSpace(**found[0], dirpath=cache_dir, show_progress=False) if users else None
+    return SemanticSpace(**{**found[0], "dirpath": cache_dir, "show_progress": False}) if users else None
 
 
 def run_child(args: argparse.Namespace) -> dict[str, Any]:
@@ -93,21 +106,19 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     data = instantiate(
         config["data"],
         show_progress=False,
-        max_train_examples=args.max_train_examples,
-        max_val_examples=args.max_val_examples,
+        examples={"max_train": args.max_train_examples, "max_val": args.max_val_examples},
     )
     callbacks = []
     hook_s: dict[str, float] = {}
     for spec in specs:
         name = spec["class_path"].rpartition(".")[2]
-        over: dict[str, Any] = {"show_progress": False}
-        if space is not None and name in SPACE_USERS:
-            over["space"] = space
-        if "dirpath" in (spec.get("init_args") or {}):
-            over["dirpath"] = args.cache_dir
+        outputs = (spec.get("init_args") or {}).get("outputs") or {}
+        over: dict[str, Any] = {"outputs": {"show_progress": False}}
+        if "dirpath" in outputs:
+            over["outputs"]["dirpath"] = args.cache_dir
         if name == "DRESSReweighting":
-            over["num_negative_contexts"] = args.num_negative_contexts
-        cb = instantiate(spec, **over)
+            over["mining"] = {"num_contexts": args.num_negative_contexts}
+        cb = instantiate(spec, space if name in SPACE_USERS else None, **over)
 
         def timed(trainer: Any, pl_module: Any, _name: str = name, _orig: Any = cb.on_fit_start) -> None:
             start = time.perf_counter()
