@@ -120,7 +120,7 @@ def fit_command(args: argparse.Namespace) -> int:
     say(format_cards(clusters.cards or []))
     say(f"fitted on {len(texts)} responses of {args.data}; " + _describe_file(clusters, str(path)))
     say(
-        f"use it: SemanticDiversityMonitor(clusters={str(path)!r}, encoder={args.encoder!r}) "
+        f"use it: SemanticDiversityMonitor(SemanticSpace(encoder={args.encoder!r}, clusters={str(path)!r})) "
         f"or lightning-div clusters show {path}"
     )
     return 0
