@@ -135,24 +135,19 @@ def test_dailydialog_plus_plus_jsonl_and_json_list(tmp_path):
     assert "positive_responses" in error_at(bad, 3, lambda: read_json(bad))
 
 
-@pytest.mark.parametrize(
-    "text, line, words",
-    [
-        ('{"context": ["a"], "response": "b"}\n{"context": ["a"], "response": \n', 2, "invalid JSON"),
-        ('{"context": ["a"], "response": "b"}\n\n{"context": ["a"]}\n', 3, "missing field 'response'"),
-        ('{"response": "b"}\n', 1, "missing field 'context'"),
-        ('{"context": ["a", 7], "response": "b"}\n', 1, "context[1] must be a string"),
-        ('{"context": ["a"], "response": 5}\n', 1, "'response' must be a string"),
-        ('{"context": ["a"], "response": "b", "references": "c"}\n', 1, "'references' must be a list"),
-        ('["a", "b"]\n', 1, "expected an object"),
-        ('[{"context": ["a"], "response": "b"} {"x": 1}]', 1, "expected ','"),
-        ("[\n]\n", 2, "empty"),
-        ("\n  \n", 1, "empty"),
-    ],
-)
-def test_json_malformed(tmp_path, text, line, words):
-    path = write(tmp_path, "bad.jsonl", text)
-    assert words in error_at(path, line, lambda: read_json(path))
+#: (text, the line named, words of the message) of malformed JSON Lines files
+JSON_MALFORMED = [
+    ('{"context": ["a"], "response": "b"}\n{"context": ["a"], "response": \n', 2, "invalid JSON"),
+    ('{"context": ["a"], "response": "b"}\n\n{"context": ["a"]}\n', 3, "missing field 'response'"),
+    ('{"response": "b"}\n', 1, "missing field 'context'"),
+    ('{"context": ["a", 7], "response": "b"}\n', 1, "context[1] must be a string"),
+    ('{"context": ["a"], "response": 5}\n', 1, "'response' must be a string"),
+    ('{"context": ["a"], "response": "b", "references": "c"}\n', 1, "'references' must be a list"),
+    ('["a", "b"]\n', 1, "expected an object"),
+    ('[{"context": ["a"], "response": "b"} {"x": 1}]', 1, "expected ','"),
+    ("[\n]\n", 2, "empty"),
+    ("\n  \n", 1, "empty"),
+]
 
 
 def test_non_utf8_is_named_by_line(tmp_path):
@@ -277,18 +272,23 @@ def test_parlai_episodes(tmp_path):
     assert read_parlai(path, max_history=2)[1].context == ("i'm great thanks!", "i've just been biking.")
 
 
+#: the same of malformed ParlAI files
+PARLAI_MALFORMED = [
+    ("text:a\tlabels:b\ntext:c\n", 2, "missing field 'labels'"),
+    ("labels:b\n", 1, "missing field 'text'"),
+    ("text:a\tlabels:b\tepisode_done:maybe\n", 1, "episode_done must be True or False"),
+    ("text:a\tlabels:b\tnonsense\n", 1, "name:value"),
+]
+
+
 @pytest.mark.parametrize(
-    "text, line, words",
-    [
-        ("text:a\tlabels:b\ntext:c\n", 2, "missing field 'labels'"),
-        ("labels:b\n", 1, "missing field 'text'"),
-        ("text:a\tlabels:b\tepisode_done:maybe\n", 1, "episode_done must be True or False"),
-        ("text:a\tlabels:b\tnonsense\n", 1, "name:value"),
-    ],
+    "reader, name, text, line, words",
+    [(read_json, "bad.jsonl", *case) for case in JSON_MALFORMED]
+    + [(read_parlai, "p.txt", *case) for case in PARLAI_MALFORMED],
 )
-def test_parlai_malformed(tmp_path, text, line, words):
-    path = write(tmp_path, "p.txt", text)
-    assert words in error_at(path, line, lambda: read_parlai(path))
+def test_a_malformed_file_is_named_by_line(tmp_path, reader, name, text, line, words):
+    path = write(tmp_path, name, text)
+    assert words in error_at(path, line, lambda: reader(path))
 
 
 # ---------------------------------------------------------------------------------------------- HF datasets
