@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from monitor_setup import TRAIN, tiny_lm
 
 import lightning_div.dress as dress_package
 from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
@@ -15,7 +17,9 @@ from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.dress_checks import reweightable_datamodule
 from lightning_div.dress import degeneration
 from lightning_div.dress.degeneration import Thresholds
+from lightning_div.integrations.transformers import dress_dataset, gold_dress_state
 from lightning_div.measure.alerts import DRESSAlert, GroupAlert, RUQAlert
+from lightning_div.model.formatting import DialogueLayout
 from lightning_div.semantic.space import SemanticSpace
 from lightning_div.settings import Mining
 
@@ -203,3 +207,49 @@ def test_every_alert_has_one_shape_and_the_old_calls_give_the_same_numbers():
         "group Sem-Ent is 0.500, down 50% from 1.000 at the start (warn_drop = 0.25)"
     ]
     assert math.isclose(group.start("group_sem_ent"), 1.0)
+
+
+class FirstLetterSpace:
+    """A space without an encoder: a response's cluster is 0 when it starts with "a", else 1 (2 clusters)."""
+
+    clusters = SimpleNamespace(num_clusters=2)
+
+    def fit(self, texts, device=None, cache_dir=None):
+        self.fitted_on = list(texts)
+
+    def gold_assignments(self, texts, device=None):
+        return np.array([0 if t.startswith("a") else 1 for t in texts])
+
+
+def test_gold_dress_state_takes_gold_responses_as_train_responses_with_a_warning():
+    responses = ["a one", "a two", "b three"]
+    new = gold_dress_state(FirstLetterSpace(), train_responses=responses, lam=1.0, normalize=False)
+    space = FirstLetterSpace()
+    with pytest.warns(DeprecationWarning, match=r"gold_dress_state\(gold_responses=\.\.\.\) " + DEPRECATED + "train_"):
+        old = gold_dress_state(space, gold_responses=responses, lam=1.0, normalize=False)
+    assert space.fitted_on == responses
+    # w = (1 - p(c))^1: "a" is 2 of 3 responses, "b" 1 of 3
+    assert np.allclose(old.weights, [1 / 3, 1 / 3, 2 / 3]) and np.array_equal(old.weights, new.weights)
+    with pytest.raises(ValueError, match=r"gold_dress_state: train_responses= was given by its 1\.0 and its 0\.2"):
+        with pytest.warns(DeprecationWarning, match="gold_responses"):
+            gold_dress_state(FirstLetterSpace(), responses, gold_responses=responses)
+    with pytest.raises(TypeError, match=r"gold_dress_state\(\) missing its argument train_responses"):
+        gold_dress_state(FirstLetterSpace())
+    with pytest.raises(TypeError, match=r"gold_dress_state\(\) got an unexpected keyword argument 'gold'"):
+        gold_dress_state(FirstLetterSpace(), responses, gold=responses)
+
+
+def test_dress_dataset_takes_format_as_layout_with_a_warning():
+    lm, pairs = tiny_lm(), TRAIN[:6]
+    layout = DialogueLayout(max_turns=1)
+    new, _ = dress_dataset(pairs, lm.tokenizer, lm.model, layout=layout)
+    with pytest.warns(DeprecationWarning, match=r"dress_dataset\(format=\.\.\.\) " + DEPRECATED + r"layout=\.\.\."):
+        old, _ = dress_dataset(pairs, lm.tokenizer, lm.model, format=layout)
+    default, _ = dress_dataset(pairs, lm.tokenizer, lm.model)
+    # (context ids, response ids) per example
+    items = [[tuple(map(list, data.encoded[j])) for j in range(len(data))] for data in (old, new, default)]
+    assert items[0] == items[1]
+    assert items[0] != items[2]  # the layout was applied: one turn of context, not the default's several
+    with pytest.raises(ValueError, match=r"dress_dataset: layout= was given by its 1\.0 and its 0\.2 name"):
+        with pytest.warns(DeprecationWarning, match="format"):
+            dress_dataset(pairs, lm.tokenizer, lm.model, layout=layout, format=layout)

@@ -10,6 +10,7 @@ import numpy as np
 from transformers import Trainer
 
 from lightning_div._internal.compat.transformers import train_sampler
+from lightning_div._internal.deprecation import take_deprecated
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs
 from lightning_div.datamodules.samplers import WeightedDistributedSampler, check_sampling_weights
 from lightning_div.dress.losses import dress_loss
@@ -30,35 +31,43 @@ DRESS_FIELDS = (SAMPLE_WEIGHT, NEGATIVE, NEGATIVE_LOSS, "index")
 
 def gold_dress_state(
     space: SemanticSpace,
-    gold_responses: Sequence[str],
+    train_responses: Sequence[str] | None = None,
     *,
     lam: float = 30.0,
     normalize: bool = True,
     cache_dir: str | Path | None = None,
     device: Any = None,
+    **deprecated: Any,
 ) -> DressState:
     """A :class:`~lightning_div.dress.state.DressState` holding the gold weights, as DRESSReweighting computes them.
 
-    The clusters are fitted on (or read from the cache for) ``gold_responses``, and each response
+    The clusters are fitted on (or read from the cache for) ``train_responses``, and each response
     gets w = (1 - p_train(c))^lam (:func:`~lightning_div.dress.weights.dress_weights`).
 
     Args:
         space: the semantic space (shared with a :class:`TrainerDiversityMonitor` it is fitted once).
-        gold_responses: the training responses, in the training dataset's order.
+        train_responses: the training responses, in the training dataset's order (required).
         lam: the exponent (the paper: 30).
         normalize: rescale the weights to mean 1 (the default, as ``DRESSReweighting``'s; the paper's
             raw weights: ``normalize=False``).
         cache_dir: the clusters' cache directory when the space has no ``dirpath``.
         device: where the encoder runs.
+        **deprecated: 0.2's ``gold_responses=`` (``train_responses=``), with a ``DeprecationWarning``.
 
     Returns:
         The state, without negatives.
 
     Raises:
-        ValueError: ``lam`` is not a finite number >= 0 (checked before the clusters are fitted).
+        ValueError: ``lam`` is not a finite number >= 0 (checked before the clusters are fitted), or
+            ``train_responses`` given twice (by its 1.0 and its 0.2 name).
+        TypeError: no ``train_responses``, or an unknown keyword argument.
     """
+    old, _ = take_deprecated("gold_dress_state", deprecated, {"gold_responses": "train_responses"})
+    train_responses = _one_of("gold_dress_state", "train_responses", train_responses, old)
+    if train_responses is None:
+        raise TypeError("gold_dress_state() missing its argument train_responses (the training responses)")
     lam = check_lam(lam)
-    gold = list(gold_responses)
+    gold = list(train_responses)
     space.fit(gold, device=device, cache_dir=cache_dir)
     ids = space.gold_assignments(gold, device=device)
     return DressState(weights=dress_weights(ids, space.clusters.num_clusters, lam, normalize), negative_batches="mixed")
@@ -70,7 +79,8 @@ def dress_dataset(
     model: Any,
     state: DressState | None = None,
     mode: Mode = "loss",
-    format: DialogueLayout | None = None,
+    layout: DialogueLayout | None = None,
+    **deprecated: Any,
 ) -> tuple[EncodedDialogues, DialogueCollator]:
     """The training dataset and collator of a DRESS run in a ``Trainer``: gold pairs, then the state's negatives.
 
@@ -85,15 +95,20 @@ def dress_dataset(
         model: the model (its window and layout are read from it).
         state: the weights and negatives; None = every weight 1, no negatives (an evaluation set).
         mode: ``"loss"`` or ``"sampler"``.
-        format: the token layout (default ``DialogueLayout()``).
+        layout: how a dialogue becomes tokens (default ``DialogueLayout()``).
+        **deprecated: 0.2's ``format=`` (``layout=``), with a ``DeprecationWarning``.
 
     Returns:
         ``(dataset, collator)`` for ``Trainer(train_dataset=..., data_collator=...)``.
 
     Raises:
-        ValueError: weights that do not match the pairs, or negatives to train in batches of
-            their own (``negative_batches="separate"``: the Trainer front end mixes them in).
+        ValueError: weights that do not match the pairs, negatives to train in batches of
+            their own (``negative_batches="separate"``: the Trainer front end mixes them in), or
+            ``layout`` given twice (by its 1.0 and its 0.2 name).
+        TypeError: an unknown keyword argument.
     """
+    old, _ = take_deprecated("dress_dataset", deprecated, {"format": "layout"})
+    layout = _one_of("dress_dataset", "layout", layout, old)
     check_choice("mode", mode, MODES)
     if state is None:
         state = DressState(weights=np.ones(len(pairs)), negative_batches="mixed")
@@ -105,11 +120,20 @@ def dress_dataset(
             "dress_dataset: the Trainer front end trains negatives mixed in with the gold examples: "
             "DressState(negative_batches='mixed')"
         )
-    encoded = encode_pairs([*pairs, *state.negative_pairs], tokenizer, model, format, show_progress=False)
+    encoded = encode_pairs([*pairs, *state.negative_pairs], tokenizer, model, layout, show_progress=False)
     weights = state.all_weights() if mode == "loss" else None
     dataset = EncodedDialogues(encoded, weights, num_negatives=len(state.negative_pairs))
     collator = DialogueCollator(pad_id_of(tokenizer), seq2seq=is_seq2seq(model), negative_loss=state.negative_loss)
     return dataset, collator
+
+
+def _one_of(owner: str, name: str, given: Any, old: dict[str, Any]) -> Any:
+    """``name``'s value: as given, or by its 0.2 name (``old``, read by ``take_deprecated``); both is an error."""
+    if name not in old:
+        return given
+    if given is not None:
+        raise ValueError(f"{owner}: {name}= was given by its 1.0 and its 0.2 name: pass {name}= alone")
+    return old[name]
 
 
 def _check_dataset(dataset: Any, weights: np.ndarray, mode: str) -> None:
@@ -222,7 +246,7 @@ class DressTrainerMixin:
             raise ValueError(
                 f"{type(self).__name__}.train(): set_dress(state, mode=...) was never called, so this run would "
                 "train without DRESS (the batches' weights unread, the plain loss): call "
-                "trainer.set_dress(gold_dress_state(space, gold_responses), mode='loss') first, or train with "
+                "trainer.set_dress(gold_dress_state(space, train_responses), mode='loss') first, or train with "
                 "the plain Trainer"
             )
         return super().train(*args, **kwargs)  # type: ignore[misc]
