@@ -2,6 +2,7 @@
 
     python experiments/divpo.py [--quick] [--settings dpo divpo_semantic divpo_likelihood] [--seeds 0 1 2] [--out DIR]
     python experiments/divpo.py --merge part0/results.json part1/results.json --out DIR
+    python experiments/divpo.py --page --out DIR [--rescored RESCORE.json] [--stored EARLIER.json]
 
 Per seed, the shipped base model (``local:chitchat-gpt2``) samples one pool of N replies to each of
 P Chit-Chat fine-tuning prompts (:func:`~lightning_div.preference.build_pools`, seeded by the seed);
@@ -29,6 +30,9 @@ Writes ``DIR/results.json`` and ``DIR.md`` (default ``docs/results/divpo``); the
 by hand under the numbers. ``--quick``: one seed, tiny pools, 2 steps (a smoke test; its numbers mean
 nothing). ``--save-replies``: also ``DIR/replies/<setting>_seed<seed>.json``, every run's held-out replies
 (and the base model's, ``base_seed<seed>.json``), for ``experiments/rescore.py`` (another judge, no rerun).
+``--page``: no run, ``DIR.md`` rewritten from ``DIR/results.json`` (the reading kept), with the judge's
+rescoring of its replies (``--rescored``, rescore.py's results.json) and how far its numbers moved from an
+earlier run of the same settings (``--stored``) when given (``_divpo_sections.py``; each checked to be of its runs).
 """
 
 from __future__ import annotations
@@ -294,8 +298,12 @@ def paired_tests(runs: list[dict[str, Any]], names: list[str]) -> dict[tuple[str
     return out
 
 
-def page(result: dict[str, Any], reading: str = "") -> str:
-    """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept."""
+def page(result: dict[str, Any], reading: str = "", sections: list[str] | None = None) -> str:
+    """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept.
+
+    ``sections``: lines read from other files (``_divpo_sections``: the judge's rescoring, a rerun's drift),
+    placed after the differences.
+    """
     cfg, summary = result["config"], result["summary"]
     lines = [
         "# DPO vs DivPO pairs on the base model",
@@ -340,7 +348,7 @@ def page(result: dict[str, Any], reading: str = "") -> str:
             t = tests.get((name, m))
             extra = f"; p {t['p']:.3f}, Holm {t['holm']:.3f}, detectable {t['detectable']:.3f}" if t else ""
             lines.append(f"* {m}: {_cell(d)} ({verdict}{extra})")
-    lines += ["", "## The pairs (mean over seeds)", ""]
+    lines += ["", *(sections or []), "## The pairs (mean over seeds)", ""]
     keys = ("pairs", "skipped", "chosen_quality", "rejected_quality", "chosen_words", "rejected_words")
     lines += ["| setting | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for s in SETTINGS:
@@ -403,6 +411,28 @@ def merge(parts: list[Path], out: Path) -> dict[str, Any]:
     return result
 
 
+def rebuild(out: Path, rescored: Path | None = None, stored: Path | None = None) -> str:
+    """Rewrite ``out``'s page from ``out/results.json`` (no run), its reading kept; with the sections of
+    ``_divpo_sections`` for a rescoring of its replies and an earlier results.json of the same runs.
+
+    Raises:
+        MergeError: a damaged or missing results.json, or a rescoring or earlier results that are not of its runs.
+    """
+    from _divpo_sections import read_rescored, read_stored, rerun_lines, rescored_lines
+    from _merge import read_json_object
+
+    from lightning_div._internal.io import atomic_write_text
+
+    result = read_json_object(out / "results.json")
+    sections = rescored_lines(result, read_rescored(rescored, result)) if rescored else []
+    if stored:
+        sections += rerun_lines(result, read_stored(stored, result), METRICS, f"`{stored.name}`")
+    text = page(result, kept_reading(out.with_suffix(".md")), sections)
+    atomic_write_text(out.with_suffix(".md"), text)
+    print(f"[divpo] rewrote {out.with_suffix('.md')} from {out / 'results.json'}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -423,7 +453,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="combine the results.json of runs made apart into --out, every run once (parts holding different "
         "runs of a setting and seed are refused; --out may not hold an input)",
     )
+    parser.add_argument(
+        "--page",
+        action="store_true",
+        help="no run: rewrite --out's page from --out/results.json, keeping its reading (with --rescored, "
+        "--stored: their sections)",
+    )
+    parser.add_argument(
+        "--rescored", type=Path, default=None, help="with --page: rescore.py's results.json of the replies"
+    )
+    parser.add_argument(
+        "--stored", type=Path, default=None, help="with --page: an earlier results.json of the same runs"
+    )
     args = parser.parse_args(argv)
+    if (args.rescored or args.stored) and not args.page:
+        parser.error("--rescored and --stored go with --page")
+    if args.page:
+        from _merge import MergeError, fail
+
+        try:
+            rebuild(args.out, args.rescored, args.stored)
+        except MergeError as err:  # a user's mistake: one line, exit code 2
+            fail("divpo.py --page", err)
+        return {}
     if args.merge:
         from _merge import MergeError, fail
 

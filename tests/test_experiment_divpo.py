@@ -189,3 +189,117 @@ def test_a_damaged_part_is_one_line_naming_the_file(tmp_path, capsys, text, matc
     err = _refused(script, ["--merge", good, str(tmp_path / "part.json"), "--out", str(tmp_path / "out")], capsys)
     assert re.search(match, err), err
     assert not (tmp_path / "out").exists()
+
+
+# -- --page: the committed page recomputes from the committed files (issue 62, items 2 and 5) ----------------
+
+RESULTS = ROOT / "docs" / "results" / "divpo"
+PAGE_ARGS = ["--rescored", str(RESULTS / "rescore" / "results.json")]
+PAGE_ARGS += ["--stored", str(RESULTS / "results_2026-11-28_stored.json")]
+
+
+def test_the_committed_page_is_rebuilt_from_the_committed_files(tmp_path):
+    """Every generated number of docs/results/divpo.md (the held-out table, the differences, the judge's rescoring,
+    the rerun's drift) is what ``--page`` computes from the committed results, rescoring and stored runs."""
+    script = load_experiment("divpo")
+    out = tmp_path / "divpo"
+    out.mkdir()
+    (out / "results.json").write_bytes((RESULTS / "results.json").read_bytes())
+    committed = (RESULTS.parent / "divpo.md").read_text(encoding="utf-8")
+    (tmp_path / "divpo.md").write_text(committed, encoding="utf-8")
+    script.main(["--page", "--out", str(out), *PAGE_ARGS])
+    assert (tmp_path / "divpo.md").read_text(encoding="utf-8") == committed
+    # the judge's table agrees with rescore.py's own summary of the same runs (computed apart)
+    summary = json.loads((RESULTS / "rescore" / "results.json").read_text())["rescored"]["divpo"]["summary"]
+    for name in ("dpo - base", "divpo_semantic - dpo", "divpo_likelihood - dpo"):
+        d = summary["differences"][name]["group_sem_ent"]
+        row = f"| {name} | group_sem_ent | {d['mean']:.3f} [{d['low']:.3f}, {d['high']:.3f}] | {d['test']['p']:.3f} |"
+        assert row in committed and f"| {d['test']['detectable']:.3f} |" in committed
+    # the earlier judge beside it is the held-out table's group_sem_ent of the same runs
+    dpo = json.loads((RESULTS / "results.json").read_text())["summary"]["settings"]["dpo"]["group_sem_ent"]
+    assert re.search(
+        rf"\| dpo \| [^|]+ \| [^|]+ \| {dpo['mean']:.3f} \[{dpo['low']:.3f}, {dpo['high']:.3f}\] \|", committed
+    )
+
+
+def test_the_rescored_table_holm_over_the_judges_tests_only(tmp_path):
+    """Holm runs over the judge's two measures in the three differences (6 tests), not over the earlier judge's."""
+    script = load_experiment("divpo")
+    sections = load_experiment("_divpo_sections")
+    result = {"config": dict(script.QUICK), "runs": []}
+    rescored_runs = {}
+    # per seed k: dpo - base differs by 0.1 + 0.01 k in the judge's Sem-Ent (p small), divpo_* by noise
+    for k in range(4):
+        for s, judged in (("base", 1.0), ("dpo", 1.1 + 0.01 * k), ("divpo_semantic", 1.1 + 0.02 * (k % 2))):
+            result["runs"].append(
+                {"setting": s, "seed": k, "held_out": {"group_sem_ent": 1.0, "group_distinct_2": 0.9}}
+            )
+            rescored_runs[(s, k)] = {"group_sem_ent": judged, "group_clusters": 4.0 + k, "distinct_2": 0.9}
+    lines = sections.rescored_lines(result, {"judge": {}, "runs": rescored_runs})
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|") for line in lines if line.startswith("| d")}
+    stats = load_experiment("_stats")
+    # the family in order: (dpo - base, divpo_semantic - dpo) x (group_sem_ent, group_clusters); the clusters'
+    # difference is 0 at every seed (p 1)
+    ps = [stats.paired([0.1 + 0.01 * k for k in range(4)])["p"], 1.0]
+    ps += [stats.paired([0.02 * (k % 2) - 0.01 * k for k in range(4)])["p"], 1.0]
+    expected = stats.holm(ps)
+    assert expected[0] < 0.05 < expected[2]  # the test tells the two apart
+    assert float(rows[("dpo - base", "group_sem_ent")][5]) == pytest.approx(expected[0], abs=5e-4)
+    assert float(rows[("divpo_semantic - dpo", "group_sem_ent")][5]) == pytest.approx(expected[2], abs=5e-4)
+    assert rows[("dpo - base", "old_group_sem_ent")][5].strip() == "-"  # beside, not in the family
+    assert "adjusted over the 4 tests" in "\n".join(lines)  # 2 differences present x 2 judge measures
+
+
+def test_the_rerun_section_says_how_far_each_number_moved(tmp_path):
+    """A rerun equal but for one NLL 1e-7 higher: that row says it, every other says 0."""
+    script = load_experiment("divpo")
+    sections = load_experiment("_divpo_sections")
+    runs = [_divpo_run(script, s, k, 0.5 + 0.01 * k) for k in (0, 1) for s in ("base", "dpo", "divpo_semantic")]
+    for r in runs:
+        if r["setting"] != "base":
+            r |= {"loss_last": 0.4, "examples": {"pairs": []}}
+    stored = {"config": {}, "runs": runs, "summary": script.summarise(runs)}
+    moved = json.loads(json.dumps(runs))
+    moved[1]["held_out"]["nll"] += 1e-7  # dpo seed 0
+    rerun = {"config": {}, "runs": moved, "summary": script.summarise(moved)}
+    lines = sections.rerun_lines(rerun, stored, script.METRICS, "stored")
+    # the difference's ends move by more than its mean: the paired sd went from 0 to 1e-7 / sqrt(2)
+    half = float(__import__("scipy.stats").stats.t.ppf(0.975, 1)) * (1e-7 / 2**0.5) / 2**0.5
+    assert any(x.startswith(f"| nll | 1.0e-07 | 5.0e-08 | {0.5e-7 + half:.1e} |") for x in lines), lines
+    assert "| words | 0 | 0 | 0 |" in lines and "| group_sem_ent | 0 | 0 | 0 |" in lines
+    assert "| DPO's last loss | 0 | - | - |" in lines and any("the same in 4 of 4 trained runs" in x for x in lines)
+
+
+@pytest.mark.parametrize(
+    ("which", "match"),
+    [
+        ("rescored", r"dpo seed 0 has distinct-2 0\.100000, the results 0\.500000: not the replies"),
+        ("stored", r"stored\.json: not a divpo results\.json made with these settings"),
+        ("alone", r"--rescored and --stored go with --page"),
+    ],
+)
+def test_page_refuses_files_of_other_runs(tmp_path, capsys, which, match):
+    """--page writes nothing from a rescoring or an earlier run that is not of these runs: one line, exit 2."""
+    script = load_experiment("divpo")
+    out = tmp_path / "divpo"
+    runs = [_divpo_run(script, "dpo", 0, 0.5)]
+    _divpo_part(script, out / "results.json", runs, summary=script.summarise(runs))
+    (tmp_path / "divpo.md").write_text("# kept\n", encoding="utf-8")
+    judged = {"setting": "dpo", "seed": 0, "group_sem_ent": 1.0, "group_clusters": 3.0, "distinct_2": 0.1}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"experiment": "rescore", "rescored": {"divpo": {"runs": [judged]}}}), encoding="utf-8")
+    _divpo_part(script, tmp_path / "stored.json", runs, summary={})
+    (tmp_path / "stored.json").write_text(
+        json.dumps({**json.loads((tmp_path / "stored.json").read_text()), "config": {"steps": 99}}), encoding="utf-8"
+    )
+    argv = {
+        "rescored": ["--page", "--rescored", str(bad)],
+        "stored": ["--page", "--stored", str(tmp_path / "stored.json")],
+        "alone": ["--rescored", str(bad)],
+    }[which]
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match=r"^2$"):
+        script.main([*argv, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.search(match, err[-1]) and (len(err) == 1 or which == "alone"), err  # argparse adds its usage
+    assert (tmp_path / "divpo.md").read_text(encoding="utf-8") == "# kept\n"
