@@ -935,7 +935,7 @@ ROWS: list[Row] = [
                     ruq_monitor(
                         tmp,
                         val_pairs=[(["hello there " * 3000], "yes"), ("hi", "ok")],
-                        num_val_prompts=None,
+                        num_contexts=None,
                         on_error="raise",
                     )
                 ],

@@ -18,6 +18,7 @@ from monitor_setup import fit
 from lightning_div.callbacks import DRESSReweighting, NLIDiversityMonitor, RUQMonitor, SemanticDiversityMonitor
 from lightning_div.callbacks.base import DiversityCallback
 from lightning_div.callbacks.checks import optional_part
+from lightning_div.settings import Outputs
 
 
 class Failing(DiversityCallback):
@@ -26,7 +27,7 @@ class Failing(DiversityCallback):
     kind = "failing"
 
     def __init__(self, error: BaseException, at: int = 0, optional: bool = False, **kwargs) -> None:
-        super().__init__(show_progress=False, **kwargs)
+        super().__init__(outputs=Outputs(show_progress=False), **kwargs)
         self.error, self.at, self.optional = error, at, optional
         self.epochs_ended: list[int] = []
 
