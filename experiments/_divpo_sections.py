@@ -98,8 +98,8 @@ def rescored_lines(result: dict[str, Any], rescored: dict[str, Any]) -> list[str
         "|---|---|---|---|---|---|",
     ]
     for (name, m), t in tests.items():
-        adjusted = f"{t['holm']:.3f}" if "holm" in t else "-"
-        lines.append(f"| {name} | {m} | {cell(t)} | {t['p']:.3f} | {adjusted} | {t['detectable']:.3f} |")
+        holm_cell = f"{t['holm']:.3f}" if "holm" in t else "-"
+        lines.append(f"| {name} | {m} | {cell(t)} | {t['p']:.3f} | {holm_cell} | {t['detectable']:.3f} |")
     return [*lines, ""]
 
 
