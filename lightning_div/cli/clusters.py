@@ -38,12 +38,12 @@ def build_parser(prog: str = "lightning-div clusters") -> Parser:
     """``lightning-div clusters fit|show|assign``'s arguments."""
     p = Parser(prog=prog, description=DESCRIPTION)
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", title="actions")
-    fit = sub.add_parser("fit", help="fit clusters on gold responses and save them with their cards")
+    fit = sub.add_parser("fit", help="fit clusters on the cluster texts and save them with their cards")
     fit.add_argument(
         "--data",
         required=True,
-        help="gold responses: .txt (one a line), JSONL, CSV/TSV, DailyDialog, "
-        "ParlAI, a datasets directory, or 'chitchat'",
+        help="the cluster texts (responses the clusters are fitted on): .txt (one a line), JSONL, CSV/TSV, "
+        "DailyDialog, ParlAI, a datasets directory, or 'chitchat'",
     )
     add_response_arguments(
         fit,
