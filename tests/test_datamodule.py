@@ -601,3 +601,13 @@ def test_a_mid_epoch_resume_under_other_batching_is_refused(changed, message, tm
     quiet_trainer(max_epochs=1).fit(same, datamodule=DialogueDataModule(**settings), ckpt_path=path)
     rest = [i for _, indices, _ in same.seen for i in indices]
     assert len(rest) == len(set(rest)) == 20
+
+
+def test_the_default_layout_keeps_three_turns_and_is_the_modules_layout():
+    """0.2's max_history=3 is 1.0's default layout: a five-turn context is read with its last three turns."""
+    pairs = [(["t1", "t2", "t3", "t4", "t5"], "r")]
+    dm = DialogueDataModule(train=pairs, val=None)
+    assert dm.layout == DialogueLayout(max_turns=3) and dm.examples == Examples()
+    assert dm.train_pairs()[0].context == ("t3", "t4", "t5")
+    every_turn = DialogueDataModule(train=pairs, val=None, layout=DialogueLayout())
+    assert every_turn.train_pairs()[0].context == ("t1", "t2", "t3", "t4", "t5")
