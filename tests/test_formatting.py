@@ -117,3 +117,17 @@ def test_turns_longer_than_the_tokenizer_maximum_are_tokenised_only_as_far_as_ke
     assert tok.truncation_side == side
     assert batched == [DialogueLayout().encode_pair(c, r, tok, model) for c, r in zip(contexts, responses)]
     assert contexts_only == [DialogueLayout().encode_context(c, tok, seq2seq, budget=7) for c in contexts]
+
+
+def test_the_layouts_response_limit_applies_unless_one_is_given():
+    tok = tokenizer()
+    model = causal_model()
+    eos = tok.eos_token_id
+    reply = tok("one two three four five six", add_special_tokens=False)["input_ids"]
+    assert len(reply) > 4  # else the limit below would cut nothing
+    cut = DialogueLayout(max_response_tokens=4)
+    assert cut.encode_pair("Hi", "one two three four five six", tok, model)[1] == reply[:4]  # the first 4, no EOS
+    assert DialogueLayout().encode_pair("Hi", "one two three four five six", tok, model)[1] == reply + [eos]
+    # an explicit limit wins over the layout's, one pair or many
+    assert cut.encode_pair("Hi", "one two three four five six", tok, model, max_response_tokens=2)[1] == reply[:2]
+    assert [r for _, r in cut.encode_pairs(["Hi"], ["one two three four five six"], tok, model)] == [reply[:4]]
