@@ -59,8 +59,9 @@ def test_each_old_keyword_warns_naming_its_new_place_and_builds_the_same_module(
 
 
 def test_old_keywords_merge_into_a_given_object_and_unknown_ones_are_still_errors():
-    with old(r"max_history=\.\.\.\)"):
+    with old(r"max_history=\.\.\.\)") as caught:
         dm = DialogueDataModule(train=PAIRS, val=None, layout=DialogueLayout(turn_separator="|"), max_history=2)
+    assert caught[0].filename == __file__  # the user's line: Python shows it there by default
     assert dm.layout == DialogueLayout(turn_separator="|", max_turns=2)
     with pytest.raises(TypeError, match=r"^DialogueDataModule\(\) got an unexpected keyword argument 'max_histroy'"):
         DialogueDataModule(train=PAIRS, val=None, max_histroy=2)
@@ -119,9 +120,12 @@ def test_streaming_old_keywords_and_attributes(tmp_path):
             DeprecationWarning, match=rf"^StreamingDialogueDataModule\.{name} is deprecated .* chunks\.{new}$"
         ):
             assert getattr(dm, name) == getattr(dm.chunks, new)
-    # a keyword of the parent's, old too, reaches it
-    with pytest.warns(DeprecationWarning, match=r"max_history=\.\.\.\) is deprecated"):
-        assert StreamingDialogueDataModule(train=PAIRS, val=None, max_history=1).layout.max_turns == 1
+    # a keyword of the parent's, old too, reaches it; each warning points at the user's line, not at ours
+    with pytest.warns(DeprecationWarning, match=r"max_history=\.\.\.\) is deprecated") as caught:
+        assert (
+            StreamingDialogueDataModule(train=PAIRS, val=None, max_history=1, chunk_bytes="4kb").layout.max_turns == 1
+        )
+    assert [w.filename for w in caught] == [__file__, __file__]
 
 
 def test_the_settings_objects_are_checked_and_named():

@@ -135,7 +135,12 @@ class DialogueDataModule(pl.LightningDataModule):
         **deprecated: Any,
     ) -> None:
         super().__init__()
-        renamed, groups = take_deprecated(type(self).__name__, deprecated, DATAMODULE_RENAMED, DATAMODULE_REGROUPED)
+        # the warning points at the user's call, through a subclass's __init__ (StreamingDialogueDataModule's) too:
+        # Python shows a DeprecationWarning by default only where the user's own code made the call
+        through_subclass = type(self).__init__ is not DialogueDataModule.__init__
+        renamed, groups = take_deprecated(
+            type(self).__name__, deprecated, DATAMODULE_RENAMED, DATAMODULE_REGROUPED, stacklevel=4 + through_subclass
+        )
         self.file_format: str = renamed.get("file_format", file_format)
         self.layout = settings_of(DialogueLayout, layout, "layout", groups.get("layout"))
         self.examples = settings_of(Examples, examples, "examples", groups.get("examples"))
