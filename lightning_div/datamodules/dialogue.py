@@ -40,8 +40,8 @@ from lightning_div.datamodules.options import (
     DATAMODULE_REGROUPED,
     DATAMODULE_RENAMED,
     DEFAULT_LAYOUT,
+    DeprecatedAttributes,
     Examples,
-    moved_property,
     plain,
     settings_of,
 )
@@ -77,7 +77,7 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None)))
 
 
-class DialogueDataModule(pl.LightningDataModule):
+class DialogueDataModule(DeprecatedAttributes, pl.LightningDataModule):
     """Dialogue (context, response) data for causal or seq2seq LMs, with DRESS sample weights.
 
     Args:
@@ -106,15 +106,6 @@ class DialogueDataModule(pl.LightningDataModule):
         **deprecated: 0.2's keyword arguments (``format``, ``max_history``, ``max_train_examples`` ...),
             accepted for one release with a ``DeprecationWarning`` naming the new form.
     """
-
-    format = moved_property("DialogueDataModule", "format", "file_format")
-    max_history = moved_property("DialogueDataModule", "max_history", "layout.max_turns")
-    dialogue_format = moved_property("DialogueDataModule", "dialogue_format", "layout")
-    max_response_tokens = moved_property("DialogueDataModule", "max_response_tokens", "layout.max_response_tokens")
-    dedupe = moved_property("DialogueDataModule", "dedupe", "examples.dedupe")
-    train_examples_per_epoch = moved_property(
-        "DialogueDataModule", "train_examples_per_epoch", "examples.train_per_epoch"
-    )
 
     def __init__(
         self,

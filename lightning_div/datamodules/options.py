@@ -25,7 +25,7 @@ from lightning_div._internal.counts import check_count
 from lightning_div._internal.deprecation import warn_deprecated
 from lightning_div.model.formatting import DialogueLayout
 
-__all__ = ["DEFAULT_LAYOUT", "Chunks", "Examples", "moved_property", "plain", "settings_of"]
+__all__ = ["DEFAULT_LAYOUT", "Chunks", "DeprecatedAttributes", "Examples", "moved_property", "plain", "settings_of"]
 
 #: A datamodule's layout when none is given: the last 3 turns of a context (0.2's ``max_history=3``).
 DEFAULT_LAYOUT = DialogueLayout(max_turns=3)
@@ -176,3 +176,16 @@ def moved_property(owner: str, old: str, path: str) -> property:
         return value
 
     return property(get, doc=f"Deprecated: ``{path}`` (0.2's name; removed in the release after 1.0).")
+
+
+class DeprecatedAttributes:
+    """0.2's attributes of :class:`~lightning_div.datamodules.DialogueDataModule`, read-only, each warning with its 1.0 place."""
+
+    format = moved_property("DialogueDataModule", "format", "file_format")
+    max_history = moved_property("DialogueDataModule", "max_history", "layout.max_turns")
+    dialogue_format = moved_property("DialogueDataModule", "dialogue_format", "layout")
+    max_response_tokens = moved_property("DialogueDataModule", "max_response_tokens", "layout.max_response_tokens")
+    dedupe = moved_property("DialogueDataModule", "dedupe", "examples.dedupe")
+    train_examples_per_epoch = moved_property(
+        "DialogueDataModule", "train_examples_per_epoch", "examples.train_per_epoch"
+    )
