@@ -80,7 +80,7 @@ def minilm() -> ResponseEncoder:
 def settings_objects(**flat):
     """The settings objects of a monitor (``generation=``, ``outputs=``) from their fields given flat, as tests
     override them (``batch_size=8``); other arguments pass through."""
-    generation = {k: flat.pop(k) for k in ("batch_size", "max_new_tokens") if k in flat}
+    generation = {k: flat.pop(k) for k in ("batch_size", "max_new_tokens", "options") if k in flat}
     outputs = {k: flat.pop(k) for k in ("show_progress", "dirpath", "log_samples", "cluster_views") if k in flat}
     return {"generation": Generation(**generation), "outputs": Outputs(**outputs), **flat}
 
@@ -175,21 +175,29 @@ def datamodule(**overrides) -> DialogueDataModule:
     return DialogueDataModule(**{**args, **overrides})
 
 
-#: The short names a test overrides DRESS's mining with -> the field of Mining (``negatives=False``: ``mining=None``).
-DRESS_MINING = {"num_negative_contexts": "num_contexts", "mine_at": "at", "negative_batches": "batches"}
 #: The fields of ``generation=`` and ``outputs=`` a test gives flat.
-SETTINGS_FIELDS = ("batch_size", "max_new_tokens", "show_progress", "dirpath", "log_samples", "cluster_views")
+SETTINGS_FIELDS = (
+    "batch_size",
+    "max_new_tokens",
+    "options",
+    "show_progress",
+    "dirpath",
+    "log_samples",
+    "cluster_views",
+)
 
 
 def dress(tmp_path, **kw) -> DRESSReweighting:
     """A small DRESS: the end-of-epoch schedule with mixed batches (the defaults before the authors' became them);
-    the invariant tests count its batches and epochs; tests of the authors' schedule pass ``mine_at="start"``.
+    the invariant tests count its batches and epochs; tests of the authors' schedule pass ``mining={"at": "start"}``.
 
-    ``kw`` override: ``num_negative_contexts`` / ``mine_at`` / ``negative_batches`` (the Mining's fields),
-    ``negatives=False`` (``mining=None``), ``clusters`` (the space's), a field of ``generation=`` / ``outputs=``
-    (``batch_size``, ``dirpath``, ...), or any argument."""
-    mining = Mining(num_contexts=32, at="end", batches="mixed")
-    mining = dataclasses.replace(mining, **{DRESS_MINING[k]: kw.pop(k) for k in list(kw) if k in DRESS_MINING})
+    ``kw`` override: ``mining`` (a mapping of Mining's fields over this helper's, or None: no mining), ``clusters``
+    (the space's), a field of ``generation=`` / ``outputs=`` (``batch_size``, ``options``, ``dirpath``, ...), or
+    any argument."""
+    fields = kw.pop("mining", {})
+    mining = (
+        None if fields is None else dataclasses.replace(Mining(num_contexts=32, at="end", batches="mixed"), **fields)
+    )
     settings = {"batch_size": 16, "max_new_tokens": 8, **{k: kw.pop(k) for k in list(kw) if k in SETTINGS_FIELDS}}
     space = SemanticSpace(
         minilm(),
@@ -198,7 +206,7 @@ def dress(tmp_path, **kw) -> DRESSReweighting:
         batch_size=settings["batch_size"],
         show_progress=False,
     )
-    args = dict(space=space, lam=2.0, mining=mining if kw.pop("negatives", True) else None)
+    args = dict(space=space, lam=2.0, mining=mining)
     return DRESSReweighting(**{**args, **common(tmp_path, **settings), **kw})
 
 

@@ -24,6 +24,8 @@ from lightning_div.model.dialogue_lm import DialogueLM
 from lightning_div.model.formatting import DialogueLayout
 from lightning_div.semantic.cache import assignments_path
 from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.semantic.space import SemanticSpace
+from lightning_div.settings import Outputs
 
 #: One worker runs this module's tests one after the other, so the unweighted run (a module fixture) is trained
 #: once: split over two xdist workers it was trained on each (23 s and 27 s of setup). The loss and sampler runs
@@ -68,14 +70,12 @@ def train(clusters_dir: Path | None, mode: str | None) -> Measure:
     callbacks: list[pl.Callback] = [measure]
     if mode is not None:
         measure.dress = DRESSReweighting(
-            encoder=minilm(),
-            num_clusters=K,
+            space=SemanticSpace(minilm(), num_clusters=K, show_progress=False),
             lam=3.0,
             normalize=True,
-            negatives=False,
             mode=mode,
-            show_progress=False,
-            dirpath=str(clusters_dir),
+            mining=None,
+            outputs=Outputs(show_progress=False, dirpath=str(clusters_dir)),
         )
         callbacks.append(measure.dress)
     quiet_trainer(

@@ -16,6 +16,7 @@ from lightning_div.datamodules.samplers import SeparateBatchSampler
 from lightning_div.dress.losses import weighted_lm_loss
 from lightning_div.dress.weights import head_clusters, negative_weights
 from lightning_div.semantic.clusters import SemanticClusters
+from lightning_div.settings import Mining
 
 IGNORE = -100
 
@@ -198,9 +199,7 @@ def uninterrupted(tmp_path_factory):
     """The authors' schedule over 3 epochs, uninterrupted: what the start-schedule test asserts on, and what
     the resume test's resumed run must match bit for bit (one run for both: it was trained twice)."""
     root = tmp_path_factory.mktemp("full")
-    cb = dress(
-        root, mine_at="start", negative_batches="separate", negative_loss="unlikelihood", num_negative_contexts=16
-    )
+    cb = dress(root, mining={"at": "start", "batches": "separate", "loss": "unlikelihood", "num_contexts": 16})
     calls, spy, model, dm = count_mining(cb), BatchSpy(), tiny_lm(), datamodule()
     generated_with = []
     original_mine = cb.miner.measure
@@ -253,7 +252,7 @@ def test_start_mines_before_epoch_0_greedy_unblocked_in_separate_batches(uninter
 
 @pytest.mark.slow
 def test_every_n_epochs_mines_at_round_starts_only(tmp_path):
-    cb = dress(tmp_path, mine_at="start", every_n_epochs=2, num_negative_contexts=12)
+    cb = dress(tmp_path, mining={"at": "start", "num_contexts": 12}, every_n_epochs=2)
     calls = count_mining(cb)
     trainer(tmp_path, [cb], max_epochs=4, limit_train_batches=2, limit_val_batches=1).fit(
         tiny_lm(), datamodule=datamodule()
@@ -271,9 +270,7 @@ def test_resume_mines_each_round_once_and_ends_bit_identical(uninterrupted, tmp_
     """Interrupted after 2 of 3 epochs and resumed; the uninterrupted run is the start-schedule test's."""
 
     def run(root, max_epochs, ckpt_path=None, checkpoint=False):
-        cb = dress(
-            root, mine_at="start", negative_batches="separate", negative_loss="unlikelihood", num_negative_contexts=16
-        )
+        cb = dress(root, mining={"at": "start", "batches": "separate", "loss": "unlikelihood", "num_contexts": 16})
         calls = count_mining(cb)
         callbacks = [cb]
         if checkpoint:
@@ -312,9 +309,9 @@ def test_resume_mines_each_round_once_and_ends_bit_identical(uninterrupted, tmp_
 
 
 def test_bad_arguments_are_named():
-    for arg, value in (("mine_at", "middle"), ("negative_loss", "ul"), ("negative_batches", "own")):
-        with pytest.raises(ValueError, match=arg):
-            DRESSReweighting(**{arg: value})
+    for field, value in (("at", "middle"), ("loss", "ul"), ("batches", "own")):
+        with pytest.raises(ValueError, match=rf"^Mining\.{field} must be one of \[.+\], got '{value}'$"):
+            DRESSReweighting(mining=Mining(**{field: value}))
 
 
 def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
@@ -323,7 +320,7 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
 
     from lightning_div.dress.weights import dress_weights
 
-    first = dress(tmp_path, negatives=False, lam=2.0)
+    first = dress(tmp_path, mining=None, lam=2.0)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     tr = trainer(
         tmp_path, [first, ckpt], max_epochs=1, limit_train_batches=1, limit_val_batches=0, enable_checkpointing=True
@@ -333,7 +330,7 @@ def test_resume_with_another_lambda_recomputes_the_weights(tmp_path):
         ids = stored["ids"]
     np.testing.assert_array_equal(first.state.weights, dress_weights(ids, 4, lam=2.0, normalize=True))  # the default
 
-    second = dress(tmp_path, negatives=False, lam=30.0)
+    second = dress(tmp_path, mining=None, lam=30.0)
     tr = trainer(tmp_path, [second], max_epochs=2, limit_train_batches=1, limit_val_batches=0)
     with pytest.warns(
         RuntimeWarning,
@@ -350,7 +347,7 @@ def test_dress_mines_no_negatives_from_a_diverged_model(tmp_path):
     lm = tiny_lm(learning_rate=0.0)
     with torch.no_grad():
         lm.model.transformer.ln_f.weight.fill_(float("nan"))
-    cb = dress(tmp_path, negatives=True, num_negative_contexts=8)
+    cb = dress(tmp_path, mining={"num_contexts": 8})
     with pytest.warns(RuntimeWarning, match=r"DRESSReweighting: the model has diverged"):
         fit(tmp_path, [cb], module=lm, datamodule=datamodule(), limit_val_batches=0)
     assert cb.state.negative_pairs == [] and len(cb.state.weights) == 160

@@ -71,7 +71,7 @@ def test_the_docs_datamodule_is_reweighted_by_dress(tmp_path):
     dm = MyDialogueData(pairs, batch_size=8)
     assert isinstance(dm, ReweightableDataModule) and isinstance(dm, TopLevelProtocol)
     cb = dress(
-        tmp_path, mine_at="start", num_negative_contexts=16, negative_loss="unlikelihood", negative_batches="separate"
+        tmp_path, mining={"at": "start", "num_contexts": 16, "loss": "unlikelihood", "batches": "separate"}
     )  # every generation kept (zero weights too): 16 rows a round
     model = WeightedChat()
     tr = trainer(tmp_path, [cb], max_epochs=2, limit_train_batches=None, limit_val_batches=0)
@@ -104,7 +104,7 @@ def test_the_docs_datamodule_is_reweighted_by_dress(tmp_path):
 
 
 def test_setup_refuses_a_trainer_that_never_rebuilds_the_train_dataloader(tmp_path):
-    cb = dress(tmp_path, mine_at="start", num_negative_contexts=8)
+    cb = dress(tmp_path, mining={"at": "start", "num_contexts": 8})
     tr = trainer(tmp_path, [cb], max_epochs=1, reload_dataloaders_every_n_epochs=0)
     with pytest.raises(
         ValueError,
@@ -118,7 +118,7 @@ def test_setup_refuses_a_trainer_that_never_rebuilds_the_train_dataloader(tmp_pa
     with pytest.raises(ValueError, match="every 4 epoch.*reload_dataloaders_every_n_epochs=2: create"):
         tr.fit(tiny_lm(), datamodule=datamodule())
     # without negatives the weights are applied once, before the first dataloader: no reload needed
-    dress(tmp_path, negatives=False).check_trainer(trainer(tmp_path, []))
+    dress(tmp_path, mining=None).check_trainer(trainer(tmp_path, []))
 
 
 @pytest.mark.parametrize("limit", [5, 0.25])
@@ -133,7 +133,7 @@ def test_a_trainer_that_cuts_epochs_is_told_that_part_of_the_negatives_goes_untr
         dress(tmp_path).check_trainer(
             trainer(tmp_path, [], limit_train_batches=1.0, reload_dataloaders_every_n_epochs=1)
         )
-        dress(tmp_path, negatives=False).check_trainer(trainer(tmp_path, [], limit_train_batches=5))
+        dress(tmp_path, mining=None).check_trainer(trainer(tmp_path, [], limit_train_batches=5))
 
 
 def test_setup_refuses_a_datamodule_without_the_protocol(tmp_path):
@@ -141,7 +141,7 @@ def test_setup_refuses_a_datamodule_without_the_protocol(tmp_path):
         def gold_train_responses(self):
             return [p.response for p in TRAIN]
 
-    cb = dress(tmp_path, negatives=False)
+    cb = dress(tmp_path, mining=None)
     with pytest.raises(
         ValueError,
         match=r"needs a datamodule that implements lightning_div.datamodules."
@@ -149,7 +149,7 @@ def test_setup_refuses_a_datamodule_without_the_protocol(tmp_path):
     ):
         trainer(tmp_path, [cb], max_epochs=1).fit(TinyChat(), datamodule=NoProtocol())
     with pytest.raises(ValueError, match="got none"):  # the module's own dataloaders: nothing to reweight
-        trainer(tmp_path, [dress(tmp_path, negatives=False)], max_epochs=1).fit(TinyChat())
+        trainer(tmp_path, [dress(tmp_path, mining=None)], max_epochs=1).fit(TinyChat())
 
 
 @pytest.mark.xdist_group(OWN_RUN)
@@ -226,7 +226,7 @@ def two_curves_run(root: Path, model: pl.LightningModule, cache: Path, checkpoin
     """One epoch, negatives mined at the start in batches of their own, every step logged to CSV; the clusters
     in ``cache`` (the two runs cluster the same gold responses: the second reads the first's)."""
     kinds = BatchKinds()
-    cb = dress(root, mine_at="start", negative_batches="separate", num_negative_contexts=16, dirpath=str(cache))
+    cb = dress(root, mining={"at": "start", "batches": "separate", "num_contexts": 16}, dirpath=str(cache))
     logger = CSVLogger(root, name="csv")
     callbacks: list[pl.Callback] = [cb, kinds]
     if checkpoint:  # changes no training
