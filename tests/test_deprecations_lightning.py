@@ -3,6 +3,7 @@ naming the new form, and give what the 1.0 form gives."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -21,11 +22,14 @@ from lightning_div.settings import Generation, Lexical, ModelAccess, Outputs
 WARNS = r"is deprecated since lightning-div 1\.0 .* use "
 
 
+def said(caught) -> str:
+    """The messages of the warnings ``pytest.warns`` caught, one a line."""
+    return "\n".join(str(w.message) for w in caught)
+
+
 def test_the_common_flat_arguments_become_the_settings_objects():
     layout = DialogueLayout(max_turns=2)
-    with pytest.warns(
-        DeprecationWarning, match=r"RUQMonitor\(batch_size=\.\.\.\) " + WARNS + r"generation=\.\.\.\(batch_size"
-    ):
+    with pytest.warns(DeprecationWarning) as caught:
         old = RUQMonitor(
             model_attr="net",
             tokenizer_attr="tok",
@@ -36,6 +40,7 @@ def test_the_common_flat_arguments_become_the_settings_objects():
             dirpath="cache",
             show_progress=False,
         )
+    assert re.search(r"RUQMonitor\(batch_size=\.\.\.\) " + WARNS + r"generation=\.\.\.\(batch_size", said(caught))
     assert old.model_access == ModelAccess("net", "tok", layout)
     assert old.generation == Generation(4, 7, {"top_k": 3})
     assert old.outputs == Outputs(show_progress=False, dirpath="cache")
@@ -74,7 +79,7 @@ def test_an_object_and_its_flat_fields_together_are_refused():
 
 def test_the_six_flat_space_arguments_build_the_space_of_before():
     encoder_kwargs = {"pooling": "mean"}
-    with pytest.warns(DeprecationWarning, match=r"SemanticDiversityMonitor\(num_clusters=\.\.\.\) " + WARNS):
+    with pytest.warns(DeprecationWarning) as caught:
         old = SemanticDiversityMonitor(
             encoder="minilm",
             num_clusters=7,
@@ -85,6 +90,7 @@ def test_the_six_flat_space_arguments_build_the_space_of_before():
             batch_size=5,
             show_progress=False,
         )
+    assert re.search(r"SemanticDiversityMonitor\(num_clusters=\.\.\.\) " + WARNS + r"space=", said(caught))
     new = SemanticDiversityMonitor(
         SemanticSpace("minilm", num_clusters=7, variance_kept=0.8, kmeans_seed=3, encoder_kwargs=encoder_kwargs),
         generation=Generation(batch_size=5),
@@ -172,8 +178,9 @@ def test_the_ruq_monitors_flat_arguments():
             "num_contexts": 5,
             "seed": 0,
         }
-    with pytest.warns(DeprecationWarning, match=r"RUQMonitor\(plot=False\) " + WARNS + "plot=None"):
+    with pytest.warns(DeprecationWarning) as caught:
         assert RUQMonitor(plot=False, num_beams=9).plot is None  # the plot's settings are moot without it, as then
+    assert re.search(r"RUQMonitor\(plot=False\) " + WARNS + "plot=None", said(caught))
     with pytest.warns(DeprecationWarning, match=r"RUQMonitor\(plot=True\) " + WARNS + r"plot=RUQPlot\(\.\.\.\)"):
         assert RUQMonitor(plot=True).plot == RUQPlot() == RUQMonitor().plot
     assert RUQMonitor().alert is not RUQMonitor().alert  # each its own state
@@ -197,8 +204,9 @@ def test_the_nli_monitors_threshold_settings():
     )
     assert old.threshold_generation == new.threshold_generation
     assert old.nli.settings() == new.nli.settings()
-    with pytest.warns(DeprecationWarning, match=r"NLIDiversityMonitor\(threshold_generation=False\) " + WARNS):
+    with pytest.warns(DeprecationWarning) as caught:
         off = NLIDiversityMonitor(threshold_generation=False, threshold=3)
+    assert re.search(r"NLIDiversityMonitor\(threshold_generation=False\) " + WARNS, said(caught))
     assert off.threshold_generation is None and off.nli.settings() == NLIDiversityMonitor(
         threshold_generation=ThresholdGeneration(threshold=3)
     ).nli.settings() | {"threshold_generation": False}
