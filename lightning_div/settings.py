@@ -8,7 +8,8 @@ configures them as nested mappings (``generation: {batch_size: 16}``), and so do
 * :class:`Generation`: how a monitor generates the responses it measures;
 * :class:`Lexical`: the lexical metrics measured beside Sem-Ent, their options and EAD's vocabulary size;
 * :class:`Outputs`: what a front end shows and writes besides the logged values;
-* :class:`Mining`: DRESS's negative mining.
+* :class:`Mining`: DRESS's negative mining;
+* :class:`RUQPlot`: RUQ's per-position plot, one class for the Lightning and the Hugging Face monitors.
 
 The semantic space (encoder + clusters) is an object of its own,
 :class:`~lightning_div.semantic.space.SemanticSpace`, given as ``space=`` to every front end.
@@ -28,7 +29,7 @@ from lightning_div.model.formatting import DialogueLayout
 from lightning_div.reweighting import NEGATIVE_BATCHES
 from lightning_div.types import Options
 
-__all__ = ["Generation", "Lexical", "Mining", "ModelAccess", "Outputs"]
+__all__ = ["Generation", "Lexical", "Mining", "ModelAccess", "Outputs", "RUQPlot"]
 
 
 def _positive_int(owner: str, name: str, value: Any) -> int:
@@ -187,3 +188,24 @@ class Mining:
         _choice("Mining", "at", self.at, MINE_AT)
         _choice("Mining", "loss", self.loss, NEGATIVE_LOSSES)
         _choice("Mining", "batches", self.batches, NEGATIVE_BATCHES)
+
+
+@dataclass(frozen=True)
+class RUQPlot:
+    """RUQ's per-position plot (the paper's Figure 1), drawn at every measured validation / evaluation.
+
+    Attributes:
+        num_contexts: the contexts plotted, the first of RUQ's fixed sample (their beam search is the
+            costly part: 64 took most of a quick-start epoch, hence 16).
+        num_beams: the beam size of the plot's "model output" line.
+
+    Raises:
+        ValueError: a number that is not an integer >= 1.
+    """
+
+    num_contexts: int = 16
+    num_beams: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("num_contexts", "num_beams"):
+            object.__setattr__(self, name, _positive_int("RUQPlot", name, getattr(self, name)))

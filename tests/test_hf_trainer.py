@@ -633,6 +633,22 @@ def test_string_contexts_are_one_turn_everywhere():
     assert cb.sample()[0].context == ("How are you?",)
 
 
+def test_the_ruq_plot_setting_is_the_settings_module_s_and_checks_its_numbers():
+    """One RUQPlot class (lightning_div.settings); a numpy integer is kept as an int, a zero refused by name."""
+    import numpy as np
+
+    from lightning_div.settings import RUQPlot as SettingsPlot
+
+    assert RUQPlot is SettingsPlot
+    plot = RUQPlot(num_contexts=np.int64(3), num_beams=2)
+    assert (plot.num_contexts, type(plot.num_contexts)) == (3, int)
+    assert RUQPlot() == RUQPlot(16, 5)
+    with pytest.raises(ValueError, match=r"RUQPlot.num_beams must be an integer >= 1, got 0"):
+        RUQPlot(num_beams=0)
+    with pytest.raises(ValueError, match=r"RUQPlot.num_contexts must be an integer >= 1, got True"):
+        RUQPlot(num_contexts=True)
+
+
 @pytest.mark.slow
 def test_shared_contexts_and_the_ruq_plot_reach_hugging_face_users(tmp_path):
     """Issue 41: the monitors' shared_contexts switch and RUQ's per-position plot, in the Hugging Face callback."""

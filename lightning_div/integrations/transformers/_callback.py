@@ -21,7 +21,7 @@ from lightning_div.integrations._frontend import (
     warn_fresh_start,
 )
 from lightning_div.integrations.transformers._data import EvaluationData
-from lightning_div.integrations.transformers._deprecated import RUQPlot, check_types, trainer_legacy
+from lightning_div.integrations.transformers._deprecated import check_types, trainer_legacy
 from lightning_div.integrations.transformers._evaluation import EvaluationResult, TrainerEvaluation, state_from_0_2
 from lightning_div.integrations.transformers._keys import EVAL_PREFIX, eval_key
 from lightning_div.keys import check_name
@@ -34,7 +34,7 @@ from lightning_div.model.formatting import DialogueLayout
 from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.cache import run_cache_dir
 from lightning_div.semantic.space import SemanticSpace, given_space
-from lightning_div.settings import Generation, Outputs
+from lightning_div.settings import Generation, Outputs, RUQPlot
 from lightning_div.types import PairsSource, ResponsesSource
 from lightning_div.verdict import next_alert_record
 from lightning_div.views import log_cards_once, log_collapse, log_samples_table

@@ -13,31 +13,9 @@ from typing import Any
 
 from lightning_div._internal.deprecation import take_deprecated
 from lightning_div.measure.alerts import RUQAlert
-from lightning_div.settings import Generation, Outputs
+from lightning_div.settings import Generation, Outputs, RUQPlot
 
-__all__ = ["RUQPlot", "TrainerLegacy", "check_types", "trainer_legacy"]
-
-
-@dataclass(frozen=True)
-class RUQPlot:
-    """RUQ's per-position plot (the paper's Figure 1), drawn at every evaluation: ``ruq_plot=RUQPlot()``.
-
-    Attributes:
-        num_contexts: the evaluation contexts the plot is drawn over (the first of RUQ's sample).
-        num_beams: the beam size of the plot's model-output line.
-
-    Raises:
-        ValueError: a size that is not an integer >= 1.
-    """
-
-    num_contexts: int = 16
-    num_beams: int = 5
-
-    def __post_init__(self) -> None:
-        for name in ("num_contexts", "num_beams"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RUQPlot.{name} must be an integer >= 1, got {value!r}")
+__all__ = ["TrainerLegacy", "check_types", "trainer_legacy"]
 
 
 def check_types(who: str, **given: tuple[Any, type | tuple[type, ...]]) -> None:
