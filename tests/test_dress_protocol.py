@@ -109,7 +109,7 @@ def test_setup_refuses_a_trainer_that_never_rebuilds_the_train_dataloader(tmp_pa
     with pytest.raises(
         ValueError,
         match=r"reload_dataloaders_every_n_epochs=0: create the Trainer with "
-        r"reload_dataloaders_every_n_epochs=1 \(or use negatives=False\)",
+        r"reload_dataloaders_every_n_epochs=1 \(or use mining=None\)",
     ):
         tr.fit(tiny_lm(), datamodule=datamodule())
     assert cb.state.weights is None and not (tmp_path / "cache").exists()  # refused before any work

@@ -54,17 +54,17 @@ def check_dress_trainer(trainer: pl.Trainer, every_n_epochs: int) -> None:
     every = getattr(trainer, "reload_dataloaders_every_n_epochs", 0)  # set in Trainer.__init__, not declared
     if every != 1:
         raise ValueError(
-            f"DRESSReweighting(negatives=True) trains on new negatives every {every_n_epochs} "
+            f"DRESSReweighting(mining=...) trains on new negatives every {every_n_epochs} "
             f"epoch(s), which reach training only through a rebuilt train dataloader, but this "
             f"Trainer has reload_dataloaders_every_n_epochs={every}: create the Trainer with "
-            f"reload_dataloaders_every_n_epochs=1 (or use negatives=False)"
+            f"reload_dataloaders_every_n_epochs=1 (or use mining=None)"
         )
     limit = getattr(trainer, "limit_train_batches", 1.0)
     if limit is not None and (isinstance(limit, int) or limit < 1.0):  # an int is a number of batches
         # The negative batches are shuffled among the gold ones, so a cut epoch trains only part of them.
         warn_once(
             "dress-limit-train-batches",
-            f"DRESSReweighting(negatives=True): limit_train_batches={limit} trains only the first "
+            f"DRESSReweighting(mining=...): limit_train_batches={limit} trains only the first "
             f"batches of each epoch, and the negatives' batches are shuffled among the gold ones, so "
             f"only about that share of each round's mined negatives is trained. Train whole epochs "
             f"and take fewer examples instead (DialogueDataModule(examples=Examples(max_train=...)))",

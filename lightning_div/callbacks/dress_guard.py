@@ -123,7 +123,7 @@ def run_guard(dress: DRESSReweighting, trainer: pl.Trainer, m: dict[str, float],
         dress.memory.warn_once(
             f"dress-collapse:{dress.name}",
             f"{type(dress).__name__}: the generations look collapsed at epoch {trainer.current_epoch}: "
-            f"{'; '.join(reasons)} (negative_loss={dress.negative_loss!r}, normalize={dress.normalize}). {then}. "
-            "The paper's -1 x NLL negatives are unbounded; negative_loss='unlikelihood' with normalize=True "
+            f"{'; '.join(reasons)} (Mining.loss={dress.negative_loss!r}, normalize={dress.normalize}). {then}. "
+            "The paper's -1 x NLL negatives are unbounded; Mining(loss='unlikelihood') with normalize=True "
             "(the defaults) stayed healthy where they did not (docs: callbacks/dress, 'Degeneration guard')",
         )
