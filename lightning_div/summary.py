@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from lightning_div._internal.deprecation import moved_attribute
+from lightning_div._internal.deprecation import moved_names
 from lightning_div.keys import (
     EMPTY_SHARE,
     LEXICAL_PATTERN,
@@ -109,13 +109,8 @@ _GROUP_ORDER: tuple[str, ...] = (
     "ead",
     "runtime",
 )
-#: 0.2's names of what moved: a warning alias for one release.
-_MOVED = {"Measurement": ("lightning_div.summary", "SummaryLine")}
-
-
-def __getattr__(name: str) -> Any:
-    """``Measurement`` (0.2) is :class:`SummaryLine`, with a ``DeprecationWarning``."""
-    return moved_attribute(__name__, name, _MOVED)
+#: ``Measurement`` (0.2) is :class:`SummaryLine`, importable for one release with a ``DeprecationWarning``.
+__getattr__ = moved_names(__name__, {"Measurement": ("lightning_div.summary", "SummaryLine")})
 
 
 #: What a Hugging Face evaluation logs (``eval_<metric>``), in summary order: the Lightning order's metrics.

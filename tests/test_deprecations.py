@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_div._internal.deprecation import take_deprecated
+from lightning_div._internal.deprecation import moved_names, regrouped_into, take_deprecated
 from lightning_div.datamodules.dialogue import DialogueDataModule
 from lightning_div.model import formatting
 from lightning_div.reweighting import train_responses_of
@@ -68,3 +68,22 @@ def test_take_deprecated_renames_regroups_and_refuses_the_unknown():
     assert messages[1].endswith("use generation=...(batch_size=...)")
     with pytest.raises(TypeError, match=r"Monitor\(\) got an unexpected keyword argument 'nope'"):
         take_deprecated("Monitor", {"nope": 1}, renamed={"old": "new"})
+
+
+def test_moved_names_is_a_module_getattr_that_warns_for_old_names_only():
+    getattr_ = moved_names("pkg.mod", {"Old": ("lightning_div.settings", "Outputs")})
+    with pytest.warns(DeprecationWarning, match=r"pkg\.mod\.Old is deprecated .* use lightning_div\.settings\.Outputs"):
+        old = getattr_("Old")
+    from lightning_div.settings import Outputs
+
+    assert old is Outputs
+    with pytest.raises(AttributeError, match=r"module 'pkg\.mod' has no attribute 'New'"):
+        getattr_("New")
+
+
+def test_regrouped_into_maps_each_kept_name_to_its_settings_field():
+    assert regrouped_into("outputs", "dirpath", "log_samples") == {
+        "dirpath": ("outputs", "dirpath"),
+        "log_samples": ("outputs", "log_samples"),
+    }
+    assert regrouped_into("alert") == {}

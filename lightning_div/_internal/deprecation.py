@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["moved_attribute", "take_deprecated", "warn_deprecated"]
+__all__ = ["moved_attribute", "moved_names", "regrouped_into", "take_deprecated", "warn_deprecated"]
 
 
 def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
@@ -64,6 +64,15 @@ def take_deprecated(
     return values, groups
 
 
+def regrouped_into(argument: str, *fields: str) -> dict[str, tuple[str, str]]:
+    """``take_deprecated``'s ``regrouped`` entries of 0.2 keywords that kept their name as a field of ``argument``.
+
+    ``regrouped_into("outputs", "dirpath", "log_samples")`` is
+    ``{"dirpath": ("outputs", "dirpath"), "log_samples": ("outputs", "log_samples")}``.
+    """
+    return {name: (argument, name) for name in fields}
+
+
 def moved_attribute(module: str, name: str, moved: Mapping[str, tuple[str, str]]) -> Any:
     """A module ``__getattr__``'s answer for a renamed public name: the new object, with a warning.
 
@@ -80,3 +89,21 @@ def moved_attribute(module: str, name: str, moved: Mapping[str, tuple[str, str]]
     where, new = moved[name]
     warn_deprecated(f"{module}.{name}", f"{where}.{new}")
     return getattr(importlib.import_module(where), new)
+
+
+def moved_names(module: str, moved: Mapping[str, tuple[str, str]]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` serving its renamed public names: ``__getattr__ = moved_names(__name__, {...})``.
+
+    Args:
+        module: the module's ``__name__``.
+        moved: old name -> ``(module of the new object, new name)``, as :func:`moved_attribute`.
+
+    Returns:
+        The function to bind as the module's ``__getattr__`` (each old name warns, any other raises
+        ``AttributeError``).
+    """
+
+    def __getattr__(name: str) -> Any:
+        return moved_attribute(module, name, moved)
+
+    return __getattr__

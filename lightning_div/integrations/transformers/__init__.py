@@ -65,9 +65,7 @@ monitor (and its :class:`RUQPlot`), DRESS in a ``Trainer`` (:class:`DressTrainer
 and the chat helpers for TRL (:data:`DIALOGPT_CHAT_TEMPLATE`, :func:`as_messages`).
 """
 
-from typing import Any
-
-from lightning_div._internal.deprecation import moved_attribute
+from lightning_div._internal.deprecation import moved_names
 from lightning_div.integrations.transformers._callback import RUQPlot, TrainerDiversityMonitor
 from lightning_div.integrations.transformers._chat import DIALOGPT_CHAT_TEMPLATE, as_messages
 from lightning_div.integrations.transformers._dress import (
@@ -94,8 +92,4 @@ __all__ = [
 ]
 
 #: 0.2's names, importable for one release with a DeprecationWarning.
-_MOVED = {"DiversityTrainerCallback": (__name__, "TrainerDiversityMonitor")}
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name, _MOVED)
+__getattr__ = moved_names(__name__, {"DiversityTrainerCallback": (__name__, "TrainerDiversityMonitor")})

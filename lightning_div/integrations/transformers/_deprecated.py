@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lightning_div._internal.deprecation import take_deprecated
+from lightning_div._internal.deprecation import regrouped_into, take_deprecated
 from lightning_div.measure.alerts import RUQAlert
 from lightning_div.settings import Generation, Outputs, RUQPlot
 
@@ -55,14 +55,9 @@ _RENAMED = {
     "num_ruq_prompts": "num_contexts",
 }
 _REGROUPED = {
-    "warn_below": ("alert", "warn_below"),
-    "warn_drop": ("alert", "warn_drop"),
-    "batch_size": ("generation", "batch_size"),
-    "max_new_tokens": ("generation", "max_new_tokens"),
-    "dirpath": ("outputs", "dirpath"),
-    "show_progress": ("outputs", "show_progress"),
-    "log_samples": ("outputs", "log_samples"),
-    "cluster_views": ("outputs", "cluster_views"),
+    **regrouped_into("alert", "warn_below", "warn_drop"),
+    **regrouped_into("generation", "batch_size", "max_new_tokens"),
+    **regrouped_into("outputs", "dirpath", "show_progress", "log_samples", "cluster_views"),
     "num_plot_prompts": ("ruq_plot", "num_contexts"),
     "num_beams": ("ruq_plot", "num_beams"),
     "seed": ("TrainingArguments", "seed"),

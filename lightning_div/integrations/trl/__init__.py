@@ -20,9 +20,7 @@ kept in :mod:`lightning_div._internal.compat.trl`); TRL is imported by the train
 by this package (only ``transformers``' callback class is).
 """
 
-from typing import Any
-
-from lightning_div._internal.deprecation import moved_attribute
+from lightning_div._internal.deprecation import moved_names
 from lightning_div.integrations.trl.callback import GroupDiversityMonitor, group_metrics, rollouts_of
 from lightning_div.integrations.trl.reward import EQUIVALENCES, SemanticGroupReward, group_labels
 from lightning_div.integrations.trl.rollouts import (
@@ -54,8 +52,4 @@ __all__ = [
 ]
 
 #: 0.2's names, importable for one release with a DeprecationWarning.
-_MOVED = {"GroupDiversityCallback": (__name__, "GroupDiversityMonitor")}
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name, _MOVED)
+__getattr__ = moved_names(__name__, {"GroupDiversityCallback": (__name__, "GroupDiversityMonitor")})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from lightning_div._internal.deprecation import take_deprecated
+from lightning_div._internal.deprecation import regrouped_into, take_deprecated
 from lightning_div.measure.alerts import GroupAlert
 from lightning_div.settings import Lexical, Outputs
 
@@ -39,8 +39,7 @@ _REGROUPED = {
     "lexical_metrics": ("lexical", "metrics"),
     "lexical_options": ("lexical", "options"),
     "vocab_size": ("lexical", "vocab_size"),
-    "dirpath": ("outputs", "dirpath"),
-    "log_samples": ("outputs", "log_samples"),
+    **regrouped_into("outputs", "dirpath", "log_samples"),
     "batch_size": ("space", "batch_size"),
 }
 

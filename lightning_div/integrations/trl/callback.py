@@ -52,6 +52,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from lightning_div._internal.checks import optional_texts
 from lightning_div._internal.compat.trl import rollouts_of
+from lightning_div._internal.deprecation import moved_names
 from lightning_div.integrations._frontend import (
     attach,
     run_output_dir,
@@ -493,8 +494,5 @@ class GroupDiversityMonitor(TrainerCallback):
         return reporter
 
 
-def __getattr__(name: str) -> Any:
-    """0.2's ``GroupDiversityCallback``, importable from this module for one release (warning)."""
-    from lightning_div._internal.deprecation import moved_attribute
-
-    return moved_attribute(__name__, name, {"GroupDiversityCallback": (__name__, "GroupDiversityMonitor")})
+#: 0.2's ``GroupDiversityCallback``, importable from this module for one release (warning).
+__getattr__ = moved_names(__name__, {"GroupDiversityCallback": (__name__, "GroupDiversityMonitor")})
