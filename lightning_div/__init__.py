@@ -11,7 +11,6 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
         DRESSReweighting,
         NLIDiversityMonitor,
         RUQMonitor,
-        RUQPlot,
         RUQScoring,
         SemanticDiversityMonitor,
         ThresholdGeneration,
@@ -25,7 +24,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from lightning_div.semantic.clusters import SemanticClusters
     from lightning_div.semantic.encoder import ResponseEncoder
     from lightning_div.semantic.space import SemanticSpace
-    from lightning_div.settings import Generation, Lexical, Mining, ModelAccess, Outputs
+    from lightning_div.settings import Generation, Lexical, Mining, ModelAccess, Outputs, RUQPlot
     from lightning_div.summary import print_summary
 
 _LAZY = {
@@ -33,7 +32,7 @@ _LAZY = {
     "RUQMonitor": "lightning_div.callbacks",
     "DRESSReweighting": "lightning_div.callbacks",
     "NLIDiversityMonitor": "lightning_div.callbacks",
-    "RUQPlot": "lightning_div.callbacks",
+    "RUQPlot": "lightning_div.settings",
     "RUQScoring": "lightning_div.callbacks",
     "ThresholdGeneration": "lightning_div.callbacks",
     "ModelAccess": "lightning_div.settings",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,31 +17,9 @@ from lightning_div.measure.ruq import DEFAULT_IDK, RUQMeasure, ruq_profile_figur
 from lightning_div.metrics.ruq import ReferenceChoice, check_reference
 from lightning_div.model.adapters import DialogueModelAdapter
 from lightning_div.pairs import DialoguePair
+from lightning_div.settings import RUQPlot
 from lightning_div.types import PairsSource
 from lightning_div.verdict import next_alert_record
-
-
-@dataclass(frozen=True)
-class RUQPlot:
-    """The per-position plot of the RUQ paper, logged at every measured validation epoch.
-
-    Attributes:
-        num_contexts: the validation contexts plotted, the first of the fixed sample (its beam search is the
-            costly part: 64 took most of a quick-start epoch, hence 16).
-        num_beams: beam size of the "model output" line.
-
-    Raises:
-        ValueError: a number that is not an integer >= 1.
-    """
-
-    num_contexts: int = 16
-    num_beams: int = 5
-
-    def __post_init__(self) -> None:
-        for name in ("num_contexts", "num_beams"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"RUQPlot.{name} must be an integer >= 1, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -102,7 +79,7 @@ class RUQMonitor(ValidationMonitor):
         num_train_contexts: size of the fixed random sample of training contexts (None = all).
         val_pairs: validation evaluation data (pairs or a path); default: the datamodule's.
         train_pairs: training evaluation data (pairs or a path); default: the datamodule's.
-        plot: the per-position plot (:class:`RUQPlot`); None: no plot.
+        plot: the per-position plot (:class:`~lightning_div.settings.RUQPlot`); None: no plot.
         alert: when ``val/ruq_alert`` fires (:class:`~lightning_div.measure.alerts.RUQAlert`); None: ``RUQAlert()``
             (a drop of more than 10 points since the last measurement), as the Hugging Face monitor;
             ``RUQAlert(warn_drop=None)`` never alerts.
