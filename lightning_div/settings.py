@@ -17,13 +17,13 @@ The semantic space (encoder + clusters) is an object of its own,
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_div.dress.schedule import MINE_AT
+from lightning_div.dress.weights import check_head_threshold, check_negative_weight
 from lightning_div.keys import DEFAULT_LEXICAL, NEGATIVE_LOSSES
 from lightning_div.model.formatting import DialogueLayout
 from lightning_div.reweighting import NEGATIVE_BATCHES
@@ -160,8 +160,9 @@ class Mining:
 
     Attributes:
         num_contexts: training contexts generated for at each mining round (the fixed sample's size).
-        head_threshold: a cluster whose share of the mined responses is above this is a head cluster.
-        weight: the negatives' weight in the loss (negative: pushed away).
+        head_threshold: a cluster whose share of the mined responses is above this is a head cluster
+            (a share in [0, 1)).
+        weight: the negatives' weight in the loss, a finite number < 0 (pushed away; the paper: -1).
         at: ``"start"`` (the authors: every round's start, greedy without n-gram blocking) or
             ``"end"`` (every round's end).
         loss: ``"unlikelihood"`` (|weight| x -log(1 - p) a token, bounded) or ``"nll"`` (the
@@ -181,10 +182,8 @@ class Mining:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_contexts", _positive_int("Mining", "num_contexts", self.num_contexts))
-        if not isinstance(self.head_threshold, numbers.Real) or not 0 <= float(self.head_threshold) <= 1:
-            raise ValueError(f"Mining.head_threshold is a share in [0, 1], got {self.head_threshold!r}")
-        if not isinstance(self.weight, numbers.Real) or not math.isfinite(float(self.weight)):
-            raise ValueError(f"Mining.weight must be a finite number, got {self.weight!r}")
+        object.__setattr__(self, "head_threshold", check_head_threshold(self.head_threshold, "Mining.head_threshold"))
+        object.__setattr__(self, "weight", check_negative_weight(self.weight, "Mining.weight"))
         _choice("Mining", "at", self.at, MINE_AT)
         _choice("Mining", "loss", self.loss, NEGATIVE_LOSSES)
         _choice("Mining", "batches", self.batches, NEGATIVE_BATCHES)

@@ -1707,8 +1707,8 @@ ROWS: list[Row] = [
         lambda res, tmp: DRESSReweighting(mining=Mining(weight=1.0)),
         Raises(
             ValueError,
-            r"negative_weight must be a finite number < 0 \(the paper: -1; a positive weight would reinforce",
-            "`Mining(weight=1.0)`: “negative_weight must be a finite number < 0 (…)” (+1 trained the head clusters' "
+            r"Mining\.weight must be a finite number < 0 \(the paper: -1; a positive weight would reinforce",
+            "`Mining(weight=1.0)`: “Mining.weight must be a finite number < 0 (…)” (+1 trained the head clusters' "
             "generations as gold examples); `lam` < 0, `Mining.head_threshold` outside [0, 1), "
             "`Mining.num_contexts` < 1 the same, at construction",
         ),

@@ -46,20 +46,20 @@ def check_head_threshold(threshold: Any, name: str = "threshold") -> float:
     return value
 
 
-def check_negative_weight(weight: Any) -> float:
+def check_negative_weight(weight: Any, name: str = "Mining.weight") -> float:
     """A mined response's weight as given: a finite number < 0.
 
     A positive weight would train the head-cluster generations as gold examples, reinforcing
-    what DRESS pushes the model away from; 0 would train nothing (``negatives=False`` says that).
+    what DRESS pushes the model away from; 0 would train nothing (``mining=None`` says that).
 
     Raises:
-        ValueError: anything else, naming ``negative_weight``.
+        ValueError: anything else, naming ``name``.
     """
     value = float(weight) if isinstance(weight, numbers.Real) and not isinstance(weight, bool) else math.nan
     if not math.isfinite(value) or value >= 0:
         raise ValueError(
-            f"negative_weight must be a finite number < 0 (the paper: -1; a positive weight would reinforce the "
-            f"head-cluster generations DRESS pushes away from; negatives=False trains none), got {weight!r}"
+            f"{name} must be a finite number < 0 (the paper: -1; a positive weight would reinforce the "
+            f"head-cluster generations DRESS pushes away from; mining=None trains none), got {weight!r}"
         )
     return value
 
