@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from lightning_div._internal.bars import bar_disabled
 from lightning_div._internal.counts import check_count
-from lightning_div._internal.deprecation import moved_attribute
+from lightning_div._internal.deprecation import moved_names
 
 Context = Union[str, Sequence[str]]
 
@@ -418,6 +418,5 @@ class DialogueLayout:
             yield self._encode_pair(context, response, memo, responses_memo, layout, max_response_tokens)
 
 
-def __getattr__(name: str) -> Any:
-    # 0.2's name of DialogueLayout ("format" also meant a file format): importable, with a warning, for one release
-    return moved_attribute(__name__, name, {"DialogueFormat": (__name__, "DialogueLayout")})
+# 0.2's name of DialogueLayout ("format" also meant a file format): importable, with a warning, for one release
+__getattr__ = moved_names(__name__, {"DialogueFormat": (__name__, "DialogueLayout")})
