@@ -472,3 +472,23 @@ def test_lightning_cli_configures_the_settings_objects_and_the_space_by_class_pa
     assert (sem.num_contexts, sem.lexical_metrics, sem.lexical_options) == (12, ["distinct_1"], {"base": 2})
     assert (sem.generation, sem.outputs) == (Generation(4, 9), Outputs(log_samples=0, show_progress=False))
     assert (ruq.num_contexts, ruq.plot, ruq.alert.warn_below, ruq.alert.warn_drop) == (5, RUQPlot(2, 3), 30.0, 10.0)
+
+
+def test_the_layout_is_the_datamodules_unless_the_model_access_names_one():
+    from types import SimpleNamespace
+
+    from lightning_div.datamodules import DialogueDataModule
+    from lightning_div.model.formatting import DialogueLayout
+
+    dm = DialogueDataModule(train=[("a", "b")], val=[("c", "d")], layout=DialogueLayout(max_turns=2))
+    own = DialogueLayout(max_turns=5, turn_separator=" | ")
+    for access, datamodule, want in [
+        (None, dm, DialogueLayout(max_turns=2)),  # the datamodule's, which training used
+        (ModelAccess(layout=own), dm, own),  # given: it wins
+        (None, SimpleNamespace(), DialogueLayout()),  # a datamodule without one: the default
+        (None, SimpleNamespace(layout="not a layout"), DialogueLayout()),
+    ]:
+        cb = RUQMonitor(model=access)
+        assert cb.layout == (own if access else DialogueLayout())  # before setup: no datamodule seen yet
+        cb.setup(SimpleNamespace(callbacks=[cb], datamodule=datamodule, strategy=None), None, "validate")
+        assert cb.layout == want and cb.format == want  # format: 0.2's name, read-only
