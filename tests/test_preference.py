@@ -144,6 +144,19 @@ def test_a_dataset_in_text_or_conversational_form_for_dpo_trainer():
     assert len(empty) == 0 and empty.column_names == ["prompt", "chosen", "rejected"]
 
 
+def test_the_dataset_passes_every_option_on_to_select_preference_pairs():
+    pools = [Pool("p", ["a", "b", "a b", "c"], [1.0, 0.5, 0.9, 0.0]), Pool("q", ["x", "y", "x y"], [0.2, 0.8, 0.8])]
+    options = {"rule": "divpo", "criterion": "frequency", "rho": 0.6, "split": "rank", "seed": 3}
+    given = diverse_preference_pairs(pools, **options).to_list()
+    assert given == select_preference_pairs(pools, **options).records()
+    # pool q: y and x y tie on quality (0.8) and on word-frequency diversity (0.5 each), so the seeded tie
+    # order decides: seed 3's picks y, the default seed 0's picks x y (the options did reach the rule)
+    assert given[1] == {"prompt": "q", "chosen": "y", "rejected": "x"}
+    assert diverse_preference_pairs(pools, criterion="frequency")[1]["chosen"] == "x y"
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'temperature'"):
+        diverse_preference_pairs(pools, temperature=0.7)
+
+
 def test_quality_as_a_trl_reward_function_or_lists():
     calls = []
 

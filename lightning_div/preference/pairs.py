@@ -35,9 +35,10 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypedDict, Union
 
 import numpy as np
+from typing_extensions import Unpack
 
 from lightning_div.preference.criteria import Criterion, diversity_scores
 from lightning_div.preference.pools import Pool, Prompt, as_pool, check_one_form, check_quality
@@ -45,6 +46,7 @@ from lightning_div.preference.pools import Pool, Prompt, as_pool, check_one_form
 __all__ = [
     "RULES",
     "SPLITS",
+    "PairOptions",
     "PairSelection",
     "PreferencePair",
     "diverse_preference_pairs",
@@ -373,18 +375,26 @@ def select_preference_pairs(
     return selection
 
 
+class PairOptions(TypedDict, total=False):
+    """The keyword options of :func:`select_preference_pairs`, passed on as they are by :func:`diverse_preference_pairs`.
+
+    Their meaning and defaults are :func:`select_preference_pairs`'s; every key is optional.
+    """
+
+    rule: Rule
+    criterion: Criterion
+    rho: float
+    split: Split
+    space: Any
+    model: Any
+    tokenizer: Any
+    seed: int
+
+
 def diverse_preference_pairs(
     pools: Sequence[Pool | Mapping[str, Any]],
     quality: Quality | None = None,
-    *,
-    rule: Rule = "divpo",
-    criterion: Criterion = "semantic",
-    rho: float = 0.5,
-    split: Split = "range",
-    space: Any = None,
-    model: Any = None,
-    tokenizer: Any = None,
-    seed: int = 0,
+    **options: Unpack[PairOptions],
 ) -> Any:
     """Preference pairs for TRL's ``DPOTrainer``: a ``datasets.Dataset`` of ``prompt`` / ``chosen`` / ``rejected``.
 
@@ -395,20 +405,15 @@ def diverse_preference_pairs(
     Args:
         pools: as :func:`select_preference_pairs`.
         quality: as :func:`select_preference_pairs`.
-        rule: ``"divpo"`` or ``"dpo"``.
-        criterion: the diversity criterion.
-        rho: the quality threshold, in (0, 1).
-        split: ``"range"`` or ``"rank"``.
-        space: the semantic space of ``criterion="semantic"``.
-        model: the policy of ``criterion="likelihood"``.
-        tokenizer: its tokenizer.
-        seed: the seed of the tie-breaking order.
+        **options: :func:`select_preference_pairs`'s keyword arguments (:class:`PairOptions`):
+            ``rule``, ``criterion``, ``rho``, ``split``, ``space``, ``model``, ``tokenizer``, ``seed``.
 
     Returns:
         A ``datasets.Dataset`` with one row per pair.
 
     Raises:
         ValueError: as :func:`select_preference_pairs`.
+        TypeError: a keyword argument :func:`select_preference_pairs` does not take.
 
     Examples:
         >>> pools = [{"prompt": "Hi!", "responses": ["ok", "ok", "good thanks", "hm"], "quality": [1, 1, 1, 0]}]
@@ -417,15 +422,4 @@ def diverse_preference_pairs(
         >>> diverse_preference_pairs(pools, rule="dpo")[0]["rejected"]
         'hm'
     """
-    return select_preference_pairs(
-        pools,
-        quality,
-        rule=rule,
-        criterion=criterion,
-        rho=rho,
-        split=split,
-        space=space,
-        model=model,
-        tokenizer=tokenizer,
-        seed=seed,
-    ).dataset()
+    return select_preference_pairs(pools, quality, **options).dataset()
