@@ -307,11 +307,17 @@ def test_the_dress_line_runs_offline_and_a_hub_default_fails_in_one_message():
     offline, failed after three chained tracebacks; the line now names the quick start's offline encoder."""
     import traceback
 
+    from lightning_div import SemanticSpace
     from lightning_div.callbacks import DRESSReweighting
     from lightning_div.semantic.encoder import EncoderLoadError
 
     (line,) = re.findall(r"`(DRESSReweighting\([^`]*\))`", section("Add it to your Trainer"))
-    dress = eval(line, {"DRESSReweighting": DRESSReweighting})
+    # the line's ``space`` is the fragment's, the monitor's: the one object both are given
+    (space_line,) = [s for s in python_block("Add it to your Trainer").splitlines() if s.startswith("space = ")]
+    fragment: dict = {"SemanticSpace": SemanticSpace}
+    exec(space_line, fragment)
+    dress = eval(line, {"DRESSReweighting": DRESSReweighting, "space": fragment["space"]})
+    assert dress.space is fragment["space"]
     encoder = dress.space.get_encoder("cpu")
     assert encoder.model_name_or_path == "sentence-transformers/all-MiniLM-L6-v2" and encoder.pooling == "mean"
     assert encoder.tokenizer("hello")["input_ids"]  # loaded offline (HF_HUB_OFFLINE=1, conftest)
