@@ -62,13 +62,13 @@ def test_dailydialog_text(tmp_path):
     assert (stats.records, stats.examples, stats.truncated) == (3, 4, 0)
     assert stats.dropped == {"conversations with fewer than 2 turns": 1}
 
-    pairs = read_dailydialog(path, max_history=2)
+    pairs = read_dailydialog(path, max_turns=2)
 
     stats = pairs.stats
     assert pairs[2].context == ("Fine , thanks .", "Good to hear .")
     assert stats.truncated == 1  # only the 3-turn context of "Bye ." loses a turn
     # the same through the dispatcher: a .txt with __eou__ is DailyDialog
-    assert read_pairs(path, max_history=2) == pairs
+    assert read_pairs(path, max_turns=2) == pairs
 
 
 def test_dailydialog_malformed(tmp_path):
@@ -88,7 +88,7 @@ def test_jsonl_pairs_and_field_names(tmp_path):
         {"context": ["x"], "response": "   "},
     ]
     path = write(tmp_path, "data.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
-    pairs = read_json(path, max_history=3)
+    pairs = read_json(path, max_turns=3)
     stats = pairs.stats
     assert pairs == [
         DialoguePair(("Hi", "Hello, who is this?"), "It's Sam.", ("Sam here.",)),
@@ -269,7 +269,7 @@ def test_parlai_episodes(tmp_path):
         DialoguePair(("new episode", "yes"), "second"),  # empty text: the history alone is the context
     ]
     assert stats.records == 4
-    assert read_parlai(path, max_history=2)[1].context == ("i'm great thanks!", "i've just been biking.")
+    assert read_parlai(path, max_turns=2)[1].context == ("i'm great thanks!", "i've just been biking.")
 
 
 #: the same of malformed ParlAI files
@@ -363,27 +363,27 @@ def test_dedupe_removes_exact_duplicates_only():
     stats = pairs.stats
     assert len(pairs) == 4 and stats.duplicates == 1 and stats.examples == 4
     # truncation happens first: (z, a) -> (a,) makes the fourth item a duplicate too
-    pairs = read_pairs(items, dedupe=True, max_history=1)
+    pairs = read_pairs(items, dedupe=True, max_turns=1)
     stats = pairs.stats
     assert len(pairs) == 3 and stats.duplicates == 2 and stats.truncated == 1
     assert stats.summary().endswith("duplicates removed: 2")
 
 
 def test_dispatch_errors(tmp_path):
-    with pytest.raises(ValueError, match="extension '.xml'"):
+    with pytest.raises(ValueError, match=r"extension '\.xml'; pass file_format= one of \("):
         read_pairs(write(tmp_path, "a.xml", "<x/>"))
-    with pytest.raises(ValueError, match="neither ParlAI"):
+    with pytest.raises(ValueError, match=r"neither ParlAI .*; pass file_format=$"):
         read_pairs(write(tmp_path, "plain.txt", "just text\n"))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         read_pairs(tmp_path / "missing.jsonl")
-    with pytest.raises(ValueError, match="format='yaml' is unknown"):
-        read_pairs("x.yaml", format="yaml")
+    with pytest.raises(ValueError, match="^file_format='yaml' is unknown"):
+        read_pairs("x.yaml", file_format="yaml")
     with pytest.raises(TypeError, match="unknown option"):
         read_pairs([("a", "b")], contxt="c")
     with pytest.raises(ValueError, match="split='dev'"):
         read_pairs("chitchat:dev")
-    with pytest.raises(ValueError, match="max_history"):
-        conversation_to_pairs(["a", "b"], max_history=0)
+    with pytest.raises(ValueError, match=r"^max_turns must be an int >= 1 or None, got 0$"):
+        conversation_to_pairs(["a", "b"], max_turns=0)
 
 
 # ---------------------------------------------------------------------------------------------- embedded corpus
@@ -395,12 +395,12 @@ def test_chitchat_split_sizes():
     assert sizes == {"train": 3610, "validation": 190, "test": 217}
     examples = {}
     for split in ("train", "validation", "test"):
-        pairs = read_pairs(f"chitchat:{split}", max_history=3)
+        pairs = read_pairs(f"chitchat:{split}", max_turns=3)
         stats = pairs.stats
         assert stats.records == sizes[split] and stats.total_dropped == 0
         examples[split] = len(pairs)
         if split != "train":  # read_chitchat gives the same pairs (the train split is as large; skip for speed)
-            assert pairs == read_chitchat(split, max_history=3)
+            assert pairs == read_chitchat(split, max_turns=3)
     assert examples == {"train": 118_529, "validation": 6_025, "test": 7_003}
     # splits are disjoint conversations
     ids = [{c for c, _ in chitchat_conversations(s)} for s in ("train", "validation", "test")]
@@ -461,4 +461,4 @@ def test_cr_only_line_ends_are_lines(tmp_path):
     assert read_responses(crlf) == ["first", "second"]
     dd = tmp_path / "dialogues_text.txt"
     dd.write_bytes(b"hi __eou__ hello __eou__\rhow are you __eou__ fine __eou__\r")
-    assert [p.response for p in read_pairs(dd, format="dailydialog")] == ["hello", "fine"]
+    assert [p.response for p in read_pairs(dd, file_format="dailydialog")] == ["hello", "fine"]

@@ -178,7 +178,7 @@ class DialogueDataModule(DeprecatedAttributes, pl.LightningDataModule):
                 source,
                 self.file_format,
                 split=_SPLIT_OF[name],
-                max_history=self.layout.max_turns,
+                max_turns=self.layout.max_turns,
                 dedupe=self.examples.dedupe,
                 fields=self.reader.fields,
                 **self.reader.csv_options(),

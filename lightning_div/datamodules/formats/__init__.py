@@ -1,14 +1,15 @@
 """Dialogue readers: every format becomes a list of :class:`DialoguePair`.
 
 A conversation of turns t0..tm becomes one example per response turn: for i >= 1,
-(context = t0..t(i-1), response = ti), the history cut to the last ``max_history``
-turns when that is set. Formats that already hold (context, response) records keep
+(context = t0..t(i-1), response = ti), the history cut to the last ``max_turns``
+turns when that is set (0.2 said ``max_history=``; like ``format=``, now ``file_format=``,
+it is still accepted for one release with a ``DeprecationWarning``). Formats that already hold (context, response) records keep
 one example per record, their context cut the same way.
 
 Every ``read_*`` function returns a :class:`ReadResult`: the list of pairs, with the
 reader's counts in ``.stats``. Malformed
 input raises :class:`DataFormatError` whose message starts with ``file:line``.
-:func:`read_pairs` picks the reader from a path's extension, a format name, a
+:func:`read_pairs` picks the reader from a path's extension, a file format name, a
 ``datasets.Dataset``, the word ``"chitchat"`` or an in-memory list.
 
 One module a job: ``records`` (the pairs and their statistics, the field names), ``files``

@@ -16,6 +16,7 @@ from lightning_div.datamodules.formats.records import (
     ReadResult,
     _add_record,
     _Collector,
+    _max_turns,
     _split_cell,
 )
 from lightning_div.pairs import DataFormatError
@@ -23,12 +24,13 @@ from lightning_div.pairs import DataFormatError
 
 def read_csv(
     path: str | os.PathLike,
-    max_history: int | None = None,
+    max_turns: int | None = None,
     dedupe: bool = False,
     fields: Fields = Fields(),
     delimiter: str | None = None,
     context_separator: str = CONTEXT_SEPARATOR,
     references_separator: str = REFERENCES_SEPARATOR,
+    **deprecated: Any,
 ) -> ReadResult:
     """CSV / TSV with a header row.
 
@@ -36,12 +38,15 @@ def read_csv(
     the optional references cell holds references joined by ``references_separator``
     (default ``" ||| "``, which ordinary sentences do not contain). A ``dialog`` column
     (turns joined by ``context_separator``) is read as a whole conversation. The delimiter
-    is ``","`` for ``.csv`` and a tab for ``.tsv`` unless given.
+    is ``","`` for ``.csv`` and a tab for ``.tsv`` unless given. ``max_turns`` keeps that many
+    context turns per example (None = all); 0.2's ``max_history=`` still works for one release,
+    with a ``DeprecationWarning``.
     """
+    max_turns = _max_turns("read_csv", max_turns, deprecated)
     text = _read_text(path)
     if delimiter is None:
         delimiter = "\t" if str(path).lower().endswith(".tsv") else ","
-    out = _Collector(str(path), max_history)
+    out = _Collector(str(path), max_turns)
     header: list[str] | None = None
     for line, row in _csv_rows(path, text, delimiter):
         if not any(cell.strip() for cell in row):

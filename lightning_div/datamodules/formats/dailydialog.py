@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from lightning_div.datamodules.formats.files import _lines, _read_text
-from lightning_div.datamodules.formats.records import ReadResult, _Collector, _split_cell
+from lightning_div.datamodules.formats.records import ReadResult, _Collector, _max_turns, _split_cell
 from lightning_div.pairs import DataFormatError
 
 EOU = "__eou__"
 
 
 def read_dailydialog(
-    path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False, eou: str = EOU
+    path: str | os.PathLike, max_turns: int | None = None, dedupe: bool = False, eou: str = EOU, **deprecated: Any
 ) -> ReadResult:
-    """DailyDialog text (``dialogues_text.txt``): one dialogue a line, each turn ended by ``__eou__``."""
+    """DailyDialog text (``dialogues_text.txt``): one dialogue a line, each turn ended by ``__eou__``.
+
+    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
+    still works for one release, with a ``DeprecationWarning``.
+    """
+    max_turns = _max_turns("read_dailydialog", max_turns, deprecated)
     text = _read_text(path)
-    out = _Collector(str(path), max_history)
+    out = _Collector(str(path), max_turns)
     for number, line in _lines(text):
         where = f"{path}:{number}"
         if eou not in line:

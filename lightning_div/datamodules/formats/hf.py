@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_div._internal.extras import missing_extra
-from lightning_div.datamodules.formats.records import Fields, ReadResult, _add_record, _Collector
+from lightning_div.datamodules.formats.records import Fields, ReadResult, _add_record, _Collector, _max_turns
 from lightning_div.pairs import DataFormatError
 
 
@@ -18,15 +18,19 @@ def _is_hf_dataset(obj: Any) -> bool:
 def read_hf(
     data: Any,
     split: str | None = None,
-    max_history: int | None = None,
+    max_turns: int | None = None,
     dedupe: bool = False,
     fields: Fields = Fields(),
     name: str | None = None,
+    **deprecated: Any,
 ) -> ReadResult:
     """A ``datasets.Dataset``, a ``DatasetDict`` (pick ``split``) or a ``save_to_disk`` directory.
 
     Rows are read as records (see :class:`Fields`); errors name the dataset and row.
+    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
+    still works for one release, with a ``DeprecationWarning``.
     """
+    max_turns = _max_turns("read_hf", max_turns, deprecated)
     try:
         import datasets
     except ModuleNotFoundError as err:
@@ -63,7 +67,7 @@ def read_hf(
         )
     if len(data) == 0:
         raise DataFormatError(name, "the dataset has no rows")
-    out = _Collector(name, max_history)
+    out = _Collector(name, max_turns)
     for i, row in enumerate(data):
         _add_record(out, row, f"{name} row {i}", fields)
     return out.result(dedupe)

@@ -5,22 +5,26 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lightning_div.datamodules.formats.records import Fields, ReadResult, _add_record, _Collector
+from lightning_div.datamodules.formats.records import Fields, ReadResult, _add_record, _Collector, _max_turns
 from lightning_div.pairs import DataFormatError, as_pair
 
 
 def pairs_from_items(
     items: Iterable[Any],
-    max_history: int | None = None,
+    max_turns: int | None = None,
     dedupe: bool = False,
     fields: Fields = Fields(),
     name: str = "pairs",
+    **deprecated: Any,
 ) -> ReadResult:
     """Normalise DialoguePairs, (context, response) / (context, [references]) tuples or record dicts.
 
     Errors name the index of the bad item, e.g. ``pairs[3]: response must be a string``.
+    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
+    still works for one release, with a ``DeprecationWarning``.
     """
-    out = _Collector(name, max_history)
+    max_turns = _max_turns("pairs_from_items", max_turns, deprecated)
+    out = _Collector(name, max_turns)
     for i, item in enumerate(items):
         where = f"{name}[{i}]"
         if isinstance(item, dict):

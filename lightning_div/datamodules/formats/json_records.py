@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lightning_div.datamodules.formats.files import _lines, _read_text
-from lightning_div.datamodules.formats.records import Fields, ReadResult, _add_record, _Collector
+from lightning_div.datamodules.formats.records import Fields, ReadResult, _add_record, _Collector, _max_turns
 from lightning_div.pairs import DataFormatError
 
 # Python's JSON decoder recurses once per nesting level: "[" x 100,000 raises RecursionError, said as this line
@@ -61,11 +61,20 @@ def _json_records(path: str | os.PathLike, text: str) -> Iterator[tuple[int, Any
 
 
 def read_json(
-    path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False, fields: Fields = Fields()
+    path: str | os.PathLike,
+    max_turns: int | None = None,
+    dedupe: bool = False,
+    fields: Fields = Fields(),
+    **deprecated: Any,
 ) -> ReadResult:
-    """JSON Lines or a JSON list of records (see :class:`Fields`); DailyDialog++ files included."""
+    """JSON Lines or a JSON list of records (see :class:`Fields`); DailyDialog++ files included.
+
+    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
+    still works for one release, with a ``DeprecationWarning``.
+    """
+    max_turns = _max_turns("read_json", max_turns, deprecated)
     text = _read_text(path)
-    out = _Collector(str(path), max_history)
+    out = _Collector(str(path), max_turns)
     for number, record in _json_records(path, text):
         _add_record(out, record, f"{path}:{number}", fields)
     return out.result(dedupe)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from lightning_div.datamodules.formats.files import _lines, _read_text
-from lightning_div.datamodules.formats.records import ReadResult, _Collector
+from lightning_div.datamodules.formats.records import ReadResult, _Collector, _max_turns
 from lightning_div.pairs import DataFormatError
 
 
@@ -13,7 +14,9 @@ def _parlai_unescape(value: str) -> str:
     return value.replace("\\t", "\t").replace("\\n", "\n").replace("__PIPE__", "|")
 
 
-def read_parlai(path: str | os.PathLike, max_history: int | None = None, dedupe: bool = False) -> ReadResult:
+def read_parlai(
+    path: str | os.PathLike, max_turns: int | None = None, dedupe: bool = False, **deprecated: Any
+) -> ReadResult:
     """ParlAI dialog text: ``text:...<TAB>labels:...[<TAB>episode_done:True]`` a line.
 
     Within an episode every example sees the earlier texts and first labels as history;
@@ -21,9 +24,12 @@ def read_parlai(path: str | os.PathLike, max_history: int | None = None, dedupe:
     ``eval_labels``) may hold several candidates separated by ``|``: the first is the
     response, the rest references. ``\\t``, ``\\n`` and ``__PIPE__`` are unescaped as ParlAI
     does. ``episode_done`` must be True/False (ParlAI reads any non-empty value as True).
+    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
+    still works for one release, with a ``DeprecationWarning``.
     """
+    max_turns = _max_turns("read_parlai", max_turns, deprecated)
     text = _read_text(path)
-    out = _Collector(str(path), max_history)
+    out = _Collector(str(path), max_turns)
     history: list[str] = []
     for number, line in _lines(text):
         where = f"{path}:{number}"

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lightning_div._internal.deprecation import take_deprecated
 from lightning_div.pairs import DataFormatError, DialoguePair, _str_list
 
 CONTEXT_SEPARATOR = " __eou__ "
@@ -27,7 +28,7 @@ class ReadStats:
     records: int = 0  # lines / rows / conversations / episodes read
     examples: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
-    truncated: int = 0  # examples whose context lost turns to max_history
+    truncated: int = 0  # examples whose context lost turns to max_turns
     duplicates: int = 0  # exact duplicates removed (dedupe=True)
 
     def drop(self, reason: str, count: int = 1) -> None:
@@ -54,19 +55,57 @@ class ReadResult(list):
         self.stats = stats if stats is not None else ReadStats()
 
 
-def conversation_to_pairs(turns: Sequence[str], max_history: int | None = None, source: str = "") -> list[DialoguePair]:
-    """One pair per response turn; the first turn only ever serves as context."""
-    _check_max_history(max_history)
+def conversation_to_pairs(
+    turns: Sequence[str], max_turns: int | None = None, source: str = "", **deprecated: Any
+) -> list[DialoguePair]:
+    """One pair per response turn; the first turn only ever serves as context.
+
+    Args:
+        turns: the conversation's turns, in order.
+        max_turns: context turns kept per example (None = all).
+        source: where the conversation comes from, kept in each pair's ``source``.
+        **deprecated: 0.2's ``max_history=`` (``max_turns=``), with a ``DeprecationWarning``.
+    """
+    max_turns = _max_turns("conversation_to_pairs", max_turns, deprecated)
+    _check_max_turns(max_turns)
     pairs = []
     for i in range(1, len(turns)):
-        start = 0 if max_history is None else max(0, i - max_history)
+        start = 0 if max_turns is None else max(0, i - max_turns)
         pairs.append(DialoguePair(tuple(turns[start:i]), turns[i], source=source))
     return pairs
 
 
-def _check_max_history(max_history: int | None) -> None:
-    if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
-        raise ValueError(f"max_history must be an int >= 1 or None, got {max_history!r}")
+def _check_max_turns(max_turns: int | None) -> None:
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise ValueError(f"max_turns must be an int >= 1 or None, got {max_turns!r}")
+
+
+def _renamed(owner: str, name: str, given: Any, default: Any, old: dict[str, Any]) -> Any:
+    """``name``'s value: as given, or by its 0.2 name (``old``, as ``take_deprecated`` returns it).
+
+    Raises:
+        ValueError: both given (the 1.0 one not at its default), which would leave one silently unused.
+    """
+    if name not in old:
+        return given
+    if given != default:
+        raise ValueError(f"{owner}: {name}= was given by its 1.0 and its 0.2 name: pass {name}= alone")
+    return old[name]
+
+
+def _max_turns(owner: str, max_turns: int | None, deprecated: dict[str, Any], default: int | None = None) -> int | None:
+    """A reader's ``max_turns``, or 0.2's ``max_history=`` left in its ``**deprecated`` (warned once).
+
+    The warning points at the line that called the reader (``stacklevel`` 5: ``warn_deprecated``,
+    ``take_deprecated``, this function, the reader, its caller), where Python shows it by default.
+
+    Raises:
+        TypeError: any other keyword in ``deprecated`` (named).
+        ValueError: ``max_turns`` given by both names.
+    """
+    old, _ = take_deprecated(owner, deprecated, {"max_history": "max_turns"}, stacklevel=5)
+    value: int | None = _renamed(owner, "max_turns", max_turns, default, old)
+    return value
 
 
 def iter_texts(pairs: Iterable[DialoguePair]) -> Iterable[str]:
@@ -99,9 +138,9 @@ def check_text(text: str, where: str, name: str = "text") -> str:
 class _Collector:
     """Turns conversations and records into pairs while counting what happened."""
 
-    def __init__(self, source: str, max_history: int | None) -> None:
-        _check_max_history(max_history)
-        self.max_history = max_history
+    def __init__(self, source: str, max_turns: int | None) -> None:
+        _check_max_turns(max_turns)
+        self.max_turns = max_turns
         self.pairs: list[DialoguePair] = []
         self.stats = ReadStats(source=source)
 
@@ -131,8 +170,8 @@ class _Collector:
             self.stats.drop("empty response")
             return
         context = tuple(context)
-        if self.max_history is not None and len(context) > self.max_history:
-            context = context[-self.max_history :]
+        if self.max_turns is not None and len(context) > self.max_turns:
+            context = context[-self.max_turns :]
             self.stats.truncated += 1
         self.pairs.append(DialoguePair(context, response, references, source=where))
 
