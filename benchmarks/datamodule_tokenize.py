@@ -31,9 +31,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args()
 
-    pairs = read_chitchat(args.split, max_history=args.max_history)
+    pairs = read_chitchat(args.split, max_turns=args.max_history)
     tok = train_tokenizer(
-        iter_texts(read_chitchat("train", max_history=1, max_conversations=500)),
+        iter_texts(read_chitchat("train", max_turns=1, max_conversations=500)),
         vocab_size=args.vocab_size,
         seq2seq=args.seq2seq,
     )

@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="best of this many timings per mode")
     args = parser.parse_args()
 
-    pairs = read_chitchat("train", max_history=1)
+    pairs = read_chitchat("train", max_turns=1)
     texts = [p.response for p in pairs][: args.n]
     enc = build_encoder(args.model, args)
     lengths = np.array([len(x) for x in enc.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]])

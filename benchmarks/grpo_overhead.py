@@ -75,7 +75,7 @@ def nli_scorer(layers: int, dim: int, heads: int) -> Any:
     from lightning_div.model.tiny import train_tokenizer
     from lightning_div.nli.scorer import NLIScorer
 
-    tok = train_tokenizer(iter_texts(read_chitchat("train", max_history=1, max_conversations=300)), 4000, seq2seq=True)
+    tok = train_tokenizer(iter_texts(read_chitchat("train", max_turns=1, max_conversations=300)), 4000, seq2seq=True)
     config = RobertaConfig(
         vocab_size=50265,
         hidden_size=dim,
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     g = args.num_generations
     model, tokenizer = load_base_model()
-    pairs = read_pairs("chitchat:finetune", max_history=1)
+    pairs = read_pairs("chitchat:finetune", max_turns=1)
     prompts = Dataset.from_dict({"prompt": [p.context[-1] + tokenizer.eos_token for p in pairs[: 8 * args.prompts]]})
     references = [p.response for p in pairs[:500]]
     work = Path(tempfile.mkdtemp(prefix="grpo_overhead_"))

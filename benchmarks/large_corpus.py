@@ -51,7 +51,7 @@ def build_corpus(n: int, work_dir: Path, seed: int = 0) -> Path:
         return out
     from lightning_div.datamodules.formats import read_chitchat
 
-    turns = sorted({t for p in read_chitchat("train", max_history=1) for t in (*p.context, p.response) if t.strip()})
+    turns = sorted({t for p in read_chitchat("train", max_turns=1) for t in (*p.context, p.response) if t.strip()})
     rng = np.random.default_rng(seed)
     work_dir.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")

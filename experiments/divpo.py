@@ -99,7 +99,7 @@ def prompt_sets(tokenizer: Any, n_train: int, n_eval: int, max_tokens: int) -> t
     from lightning_div.datamodules import read_pairs
 
     def turns(split: str, n: int) -> list[str]:
-        seen = dict.fromkeys(p.context[-1] for p in read_pairs(split, max_history=1) if p.context[-1].strip())
+        seen = dict.fromkeys(p.context[-1] for p in read_pairs(split, max_turns=1) if p.context[-1].strip())
         fit = [
             t + tokenizer.eos_token for t in seen if len(tokenizer(t + tokenizer.eos_token)["input_ids"]) <= max_tokens
         ]
@@ -493,8 +493,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2])
     args.out.mkdir(parents=True, exist_ok=True)
     n_ref = cfg["references"]
-    train_refs = [p.response for p in read_pairs("chitchat:finetune", max_history=1)[:n_ref]]
-    val_refs = [p.response for p in read_pairs("chitchat:validation", max_history=1)[:n_ref]]
+    train_refs = [p.response for p in read_pairs("chitchat:finetune", max_turns=1)[:n_ref]]
+    val_refs = [p.response for p in read_pairs("chitchat:validation", max_turns=1)[:n_ref]]
     k = cfg["num_clusters"]
     # the pairs' space (the package's default encoder) and the judge's: another encoder, other texts
     pair_space = SemanticSpace(encoder="minilm", num_clusters=k, dirpath=args.out / "cache", show_progress=False)

@@ -197,7 +197,7 @@ def prompt_sets(tokenizer: Any, n_train: int, n_eval: int, max_tokens: int) -> t
     from lightning_div.datamodules import read_pairs
 
     def turns(split: str, n: int) -> list[str]:
-        seen = dict.fromkeys(p.context[-1] for p in read_pairs(split, max_history=1) if p.context[-1].strip())
+        seen = dict.fromkeys(p.context[-1] for p in read_pairs(split, max_turns=1) if p.context[-1].strip())
         fit = [
             t + tokenizer.eos_token for t in seen if len(tokenizer(t + tokenizer.eos_token)["input_ids"]) <= max_tokens
         ]
@@ -1089,7 +1089,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2, 3, 4])
     args.out.mkdir(parents=True, exist_ok=True)
     # the clusters' references (--quick: 100, a smoke test)
-    references = [p.response for p in read_pairs("chitchat:finetune", max_history=1)[: 100 if args.quick else 500]]
+    references = [p.response for p in read_pairs("chitchat:finetune", max_turns=1)[: 100 if args.quick else 500]]
     space = SemanticSpace(encoder="minilm", num_clusters=8, dirpath=args.out / "cache", show_progress=False)
     space.fit(references)
     # the judge: the untouched base model's own hidden states, clusters fitted on the same replies

@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tokens_per_epoch = sum(len(c) for c in conversations)
     log(f"pretrain_base: {len(conversations):,} conversations, {tokens_per_epoch:,} tokens per epoch")
 
-    val = read_pairs("chitchat:validation", max_history=2)
+    val = read_pairs("chitchat:validation", max_turns=2)
     val = val[: args.val_pairs] if args.val_pairs else list(val)
     encoded_val = encode_pairs(val, tokenizer, model, DialogueLayout(max_turns=2), show_progress=False)
     rng = np.random.default_rng(1234)
@@ -370,7 +370,7 @@ def finalize(out: Path, install: bool = False, max_pairs: int | None = None) -> 
     results = json.loads((out / "results.json").read_text())
     model = GPT2LMHeadModel.from_pretrained(out / "model").float().eval()
     tokenizer = AutoTokenizer.from_pretrained(out / "model")
-    val = list(read_pairs("chitchat:validation", max_history=2))[:max_pairs]
+    val = list(read_pairs("chitchat:validation", max_turns=2))[:max_pairs]
     encoded = encode_pairs(val, tokenizer, model, DialogueLayout(max_turns=2), show_progress=False)
     results["heldout_loss_shipped"] = heldout_loss(model, encoded, tokenizer.pad_token_id)
     check = encode_pairs(val[:CHECK_PAIRS], tokenizer, model, DialogueLayout(max_turns=2), show_progress=False)

@@ -103,12 +103,12 @@ def contexts_and_references(cfg: dict[str, Any]) -> tuple[list[list[str]], list[
     from lightning_div.datamodules import read_pairs
 
     rng = np.random.default_rng(cfg["seed"])
-    val = read_pairs("chitchat:validation", max_history=2)
+    val = read_pairs("chitchat:validation", max_turns=2)
     need = max(cfg["pool"].values()) + cfg["group_pool"]
     if need > len(val):
         raise ValueError(f"the pools need {need} distinct validation contexts; chitchat:validation has {len(val)}")
     contexts = [list(val[i].context) for i in rng.permutation(len(val))[:need]]
-    gold = list(dict.fromkeys(p.response for p in read_pairs("chitchat:pretrain", max_history=1)))
+    gold = list(dict.fromkeys(p.response for p in read_pairs("chitchat:pretrain", max_turns=1)))
     references = [gold[i] for i in sorted(rng.choice(len(gold), min(cfg["references"], len(gold)), replace=False))]
     return contexts, references
 

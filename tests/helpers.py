@@ -26,7 +26,7 @@ from lightning_div.model.tiny import tiny_causal_lm, tiny_seq2seq_lm, train_toke
 
 @cache
 def chitchat_pairs(split: str = "train", max_conversations: int = 60):
-    return tuple(read_chitchat(split, max_history=3, max_conversations=max_conversations))
+    return tuple(read_chitchat(split, max_turns=3, max_conversations=max_conversations))
 
 
 @cache

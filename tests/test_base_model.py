@@ -108,7 +108,7 @@ def test_the_base_model_reaches_the_heldout_loss_it_reports():
     from lightning_div.datamodules.formats import read_pairs
     from lightning_div.model.formatting import DialogueLayout
 
-    val = list(read_pairs("chitchat:validation", max_history=2))[: results["check_pairs"]]
+    val = list(read_pairs("chitchat:validation", max_turns=2))[: results["check_pairs"]]
     encoded = encode_pairs(val, tok, model, DialogueLayout(max_turns=2), show_progress=False)
     loss = pretrain_base.heldout_loss(model, encoded, tok.pad_token_id)
     assert loss == pytest.approx(results["heldout_loss_check"], abs=1e-4)

@@ -21,7 +21,7 @@ from lightning_div.semantic.space import SemanticSpace
 
 
 def _pairs(n=24):
-    return list(read_pairs("chitchat:finetune", max_history=2)[:n])
+    return list(read_pairs("chitchat:finetune", max_turns=2)[:n])
 
 
 def _args(tmp_path, **kwargs):

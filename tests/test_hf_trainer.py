@@ -53,8 +53,8 @@ RUQ = [
 
 @cache
 def _data() -> tuple[tuple, tuple]:
-    train = tuple(read_pairs("chitchat:finetune", max_history=2)[:32])
-    val = tuple(read_pairs("chitchat:validation", max_history=2)[:20])
+    train = tuple(read_pairs("chitchat:finetune", max_turns=2)[:32])
+    val = tuple(read_pairs("chitchat:validation", max_turns=2)[:20])
     return train, val
 
 

@@ -33,7 +33,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "hugging-face.md"
 
 
 def _pairs():
-    return read_pairs("chitchat:finetune", max_history=2)[:24], read_pairs("chitchat:validation", max_history=2)[:16]
+    return read_pairs("chitchat:finetune", max_turns=2)[:24], read_pairs("chitchat:validation", max_turns=2)[:16]
 
 
 def test_as_messages_alternates_back_from_the_response():
@@ -59,7 +59,7 @@ def test_the_chat_template_is_dialogueformat_token_for_token():
     model, tokenizer = load_base_model()
     tokenizer.chat_template = DIALOGPT_CHAT_TEMPLATE
     fmt = DialogueLayout()
-    pairs = read_pairs("chitchat:finetune", max_history=3)[:40]
+    pairs = read_pairs("chitchat:finetune", max_turns=3)[:40]
     assert {len(p.context) for p in pairs} >= {1, 2}  # one- and several-turn contexts are both checked
     for p in pairs:
         rendered = tokenizer.apply_chat_template(as_messages(p)["messages"], tokenize=True, return_dict=True)
