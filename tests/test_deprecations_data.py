@@ -173,3 +173,105 @@ def test_a_checkpoint_keeps_the_objects_as_plain_values_and_rebuilds_them(tmp_pa
         tmp_path / "last.ckpt", train=dm.train_pairs(), tokenizer=tokenizer()
     )
     assert (restored.layout, restored.examples) == (layout, examples)
+
+
+# ---------------------------------------------------------------------------------------------- the readers
+
+
+def _reader_cases(tmp_path):
+    """(name, reader, its source) of every reader taking ``max_turns``: each source has contexts of 3 turns or more."""
+    from lightning_div.datamodules import formats
+
+    files = {
+        "d.txt": "a __eou__ b __eou__ c __eou__ d __eou__\n",
+        "d.jsonl": '{"dialog": ["a", "b", "c", "d"]}\n',
+        "d.csv": "dialog\na __eou__ b __eou__ c __eou__ d\n",
+        "p.txt": "text:a\tlabels:b\ntext:c\tlabels:d\tepisode_done:True\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return [
+        ("read_dailydialog", formats.read_dailydialog, tmp_path / "d.txt"),
+        ("read_json", formats.read_json, tmp_path / "d.jsonl"),
+        ("read_csv", formats.read_csv, tmp_path / "d.csv"),
+        ("read_parlai", formats.read_parlai, tmp_path / "p.txt"),
+        ("pairs_from_items", formats.pairs_from_items, [(["a", "b", "c"], "d")]),
+        ("conversation_to_pairs", formats.conversation_to_pairs, ["a", "b", "c", "d"]),
+        (
+            "read_chitchat_pairs",
+            lambda split, **kw: formats.read_chitchat_pairs(split, max_conversations=3, **kw),
+            "test",
+        ),
+        ("read_chitchat", lambda split, **kw: formats.read_chitchat(split, max_conversations=3, **kw), "test"),
+    ]
+
+
+def reader_warns(name: str, old: str, new: str):
+    return pytest.warns(
+        DeprecationWarning,
+        match=rf"^{name}\({old}=\.\.\.\) is deprecated since lightning-div 1\.0 and is removed in the next release: "
+        rf"use {new}=\.\.\.$",
+    )
+
+
+def test_every_reader_takes_max_history_as_max_turns_with_a_warning_at_the_callers_line(tmp_path):
+    for name, reader, source in _reader_cases(tmp_path):
+        new, whole = reader(source, max_turns=1), reader(source, max_turns=None)
+        assert max(len(p.context) for p in whole) >= 3, name  # the cut below is real
+        assert new != whole and {len(p.context) for p in new} == {1}, name
+        with reader_warns(name, "max_history", "max_turns") as caught:
+            old = reader(source, max_history=1)
+        assert caught[0].filename == __file__, name  # the user's line: Python shows it there by default
+        assert old == new, name
+        assert getattr(old, "stats", None) == getattr(new, "stats", None), name
+        with pytest.raises(ValueError, match=rf"^{name}: max_turns= was given by its 1\.0 and its 0\.2 name"):
+            with pytest.warns(DeprecationWarning, match="max_history"):
+                reader(source, max_turns=2, max_history=1)
+        with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument 'max_histroy'"):
+            reader(source, max_histroy=1)
+
+
+def test_read_hf_takes_max_history_as_max_turns(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from lightning_div.datamodules.formats import read_hf
+
+    data = datasets.Dataset.from_dict({"dialog": [["a", "b", "c", "d"]]})
+    with reader_warns("read_hf", "max_history", "max_turns") as caught:
+        old = read_hf(data, max_history=2)
+    assert caught[0].filename == __file__
+    assert old == read_hf(data, max_turns=2) != read_hf(data)
+    assert [p.context for p in old] == [("a",), ("a", "b"), ("b", "c")]
+
+
+def test_read_pairs_old_keywords_warn_and_read_the_same_pairs(tmp_path):
+    import warnings
+
+    from lightning_div.datamodules import read_pairs
+
+    path = tmp_path / "dialogues.data"  # an extension no format claims: the file format must be named
+    path.write_text('{"context": ["a", "b", "c"], "response": "d"}\n{"dialog": ["e", "f", "g"]}\n')
+    with pytest.raises(ValueError, match=r"cannot tell the format from the extension '\.data'; pass file_format="):
+        read_pairs(path)
+    new = read_pairs(path, file_format="jsonl", max_turns=1)
+    assert [(p.context, p.response) for p in new] == [(("c",), "d"), (("e",), "f"), (("f",), "g")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the file format is still the second positional argument, and quiet
+        assert read_pairs(path, "jsonl", max_turns=1) == new
+    with reader_warns("read_pairs", "format", "file_format") as caught:
+        by_format = read_pairs(path, format="jsonl", max_turns=1)
+    assert caught[0].filename == __file__ and by_format == new and by_format.stats == new.stats
+    with reader_warns("read_pairs", "max_history", "max_turns") as caught:
+        by_history = read_pairs(path, "jsonl", max_history=1)
+    assert caught[0].filename == __file__ and by_history == new and by_history.stats == new.stats
+    with pytest.warns(DeprecationWarning) as caught:  # both at once: one warning each, the same pairs
+        assert read_pairs(path, format="jsonl", max_history=1, context="context") == new
+    assert sorted(str(w.message).split("(")[1].split("=")[0] for w in caught) == ["format", "max_history"]
+    # an unknown old-style value is named by its 1.0 keyword; a keyword given both ways is refused
+    with pytest.raises(ValueError, match=r"^file_format='yaml' is unknown"):
+        with pytest.warns(DeprecationWarning, match=r"^read_pairs\(format="):
+            read_pairs(path, format="yaml")
+    with pytest.raises(ValueError, match=r"^read_pairs: file_format= was given by its 1\.0 and its 0\.2 name"):
+        with pytest.warns(DeprecationWarning, match=r"^read_pairs\(format="):
+            read_pairs(path, "jsonl", format="json")
+    with pytest.raises(TypeError, match=r"^unknown option\(s\) \['formt'\]; field names are"):
+        read_pairs(path, "jsonl", formt="json")
