@@ -128,5 +128,6 @@ def test_the_layout_table_names_every_module_of_the_package():
         if f"`{module.name}`" not in rows.get(folder, ""):
             missing.append(module.relative_to(root).as_posix())
     assert not missing, f"docs/development.md's layout does not name {missing} in their folder's row"
-    # at most a handful of modules loose at the package root (issue 33)
-    assert len([p for p in root.glob("*.py") if p.name != "__init__.py"]) <= 8
+    # at most a handful of modules loose at the package root (issue 33); the ninth is settings.py (issue 61),
+    # the settings objects every front end takes, at the root where a user looks for them
+    assert len([p for p in root.glob("*.py") if p.name != "__init__.py"]) <= 9
