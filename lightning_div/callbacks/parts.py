@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -64,11 +64,12 @@ def merged(owner: str, arg: str, given: _T | None, default: _T, fields: dict[str
 def init_depth(obj: Any) -> int:
     """How many frames above the caller the user's call of ``obj``'s constructor is (through a subclass's ``__init__``
     and its parents'), so that a deprecation warning points at the user's line, however deep the class."""
-    frame, distance = sys._getframe(1), 0
+    here = inspect.currentframe()  # this function's frame (public API; sys._getframe is CPython's private one)
+    frame, distance = (here.f_back if here is not None else None), 0
     while frame is not None and not (frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj):
-        frame, distance = frame.f_back, distance + 1  # type: ignore[assignment]
+        frame, distance = frame.f_back, distance + 1
     while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
-        frame, distance = frame.f_back, distance + 1  # type: ignore[assignment]
+        frame, distance = frame.f_back, distance + 1
     return distance
 
 
