@@ -11,8 +11,8 @@ import pytest
 from grpo_setup import topic_encoder
 
 from lightning_div.integrations.trl import GroupDiversityMonitor
-from lightning_div.measure.alerts import GroupAlert
 from lightning_div.measure import RecordingReporter
+from lightning_div.measure.alerts import GroupAlert
 from lightning_div.report import build_report, find_run, run_inputs
 from lightning_div.report.figures import _on_spans, drawn
 from lightning_div.semantic.space import SemanticSpace
