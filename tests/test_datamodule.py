@@ -571,7 +571,7 @@ def test_reader_options_bad_values_are_named():
     [
         ({"batch_size": 8}, r"batch_size 4 -> 8"),
         ({"batch_size": 2}, r"batch_size 4 -> 2"),
-        ({"train_examples_per_epoch": 16}, r"train_examples_per_epoch None -> 16"),
+        ({"examples": Examples(train_per_epoch=16)}, r"train_examples_per_epoch None -> 16"),
     ],
     ids=["batch-8", "batch-2", "per-epoch-16"],
 )

@@ -73,7 +73,7 @@ def test_one_space_given_to_both_callbacks_is_one_encoder_and_one_fit(tmp_path, 
     counts = Counting(monkeypatch)
     space = SemanticSpace(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
     monitor = SemanticDiversityMonitor(space=space, outputs=Outputs(show_progress=False))
-    dress = DRESSReweighting(space=space, show_progress=False)
+    dress = DRESSReweighting(space=space, outputs=Outputs(show_progress=False))
     assert monitor.space is dress.space is space  # by identity: no copy, no process-wide cache behind it
     texts = gold_texts()
     with warnings.catch_warnings():
@@ -98,8 +98,8 @@ def test_callbacks_without_a_space_build_private_ones_that_share_the_disk_cache(
 
     counts = Counting(monkeypatch)
     common = dict(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
-    monitor = SemanticDiversityMonitor(SemanticSpace("minilm", num_clusters=3, batch_size=16, show_progress=False))
-    dress = DRESSReweighting(**common)
+    monitor = SemanticDiversityMonitor(SemanticSpace(**common))
+    dress = DRESSReweighting(SemanticSpace(**common), outputs=Outputs(show_progress=False))  # a space of its own
     assert monitor.space is not dress.space
     assert (monitor.space.num_clusters, monitor.space.encoder_source, monitor.space.batch_size) == (3, "minilm", 16)
     texts = gold_texts()
@@ -108,7 +108,7 @@ def test_callbacks_without_a_space_build_private_ones_that_share_the_disk_cache(
         ids = fit_start(monitor, texts, tmp_path)
         other_ids = fit_start(dress, texts, tmp_path)
         # another k is another semantic space: fitted on its own, in its own file
-        other_k = DRESSReweighting(**{**common, "num_clusters": 4})
+        other_k = DRESSReweighting(SemanticSpace(**{**common, "num_clusters": 4}), outputs=Outputs(show_progress=False))
         fit_start(other_k, texts, tmp_path)
     assert counts.encoders == 3  # each private space builds its own encoder
     assert counts.lookups == 3 and counts.fits == 2  # DRESS's private space read the monitor's cache file
@@ -135,7 +135,10 @@ def test_space_beside_space_arguments_is_an_error():
         pytest.raises(ValueError, match=r"SemanticDiversityMonitor: space= and num_clusters= were both given"),
     ):
         SemanticDiversityMonitor(space=space, num_clusters=20)  # even equal to the space's: two sources of truth
-    with pytest.raises(ValueError, match=r"DRESSReweighting: space= and encoder=, encoder_kwargs= were both given"):
+    with (
+        pytest.warns(DeprecationWarning, match=r"DRESSReweighting\(encoder=\.\.\.\) is deprecated"),
+        pytest.raises(ValueError, match=r"DRESSReweighting: space= and encoder=, encoder_kwargs= were both given"),
+    ):
         DRESSReweighting(space=space, encoder="minilm", encoder_kwargs={"pooling": "mean"})
     with pytest.raises(TypeError, match="space must be a lightning_div.SemanticSpace, got str"):
         SemanticDiversityMonitor(space="minilm")

@@ -66,7 +66,7 @@ def test_same_ids_and_batches_as_the_in_memory_path(tmp_path):
     assert chunks[-1] == encoded[len(pairs) - 1]
     # the text is kept too: the monitors sample training pairs, DRESS embeds the gold responses
     assert [stream.train_pairs()[i] for i in (0, 7, 29)] == [memory.train_pairs()[i] for i in (0, 7, 29)]
-    assert stream.train_responses() == memory.gold_train_responses()
+    assert stream.train_responses() == memory.train_responses()
     assert stream.train_contexts() == memory.train_contexts()
     # the same sampler over the same indices: the very same batches, tensor by tensor
     for a, b in zip(memory.train_dataloader(), stream.train_dataloader(), strict=True):

@@ -64,13 +64,14 @@ def take_deprecated(
     return values, groups
 
 
-def regrouped_into(argument: str, *fields: str) -> dict[str, tuple[str, str]]:
-    """``take_deprecated``'s ``regrouped`` entries of 0.2 keywords that kept their name as a field of ``argument``.
+def regrouped_into(argument: str, *fields: str, **renamed: str) -> dict[str, tuple[str, str]]:
+    """``take_deprecated``'s ``regrouped`` entries of 0.2 keywords now fields of ``argument``.
 
-    ``regrouped_into("outputs", "dirpath", "log_samples")`` is
-    ``{"dirpath": ("outputs", "dirpath"), "log_samples": ("outputs", "log_samples")}``.
+    ``fields`` kept their name as a field; ``renamed`` maps a 0.2 keyword to the field it became:
+    ``regrouped_into("outputs", "dirpath", num_plot_prompts="num_contexts")`` is
+    ``{"dirpath": ("outputs", "dirpath"), "num_plot_prompts": ("outputs", "num_contexts")}``.
     """
-    return {name: (argument, name) for name in fields}
+    return {**{name: (argument, name) for name in fields}, **{old: (argument, new) for old, new in renamed.items()}}
 
 
 def moved_attribute(module: str, name: str, moved: Mapping[str, tuple[str, str]]) -> Any:

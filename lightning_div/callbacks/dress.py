@@ -7,6 +7,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
+from lightning_div._internal.attributes import ReadThrough
 from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
@@ -161,30 +162,20 @@ class DRESSReweighting(DiversityCallback):
         """The mining settings, None when no negatives are mined."""
         return self.mining_settings if self.negatives else None
 
-    @property
-    def num_contexts(self) -> int:
-        """The training contexts generated for at each mining round (``Mining.num_contexts``)."""
-        return self.mining_settings.num_contexts
-
-    @property
-    def mine_at(self) -> str:
-        """When a round mines: ``"start"`` or ``"end"`` (``Mining.at``)."""
-        return self.mining_settings.at
-
-    @property
-    def space(self) -> SemanticSpace:
-        """The semantic space of the weights and the negatives."""
-        return self.miner.space
-
-    @property
-    def head_threshold(self) -> float:
-        """The share of the generations from which a cluster is a head cluster."""
-        return self.miner.head_threshold
-
-    @property
-    def negative_weight(self) -> float:
-        """The weight of a mined negative."""
-        return self.miner.negative_weight
+    num_contexts: ReadThrough[int] = ReadThrough(
+        "mining_settings.num_contexts",
+        "The training contexts generated for at each mining round (``Mining.num_contexts``).",
+    )
+    mine_at: ReadThrough[str] = ReadThrough(
+        "mining_settings.at", 'When a round mines: ``"start"`` or ``"end"`` (``Mining.at``).'
+    )
+    space: ReadThrough[SemanticSpace] = ReadThrough(
+        "miner.space", "The semantic space of the weights and the negatives."
+    )
+    head_threshold: ReadThrough[float] = ReadThrough(
+        "miner.head_threshold", "The share of the generations from which a cluster is a head cluster."
+    )
+    negative_weight: ReadThrough[float] = ReadThrough("miner.negative_weight", "The weight of a mined negative.")
 
     @classmethod
     def paper(cls, **kwargs: Any) -> DRESSReweighting:
@@ -206,15 +197,12 @@ class DRESSReweighting(DiversityCallback):
         """
         return cls(**{**cls.PAPER_SETTINGS, **kwargs})
 
-    @property
-    def negative_loss(self) -> NegativeLoss:
-        """How the negatives are trained (``"unlikelihood"`` or ``"nll"``)."""
-        return self.state.negative_loss
-
-    @property
-    def negative_batches(self) -> NegativeBatches:
-        """Where the negatives are trained (``"separate"`` or ``"mixed"``)."""
-        return self.state.negative_batches
+    negative_loss: ReadThrough[NegativeLoss] = ReadThrough(
+        "state.negative_loss", 'How the negatives are trained (``"unlikelihood"`` or ``"nll"``).'
+    )
+    negative_batches: ReadThrough[NegativeBatches] = ReadThrough(
+        "state.negative_batches", 'Where the negatives are trained (``"separate"`` or ``"mixed"``).'
+    )
 
     def _datamodule(self, trainer: pl.Trainer) -> ReweightableDataModule:
         return reweightable_datamodule(trainer)

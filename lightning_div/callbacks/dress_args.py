@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lightning_div._internal.deprecation import regrouped_into
 from lightning_div.dress.degeneration import Thresholds
 from lightning_div.measure.alerts import DRESSAlert
 from lightning_div.semantic.space import SPACE_ARGUMENTS, SemanticSpace, space_from_arguments
@@ -28,13 +29,16 @@ RENAMED = {"negatives": "mining", "collapse_thresholds": "alert", "collapse_moni
 #: 0.2's space and mining keywords -> the field of the :class:`~lightning_div.semantic.space.SemanticSpace`
 #: or :class:`~lightning_div.settings.Mining` each became.
 REGROUPED = {
-    **{k: ("space", k) for k in SPACE_ARGUMENTS},
-    "num_negative_contexts": ("mining", "num_contexts"),
-    "head_threshold": ("mining", "head_threshold"),
-    "negative_weight": ("mining", "weight"),
-    "mine_at": ("mining", "at"),
-    "negative_loss": ("mining", "loss"),
-    "negative_batches": ("mining", "batches"),
+    **regrouped_into("space", *SPACE_ARGUMENTS),
+    **regrouped_into(
+        "mining",
+        "head_threshold",
+        num_negative_contexts="num_contexts",
+        negative_weight="weight",
+        mine_at="at",
+        negative_loss="loss",
+        negative_batches="batches",
+    ),
 }
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_div._internal.checks import check_finite_model
-from lightning_div._internal.deprecation import warn_deprecated
+from lightning_div._internal.deprecation import regrouped_into, warn_deprecated
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.checks import optional_part
@@ -42,13 +42,14 @@ class ThresholdGeneration:
 
 
 #: The 0.2 arguments of NLIDiversityMonitor now fields of ``threshold_generation=ThresholdGeneration(...)``.
-DEPRECATED_THRESHOLD: dict[str, tuple[str, str]] = {
-    "threshold": ("threshold_generation", "threshold"),
-    "max_samples": ("threshold_generation", "max_samples"),
-    "threshold_metric": ("threshold_generation", "metric"),
-    "threshold_diversity_metric": ("threshold_generation", "diversity_metric"),
-    "threshold_rank_by": ("threshold_generation", "rank_by"),
-}
+DEPRECATED_THRESHOLD: dict[str, tuple[str, str]] = regrouped_into(
+    "threshold_generation",
+    "threshold",
+    "max_samples",
+    threshold_metric="metric",
+    threshold_diversity_metric="diversity_metric",
+    threshold_rank_by="rank_by",
+)
 
 
 class NLIDiversityMonitor(ValidationMonitor):

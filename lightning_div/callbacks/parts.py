@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from lightning_div._internal.deprecation import take_deprecated
+from lightning_div._internal.deprecation import regrouped_into, take_deprecated
 from lightning_div.settings import Generation, ModelAccess, Outputs
 
 __all__ = [
@@ -30,16 +30,9 @@ __all__ = [
 
 #: The 0.2 keyword arguments of every Lightning callback, now a field of a settings object.
 COMMON_REGROUPED: dict[str, tuple[str, str]] = {
-    "model_attr": ("model", "model_attr"),
-    "tokenizer_attr": ("model", "tokenizer_attr"),
-    "format": ("model", "layout"),
-    "batch_size": ("generation", "batch_size"),
-    "max_new_tokens": ("generation", "max_new_tokens"),
-    "generation_kwargs": ("generation", "options"),
-    "dirpath": ("outputs", "dirpath"),
-    "show_progress": ("outputs", "show_progress"),
-    "log_samples": ("outputs", "log_samples"),
-    "cluster_views": ("outputs", "cluster_views"),
+    **regrouped_into("model", "model_attr", "tokenizer_attr", format="layout"),
+    **regrouped_into("generation", "batch_size", "max_new_tokens", generation_kwargs="options"),
+    **regrouped_into("outputs", "dirpath", "show_progress", "log_samples", "cluster_views"),
 }
 
 #: The key a callback writes in place of a part's state that another callback of the Trainer owns.

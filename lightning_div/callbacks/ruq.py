@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_div._internal.deprecation import warn_deprecated
+from lightning_div._internal.attributes import ReadThrough
+from lightning_div._internal.deprecation import regrouped_into, warn_deprecated
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.checks import optional_part
@@ -49,12 +50,9 @@ class RUQScoring:
 
 #: The 0.2 arguments of RUQMonitor now fields of ``plot=``, ``scoring=`` and ``alert=``.
 DEPRECATED_RUQ: dict[str, tuple[str, str]] = {
-    "num_plot_prompts": ("plot", "num_contexts"),
-    "num_beams": ("plot", "num_beams"),
-    "reference": ("scoring", "reference"),
-    "shared_contexts": ("scoring", "shared_contexts"),
-    "warn_below": ("alert", "warn_below"),
-    "warn_drop": ("alert", "warn_drop"),
+    **regrouped_into("plot", "num_beams", num_plot_prompts="num_contexts"),
+    **regrouped_into("scoring", "reference", "shared_contexts"),
+    **regrouped_into("alert", "warn_below", "warn_drop"),
 }
 
 DEFAULT_PLOT = RUQPlot()
@@ -138,10 +136,9 @@ class RUQMonitor(ValidationMonitor):
         self.train_pairs_arg = train_pairs
         self.val_pairs_arg = val_pairs
 
-    @property
-    def idk_responses(self) -> list[str]:
-        """The IDK strings; the first is the headline."""
-        return self.ruq.idk_responses
+    idk_responses: ReadThrough[list[str]] = ReadThrough(
+        "ruq.idk_responses", "The IDK strings; the first is the headline."
+    )
 
     @property
     def shared_contexts(self) -> bool:
@@ -152,15 +149,8 @@ class RUQMonitor(ValidationMonitor):
     def shared_contexts(self, value: bool) -> None:
         self.ruq.shared_contexts = value
 
-    @property
-    def reference(self) -> str:
-        """Which of several references counts: ``"lowest"`` or ``"first"``."""
-        return self.ruq.reference
-
-    @property
-    def last_val_ruq(self) -> float | None:
-        """The last measured ``val/ruq`` (what ``warn_drop`` compares with)."""
-        return self.alert.last
+    reference: ReadThrough[str] = ReadThrough("ruq.reference", 'Which reference counts: ``"lowest"`` or ``"first"``.')
+    last_val_ruq: ReadThrough[float | None] = ReadThrough("alert.last", "The last measured ``val/ruq``.")
 
     # -- data ---------------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from lightning_div._internal.attributes import ReadThrough
 from lightning_div._internal.checks import check_finite_model
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
@@ -116,10 +117,7 @@ class SemanticDiversityMonitor(ValidationMonitor):
         #: The responses of the last measurement, in the sample's order.
         self.last_responses: list[str] = []
 
-    @property
-    def log_samples(self) -> int:
-        """Example responses in the table (``outputs.log_samples``)."""
-        return self.outputs.log_samples
+    log_samples: ReadThrough[int] = ReadThrough("outputs.log_samples", "Example responses in the table.")
 
     @property
     def cluster_views(self) -> bool:
@@ -130,15 +128,10 @@ class SemanticDiversityMonitor(ValidationMonitor):
     def cluster_views(self, value: bool) -> None:
         self.outputs = dataclasses.replace(self.outputs, cluster_views=value)
 
-    @property
-    def space(self) -> SemanticSpace:
-        """The semantic space it measures in (shared by identity with the callbacks given the same one)."""
-        return self.measure.space
-
-    @property
-    def vocab_size(self) -> int | None:
-        """EAD's V (counted from the gold responses at fit start when not given)."""
-        return self.measure.vocab_size
+    space: ReadThrough[SemanticSpace] = ReadThrough("measure.space", "The semantic space it measures in.")
+    vocab_size: ReadThrough[int | None] = ReadThrough(
+        "measure.vocab_size", "EAD's V (counted at fit start if not given)."
+    )
 
     @property
     def lexical_metrics(self) -> list[str]:

@@ -8,6 +8,7 @@ read-only views of ``model_access`` / ``generation`` / ``outputs``
 
 from __future__ import annotations
 
+from lightning_div._internal.attributes import ReadThrough
 from lightning_div.model.formatting import DialogueLayout
 from lightning_div.settings import Generation, ModelAccess, Outputs
 
@@ -22,15 +23,26 @@ class SettingsAttributes:
     outputs: Outputs
     _datamodule_layout: DialogueLayout | None = None  # the trainer's datamodule's layout, seen at setup
 
-    @property
-    def model_attr(self) -> str:
-        """The LightningModule's attribute holding the Hugging Face model (``model.model_attr``)."""
-        return self.model_access.model_attr
-
-    @property
-    def tokenizer_attr(self) -> str:
-        """The LightningModule's attribute holding its tokenizer (``model.tokenizer_attr``)."""
-        return self.model_access.tokenizer_attr
+    model_attr: ReadThrough[str] = ReadThrough(
+        "model_access.model_attr",
+        "The LightningModule's attribute holding the Hugging Face model (``model.model_attr``).",
+    )
+    tokenizer_attr: ReadThrough[str] = ReadThrough(
+        "model_access.tokenizer_attr",
+        "The LightningModule's attribute holding its tokenizer (``model.tokenizer_attr``).",
+    )
+    batch_size: ReadThrough[int] = ReadThrough(
+        "generation.batch_size", "Contexts per generation / scoring / embedding batch (``generation.batch_size``)."
+    )
+    max_new_tokens: ReadThrough[int] = ReadThrough(
+        "generation.max_new_tokens", "The generation length limit (``generation.max_new_tokens``)."
+    )
+    dirpath: ReadThrough[str | None] = ReadThrough(
+        "outputs.dirpath", "The cache directory given (``outputs.dirpath``); None: under ``default_root_dir``."
+    )
+    show_progress: ReadThrough[bool] = ReadThrough(
+        "outputs.show_progress", "Progress bars for the long steps (``outputs.show_progress``)."
+    )
 
     @property
     def layout(self) -> DialogueLayout:
@@ -41,23 +53,3 @@ class SettingsAttributes:
     def format(self) -> DialogueLayout:
         """0.2's name of :attr:`layout` (read-only)."""
         return self.layout
-
-    @property
-    def batch_size(self) -> int:
-        """Contexts per generation / scoring / embedding batch (``generation.batch_size``)."""
-        return self.generation.batch_size
-
-    @property
-    def max_new_tokens(self) -> int:
-        """The generation length limit (``generation.max_new_tokens``)."""
-        return self.generation.max_new_tokens
-
-    @property
-    def dirpath(self) -> str | None:
-        """The cache directory given (``outputs.dirpath``); None: under the trainer's ``default_root_dir``."""
-        return self.outputs.dirpath
-
-    @property
-    def show_progress(self) -> bool:
-        """Progress bars for the long steps (``outputs.show_progress``)."""
-        return self.outputs.show_progress

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from lightning_div._internal.attributes import ReadThrough
 from lightning_div._internal.distributed import rank_and_world
 from lightning_div.dress.degeneration import Thresholds, collapse_reasons
 from lightning_div.keys import SEM_ENT, SEM_ENT_GOLD, TOP_CLUSTER_SHARE, TRAIN_LOSS, TRAIN_NEGATIVE_LOSS
@@ -401,21 +402,16 @@ class DRESSAlert:
         #: The kinds already warned of in this run (a front end warns of each once).
         self.warned: set[str] = set()
 
-    @property
-    def sem_ent_ratio(self) -> float:
-        return self.thresholds.sem_ent_ratio
-
-    @property
-    def top_share_factor(self) -> float:
-        return self.thresholds.top_share_factor
-
-    @property
-    def top_share_floor(self) -> float:
-        return self.thresholds.top_share_floor
-
-    @property
-    def negative_loss_ratio(self) -> float:
-        return self.thresholds.negative_loss_ratio
+    sem_ent_ratio: ReadThrough[float] = ReadThrough(
+        "thresholds.sem_ent_ratio", "Collapse below this x the gold Sem-Ent."
+    )
+    top_share_factor: ReadThrough[float] = ReadThrough(
+        "thresholds.top_share_factor", "Collapse when the top cluster's share exceeds this x the gold's ..."
+    )
+    top_share_floor: ReadThrough[float] = ReadThrough("thresholds.top_share_floor", "... and exceeds this share.")
+    negative_loss_ratio: ReadThrough[float] = ReadThrough(
+        "thresholds.negative_loss_ratio", "Collapse when the negatives' loss < -this x the gold loss."
+    )
 
     def __repr__(self) -> str:
         t = self.thresholds

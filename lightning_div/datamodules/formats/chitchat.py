@@ -44,8 +44,7 @@ def read_chitchat_pairs(
 ) -> ReadResult:
     """The embedded corpus (see :func:`chitchat_conversations`) with statistics.
 
-    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
-    still works for one release, with a ``DeprecationWarning``.
+    ``max_turns``: the context turns kept per example (None = all; 0.2's ``max_history=`` warns).
     """
     max_turns = _max_turns("read_chitchat_pairs", max_turns, deprecated)
     out = _Collector(f"chitchat:{split}", max_turns)

@@ -17,8 +17,7 @@ def read_dailydialog(
 ) -> ReadResult:
     """DailyDialog text (``dialogues_text.txt``): one dialogue a line, each turn ended by ``__eou__``.
 
-    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
-    still works for one release, with a ``DeprecationWarning``.
+    ``max_turns``: the context turns kept per example (None = all; 0.2's ``max_history=`` warns).
     """
     max_turns = _max_turns("read_dailydialog", max_turns, deprecated)
     text = _read_text(path)

@@ -27,8 +27,7 @@ def read_hf(
     """A ``datasets.Dataset``, a ``DatasetDict`` (pick ``split``) or a ``save_to_disk`` directory.
 
     Rows are read as records (see :class:`Fields`); errors name the dataset and row.
-    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
-    still works for one release, with a ``DeprecationWarning``.
+    ``max_turns``: the context turns kept per example (None = all; 0.2's ``max_history=`` warns).
     """
     max_turns = _max_turns("read_hf", max_turns, deprecated)
     try:

@@ -20,8 +20,7 @@ def pairs_from_items(
     """Normalise DialoguePairs, (context, response) / (context, [references]) tuples or record dicts.
 
     Errors name the index of the bad item, e.g. ``pairs[3]: response must be a string``.
-    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
-    still works for one release, with a ``DeprecationWarning``.
+    ``max_turns``: the context turns kept per example (None = all; 0.2's ``max_history=`` warns).
     """
     max_turns = _max_turns("pairs_from_items", max_turns, deprecated)
     out = _Collector(name, max_turns)

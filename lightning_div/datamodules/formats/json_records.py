@@ -69,8 +69,7 @@ def read_json(
 ) -> ReadResult:
     """JSON Lines or a JSON list of records (see :class:`Fields`); DailyDialog++ files included.
 
-    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
-    still works for one release, with a ``DeprecationWarning``.
+    ``max_turns``: the context turns kept per example (None = all; 0.2's ``max_history=`` warns).
     """
     max_turns = _max_turns("read_json", max_turns, deprecated)
     text = _read_text(path)

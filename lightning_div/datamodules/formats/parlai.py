@@ -24,8 +24,7 @@ def read_parlai(
     ``eval_labels``) may hold several candidates separated by ``|``: the first is the
     response, the rest references. ``\\t``, ``\\n`` and ``__PIPE__`` are unescaped as ParlAI
     does. ``episode_done`` must be True/False (ParlAI reads any non-empty value as True).
-    ``max_turns`` keeps that many context turns per example (None = all); 0.2's ``max_history=``
-    still works for one release, with a ``DeprecationWarning``.
+    ``max_turns``: the context turns kept per example (None = all; 0.2's ``max_history=`` warns).
     """
     max_turns = _max_turns("read_parlai", max_turns, deprecated)
     text = _read_text(path)

@@ -58,8 +58,7 @@ _REGROUPED = {
     **regrouped_into("alert", "warn_below", "warn_drop"),
     **regrouped_into("generation", "batch_size", "max_new_tokens"),
     **regrouped_into("outputs", "dirpath", "show_progress", "log_samples", "cluster_views"),
-    "num_plot_prompts": ("ruq_plot", "num_contexts"),
-    "num_beams": ("ruq_plot", "num_beams"),
+    **regrouped_into("ruq_plot", "num_beams", num_plot_prompts="num_contexts"),
     "seed": ("TrainingArguments", "seed"),
     "tokenizer": ("Trainer", "processing_class"),
 }

@@ -35,10 +35,8 @@ _ALERT = {
     "breakdown_nll_rise": "nll_rise",
 }
 _REGROUPED = {
-    **{old: ("alert", new) for old, new in _ALERT.items()},
-    "lexical_metrics": ("lexical", "metrics"),
-    "lexical_options": ("lexical", "options"),
-    "vocab_size": ("lexical", "vocab_size"),
+    **regrouped_into("alert", **_ALERT),
+    **regrouped_into("lexical", "vocab_size", lexical_metrics="metrics", lexical_options="options"),
     **regrouped_into("outputs", "dirpath", "log_samples"),
     "batch_size": ("space", "batch_size"),
 }
