@@ -42,7 +42,11 @@ OWN_RUN = "dress_protocol_own_run"
 def docs_example(heading: str = "Your own datamodule") -> dict:
     """Run the python block of one section of the DRESS page as printed (a whole script up to its Trainer)."""
     (block,) = fenced_blocks(section(DOCS.read_text(encoding="utf-8"), heading, str(DOCS)))
-    block = block.split("\ncommon = ", 1)[0]  # the own-datamodule page is a whole script: its definitions, not its fit
+    # the own-datamodule page is a whole script: its definitions, not its fit (which would train in the working
+    # directory); the script must still have the line the definitions end at
+    if heading == "Your own datamodule":
+        assert "\nspace = SemanticSpace(" in block, f"{DOCS}: the script's Trainer part no longer starts at 'space = '"
+    block = block.split("\nspace = SemanticSpace(", 1)[0]
     namespace: dict = {"__name__": "docs_example"}
     exec(compile(block, f"{DOCS}: {heading}", "exec"), namespace)
     return namespace
