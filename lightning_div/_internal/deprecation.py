@@ -3,7 +3,7 @@
 Users' code of 0.2 keeps running under 1.0: a renamed class or function stays importable under its
 old name, and a renamed or regrouped keyword argument is still accepted; each emits a
 ``DeprecationWarning`` naming the new form and goes in the release after 1.0. Every alias is listed
-in ``docs/changelog.md`` and tested (``tests/test_deprecations.py``).
+in ``docs/changelog.md`` and tested (``tests/test_deprecations*.py``).
 """
 
 from __future__ import annotations
