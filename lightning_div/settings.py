@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_div._internal.counts import check_required_count
 from lightning_div.dress.schedule import MINE_AT
 from lightning_div.dress.weights import check_head_threshold, check_negative_weight
 from lightning_div.keys import DEFAULT_LEXICAL, NEGATIVE_LOSSES
@@ -33,9 +34,7 @@ __all__ = ["Generation", "Lexical", "Mining", "ModelAccess", "Outputs", "RUQPlot
 
 
 def _positive_int(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{owner}.{name} must be an integer >= 1, got {value!r}")
-    return int(value)
+    return check_required_count(f"{owner}.{name}", value)
 
 
 def _choice(owner: str, name: str, value: Any, choices: Sequence[str]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-__all__ = ["check_count"]
+__all__ = ["check_count", "check_required_count"]
 
 
 def check_count(name: str, value: Any) -> int | None:
@@ -22,3 +22,10 @@ def check_count(name: str, value: Any) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
         raise ValueError(f"{name} must be an integer >= 1 (or None), got {value!r}")
     return None if value is None else int(value)
+
+
+def check_required_count(name: str, value: Any) -> int:
+    """:func:`check_count` for a count that must be given: None is refused too, naming ``name``."""
+    if value is None or isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
