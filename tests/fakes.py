@@ -1,4 +1,4 @@
-"""Stand-ins for the sentence encoder, and the planted-topic data they are built for.
+"""Stand-ins for the sentence encoder (and the planted-topic data they are built for), a model adapter and an NLI scorer.
 
 An encoder, to the package, is any object with a ``name`` (its clusters' key) and ``encode(texts) -> array``
 (``lightning_div.semantic.encoder.ResponseEncoder`` is the real one); a ``fingerprint`` (its weights) is
@@ -9,7 +9,9 @@ optional. The tests that need no model use these:
   topic form one tight cluster (the clusters are then known by hand);
 - :func:`hashed_encoder`: random vectors seeded by each text, counted (a cache's bookkeeping);
 - :class:`CountingEncoder`: wraps any encoder (the real one too) and records each ``encode`` call, to tell
-  a cache hit from a fit or to check batching.
+  a cache hit from a fit or to check batching;
+- :class:`EchoSets` and :class:`EqualityScorer`: a model adapter and an NLI scorer whose sets and labels are
+  known by hand (NLI diversity and Diversity Threshold Generation without models).
 
 The tests that monkeypatch the real encoder's class (``test_semantic_space.py``) keep their subclass.
 """
@@ -144,3 +146,37 @@ def toy_corpus(per_topic: int = 60, seed: int = 0) -> tuple[list[str], np.ndarra
             v[t] += 1.0
             vectors.append(v)
     return texts, np.array(topics), np.array(vectors, dtype=np.float32)
+
+
+# -- a model adapter and an NLI scorer --------------------------------------------------------------------
+
+
+class EchoSets:
+    """A stand-in adapter: context "same" gets n copies of "a", any other n distinct responses."""
+
+    def generate(self, contexts, num_return_sequences, **kwargs):
+        n = num_return_sequences
+        return [r for c in contexts for r in (["a"] * n if c[-1] == "same" else [f"r{i}" for i in range(n)])]
+
+
+class EqualityScorer:
+    """A stand-in NLI scorer: equal texts entail each other, different ones contradict (probability 1)."""
+
+    def score_sets(self, sets, show_progress=None):
+        from lightning_div.nli.scorer import SetResult, ordered_pairs
+
+        out = []
+        for responses in sets:
+            labels = tuple(
+                "entailment" if responses[i] == responses[j] else "contradiction"
+                for i, j in ordered_pairs(len(responses))
+            )
+            probs = np.array([[1.0, 0, 0] if lab == "entailment" else [0, 0, 1.0] for lab in labels])
+            out.append(SetResult(tuple(responses), labels, probs))
+        return out
+
+    def score_pairs(self, premises, hypotheses, show_progress=None):
+        """The same rule for single pairs (what Diversity Threshold Generation asks)."""
+        labels = ["entailment" if p == h else "contradiction" for p, h in zip(premises, hypotheses)]
+        probs = np.array([[1.0, 0, 0] if lab == "entailment" else [0, 0, 1.0] for lab in labels]).reshape(-1, 3)
+        return labels, probs

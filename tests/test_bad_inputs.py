@@ -2172,6 +2172,29 @@ ROWS: list[Row] = [
         ),
     ),
     Row(
+        "lightning_div.ThresholdGeneration",
+        SETTING,
+        lambda res, tmp: _measure().nli.ThresholdGeneration(metric="contradiction"),
+        Raises(
+            ValueError,
+            r"ThresholdGeneration\(metric='contradiction'\) is unknown; use one of \('contradictions', ",
+            "“ThresholdGeneration(metric='contradiction') is unknown; use one of ('contradictions', …)” when it is "
+            "built (`rank_by=` and a `max_samples` that is not a positive integer too), not at the first validation",
+        ),
+    ),
+    Row(
+        "lightning_div.measure.NLIMeasure",
+        SETTING,
+        lambda res, tmp: _measure().NLIMeasure(
+            n=6, threshold_generation=_measure().nli.ThresholdGeneration(max_samples=5)
+        ),
+        Raises(
+            ValueError,
+            r"ThresholdGeneration\(max_samples=5\) must be >= n \(6\): it counts the first n samples",
+            "“ThresholdGeneration(max_samples=5) must be >= n (6): it counts the first n samples”",
+        ),
+    ),
+    Row(
         "lightning_div.keys.check_name",
         SETTING,
         lambda res, tmp: __import__("lightning_div.keys", fromlist=["check_name"]).check_name("a\x00b"),

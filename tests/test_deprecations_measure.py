@@ -162,3 +162,58 @@ def test_group_measure_reference_model_is_ref_model_with_a_warning():
     assert (old.ref_model, old.ref_tokenizer) == (new.ref_model, new.ref_tokenizer) == (model, tokenizer)
     assert old.settings() == new.settings()
     assert new.settings()["ref_model"] == "object"
+
+
+def test_nli_measure_takes_threshold_generation_and_0_2_s_flat_fields_with_a_warning():
+    from lightning_div.measure.nli import NLIMeasure, ThresholdGeneration
+
+    new = NLIMeasure(threshold_generation=ThresholdGeneration(threshold=5, max_samples=8, rank_by="threshold"))
+    with pytest.warns(DeprecationWarning) as caught:
+        old = NLIMeasure(threshold=5, max_samples=8, threshold_rank_by="threshold", threshold_generation=True)
+    said = " | ".join(str(w.message) for w in caught)
+    assert "NLIMeasure(threshold=...) is deprecated" in said and "use threshold_generation=...(threshold=...)" in said
+    assert "NLIMeasure(threshold_rank_by=...) is deprecated" in said and "(rank_by=...)" in said
+    assert "NLIMeasure(threshold_generation=True) is deprecated" in said and "ThresholdGeneration(...)" in said
+    assert {w.filename for w in caught} == {__file__}  # each warning points at the user's line
+    assert old.threshold_generation == new.threshold_generation
+    assert old.settings() == new.settings()
+    # the record keeps 0.2's flat keys, so a 0.2 run's record and a 1.0 one compare
+    assert {
+        k: new.settings()[k] for k in ("threshold", "max_samples", "threshold_rank_by", "threshold_generation")
+    } == {
+        "threshold": 5,
+        "max_samples": 8,
+        "threshold_rank_by": "threshold",
+        "threshold_generation": True,
+    }
+    # 0.2's measure ran measure_threshold with the flat fields it was given, flag or not: so does 1.0's
+    with pytest.warns(DeprecationWarning, match=r"NLIMeasure\(threshold_metric=\.\.\.\)"):
+        assert NLIMeasure(threshold_metric="baseline").threshold_generation == ThresholdGeneration(metric="baseline")
+    with pytest.warns(
+        DeprecationWarning, match=r"NLIMeasure\(threshold_generation=False\) .* use threshold_generation=None"
+    ):
+        assert NLIMeasure(threshold_generation=False).threshold_generation is None
+    with pytest.raises(ValueError, match=r"threshold_generation= and the deprecated threshold= were both given"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            NLIMeasure(threshold_generation=ThresholdGeneration(), threshold=3)
+
+
+def test_nli_measure_threshold_without_settings_runs_the_paper_s_with_a_warning():
+    """0.2's NLIMeasure().measure_threshold(...) ran the paper's settings: for one release it still does, warning."""
+    from fakes import EchoSets, EqualityScorer
+
+    from lightning_div.measure.nli import NLIMeasure, ThresholdGeneration
+
+    given = NLIMeasure(scorer=EqualityScorer(), n=2, threshold_generation=ThresholdGeneration())
+    bare = NLIMeasure(scorer=EqualityScorer(), n=2)
+    given.prepare()
+    bare.prepare()
+    expected = given.measure_threshold(EchoSets(), [["a"], ["b"]])
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"measure_threshold\(\) without threshold_generation= .* "
+        r"NLIMeasure\(threshold_generation=ThresholdGeneration\(\)\)",
+    ):
+        got = bare.measure_threshold(EchoSets(), [["a"], ["b"]])
+    assert got == expected and got["threshold_samples_drawn"] == 20  # the paper's budget, spent: never diverse enough

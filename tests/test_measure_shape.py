@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from fakes import first_letter_encoder
+from fakes import EchoSets, EqualityScorer, first_letter_encoder
 
 from lightning_div._internal.tracking import Destination
 from lightning_div.measure.base import Measure
@@ -94,31 +94,6 @@ def test_the_run_records_the_settings_once_and_again_when_they_change(tmp_path):
     # another process: writes nothing
     other = TrackerReporter(Destination([], 0, "step_0"), tmp_path / "rank1", print, RunMemory(), is_rank_zero=False)
     assert other.record_settings("x", [ruq]) is None and not (tmp_path / "rank1").exists()
-
-
-class EchoSets:
-    """A stand-in adapter: context "same" gets n copies of "a", any other n distinct responses."""
-
-    def generate(self, contexts, num_return_sequences, **kwargs):
-        n = num_return_sequences
-        return [r for c in contexts for r in (["a"] * n if c[-1] == "same" else [f"r{i}" for i in range(n)])]
-
-
-class EqualityScorer:
-    """A stand-in NLI scorer: equal texts entail each other, different ones contradict (probability 1)."""
-
-    def score_sets(self, sets, show_progress=None):
-        from lightning_div.nli.scorer import SetResult, ordered_pairs
-
-        out = []
-        for responses in sets:
-            labels = tuple(
-                "entailment" if responses[i] == responses[j] else "contradiction"
-                for i, j in ordered_pairs(len(responses))
-            )
-            probs = np.array([[1.0, 0, 0] if lab == "entailment" else [0, 0, 1.0] for lab in labels])
-            out.append(SetResult(tuple(responses), labels, probs))
-        return out
 
 
 def test_nli_measure_without_a_trainer():

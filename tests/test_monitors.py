@@ -191,7 +191,7 @@ def test_nli_diversity_monitor_logs_set_metrics(tmp_path):
     from helpers import tiny_nli_model, tokenizer
     from monitor_setup import VAL
 
-    from lightning_div.callbacks.nli_diversity import NLIDiversityMonitor, ThresholdGeneration
+    from lightning_div.callbacks import NLIDiversityMonitor, ThresholdGeneration
     from lightning_div.nli.scorer import NLIScorer
 
     scorer = NLIScorer.from_model(tiny_nli_model(), tokenizer(True), show_progress=False)

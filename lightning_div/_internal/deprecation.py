@@ -8,12 +8,15 @@ in ``docs/changelog.md`` and tested (``tests/test_deprecations*.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["moved_attribute", "moved_names", "regrouped_into", "take_deprecated", "warn_deprecated"]
+__all__ = ["merged", "moved_attribute", "moved_names", "regrouped_into", "take_deprecated", "warn_deprecated"]
+
+_T = TypeVar("_T")
 
 
 def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
@@ -62,6 +65,23 @@ def take_deprecated(
     if kwargs:
         raise TypeError(f"{owner}() got an unexpected keyword argument {next(iter(kwargs))!r}")
     return values, groups
+
+
+def merged(owner: str, arg: str, given: _T | None, default: _T, fields: Mapping[str, Any]) -> _T:
+    """``given`` (or ``default``) with the deprecated flat ``fields`` (as :func:`take_deprecated` grouped them).
+
+    Raises:
+        ValueError: both a settings object and its deprecated fields were given.
+    """
+    if not fields:
+        return default if given is None else given
+    if given is not None:
+        names = ", ".join(f"{f}=" for f in fields)
+        raise ValueError(
+            f"{owner}: {arg}= and the deprecated {names} were both given: set them on the object "
+            f"({arg}={type(given).__name__}(...)) and drop the flat arguments"
+        )
+    return dataclasses.replace(default, **fields)  # type: ignore[type-var]
 
 
 def regrouped_into(argument: str, *fields: str, **renamed: str) -> dict[str, tuple[str, str]]:

@@ -2,54 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from lightning_div._internal.checks import check_finite_model
-from lightning_div._internal.deprecation import regrouped_into, warn_deprecated
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.checks import optional_part
-from lightning_div.callbacks.parts import init_depth, merged, take_own
+from lightning_div.callbacks.parts import init_depth, take_own
 from lightning_div.keys import val_key
-from lightning_div.measure.nli import NLIMeasure
+from lightning_div.measure.nli import DEPRECATED_THRESHOLD, NLIMeasure, ThresholdGeneration, threshold_generation_from
 from lightning_div.nli.scorer import ScorerSource
 from lightning_div.pairs import DialoguePair
 from lightning_div.types import Options, PairsSource
-
-
-@dataclass(frozen=True)
-class ThresholdGeneration:
-    """Diversity Threshold Generation (Stasaski & Hearst, 2022): resample a context's responses until they are diverse enough.
-
-    Attributes:
-        threshold: the threshold (the paper: more than 10 contradictions of 20 pairs).
-        max_samples: the budget of sampled responses per context (the paper: 20).
-        metric: the metric the threshold applies to, which decides when to stop (see
-            :func:`~lightning_div.nli.threshold.diversity_threshold_generate`).
-        diversity_metric: the metric that ranks the (n-1)-subsets and reports start / end diversity;
-            None = the paper's (Baseline NLI Diversity for an NLI threshold metric).
-        rank_by: ``"diversity"`` (the paper) or ``"threshold"`` (rank the subsets by the threshold metric).
-
-    The values are checked by :class:`~lightning_div.measure.nli.NLIMeasure`, which uses them.
-    """
-
-    threshold: float = 10
-    max_samples: int = 20
-    metric: str = "contradictions"
-    diversity_metric: str | None = None
-    rank_by: str = "diversity"
-
-
-#: The 0.2 arguments of NLIDiversityMonitor now fields of ``threshold_generation=ThresholdGeneration(...)``.
-DEPRECATED_THRESHOLD: dict[str, tuple[str, str]] = regrouped_into(
-    "threshold_generation",
-    "threshold",
-    "max_samples",
-    threshold_metric="metric",
-    threshold_diversity_metric="diversity_metric",
-    threshold_rank_by="rank_by",
-)
 
 
 class NLIDiversityMonitor(ValidationMonitor):
@@ -96,36 +60,18 @@ class NLIDiversityMonitor(ValidationMonitor):
         **kwargs: Any,
     ) -> None:
         _, groups = take_own(self, kwargs, regrouped=DEPRECATED_THRESHOLD)
-        enabled = threshold_generation is not None
-        if isinstance(threshold_generation, bool):  # 0.2's threshold_generation=True / False
-            new = (
-                "threshold_generation=ThresholdGeneration(...)" if threshold_generation else "threshold_generation=None"
-            )
-            warn_deprecated(
-                f"NLIDiversityMonitor(threshold_generation={threshold_generation})", new, 2 + init_depth(self)
-            )
-            enabled, threshold_generation = threshold_generation, None
-        super().__init__(**kwargs)
-        # the settings are kept (and recorded) also when it is off, as 0.2 kept the flat ones
-        settings = merged(
-            type(self).__name__,
-            "threshold_generation",
-            threshold_generation,
-            ThresholdGeneration(),
-            groups.get("threshold_generation", {}),
+        fields = groups.get("threshold_generation", {})
+        settings = threshold_generation_from(
+            type(self).__name__, threshold_generation, fields, stacklevel=2 + init_depth(self), fields_run=False
         )
+        super().__init__(**kwargs)
         #: What it measures (:mod:`lightning_div.measure.nli`); this callback adds hooks, keys and reporting.
         self.nli = NLIMeasure(
             scorer=scorer,
             n=n,
             top_p=top_p,
             generation_kwargs=dict(self.generation.options),
-            threshold=settings.threshold,
-            max_samples=settings.max_samples,
-            threshold_metric=settings.metric,
-            threshold_diversity_metric=settings.diversity_metric,
-            threshold_rank_by=settings.rank_by,
-            threshold_generation=enabled,
+            threshold_generation=settings,
             scorer_kwargs=scorer_kwargs,
             batch_size=self.batch_size,
             seed=self.seed,
@@ -134,7 +80,7 @@ class NLIDiversityMonitor(ValidationMonitor):
         self.scorer_arg = scorer
         self.num_contexts = num_contexts
         #: Diversity Threshold Generation's settings; None: it is not run.
-        self.threshold_generation = settings if enabled else None
+        self.threshold_generation = settings
         self.val_pairs_arg = val_pairs
 
     def scorer(self, pl_module: pl.LightningModule) -> Any:

@@ -9,12 +9,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
-from lightning_div._internal.deprecation import regrouped_into, take_deprecated
+from lightning_div._internal.deprecation import merged, regrouped_into, take_deprecated
 from lightning_div.settings import Generation, ModelAccess, Outputs
 
 __all__ = [
@@ -37,21 +36,6 @@ COMMON_REGROUPED: dict[str, tuple[str, str]] = {
 
 #: The key a callback writes in place of a part's state that another callback of the Trainer owns.
 SHARED = "owner"
-
-_T = TypeVar("_T")
-
-
-def merged(owner: str, arg: str, given: _T | None, default: _T, fields: dict[str, Any]) -> _T:
-    """``given`` (or ``default``) with the deprecated ``fields``; both a settings object and its fields is an error."""
-    if not fields:
-        return default if given is None else given
-    if given is not None:
-        names = ", ".join(f"{f}=" for f in fields)
-        raise ValueError(
-            f"{owner}: {arg}= and the deprecated {names} were both given: set them on the object "
-            f"({arg}={type(given).__name__}(...)) and drop the flat arguments"
-        )
-    return dataclasses.replace(default, **fields)  # type: ignore[type-var]
 
 
 def init_depth(obj: Any) -> int:

@@ -9,15 +9,62 @@ reporting; what it measures is :class:`NLIMeasure`'s.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lightning_div._internal.deprecation import merged, regrouped_into, take_deprecated, warn_deprecated
 from lightning_div._internal.distributed import distributed_map
 from lightning_div.measure.base import Measure
 from lightning_div.nli.scorer import ScorerSource
+from lightning_div.nli.threshold_settings import ThresholdGeneration
 from lightning_div.types import Options
 
-__all__ = ["NLIMeasure"]
+__all__ = ["NLIMeasure", "ThresholdGeneration"]
+
+
+#: The 0.2 arguments of NLIMeasure and NLIDiversityMonitor now fields of ``threshold_generation=ThresholdGeneration(...)``.
+DEPRECATED_THRESHOLD: dict[str, tuple[str, str]] = regrouped_into(
+    "threshold_generation",
+    "threshold",
+    "max_samples",
+    threshold_metric="metric",
+    threshold_diversity_metric="diversity_metric",
+    threshold_rank_by="rank_by",
+)
+
+
+def threshold_generation_from(
+    owner: str,
+    given: ThresholdGeneration | bool | None,
+    fields: Mapping[str, Any],
+    stacklevel: int,
+    fields_run: bool,
+) -> ThresholdGeneration | None:
+    """``threshold_generation=`` as 1.0 takes it, from what 0.2 took too (each 0.2 form warns).
+
+    Args:
+        owner: the class taking it (named in the warnings and errors).
+        given: a :class:`ThresholdGeneration`, None (not run), or 0.2's ``True`` / ``False``.
+        fields: the deprecated flat fields already taken (``threshold=``, ``max_samples=`` ...).
+        stacklevel: where a warning points (the user's call).
+        fields_run: what 0.2's flat fields did without ``threshold_generation=True``: ran with them
+            (:class:`NLIMeasure`'s ``measure_threshold``) or nothing (the monitor's).
+
+    Returns:
+        The settings it runs with; None: not run.
+
+    Raises:
+        TypeError: ``given`` of another type.
+        ValueError: a :class:`ThresholdGeneration` together with deprecated fields, or a field out of range.
+    """
+    if isinstance(given, bool):
+        new = "threshold_generation=ThresholdGeneration(...)" if given else "threshold_generation=None"
+        warn_deprecated(f"{owner}(threshold_generation={given})", new, stacklevel + 1)
+        return merged(owner, "threshold_generation", None, ThresholdGeneration(), fields) if given else None
+    if given is not None and not isinstance(given, ThresholdGeneration):
+        raise TypeError(f"{owner}: threshold_generation must be a ThresholdGeneration or None, got {given!r}")
+    settings = merged(owner, "threshold_generation", given, ThresholdGeneration(), fields)  # both given: an error
+    return settings if given is not None or (fields and fields_run) else None
 
 
 class NLIMeasure(Measure):
@@ -34,19 +81,18 @@ class NLIMeasure(Measure):
         n: responses per context (the paper: 5, so 20 ordered pairs).
         top_p: nucleus sampling of the response sets (the paper: 0.9).
         generation_kwargs: extra sampling arguments (temperature, ...).
-        threshold: Diversity Threshold Generation's threshold.
-        max_samples: its budget of sampled responses per context (checked only with ``threshold_generation``).
-        threshold_metric: the metric the threshold applies to.
-        threshold_diversity_metric: the metric that ranks the (n-1)-subsets; None = the paper's.
-        threshold_rank_by: ``"diversity"`` (the paper) or ``"threshold"``.
-        threshold_generation: whether Diversity Threshold Generation is run (checks ``max_samples``).
+        threshold_generation: Diversity Threshold Generation's settings (:class:`ThresholdGeneration`), which
+            :meth:`measure_threshold` runs; None: it is not run (0.2 ran the paper's: for one release, with a warning).
         scorer_kwargs: extra NLIScorer arguments when ``scorer`` is a name.
         batch_size: contexts x responses per batch (contexts per batch: ``batch_size // n``).
         seed: Diversity Threshold Generation's sampling seed.
         show_progress: progress bars.
+        **deprecated: 0.2's flat ``threshold``, ``max_samples``, ``threshold_metric``,
+            ``threshold_diversity_metric``, ``threshold_rank_by`` and ``threshold_generation=True/False``
+            (each warns; ``threshold_generation=ThresholdGeneration(...)``).
 
     Raises:
-        ValueError: ``n`` not an integer >= 2, an unknown metric or ranking, or ``max_samples`` < ``n`` with threshold generation.
+        ValueError: ``n`` not an integer >= 2, or ``max_samples`` < ``n`` with threshold generation.
     """
 
     def __init__(
@@ -55,43 +101,47 @@ class NLIMeasure(Measure):
         n: int = 5,
         top_p: float = 0.9,
         generation_kwargs: Options | None = None,
-        threshold: float = 10,
-        max_samples: int = 20,
-        threshold_metric: str = "contradictions",
-        threshold_diversity_metric: str | None = None,
-        threshold_rank_by: str = "diversity",
-        threshold_generation: bool = False,
+        threshold_generation: ThresholdGeneration | None = None,
         scorer_kwargs: Options | None = None,
         batch_size: int = 32,
         seed: int = 0,
         show_progress: bool = False,
+        **deprecated: Any,
     ) -> None:
         if isinstance(n, bool) or not hasattr(n, "__index__") or n < 2:  # an int or a numpy integer
             raise ValueError(f"n must be an integer >= 2 (NLI Diversity compares pairs of responses), got {n!r}")
         n = operator.index(n)  # a numpy integer: a plain number in the settings
-        from lightning_div.nli.threshold import NLI_METRICS, RANK_BY
-
-        for arg, value in (
-            ("threshold_metric", threshold_metric),
-            ("threshold_diversity_metric", threshold_diversity_metric),
-        ):
-            if value is not None and value not in NLI_METRICS:
-                raise ValueError(f"{arg}={value!r} is unknown; use one of {NLI_METRICS}")
-        if threshold_rank_by not in RANK_BY:
-            raise ValueError(f"threshold_rank_by={threshold_rank_by!r} is unknown; use one of {RANK_BY}")
-        if threshold_generation and max_samples < n:
-            raise ValueError(f"max_samples ({max_samples}) must be >= n ({n}): it counts the first n samples")
+        _, groups = take_deprecated("NLIMeasure", deprecated, regrouped=DEPRECATED_THRESHOLD, stacklevel=5)
+        settings = threshold_generation_from(
+            "NLIMeasure", threshold_generation, groups.get("threshold_generation", {}), stacklevel=4, fields_run=True
+        )
+        if settings is not None and settings.max_samples < n:
+            raise ValueError(
+                f"ThresholdGeneration(max_samples={settings.max_samples}) must be >= n ({n}): it counts the first n samples"
+            )
         self.scorer_arg = scorer
         self.scorer_kwargs: dict[str, Any] = dict(scorer_kwargs or {})  # NLIScorer checks them
         self.n, self.top_p = n, top_p
         self.generation_kwargs = dict(generation_kwargs or {})
-        self.threshold, self.max_samples = threshold, max_samples
-        self.threshold_metric = threshold_metric
-        self.threshold_diversity_metric = threshold_diversity_metric
-        self.threshold_rank_by = threshold_rank_by
-        self.threshold_generation = threshold_generation
+        #: Diversity Threshold Generation's settings; None: it is not run.
+        self.threshold_generation = settings
         self.batch_size, self.seed, self.show_progress = batch_size, seed, show_progress
         self._scorer: Any = None
+
+    def settings(self) -> dict[str, Any]:
+        """The settings as 0.2 recorded them (the threshold's flat, ``threshold_generation`` a flag), so records compare."""
+        recorded = super().settings()
+        threshold = self.threshold_generation or ThresholdGeneration()
+        flat = {
+            "threshold": threshold.threshold,
+            "max_samples": threshold.max_samples,
+            "threshold_metric": threshold.metric,
+            "threshold_diversity_metric": threshold.diversity_metric,
+            "threshold_rank_by": threshold.rank_by,
+            "threshold_generation": self.threshold_generation is not None,
+        }
+        head = {k: recorded[k] for k in ("scorer", "n", "top_p", "generation_kwargs")}
+        return head | flat | {k: v for k, v in recorded.items() if k not in head and k != "threshold_generation"}
 
     def prepare(self, device: Any = None) -> None:
         """Load the scorer when it was given by name (once; ``device`` is where it runs)."""
@@ -152,6 +202,13 @@ class NLIMeasure(Measure):
         """Diversity Threshold Generation's ``threshold_*`` values over the contexts (every process must call it)."""
         from lightning_div.nli.threshold import diversity_threshold_generate_many, threshold_stats
 
+        threshold = self.threshold_generation
+        if threshold is None:  # 0.2 ran the paper's settings: still, for one release
+            warn_deprecated(
+                "NLIMeasure.measure_threshold() without threshold_generation=",
+                "NLIMeasure(threshold_generation=ThresholdGeneration())",
+            )
+            threshold = ThresholdGeneration()
         scorer = self.scorer
         turns, key, per_batch, sampling = self._plan(contexts)
 
@@ -161,14 +218,10 @@ class NLIMeasure(Measure):
                 batch,
                 scorer,
                 n=self.n,
-                threshold=self.threshold,
-                max_samples=self.max_samples,
                 top_p=self.top_p,
-                metric=self.threshold_metric,
                 seed=self.seed,
                 show_progress=False,
-                diversity_metric=self.threshold_diversity_metric,
-                rank_by=self.threshold_rank_by,
+                **threshold.arguments(),
                 **{k: v for k, v in sampling.items() if k not in ("top_p", "show_progress")},
             )
             return [r.stats() for r in results]
