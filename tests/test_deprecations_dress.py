@@ -20,6 +20,7 @@ from lightning_div.dress.degeneration import Thresholds
 from lightning_div.integrations.transformers import dress_dataset, gold_dress_state
 from lightning_div.measure.alerts import DRESSAlert, GroupAlert, RUQAlert
 from lightning_div.model.formatting import DialogueLayout
+from lightning_div.pairs import DialoguePair
 from lightning_div.semantic.space import SemanticSpace
 from lightning_div.settings import Mining
 
@@ -253,3 +254,40 @@ def test_dress_dataset_takes_format_as_layout_with_a_warning():
     with pytest.raises(ValueError, match=r"dress_dataset: layout= was given by its 1\.0 and its 0\.2 name"):
         with pytest.warns(DeprecationWarning, match="format"):
             dress_dataset(pairs, lm.tokenizer, lm.model, layout=layout, format=layout)
+
+
+def test_a_0_2_flat_dress_checkpoint_resumes_into_the_nested_parts():
+    """0.2 wrote DRESS's decisions and the space side by side; 1.0 nests them as every callback does, and reads both."""
+    from lightning_div.callbacks.parts import SHARED
+
+    def dress(space):
+        return DRESSReweighting(space=space, mining=Mining(num_contexts=4))
+
+    saved = dress(SemanticSpace("minilm", num_clusters=3))
+    saved.state.weights = np.array([0.5, 1.5, 1.0])
+    saved.state.set_negatives(
+        [DialoguePair(TRAIN[0].context, "again")],
+        np.array([-1.0]),
+        np.array([2]),
+        heads=np.array([2]),
+        head_share=0.75,
+        mined_for=1,
+    )
+    saved.space.clusters_path = "/runs/clusters.npz"
+    saved.alert.since = 3
+    saved.history = [{"dress/weight_mean": 1.0}]
+    nested = saved.state_dict()
+    assert set(nested) == {"history", "settings", "samples", "reweighting", "space", "alert"}
+    assert nested["space"] == {"clusters_path": "/runs/clusters.npz"} and nested["reweighting"]["mined_for"] == 1
+    flat = {"history": nested["history"], "settings": nested["settings"], **nested["reweighting"], **nested["space"]}
+    for state, alert_since in ((nested, 3), (flat, None)):  # 0.2 wrote no alert: it starts afresh
+        resumed = dress(SemanticSpace("minilm", num_clusters=3))
+        resumed.load_state_dict(state)
+        assert resumed.state.state_dict() == saved.state.state_dict() and resumed.history == saved.history
+        assert resumed.space.clusters_path == "/runs/clusters.npz" and resumed.alert.since == alert_since
+    # under other settings the weights are stale: recomputed at fit start, as the warning says
+    other = DRESSReweighting(space=SemanticSpace("minilm", num_clusters=3), lam=5.0, mining=Mining(num_contexts=4))
+    with pytest.warns(RuntimeWarning, match="the weights are recomputed and the negatives mined again"):
+        other.load_state_dict(nested)
+    assert other.state.weights is None and other.state.negative_pairs == [] and other.history == saved.history
+    assert SHARED == "owner"  # the marker a callback writes for a space another one checkpoints (test_monitors)

@@ -164,7 +164,7 @@ def test_dress_is_the_single_owner_of_weights_and_negatives(own_run):
     assert dm.sample_weights.tolist() == cb.state.weights.tolist() and dm.negatives == cb.state.negative_pairs
     checkpoint = torch.load(root / "ckpt" / "last.ckpt", weights_only=False)
     assert "DialogueDataModule" not in checkpoint
-    assert checkpoint["callbacks"][cb.state_key]["weights"] == cb.state.weights.tolist()
+    assert checkpoint["callbacks"][cb.state_key]["reweighting"]["weights"] == cb.state.weights.tolist()
 
 
 def test_apply_weights_validates_and_refuses_a_change_that_would_be_lost():

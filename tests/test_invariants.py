@@ -447,7 +447,7 @@ def test_a_failing_tracker_costs_warnings_not_the_run(flaky_tracker_run):
         assert torch.equal(restored.state_dict()[name], value), name
     states = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["callbacks"]
     dress_state = next(v for k, v in states.items() if k.startswith("DRESSReweighting"))
-    assert len(dress_state["history"]) == 2 and dress_state["weights"] is not None
+    assert len(dress_state["history"]) == 2 and dress_state["reweighting"]["weights"] is not None
 
 
 @pytest.mark.slow

@@ -69,6 +69,7 @@ def fit_start(callback, texts, tmp_path):
 
 def test_one_space_given_to_both_callbacks_is_one_encoder_and_one_fit(tmp_path, monkeypatch):
     from lightning_div.callbacks import DRESSReweighting, SemanticDiversityMonitor
+    from lightning_div.callbacks.parts import part_owners
 
     counts = Counting(monkeypatch)
     space = SemanticSpace(encoder="minilm", num_clusters=3, batch_size=16, show_progress=False)
@@ -84,7 +85,17 @@ def test_one_space_given_to_both_callbacks_is_one_encoder_and_one_fit(tmp_path, 
     assert same_ids is ids
     clusters = space.clusters
     assert space.clusters_path == str(cache_file(tmp_path / "lightning_div_cache", clusters))
-    assert monitor.state_dict()["space"]["clusters_path"] == dress.state_dict()["clusters_path"] == space.clusters_path
+    assert (
+        monitor.state_dict()["space"]["clusters_path"]
+        == dress.state_dict()["space"]["clusters_path"]
+        == space.clusters_path
+    )
+    # in one Trainer the space is checkpointed once, by the first of the two; the other names it (the loop that
+    # writes {"owner": <its state key>} is DiversityCallback's, tested in a fit by test_monitors)
+    assert part_owners(dress, [monitor, dress]) == {"space": monitor.state_key}
+    assert part_owners(monitor, [monitor, dress]) == {} and part_owners(monitor, [dress, monitor]) == {
+        "space": dress.state_key
+    }
     assert monitor.state_key == "SemanticDiversityMonitor{'name': None, 'encoder': 'minilm'}"
     # the shared ids are the clusters' own assignment of the gold texts, and read-only (one array for all)
     np.testing.assert_array_equal(ids, clusters.assign(space.get_encoder().encode(texts)))

@@ -13,7 +13,6 @@ from lightning_div._internal.lightning import TrainerFn, pl
 from lightning_div._internal.loop_state import starting_epoch
 from lightning_div._internal.tracking import new_figure
 from lightning_div.callbacks.base import DiversityCallback, override
-from lightning_div.callbacks.checks import settings_changed
 from lightning_div.callbacks.dress_args import REGROUPED, RENAMED, dress_arguments
 from lightning_div.callbacks.dress_checks import (
     check_dress_trainer,
@@ -420,27 +419,28 @@ class DRESSReweighting(DiversityCallback):
             "mode": self.mode,
         }
 
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            **super().state_dict(),
-            "settings": self.settings(),
-            **self.state.state_dict(),
-            **self.space.state_dict(),
-            "alert": self.alert.state_dict(),
-        }
+    # -- checkpointing: DiversityCallback's one loop, with DRESS's parts ---------------------------------
+
+    #: What a resume under changed settings does (:func:`~lightning_div.callbacks.checks.settings_changed`).
+    stale_consequence = "the weights are recomputed and the negatives mined again under the new settings"
+
+    def state_parts(self) -> dict[str, Any]:
+        """What DRESS checkpoints: its decisions (weights, negatives, the round), the space (written once when a
+        monitor given the same object checkpoints it first) and the alert."""
+        return {"reweighting": self.state, "space": self.space, "alert": self.alert}
+
+    def legacy_keys(self) -> dict[str, str]:
+        return {"alert": "alert"}  # 0.2 wrote no alert: it starts afresh
+
+    def forget(self) -> None:
+        """A stale or fresh start: no weights (fit start computes them), no negatives until the next round."""
+        self.state.reset()  # in place: the loop holds the parts it restores
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "samples" not in state_dict:  # 0.2 wrote DRESS's state flat: its decisions and the space side by side
+            state_dict = {**state_dict, "indices": None}  # what upgrade_flat_state knows a 0.2 state by
         super().load_state_dict(state_dict)
-        if settings_changed(
-            self,
-            state_dict.get("settings"),
-            self.settings(),
-            "the weights are recomputed and the negatives mined again under the new settings",
-        ):
-            return  # weights None: on_fit_start computes them; no negatives until the next mining
-        self.state.load_state_dict(state_dict)
         if self.state.negative_pairs and not self.state.negative_clusters.size:
             warnings.warn(  # not warn_once: a resume happens once per run, and each one must say it
                 f"{type(self).__name__}: the checkpoint holds {len(self.state.negative_pairs)} negatives without "
@@ -449,6 +449,3 @@ class DRESSReweighting(DiversityCallback):
                 RuntimeWarning,
                 stacklevel=2,
             )
-        self.space.load_state_dict(state_dict)
-        if "alert" in state_dict:  # a checkpoint of 0.2 has none: the alert starts afresh
-            self.alert.load_state_dict(state_dict["alert"])

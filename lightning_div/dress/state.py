@@ -109,6 +109,11 @@ class DressState:
         self.negative_pairs, self.negative_weights = fresh.negative_pairs, fresh.negative_weights
         self.negative_clusters = fresh.negative_clusters
 
+    def reset(self) -> None:
+        """Nothing decided: no weights (fit start computes them), no negatives, the guard not stopped."""
+        self.clear_negatives()
+        self.weights, self.gold_top_share, self.negatives_stopped_at = None, None, None
+
     def negatives(self) -> Negatives:
         """The negatives as a datamodule gets them (:meth:`ReweightableDataModule.apply_weights`)."""
         return Negatives(tuple(self.negative_pairs), self.negative_weights, self.negative_batches, self.negative_loss)
