@@ -3,6 +3,7 @@
     python experiments/grpo_diversity.py [--quick] [--settings S ...] [--seeds 0 1 2 3 4] [--out DIR]
     python experiments/grpo_diversity.py --merge PART/results.json ... [--pilot PILOT/results.json ...] --out DIR
     python experiments/grpo_diversity.py --settings grpo_lexical --lexical-threshold matched --seeds 0 1 2 --out DIR
+    python experiments/grpo_diversity.py --page --out DIR [--rescored RESCORE.json] [--stored EARLIER.json]
 
 GRPO (TRL's ``GRPOTrainer``) trains the shipped base model (``local:chitchat-gpt2``) on Chit-Chat
 prompts with a task reward a user could write and that has many equally good answers: *reply in
@@ -41,6 +42,12 @@ Writes ``DIR/results.json``, ``DIR/curves.png`` and the page ``DIR.md`` (default
 ``--quick``: one seed, 2 steps, small batches, every setting (a smoke test; its numbers mean nothing).
 ``--save-replies``: also ``DIR/replies/<setting>_seed<seed>.json``, every run's held-out replies (and the
 base model's, ``base_seed<seed>.json``), for ``experiments/rescore.py`` (another judge, no rerun).
+``--page``: no run, ``DIR.md`` rewritten from ``DIR/results.json`` (the reading kept); with ``--rescored``
+(rescore.py's results.json of the runs' saved replies) the judge's sections: both judges side by side on the
+same replies, the paired differences and the primary family (Holm) with the new judge, the detectable
+difference; with ``--stored`` (an earlier results.json of the same settings: the runs as stored before this
+rerun) how far each held-out number moved (``_grpo_sections.py``; each file checked to be of the page's runs;
+a table covers the seeds its settings have, and says which).
 
 **The lexical threshold, matched.** ``--lexical-threshold matched`` replaces the fixed 0.5 (which
 made two completions almost never alike: ``grpo_lexical`` was then ``grpo``) by the threshold of
@@ -64,10 +71,11 @@ from pathlib import Path
 from typing import Any
 
 from _environment import environment, environment_lines, environments
+from _grpo_sections import paired_rows
 from _pages import kept_reading
 from _replies import save_replies
 from _stats import cell as _cell
-from _stats import holm, interval, paired
+from _stats import holm, interval
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -657,8 +665,12 @@ def figure(result: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def run_sections(result: dict[str, Any]) -> list[str]:
-    """The page's tables of the full runs: held out, the differences with grpo, training ends, cost."""
+def run_sections(result: dict[str, Any], sections: list[str] | None = None) -> list[str]:
+    """The page's tables of the full runs: held out, the differences with grpo, training ends, cost.
+
+    ``sections``: lines read from other files (``_grpo_sections``: the judge's rescoring, a rerun's drift),
+    placed after the primary comparisons.
+    """
     summary = result["summary"]
     lines: list[str] = []
     lines += [
@@ -689,6 +701,7 @@ def run_sections(result: dict[str, Any]) -> list[str]:
             lines += _difference_table(summary["difference_kl"])
         lines += ["", "`*`: the interval excludes 0 (uncorrected; the primary family's correction is below)."]
         lines += comparisons_section(result)
+    lines += sections or []
     lines += ["", f"## Training rollouts: first {WINDOW} steps -> last {WINDOW} (mean over seeds)", ""]
     trained = ("judge_group_sem_ent", "group_sem_ent", "distinct_2", "task_reward", "nll", "length_words", "cut_share")
     lines += ["| setting | " + " | ".join(trained) + " |", "|---" * (len(trained) + 1) + "|"]
@@ -748,20 +761,6 @@ PRIMARY_COMPARISONS = (
 #: Comparisons chosen after the runs: shown with the same statistics, outside the corrected family.
 EXPLORATORY_COMPARISONS = (("grpo_semantic_kl", "grpo_semantic"), ("grpo_lexical_j0.02", "grpo"))
 EXPLORATORY_MEASURES = (*PRIMARY, "ead", "distinct_2")
-
-
-def paired_rows(runs: list[dict[str, Any]], pairs: tuple[tuple[str, str], ...], measures: tuple[str, ...]):
-    """Per (setting, baseline, measure) present in the runs: :func:`_stats.paired` of the per-seed differences."""
-    by: dict[str, dict[int, dict[str, float]]] = {}
-    for r in runs:
-        by.setdefault(r["setting"], {})[int(r["seed"])] = r["held_out"]
-    rows = []
-    for setting, baseline in pairs:
-        seeds = sorted(set(by.get(setting, {})) & set(by.get(baseline, {})))
-        for m in measures if len(seeds) > 1 else ():
-            diffs = [by[setting][k][m] - by[baseline][k][m] for k in seeds]
-            rows.append({"comparison": f"{setting} - {baseline}", "measure": m, **paired(diffs), "per_seed": diffs})
-    return rows
 
 
 def comparisons_section(result: dict[str, Any]) -> list[str]:
@@ -834,8 +833,11 @@ def _difference_table(differences: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def page(result: dict[str, Any], reading: str = "") -> str:
-    """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept."""
+def page(result: dict[str, Any], reading: str = "", sections: list[str] | None = None) -> str:
+    """The results page (markdown) from results.json's content; ``reading`` is the hand-written section kept.
+
+    ``sections``: :func:`run_sections`'.
+    """
     cfg = result["config"]
     lines = [
         "# GRPO and within-group diversity on the base model",
@@ -856,7 +858,7 @@ def page(result: dict[str, Any], reading: str = "") -> str:
     if not result["runs"]:
         lines += ["*No full run yet: the settings above are fixed before the runs; the runs are to come.*", ""]
     else:
-        lines += run_sections(result)
+        lines += run_sections(result, sections)
     if result.get("lexical_calibration"):
         lines += lexical_section(result)
     if result.get("pilot"):
@@ -1003,6 +1005,38 @@ def merge(parts: list[Path], out: Path, pilot: list[Path] | None = None) -> dict
     return result
 
 
+def rebuild(out: Path, rescored: Path | None = None, stored: Path | None = None) -> str:
+    """Rewrite ``out``'s page from ``out/results.json`` (no run), its reading kept; with the sections of
+    ``_grpo_sections`` for a rescoring of its replies (``rescored``) and the stored runs it reran (``stored``).
+
+    Raises:
+        MergeError: a damaged or missing results.json (or one without a summary: a part's partial.json), or a
+            rescoring or stored results that are not of its runs (named).
+    """
+    from _grpo_sections import read_rescored, read_stored, rerun_lines, rescored_lines
+    from _merge import MergeError
+    from rescore import stored_runs
+
+    from lightning_div._internal.io import atomic_write_text
+
+    result = _read(out / "results.json")
+    if not isinstance(result.get("summary"), dict):
+        raise MergeError(f"{out / 'results.json'}: no summary: a run's or a merge's results.json, not a partial.json")
+    _, held = stored_runs(out / "results.json")  # the runs as the page names them, the base model's as "base"
+    sections = []
+    if rescored:
+        sections += rescored_lines(held, read_rescored(rescored, result, held), PRIMARY_COMPARISONS, PRIMARY)
+    if stored:
+        sections += rerun_lines(
+            held, read_stored(stored, result, held), MEASURES, PRIMARY, f"`{stored.parent.name}/{stored.name}`"
+        )
+    md = out.with_suffix(".md")
+    text = page(result, kept_reading(md), sections)
+    atomic_write_text(md, text)
+    print(f"[grpo_diversity] rewrote {md} from {out / 'results.json'}")
+    return text
+
+
 def _threshold(text: str) -> float | str:
     """``--lexical-threshold``: ``matched``, or a Jaccard threshold in (0, 1]."""
     if text == "matched":
@@ -1058,7 +1092,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--pilot", nargs="+", type=Path, default=None, help="with --merge: the pilot runs' results.json"
     )
+    parser.add_argument(
+        "--page",
+        action="store_true",
+        help="no run: rewrite --out's page from --out/results.json, keeping its reading (with --rescored, "
+        "--stored: their sections)",
+    )
+    parser.add_argument(
+        "--rescored", type=Path, default=None, help="with --page: rescore.py's results.json of the runs' replies"
+    )
+    parser.add_argument(
+        "--stored", type=Path, default=None, help="with --page: an earlier results.json of the runs this one reran"
+    )
     args = parser.parse_args(argv)
+    if (args.rescored or args.stored) and not args.page:
+        parser.error("--rescored and --stored go with --page")
+    if args.page and args.merge is not None:
+        parser.error("--page rewrites the page of a results.json made before: not with --merge")
+    if args.page:
+        from _merge import MergeError, fail
+
+        try:
+            rebuild(args.out, args.rescored, args.stored)
+        except MergeError as err:  # a user's mistake: one line, exit code 2
+            fail("grpo_diversity.py --page", err)
+        return {}
     if args.merge is not None:
         from _merge import MergeError, fail
 
