@@ -1,4 +1,4 @@
-"""Statistics the experiments share: a mean over seeds and its 95 % t-interval."""
+"""Statistics the experiments share: a mean over seeds and its 95 % t-interval, a share and its Wilson interval."""
 
 from __future__ import annotations
 
@@ -75,3 +75,13 @@ def holm(pvalues: list[float]) -> list[float]:
         running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
         adjusted[i] = running
     return adjusted
+
+
+def wilson(hits: int, n: int) -> dict[str, float | int | None]:
+    """A share and its 95 % Wilson interval (None with n = 0)."""
+    if n == 0:
+        return {"share": None, "low": None, "high": None, "hits": 0, "n": 0}
+    z, p = 1.959964, hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return {"share": p, "low": centre - half, "high": centre + half, "hits": hits, "n": n}

@@ -1,4 +1,4 @@
-"""GroupAlert's thresholds, chosen on labelled GRPO runs and judged on held-out ones (no training).
+"""The alerts' thresholds on labelled runs: GroupAlert (GRPO), RUQAlert and DRESSAlert (SFT); no training.
 
     python experiments/alert_calibration.py [--runs RESULTS_JSON] [--out DIR]
 
@@ -27,22 +27,30 @@ defaults) by the mean of the collapse and breakdown alerts' F1; on the held-out 
 the default thresholds are reported: per kind precision and recall with 95 % Wilson intervals, and
 the lead time (label step minus the alert's first step; positive: the alert came first). The
 breakdown label and the ``nll_rise`` alert both read NLL under the base model (held out vs in
-training): that part of the agreement is by construction. Writes ``DIR/results.json`` and ``DIR.md``
-(default ``docs/results/alert_calibration``; its ``## Reading`` is written by hand and kept).
+training): that part of the agreement is by construction.
+
+**The SFT alerts** (results.json's ``sft``, the page's ``SFT alerts`` sections):
+:class:`~lightning_div.measure.alerts.RUQAlert` and :class:`~lightning_div.measure.alerts.DRESSAlert`
+replayed on the stored supervised runs (``dress_vs_baseline``, ``ruq_over_training``) by
+``_sft_alerts.py``, whose docstring holds their label rule (written before any replay) and split.
+
+Writes ``DIR/results.json`` and ``DIR.md`` (default ``docs/results/alert_calibration``; its
+``## Reading`` is written by hand and kept).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import _ruq_common as common
+import _sft_alerts as sft
 import numpy as np
 from _environment import environment_lines
 from _pages import kept_reading
+from _stats import wilson
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION_SEEDS = (0, 2, 4)
@@ -100,16 +108,6 @@ def replay(steps: list[dict[str, float]], thresholds: dict[str, float]) -> dict[
         if kind is not None and first[kind] is None:
             first[kind] = int(s["step"])
     return first
-
-
-def wilson(hits: int, n: int) -> dict[str, float | int | None]:
-    """A share and its 95 % Wilson interval (None with n = 0)."""
-    if n == 0:
-        return {"share": None, "low": None, "high": None, "hits": 0, "n": 0}
-    z, p = 1.959964, hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return {"share": p, "low": centre - half, "high": centre + half, "hits": hits, "n": n}
 
 
 def score(runs: list[dict[str, Any]], thresholds: dict[str, float]) -> dict[str, Any]:
@@ -182,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "defaults": DEFAULTS,
         "calibration": {"chosen": score(calibration, chosen), "defaults": score(calibration, DEFAULTS)},
         "held_out": {"chosen": score(held_out, chosen), "defaults": score(held_out, DEFAULTS)},
+        "sft": sft.calibrate(sft.load_runs(ROOT)),
         "machine": common.machine(),
     }
     path = common.write_results(args.out, results)
@@ -205,11 +204,13 @@ def page(result: dict[str, Any], reading: str = "") -> str:
     labels = result["labels"]
     counts = {k: sum(1 for v in labels.values() if v["label"] == k) for k in ("healthy", *KINDS)}
     lines = [
-        "# GroupAlert's thresholds on held-out GRPO runs",
+        "# The alerts on held-out labelled runs: GroupAlert (GRPO), RUQAlert and DRESSAlert (SFT)",
         "",
         f"Written by `experiments/alert_calibration.py` from `{result['source']}` (no training): "
         f"{len(labels)} distinct runs labelled {counts}, calibration seeds {result['split']['calibration_seeds']}, "
-        f"held out {result['split']['held_out_seeds']}. Machine: {result['machine']['description']} (loaded).",
+        f"held out {result['split']['held_out_seeds']}. The SFT alerts from the stored SFT runs "
+        f"({sum(c['runs'] for c in result['sft']['counts'].values())} distinct runs, sections below). "
+        f"Machine: {result['machine']['description']} (loaded).",
         "",
     ]
     if reading:
@@ -242,6 +243,7 @@ def page(result: dict[str, Any], reading: str = "") -> str:
             f"| {a['run']} | {lab['label']} | {step if step is not None else '-'} | "
             f"{a['collapse'] if a['collapse'] is not None else '-'} | {a['breakdown'] if a['breakdown'] is not None else '-'} |"
         )
+    lines += ["", *sft.page_lines(result["sft"])]
     lines += ["", *environment_lines(result)]
     return "\n".join(lines) + "\n"
 
