@@ -29,7 +29,9 @@ JUDGE = {"group_sem_ent": "judge_group_sem_ent", "group_clusters": "judge_group_
 BESIDE = ("nll", "cut_share", "top_word_share")
 
 
-def paired_rows(runs: list[dict[str, Any]], pairs: Sequence[tuple[str, str]], measures: Sequence[str]):
+def paired_rows(
+    runs: list[dict[str, Any]], pairs: Sequence[tuple[str, str]], measures: Sequence[str]
+) -> list[dict[str, Any]]:
     """Per (setting, baseline, measure) with 2 or more shared seeds: :func:`_stats.paired` of the per-seed differences."""
     by: dict[str, dict[int, dict[str, float]]] = {}
     for r in runs:
@@ -240,7 +242,7 @@ def rerun_lines(held: Held, stored: Held, measures: Sequence[str], primary: Sequ
     pairs = comparisons("grpo_diversity", [s for s in seeds if s != "base"])
 
     def mean(runs: Held, s: str, m: str) -> float:
-        return sum(runs[(s, k)][m] for k in seeds[s]) / len(seeds[s])
+        return float(sum(runs[(s, k)][m] for k in seeds[s]) / len(seeds[s]))
 
     def difference(runs: Held, a: str, b: str, m: str) -> float | None:
         shared = sorted(set(seeds[a]) & set(seeds[b]))

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from _environment import environment, environment_lines, environments
-from _pages import kept_reading
+from _pages import add_page_arguments, kept_reading, rebuild_if_asked
 from _replies import save_replies
 from _stats import cell as _cell
 from _stats import holm, interval, paired
@@ -453,28 +453,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="combine the results.json of runs made apart into --out, every run once (parts holding different "
         "runs of a setting and seed are refused; --out may not hold an input)",
     )
-    parser.add_argument(
-        "--page",
-        action="store_true",
-        help="no run: rewrite --out's page from --out/results.json, keeping its reading (with --rescored, "
-        "--stored: their sections)",
-    )
-    parser.add_argument(
-        "--rescored", type=Path, default=None, help="with --page: rescore.py's results.json of the replies"
-    )
-    parser.add_argument(
-        "--stored", type=Path, default=None, help="with --page: an earlier results.json of the same runs"
-    )
+    add_page_arguments(parser)
     args = parser.parse_args(argv)
-    if (args.rescored or args.stored) and not args.page:
-        parser.error("--rescored and --stored go with --page")
-    if args.page:
-        from _merge import MergeError, fail
-
-        try:
-            rebuild(args.out, args.rescored, args.stored)
-        except MergeError as err:  # a user's mistake: one line, exit code 2
-            fail("divpo.py --page", err)
+    if rebuild_if_asked(parser, args, "divpo.py", rebuild):
         return {}
     if args.merge:
         from _merge import MergeError, fail

@@ -72,7 +72,7 @@ from typing import Any
 
 from _environment import environment, environment_lines, environments
 from _grpo_sections import paired_rows
-from _pages import kept_reading
+from _pages import add_page_arguments, kept_reading, rebuild_if_asked
 from _replies import save_replies
 from _stats import cell as _cell
 from _stats import holm, interval
@@ -1092,30 +1092,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--pilot", nargs="+", type=Path, default=None, help="with --merge: the pilot runs' results.json"
     )
-    parser.add_argument(
-        "--page",
-        action="store_true",
-        help="no run: rewrite --out's page from --out/results.json, keeping its reading (with --rescored, "
-        "--stored: their sections)",
-    )
-    parser.add_argument(
-        "--rescored", type=Path, default=None, help="with --page: rescore.py's results.json of the runs' replies"
-    )
-    parser.add_argument(
-        "--stored", type=Path, default=None, help="with --page: an earlier results.json of the runs this one reran"
-    )
+    add_page_arguments(parser)
     args = parser.parse_args(argv)
-    if (args.rescored or args.stored) and not args.page:
-        parser.error("--rescored and --stored go with --page")
-    if args.page and args.merge is not None:
-        parser.error("--page rewrites the page of a results.json made before: not with --merge")
-    if args.page:
-        from _merge import MergeError, fail
-
-        try:
-            rebuild(args.out, args.rescored, args.stored)
-        except MergeError as err:  # a user's mistake: one line, exit code 2
-            fail("grpo_diversity.py --page", err)
+    if rebuild_if_asked(parser, args, "grpo_diversity.py", rebuild):
         return {}
     if args.merge is not None:
         from _merge import MergeError, fail
