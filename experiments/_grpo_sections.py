@@ -27,6 +27,8 @@ Held = dict[tuple[str, int], dict[str, Any]]
 JUDGE = {"group_sem_ent": "judge_group_sem_ent", "group_clusters": "judge_group_clusters"}
 #: Beside every judge figure (the page's limits: degenerate text lands in a few clusters too).
 BESIDE = ("nll", "cut_share", "top_word_share")
+#: A rerun "the same" as its stored run: float noise only (the NLL's sums differ at 1e-7 between environments).
+SAME = 1e-6
 
 
 def paired_rows(
@@ -255,22 +257,28 @@ def rerun_lines(held: Held, stored: Held, measures: Sequence[str], primary: Sequ
         f"Each of the {len(held)} reruns against the stored run of the same setting and seed "
         f"({'; '.join(f'{s}: {_seeds(ks)}' for s, ks in seeds.items())}); a setting's mean and a difference's "
         "mean over the same seeds on both sides (the stored page's may hold more). Largest absolute change, "
-        "rerun minus stored, over the runs, the settings' means and the paired differences' means (0: equal to "
-        "the last digit):",
+        "rerun minus stored, over the runs (the run named), the settings' means and the paired differences' means "
+        "(0: equal to the last digit):",
         "",
         "| measure | runs | settings' means | differences' means |",
         "|---|---|---|---|",
     ]
     for m in measures:
-        runs = max(abs(held[k][m] - stored[k][m]) for k in held)
+        key = max(held, key=lambda k: abs(held[k][m] - stored[k][m]))
+        runs = abs(held[key][m] - stored[key][m])
         means = max(abs(mean(held, s, m) - mean(stored, s, m)) for s in seeds)
         moved = [
             abs(new - old)
             for a, b in pairs
             if (new := difference(held, a, b, m)) is not None and (old := difference(stored, a, b, m)) is not None
         ]
-        lines.append(f"| {m} | {_moved(runs)} | {_moved(means)} | {_moved(max(moved)) if moved else '-'} |")
+        where = f" ({_name(key)})" if runs else ""
+        lines.append(f"| {m} | {_moved(runs)}{where} | {_moved(means)} | {_moved(max(moved)) if moved else '-'} |")
+    further = [k for k in held if any(abs(held[k][m] - stored[k][m]) > SAME for m in measures)]
     lines += [
+        "",
+        f"Within {SAME:g} of the stored run in every held-out measure: {len(held) - len(further)} of {len(held)} "
+        f"runs; moved further: {_names(further)}.",
         "",
         "The primary measures' means per setting, stored -> rerun (change), over the seeds listed:",
         "",

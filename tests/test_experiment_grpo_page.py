@@ -144,8 +144,9 @@ def test_the_rerun_section_compares_the_same_runs(tmp_path):
     assert "Each of the 11 reruns" in text and "grpo_semantic_kl: 0 1" in text
     # runs 0.25; grpo's mean over seeds 0-2 0.25 / 3; grpo_kl - grpo (seeds 0-2) 0.25 / 3, grpo_semantic_kl - grpo
     # (seeds 0, 1) 0.25 / 2: the largest
-    assert _row(text, "nll") == ["nll", "0.250", "0.083", "0.125"]
+    assert _row(text, "nll") == ["nll", "0.250 (grpo seed 1)", "0.083", "0.125"]
     assert _row(text, "task_reward") == ["task_reward", "0", "0", "0"]
+    assert "in every held-out measure: 10 of 11 runs; moved further: grpo seed 1." in text
     assert _row(text, "grpo", "0 1 2")[4] == "5.083 -> 5.000 (-0.083)"
     assert _row(text, "grpo", "0 1 2")[2] == "1.000 -> 1.000 (+0.000)"
 
