@@ -151,19 +151,20 @@ def test_the_rerun_section_compares_the_same_runs(tmp_path):
     assert _row(text, "grpo", "0 1 2")[2] == "1.000 -> 1.000 (+0.000)"
 
 
-@pytest.mark.parametrize(
-    ("which", "match"),
-    [
-        ("distinct", r"bad\.json: grpo seed 0 has distinct-2 0\.100000, the results 0\.900000: not the replies"),
-        ("missing", r"bad\.json: rescored runs are not the results': missing grpo_semantic_kl seed 1; not in the"),
-        ("quick", r"bad\.json: a --quick judge's \(a smoke test\) rescoring, and the results are not --quick"),
-        ("config", r"stored\.json: not a grpo_diversity results\.json made with these settings"),
-        ("fewer", r"stored\.json: holds no stored run of grpo_kl seed 2: not the runs this page reran"),
-        ("alone", r"--rescored and --stored go with --page"),
-        ("merge", r"--page rewrites the page of a results\.json made before: not with --merge"),
-    ],
-)
-def test_page_refuses_files_of_other_runs(tmp_path, capsys, which, match):
+#: Each file --page refuses, and the one line that says why.
+REFUSED = {
+    "distinct": r"bad\.json: grpo seed 0 has distinct-2 0\.100000, the results 0\.900000: not the replies",
+    "missing": r"bad\.json: rescored runs are not the results': missing grpo_semantic_kl seed 1; not in the",
+    "quick": r"bad\.json: a --quick judge's \(a smoke test\) rescoring, and the results are not --quick",
+    "config": r"stored\.json: not a grpo_diversity results\.json made with these settings",
+    "fewer": r"stored\.json: holds no stored run of grpo_kl seed 2: not the runs this page reran",
+    "alone": r"--rescored and --stored go with --page",
+    "merge": r"--page rewrites the page of a results\.json made before: not with --merge",
+}
+
+
+@pytest.mark.parametrize("which", REFUSED)
+def test_page_refuses_files_of_other_runs(tmp_path, capsys, which):
     """--page writes nothing from a rescoring or stored runs that are not of the page's runs: one line, exit 2."""
     script = load_experiment("grpo_diversity")
     out = tmp_path / "grpo_diversity"
@@ -190,5 +191,5 @@ def test_page_refuses_files_of_other_runs(tmp_path, capsys, which, match):
     with pytest.raises(SystemExit, match=r"^2$"):
         script.main([*argv, "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert re.search(match, err[-1]) and (len(err) == 1 or which in ("alone", "merge")), err  # argparse: usage
+    assert re.search(REFUSED[which], err[-1]) and (len(err) == 1 or which in ("alone", "merge")), err  # argparse: usage
     assert (tmp_path / "grpo_diversity.md").read_text(encoding="utf-8") == "# kept\n"
