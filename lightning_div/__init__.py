@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+__version__ = "1.0.0.dev0"
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load on first use (below)
     from lightning_div.callbacks import (
