@@ -2,7 +2,8 @@
 
     python experiments/alert_calibration.py [--runs RESULTS_JSON] [--out DIR]
 
-Reads the stored GRPO runs (``docs/results/grpo_diversity/results.json``: every run's 120 training
+Reads the stored GRPO runs of 2026-11-28 (``docs/results/grpo_diversity/results_2026-11-28_stored.json``, the runs
+the labels were written for; the page's 2026-12-05 rerun moves one label step by one): every run's 120 training
 steps of rollout measures, its held-out measures after training, and the untrained base model's
 on the same seed) and replays :class:`~lightning_div.measure.GroupAlert` on each run's steps as
 ``GroupDiversityMonitor`` feeds it (group Sem-Ent in the monitor's MiniLM space, the within-group
@@ -133,7 +134,9 @@ def score(runs: list[dict[str, Any]], thresholds: dict[str, float]) -> dict[str,
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=ROOT / "docs" / "results" / "grpo_diversity" / "results.json")
+    parser.add_argument(
+        "--runs", type=Path, default=ROOT / "docs" / "results" / "grpo_diversity" / "results_2026-11-28_stored.json"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "alert_calibration")
     args = parser.parse_args(argv)
     stored = json.loads(args.runs.read_text(encoding="utf-8"))
