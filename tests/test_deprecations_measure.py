@@ -177,6 +177,14 @@ def test_nli_measure_takes_threshold_generation_and_0_2_s_flat_fields_with_a_war
     assert {w.filename for w in caught} == {__file__}  # each warning points at the user's line
     assert old.threshold_generation == new.threshold_generation
     assert old.settings() == new.settings()
+    # 0.2's attributes read the settings in use
+    assert (old.threshold, old.max_samples, old.threshold_rank_by, old.threshold_metric) == (
+        5,
+        8,
+        "threshold",
+        "contradictions",
+    )
+    assert (NLIMeasure().threshold, NLIMeasure().max_samples, NLIMeasure().threshold_diversity_metric) == (10, 20, None)
     # the record keeps 0.2's flat keys, so a 0.2 run's record and a 1.0 one compare
     assert {
         k: new.settings()[k] for k in ("threshold", "max_samples", "threshold_rank_by", "threshold_generation")

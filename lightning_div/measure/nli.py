@@ -12,6 +12,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lightning_div._internal.attributes import ReadThrough
 from lightning_div._internal.deprecation import merged, regrouped_into, take_deprecated, warn_deprecated
 from lightning_div._internal.distributed import distributed_map
 from lightning_div.measure.base import Measure
@@ -128,10 +129,24 @@ class NLIMeasure(Measure):
         self.batch_size, self.seed, self.show_progress = batch_size, seed, show_progress
         self._scorer: Any = None
 
+    @property
+    def threshold_in_use(self) -> ThresholdGeneration:
+        """The threshold settings :meth:`measure_threshold` runs with (the paper's when none were given)."""
+        return self.threshold_generation or ThresholdGeneration()
+
+    # 0.2's flat attributes, readable as they were (the fields of threshold_in_use)
+    threshold: ReadThrough[float] = ReadThrough("threshold_in_use.threshold", "``ThresholdGeneration.threshold``.")
+    max_samples: ReadThrough[int] = ReadThrough("threshold_in_use.max_samples", "``ThresholdGeneration.max_samples``.")
+    threshold_metric: ReadThrough[str] = ReadThrough("threshold_in_use.metric", "``ThresholdGeneration.metric``.")
+    threshold_diversity_metric: ReadThrough[str | None] = ReadThrough(
+        "threshold_in_use.diversity_metric", "``ThresholdGeneration.diversity_metric``."
+    )
+    threshold_rank_by: ReadThrough[str] = ReadThrough("threshold_in_use.rank_by", "``ThresholdGeneration.rank_by``.")
+
     def settings(self) -> dict[str, Any]:
         """The settings as 0.2 recorded them (the threshold's flat, ``threshold_generation`` a flag), so records compare."""
         recorded = super().settings()
-        threshold = self.threshold_generation or ThresholdGeneration()
+        threshold = self.threshold_in_use
         flat = {
             "threshold": threshold.threshold,
             "max_samples": threshold.max_samples,
@@ -208,7 +223,7 @@ class NLIMeasure(Measure):
                 "NLIMeasure.measure_threshold() without threshold_generation=",
                 "NLIMeasure(threshold_generation=ThresholdGeneration())",
             )
-            threshold = ThresholdGeneration()
+            threshold = self.threshold_in_use
         scorer = self.scorer
         turns, key, per_batch, sampling = self._plan(contexts)
 
