@@ -111,6 +111,29 @@ def test_nli_measure_without_a_trainer():
         NLIMeasure(scorer=EqualityScorer()).measure(EchoSets(), [["x"]])
 
 
+def test_threshold_generation_checks_its_fields_when_built():
+    """A typo in ThresholdGeneration fails at construction, naming the field; a numpy budget is recorded as an int."""
+    from lightning_div.nli.threshold_settings import ThresholdGeneration
+
+    with pytest.raises(ValueError, match=r"ThresholdGeneration\(diversity_metric='entail'\) is unknown; use one of"):
+        ThresholdGeneration(diversity_metric="entail")
+    with pytest.raises(ValueError, match=r"ThresholdGeneration\(rank_by='best'\) is unknown; use one of \('diversity'"):
+        ThresholdGeneration(rank_by="best")
+    for budget in (0, 2.5, True, None):
+        with pytest.raises(
+            ValueError, match=rf"ThresholdGeneration\.max_samples must be an integer >= 1, got {budget!r}"
+        ):
+            ThresholdGeneration(max_samples=budget)  # type: ignore[arg-type]
+    assert type(ThresholdGeneration(max_samples=np.int64(7)).max_samples) is int
+    assert ThresholdGeneration(threshold=3).arguments() == {
+        "threshold": 3,
+        "max_samples": 20,
+        "metric": "contradictions",
+        "diversity_metric": None,
+        "rank_by": "diversity",
+    }
+
+
 class FirstWordSpace:
     """A stand-in SemanticSpace: the cluster is the first word's index in ("a", "b", "c", "d")."""
 

@@ -9,10 +9,10 @@ fields are (:meth:`ThresholdGeneration.arguments`).
 from __future__ import annotations
 
 import dataclasses
-import operator
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_div._internal.counts import check_required_count
 from lightning_div.nli.threshold import NLI_METRICS, RANK_BY
 
 __all__ = ["ThresholdGeneration"]
@@ -48,10 +48,10 @@ class ThresholdGeneration:
                 raise ValueError(f"ThresholdGeneration({field}={value!r}) is unknown; use one of {NLI_METRICS}")
         if self.rank_by not in RANK_BY:
             raise ValueError(f"ThresholdGeneration(rank_by={self.rank_by!r}) is unknown; use one of {RANK_BY}")
-        budget = self.max_samples
-        if isinstance(budget, bool) or not hasattr(budget, "__index__") or budget < 1:  # an int or a numpy integer
-            raise ValueError(f"ThresholdGeneration(max_samples={budget!r}) must be a positive integer")
-        object.__setattr__(self, "max_samples", operator.index(budget))  # a plain number in the run's record
+        # a plain int in the run's record, a numpy integer too
+        object.__setattr__(
+            self, "max_samples", check_required_count("ThresholdGeneration.max_samples", self.max_samples)
+        )
 
     def arguments(self) -> dict[str, Any]:
         """The fields as :func:`~lightning_div.nli.threshold.diversity_threshold_generate_many`'s keyword arguments."""
