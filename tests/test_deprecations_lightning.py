@@ -133,6 +133,11 @@ def test_gold_responses_and_the_lexical_arguments_of_the_semantic_monitor():
         lexical=Lexical(["distinct_1", "ead"], {"base": 2}, 99),
         outputs=Outputs(log_samples=3, cluster_views=False),
     )
+    with pytest.raises(
+        ValueError, match=r"^SemanticDiversityMonitor: cluster_texts= and the deprecated gold_responses= were"
+    ):
+        with pytest.warns(DeprecationWarning, match=r"gold_responses="):
+            SemanticDiversityMonitor(cluster_texts=["a"], gold_responses=["b"])  # one would be silently unused
     for mon in (old, new):
         assert mon.cluster_texts_arg == ["a", "b"] and mon.vocab_size == 99
         assert mon.lexical_metrics == ["distinct_1", "ead"] and mon.lexical_options == {"base": 2}

@@ -14,7 +14,15 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["merged", "moved_attribute", "moved_names", "regrouped_into", "take_deprecated", "warn_deprecated"]
+__all__ = [
+    "merged",
+    "moved_attribute",
+    "moved_names",
+    "regrouped_into",
+    "renamed_value",
+    "take_deprecated",
+    "warn_deprecated",
+]
 
 _T = TypeVar("_T")
 
@@ -82,6 +90,20 @@ def merged(owner: str, arg: str, given: _T | None, default: _T, fields: Mapping[
             f"({arg}={type(given).__name__}(...)) and drop the flat arguments"
         )
     return dataclasses.replace(default, **fields)  # type: ignore[type-var]
+
+
+def renamed_value(owner: str, old_name: str, name: str, given: Any, default: Any, renamed: Mapping[str, Any]) -> Any:
+    """A renamed keyword's value: as given by its 1.0 ``name``, or by its 0.2 ``old_name`` (``renamed``, the values
+    :func:`take_deprecated` returned by new name).
+
+    Raises:
+        ValueError: both given (the 1.0 one not at its ``default``), which would leave one silently unused.
+    """
+    if name not in renamed:
+        return given
+    if given != default:
+        raise ValueError(f"{owner}: {name}= and the deprecated {old_name}= were both given: pass {name}= alone")
+    return renamed[name]
 
 
 def regrouped_into(argument: str, *fields: str, **renamed: str) -> dict[str, tuple[str, str]]:

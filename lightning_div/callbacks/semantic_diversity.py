@@ -8,6 +8,7 @@ from typing import Any
 
 from lightning_div._internal.attributes import ReadThrough
 from lightning_div._internal.checks import check_finite_model
+from lightning_div._internal.deprecation import renamed_value
 from lightning_div._internal.lightning import pl
 from lightning_div.callbacks.base import ValidationMonitor, override
 from lightning_div.callbacks.checks import require_inputs
@@ -88,11 +89,9 @@ class SemanticDiversityMonitor(ValidationMonitor):
     ) -> None:
         renamed, groups = take_own(self, kwargs, {"gold_responses": "cluster_texts"}, DEPRECATED_SPACE_AND_LEXICAL)
         super().__init__(**kwargs)
-        if renamed and cluster_texts is not None:
-            raise ValueError(
-                f"{type(self).__name__}: cluster_texts= and the deprecated gold_responses= were both given"
-            )
-        cluster_texts = renamed.get("cluster_texts", cluster_texts)
+        cluster_texts = renamed_value(
+            type(self).__name__, "gold_responses", "cluster_texts", cluster_texts, None, renamed
+        )
         lexical = merged(type(self).__name__, "lexical", lexical, Lexical(), groups.get("lexical", {}))
         space = space_from_arguments(
             type(self).__name__,

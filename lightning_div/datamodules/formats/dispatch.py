@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lightning_div._internal.deprecation import take_deprecated
+from lightning_div._internal.deprecation import renamed_value, take_deprecated
 from lightning_div.chitchat import check_split
 from lightning_div.datamodules.formats.chitchat import read_chitchat_pairs
 from lightning_div.datamodules.formats.csv_records import read_csv
@@ -23,7 +23,6 @@ from lightning_div.datamodules.formats.records import (
     Fields,
     ReadResult,
     _fields,
-    _renamed,
 )
 
 FORMATS = ("dailydialog", "dailydialog++", "json", "jsonl", "csv", "tsv", "parlai", "hf")
@@ -103,7 +102,7 @@ def read_pairs(
     Raises:
         DataFormatError: a record, line or file that cannot be read, naming file and line
             (or the list index).
-        ValueError: an unknown ``file_format`` or split, or a keyword given by its 1.0 and its 0.2 name.
+        ValueError: an unknown ``file_format`` or split, or a keyword given by its 1.0 and its 0.2 name at once.
 
     Examples:
         >>> pairs = read_pairs([(["Hi!", "Hello, how are you?"], "Fine, thanks.")])
@@ -115,8 +114,8 @@ def read_pairs(
     # 0.2's keywords arrive among the field names (a function has one **): taken out before those are checked
     given_old = {name: field_names.pop(name) for name in READ_PAIRS_RENAMED if name in field_names}
     old, _ = take_deprecated("read_pairs", given_old, READ_PAIRS_RENAMED)
-    file_format = _renamed("read_pairs", "file_format", file_format, "auto", old)
-    max_turns = _renamed("read_pairs", "max_turns", max_turns, None, old)
+    file_format = renamed_value("read_pairs", "format", "file_format", file_format, "auto", old)
+    max_turns = renamed_value("read_pairs", "max_history", "max_turns", max_turns, None, old)
     if file_format != "auto" and file_format not in FORMATS:
         raise ValueError(f"file_format={file_format!r} is unknown; use 'auto' or one of {FORMATS}")
     fields = _fields(fields, field_names)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lightning_div._internal.deprecation import take_deprecated
+from lightning_div._internal.deprecation import renamed_value, take_deprecated
 from lightning_div.pairs import DataFormatError, DialoguePair, _str_list
 
 CONTEXT_SEPARATOR = " __eou__ "
@@ -80,19 +80,6 @@ def _check_max_turns(max_turns: int | None) -> None:
         raise ValueError(f"max_turns must be an int >= 1 or None, got {max_turns!r}")
 
 
-def _renamed(owner: str, name: str, given: Any, default: Any, old: dict[str, Any]) -> Any:
-    """``name``'s value: as given, or by its 0.2 name (``old``, as ``take_deprecated`` returns it).
-
-    Raises:
-        ValueError: both given (the 1.0 one not at its default), which would leave one silently unused.
-    """
-    if name not in old:
-        return given
-    if given != default:
-        raise ValueError(f"{owner}: {name}= was given by its 1.0 and its 0.2 name: pass {name}= alone")
-    return old[name]
-
-
 def _max_turns(owner: str, max_turns: int | None, deprecated: dict[str, Any], default: int | None = None) -> int | None:
     """A reader's ``max_turns``, or 0.2's ``max_history=`` left in its ``**deprecated`` (warned once).
 
@@ -104,7 +91,7 @@ def _max_turns(owner: str, max_turns: int | None, deprecated: dict[str, Any], de
         ValueError: ``max_turns`` given by both names.
     """
     old, _ = take_deprecated(owner, deprecated, {"max_history": "max_turns"}, stacklevel=5)
-    value: int | None = _renamed(owner, "max_turns", max_turns, default, old)
+    value: int | None = renamed_value(owner, "max_history", "max_turns", max_turns, default, old)
     return value
 
 

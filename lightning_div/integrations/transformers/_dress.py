@@ -10,7 +10,7 @@ import numpy as np
 from transformers import Trainer
 
 from lightning_div._internal.compat.transformers import train_sampler
-from lightning_div._internal.deprecation import take_deprecated
+from lightning_div._internal.deprecation import renamed_value, take_deprecated
 from lightning_div.datamodules.encoding import DialogueCollator, EncodedDialogues, encode_pairs
 from lightning_div.datamodules.samplers import WeightedDistributedSampler, check_sampling_weights
 from lightning_div.dress.losses import dress_loss
@@ -63,7 +63,7 @@ def gold_dress_state(
         TypeError: no ``train_responses``, or an unknown keyword argument.
     """
     old, _ = take_deprecated("gold_dress_state", deprecated, {"gold_responses": "train_responses"})
-    train_responses = _one_of("gold_dress_state", "train_responses", train_responses, old)
+    train_responses = renamed_value("gold_dress_state", "gold_responses", "train_responses", train_responses, None, old)
     if train_responses is None:
         raise TypeError("gold_dress_state() missing its argument train_responses (the training responses)")
     lam = check_lam(lam)
@@ -108,7 +108,7 @@ def dress_dataset(
         TypeError: an unknown keyword argument.
     """
     old, _ = take_deprecated("dress_dataset", deprecated, {"format": "layout"})
-    layout = _one_of("dress_dataset", "layout", layout, old)
+    layout = renamed_value("dress_dataset", "format", "layout", layout, None, old)
     check_choice("mode", mode, MODES)
     if state is None:
         state = DressState(weights=np.ones(len(pairs)), negative_batches="mixed")
@@ -125,15 +125,6 @@ def dress_dataset(
     dataset = EncodedDialogues(encoded, weights, num_negatives=len(state.negative_pairs))
     collator = DialogueCollator(pad_id_of(tokenizer), seq2seq=is_seq2seq(model), negative_loss=state.negative_loss)
     return dataset, collator
-
-
-def _one_of(owner: str, name: str, given: Any, old: dict[str, Any]) -> Any:
-    """``name``'s value: as given, or by its 0.2 name (``old``, read by ``take_deprecated``); both is an error."""
-    if name not in old:
-        return given
-    if given is not None:
-        raise ValueError(f"{owner}: {name}= was given by its 1.0 and its 0.2 name: pass {name}= alone")
-    return old[name]
 
 
 def _check_dataset(dataset: Any, weights: np.ndarray, mode: str) -> None:
